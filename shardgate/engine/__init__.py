@@ -1,0 +1,1 @@
+"""Primitives (plans as data) and their execution."""

@@ -1,0 +1,615 @@
+"""The primitives a plan is made of, and how each executes.
+
+A plan is a small tree of frozen dataclasses (Vitess's engine primitives):
+
+* :class:`Route` sends one query to the shards its opcode selects and merges
+  what comes back (concatenation, or a k-way merge on ORDER BY, then LIMIT).
+* :class:`Insert` computes each row's keyspace id from the primary vindex,
+  fills auto-increment columns from a sequence, creates owned lookup rows and
+  sends each shard only its rows, in one multi-row statement per shard.
+* :class:`DDL` runs on every shard of a keyspace.
+
+Planning (``shardgate.planner``) is pure and builds these; execution is the
+only place with I/O, and it goes through :class:`ExecCursor`, which the gate
+implements (and unit tests fake). ``describe()`` gives the plan as JSON in the
+shape of Vitess's planbuilder test data, used by EXPLAIN and the golden files.
+"""
+
+from __future__ import annotations
+
+import enum
+import heapq
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass
+from functools import cmp_to_key
+from typing import Any, Protocol
+
+from sqlglot import exp
+
+from shardgate.errors import InvalidArgument, NotFound
+from shardgate.keys import KeyRange, ShardMap
+from shardgate.result import Result, Row
+from shardgate.sql.dialect import ShardSQL, render
+from shardgate.vindexes import KeyspaceId, Lookup, MultiColumn, SingleColumn, VCursor, Vindex
+from shardgate.engine.values import BindVar, Literal, SQLExpr, Value, resolve
+
+
+class Opcode(enum.Enum):
+    """How a Route picks its shards (Vitess's route opcodes)."""
+
+    UNSHARDED = "Unsharded"
+    EQUAL_UNIQUE = "EqualUnique"
+    EQUAL = "Equal"
+    IN = "IN"
+    SCATTER = "Scatter"
+    NONE = "None"
+    REFERENCE = "Reference"
+    BY_DESTINATION = "ByDestination"
+
+    @property
+    def rank(self) -> int:
+        """Lower is better: used to choose among candidate routes."""
+        return _RANK[self]
+
+
+_RANK = {
+    Opcode.NONE: 0,
+    Opcode.UNSHARDED: 1,
+    Opcode.REFERENCE: 1,
+    Opcode.BY_DESTINATION: 1,
+    Opcode.EQUAL_UNIQUE: 2,
+    Opcode.EQUAL: 3,
+    Opcode.IN: 4,
+    Opcode.SCATTER: 5,
+}
+
+
+class ExecCursor(Protocol):
+    """What execution needs from the gate."""
+
+    def shard_map(self, keyspace: str) -> ShardMap: ...
+
+    def lookup_cursor(self) -> VCursor: ...
+
+    async def execute_shards(
+        self,
+        keyspace: str,
+        shards: Sequence[str],
+        query: ShardQuery,
+        bind_vars: Mapping[str, Any],
+        *,
+        write: bool,
+    ) -> list[Result]:
+        """Run ``query`` on each shard (in the session's transaction if any)."""
+        ...
+
+    def stream_shards(
+        self,
+        keyspace: str,
+        shards: Sequence[str],
+        query: ShardQuery,
+        bind_vars: Mapping[str, Any],
+    ) -> AsyncIterator[tuple[str, list[str], list[Row]]]:
+        """Yield ``(shard, fields, rows)`` batches from each shard."""
+        ...
+
+    async def next_sequence_values(self, sequence: str, count: int) -> int:
+        """Reserve ``count`` consecutive values of ``sequence``; return the first."""
+        ...
+
+
+class ShardQuery:
+    """A query to send to shards: the gate AST plus its per-dialect renderings.
+
+    Renderings are memoised per (dialect, placeholder); the AST is never mutated.
+    ``build`` lets a primitive make the SQL from the bind variables (inserts).
+    """
+
+    __slots__ = ("_rendered", "tree")
+
+    def __init__(self, tree: exp.Expression) -> None:
+        self.tree = tree
+        self._rendered: dict[tuple[str, str], ShardSQL] = {}
+
+    def for_dialect(self, dialect: str, placeholder: str) -> ShardSQL:
+        key = (dialect, placeholder)
+        found = self._rendered.get(key)
+        if found is None:
+            found = self._rendered[key] = render(self.tree, dialect, placeholder)
+        return found
+
+    @property
+    def gate_sql(self) -> str:
+        return self.tree.sql(dialect="mysql")
+
+    def __repr__(self) -> str:
+        return f"ShardQuery({self.gate_sql!r})"
+
+
+class Primitive:
+    """Base of all primitives."""
+
+    async def execute(self, vc: ExecCursor, bind_vars: Mapping[str, Any]) -> Result:
+        raise NotImplementedError
+
+    async def stream(
+        self, vc: ExecCursor, bind_vars: Mapping[str, Any]
+    ) -> AsyncIterator[Result]:
+        """Stream results; by default, one chunk with everything."""
+        yield await self.execute(vc, bind_vars)
+
+    def describe(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class OrderKey:
+    """One ORDER BY term of a scatter merge: a result column by name."""
+
+    column: str
+    descending: bool = False
+
+
+async def _vindex_map(
+    vc: ExecCursor, vindex: Vindex, values: Sequence[Any]
+) -> list[list[KeyspaceId]]:
+    if isinstance(vindex, Lookup):
+        return await vindex.map(vc.lookup_cursor(), values)
+    if isinstance(vindex, SingleColumn):
+        return vindex.map(values)
+    if isinstance(vindex, MultiColumn):
+        return vindex.map_multi([v if isinstance(v, tuple | list) else (v,) for v in values])
+    raise InvalidArgument(f"vindex {vindex.name!r} cannot map values")
+
+
+@dataclass(frozen=True)
+class Route(Primitive):
+    """Send one query to the shards selected by ``opcode`` and merge the results."""
+
+    opcode: Opcode
+    keyspace: str
+    sharded: bool
+    query: ShardQuery
+    table: str | None = None
+    vindex: Vindex | None = None
+    values: tuple[Value | tuple[Value, ...], ...] = ()
+    write: bool = False
+    order_by: tuple[OrderKey, ...] = ()
+    limit: Value | None = None
+    offset: Value | None = None
+    #: bind variable carrying LIMIT+OFFSET to each shard of a scatter
+    upper_limit_var: str | None = None
+    target_shards: tuple[str, ...] = ()
+
+    async def shards(self, vc: ExecCursor, bind_vars: Mapping[str, Any]) -> list[str]:
+        """Which shards this route must reach, in key order."""
+        op = self.opcode
+        smap = vc.shard_map(self.keyspace)
+        if op is Opcode.UNSHARDED or (op is Opcode.REFERENCE and not self.write):
+            return [smap.names[0]]
+        if op is Opcode.SCATTER or op is Opcode.REFERENCE:
+            return list(smap.names)
+        if op is Opcode.NONE:
+            return []
+        if op is Opcode.BY_DESTINATION:
+            return list(self.target_shards)
+        assert self.vindex is not None
+        resolved = [
+            tuple(resolve(v, bind_vars) for v in value)
+            if isinstance(value, tuple)
+            else resolve(value, bind_vars)
+            for value in self.values
+        ]
+        if op is Opcode.IN:
+            flat: list[Any] = []
+            for v in resolved:
+                if isinstance(v, list | tuple) and not isinstance(self.vindex, MultiColumn):
+                    flat.extend(v)
+                else:
+                    flat.append(v)
+            resolved = flat
+        mapped = await _vindex_map(vc, self.vindex, resolved)
+        names = {smap.find(ksid) for ksids in mapped for ksid in ksids}
+        return [n for n in smap.names if n in names]
+
+    async def execute(self, vc: ExecCursor, bind_vars: Mapping[str, Any]) -> Result:
+        shards = await self.shards(vc, bind_vars)
+        bind_vars = self._with_limit(bind_vars)
+        if not shards:
+            if self.write:
+                return Result()
+            # No shard can hold a row: ask one shard for the fields only.
+            smap = vc.shard_map(self.keyspace)
+            field_query = ShardQuery(_impossible(self.query.tree))
+            results = await vc.execute_shards(
+                self.keyspace, smap.names[:1], field_query, bind_vars, write=False
+            )
+            return Result(fields=results[0].fields)
+        results = await vc.execute_shards(
+            self.keyspace, shards, self.query, bind_vars, write=self.write
+        )
+        if len(results) == 1 and self.upper_limit_var is None:
+            return results[0]
+        return self._merge(results, bind_vars)
+
+    def _with_limit(self, bind_vars: Mapping[str, Any]) -> Mapping[str, Any]:
+        if self.upper_limit_var is None:
+            return bind_vars
+        upper = _int_of(self.limit, bind_vars, "LIMIT") + _int_of(self.offset, bind_vars, "OFFSET")
+        return {**bind_vars, self.upper_limit_var: upper}
+
+    def _merge(self, results: list[Result], bind_vars: Mapping[str, Any]) -> Result:
+        fields = results[0].fields
+        if self.write:
+            return Result(
+                fields=fields,
+                rows_affected=sum(r.rows_affected for r in results),
+                insert_id=next((r.insert_id for r in results if r.insert_id), None),
+            )
+        if self.order_by:
+            key = _sort_key(fields, self.order_by)
+            rows: list[Row] = list(heapq.merge(*(r.rows for r in results), key=key))
+        else:
+            rows = [row for r in results for row in r.rows]
+        if self.upper_limit_var is not None:
+            off = _int_of(self.offset, bind_vars, "OFFSET")
+            rows = rows[off : off + _int_of(self.limit, bind_vars, "LIMIT")]
+        return Result(fields=fields, rows=rows)
+
+    async def stream(
+        self, vc: ExecCursor, bind_vars: Mapping[str, Any]
+    ) -> AsyncIterator[Result]:
+        if self.write or self.order_by or self.upper_limit_var is not None:
+            yield await self.execute(vc, bind_vars)
+            return
+        shards = await self.shards(vc, bind_vars)
+        if not shards:
+            yield await self.execute(vc, bind_vars)
+            return
+        sent_fields = False
+        async for _shard, fields, rows in vc.stream_shards(
+            self.keyspace, shards, self.query, bind_vars
+        ):
+            yield Result(fields=[] if sent_fields else fields, rows=rows)
+            sent_fields = True
+
+    def describe(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "OperatorType": "Route",
+            "Variant": self.opcode.value,
+            "Keyspace": {"Name": self.keyspace, "Sharded": self.sharded},
+            "Query": self.query.gate_sql,
+        }
+        if self.table:
+            out["Table"] = self.table
+        if self.vindex is not None and self.opcode not in (Opcode.SCATTER, Opcode.UNSHARDED):
+            out["Vindex"] = self.vindex.name
+            out["Values"] = [_describe_value(v) for v in self.values]
+        if self.target_shards:
+            out["TargetShards"] = list(self.target_shards)
+        if self.order_by:
+            out["OrderBy"] = ", ".join(
+                f"{k.column} {'DESC' if k.descending else 'ASC'}" for k in self.order_by
+            )
+        if self.upper_limit_var is not None:
+            out["Limit"] = _describe_value(self.limit) if self.limit else None
+            if self.offset is not None:
+                out["Offset"] = _describe_value(self.offset)
+        if self.write:
+            out["DML"] = True
+        return out
+
+
+def _describe_value(v: Value | tuple[Value, ...] | None) -> Any:
+    if v is None:
+        return None
+    if isinstance(v, tuple):
+        return [x.describe() for x in v]
+    return v.describe()
+
+
+def _int_of(v: Value | None, bind_vars: Mapping[str, Any], what: str) -> int:
+    if v is None:
+        return 0
+    n = resolve(v, bind_vars)
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+        raise InvalidArgument(f"{what} must be a non-negative integer, got {n!r}")
+    return n
+
+
+def _impossible(tree: exp.Expression) -> exp.Expression:
+    """The same SELECT with ``WHERE 1 != 1``: returns the fields and no rows."""
+    t = tree.copy()
+    if isinstance(t, exp.Select):
+        t.set("where", exp.Where(this=exp.NEQ(this=exp.Literal.number(1),
+                                              expression=exp.Literal.number(1))))
+        t.set("limit", None)
+        t.set("offset", None)
+    return t
+
+
+def _compare(a: Any, b: Any) -> int:
+    if a is None or b is None:
+        return (a is not None) - (b is not None)  # NULLs first, as MySQL sorts them
+    if a < b:
+        return -1
+    return 1 if a > b else 0
+
+
+def _sort_key(fields: Sequence[str], order: Sequence[OrderKey]) -> Any:
+    lowered = [f.lower() for f in fields]
+    idx: list[tuple[int, bool]] = []
+    for k in order:
+        try:
+            idx.append((lowered.index(k.column.lower()), k.descending))
+        except ValueError:
+            raise InvalidArgument(
+                f"ORDER BY {k.column} is not in the result columns {list(fields)}: "
+                "select it so the gate can merge the shards' results"
+            ) from None
+
+    def cmp(r1: Row, r2: Row) -> int:
+        for i, desc in idx:
+            c = _compare(r1[i], r2[i])
+            if c:
+                return -c if desc else c
+        return 0
+
+    return cmp_to_key(cmp)
+
+
+@dataclass(frozen=True)
+class OwnedLookup:
+    """An owned lookup vindex an Insert must create rows for."""
+
+    columns: tuple[str, ...]
+    vindex: Lookup
+
+
+@dataclass(frozen=True)
+class Insert(Primitive):
+    """Insert rows, each routed by its primary vindex (or to the one unsharded shard).
+
+    Invariants: every row's primary vindex value maps to exactly one keyspace
+    id, else the whole statement is refused before anything is written; owned
+    lookup rows are created before the owner rows (so a unique-lookup duplicate
+    aborts the insert first); each shard receives only its own rows.
+    """
+
+    keyspace: str
+    sharded: bool
+    table: str
+    columns: tuple[str, ...]
+    rows: tuple[tuple[Value, ...], ...]
+    primary_columns: tuple[str, ...] = ()
+    primary_vindex: Vindex | None = None
+    owned_lookups: tuple[OwnedLookup, ...] = ()
+    auto_increment: tuple[str, str] | None = None  # (column, sequence)
+    ignore: bool = False
+    #: reference table of a sharded keyspace: every shard gets every row
+    broadcast: bool = False
+
+    async def execute(self, vc: ExecCursor, bind_vars: Mapping[str, Any]) -> Result:
+        columns = list(self.columns)
+        rows: list[list[Value]] = [list(r) for r in self.rows]
+        insert_id: int | None = None
+        if self.auto_increment is not None:
+            insert_id = await self._fill_sequence(vc, columns, rows, bind_vars)
+        smap = vc.shard_map(self.keyspace)
+        if self.broadcast:
+            per_shard = dict.fromkeys(smap.names, rows)
+        elif not self.sharded:
+            per_shard = {smap.names[0]: rows}
+        else:
+            ksids = await self._keyspace_ids(vc, columns, rows, bind_vars)
+            for lookup in self.owned_lookups:
+                await self._create_lookup(vc, lookup, columns, rows, ksids, bind_vars)
+            per_shard = {}
+            for row, ksid in zip(rows, ksids, strict=True):
+                per_shard.setdefault(smap.find(ksid), []).append(row)
+        shards = [n for n in smap.names if n in per_shard]
+        query = _InsertQuery(self, columns, per_shard)
+        results = await vc.execute_shards(self.keyspace, shards, query, bind_vars, write=True)
+        affected = sum(r.rows_affected for r in results)
+        if insert_id is None:
+            insert_id = next((r.insert_id for r in results if r.insert_id), None)
+        return Result(rows_affected=affected, insert_id=insert_id)
+
+    async def _fill_sequence(
+        self,
+        vc: ExecCursor,
+        columns: list[str],
+        rows: list[list[Value]],
+        bind_vars: Mapping[str, Any],
+    ) -> int | None:
+        assert self.auto_increment is not None
+        col, seq = self.auto_increment
+        if col not in columns:
+            columns.append(col)
+            for r in rows:
+                r.append(Literal(None))
+        i = columns.index(col)
+        missing = [r for r in rows if resolve_or_none(r[i], bind_vars) is None]
+        if not missing:
+            return None
+        first = await vc.next_sequence_values(seq, len(missing))
+        for n, r in enumerate(missing):
+            r[i] = Literal(first + n)
+        return first
+
+    async def _keyspace_ids(
+        self,
+        vc: ExecCursor,
+        columns: list[str],
+        rows: list[list[Value]],
+        bind_vars: Mapping[str, Any],
+    ) -> list[KeyspaceId]:
+        assert self.primary_vindex is not None
+        try:
+            idx = [columns.index(c) for c in self.primary_columns]
+        except ValueError:
+            raise InvalidArgument(
+                f"insert into {self.table} must give the primary vindex column(s) "
+                f"{list(self.primary_columns)}"
+            ) from None
+        values: list[Any] = []
+        for r in rows:
+            vals = tuple(resolve(r[i], bind_vars) for i in idx)
+            if any(v is None for v in vals):
+                raise InvalidArgument(
+                    f"insert into {self.table}: primary vindex column(s) "
+                    f"{list(self.primary_columns)} cannot be NULL"
+                )
+            values.append(vals if len(idx) > 1 else vals[0])
+        mapped = await _vindex_map(vc, self.primary_vindex, values)
+        ksids: list[KeyspaceId] = []
+        for v, m in zip(values, mapped, strict=True):
+            if len(m) != 1:
+                raise InvalidArgument(
+                    f"insert into {self.table}: value {v!r} of vindex "
+                    f"{self.primary_vindex.name!r} does not map to one keyspace id"
+                )
+            ksids.append(m[0])
+        return ksids
+
+    async def _create_lookup(
+        self,
+        vc: ExecCursor,
+        lookup: OwnedLookup,
+        columns: list[str],
+        rows: list[list[Value]],
+        ksids: list[KeyspaceId],
+        bind_vars: Mapping[str, Any],
+    ) -> None:
+        try:
+            idx = [columns.index(c) for c in lookup.columns]
+        except ValueError:
+            raise InvalidArgument(
+                f"insert into {self.table} must give the column(s) {list(lookup.columns)} "
+                f"of its owned lookup vindex {lookup.vindex.name!r}"
+            ) from None
+        values = [[resolve(r[i], bind_vars) for i in idx] for r in rows]
+        await lookup.vindex.create(vc.lookup_cursor(), values, ksids, ignore_mode=self.ignore)
+
+    def describe(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "OperatorType": "Insert",
+            "Variant": "Sharded" if self.sharded else "Unsharded",
+            "Keyspace": {"Name": self.keyspace, "Sharded": self.sharded},
+            "Table": self.table,
+            "Columns": list(self.columns),
+            "Rows": len(self.rows),
+        }
+        if self.primary_vindex is not None:
+            out["Vindex"] = self.primary_vindex.name
+            out["VindexValues"] = [
+                [r[self.columns.index(c)].describe() if c in self.columns else "<sequence>"
+                 for c in self.primary_columns]
+                for r in self.rows
+            ]
+        if self.owned_lookups:
+            out["OwnedLookups"] = [lk.vindex.name for lk in self.owned_lookups]
+        if self.auto_increment is not None:
+            out["AutoIncrement"] = {"Column": self.auto_increment[0],
+                                    "Sequence": self.auto_increment[1]}
+        if self.ignore:
+            out["Ignore"] = True
+        return out
+
+
+def resolve_or_none(v: Value, bind_vars: Mapping[str, Any]) -> Any:
+    if isinstance(v, SQLExpr):
+        return v  # an expression: not NULL as far as sequences go
+    return resolve(v, bind_vars)
+
+
+class _InsertQuery(ShardQuery):
+    """The per-shard multi-row INSERT, built from the rows routed to that shard.
+
+    It stands in for a ShardQuery: ``for_shard`` gives each shard its SQL and
+    arguments.
+    """
+
+    __slots__ = ("columns", "insert", "per_shard")
+
+    def __init__(
+        self, insert: Insert, columns: list[str], per_shard: dict[str, list[list[Value]]]
+    ) -> None:
+        super().__init__(exp.Anonymous(this="insert"))
+        self.insert = insert
+        self.columns = columns
+        self.per_shard = per_shard
+
+    def for_shard(
+        self, shard: str, dialect: str, placeholder: str, bind_vars: Mapping[str, Any]
+    ) -> tuple[str, list[Any]]:
+        cols = ", ".join(exp.to_identifier(c).sql(dialect=dialect) for c in self.columns)
+        table = exp.to_identifier(self.insert.table).sql(dialect=dialect)
+        verb = "INSERT INTO"
+        if self.insert.ignore:
+            verb = {"sqlite": "INSERT OR IGNORE INTO", "mysql": "INSERT IGNORE INTO"}.get(
+                dialect, verb
+            )
+        head = f"{verb} {table} ({cols}) VALUES "
+        args: list[Any] = []
+        tuples: list[str] = []
+        for row in self.per_shard[shard]:
+            parts = []
+            for v in row:
+                if isinstance(v, SQLExpr):
+                    parts.append(v.render(dialect))
+                else:
+                    args.append(resolve(v, bind_vars))
+                    parts.append(placeholder)
+            tuples.append("(" + ", ".join(parts) + ")")
+        tail = " ON CONFLICT DO NOTHING" if self.insert.ignore and dialect == "postgres" else ""
+        return head + ", ".join(tuples) + tail, args
+
+    @property
+    def gate_sql(self) -> str:
+        return f"insert into {self.insert.table}"
+
+
+@dataclass(frozen=True)
+class DDL(Primitive):
+    """A DDL statement run on every shard of a keyspace."""
+
+    keyspace: str
+    sharded: bool
+    query: ShardQuery
+
+    async def execute(self, vc: ExecCursor, bind_vars: Mapping[str, Any]) -> Result:
+        smap = vc.shard_map(self.keyspace)
+        # DDL is not transactional on MySQL: each shard applies it on its own.
+        await vc.execute_shards(self.keyspace, smap.names, self.query, bind_vars, write=False)
+        return Result()
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "OperatorType": "DDL",
+            "Keyspace": {"Name": self.keyspace, "Sharded": self.sharded},
+            "Query": self.query.gate_sql,
+        }
+
+
+def shard_names_for_range(smap: ShardMap, kr: KeyRange) -> list[str]:
+    names = smap.shards_for_range(kr)
+    if not names:
+        raise NotFound(f"no shard serves key range {kr}")
+    return names
+
+
+__all__ = [
+    "DDL",
+    "BindVar",
+    "ExecCursor",
+    "Insert",
+    "Literal",
+    "Opcode",
+    "OrderKey",
+    "OwnedLookup",
+    "Primitive",
+    "Route",
+    "SQLExpr",
+    "ShardQuery",
+]

@@ -1,0 +1,123 @@
+"""shardgate's error model: one root exception, a small set of stable codes.
+
+Every error that leaves shardgate is a :class:`ShardgateError` (or a subclass)
+carrying a :class:`Code`. Codes match gRPC status codes one to one, so the gRPC
+transport maps them without a table of messages, and callers branch on
+``err.code``, never on the message text (as Vitess's ``vterrors`` asks).
+
+Messages name the thing that is wrong and say what to do about it. Driver
+exceptions are translated into these exactly once, in ``shardgate.backends``.
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class Code(enum.Enum):
+    """Stable error codes. The value is the gRPC status code name."""
+
+    CANCELED = "CANCELLED"
+    UNKNOWN = "UNKNOWN"
+    INVALID_ARGUMENT = "INVALID_ARGUMENT"
+    DEADLINE_EXCEEDED = "DEADLINE_EXCEEDED"
+    NOT_FOUND = "NOT_FOUND"
+    ALREADY_EXISTS = "ALREADY_EXISTS"
+    PERMISSION_DENIED = "PERMISSION_DENIED"
+    RESOURCE_EXHAUSTED = "RESOURCE_EXHAUSTED"
+    FAILED_PRECONDITION = "FAILED_PRECONDITION"
+    ABORTED = "ABORTED"
+    OUT_OF_RANGE = "OUT_OF_RANGE"
+    UNIMPLEMENTED = "UNIMPLEMENTED"
+    INTERNAL = "INTERNAL"
+    UNAVAILABLE = "UNAVAILABLE"
+
+
+class ShardgateError(Exception):
+    """Root of every error shardgate raises.
+
+    ``code`` is stable; ``str(err)`` is for people. Subclasses fix the code and
+    their docstring is the default message.
+    """
+
+    code: Code = Code.UNKNOWN
+
+    def __init__(self, message: str | None = None, *, code: Code | None = None) -> None:
+        if code is not None:
+            self.code = code
+        text = message or (type(self).__doc__ or "").strip().splitlines()[0]
+        super().__init__(text)
+
+    @property
+    def message(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+    def __str__(self) -> str:
+        return f"{self.code.value}: {self.message}"
+
+
+class InvalidArgument(ShardgateError):
+    """The request is malformed: fix the statement, bind variables or options."""
+
+    code = Code.INVALID_ARGUMENT
+
+
+class SyntaxError_(InvalidArgument):
+    """The SQL could not be parsed: check the statement near the position given."""
+
+
+class Unsupported(ShardgateError):
+    """This statement cannot be routed correctly, so it is refused rather than mis-routed."""
+
+    code = Code.UNIMPLEMENTED
+
+
+class NotFound(ShardgateError):
+    """A named keyspace, table, vindex, shard or sequence does not exist."""
+
+    code = Code.NOT_FOUND
+
+
+class AlreadyExists(ShardgateError):
+    """A row or object with this key already exists."""
+
+    code = Code.ALREADY_EXISTS
+
+
+class FailedPrecondition(ShardgateError):
+    """The system is not in a state that allows this: see the message for what to change."""
+
+    code = Code.FAILED_PRECONDITION
+
+
+class Aborted(ShardgateError):
+    """The transaction was aborted (conflict or deadlock); it is safe to retry it."""
+
+    code = Code.ABORTED
+
+
+class Unavailable(ShardgateError):
+    """A shard or server cannot be reached; retry once it is back."""
+
+    code = Code.UNAVAILABLE
+
+
+class ResourceExhausted(ShardgateError):
+    """A limit was reached (rows, connections, rate); slow down or raise the limit."""
+
+    code = Code.RESOURCE_EXHAUSTED
+
+
+class Internal(ShardgateError):
+    """A bug or an unexpected database error; the message says what failed."""
+
+    code = Code.INTERNAL
+
+
+class VSchemaError(InvalidArgument):
+    """The VSchema is invalid; the message names the JSON path at fault."""
+
+    def __init__(self, path: str, problem: str) -> None:
+        self.path = path
+        self.problem = problem
+        super().__init__(f"vschema {path}: {problem}")

@@ -1,0 +1,372 @@
+"""The gate service: sessions, plan cache, routing, transactions.
+
+The life of a statement: ``execute(session, sql, bind_vars)`` → plan cache
+lookup on ``(sql, session.keyspace)`` (parse + plan on a miss) → the plan's
+primitive executes through :class:`_SessionCursor`, which sends per-shard SQL
+to the :class:`~shardgate.tablet.TabletClient` of each shard, inside the
+session's transaction when one is open → merged :class:`Result`.
+
+Transactions: BEGIN opens a session transaction that shards join lazily.
+COMMIT commits the shards one after the other (best effort: if a later shard
+fails after an earlier one committed, the error says which committed). A
+statement that fails inside a transaction rolls the whole transaction back
+and says so, so no partial statement survives. Outside a transaction, a
+write that may reach more than one shard (multi-shard DML, multi-row insert,
+inserts maintaining lookup vindexes) runs in an implicit transaction.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import Any
+
+from sqlglot import exp
+
+from shardgate.engine.primitives import ExecCursor, Insert, Route, ShardQuery, _InsertQuery
+from shardgate.errors import (
+    Aborted,
+    FailedPrecondition,
+    Internal,
+    InvalidArgument,
+    NotFound,
+    ShardgateError,
+)
+from shardgate.gate.plan_cache import PlanCache
+from shardgate.gate.sequences import Sequences
+from shardgate.gate.session import Session
+from shardgate.keys import ShardMap
+from shardgate.planner.build import Plan, build_plan
+from shardgate.result import Result, Row
+from shardgate.sql.parse import parse
+from shardgate.tablet import LocalTabletClient, Tablet, TabletClient
+from shardgate.topo.model import Topology
+from shardgate.vindexes import VCursor
+from shardgate.vschema import VSchema
+
+_CONTROL = {"begin", "commit", "rollback"}
+
+
+class Gate:
+    """Plans and routes statements over the shards of a topology."""
+
+    def __init__(
+        self,
+        topology: Topology,
+        tablets: Mapping[tuple[str, str], TabletClient],
+        *,
+        plan_cache_size: int = 10_000,
+    ) -> None:
+        self.topology = topology
+        self.vschema: VSchema = topology.build_vschema()
+        self.tablets = dict(tablets)
+        for ks in topology.keyspaces.values():
+            for shard in ks.shards:
+                if (ks.name, shard.name) not in self.tablets:
+                    raise NotFound(f"no tablet for shard {ks.name}/{shard.name}")
+        self.plans: PlanCache[Plan | str] = PlanCache(plan_cache_size)
+        self.sequences = Sequences(self._allocate_sequence)
+
+    @classmethod
+    def open(cls, topology: Topology, *, pool_size: int = 4) -> Gate:
+        """A gate with an in-process tablet for every shard of ``topology``."""
+        tablets: dict[tuple[str, str], TabletClient] = {}
+        for ks in topology.keyspaces.values():
+            for shard in ks.shards:
+                tablet = Tablet.open(ks.name, shard.name, shard.url, pool_size=pool_size)
+                tablets[(ks.name, shard.name)] = LocalTabletClient(tablet)
+        return cls(topology, tablets)
+
+    async def close(self) -> None:
+        for t in self.tablets.values():
+            await t.close()
+
+    def session(self, keyspace: str | None = None) -> Session:
+        """A new session whose unqualified tables resolve in ``keyspace``."""
+        ks = keyspace if keyspace is not None else self.topology.default_keyspace
+        if ks is not None and ks not in self.topology.keyspaces:
+            raise NotFound(
+                f"keyspace {ks!r} does not exist; keyspaces: {sorted(self.topology.keyspaces)}"
+            )
+        return Session(keyspace=ks)
+
+    # -- planning ---------------------------------------------------------------
+
+    def plan(self, sql: str, keyspace: str | None) -> Plan | str:
+        """The cached plan of ``sql`` (a string for session-control statements)."""
+        key = (sql, keyspace)
+        found = self.plans.get(key)
+        if found is not None:
+            return found
+        stmt = parse(sql)
+        planned: Plan | str
+        if isinstance(stmt, exp.Transaction):
+            planned = "begin"
+        elif isinstance(stmt, exp.Commit):
+            planned = "commit"
+        elif isinstance(stmt, exp.Rollback):
+            if stmt.args.get("savepoint"):
+                raise InvalidArgument("ROLLBACK TO SAVEPOINT is not supported yet")
+            planned = "rollback"
+        elif isinstance(stmt, exp.Use):
+            name = stmt.this.name if stmt.this is not None else ""
+            self.vschema.keyspace(name)
+            planned = "use:" + name
+        else:
+            planned = build_plan(stmt, sql, self.vschema, keyspace)
+        self.plans.put(key, planned)
+        return planned
+
+    def explain(self, sql: str, keyspace: str | None = None) -> dict[str, Any]:
+        """The plan of ``sql`` as JSON-able data (Vitess planbuilder test shape)."""
+        planned = self.plan(sql, keyspace)
+        if isinstance(planned, str):
+            return {"QueryType": planned.split(":")[0].upper(), "Original": sql}
+        return planned.describe()
+
+    # -- execution --------------------------------------------------------------
+
+    async def execute(
+        self, session: Session, sql: str, bind_vars: Mapping[str, Any] | None = None
+    ) -> Result:
+        """Run one statement in ``session``."""
+        bv = bind_vars or {}
+        planned = self.plan(sql, session.keyspace)
+        if isinstance(planned, str):
+            return await self._control(session, planned)
+        prim = planned.instructions
+        cursor = _SessionCursor(self, session)
+        if session.in_transaction:
+            try:
+                return await prim.execute(cursor, bv)
+            except ShardgateError as exc:
+                if session.implicit:
+                    raise
+                await self.rollback(session)
+                raise _with_note(exc, "the transaction was rolled back") from exc
+        if _needs_implicit_tx(prim):
+            session.in_transaction = session.implicit = True
+            try:
+                result = await prim.execute(cursor, bv)
+            except BaseException:
+                await self.rollback(session)
+                raise
+            await self.commit(session)
+            return result
+        return await prim.execute(cursor, bv)
+
+    async def stream_execute(
+        self, session: Session, sql: str, bind_vars: Mapping[str, Any] | None = None
+    ) -> AsyncIterator[Result]:
+        """Run a statement and yield its result in chunks (the first has the fields).
+
+        Outside a transaction a scatter SELECT streams shard by shard with
+        bounded memory; everything else yields one chunk.
+        """
+        bv = bind_vars or {}
+        planned = self.plan(sql, session.keyspace)
+        if (
+            isinstance(planned, str)
+            or session.in_transaction
+            or not isinstance(planned.instructions, Route)
+        ):
+            yield await self.execute(session, sql, bv)
+            return
+        async for chunk in planned.instructions.stream(_SessionCursor(self, session), bv):
+            yield chunk
+
+    async def _control(self, session: Session, what: str) -> Result:
+        if what == "begin":
+            if session.in_transaction:
+                await self.commit(session)  # MySQL semantics: BEGIN commits the open one
+            session.in_transaction = True
+        elif what == "commit":
+            await self.commit(session)
+        elif what == "rollback":
+            await self.rollback(session)
+        elif what.startswith("use:"):
+            session.keyspace = what[4:]
+        return Result()
+
+    async def begin(self, session: Session) -> None:
+        await self._control(session, "begin")
+
+    async def commit(self, session: Session) -> None:
+        """Commit every shard of the session's transaction, in the order they joined."""
+        txs = list(session.shard_txs.items())
+        session.shard_txs = {}
+        session.in_transaction = session.implicit = False
+        done: list[str] = []
+        for i, ((ks, shard), tid) in enumerate(txs):
+            try:
+                await self.tablets[(ks, shard)].commit(tid)
+            except ShardgateError as exc:
+                rest = txs[i + 1 :]
+                for (rks, rshard), rtid in rest:
+                    await _quiet_rollback(self.tablets[(rks, rshard)], rtid)
+                if not done:
+                    raise Aborted(
+                        f"commit failed on {ks}/{shard}: {exc.message}; "
+                        "nothing was committed, retry the transaction"
+                    ) from exc
+                raise Internal(
+                    f"commit failed on {ks}/{shard} after {done} committed: {exc.message}; "
+                    f"{[f'{k}/{s}' for (k, s), _ in rest]} were rolled back. "
+                    "Use the two-phase commit mode for atomic multi-shard commits"
+                ) from exc
+            done.append(f"{ks}/{shard}")
+
+    async def rollback(self, session: Session) -> None:
+        txs = list(session.shard_txs.items())
+        session.shard_txs = {}
+        session.in_transaction = session.implicit = False
+        for (ks, shard), tid in txs:
+            await _quiet_rollback(self.tablets[(ks, shard)], tid)
+
+    # -- sequences --------------------------------------------------------------
+
+    async def _allocate_sequence(self, sequence: str, count: int) -> tuple[int, int]:
+        ks_name, table = sequence.split(".", 1)
+        ks = self.topology.keyspace(ks_name)
+        tablet = self.tablets[(ks_name, ks.shards[0].name)]
+        ident = exp.to_identifier(table).sql(dialect=tablet.dialect)
+        ph = tablet.placeholder
+        tid = await tablet.begin()
+        try:
+            await tablet.execute(
+                f"UPDATE {ident} SET next_id = next_id + "
+                f"CASE WHEN cache > {ph} THEN cache ELSE {ph} END WHERE id = 0",
+                [count, count],
+                tid,
+            )
+            res = await tablet.execute(f"SELECT next_id, cache FROM {ident} WHERE id = 0", [], tid)
+            await tablet.commit(tid)
+        except BaseException:
+            await _quiet_rollback(tablet, tid)
+            raise
+        if not res.rows:
+            raise FailedPrecondition(
+                f"sequence {sequence} has no row with id = 0: "
+                f"INSERT INTO {table} (id, next_id, cache) VALUES (0, 1, 1000)"
+            )
+        end, cache = int(res.rows[0][0]), int(res.rows[0][1])
+        return end - max(cache, count), end
+
+
+def _needs_implicit_tx(prim: object) -> bool:
+    if isinstance(prim, Insert):
+        return len(prim.rows) > 1 or bool(prim.owned_lookups) or prim.broadcast
+    if isinstance(prim, Route):
+        return prim.write and prim.opcode.value in ("Scatter", "IN", "Equal", "Reference")
+    return False
+
+
+def _with_note(exc: ShardgateError, note: str) -> ShardgateError:
+    exc.args = (f"{exc.message} ({note})",)
+    return exc
+
+
+async def _quiet_rollback(tablet: TabletClient, tid: int) -> None:
+    try:
+        await tablet.rollback(tid)
+    except ShardgateError:
+        pass  # the shard is gone; its transaction died with the connection
+
+
+class _SessionCursor(ExecCursor):
+    """Executes primitives for one session: shard targeting and transactions."""
+
+    __slots__ = ("gate", "session")
+
+    def __init__(self, gate: Gate, session: Session) -> None:
+        self.gate = gate
+        self.session = session
+
+    def shard_map(self, keyspace: str) -> ShardMap:
+        return self.gate.topology.keyspace(keyspace).shard_map
+
+    def lookup_cursor(self) -> VCursor:
+        return _LookupCursor(self.gate, self.session)
+
+    async def next_sequence_values(self, sequence: str, count: int) -> int:
+        return await self.gate.sequences.next_values(sequence, count)
+
+    async def _one(
+        self,
+        keyspace: str,
+        shard: str,
+        query: ShardQuery,
+        bind_vars: Mapping[str, Any],
+    ) -> Result:
+        tablet = self.gate.tablets[(keyspace, shard)]
+        if isinstance(query, _InsertQuery):
+            sql, args = query.for_shard(shard, tablet.dialect, tablet.placeholder, bind_vars)
+        else:
+            ss = query.for_dialect(tablet.dialect, tablet.placeholder)
+            sql, args = ss.sql, ss.args(bind_vars)
+        tid: int | None = None
+        if self.session.in_transaction:
+            key = (keyspace, shard)
+            tid = self.session.shard_txs.get(key)
+            if tid is None:
+                tid = await tablet.begin()
+                self.session.shard_txs[key] = tid
+        return await tablet.execute(sql, args, tid)
+
+    async def execute_shards(
+        self,
+        keyspace: str,
+        shards: Sequence[str],
+        query: ShardQuery,
+        bind_vars: Mapping[str, Any],
+        *,
+        write: bool,
+    ) -> list[Result]:
+        if len(shards) == 1:
+            return [await self._one(keyspace, shards[0], query, bind_vars)]
+        if write and not self.session.in_transaction:
+            raise Internal("a multi-shard write reached the shards outside a transaction")
+        results = await asyncio.gather(
+            *(self._one(keyspace, s, query, bind_vars) for s in shards),
+            return_exceptions=True,
+        )
+        for r in results:
+            if isinstance(r, BaseException):
+                raise r
+        return results  # type: ignore[return-value]
+
+    async def stream_shards(
+        self,
+        keyspace: str,
+        shards: Sequence[str],
+        query: ShardQuery,
+        bind_vars: Mapping[str, Any],
+    ) -> AsyncIterator[tuple[str, list[str], list[Row]]]:
+        for shard in shards:
+            tablet = self.gate.tablets[(keyspace, shard)]
+            ss = query.for_dialect(tablet.dialect, tablet.placeholder)
+            async for fields, rows in tablet.stream_execute(ss.sql, ss.args(bind_vars)):
+                yield shard, fields, rows
+
+
+class _LookupCursor:
+    """The VCursor lookup vindexes use: gate SQL in the caller's session.
+
+    ``autocommit=True`` runs the statement in a session of its own, committed
+    at once (Vitess's ``autocommit`` lookup param).
+    """
+
+    def __init__(self, gate: Gate, session: Session) -> None:
+        self.gate = gate
+        self.session = session
+
+    async def execute(
+        self, sql: str, bind_vars: Mapping[str, Any], *, autocommit: bool = False
+    ) -> Result:
+        if autocommit:
+            return await self.gate.execute(Session(keyspace=self.session.keyspace), sql, bind_vars)
+        planned = self.gate.plan(sql, self.session.keyspace)
+        if isinstance(planned, str):
+            raise InvalidArgument(f"lookup vindexes cannot run {planned.upper()}")
+        # Inside the caller's statement: its transaction handling applies.
+        return await planned.instructions.execute(_SessionCursor(self.gate, self.session), bind_vars)

@@ -1,0 +1,47 @@
+"""Sequences for ``auto_increment`` columns of sharded tables (Vitess's design).
+
+A sequence is a one-row table in an unsharded keyspace::
+
+    CREATE TABLE user_seq (id INT PRIMARY KEY, next_id BIGINT, cache BIGINT);
+    INSERT INTO user_seq (id, next_id, cache) VALUES (0, 1, 1000);
+
+Invariants: the gate reserves blocks of ``max(cache, n)`` values in a short
+transaction of its own (UPDATE first, so the row lock serialises gates, then
+read the new ``next_id``); values in a block are handed out once, in order;
+a block is never returned, so values may be skipped but never repeated, even
+across gates and restarts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+from shardgate.errors import FailedPrecondition
+
+AllocateFn = Callable[[str, int], Awaitable[tuple[int, int]]]
+
+
+class Sequences:
+    """Hands out sequence values from reserved blocks."""
+
+    def __init__(self, allocate: AllocateFn) -> None:
+        # allocate(sequence, n) -> (first, end) reserves [first, end), end - first >= n
+        self._allocate = allocate
+        self._blocks: dict[str, tuple[int, int]] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    async def next_values(self, sequence: str, count: int) -> int:
+        """Reserve ``count`` consecutive values; return the first."""
+        lock = self._locks.setdefault(sequence, asyncio.Lock())
+        async with lock:
+            nxt, end = self._blocks.get(sequence, (0, 0))
+            if end - nxt < count:
+                first, end = await self._allocate(sequence, count)
+                if end - first < count:
+                    raise FailedPrecondition(
+                        f"sequence {sequence} returned {end - first} values, needed {count}"
+                    )
+                nxt = first
+            self._blocks[sequence] = (nxt + count, end)
+            return nxt

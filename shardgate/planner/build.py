@@ -1,0 +1,350 @@
+"""Statements to plans. Pure: no I/O, same input -> same plan.
+
+What is refused (never mis-routed): statements mixing keyspaces; joins and
+subqueries that are not confined to one unsharded keyspace or to one sharded
+table plus reference tables; aggregates, GROUP BY and DISTINCT across shards;
+DML that changes a vindex column; multi-shard DML with LIMIT; INSERT ... SELECT
+and ON DUPLICATE KEY UPDATE into sharded tables.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from sqlglot import exp
+
+from shardgate.engine.primitives import (
+    DDL,
+    Insert,
+    Opcode,
+    OrderKey,
+    OwnedLookup,
+    Primitive,
+    Route,
+    ShardQuery,
+)
+from shardgate.engine.values import BindVar, Value, from_expression
+from shardgate.errors import InvalidArgument, Unsupported
+from shardgate.planner.routing import RouteChoice, choose
+from shardgate.sql.dialect import strip_qualifiers
+from shardgate.vindexes import Lookup
+from shardgate.vschema import Table, VSchema
+
+UPPER_LIMIT_VAR = "__sg_upper_limit"
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A planned statement: its type, the original text and the primitive tree."""
+
+    statement_type: str
+    original: str
+    instructions: Primitive
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "QueryType": self.statement_type,
+            "Original": self.original,
+            "Instructions": self.instructions.describe(),
+        }
+
+
+@dataclass(frozen=True)
+class _Ref:
+    table: Table
+    alias: str
+
+
+def build_plan(
+    stmt: exp.Expression, sql: str, vschema: VSchema, default_keyspace: str | None
+) -> Plan:
+    """Plan one parsed statement."""
+    builder = _BUILDERS.get(type(stmt))
+    if builder is None:
+        raise Unsupported(
+            f"statement type {stmt.key.upper()} is not supported by the gate: "
+            "send SELECT, INSERT, UPDATE, DELETE or DDL"
+        )
+    kind, fn = builder
+    return Plan(kind, sql, fn(stmt, vschema, default_keyspace))
+
+
+def _refs(stmt: exp.Expression, vschema: VSchema, default_keyspace: str | None) -> list[_Ref]:
+    refs = []
+    ctes = {c.alias_or_name.lower() for c in stmt.find_all(exp.CTE)}
+    for t in stmt.find_all(exp.Table):
+        if not t.name or t.name.lower() in ctes:
+            continue
+        table = vschema.find_table(t.name, t.db or None, default_keyspace)
+        refs.append(_Ref(table, (t.alias or t.name).lower()))
+    return refs
+
+
+def _single_keyspace(refs: list[_Ref], what: str) -> str:
+    keyspaces = {r.table.keyspace for r in refs}
+    if len(keyspaces) > 1:
+        raise Unsupported(
+            f"{what} spans keyspaces {sorted(keyspaces)}: cross-keyspace statements "
+            "cannot be routed as one query; split it"
+        )
+    return keyspaces.pop()
+
+
+def _plan_select(stmt: exp.Expression, vschema: VSchema, default_ks: str | None) -> Primitive:
+    refs = _refs(stmt, vschema, default_ks)
+    if not refs:
+        return _no_table_route(stmt, vschema, default_ks)
+    ks_name = _single_keyspace(refs, "query")
+    ks = vschema.keyspace(ks_name)
+    query_tree = strip_qualifiers(stmt)
+    if not ks.sharded:
+        return Route(Opcode.UNSHARDED, ks_name, False, ShardQuery(query_tree),
+                     table=refs[0].table.name)
+    if not isinstance(stmt, exp.Select):
+        raise Unsupported("UNION and other set operations across shards are not supported yet")
+    sharded = [r for r in refs if r.table.type != "reference"]
+    if not sharded:
+        return Route(Opcode.REFERENCE, ks_name, True, ShardQuery(query_tree),
+                     table=refs[0].table.name)
+    if len(sharded) > 1 or stmt.find(exp.Subquery) is not None:
+        raise Unsupported(
+            "joins and subqueries between sharded tables are not supported yet: "
+            "query one sharded table (reference tables may be joined)"
+        )
+    ref = sharded[0]
+    names = {ref.alias, ref.table.name.lower()}
+    if len(refs) == 1:
+        names.add("")
+    choice = choose(ref.table, stmt.args.get("where"), names)
+    if choice.opcode in (Opcode.EQUAL_UNIQUE, Opcode.NONE, Opcode.UNSHARDED):
+        return _route(choice, ks_name, query_tree, ref.table.name)
+    return _multi_shard_select(stmt, choice, ks_name, query_tree, ref.table.name)
+
+
+def _route(choice: RouteChoice, ks: str, tree: exp.Expression, table: str,
+           write: bool = False) -> Route:
+    return Route(choice.opcode, ks, True, ShardQuery(tree), table=table,
+                 vindex=choice.vindex, values=choice.values, write=write)
+
+
+def _multi_shard_select(
+    stmt: exp.Select, choice: RouteChoice, ks: str, tree: exp.Expression, table: str
+) -> Route:
+    """A select that may reach several shards: merge ORDER BY, cut LIMIT at the gate."""
+    if stmt.args.get("group") or stmt.args.get("having") or stmt.args.get("distinct"):
+        raise Unsupported(
+            "GROUP BY, HAVING and DISTINCT across shards are not supported yet: add an "
+            "equality on the primary vindex column so the query targets one shard"
+        )
+    if any(e.find(exp.AggFunc) for e in stmt.expressions):
+        raise Unsupported(
+            "aggregate functions across shards are not supported yet: add an equality "
+            "on the primary vindex column so the query targets one shard"
+        )
+    if stmt.args.get("locks"):
+        raise Unsupported("SELECT ... FOR UPDATE across shards is not supported")
+    order = _order_keys(stmt)
+    limit: Value | None = None
+    offset: Value | None = None
+    upper: str | None = None
+    lim = stmt.args.get("limit")
+    if lim is not None:
+        limit = from_expression(lim.expression)
+        off = stmt.args.get("offset")
+        offset = from_expression(off.expression) if off is not None else None
+        if isinstance(limit, BindVar) and limit.name == UPPER_LIMIT_VAR:
+            raise InvalidArgument(f"bind variable :{UPPER_LIMIT_VAR} is reserved")
+        tree = tree.copy()
+        tree.set("limit", exp.Limit(expression=exp.Placeholder(this=UPPER_LIMIT_VAR)))
+        tree.set("offset", None)
+        upper = UPPER_LIMIT_VAR
+    return Route(choice.opcode, ks, True, ShardQuery(tree), table=table,
+                 vindex=choice.vindex, values=choice.values, order_by=order,
+                 limit=limit, offset=offset, upper_limit_var=upper)
+
+
+def _order_keys(stmt: exp.Select) -> tuple[OrderKey, ...]:
+    order = stmt.args.get("order")
+    if order is None:
+        return ()
+    star = any(isinstance(e, exp.Star) or (isinstance(e, exp.Column) and e.is_star)
+               for e in stmt.expressions)
+    selected: dict[str, str] = {}
+    for e in stmt.expressions:
+        if isinstance(e, exp.Alias):
+            selected[e.this.sql(dialect="mysql").lower()] = e.alias
+            selected[e.alias.lower()] = e.alias
+        elif isinstance(e, exp.Column):
+            selected[e.sql(dialect="mysql").lower()] = e.name
+            selected[e.name.lower()] = e.name
+    keys = []
+    for o in order.expressions:
+        node = o.this
+        text = node.sql(dialect="mysql").lower()
+        name = selected.get(text)
+        if name is None and isinstance(node, exp.Column):
+            name = selected.get(node.name.lower())
+            if name is None and star:
+                name = node.name
+        if name is None:
+            raise Unsupported(
+                f"ORDER BY {node.sql(dialect='mysql')} across shards needs that expression "
+                "in the select list, so the gate can merge the shards' sorted results"
+            )
+        keys.append(OrderKey(name, bool(o.args.get("desc"))))
+    return tuple(keys)
+
+
+def _no_table_route(stmt: exp.Expression, vschema: VSchema, default_ks: str | None) -> Route:
+    ks_name = default_ks if default_ks in vschema.keyspaces else None
+    if ks_name is None:
+        unsharded = [k for k in vschema.keyspaces.values() if not k.sharded]
+        pool = unsharded or list(vschema.keyspaces.values())
+        if not pool:
+            raise InvalidArgument("no keyspace to run this statement in")
+        ks_name = pool[0].name
+    ks = vschema.keyspace(ks_name)
+    opcode = Opcode.REFERENCE if ks.sharded else Opcode.UNSHARDED
+    return Route(opcode, ks_name, ks.sharded, ShardQuery(strip_qualifiers(stmt)))
+
+
+def _dml_target(
+    stmt: exp.Expression, vschema: VSchema, default_ks: str | None, verb: str
+) -> tuple[list[_Ref], _Ref]:
+    refs = _refs(stmt, vschema, default_ks)
+    if not refs:
+        raise InvalidArgument(f"{verb} needs a table")
+    _single_keyspace(refs, verb)
+    target = refs[0]
+    ks = vschema.keyspace(target.table.keyspace)
+    if ks.sharded and (len(refs) > 1 or stmt.find(exp.Subquery) is not None):
+        raise Unsupported(
+            f"{verb} with joins or subqueries on a sharded keyspace is not supported yet"
+        )
+    return refs, target
+
+
+def _plan_update_delete(
+    stmt: exp.Expression, vschema: VSchema, default_ks: str | None
+) -> Primitive:
+    verb = "UPDATE" if isinstance(stmt, exp.Update) else "DELETE"
+    _refs_, target = _dml_target(stmt, vschema, default_ks, verb)
+    table = target.table
+    ks = vschema.keyspace(table.keyspace)
+    tree = strip_qualifiers(stmt)
+    if not ks.sharded:
+        return Route(Opcode.UNSHARDED, ks.name, False, ShardQuery(tree), table=table.name,
+                     write=True)
+    if table.type == "reference":
+        return Route(Opcode.REFERENCE, ks.name, True, ShardQuery(tree), table=table.name,
+                     write=True)
+    vindex_cols = {c for cv in table.column_vindexes for c in cv.columns}
+    if isinstance(stmt, exp.Update):
+        for assignment in stmt.expressions:
+            col = assignment.this.name.lower() if isinstance(assignment, exp.EQ) else ""
+            if col in vindex_cols:
+                raise Unsupported(
+                    f"UPDATE of vindex column {table.name}.{col} is not supported: "
+                    "delete the row and insert it again with the new value"
+                )
+    elif any(isinstance(cv.vindex, Lookup) for cv in table.owned_vindexes):
+        raise Unsupported(
+            f"DELETE from {table.name} needs lookup vindex maintenance "
+            f"({[cv.name for cv in table.owned_vindexes]}), which is not supported yet"
+        )
+    choice = choose(table, stmt.args.get("where"), {target.alias, table.name.lower(), ""})
+    if stmt.args.get("limit") is not None and choice.opcode not in (
+        Opcode.EQUAL_UNIQUE, Opcode.NONE
+    ):
+        raise Unsupported(f"{verb} with LIMIT on several shards is not supported: "
+                          "target one shard with an equality on the primary vindex")
+    return _route(choice, ks.name, tree, table.name, write=True)
+
+
+def _plan_insert(stmt: exp.Insert, vschema: VSchema, default_ks: str | None) -> Primitive:
+    target = stmt.this
+    columns_given: list[str] | None = None
+    if isinstance(target, exp.Schema):
+        columns_given = [c.name.lower() for c in target.expressions]
+        target = target.this
+    if not isinstance(target, exp.Table):
+        raise InvalidArgument("INSERT needs a table")
+    table = vschema.find_table(target.name, target.db or None, default_ks)
+    ks = vschema.keyspace(table.keyspace)
+    tree = strip_qualifiers(stmt)
+    source = stmt.expression
+    simple = isinstance(source, exp.Values) and stmt.args.get("conflict") is None
+    if not ks.sharded and (table.auto_increment is None or not simple):
+        if table.auto_increment is not None:
+            raise Unsupported(
+                f"INSERT into {table.name} with a sequence needs a plain VALUES list"
+            )
+        return Route(Opcode.UNSHARDED, ks.name, False, ShardQuery(tree), table=table.name,
+                     write=True)
+    if not isinstance(source, exp.Values):
+        raise Unsupported(f"INSERT ... SELECT into sharded table {table.name} is not supported")
+    if stmt.args.get("conflict") is not None:
+        raise Unsupported(
+            f"INSERT ... ON DUPLICATE KEY UPDATE into sharded table {table.name} "
+            "is not supported yet"
+        )
+    if columns_given is None:
+        raise InvalidArgument(
+            f"INSERT into {table.qualified} must list its columns: "
+            f"INSERT INTO {table.name} (col, ...) VALUES (...)"
+        )
+    rows: list[tuple[Value, ...]] = []
+    for i, row in enumerate(source.expressions):
+        items = row.expressions if isinstance(row, exp.Tuple) else [row]
+        if len(items) != len(columns_given):
+            raise InvalidArgument(
+                f"INSERT row {i + 1} has {len(items)} values for {len(columns_given)} columns"
+            )
+        rows.append(tuple(from_expression(x) for x in items))
+    primary = table.primary
+    owned = tuple(
+        OwnedLookup(cv.columns, cv.vindex)
+        for cv in table.owned_vindexes
+        if isinstance(cv.vindex, Lookup)
+    )
+    ai = table.auto_increment
+    return Insert(
+        keyspace=ks.name,
+        sharded=ks.sharded and table.type != "reference",
+        table=table.name,
+        columns=tuple(columns_given),
+        rows=tuple(rows),
+        primary_columns=primary.columns if primary and ks.sharded else (),
+        primary_vindex=primary.vindex if primary and ks.sharded else None,
+        owned_lookups=owned if ks.sharded else (),
+        auto_increment=(ai.column, ai.sequence) if ai else None,
+        ignore=bool(stmt.args.get("ignore")),
+        broadcast=ks.sharded and table.type == "reference",
+    )
+
+
+def _plan_ddl(stmt: exp.Expression, vschema: VSchema, default_ks: str | None) -> Primitive:
+    table = stmt.find(exp.Table)
+    ks_name = (table.db if table is not None and table.db else None) or default_ks
+    if ks_name is None:
+        raise InvalidArgument(
+            "DDL needs a keyspace: qualify the table (keyspace.table) or set a default keyspace"
+        )
+    ks = vschema.keyspace(ks_name)
+    return DDL(ks.name, ks.sharded, ShardQuery(strip_qualifiers(stmt)))
+
+
+_Builder = Callable[[Any, VSchema, str | None], Primitive]
+_BUILDERS: dict[type[exp.Expression], tuple[str, _Builder]] = {
+    exp.Select: ("SELECT", _plan_select),
+    exp.Union: ("SELECT", _plan_select),
+    exp.Insert: ("INSERT", _plan_insert),
+    exp.Update: ("UPDATE", _plan_update_delete),
+    exp.Delete: ("DELETE", _plan_update_delete),
+    exp.Create: ("DDL", _plan_ddl),
+    exp.Drop: ("DDL", _plan_ddl),
+    exp.TruncateTable: ("DDL", _plan_ddl),
+    exp.Alter: ("DDL", _plan_ddl),
+}

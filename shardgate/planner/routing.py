@@ -1,0 +1,163 @@
+"""Choosing a route: which vindex a WHERE clause lets us use, and with what values.
+
+The rules (V3 design): split the WHERE into its top-level AND terms; a term
+``col = const``, ``col IN (consts)``, ``col IS NULL`` or an OR of equalities on
+one column constrains ``col``. Each column vindex of the table whose columns
+are all constrained gives a candidate route; the best opcode wins
+(None < EqualUnique < Equal < IN < Scatter), then the lowest vindex cost.
+``write_only`` lookups are never used for routing. A value that is NULL in an
+equality can match no row: the route goes nowhere (opcode None).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from sqlglot import exp
+
+from shardgate.engine.primitives import Opcode
+from shardgate.engine.values import Literal, Value, from_expression, is_constant
+from shardgate.vindexes import Lookup, MultiColumn, Vindex
+from shardgate.vschema import Table
+
+
+@dataclass(frozen=True)
+class RouteChoice:
+    opcode: Opcode
+    vindex: Vindex | None = None
+    values: tuple[Value | tuple[Value, ...], ...] = ()
+
+
+def conjuncts(where: exp.Expression | None) -> Iterator[exp.Expression]:
+    if where is None:
+        return
+    node = where.this if isinstance(where, exp.Where) else where
+    while isinstance(node, exp.Paren):
+        node = node.this
+    if isinstance(node, exp.And):
+        yield from conjuncts(node.left)
+        yield from conjuncts(node.right)
+    else:
+        yield node
+
+
+def _column_of(node: exp.Expression, names: set[str]) -> str | None:
+    """The lowercase column name if ``node`` is a column of this table."""
+    while isinstance(node, exp.Paren):
+        node = node.this
+    if not isinstance(node, exp.Column):
+        return None
+    qual = node.table.lower()
+    if qual and qual not in names:
+        return None
+    if not qual and "" not in names:
+        return None
+    return node.name.lower()
+
+
+def _equality(node: exp.Expression, names: set[str]) -> tuple[str, Value] | None:
+    if not isinstance(node, exp.EQ):
+        return None
+    for col_side, val_side in ((node.left, node.right), (node.right, node.left)):
+        col = _column_of(col_side, names)
+        if col is not None and is_constant(val_side):
+            return col, from_expression(val_side)
+    return None
+
+
+def constraints(
+    where: exp.Expression | None, names: set[str]
+) -> tuple[dict[str, Value], dict[str, tuple[Value, ...]]]:
+    """Equalities and IN lists on columns of the table named by ``names``.
+
+    ``names`` holds the table's name and alias, and ``""`` when unqualified
+    columns belong to it (single-table statements).
+    """
+    eqs: dict[str, Value] = {}
+    ins: dict[str, tuple[Value, ...]] = {}
+    for term in conjuncts(where):
+        eq = _equality(term, names)
+        if eq is not None:
+            eqs.setdefault(eq[0], eq[1])
+            continue
+        if isinstance(term, exp.Is) and isinstance(term.expression, exp.Null):
+            col = _column_of(term.this, names)
+            if col is not None:
+                eqs.setdefault(col, Literal(None))
+            continue
+        if isinstance(term, exp.In) and not term.args.get("query") and not term.args.get("not"):
+            col = _column_of(term.this, names)
+            items = term.expressions
+            if col is not None and items and all(is_constant(i) for i in items):
+                ins.setdefault(col, tuple(from_expression(i) for i in items))
+            continue
+        if isinstance(term, exp.Or):
+            found = _or_of_equalities(term, names)
+            if found is not None:
+                ins.setdefault(found[0], found[1])
+    return eqs, ins
+
+
+def _or_of_equalities(
+    node: exp.Expression, names: set[str]
+) -> tuple[str, tuple[Value, ...]] | None:
+    terms: list[exp.Expression] = []
+
+    def walk(n: exp.Expression) -> None:
+        while isinstance(n, exp.Paren):
+            n = n.this
+        if isinstance(n, exp.Or):
+            walk(n.left)
+            walk(n.right)
+        else:
+            terms.append(n)
+
+    walk(node)
+    col: str | None = None
+    values: list[Value] = []
+    for t in terms:
+        eq = _equality(t, names)
+        if eq is None or (col is not None and eq[0] != col):
+            return None
+        col = eq[0]
+        values.append(eq[1])
+    return (col, tuple(values)) if col is not None else None
+
+
+def choose(table: Table, where: exp.Expression | None, names: set[str]) -> RouteChoice:
+    """The best route for a statement on ``table`` given its WHERE clause."""
+    eqs, ins = constraints(where, names)
+    best: RouteChoice = RouteChoice(Opcode.SCATTER)
+    best_key = (Opcode.SCATTER.rank, 1 << 30)
+    for cv in table.column_vindexes:
+        v = cv.vindex
+        if isinstance(v, Lookup) and v.write_only:
+            continue
+        choice: RouteChoice | None = None
+        if len(cv.columns) > 1 or isinstance(v, MultiColumn):
+            if all(c in eqs for c in cv.columns):
+                vals = tuple(eqs[c] for c in cv.columns)
+                if any(isinstance(x, Literal) and x.value is None for x in vals):
+                    choice = RouteChoice(Opcode.NONE, v)
+                else:
+                    choice = RouteChoice(Opcode.EQUAL_UNIQUE if v.unique else Opcode.EQUAL,
+                                         v, (vals,))
+        else:
+            col = cv.columns[0]
+            if col in eqs:
+                val = eqs[col]
+                if isinstance(val, Literal) and val.value is None:
+                    choice = RouteChoice(Opcode.NONE, v)
+                else:
+                    choice = RouteChoice(
+                        Opcode.EQUAL_UNIQUE if v.unique else Opcode.EQUAL, v, (val,)
+                    )
+            elif col in ins:
+                choice = RouteChoice(Opcode.IN, v, ins[col])
+        if choice is None:
+            continue
+        key = (choice.opcode.rank, v.cost)
+        if key < best_key:
+            best, best_key = choice, key
+    return best

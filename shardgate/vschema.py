@@ -1,0 +1,353 @@
+"""The VSchema: per-keyspace JSON naming vindexes, tables and their column vindexes.
+
+The JSON shape is Vitess's, unchanged::
+
+    {"sharded": true,
+     "vindexes": {"hash": {"type": "hash"},
+                  "name_idx": {"type": "lookup", "owner": "user",
+                               "params": {"table": "lookup.name_idx", "from": "name",
+                                          "to": "keyspace_id"}}},
+     "tables": {"user": {"column_vindexes": [{"column": "id", "name": "hash"},
+                                             {"column": "name", "name": "name_idx"}],
+                         "auto_increment": {"column": "id", "sequence": "lookup.user_seq"}},
+                "user_seq": {"type": "sequence"},
+                "countries": {"type": "reference"}}}
+
+plus our own table type ``queue`` (with an optional ``queue`` object of options).
+
+Rules enforced (the V3 design's), each failure a :class:`VSchemaError` naming
+the JSON path:
+
+* every vindex ``type`` is registered; ``params`` are strings; an ``owner``
+  names a table of the same keyspace;
+* in a sharded keyspace every table except ``reference`` and ``sequence`` has at
+  least one column vindex; the first is the *primary* vindex and must be unique;
+  a primary vindex may not be a lookup owned by the same table (its ksid would
+  have to come from itself);
+* ``sequence`` tables live in unsharded keyspaces; an ``auto_increment``
+  names a sequence that exists;
+* a column vindex gives ``column`` or ``columns`` (not both); multi-column
+  vindexes get as many columns as they need;
+* table names must be unique across keyspaces to be used unqualified: a name
+  found in several keyspaces must be qualified (``keyspace.table``) unless the
+  session's default keyspace has it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from shardgate.errors import Code, InvalidArgument, NotFound, ShardgateError, VSchemaError
+from shardgate.vindexes import Lookup, MultiColumn, Vindex, create_vindex
+
+TABLE_TYPES = ("", "sequence", "reference", "queue")
+
+
+@dataclass(frozen=True)
+class ColumnVindex:
+    """One column vindex of a table: the column(s) and the vindex that maps them."""
+
+    columns: tuple[str, ...]
+    name: str
+    vindex: Vindex
+    #: True when this table is the vindex's owner (it maintains the lookup rows).
+    owned: bool = False
+
+
+@dataclass(frozen=True)
+class AutoIncrement:
+    column: str
+    sequence: str  # "keyspace.table" once resolved
+
+
+@dataclass
+class Table:
+    """A table as the gate sees it."""
+
+    name: str
+    keyspace: str
+    type: str = ""
+    column_vindexes: list[ColumnVindex] = field(default_factory=list)
+    auto_increment: AutoIncrement | None = None
+    options: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def primary(self) -> ColumnVindex | None:
+        return self.column_vindexes[0] if self.column_vindexes else None
+
+    @property
+    def owned_vindexes(self) -> list[ColumnVindex]:
+        return [cv for cv in self.column_vindexes[1:] if cv.owned]
+
+    @property
+    def qualified(self) -> str:
+        return f"{self.keyspace}.{self.name}"
+
+
+@dataclass
+class Keyspace:
+    """One keyspace of the VSchema."""
+
+    name: str
+    sharded: bool
+    vindexes: dict[str, Vindex] = field(default_factory=dict)
+    tables: dict[str, Table] = field(default_factory=dict)
+    source: dict[str, Any] = field(default_factory=dict)
+
+
+class VSchema:
+    """All keyspaces' VSchemas, resolved and validated together."""
+
+    def __init__(self, keyspaces: Mapping[str, Keyspace]) -> None:
+        self.keyspaces = dict(keyspaces)
+        self._global: dict[str, list[Table]] = {}
+        for ks in self.keyspaces.values():
+            for t in ks.tables.values():
+                self._global.setdefault(t.name.lower(), []).append(t)
+
+    @classmethod
+    def from_json(cls, docs: Mapping[str, Mapping[str, Any] | str]) -> VSchema:
+        """Build from ``{keyspace: vschema JSON (dict or text)}``, validating everything."""
+        parsed: dict[str, Mapping[str, Any]] = {}
+        for name, doc in docs.items():
+            if isinstance(doc, str):
+                try:
+                    doc = json.loads(doc)
+                except json.JSONDecodeError as exc:
+                    raise VSchemaError(name, f"not valid JSON: {exc}") from exc
+            if not isinstance(doc, Mapping):
+                raise VSchemaError(name, "must be a JSON object")
+            parsed[name] = doc
+        keyspaces = {name: _build_keyspace(name, doc) for name, doc in parsed.items()}
+        _resolve_sequences(keyspaces)
+        return cls(keyspaces)
+
+    def keyspace(self, name: str) -> Keyspace:
+        try:
+            return self.keyspaces[name]
+        except KeyError:
+            raise NotFound(
+                f"keyspace {name!r} does not exist; known keyspaces: {sorted(self.keyspaces)}"
+            ) from None
+
+    def find_table(self, name: str, keyspace: str | None, default_keyspace: str | None) -> Table:
+        """Resolve a table reference.
+
+        ``keyspace`` is the qualifier written in the SQL (or None). Unqualified
+        names look in the default keyspace first, then globally; a name found
+        in several keyspaces must be qualified. Tables of an unsharded keyspace
+        need not be listed in its VSchema.
+        """
+        if keyspace is not None:
+            ks = self.keyspace(keyspace)
+            return _table_in(ks, name)
+        if default_keyspace is not None and default_keyspace in self.keyspaces:
+            ks = self.keyspaces[default_keyspace]
+            found = ks.tables.get(name) or ks.tables.get(name.lower())
+            if found is not None:
+                return found
+        candidates = self._global.get(name.lower(), [])
+        if len(candidates) == 1:
+            return candidates[0]
+        if len(candidates) > 1:
+            where = sorted(t.keyspace for t in candidates)
+            raise InvalidArgument(
+                f"table {name!r} exists in keyspaces {where}: qualify it as keyspace.{name}"
+            )
+        if default_keyspace is not None and default_keyspace in self.keyspaces:
+            ks = self.keyspaces[default_keyspace]
+            if not ks.sharded:
+                return _table_in(ks, name)
+        unsharded = [k for k in self.keyspaces.values() if not k.sharded]
+        if default_keyspace is None and len(unsharded) == 1 and len(self.keyspaces) == 1:
+            return _table_in(unsharded[0], name)
+        raise NotFound(
+            f"table {name!r} is not in any VSchema"
+            + (f" (default keyspace {default_keyspace!r})" if default_keyspace else "")
+            + ": add it to the keyspace's vschema or qualify it as keyspace.table"
+        )
+
+    def to_json(self) -> dict[str, dict[str, Any]]:
+        return {name: ks.source for name, ks in self.keyspaces.items()}
+
+
+def _table_in(ks: Keyspace, name: str) -> Table:
+    found = ks.tables.get(name) or ks.tables.get(name.lower())
+    if found is not None:
+        return found
+    if not ks.sharded:
+        # Unsharded keyspaces route any table to their one shard.
+        return Table(name=name, keyspace=ks.name)
+    raise NotFound(
+        f"table {name!r} is not in the vschema of sharded keyspace {ks.name!r}: "
+        f"add it with its column vindexes"
+    )
+
+
+def _expect(value: Any, kind: type | tuple[type, ...], path: str, what: str) -> Any:
+    if not isinstance(value, kind):
+        raise VSchemaError(path, f"must be {what}, got {type(value).__name__}")
+    return value
+
+
+def _check_keys(doc: Mapping[str, Any], allowed: Iterable[str], path: str) -> None:
+    extra = sorted(set(doc) - set(allowed))
+    if extra:
+        raise VSchemaError(path, f"unknown field(s) {extra}; allowed: {sorted(allowed)}")
+
+
+def _build_keyspace(name: str, doc: Mapping[str, Any]) -> Keyspace:
+    _check_keys(
+        doc,
+        ("sharded", "vindexes", "tables", "require_explicit_routing", "foreign_key_mode"),
+        name,
+    )
+    sharded = bool(_expect(doc.get("sharded", False), bool, f"{name}.sharded", "true or false"))
+    ks = Keyspace(name=name, sharded=sharded, source=dict(doc))
+
+    owners: dict[str, str] = {}
+    vdoc = _expect(doc.get("vindexes", {}), dict, f"{name}.vindexes", "an object")
+    for vname, spec in vdoc.items():
+        path = f"{name}.vindexes.{vname}"
+        _expect(spec, dict, path, "an object")
+        _check_keys(spec, ("type", "params", "owner"), path)
+        vtype = _expect(spec.get("type"), str, f"{path}.type", "a string naming a vindex type")
+        params = _expect(spec.get("params", {}), dict, f"{path}.params", "an object")
+        for k, v in params.items():
+            _expect(v, str, f"{path}.params.{k}", "a string (Vitess params are strings)")
+        try:
+            ks.vindexes[vname] = create_vindex(vtype, vname, params)
+        except ShardgateError as exc:
+            field_ = "type" if exc.code is Code.NOT_FOUND else "params"
+            raise VSchemaError(f"{path}.{field_}", exc.message) from exc
+        if "owner" in spec:
+            owners[vname] = _expect(spec["owner"], str, f"{path}.owner", "a table name")
+
+    tdoc = _expect(doc.get("tables", {}), dict, f"{name}.tables", "an object")
+    for tname, spec in tdoc.items():
+        path = f"{name}.tables.{tname}"
+        _expect(spec, dict, path, "an object")
+        ks.tables[tname] = _build_table(ks, tname, spec, owners, path)
+
+    for vname, owner in owners.items():
+        if owner not in ks.tables:
+            raise VSchemaError(
+                f"{name}.vindexes.{vname}.owner",
+                f"owner table {owner!r} is not a table of keyspace {name!r}",
+            )
+    return ks
+
+
+def _build_table(
+    ks: Keyspace, tname: str, spec: Mapping[str, Any], owners: Mapping[str, str], path: str
+) -> Table:
+    _check_keys(
+        spec,
+        ("type", "column_vindexes", "auto_increment", "columns", "pinned", "queue",
+         "column_list_authoritative", "source"),
+        path,
+    )
+    ttype = _expect(spec.get("type", ""), str, f"{path}.type", "a string")
+    if ttype not in TABLE_TYPES:
+        raise VSchemaError(f"{path}.type", f"unknown table type {ttype!r}; use one of "
+                           f"{[t for t in TABLE_TYPES if t]} or leave it out")
+    if ttype == "sequence" and ks.sharded:
+        raise VSchemaError(f"{path}.type", "sequence tables must be in an unsharded keyspace")
+    table = Table(name=tname, keyspace=ks.name, type=ttype)
+    if ttype == "queue":
+        table.options = dict(_expect(spec.get("queue", {}), dict, f"{path}.queue", "an object"))
+
+    cvs = _expect(spec.get("column_vindexes", []), list, f"{path}.column_vindexes", "a list")
+    for i, cv in enumerate(cvs):
+        cpath = f"{path}.column_vindexes[{i}]"
+        _expect(cv, dict, cpath, "an object")
+        _check_keys(cv, ("column", "columns", "name"), cpath)
+        vname = _expect(cv.get("name"), str, f"{cpath}.name", "the name of a vindex")
+        if vname not in ks.vindexes:
+            raise VSchemaError(
+                f"{cpath}.name",
+                f"vindex {vname!r} is not defined in {ks.name}.vindexes; "
+                f"defined: {sorted(ks.vindexes)}",
+            )
+        vindex = ks.vindexes[vname]
+        if ("column" in cv) == ("columns" in cv):
+            raise VSchemaError(cpath, "give exactly one of 'column' or 'columns'")
+        if "column" in cv:
+            columns: tuple[str, ...] = (_expect(cv["column"], str, f"{cpath}.column", "a string"),)
+        else:
+            cols = _expect(cv["columns"], list, f"{cpath}.columns", "a list of column names")
+            if not cols or not all(isinstance(c, str) for c in cols):
+                raise VSchemaError(f"{cpath}.columns", "must be a non-empty list of names")
+            columns = tuple(cols)
+        if len(columns) > 1 and not isinstance(vindex, MultiColumn | Lookup):
+            raise VSchemaError(
+                f"{cpath}.columns",
+                f"vindex {vname!r} ({vindex.type_name}) takes one column, got {len(columns)}",
+            )
+        owned = owners.get(vname) == tname
+        table.column_vindexes.append(
+            ColumnVindex(columns=tuple(c.lower() for c in columns), name=vname,
+                         vindex=vindex, owned=owned)
+        )
+
+    if ks.sharded and ttype not in ("reference", "sequence") and not table.column_vindexes:
+        raise VSchemaError(
+            f"{path}.column_vindexes",
+            "a table of a sharded keyspace needs at least one column vindex "
+            "(the first one is its primary vindex)",
+        )
+    if table.column_vindexes and ks.sharded:
+        primary = table.column_vindexes[0]
+        if not primary.vindex.unique:
+            raise VSchemaError(
+                f"{path}.column_vindexes[0]",
+                f"the primary vindex {primary.name!r} must be unique "
+                f"({primary.vindex.type_name} is not)",
+            )
+        if primary.owned and isinstance(primary.vindex, Lookup):
+            raise VSchemaError(
+                f"{path}.column_vindexes[0]",
+                f"the primary vindex {primary.name!r} is a lookup owned by {tname!r}: "
+                "an owner's primary vindex must be functional (its keyspace id cannot "
+                "come from a lookup the row itself creates)",
+            )
+
+    if "auto_increment" in spec:
+        apath = f"{path}.auto_increment"
+        ai = _expect(spec["auto_increment"], dict, apath, "an object")
+        _check_keys(ai, ("column", "sequence"), apath)
+        col = _expect(ai.get("column"), str, f"{apath}.column", "a column name")
+        seq = _expect(ai.get("sequence"), str, f"{apath}.sequence", "a sequence table name")
+        table.auto_increment = AutoIncrement(column=col.lower(), sequence=seq)
+    return table
+
+
+def _resolve_sequences(keyspaces: Mapping[str, Keyspace]) -> None:
+    """Qualify every auto_increment sequence and check it names a sequence table."""
+    sequences: dict[str, list[str]] = {}
+    for ks in keyspaces.values():
+        for t in ks.tables.values():
+            if t.type == "sequence":
+                sequences.setdefault(t.name, []).append(ks.name)
+    for ks in keyspaces.values():
+        for t in ks.tables.values():
+            ai = t.auto_increment
+            if ai is None:
+                continue
+            path = f"{ks.name}.tables.{t.name}.auto_increment.sequence"
+            if "." in ai.sequence:
+                sks, sname = ai.sequence.split(".", 1)
+                seq_table = keyspaces.get(sks, Keyspace(sks, False)).tables.get(sname)
+                if seq_table is None or seq_table.type != "sequence":
+                    raise VSchemaError(path, f"{ai.sequence!r} is not a table of type sequence")
+                continue
+            where = sequences.get(ai.sequence, [])
+            if len(where) != 1:
+                problem = "is not defined as a table of type sequence in any keyspace"
+                if where:
+                    problem = f"is defined in several keyspaces {where}: qualify it"
+                raise VSchemaError(path, f"sequence {ai.sequence!r} {problem}")
+            t.auto_increment = AutoIncrement(ai.column, f"{where[0]}.{ai.sequence}")
