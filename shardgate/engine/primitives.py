@@ -18,6 +18,7 @@ shape of Vitess's planbuilder test data, used by EXPLAIN and the golden files.
 from __future__ import annotations
 
 import enum
+import functools
 import heapq
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -494,8 +495,9 @@ class Insert(Primitive):
     def describe(self) -> dict[str, Any]:
         out: dict[str, Any] = {
             "OperatorType": "Insert",
-            "Variant": "Sharded" if self.sharded else "Unsharded",
-            "Keyspace": {"Name": self.keyspace, "Sharded": self.sharded},
+            "Variant": "Reference" if self.broadcast else (
+                "Sharded" if self.sharded else "Unsharded"),
+            "Keyspace": {"Name": self.keyspace, "Sharded": self.sharded or self.broadcast},
             "Table": self.table,
             "Columns": list(self.columns),
             "Rows": len(self.rows),
@@ -523,6 +525,17 @@ def resolve_or_none(v: Value, bind_vars: Mapping[str, Any]) -> Any:
     return resolve(v, bind_vars)
 
 
+@functools.lru_cache(maxsize=4096)
+def _insert_head(table: str, columns: tuple[str, ...], dialect: str, ignore: bool) -> str:
+    """``INSERT INTO t (a, b) VALUES `` quoted for ``dialect``."""
+    cols = ", ".join(exp.to_identifier(c).sql(dialect=dialect) for c in columns)
+    quoted = exp.to_identifier(table).sql(dialect=dialect)
+    verb = "INSERT INTO"
+    if ignore:
+        verb = {"sqlite": "INSERT OR IGNORE INTO", "mysql": "INSERT IGNORE INTO"}.get(dialect, verb)
+    return f"{verb} {quoted} ({cols}) VALUES "
+
+
 class _InsertQuery(ShardQuery):
     """The per-shard multi-row INSERT, built from the rows routed to that shard.
 
@@ -543,14 +556,7 @@ class _InsertQuery(ShardQuery):
     def for_shard(
         self, shard: str, dialect: str, placeholder: str, bind_vars: Mapping[str, Any]
     ) -> tuple[str, list[Any]]:
-        cols = ", ".join(exp.to_identifier(c).sql(dialect=dialect) for c in self.columns)
-        table = exp.to_identifier(self.insert.table).sql(dialect=dialect)
-        verb = "INSERT INTO"
-        if self.insert.ignore:
-            verb = {"sqlite": "INSERT OR IGNORE INTO", "mysql": "INSERT IGNORE INTO"}.get(
-                dialect, verb
-            )
-        head = f"{verb} {table} ({cols}) VALUES "
+        head = _insert_head(self.insert.table, tuple(self.columns), dialect, self.insert.ignore)
         args: list[Any] = []
         tuples: list[str] = []
         for row in self.per_shard[shard]:

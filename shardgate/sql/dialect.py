@@ -53,6 +53,39 @@ def strip_qualifiers(tree: exp.Expression) -> exp.Expression:
     return tree.transform(fix)
 
 
+_BINARY_TYPES = {
+    exp.DataType.Type.VARBINARY,
+    exp.DataType.Type.BINARY,
+    exp.DataType.Type.BLOB,
+    exp.DataType.Type.LONGBLOB,
+    exp.DataType.Type.MEDIUMBLOB,
+    exp.DataType.Type.TINYBLOB,
+}
+
+
+def _fix_for_dialect(node: exp.Expression, dialect: str) -> exp.Expression:
+    """Patch what sqlglot's generator gets wrong for a target dialect."""
+    if (
+        dialect == "postgres"
+        and isinstance(node, exp.DataType)
+        and node.this in _BINARY_TYPES
+        and node.expressions
+    ):
+        # BYTEA takes no length: VARBINARY(16) -> BYTEA, not BYTEA(16).
+        return exp.DataType.build("bytea", dialect="postgres")
+    if dialect == "postgres" and isinstance(node, exp.Insert) and node.args.get("ignore"):
+        node = node.copy()
+        node.set("ignore", None)
+        node.set("conflict", exp.OnConflict(action=exp.var("DO NOTHING")))
+        return node
+    if dialect == "sqlite" and isinstance(node, exp.Select) and node.args.get("locks"):
+        # SQLite has no row locks: a transaction already holds the database lock.
+        node = node.copy()
+        node.set("locks", None)
+        return node
+    return node
+
+
 def render(tree: exp.Expression, dialect: str, placeholder: str) -> ShardSQL:
     """Generate ``tree`` for ``dialect`` with positional placeholders."""
     names: list[str] = []
@@ -68,8 +101,11 @@ def render(tree: exp.Expression, dialect: str, placeholder: str) -> ShardSQL:
             return exp.Var(this=_MARK.format(len(names) - 1))
         return node
 
-    marked = tree.transform(mark)
+    fixed = tree.transform(lambda n: _fix_for_dialect(n, dialect))
+    marked = fixed.transform(mark)
     sql = marked.sql(dialect=dialect)
+    if dialect == "mysql" and sql.endswith(" FOR SHARE"):
+        sql = sql[: -len(" FOR SHARE")] + " LOCK IN SHARE MODE"  # MariaDB's spelling
     if placeholder == "%s":
         sql = sql.replace("%", "%%")
     for i in range(len(names)):

@@ -6,6 +6,8 @@ Parse errors become :class:`shardgate.errors.SyntaxError_` with the position.
 
 from __future__ import annotations
 
+import re
+
 import sqlglot
 from sqlglot import exp
 from sqlglot.errors import ParseError, TokenError
@@ -13,6 +15,7 @@ from sqlglot.errors import ParseError, TokenError
 from shardgate.errors import InvalidArgument, SyntaxError_
 
 GATE_DIALECT = "mysql"
+_TOKEN = re.compile(r"<Token token_type: [^,]+, text: (.*?), line: \d+.*?>")
 
 
 def parse(sql: str) -> exp.Expression:
@@ -26,6 +29,7 @@ def parse(sql: str) -> exp.Expression:
             where = f" at line {first['line']}, column {first.get('col')}"
         near = first.get("highlight") or ""
         detail = first.get("description") or str(exc).splitlines()[0]
+        detail = _TOKEN.sub(lambda m: repr(m.group(1)), detail)
         raise SyntaxError_(
             f"syntax error{where}{f' near {near!r}' if near else ''}: {detail}"
         ) from exc

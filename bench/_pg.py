@@ -1,0 +1,23 @@
+"""Shared set-up for benchmarks on the machine's PostgreSQL."""
+
+from __future__ import annotations
+
+import os
+
+import psycopg
+
+ADMIN_URL = os.environ.get("SHARDGATE_BENCH_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
+
+
+def fresh_database(name: str) -> str:
+    """Drop and create database ``name``; return its URL."""
+    with psycopg.connect(ADMIN_URL, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{name}"')
+    base = ADMIN_URL.rsplit("/", 1)[0]
+    return f"{base}/{name}"
+
+
+def drop_database(name: str) -> None:
+    with psycopg.connect(ADMIN_URL, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

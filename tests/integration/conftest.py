@@ -1,0 +1,64 @@
+"""A 4-shard cluster (plus an unsharded lookup keyspace) on one backend kind."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+
+import pytest
+
+from shardgate.gate import Gate
+from shardgate.keys import KeyRange
+from shardgate.topo import Topology
+from shardgate.topo.embedded import (
+    COMMERCE_DDL,
+    COMMERCE_VSCHEMA,
+    LOOKUP_DDL,
+    LOOKUP_VSCHEMA,
+    SEQUENCE_ROWS,
+)
+
+
+@dataclass
+class Cluster:
+    gate: Gate
+    topology: Topology
+    kind: str
+
+    def shard_urls(self, keyspace: str) -> dict[str, str]:
+        return {s.name: s.url for s in self.topology.keyspace(keyspace).shards}
+
+
+async def open_cluster(kind: str, make_database: Callable[..., str], shards: int = 4) -> Cluster:
+    commerce = {
+        kr.name: make_database(kind, f"c{i}")
+        for i, kr in enumerate(KeyRange(b"", b"").split(shards))
+    }
+    topo = Topology.from_dict(
+        {
+            "default_keyspace": "commerce",
+            "keyspaces": {
+                "commerce": {"shards": commerce, "vschema": COMMERCE_VSCHEMA},
+                "lookup": {"shards": {"0": make_database(kind, "lk")}, "vschema": LOOKUP_VSCHEMA},
+            },
+        }
+    )
+    gate = Gate.open(topo)
+    s = gate.session()
+    for ddl in COMMERCE_DDL:
+        await gate.execute(s, ddl)
+    ls = gate.session("lookup")
+    for ddl in LOOKUP_DDL:
+        await gate.execute(ls, ddl)
+    for seq in SEQUENCE_ROWS:
+        await gate.execute(ls, f"INSERT INTO {seq} (id, next_id, cache) VALUES (0, 1, 50)")
+    return Cluster(gate, topo, kind)
+
+
+@pytest.fixture
+async def cluster(backend_kind: str, make_database: Callable[..., str]) -> AsyncIterator[Cluster]:
+    c = await open_cluster(backend_kind, make_database)
+    try:
+        yield c
+    finally:
+        await c.gate.close()

@@ -1,0 +1,251 @@
+"""The gate over real shards (SQLite files, PostgreSQL, MariaDB).
+
+Placement is checked directly in each shard's database, with keyspace ids
+computed here from DES (independently of the vindex code): every row sits on
+the shard whose key range holds its keyspace id, and nowhere else.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pytest
+from Crypto.Cipher import DES
+
+from shardgate.backends import open_backend
+from shardgate.errors import Code, ShardgateError
+from shardgate.gate import Gate
+from shardgate.keys import parse_shard_name
+from shardgate.topo import Topology
+
+from .conftest import Cluster
+
+_DES = DES.new(b"\0" * 8, DES.MODE_ECB)
+
+
+def vitess_hash(n: int) -> bytes:
+    return _DES.encrypt(n.to_bytes(8, "big"))
+
+
+async def shard_rows(c: Cluster, keyspace: str, sql: str) -> dict[str, list[tuple[Any, ...]]]:
+    """Run ``sql`` directly on every shard database of ``keyspace``."""
+    out = {}
+    for name, url in c.shard_urls(keyspace).items():
+        backend = open_backend(url)
+        try:
+            out[name] = (await backend.execute(sql)).rows
+        finally:
+            await backend.close()
+    return out
+
+
+async def test_rows_land_on_their_shard_only(cluster: Cluster) -> None:
+    g = cluster.gate
+    s = g.session()
+    # single-row inserts with bind variables, sequence-generated ids
+    for i in range(20):
+        r = await g.execute(
+            s,
+            "INSERT INTO customer (email, name) VALUES (:e, :n)",
+            {"e": f"u{i}@x", "n": f"user {i}"},
+        )
+        assert r.rows_affected == 1
+        assert r.insert_id is not None
+    # one multi-row insert spanning shards, explicit ids
+    values = ", ".join(f"({1000 + i}, 'm{i}@x', 'multi')" for i in range(30))
+    r = await g.execute(s, f"INSERT INTO customer (customer_id, email, name) VALUES {values}")
+    assert r.rows_affected == 30
+
+    placed = await shard_rows(cluster, "commerce", "SELECT customer_id FROM customer")
+    seen: dict[int, str] = {}
+    for shard, rows in placed.items():
+        kr = parse_shard_name(shard)
+        for (cid,) in rows:
+            assert kr.contains(vitess_hash(int(cid))), (cid, shard)
+            assert cid not in seen, f"{cid} on {seen[cid]} and {shard}"
+            seen[cid] = shard
+    assert len(seen) == 50
+    assert set(seen) >= set(range(1000, 1030))
+    assert sum(1 for rows in placed.values() if rows) == 4  # the data spread over all shards
+
+    # the owned lookup table holds exactly one row per customer, with its keyspace id
+    lookup = await shard_rows(
+        cluster, "lookup", "SELECT email, keyspace_id FROM customer_email_idx"
+    )
+    emails = {e: bytes(k) for e, k in lookup["0"]}
+    assert len(emails) == 50
+    by_email = await g.execute(s, "SELECT customer_id, email FROM customer")
+    for cid, email in by_email.rows:
+        assert emails[email] == vitess_hash(int(cid))
+
+
+async def test_routing_reads(cluster: Cluster) -> None:
+    g = cluster.gate
+    s = g.session()
+    rows = [(i, f"e{i}@x", f"n{i % 7}") for i in range(1, 41)]
+    for cid, email, name in rows:
+        await g.execute(
+            s,
+            "INSERT INTO customer (customer_id, email, name) VALUES (:c, :e, :n)",
+            {"c": cid, "e": email, "n": name},
+        )
+    r = await g.execute(
+        s, "SELECT customer_id, email FROM customer WHERE customer_id = :id", {"id": 17}
+    )
+    assert r.rows == [(17, "e17@x")]
+    assert r.fields == ["customer_id", "email"]
+    r = await g.execute(s, "SELECT customer_id FROM customer WHERE email = :e", {"e": "e23@x"})
+    assert r.rows == [(23,)]
+    r = await g.execute(s, "SELECT customer_id FROM customer WHERE customer_id IN (3, 5, 999)")
+    assert sorted(r.rows) == [(3,), (5,)]
+    r = await g.execute(s, "SELECT customer_id FROM customer WHERE customer_id = 999")
+    assert r.rows == []
+    r = await g.execute(
+        s, "SELECT customer_id, name FROM customer ORDER BY customer_id DESC LIMIT 5 OFFSET 2"
+    )
+    assert [row[0] for row in r.rows] == [38, 37, 36, 35, 34]
+    r = await g.execute(
+        s, "SELECT customer_id FROM customer WHERE name = :n ORDER BY customer_id", {"n": "n3"}
+    )
+    assert [row[0] for row in r.rows] == [cid for cid, _, n in rows if n == "n3"]
+    r = await g.execute(s, "SELECT customer_id FROM customer WHERE customer_id = NULL")
+    assert r.rows == [] and r.fields == ["customer_id"]
+    # streaming a scatter gives every row exactly once
+    got = []
+    async for chunk in g.stream_execute(s, "SELECT customer_id FROM customer"):
+        got.extend(row[0] for row in chunk.rows)
+    assert sorted(got) == list(range(1, 41))
+
+
+async def test_updates_and_deletes_route_by_vindex(cluster: Cluster) -> None:
+    g = cluster.gate
+    s = g.session()
+    for cid in range(1, 21):
+        await g.execute(
+            s,
+            "INSERT INTO corder (order_id, customer_id, sku, price) VALUES (:o, :c, 'sku', 10)",
+            {"o": cid * 10, "c": cid},
+        )
+    r = await g.execute(s, "UPDATE corder SET price = 99 WHERE customer_id = :c", {"c": 7})
+    assert r.rows_affected == 1
+    r = await g.execute(s, "UPDATE corder SET price = price + 1 WHERE price = 10")
+    assert r.rows_affected == 19
+    r = await g.execute(s, "DELETE FROM corder WHERE customer_id IN (1, 2, 3)")
+    assert r.rows_affected == 3
+    r = await g.execute(s, "SELECT customer_id, price FROM corder ORDER BY customer_id")
+    assert r.rows == [(c, 99 if c == 7 else 11) for c in range(4, 21)]
+    placed = await shard_rows(cluster, "commerce", "SELECT customer_id, price FROM corder")
+    assert sorted(row for rows in placed.values() for row in rows) == r.rows
+
+
+async def test_transactions(cluster: Cluster) -> None:
+    g = cluster.gate
+    s = g.session()
+    await g.execute(s, "BEGIN")
+    for cid in (1, 2, 3, 4, 5, 6):
+        await g.execute(
+            s,
+            "INSERT INTO corder (order_id, customer_id, price) VALUES (:o, :c, 1)",
+            {"o": cid, "c": cid},
+        )
+    await g.execute(s, "ROLLBACK")
+    assert (await g.execute(s, "SELECT order_id FROM corder")).rows == []
+
+    await g.execute(s, "BEGIN")
+    await g.execute(s, "INSERT INTO corder (order_id, customer_id, price) VALUES (1, 1, 1)")
+    await g.execute(s, "INSERT INTO corder (order_id, customer_id, price) VALUES (2, 2, 1)")
+    await g.execute(s, "COMMIT")
+    assert sorted((await g.execute(s, "SELECT order_id FROM corder")).rows) == [(1,), (2,)]
+
+    # A failed statement inside a transaction rolls the whole transaction back.
+    await g.execute(s, "BEGIN")
+    await g.execute(s, "INSERT INTO corder (order_id, customer_id, price) VALUES (3, 1, 1)")
+    with pytest.raises(ShardgateError) as err:
+        await g.execute(s, "INSERT INTO corder (order_id, customer_id, price) VALUES (1, 1, 1)")
+    assert err.value.code is Code.ALREADY_EXISTS
+    assert "rolled back" in err.value.message
+    assert not s.in_transaction
+    placed = await shard_rows(cluster, "commerce", "SELECT order_id FROM corder")
+    assert sorted(r for rows in placed.values() for r in rows) == [(1,), (2,)]
+
+    # A unique lookup duplicate aborts a multi-row insert: no owner row, no lookup row.
+    await g.execute(s, "INSERT INTO customer (customer_id, email) VALUES (1, 'dup@x')")
+    with pytest.raises(ShardgateError) as err:
+        await g.execute(
+            s, "INSERT INTO customer (customer_id, email) VALUES (2, 'fresh@x'), (3, 'dup@x')"
+        )
+    assert err.value.code is Code.ALREADY_EXISTS
+    customers = await shard_rows(cluster, "commerce", "SELECT customer_id FROM customer")
+    assert sorted(r for rows in customers.values() for r in rows) == [(1,)]
+    lookups = await shard_rows(cluster, "lookup", "SELECT email FROM customer_email_idx")
+    assert lookups["0"] == [("dup@x",)]
+
+
+async def test_bad_input_gets_coded_errors(cluster: Cluster) -> None:
+    g = cluster.gate
+    s = g.session()
+    cases = [
+        ("SELEC * FROM customer", Code.INVALID_ARGUMENT),
+        ("SELECT * FROM nosuch", Code.NOT_FOUND),
+        ("SELECT * FROM nosuchks.customer", Code.NOT_FOUND),
+        ("SELECT count(*) FROM customer", Code.UNIMPLEMENTED),
+        ("UPDATE customer SET customer_id = 5 WHERE customer_id = 1", Code.UNIMPLEMENTED),
+        ("INSERT INTO customer (email) VALUES (NULL)", Code.NOT_FOUND),
+    ]
+    for sql, code in cases[:-1]:
+        with pytest.raises(ShardgateError) as err:
+            await g.execute(s, sql)
+        assert err.value.code is code, (sql, err.value)
+    with pytest.raises(ShardgateError) as err:
+        await g.execute(s, "SELECT * FROM customer WHERE customer_id = :missing")
+    assert err.value.code is Code.INVALID_ARGUMENT and "missing" in err.value.message
+
+
+async def test_a_shard_that_is_down(cluster: Cluster) -> None:
+    topo = cluster.topology.to_dict()
+    shards = topo["keyspaces"]["commerce"]["shards"]
+    down = {
+        "sqlite": "sqlite:////etc/hostname/not-a-dir/y.db",
+        "postgres": "postgresql://postgres@127.0.0.1:1/nosuch",
+        "mysql": "mysql://root@127.0.0.1:1/nosuch",
+    }[cluster.kind]
+    shards["c0-"] = down
+    g = Gate.open(Topology.from_dict(topo))
+    try:
+        s = g.session()
+        await g.execute(s, "INSERT INTO corder (order_id, customer_id) VALUES (1, 1)")
+        with pytest.raises(ShardgateError) as err:
+            await g.execute(s, "SELECT * FROM corder")
+        assert err.value.code is Code.UNAVAILABLE
+        # a shard that is up still answers
+        cid = next(i for i in range(1, 100) if vitess_hash(i) >= b"\xc0")
+        with pytest.raises(ShardgateError) as err:
+            await g.execute(s, "SELECT * FROM corder WHERE customer_id = :c", {"c": cid})
+        assert err.value.code is Code.UNAVAILABLE
+        r = await g.execute(s, "SELECT order_id FROM corder WHERE customer_id = 1")
+        assert r.rows == [(1,)]
+    finally:
+        await g.close()
+
+
+async def test_concurrent_sessions(cluster: Cluster) -> None:
+    import asyncio
+
+    g = cluster.gate
+
+    async def worker(w: int) -> None:
+        s = g.session()
+        for i in range(25):
+            oid = w * 1000 + i
+            await g.execute(s, "BEGIN")
+            await g.execute(
+                s,
+                "INSERT INTO corder (order_id, customer_id, price) VALUES (:o, :c, :p)",
+                {"o": oid, "c": random.randint(1, 10**6), "p": i},
+            )
+            await g.execute(s, "COMMIT" if i % 5 else "ROLLBACK")
+
+    await asyncio.gather(*(worker(w) for w in range(4)))
+    r = await g.execute(g.session(), "SELECT order_id FROM corder")
+    assert len(r.rows) == 4 * 20
