@@ -100,3 +100,76 @@ class SQLiteVCursor:
             return Result(rows_affected=max(cur.rowcount, 0))
         fields = [d[0] for d in cur.description]
         return Result.of_rows(fields, [tuple(r) for r in cur.fetchall()])
+
+
+class RecordingCursor:
+    """A fake :class:`~shardgate.engine.primitives.ExecCursor` that logs every shard call.
+
+    As Vitess's ``fake_vcursor_test.go``: each call becomes one line,
+    ``"ExecuteShard commerce/-80: SELECT ... [args]"``, in :attr:`log`, and
+    returns the canned :class:`Result` of :attr:`results` for that shard (an
+    empty result otherwise). Lookup vindexes use :attr:`lookup`
+    (a :class:`SQLiteVCursor`); sequences count from :attr:`next_sequence`.
+    """
+
+    def __init__(
+        self,
+        shard_maps: Mapping[str, Any],
+        *,
+        dialect: str = "mysql",
+        placeholder: str = "%s",
+        lookup: SQLiteVCursor | None = None,
+    ) -> None:
+        self.shard_maps = dict(shard_maps)
+        self.dialect = dialect
+        self.placeholder = placeholder
+        self.lookup = lookup or SQLiteVCursor()
+        self.results: dict[str, Result] = {}
+        self.log: list[str] = []
+        self.next_sequence = 1
+
+    def shard_map(self, keyspace: str) -> Any:
+        return self.shard_maps[keyspace]
+
+    def lookup_cursor(self) -> SQLiteVCursor:
+        return self.lookup
+
+    async def next_sequence_values(self, sequence: str, count: int) -> int:
+        first = self.next_sequence
+        self.next_sequence += count
+        self.log.append(f"NextSequence {sequence}: {count}")
+        return first
+
+    def _sql(self, shard: str, query: Any, bind_vars: Mapping[str, Any]) -> tuple[str, list[Any]]:
+        if hasattr(query, "for_shard"):
+            sql, args = query.for_shard(shard, self.dialect, self.placeholder, bind_vars)
+            return sql, list(args)
+        ss = query.for_dialect(self.dialect, self.placeholder)
+        return ss.sql, ss.args(bind_vars)
+
+    async def execute_shards(
+        self,
+        keyspace: str,
+        shards: Any,
+        query: Any,
+        bind_vars: Mapping[str, Any],
+        *,
+        write: bool,
+    ) -> list[Result]:
+        out = []
+        for shard in shards:
+            sql, args = self._sql(shard, query, bind_vars)
+            self.log.append(f"ExecuteShard {keyspace}/{shard}: {sql} {args}")
+            canned = self.results.get(shard, Result())
+            out.append(Result(list(canned.fields), list(canned.rows), canned.rows_affected,
+                              canned.insert_id))
+        return out
+
+    async def stream_shards(
+        self, keyspace: str, shards: Any, query: Any, bind_vars: Mapping[str, Any]
+    ) -> Any:
+        for shard in shards:
+            sql, args = self._sql(shard, query, bind_vars)
+            self.log.append(f"StreamShard {keyspace}/{shard}: {sql} {args}")
+            canned = self.results.get(shard, Result())
+            yield shard, list(canned.fields), list(canned.rows)

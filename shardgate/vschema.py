@@ -42,6 +42,7 @@ from typing import Any
 
 from shardgate.errors import Code, InvalidArgument, NotFound, ShardgateError, VSchemaError
 from shardgate.vindexes import Lookup, MultiColumn, Vindex, create_vindex
+from shardgate.vindexes.consistent_lookup import ConsistentLookupBase
 
 TABLE_TYPES = ("", "sequence", "reference", "queue")
 
@@ -288,6 +289,11 @@ def _build_table(
                 f"vindex {vname!r} ({vindex.type_name}) takes one column, got {len(columns)}",
             )
         owned = owners.get(vname) == tname
+        if owned and isinstance(vindex, ConsistentLookupBase):
+            try:
+                vindex.set_owner(f"{ks.name}.{tname}", list(columns))
+            except ShardgateError as exc:
+                raise VSchemaError(cpath, exc.message) from exc
         table.column_vindexes.append(
             ColumnVindex(columns=tuple(c.lower() for c in columns), name=vname,
                          vindex=vindex, owned=owned)

@@ -74,7 +74,10 @@ class Topology:
             for shard_name, url in shards_doc.items():
                 if not isinstance(url, str):
                     raise InvalidArgument(f"{kpath}.shards.{shard_name}: must be a database URL")
-                kr = parse_shard_name(str(shard_name))
+                try:
+                    kr = parse_shard_name(str(shard_name))
+                except InvalidArgument as exc:
+                    raise InvalidArgument(f"{kpath}.shards: {exc.message}") from exc
                 shards.append(ShardTopo(ks_name, str(shard_name), kr, url))
             vschema = spec.get("vschema", {"sharded": len(shards) > 1})
             if not isinstance(vschema, Mapping):

@@ -1,0 +1,121 @@
+"""Executing plans against a recording fake: which shard gets which SQL, and merging."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from Crypto.Cipher import DES
+
+from shardgate.errors import Code, ShardgateError
+from shardgate.keys import KeyRange, ShardMap
+from shardgate.planner import build_plan
+from shardgate.result import Result
+from shardgate.sql import parse
+from shardgate.testing import RecordingCursor
+from shardgate.vschema import VSchema
+
+VSCHEMA = VSchema.from_json(
+    json.loads((Path(__file__).parent / "golden" / "vschema.json").read_text())
+)
+FOUR = ShardMap([(kr.name, kr) for kr in KeyRange().split(4)])
+ONE = ShardMap([("0", KeyRange())])
+_DES = DES.new(bytes(8), DES.MODE_ECB)
+
+
+def shard_of(n: int) -> str:
+    return FOUR.find(_DES.encrypt(n.to_bytes(8, "big")))
+
+
+def cursor() -> RecordingCursor:
+    vc = RecordingCursor({"user": FOUR, "lookup": ONE, "main": ONE})
+    vc.lookup.script(
+        "create table name_user_map (name text, keyspace_id blob);"
+        "create table email_user_map (email text primary key, keyspace_id blob);"
+        "create table music_user_map (music_id integer primary key, user_id blob);"
+    )
+    return vc
+
+
+async def run(vc: RecordingCursor, sql: str, bv: dict[str, object] | None = None) -> Result:
+    plan = build_plan(parse(sql), sql, VSCHEMA, "user")
+    return await plan.instructions.execute(vc, bv or {})
+
+
+async def test_equal_unique_reaches_one_shard() -> None:
+    vc = cursor()
+    await run(vc, "select id from user where id = :id", {"id": 11})
+    assert vc.log == [f"ExecuteShard user/{shard_of(11)}: SELECT id FROM user WHERE id = %s [11]"]
+
+
+async def test_in_reaches_only_the_shards_of_its_values() -> None:
+    vc = cursor()
+    await run(vc, "select id from user where id in (1, 2, 3, 4, 5, 6)")
+    expected = sorted({shard_of(i) for i in range(1, 7)}, key=lambda n: FOUR.names.index(n))
+    assert [line.split(":")[0] for line in vc.log] == [f"ExecuteShard user/{s}" for s in expected]
+
+
+async def test_lookup_routes_through_the_lookup_table() -> None:
+    vc = cursor()
+    ksid = _DES.encrypt((42).to_bytes(8, "big"))
+    vc.lookup.script("insert into email_user_map values ('a@x', x'" + ksid.hex() + "')")
+    await run(vc, "select id from user where email = :e", {"e": "a@x"})
+    assert vc.log == [f"ExecuteShard user/{shard_of(42)}: SELECT id FROM user WHERE email = %s "
+                      "['a@x']"]
+    vc.log.clear()
+    await run(vc, "select id from user where email = :e", {"e": "nobody@x"})
+    assert vc.log == ["ExecuteShard user/-40: SELECT id FROM user WHERE 1 <> 1 []"]
+
+
+async def test_scatter_merges_order_by_and_cuts_limit_offset() -> None:
+    vc = cursor()
+    vc.results = {
+        "-40": Result(["id", "col"], [(9, "a"), (5, "b"), (1, "c")]),
+        "40-80": Result(["id", "col"], [(8, "a"), (2, "b")]),
+        "80-c0": Result(["id", "col"], []),
+        "c0-": Result(["id", "col"], [(7, "a"), (6, "b"), (3, "c")]),
+    }
+    r = await run(vc, "select id, col from user order by id desc limit :n offset 2", {"n": 3})
+    assert r.rows == [(7, "a"), (6, "b"), (5, "b")]
+    assert all("LIMIT %s [5]" in line for line in vc.log)  # LIMIT n+offset on every shard
+    assert len(vc.log) == 4
+
+
+async def test_insert_splits_rows_by_shard_and_creates_lookups_first() -> None:
+    vc = cursor()
+    r = await run(vc, "insert into user (name, email) values ('a', 'a@x'), ('b', 'b@x'), "
+                      "('c', 'c@x')")
+    assert vc.log[0] == "NextSequence lookup.user_seq: 3"
+    assert r.insert_id == 1
+    shard_lines = [line for line in vc.log if line.startswith("ExecuteShard")]
+    per_shard: dict[str, int] = {}
+    for i in (1, 2, 3):
+        per_shard[shard_of(i)] = per_shard.get(shard_of(i), 0) + 1
+    assert len(shard_lines) == len(per_shard)
+    for line in shard_lines:
+        shard = line.split(":")[0].split("/")[1]
+        assert line.count("(%s, %s, %s)") == per_shard[shard]
+    names = vc.lookup.query("select name, keyspace_id from name_user_map order by name")
+    assert names == [(n, _DES.encrypt(i.to_bytes(8, "big"))) for n, i in (("a", 1), ("b", 2),
+                                                                         ("c", 3))]
+    assert len(vc.lookup.query("select * from email_user_map")) == 3
+
+
+async def test_insert_refuses_unmappable_rows_before_writing() -> None:
+    vc = cursor()
+    with pytest.raises(ShardgateError) as err:
+        await run(vc, "insert into user_extra (user_id, v) values (1, 'a'), (NULL, 'b')")
+    assert err.value.code is Code.INVALID_ARGUMENT
+    assert vc.log == []
+    with pytest.raises(ShardgateError) as err:
+        await run(vc, "insert into user_extra (user_id, v) values ('abc', 'b')")
+    assert err.value.code is Code.INVALID_ARGUMENT
+    assert vc.log == []
+
+
+async def test_scatter_dml_sums_rows_affected() -> None:
+    vc = cursor()
+    vc.results = {s: Result(rows_affected=2) for s in FOUR.names}
+    r = await run(vc, "update user_extra set v = 1 where v = 0")
+    assert r.rows_affected == 8 and len(vc.log) == 4
