@@ -71,7 +71,8 @@ async def main(seconds: float) -> None:
     keys = [random.randrange(ROWS) for _ in range(4096)]
 
     async def gate_select(i: int) -> None:
-        r = await gate.execute(session, "SELECT id, v FROM t WHERE id = :id", {"id": keys[i & 4095]})
+        r = await gate.execute(session, "SELECT id, v FROM t WHERE id = :id",
+                               {"id": keys[i & 4095]})
         assert len(r.rows) == 1
 
     async def direct_select(i: int) -> None:

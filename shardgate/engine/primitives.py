@@ -27,12 +27,12 @@ from typing import Any, Protocol
 
 from sqlglot import exp
 
+from shardgate.engine.values import BindVar, Literal, SQLExpr, Value, resolve
 from shardgate.errors import InvalidArgument, NotFound
 from shardgate.keys import KeyRange, ShardMap
 from shardgate.result import Result, Row
 from shardgate.sql.dialect import ShardSQL, render
 from shardgate.vindexes import KeyspaceId, Lookup, MultiColumn, SingleColumn, VCursor, Vindex
-from shardgate.engine.values import BindVar, Literal, SQLExpr, Value, resolve
 
 
 class Opcode(enum.Enum):

@@ -35,7 +35,7 @@ class BindVar:
 class SQLExpr:
     """An expression sent to the shard as SQL (``now()``...), never routed on."""
 
-    expr: exp.Expression
+    expr: exp.Expr
     _rendered: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
 
     def render(self, dialect: str) -> str:
@@ -67,7 +67,7 @@ def resolve(value: Value, bind_vars: Mapping[str, Any]) -> Any:
     )
 
 
-def from_expression(node: exp.Expression) -> Value:
+def from_expression(node: exp.Expr) -> Value:
     """Turn a sqlglot value expression into a plan Value."""
     if isinstance(node, exp.Placeholder) and node.name:
         return BindVar(node.name)
@@ -98,7 +98,7 @@ def from_expression(node: exp.Expression) -> Value:
     return SQLExpr(node)
 
 
-def is_constant(node: exp.Expression) -> bool:
+def is_constant(node: exp.Expr) -> bool:
     try:
         v = from_expression(node)
     except InvalidArgument:

@@ -18,6 +18,7 @@ inserts maintaining lookup vindexes) runs in an implicit transaction.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
@@ -267,10 +268,9 @@ def _with_note(exc: ShardgateError, note: str) -> ShardgateError:
 
 
 async def _quiet_rollback(tablet: TabletClient, tid: int) -> None:
-    try:
+    # If the shard is gone, its transaction died with the connection.
+    with contextlib.suppress(ShardgateError):
         await tablet.rollback(tid)
-    except ShardgateError:
-        pass  # the shard is gone; its transaction died with the connection
 
 
 class _SessionCursor(ExecCursor):
@@ -369,4 +369,5 @@ class _LookupCursor:
         if isinstance(planned, str):
             raise InvalidArgument(f"lookup vindexes cannot run {planned.upper()}")
         # Inside the caller's statement: its transaction handling applies.
-        return await planned.instructions.execute(_SessionCursor(self.gate, self.session), bind_vars)
+        cursor = _SessionCursor(self.gate, self.session)
+        return await planned.instructions.execute(cursor, bind_vars)

@@ -230,7 +230,7 @@ def _plan_update_delete(
     stmt: exp.Expression, vschema: VSchema, default_ks: str | None
 ) -> Primitive:
     verb = "UPDATE" if isinstance(stmt, exp.Update) else "DELETE"
-    _refs_, target = _dml_target(stmt, vschema, default_ks, verb)
+    _, target = _dml_target(stmt, vschema, default_ks, verb)
     table = target.table
     ks = vschema.keyspace(table.keyspace)
     tree = strip_qualifiers(stmt)

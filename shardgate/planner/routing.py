@@ -29,7 +29,7 @@ class RouteChoice:
     values: tuple[Value | tuple[Value, ...], ...] = ()
 
 
-def conjuncts(where: exp.Expression | None) -> Iterator[exp.Expression]:
+def conjuncts(where: exp.Expr | None) -> Iterator[exp.Expr]:
     if where is None:
         return
     node = where.this if isinstance(where, exp.Where) else where
@@ -42,7 +42,7 @@ def conjuncts(where: exp.Expression | None) -> Iterator[exp.Expression]:
         yield node
 
 
-def _column_of(node: exp.Expression, names: set[str]) -> str | None:
+def _column_of(node: exp.Expr, names: set[str]) -> str | None:
     """The lowercase column name if ``node`` is a column of this table."""
     while isinstance(node, exp.Paren):
         node = node.this
@@ -56,7 +56,7 @@ def _column_of(node: exp.Expression, names: set[str]) -> str | None:
     return node.name.lower()
 
 
-def _equality(node: exp.Expression, names: set[str]) -> tuple[str, Value] | None:
+def _equality(node: exp.Expr, names: set[str]) -> tuple[str, Value] | None:
     if not isinstance(node, exp.EQ):
         return None
     for col_side, val_side in ((node.left, node.right), (node.right, node.left)):
@@ -67,7 +67,7 @@ def _equality(node: exp.Expression, names: set[str]) -> tuple[str, Value] | None
 
 
 def constraints(
-    where: exp.Expression | None, names: set[str]
+    where: exp.Expr | None, names: set[str]
 ) -> tuple[dict[str, Value], dict[str, tuple[Value, ...]]]:
     """Equalities and IN lists on columns of the table named by ``names``.
 
@@ -100,11 +100,11 @@ def constraints(
 
 
 def _or_of_equalities(
-    node: exp.Expression, names: set[str]
+    node: exp.Expr, names: set[str]
 ) -> tuple[str, tuple[Value, ...]] | None:
-    terms: list[exp.Expression] = []
+    terms: list[exp.Expr] = []
 
-    def walk(n: exp.Expression) -> None:
+    def walk(n: exp.Expr) -> None:
         while isinstance(n, exp.Paren):
             n = n.this
         if isinstance(n, exp.Or):
@@ -125,7 +125,7 @@ def _or_of_equalities(
     return (col, tuple(values)) if col is not None else None
 
 
-def choose(table: Table, where: exp.Expression | None, names: set[str]) -> RouteChoice:
+def choose(table: Table, where: exp.Expr | None, names: set[str]) -> RouteChoice:
     """The best route for a statement on ``table`` given its WHERE clause."""
     eqs, ins = constraints(where, names)
     best: RouteChoice = RouteChoice(Opcode.SCATTER)

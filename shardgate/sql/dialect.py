@@ -40,11 +40,7 @@ def strip_qualifiers(tree: exp.Expression) -> exp.Expression:
     """Drop ``keyspace.`` from table references (shards hold tables unqualified)."""
 
     def fix(node: exp.Expression) -> exp.Expression:
-        if isinstance(node, exp.Table) and node.args.get("db") is not None:
-            node = node.copy()
-            node.set("db", None)
-            node.set("catalog", None)
-        elif isinstance(node, exp.Column) and node.args.get("db") is not None:
+        if isinstance(node, exp.Table | exp.Column) and node.args.get("db") is not None:
             node = node.copy()
             node.set("db", None)
             node.set("catalog", None)

@@ -44,6 +44,7 @@ def parse(sql: str) -> exp.Expression:
             "(use execute_batch for several)"
         )
     stmt = statements[0]
+    assert isinstance(stmt, exp.Expression)
     if isinstance(stmt, exp.Command):
         # sqlglot falls back to Command for statements it does not model.
         raise SyntaxError_(f"unsupported or malformed statement: {sql.strip()[:80]!r}")

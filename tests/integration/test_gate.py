@@ -249,3 +249,26 @@ async def test_concurrent_sessions(cluster: Cluster) -> None:
     await asyncio.gather(*(worker(w) for w in range(4)))
     r = await g.execute(g.session(), "SELECT order_id FROM corder")
     assert len(r.rows) == 4 * 20
+
+
+async def test_same_text_is_parsed_once(cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    import shardgate.gate.gate as gate_module
+
+    calls: list[str] = []
+    real_parse = gate_module.parse
+
+    def counting_parse(sql: str) -> Any:
+        calls.append(sql)
+        return real_parse(sql)
+
+    monkeypatch.setattr(gate_module, "parse", counting_parse)
+    g = cluster.gate
+    s = g.session()
+    sql = "SELECT customer_id FROM customer WHERE customer_id = :id"
+    for i in range(50):
+        await g.execute(s, sql, {"id": i})
+    other = g.session()  # another session with the same default keyspace shares the plan
+    await g.execute(other, sql, {"id": 1})
+    assert calls.count(sql) == 1
+    await g.execute(g.session("lookup"), "SELECT 1")
+    assert len(calls) == 2

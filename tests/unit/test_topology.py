@@ -49,7 +49,8 @@ def test_cluster_file_round_trip_and_relative_paths(tmp_path: Path) -> None:
          "default_keyspace"),
         ({"keyspaces": {"k": {"shards": {"-80": "a", "80-": "b"}, "vschema": {}}}},
          "unsharded keyspace has exactly one shard"),
-        ({"keyspaces": {"k": {"shards": {"zz": "a"}}}}, "cluster.keyspaces.k.shards: bad shard name"),
+        ({"keyspaces": {"k": {"shards": {"zz": "a"}}}},
+         "cluster.keyspaces.k.shards: bad shard name"),
     ],
 )
 def test_bad_topologies(doc: dict[str, object], words: str) -> None:

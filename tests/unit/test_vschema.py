@@ -60,7 +60,8 @@ def test_vitess_shape_is_accepted_unchanged() -> None:
     [
         ({"sharded": "yes"}, "ks.sharded", "true or false"),
         ({"sharded": True, "tablez": {}}, "ks", "unknown field"),
-        ({"sharded": True, "vindexes": {"v": {"type": "nope"}}}, "ks.vindexes.v.type", "known types"),
+        ({"sharded": True, "vindexes": {"v": {"type": "nope"}}}, "ks.vindexes.v.type",
+         "known types"),
         ({"sharded": True, "vindexes": {"v": {"type": "hash", "params": {"x": 1}}}},
          "ks.vindexes.v.params.x", "string"),
         ({"sharded": True, "vindexes": {"v": {"type": "lookup", "params": {}}}},

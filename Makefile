@@ -1,0 +1,40 @@
+# The two commands of the README, and the helpers CI uses.
+#   make up    install into .venv and run `shardgate up` on the embedded default (SQLite)
+#   make test  install into .venv, configure the local servers, run the whole test suite
+
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+
+.PHONY: up test install servers lint bench-smoke bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+up: $(STAMP)
+	$(BIN)/shardgate up
+
+servers:
+	bash scripts/setup-servers.sh
+
+test: $(STAMP) servers
+	PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/pytest
+
+lint: $(STAMP)
+	$(BIN)/ruff check shardgate tests bench
+	$(BIN)/mypy
+
+bench-smoke: $(STAMP) servers
+	$(BIN)/python bench/gate_point_select.py --smoke
+
+bench: $(STAMP) servers
+	$(BIN)/python bench/gate_point_select.py
+
+clean:
+	rm -rf $(VENV) shardgate-data .pytest_cache .mypy_cache .ruff_cache
