@@ -121,3 +121,28 @@ class VSchemaError(InvalidArgument):
         self.path = path
         self.problem = problem
         super().__init__(f"vschema {path}: {problem}")
+
+
+_CLASS_BY_CODE: dict[Code, type[ShardgateError]] = {
+    Code.INVALID_ARGUMENT: InvalidArgument,
+    Code.UNIMPLEMENTED: Unsupported,
+    Code.NOT_FOUND: NotFound,
+    Code.ALREADY_EXISTS: AlreadyExists,
+    Code.FAILED_PRECONDITION: FailedPrecondition,
+    Code.ABORTED: Aborted,
+    Code.UNAVAILABLE: Unavailable,
+    Code.RESOURCE_EXHAUSTED: ResourceExhausted,
+    Code.INTERNAL: Internal,
+}
+
+
+def error_for_code(code: Code, message: str) -> ShardgateError:
+    """The error of the subclass that owns ``code``, e.g. to re-raise a remote error.
+
+    Codes without a subclass of their own give a plain :class:`ShardgateError`
+    carrying ``code``.
+    """
+    cls = _CLASS_BY_CODE.get(code)
+    if cls is None:
+        return ShardgateError(message, code=code)
+    return cls(message)

@@ -132,19 +132,24 @@ class Gate:
     ) -> Result:
         """Run one statement in ``session``."""
         bv = bind_vars or {}
+        if session.in_transaction and not session.implicit:
+            try:
+                planned = self.plan(sql, session.keyspace)
+                if isinstance(planned, str):
+                    return await self._control(session, planned)
+                return await planned.instructions.execute(_SessionCursor(self, session), bv)
+            except ShardgateError as exc:
+                if session.in_transaction:
+                    await self.rollback(session)
+                    raise _with_note(exc, "the transaction was rolled back") from exc
+                raise
         planned = self.plan(sql, session.keyspace)
         if isinstance(planned, str):
             return await self._control(session, planned)
         prim = planned.instructions
         cursor = _SessionCursor(self, session)
-        if session.in_transaction:
-            try:
-                return await prim.execute(cursor, bv)
-            except ShardgateError as exc:
-                if session.implicit:
-                    raise
-                await self.rollback(session)
-                raise _with_note(exc, "the transaction was rolled back") from exc
+        if session.in_transaction:  # an implicit transaction: its owner handles errors
+            return await prim.execute(cursor, bv)
         if _needs_implicit_tx(prim):
             session.in_transaction = session.implicit = True
             try:

@@ -169,6 +169,19 @@ async def test_transactions(cluster: Cluster) -> None:
     placed = await shard_rows(cluster, "commerce", "SELECT order_id FROM corder")
     assert sorted(r for rows in placed.values() for r in rows) == [(1,), (2,)]
 
+    # So does a statement the gate cannot even parse or plan.
+    for bad in ("SELEC oops", "SELECT * FROM nosuch"):
+        await g.execute(s, "BEGIN")
+        await g.execute(s, "INSERT INTO corder (order_id, customer_id, price) VALUES (4, 1, 1)")
+        with pytest.raises(ShardgateError) as err:
+            await g.execute(s, bad)
+        assert "rolled back" in err.value.message
+        assert not s.in_transaction
+        await g.execute(s, "BEGIN")  # must not commit the insert above
+        await g.execute(s, "COMMIT")
+        placed = await shard_rows(cluster, "commerce", "SELECT order_id FROM corder")
+        assert sorted(r for rows in placed.values() for r in rows) == [(1,), (2,)]
+
     # A unique lookup duplicate aborts a multi-row insert: no owner row, no lookup row.
     await g.execute(s, "INSERT INTO customer (customer_id, email) VALUES (1, 'dup@x')")
     with pytest.raises(ShardgateError) as err:

@@ -111,11 +111,11 @@ def test_bind_vars_round_trip_and_name_the_bad_one() -> None:
     st.integers(0, 2**63 - 1),
     st.none() | st.integers(-(2**63), 2**63 - 1),
 )
-def test_result_round_trip(rows: list[tuple[Any, ...]], affected: int, insert_id: int | None) -> None:
+def test_result_round_trip(
+    rows: list[tuple[Any, ...]], affected: int, insert_id: int | None
+) -> None:
     result = Result(fields=["a", "b", "c"], rows=rows, rows_affected=affected, insert_id=insert_id)
-    unary = pb.ExecuteResponse.FromString(
-        convert.execute_response(7, result).SerializeToString()
-    )
+    unary = pb.ExecuteResponse.FromString(convert.execute_response(7, result).SerializeToString())
     assert unary.session_id == 7
     assert convert.to_result(unary) == result
     chunk = pb.StreamExecuteResponse.FromString(

@@ -1,0 +1,154 @@
+"""The asyncio gRPC client of the gate (the counterpart of Vitess's ``vtgateconn``).
+
+One :class:`GateClient` is one gate session: it sends ``session_id = 0`` first
+and then the id each response returns, so ``BEGIN`` / ``USE`` carry over from
+one call to the next. Errors from the server come back as the
+:class:`~shardgate.errors.ShardgateError` subclass of their code (see
+:func:`~shardgate.errors.error_for_code`); a server that cannot be reached is
+:class:`~shardgate.errors.Unavailable`.
+
+Create and use a client on one event loop (gRPC channels belong to the loop
+they were created on)::
+
+    async with GateClient("grpc://127.0.0.1:15991") as gc:
+        result = await gc.execute("select * from customer where customer_id = :id", {"id": 1})
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncGenerator, Mapping
+from types import TracebackType
+from typing import Any
+
+import grpc
+
+from shardgate.api import convert
+from shardgate.api import shardgate_pb2 as pb
+from shardgate.api import shardgate_pb2_grpc as pb_grpc
+from shardgate.api.server import GRPC_OPTIONS
+from shardgate.errors import Code, InvalidArgument, ShardgateError, error_for_code
+from shardgate.result import Result
+
+#: Seconds CloseSession may take when the client closes.
+CLOSE_TIMEOUT_S = 5.0
+
+_SCHEME = "grpc://"
+
+
+def parse_target(target: str) -> str:
+    """``grpc://host:port`` or ``host:port`` as the ``host:port`` gRPC dials."""
+    address = target[len(_SCHEME) :] if target.startswith(_SCHEME) else target
+    if "://" in address or ":" not in address:
+        raise InvalidArgument(
+            f"bad gate target {target!r}: expected grpc://host:port, e.g. grpc://127.0.0.1:15991"
+        )
+    return address.rstrip("/")
+
+
+def error_from_rpc(exc: grpc.aio.AioRpcError) -> ShardgateError:
+    """The shardgate error a failed RPC reports (gRPC codes map by name)."""
+    status: grpc.StatusCode = exc.code()
+    try:
+        code = Code(status.name)
+    except ValueError:
+        code = Code.UNKNOWN
+    details: str = exc.details() or status.name
+    return error_for_code(code, details)
+
+
+class GateClient:
+    """A gate session over gRPC.
+
+    ``keyspace`` is the session's default keyspace (None: the topology's
+    default); ``timeout`` is the deadline of each call in seconds (None: no
+    deadline). Close the client (or use ``async with``) to end the session and
+    the channel.
+    """
+
+    def __init__(
+        self, target: str, *, keyspace: str | None = None, timeout: float | None = None
+    ) -> None:
+        self.target = target
+        self.keyspace = keyspace
+        self.timeout = timeout
+        #: The server's id of this session; 0 until the first call returns.
+        self.session_id = 0
+        self._channel = grpc.aio.insecure_channel(parse_target(target), options=GRPC_OPTIONS)
+        self._stub = pb_grpc.GateStub(self._channel)  # type: ignore[no-untyped-call]
+
+    async def __aenter__(self) -> GateClient:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def execute(self, sql: str, bind_vars: Mapping[str, Any] | None = None) -> Result:
+        """Run one statement in this session and return its whole result."""
+        request = pb.ExecuteRequest(
+            session_id=self.session_id,
+            keyspace=self.keyspace,
+            sql=sql,
+            bind_vars=convert.to_bind_vars(bind_vars),
+        )
+        try:
+            response: pb.ExecuteResponse = await self._stub.Execute(request, timeout=self.timeout)
+        except grpc.aio.AioRpcError as exc:
+            raise error_from_rpc(exc) from None
+        self.session_id = response.session_id
+        return convert.to_result(response)
+
+    async def stream_execute(
+        self, sql: str, bind_vars: Mapping[str, Any] | None = None
+    ) -> AsyncGenerator[Result, None]:
+        """Run one statement and yield its result in chunks (the first has the fields).
+
+        Leaving the loop early cancels the call (``aclose()`` it to do so at once).
+        """
+        request = pb.StreamExecuteRequest(
+            session_id=self.session_id,
+            keyspace=self.keyspace,
+            sql=sql,
+            bind_vars=convert.to_bind_vars(bind_vars),
+        )
+        call = self._stub.StreamExecute(request, timeout=self.timeout)
+        try:
+            async for response in call:
+                self.session_id = response.session_id
+                yield convert.to_result(response)
+        except grpc.aio.AioRpcError as exc:
+            raise error_from_rpc(exc) from None
+        finally:
+            call.cancel()  # no-op once the stream is done; stops the server if abandoned
+
+    async def explain(self, sql: str) -> dict[str, Any]:
+        """The plan of ``sql`` in this session's keyspace, as JSON data."""
+        request = pb.ExplainPlanRequest(session_id=self.session_id, keyspace=self.keyspace, sql=sql)
+        try:
+            response: pb.ExplainPlanResponse = await self._stub.ExplainPlan(
+                request, timeout=self.timeout
+            )
+        except grpc.aio.AioRpcError as exc:
+            raise error_from_rpc(exc) from None
+        plan: dict[str, Any] = json.loads(response.plan_json)
+        return plan
+
+    async def close(self) -> None:
+        """End the session (rolling back an open transaction) and close the channel.
+
+        Best effort towards the server: a server that is gone has no session left.
+        """
+        try:
+            if self.session_id:
+                request = pb.CloseSessionRequest(session_id=self.session_id)
+                await self._stub.CloseSession(request, timeout=CLOSE_TIMEOUT_S)
+        except grpc.aio.AioRpcError:
+            pass
+        finally:
+            self.session_id = 0
+            await self._channel.close()

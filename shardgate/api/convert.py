@@ -1,0 +1,145 @@
+"""Conversions between Python values / :class:`Result` and the protobuf messages.
+
+Python → :class:`~shardgate.api.shardgate_pb2.Value`:
+
+=====================================  ==================================
+``None``                               ``null_value``
+``bool``                               ``bool_value`` (checked before int)
+``int`` in [-2^63, 2^63)               ``int64_value``
+``int`` in [2^63, 2^64)                ``uint64_value``
+``float``                              ``double_value``
+``str``                                ``string_value``
+``bytes`` / ``bytearray`` / memoryview ``bytes_value``
+``Decimal``                            ``string_value`` (exact text)
+``date`` / ``time`` / ``datetime``     ``string_value`` (ISO 8601)
+``UUID``                               ``string_value``
+=====================================  ==================================
+
+The reverse is exact for every case but the ones travelling as strings: those
+arrive as ``str``. Anything else is an :class:`~shardgate.errors.InvalidArgument`
+naming the type.
+"""
+
+from __future__ import annotations
+
+import datetime
+import decimal
+import uuid
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from shardgate.api import shardgate_pb2 as pb
+from shardgate.errors import InvalidArgument
+from shardgate.result import Result
+
+_INT64_MIN = -(2**63)
+_INT64_END = 2**63
+_UINT64_END = 2**64
+
+
+def to_value(v: Any) -> pb.Value:
+    """The protobuf Value of a Python value (see the module table)."""
+    match v:
+        case None:
+            return pb.Value(null_value=pb.Value.Null())
+        case bool():
+            return pb.Value(bool_value=v)
+        case int():
+            if _INT64_MIN <= v < _INT64_END:
+                return pb.Value(int64_value=v)
+            if _INT64_END <= v < _UINT64_END:
+                return pb.Value(uint64_value=v)
+            raise InvalidArgument(
+                f"integer {v} does not fit in 64 bits: send it as a string or Decimal"
+            )
+        case float():
+            return pb.Value(double_value=v)
+        case str():
+            return pb.Value(string_value=v)
+        case bytes() | bytearray() | memoryview():
+            return pb.Value(bytes_value=bytes(v))
+        case decimal.Decimal():
+            return pb.Value(string_value=str(v))
+        case datetime.date() | datetime.time():  # datetime is a date
+            return pb.Value(string_value=v.isoformat())
+        case uuid.UUID():
+            return pb.Value(string_value=str(v))
+    raise InvalidArgument(
+        f"cannot send a value of type {type(v).__name__}: use None, bool, int, float, "
+        "str, bytes, Decimal, date, time, datetime or UUID"
+    )
+
+
+def from_value(value: pb.Value) -> Any:
+    """The Python value of a protobuf Value (an unset Value is NULL)."""
+    match value.WhichOneof("kind"):
+        case None | "null_value":
+            return None
+        case "int64_value":
+            return value.int64_value
+        case "uint64_value":
+            return value.uint64_value
+        case "double_value":
+            return value.double_value
+        case "string_value":
+            return value.string_value
+        case "bytes_value":
+            return value.bytes_value
+        case "bool_value":
+            return value.bool_value
+    raise InvalidArgument(f"unknown Value case {value.WhichOneof('kind')!r}")
+
+
+def to_bind_vars(bind_vars: Mapping[str, Any] | None) -> dict[str, pb.Value]:
+    """Bind variables as the request's ``bind_vars`` map."""
+    if not bind_vars:
+        return {}
+    out: dict[str, pb.Value] = {}
+    for name, v in bind_vars.items():
+        try:
+            out[name] = to_value(v)
+        except InvalidArgument as exc:
+            raise InvalidArgument(f"bind variable {name!r}: {exc.message}") from exc
+    return out
+
+
+def from_bind_vars(bind_vars: Mapping[str, pb.Value]) -> dict[str, Any]:
+    """The request's ``bind_vars`` map as Python values."""
+    return {name: from_value(v) for name, v in bind_vars.items()}
+
+
+def to_rows(rows: Iterable[Iterable[Any]]) -> list[pb.Row]:
+    """Result rows as protobuf Rows."""
+    return [pb.Row(values=[to_value(v) for v in row]) for row in rows]
+
+
+def execute_response(session_id: int, result: Result) -> pb.ExecuteResponse:
+    """The ExecuteResponse carrying ``result``."""
+    return pb.ExecuteResponse(
+        session_id=session_id,
+        fields=[pb.Field(name=f) for f in result.fields],
+        rows=to_rows(result.rows),
+        rows_affected=result.rows_affected,
+        insert_id=result.insert_id,
+    )
+
+
+def stream_response(session_id: int, chunk: Result) -> pb.StreamExecuteResponse:
+    """The StreamExecuteResponse carrying one chunk of a streamed result."""
+    return pb.StreamExecuteResponse(
+        session_id=session_id,
+        fields=[pb.Field(name=f) for f in chunk.fields],
+        rows=to_rows(chunk.rows),
+        rows_affected=chunk.rows_affected,
+        insert_id=chunk.insert_id,
+    )
+
+
+def to_result(response: pb.ExecuteResponse | pb.StreamExecuteResponse) -> Result:
+    """The :class:`Result` an Execute or StreamExecute response carries."""
+    return Result(
+        fields=[f.name for f in response.fields],
+        rows=[tuple(from_value(v) for v in row.values) for row in response.rows],
+        rows_affected=response.rows_affected,
+        insert_id=response.insert_id if response.HasField("insert_id") else None,
+    )

@@ -1,0 +1,171 @@
+"""The gate's gRPC service (``grpc.aio``): transport only.
+
+Every RPC unpacks its request, calls the matching :class:`~shardgate.gate.Gate`
+method and packs the answer; there is no SQL logic here. What this module
+owns is the session table and the error mapping:
+
+* **Sessions.** The servicer keeps the gate's :class:`~shardgate.gate.Session`
+  objects by id. ``session_id == 0`` creates one (in the request's keyspace or
+  the topology's default); an unknown id is ``NOT_FOUND`` ("session expired,
+  start a new one"), never silently a fresh session, since that would lose
+  the client's open transaction without telling it. Calls on one session run
+  one at a time (a per-session lock), as the gate's sessions require.
+  ``CloseSession`` rolls back the session's open transaction and forgets it.
+* **Errors.** A :class:`~shardgate.errors.ShardgateError` becomes the gRPC status
+  of the same name, its message the status details. Anything else is a bug:
+  it is logged with its traceback and sent as ``INTERNAL``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import AsyncGenerator, AsyncIterator
+from dataclasses import dataclass, field
+
+import grpc
+
+from shardgate.api import convert
+from shardgate.api import shardgate_pb2 as pb
+from shardgate.api import shardgate_pb2_grpc as pb_grpc
+from shardgate.errors import Code, NotFound, ShardgateError, Unavailable
+from shardgate.gate import Gate, Session
+
+log = logging.getLogger(__name__)
+
+#: Largest message either side accepts (results are sent whole by Execute).
+MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+
+GRPC_OPTIONS = [
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+]
+
+#: shardgate code -> gRPC status code; the names are the same by design.
+STATUS_BY_CODE: dict[Code, grpc.StatusCode] = {c: grpc.StatusCode[c.value] for c in Code}
+
+
+def status_of(exc: Exception) -> tuple[grpc.StatusCode, str]:
+    """The gRPC status code and details that report ``exc`` to the client."""
+    if isinstance(exc, ShardgateError):
+        return STATUS_BY_CODE[exc.code], exc.message
+    log.exception("unexpected error in the gate service")
+    return grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}: {exc}"
+
+
+@dataclass
+class _Entry:
+    session: Session
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+
+class GateServicer(pb_grpc.GateServicer):
+    """The ``shardgate.v1.Gate`` service over one :class:`Gate`."""
+
+    def __init__(self, gate: Gate) -> None:
+        self.gate = gate
+        self.sessions: dict[int, _Entry] = {}
+
+    def _entry(self, session_id: int, keyspace: str | None) -> _Entry:
+        if session_id == 0:
+            session = self.gate.session(keyspace)
+            entry = self.sessions[session.id] = _Entry(session)
+            return entry
+        found = self.sessions.get(session_id)
+        if found is None:
+            raise NotFound(f"session {session_id} expired, start a new one (send session_id 0)")
+        return found
+
+    async def Execute(
+        self, request: pb.ExecuteRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ExecuteResponse:
+        """Run one statement in the request's session."""
+        try:
+            entry = self._entry(request.session_id, _keyspace(request))
+            bind_vars = convert.from_bind_vars(request.bind_vars)
+            async with entry.lock:
+                result = await self.gate.execute(entry.session, request.sql, bind_vars)
+            return convert.execute_response(entry.session.id, result)
+        except Exception as exc:
+            _fail(context, exc)
+            return pb.ExecuteResponse()
+
+    async def StreamExecute(
+        self, request: pb.StreamExecuteRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.StreamExecuteResponse]:
+        """Run one statement and stream its result chunks."""
+        try:
+            entry = self._entry(request.session_id, _keyspace(request))
+            bind_vars = convert.from_bind_vars(request.bind_vars)
+            async with entry.lock:
+                chunks = self.gate.stream_execute(entry.session, request.sql, bind_vars)
+                try:
+                    async for chunk in chunks:
+                        yield convert.stream_response(entry.session.id, chunk)
+                finally:
+                    if isinstance(chunks, AsyncGenerator):
+                        await chunks.aclose()
+        except Exception as exc:
+            _fail(context, exc)
+
+    async def ExplainPlan(
+        self, request: pb.ExplainPlanRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ExplainPlanResponse:
+        """The plan of a statement as JSON, in the session's (or given) keyspace."""
+        try:
+            if request.session_id:
+                keyspace = self._entry(request.session_id, None).session.keyspace
+            else:
+                keyspace = self.gate.session(_keyspace(request)).keyspace
+            plan = self.gate.explain(request.sql, keyspace)
+            return pb.ExplainPlanResponse(plan_json=json.dumps(plan, default=str))
+        except Exception as exc:
+            _fail(context, exc)
+            return pb.ExplainPlanResponse()
+
+    async def CloseSession(
+        self, request: pb.CloseSessionRequest, context: grpc.aio.ServicerContext
+    ) -> pb.CloseSessionResponse:
+        """Roll back the session's open transaction and forget it."""
+        try:
+            entry = self.sessions.pop(request.session_id, None)
+            if entry is not None:
+                async with entry.lock:
+                    if entry.session.in_transaction:
+                        await self.gate.rollback(entry.session)
+            return pb.CloseSessionResponse()
+        except Exception as exc:
+            _fail(context, exc)
+            return pb.CloseSessionResponse()
+
+
+def _keyspace(
+    request: pb.ExecuteRequest | pb.StreamExecuteRequest | pb.ExplainPlanRequest,
+) -> str | None:
+    return request.keyspace if request.HasField("keyspace") else None
+
+
+def _fail(context: grpc.aio.ServicerContext, exc: Exception) -> None:
+    code, details = status_of(exc)
+    context.set_code(code)
+    context.set_details(details)
+
+
+async def serve(gate: Gate, host: str = "127.0.0.1", port: int = 0) -> tuple[grpc.aio.Server, int]:
+    """Start serving ``gate`` on ``host:port`` (0: a free port); return the server and port.
+
+    The caller owns both: ``await server.stop(grace)`` then ``await gate.close()``.
+    """
+    # No SO_REUSEPORT: a second gate on a busy port must fail, not share the port.
+    server = grpc.aio.server(options=[*GRPC_OPTIONS, ("grpc.so_reuseport", 0)])
+    pb_grpc.add_GateServicer_to_server(GateServicer(gate), server)  # type: ignore[no-untyped-call]
+    address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    try:
+        bound = server.add_insecure_port(address)
+    except RuntimeError as exc:
+        raise Unavailable(f"cannot listen on {address}: {exc}; is the port in use?") from exc
+    if bound == 0:
+        raise Unavailable(f"cannot listen on {address}; is the port in use?")
+    await server.start()
+    return server, bound

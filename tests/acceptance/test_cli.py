@@ -1,0 +1,225 @@
+"""The real ``shardgate`` command, run as a subprocess on an embedded cluster in tmp_path."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+COMMAND_TIMEOUT_S = 60
+START_TIMEOUT_S = 30
+STOP_TIMEOUT_S = 20
+
+
+def cli_env() -> dict[str, str]:
+    """The environment for the command: this checkout first on the import path."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
+    return env
+
+
+def shardgate(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "shardgate.cli", *args],
+        cwd=cwd,
+        env=cli_env(),
+        capture_output=True,
+        text=True,
+        timeout=COMMAND_TIMEOUT_S,
+    )
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def wait_for_port(proc: subprocess.Popen[str], port: int) -> None:
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            out, err = proc.communicate()
+            pytest.fail(f"shardgate up exited with {proc.returncode}:\n{out}\n{err}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                return
+        except OSError:
+            time.sleep(0.1)
+    pytest.fail(f"shardgate up did not listen on port {port} within {START_TIMEOUT_S}s")
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], str]]:
+    """``shardgate up`` in the background on a free port; killed if the test leaves it running."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "shardgate.cli",
+            "up",
+            "--data-dir",
+            str(tmp_path / "data"),
+            "--port",
+            str(port),
+        ],
+        cwd=tmp_path,
+        env=cli_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wait_for_port(proc, port)
+        yield proc, f"grpc://127.0.0.1:{port}"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate(timeout=STOP_TIMEOUT_S)
+
+
+def test_up_check_is_idempotent(tmp_path: Path) -> None:
+    for run in (1, 2):
+        done = shardgate("up", "--check", "--data-dir", "data", cwd=tmp_path)
+        assert done.returncode == 0, f"run {run}: {done.stdout}\n{done.stderr}"
+        assert "check passed" in done.stdout
+        assert "1 row\n" in done.stdout
+        assert "customer_id" in done.stdout
+    assert (tmp_path / "data" / "cluster.yaml").exists()
+    listed = shardgate("sql", "--data-dir", "data", "SELECT email FROM customer", cwd=tmp_path)
+    assert listed.returncode == 0, listed.stderr
+    assert listed.stdout.strip().endswith("2 rows")
+
+
+def test_up_serves_sql_until_sigterm(
+    server: tuple[subprocess.Popen[str], str], tmp_path: Path
+) -> None:
+    proc, target = server
+    inserted = shardgate(
+        "sql",
+        "--target",
+        target,
+        "INSERT INTO customer (email, name) VALUES ('cli@example.com', 'From the CLI')",
+        cwd=tmp_path,
+    )
+    assert inserted.returncode == 0, inserted.stderr
+    assert inserted.stdout.strip() == "OK, 1 row affected, insert id 1"
+
+    selected = shardgate(
+        "sql", "--target", target, "SELECT customer_id, email, name FROM customer", cwd=tmp_path
+    )
+    assert selected.returncode == 0, selected.stderr
+    lines = selected.stdout.strip().splitlines()
+    assert lines[0].split(" | ") == ["customer_id", "email          ", "name"]
+    assert lines[2].split(" | ") == ["1          ", "cli@example.com", "From the CLI"]
+    assert lines[-1] == "1 row"
+
+    plan = shardgate(
+        "sql",
+        "--target",
+        target,
+        "--explain",
+        "SELECT * FROM customer WHERE customer_id = 1",
+        cwd=tmp_path,
+    )
+    assert plan.returncode == 0, plan.stderr
+    assert '"Variant": "EqualUnique"' in plan.stdout
+
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=STOP_TIMEOUT_S)
+    assert proc.returncode == 0, err
+    assert f"listening on {target}" in out
+    assert "stopped" in out
+
+
+def test_sql_errors_exit_1_with_the_code(
+    server: tuple[subprocess.Popen[str], str], tmp_path: Path
+) -> None:
+    _, target = server
+    bad = shardgate("sql", "--target", target, "SELECT * FROM customer WHERE", cwd=tmp_path)
+    assert bad.returncode == 1
+    assert bad.stderr.startswith("error INVALID_ARGUMENT: ")
+    missing = shardgate("sql", "--target", target, "SELECT * FROM nope", cwd=tmp_path)
+    assert missing.returncode == 1
+    assert missing.stderr.startswith("error NOT_FOUND: ")
+
+
+def test_sql_against_nothing_is_unavailable(tmp_path: Path) -> None:
+    done = shardgate("sql", "--target", f"grpc://127.0.0.1:{free_port()}", "SELECT 1", cwd=tmp_path)
+    assert done.returncode == 1
+    assert done.stderr.startswith("error UNAVAILABLE: ")
+
+
+def test_usage_errors_exit_2(tmp_path: Path) -> None:
+    assert shardgate("sql", cwd=tmp_path).returncode == 2
+    assert shardgate("frobnicate", cwd=tmp_path).returncode == 2
+
+
+def test_schema_apply_and_vschema_show(tmp_path: Path) -> None:
+    assert shardgate("up", "--check", "--data-dir", "data", cwd=tmp_path).returncode == 0
+    ddl = tmp_path / "extra.sql"
+    ddl.write_text(
+        "-- two statements; the ';' inside the string and comment must not split\n"
+        "CREATE TABLE IF NOT EXISTS note (id BIGINT PRIMARY KEY, body VARCHAR(64) "
+        "DEFAULT 'a;b');  -- trailing; comment\n"
+        "CREATE TABLE IF NOT EXISTS tag (id BIGINT PRIMARY KEY);\n"
+    )
+    applied = shardgate(
+        "schema",
+        "apply",
+        "--keyspace",
+        "commerce",
+        "--file",
+        str(ddl),
+        "--data-dir",
+        "data",
+        cwd=tmp_path,
+    )
+    assert applied.returncode == 0, applied.stderr
+    assert "applied 2 statement(s) to keyspace commerce" in applied.stdout
+    one = shardgate(
+        "schema",
+        "apply",
+        "--keyspace",
+        "lookup",
+        "--sql",
+        "CREATE TABLE IF NOT EXISTS audit (id BIGINT PRIMARY KEY)",
+        "--data-dir",
+        "data",
+        cwd=tmp_path,
+    )
+    assert one.returncode == 0, one.stderr
+
+    def tables(db: Path) -> set[str]:
+        with contextlib.closing(sqlite3.connect(db)) as conn:
+            return {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+
+    shard_files = sorted((tmp_path / "data").glob("commerce*.db"))
+    assert len(shard_files) == 4
+    for db in shard_files:  # on every shard of the keyspace
+        assert {"note", "tag"} <= tables(db), db
+        assert "audit" not in tables(db)
+    assert "audit" in tables(tmp_path / "data" / "lookup.db")
+    with contextlib.closing(sqlite3.connect(shard_files[0])) as conn:
+        sql = conn.execute("SELECT sql FROM sqlite_master WHERE name = 'note'").fetchone()[0]
+    assert "'a;b'" in sql
+
+    shown = shardgate("vschema", "show", "--data-dir", "data", cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    assert '"commerce"' in shown.stdout and '"customer_email_idx"' in shown.stdout
+
+    version = shardgate("--version", cwd=tmp_path)
+    assert version.returncode == 0
+    assert version.stdout.startswith("shardgate ")
