@@ -149,6 +149,8 @@ class OrderKey:
 
     column: str
     descending: bool = False
+    #: NULLs first in the output (MySQL: first when ascending, last when descending)
+    nulls_first: bool = True
 
 
 async def _vindex_map(
@@ -329,31 +331,40 @@ def _impossible(tree: exp.Expression) -> exp.Expression:
     return t
 
 
-def _compare(a: Any, b: Any) -> int:
-    if a is None or b is None:
-        return (a is not None) - (b is not None)  # NULLs first, as MySQL sorts them
+def compare_values(a: Any, b: Any) -> int:
+    """-1, 0 or 1 for two non-NULL values."""
     if a < b:
         return -1
     return 1 if a > b else 0
 
 
+def order_compare(a: Any, b: Any, descending: bool, nulls_first: bool) -> int:
+    """Compare two sort-key values; ``nulls_first`` places NULLs first in the output."""
+    if a is None or b is None:
+        if a is None and b is None:
+            return 0
+        return (-1 if a is None else 1) * (1 if nulls_first else -1)
+    c = compare_values(a, b)
+    return -c if descending else c
+
+
 def _sort_key(fields: Sequence[str], order: Sequence[OrderKey]) -> Any:
     lowered = [f.lower() for f in fields]
-    idx: list[tuple[int, bool]] = []
+    idx: list[tuple[int, OrderKey]] = []
     for k in order:
         try:
-            idx.append((lowered.index(k.column.lower()), k.descending))
+            idx.append((lowered.index(k.column.lower()), k))
         except ValueError:
             raise InvalidArgument(
                 f"ORDER BY {k.column} is not in the result columns {list(fields)}: "
-                "select it so the gate can merge the shards' results"
+                "select it so the gate can merge the shards' sorted results"
             ) from None
 
     def cmp(r1: Row, r2: Row) -> int:
-        for i, desc in idx:
-            c = _compare(r1[i], r2[i])
+        for i, k in idx:
+            c = order_compare(r1[i], r2[i], k.descending, k.nulls_first)
             if c:
-                return -c if desc else c
+                return c
         return 0
 
     return cmp_to_key(cmp)

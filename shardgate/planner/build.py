@@ -19,20 +19,18 @@ from shardgate.engine.primitives import (
     DDL,
     Insert,
     Opcode,
-    OrderKey,
     OwnedLookup,
     Primitive,
     Route,
     ShardQuery,
 )
-from shardgate.engine.values import BindVar, Value, from_expression
+from shardgate.engine.values import Value, from_expression
 from shardgate.errors import InvalidArgument, Unsupported
 from shardgate.planner.routing import RouteChoice, choose
+from shardgate.planner.select import RouteTarget, plan_multi_shard
 from shardgate.sql.dialect import strip_qualifiers
 from shardgate.vindexes import Lookup
 from shardgate.vschema import Table, VSchema
-
-UPPER_LIMIT_VAR = "__sg_upper_limit"
 
 
 @dataclass(frozen=True)
@@ -131,70 +129,10 @@ def _route(choice: RouteChoice, ks: str, tree: exp.Expression, table: str,
 
 def _multi_shard_select(
     stmt: exp.Select, choice: RouteChoice, ks: str, tree: exp.Expression, table: str
-) -> Route:
-    """A select that may reach several shards: merge ORDER BY, cut LIMIT at the gate."""
-    if stmt.args.get("group") or stmt.args.get("having") or stmt.args.get("distinct"):
-        raise Unsupported(
-            "GROUP BY, HAVING and DISTINCT across shards are not supported yet: add an "
-            "equality on the primary vindex column so the query targets one shard"
-        )
-    if any(e.find(exp.AggFunc) for e in stmt.expressions):
-        raise Unsupported(
-            "aggregate functions across shards are not supported yet: add an equality "
-            "on the primary vindex column so the query targets one shard"
-        )
-    if stmt.args.get("locks"):
-        raise Unsupported("SELECT ... FOR UPDATE across shards is not supported")
-    order = _order_keys(stmt)
-    limit: Value | None = None
-    offset: Value | None = None
-    upper: str | None = None
-    lim = stmt.args.get("limit")
-    if lim is not None:
-        limit = from_expression(lim.expression)
-        off = stmt.args.get("offset")
-        offset = from_expression(off.expression) if off is not None else None
-        if isinstance(limit, BindVar) and limit.name == UPPER_LIMIT_VAR:
-            raise InvalidArgument(f"bind variable :{UPPER_LIMIT_VAR} is reserved")
-        tree = tree.copy()
-        tree.set("limit", exp.Limit(expression=exp.Placeholder(this=UPPER_LIMIT_VAR)))
-        tree.set("offset", None)
-        upper = UPPER_LIMIT_VAR
-    return Route(choice.opcode, ks, True, ShardQuery(tree), table=table,
-                 vindex=choice.vindex, values=choice.values, order_by=order,
-                 limit=limit, offset=offset, upper_limit_var=upper)
-
-
-def _order_keys(stmt: exp.Select) -> tuple[OrderKey, ...]:
-    order = stmt.args.get("order")
-    if order is None:
-        return ()
-    star = any(isinstance(e, exp.Star) or (isinstance(e, exp.Column) and e.is_star)
-               for e in stmt.expressions)
-    selected: dict[str, str] = {}
-    for e in stmt.expressions:
-        if isinstance(e, exp.Alias):
-            selected[e.this.sql(dialect="mysql").lower()] = e.alias
-            selected[e.alias.lower()] = e.alias
-        elif isinstance(e, exp.Column):
-            selected[e.sql(dialect="mysql").lower()] = e.name
-            selected[e.name.lower()] = e.name
-    keys = []
-    for o in order.expressions:
-        node = o.this
-        text = node.sql(dialect="mysql").lower()
-        name = selected.get(text)
-        if name is None and isinstance(node, exp.Column):
-            name = selected.get(node.name.lower())
-            if name is None and star:
-                name = node.name
-        if name is None:
-            raise Unsupported(
-                f"ORDER BY {node.sql(dialect='mysql')} across shards needs that expression "
-                "in the select list, so the gate can merge the shards' sorted results"
-            )
-        keys.append(OrderKey(name, bool(o.args.get("desc"))))
-    return tuple(keys)
+) -> Primitive:
+    assert isinstance(tree, exp.Select)
+    target = RouteTarget(choice.opcode, ks, table, choice.vindex, choice.values)
+    return plan_multi_shard(stmt, tree, target)
 
 
 def _no_table_route(stmt: exp.Expression, vschema: VSchema, default_ks: str | None) -> Route:

@@ -1,0 +1,300 @@
+"""Planning SELECTs that may reach several shards.
+
+Two shapes:
+
+* **plain**: the shards run the query (with LIMIT n+offset), the gate merges
+  their sorted streams on ORDER BY and cuts LIMIT/OFFSET. ORDER BY terms
+  missing from the select list travel as hidden trailing columns, dropped at
+  the end.
+* **aggregating** (GROUP BY, aggregates, HAVING or DISTINCT): the shards run a
+  rewritten query returning one row per group with partial aggregates
+  (``SELECT g..., COUNT(*), SUM(x), ... GROUP BY g...``); the gate combines
+  them (:class:`~shardgate.engine.postprocess.Aggregate`), then applies
+  HAVING, ORDER BY, LIMIT/OFFSET and the select list.
+
+Anything the gate cannot compute exactly is refused (``UNIMPLEMENTED``):
+aggregates other than COUNT/SUM/MIN/MAX/AVG, DISTINCT aggregates over more
+than one expression, window functions, select-list expressions that mix raw
+columns with aggregates outside GROUP BY.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlglot import exp
+
+from shardgate.engine.evaluate import Evaluator, canonical, compile_expr
+from shardgate.engine.postprocess import (
+    AggOp,
+    Aggregate,
+    AggSpec,
+    Filter,
+    Limit,
+    MemorySort,
+    Projection,
+    SortKey,
+    slot,
+)
+from shardgate.engine.primitives import Opcode, OrderKey, Primitive, Route, ShardQuery
+from shardgate.engine.values import BindVar, Value, from_expression
+from shardgate.errors import InvalidArgument, Unsupported
+from shardgate.vindexes import Vindex
+
+UPPER_LIMIT_VAR = "__sg_upper_limit"
+_HIDDEN = "__sg_h{}"
+
+
+@dataclass(frozen=True)
+class RouteTarget:
+    """Where the route goes: what :func:`plan_multi_shard` wraps."""
+
+    opcode: Opcode
+    keyspace: str
+    table: str
+    vindex: Vindex | None
+    values: tuple[Value | tuple[Value, ...], ...]
+
+
+def needs_aggregation(stmt: exp.Select) -> bool:
+    return bool(
+        stmt.args.get("group")
+        or stmt.args.get("having")
+        or stmt.args.get("distinct")
+        or any(e.find(exp.AggFunc) for e in stmt.expressions)
+    )
+
+
+def plan_multi_shard(stmt: exp.Select, tree: exp.Select, target: RouteTarget) -> Primitive:
+    """Plan ``stmt`` (original) whose shard form is ``tree`` (qualifiers stripped)."""
+    if any(e.find(exp.Window) for e in stmt.expressions):
+        raise Unsupported("window functions across shards are not supported")
+    if stmt.args.get("locks"):
+        raise Unsupported("SELECT ... FOR UPDATE across shards is not supported")
+    if needs_aggregation(stmt):
+        return _aggregating(tree, target)
+    return _plain(tree, target)
+
+
+def _limits(tree: exp.Select) -> tuple[Value | None, Value | None]:
+    lim = tree.args.get("limit")
+    off = tree.args.get("offset")
+    limit = from_expression(lim.expression) if lim is not None else None
+    offset = from_expression(off.expression) if off is not None else None
+    for v in (limit, offset):
+        if isinstance(v, BindVar) and v.name.startswith("__sg_"):
+            raise InvalidArgument(f"bind variable :{v.name} is reserved")
+    return limit, offset
+
+
+def _is_star(e: exp.Expr) -> bool:
+    return isinstance(e, exp.Star) or (isinstance(e, exp.Column) and e.is_star)
+
+
+def _plain(tree: exp.Select, target: RouteTarget) -> Primitive:
+    tree = tree.copy()
+    names = _select_names(tree)
+    star = any(_is_star(e) for e in tree.expressions)
+    keys: list[OrderKey] = []
+    hidden = 0
+    order = tree.args.get("order")
+    for o in order.expressions if order is not None else []:
+        node = o.this
+        name = _find_selected(tree, node, star)
+        if name is None:
+            name = _HIDDEN.format(hidden)
+            hidden += 1
+            tree.append("expressions", exp.alias_(node.copy(), name))
+        keys.append(OrderKey(name, bool(o.args.get("desc")), bool(o.args.get("nulls_first"))))
+    limit, offset = _limits(tree)
+    upper = None
+    if limit is not None:
+        tree.set("limit", exp.Limit(expression=exp.Placeholder(this=UPPER_LIMIT_VAR)))
+        tree.set("offset", None)
+        upper = UPPER_LIMIT_VAR
+    route: Primitive = Route(
+        target.opcode, target.keyspace, True, ShardQuery(tree), table=target.table,
+        vindex=target.vindex, values=target.values, order_by=tuple(keys), limit=limit,
+        offset=offset, upper_limit_var=upper,
+    )
+    if hidden:
+        if star:
+            raise Unsupported(
+                "ORDER BY an expression that is not selected, together with SELECT *, "
+                "is not supported across shards: select the expression"
+            )
+        route = Projection(route, tuple(slot(i) for i in range(len(names))), tuple(names))
+    return route
+
+
+def _select_names(tree: exp.Select) -> list[str]:
+    out = []
+    for e in tree.expressions:
+        if isinstance(e, exp.Alias):
+            out.append(e.alias)
+        elif isinstance(e, exp.Column):
+            out.append(e.name)
+        else:
+            out.append(e.sql(dialect="mysql"))
+    return out
+
+
+def _find_selected(tree: exp.Select, node: exp.Expr, star: bool) -> str | None:
+    """The result column name under which ``node`` is selected, if it is."""
+    text = canonical(node)
+    for e in tree.expressions:
+        if isinstance(e, exp.Alias):
+            if canonical(e.this) == text or e.alias.lower() == text:
+                return e.alias
+        elif isinstance(e, exp.Column):
+            if canonical(e) == text or (isinstance(node, exp.Column) and e.name.lower()
+                                        == node.name.lower() and not node.table):
+                return e.name
+            if isinstance(node, exp.Column) and e.name.lower() == node.name.lower():
+                return e.name
+    if star and isinstance(node, exp.Column):
+        return node.name
+    if isinstance(node, exp.Literal) and node.is_int:
+        n = int(node.this)
+        names = _select_names(tree)
+        if 1 <= n <= len(names) and not star:
+            return names[n - 1]
+    return None
+
+
+_PARTIALS = (exp.Count, exp.Sum, exp.Min, exp.Max, exp.Avg)
+
+
+def _aggregating(tree: exp.Select, target: RouteTarget) -> Primitive:
+    if any(_is_star(e) for e in tree.expressions):
+        raise Unsupported("SELECT * with GROUP BY or aggregates across shards is not supported")
+    items = list(tree.expressions)
+    aliases = {e.alias.lower(): e.this for e in items if isinstance(e, exp.Alias)}
+
+    def unalias(node: exp.Expr) -> exp.Expr:
+        """Replace references to select aliases and ordinals by their expressions."""
+        if isinstance(node, exp.Column) and not node.table and node.name.lower() in aliases:
+            found: exp.Expr = aliases[node.name.lower()].copy()
+            return found
+        if isinstance(node, exp.Literal) and node.is_int:
+            n = int(node.this)
+            if 1 <= n <= len(items):
+                item = items[n - 1]
+                chosen: exp.Expr = (item.this if isinstance(item, exp.Alias) else item).copy()
+                return chosen
+        return node
+
+    group_node = tree.args.get("group")
+    groups: list[exp.Expr] = [unalias(g) for g in group_node.expressions] if group_node else []
+    if tree.args.get("distinct"):
+        if group_node is not None:
+            raise Unsupported("SELECT DISTINCT with GROUP BY across shards is not supported")
+        groups = [(e.this if isinstance(e, exp.Alias) else e).copy() for e in items]
+    having = tree.args.get("having")
+    having_expr = having.this.copy() if having is not None else None
+    order = tree.args.get("order")
+    order_items = list(order.expressions) if order is not None else []
+
+    # Every aggregate the gate must compute, from select list, HAVING and ORDER BY.
+    exprs: list[exp.Expr] = [(e.this if isinstance(e, exp.Alias) else e) for e in items]
+    if having_expr is not None:
+        having_expr = having_expr.transform(unalias)
+        exprs.append(having_expr)
+    order_exprs = [o.this.transform(unalias) if not isinstance(o.this, exp.Literal)
+                   else unalias(o.this) for o in order_items]
+    exprs.extend(order_exprs)
+    aggs: dict[str, exp.AggFunc] = {}
+    for e in exprs:
+        for a in e.find_all(exp.AggFunc):
+            if not isinstance(a, _PARTIALS):
+                raise Unsupported(
+                    f"aggregate {a.sql(dialect='mysql')} across shards is not supported: "
+                    "use COUNT, SUM, MIN, MAX or AVG"
+                )
+            aggs.setdefault(canonical(a), a)
+
+    distinct_args = {canonical(a.this.expressions[0]) if isinstance(a.this, exp.Distinct)
+                     else "" for a in aggs.values()} - {""}
+    if len(distinct_args) > 1:
+        raise Unsupported(
+            "DISTINCT aggregates over different expressions across shards are not supported"
+        )
+
+    # The shard query: group expressions, then partial aggregates.
+    shard_items: list[exp.Expr] = [g.copy() for g in groups]
+    specs: list[AggSpec] = []
+    distinct_col: int | None = None
+    distinct_expr: exp.Expr | None = None
+    for text, a in aggs.items():
+        inner = a.this
+        if isinstance(inner, exp.Distinct):
+            if not isinstance(a, exp.Count | exp.Sum):
+                raise Unsupported(f"{a.sql(dialect='mysql')} across shards is not supported")
+            if len(inner.expressions) != 1:
+                raise Unsupported("COUNT(DISTINCT a, b) across shards is not supported")
+            if distinct_col is None:
+                distinct_expr = inner.expressions[0].copy()
+                distinct_col = len(shard_items)
+                shard_items.append(distinct_expr.copy())
+            op = AggOp.COUNT_DISTINCT if isinstance(a, exp.Count) else AggOp.SUM_DISTINCT
+            specs.append(AggSpec(op, distinct_col, name=text))
+            continue
+        col = len(shard_items)
+        if isinstance(a, exp.Avg):
+            shard_items.append(exp.Sum(this=inner.copy()))
+            shard_items.append(exp.Count(this=inner.copy()))
+            specs.append(AggSpec(AggOp.AVG, col, col + 1, name=text))
+            continue
+        shard_items.append(a.copy())
+        op = {exp.Count: AggOp.COUNT, exp.Sum: AggOp.SUM, exp.Min: AggOp.MIN,
+              exp.Max: AggOp.MAX}[type(a)]
+        specs.append(AggSpec(op, col, name=text))
+
+    shard = tree.copy()
+    shard.set("expressions", shard_items)
+    shard.set("distinct", None)
+    shard.set("having", None)
+    shard.set("order", None)
+    shard.set("limit", None)
+    shard.set("offset", None)
+    shard_groups = [g.copy() for g in groups]
+    if distinct_expr is not None:
+        shard_groups.append(distinct_expr.copy())
+    shard.set("group", exp.Group(expressions=shard_groups) if shard_groups else None)
+    route = Route(target.opcode, target.keyspace, True, ShardQuery(shard), table=target.table,
+                  vindex=target.vindex, values=target.values)
+
+    agg = Aggregate(route, tuple(range(len(groups))), tuple(specs), scalar=not groups)
+    # Slots after aggregation: group values, then aggregate results.
+    slots: dict[str, int] = {canonical(g): i for i, g in enumerate(groups)}
+    for g in groups:
+        if isinstance(g, exp.Column):
+            slots.setdefault(g.name.lower(), slots[canonical(g)])
+    for j, text in enumerate(aggs):
+        slots[text] = len(groups) + j
+
+    def compile_(node: exp.Expr) -> Evaluator:
+        try:
+            return compile_expr(node, slots)
+        except Unsupported:
+            raise Unsupported(
+                f"{node.sql(dialect='mysql')!r} is neither grouped nor aggregated, "
+                "so it cannot be computed across shards: add it to GROUP BY"
+            ) from None
+
+    out: Primitive = agg
+    if having_expr is not None:
+        out = Filter(out, compile_(having_expr), having_expr.sql(dialect="mysql"))
+    if order_items:
+        keys = tuple(
+            SortKey(compile_(e), bool(o.args.get("desc")), bool(o.args.get("nulls_first")),
+                    e.sql(dialect="mysql"))
+            for o, e in zip(order_items, order_exprs, strict=True)
+        )
+        out = MemorySort(out, keys)
+    limit, offset = _limits(tree)
+    if limit is not None or offset is not None:
+        out = Limit(out, limit, offset)
+    columns = tuple(compile_(e.this if isinstance(e, exp.Alias) else e) for e in items)
+    return Projection(out, columns, tuple(_select_names(tree)),
+                      tuple(e.sql(dialect="mysql") for e in items))
