@@ -42,7 +42,10 @@ class Connection(ABC):
 
     @abstractmethod
     async def executemany(self, sql: str, seq_of_params: Sequence[Sequence[Any]]) -> int:
-        """Run one statement for many parameter rows; return rows affected."""
+        """Run one statement for many parameter rows; return rows affected.
+
+        Atomic: outside a transaction it runs inside one of its own.
+        """
 
     @abstractmethod
     def stream(
@@ -101,3 +104,33 @@ class Backend(ABC):
     @abstractmethod
     async def ping(self) -> None:
         """Raise ``Unavailable`` if the database cannot be reached."""
+
+    async def try_lease(self, name: str) -> LeaseHandle | None:
+        """Take the database-level exclusive lock ``name`` on a dedicated connection.
+
+        None if another session holds it. The lock lives as long as the
+        returned handle's connection (PostgreSQL advisory lock, MariaDB
+        ``GET_LOCK``) or the open lock file (SQLite), so a crashed holder
+        releases it. Backends without a lease primitive raise ``Unimplemented``.
+        """
+        from shardgate.errors import Unsupported
+
+        raise Unsupported(f"{type(self).__name__} has no lease primitive")
+
+
+class LeaseHandle(ABC):
+    """A held lease: its dedicated connection (not pooled) and how to check it.
+
+    Writes that must stop when the lease is lost run on ``conn``: if the
+    connection dies, the lock dies with it and so does the write.
+    """
+
+    conn: Connection
+
+    @abstractmethod
+    async def check(self) -> bool:
+        """True if the lock is still held (one round trip on ``conn``)."""
+
+    @abstractmethod
+    async def release(self) -> None:
+        """Release the lock and close the connection; never raises."""

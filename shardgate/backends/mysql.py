@@ -1,0 +1,385 @@
+"""MariaDB / MySQL shards through PyMySQL (pure Python, synchronous).
+
+Invariants:
+
+* **Thread affinity.** Each :class:`MySQLConnection` owns one PyMySQL
+  connection and one dedicated thread (:class:`Worker`); connect, every
+  statement, fetch and close run on that thread, one at a time, so the event
+  loop never blocks on the socket. The only thing read from the loop's thread
+  is the socket's readability, before an idle connection is lent.
+* **Transactions.** ``autocommit=1`` on every connection; ``begin()`` sends
+  ``START TRANSACTION``. ``in_transaction`` comes from the server's status
+  flags (``SERVER_STATUS_IN_TRANS``) carried by each OK packet, so it follows
+  implicit commits (DDL) and a caller's own ``BEGIN``.
+* **Encoding.** ``utf8mb4`` both ways; ``bytes`` parameters are sent as
+  ``_binary'...'`` literals and VARBINARY/BLOB columns come back as ``bytes``.
+* **Streaming.** ``stream`` uses an unbuffered ``SSCursor``: rows are read off
+  the socket ``batch_size`` at a time. While it is open the connection can do
+  nothing else (a MySQL protocol rule). An iterator abandoned early inside a
+  transaction drains the rest of the result; outside one the connection is
+  marked broken and closed by the pool instead, which is cheaper than reading
+  a large remainder.
+* ``rows_affected`` counts rows *matched* (``CLIENT_FOUND_ROWS``), like the
+  other backends, not MySQL's default of rows actually changed.
+* **insert_id** is ``LAST_INSERT_ID()`` as the OK packet reports it: the first
+  auto-increment value of the statement, None when none was generated.
+* **Broken connections.** ``Unavailable`` (2003/2006/2013, ...) or a caller
+  cancelled mid-statement marks the connection broken; the pool closes it on
+  release and the next acquire reconnects. An idle connection whose socket
+  turned readable (server restart, ``wait_timeout``) is dropped before it is
+  lent again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+import pymysql
+import pymysql.cursors
+from pymysql.constants import CLIENT
+
+from shardgate.backends._pool import PooledBackend, PooledConnection, Worker, socket_looks_alive
+from shardgate.backends.base import LeaseHandle
+from shardgate.backends.urls import parse_url
+from shardgate.errors import (
+    Aborted,
+    AlreadyExists,
+    Code,
+    FailedPrecondition,
+    Internal,
+    InvalidArgument,
+    NotFound,
+    ResourceExhausted,
+    ShardgateError,
+    Unavailable,
+)
+from shardgate.result import Result
+
+DEFAULT_CONNECT_TIMEOUT_S = 3
+DEFAULT_PORT = 3306
+_SERVER_STATUS_IN_TRANS = 1
+
+_ALREADY_EXISTS = {1062, 1586, 1050, 1007, 1022, 1061, 1060}
+_NOT_FOUND = {1146, 1054, 1049, 1051, 1091, 1305, 1176, 1109}
+_ABORTED = {1213, 1205, 1180, 1181, 1412}
+_UNAVAILABLE = {2002, 2003, 2005, 2006, 2013, 2055, 1053, 1927, 4031, 1152, 1158, 1159, 1160, 1161}
+_INVALID = {
+    1064, 1149, 1048, 1364, 1366, 1264, 1406, 1136, 1292, 1265, 1367, 1110, 1052,
+    1058, 1093, 1111, 1140, 1241, 1242, 1327, 1582, 1583, 4025, 3819,
+}  # fmt: skip
+_FOREIGN_KEY = {1451, 1452, 1216, 1217}
+_PERMISSION = {1044, 1045, 1142, 1143, 1227, 1370}
+_TIMEOUT = {1969, 3024}
+_RESOURCE = {1040, 1041, 1114, 1203, 1226}
+
+
+def translate(exc: BaseException, safe_url: str) -> ShardgateError:
+    """Map a PyMySQL exception to a shardgate error, by MySQL errno."""
+    args: tuple[Any, ...] = getattr(exc, "args", ())
+    errno = args[0] if args and isinstance(args[0], int) else 0
+    text = " ".join(str(args[1] if len(args) > 1 else exc).split())
+    where = f"shard database {safe_url}: {text}"
+    if errno in _ALREADY_EXISTS:
+        return AlreadyExists(f"duplicate in {where}")
+    if errno in _NOT_FOUND:
+        return NotFound(f"not found in {where}")
+    if errno in _ABORTED:
+        return Aborted(f"transaction aborted by {where}; retry it")
+    if errno in _UNAVAILABLE or (errno == 0 and isinstance(exc, pymysql.err.InterfaceError)):
+        return Unavailable(f"lost shard database {safe_url}: {text}; retry once it is back")
+    if errno in _INVALID:
+        return InvalidArgument(f"bad statement or value for {where}")
+    if errno in _FOREIGN_KEY:
+        return FailedPrecondition(f"foreign key violated in {where}")
+    if errno in _PERMISSION:
+        return ShardgateError(f"permission denied by {where}", code=Code.PERMISSION_DENIED)
+    if errno in _TIMEOUT:
+        return ShardgateError(f"statement timed out on {where}", code=Code.DEADLINE_EXCEEDED)
+    if errno in _RESOURCE:
+        return ResourceExhausted(f"out of resources on {where}")
+    if isinstance(exc, pymysql.err.ProgrammingError | TypeError | ValueError):
+        # PyMySQL formats parameters client-side: a count mismatch is a TypeError.
+        return InvalidArgument(f"bad statement or parameters for {where}")
+    return Internal(f"unexpected error (errno {errno}) from {where}")
+
+
+def translate_connect(exc: BaseException, safe_url: str) -> ShardgateError:
+    err = translate(exc, safe_url)
+    if err.code in (Code.UNAVAILABLE, Code.INTERNAL):
+        reason = " ".join(str(exc).split())
+        return Unavailable(
+            f"shard database {safe_url} is unreachable: {reason}; check it is running"
+        )
+    return err
+
+
+class MySQLConnection(PooledConnection):
+    """One PyMySQL connection and the thread that owns it."""
+
+    def __init__(self, worker: Worker, raw: Any, safe_url: str) -> None:
+        self._worker = worker
+        self._raw = raw
+        self._safe_url = safe_url
+        self._closed = False
+
+    @classmethod
+    async def open(cls, kwargs: dict[str, Any], safe_url: str) -> MySQLConnection:
+        worker = Worker("sg-mysql")
+        try:
+            raw = await worker.run(lambda: pymysql.connect(**kwargs))
+        except Exception as exc:
+            worker.shutdown()
+            raise translate_connect(exc, safe_url) from exc
+        except BaseException:
+            worker.shutdown()
+            raise
+        return cls(worker, raw, safe_url)
+
+    def looks_alive(self) -> bool:
+        if self.broken or self._closed or not self._raw.open:
+            return False
+        sock = self._raw._sock
+        return sock is not None and socket_looks_alive(sock.fileno())
+
+    # -- calls that run on the worker thread -------------------------------------
+
+    def _execute_sync(self, sql: str, params: Sequence[Any]) -> Result:
+        with self._raw.cursor() as cur:
+            cur.execute(sql, tuple(params))
+            description = cur.description
+            if description is not None:
+                result = Result([d[0] for d in description], list(cur.fetchall()))
+            else:
+                result = Result()
+            if cur.rowcount > 0 and description is None:
+                result.rows_affected = cur.rowcount
+            if cur.lastrowid:
+                result.insert_id = cur.lastrowid
+        return result
+
+    def _executemany_sync(self, sql: str, seq_of_params: Sequence[Sequence[Any]]) -> int:
+        raw = self._raw
+        own_tx = not (raw.server_status or 0) & _SERVER_STATUS_IN_TRANS
+        if own_tx:  # atomic, as when PyMySQL folds the rows into one INSERT
+            raw.begin()
+        try:
+            with raw.cursor() as cur:
+                count = cur.executemany(sql, [tuple(p) for p in seq_of_params])
+            if own_tx:
+                raw.commit()
+        except BaseException:
+            if own_tx and raw.open:
+                with contextlib.suppress(pymysql.err.MySQLError):
+                    raw.rollback()
+            raise
+        return max(int(count or 0), 0)
+
+    def _open_stream_sync(self, sql: str, params: Sequence[Any]) -> tuple[Any, list[str]]:
+        cur = self._raw.cursor(pymysql.cursors.SSCursor)
+        try:
+            cur.execute(sql, tuple(params))
+        except BaseException:
+            cur.close()
+            raise
+        return cur, [d[0] for d in cur.description or ()]
+
+    @staticmethod
+    def _fetch_sync(cur: Any, n: int) -> list[tuple[Any, ...]]:
+        return list(cur.fetchmany(n))
+
+    def _abandon_stream_sync(self, cur: Any) -> None:
+        # PyMySQL's SSCursor and its unbuffered result drain the rest of the
+        # rows in close() and __del__; disarm both, then drop the socket.
+        result = getattr(cur, "_result", None)
+        if result is not None:
+            result.unbuffered_active = False
+        cur.connection = None
+        self._raw._force_close()
+
+    def _close_sync(self) -> None:
+        # An unread unbuffered result (a stream never finished) would try to
+        # drain the closed socket from its __del__: disarm it first.
+        result = getattr(self._raw, "_result", None)
+        if result is not None and getattr(result, "unbuffered_active", False):
+            result.unbuffered_active = False
+        with contextlib.suppress(Exception):  # closing a broken connection may fail
+            if self._raw.open:
+                self._raw.close()
+            else:
+                self._raw._force_close()
+
+    # -- the Connection contract ----------------------------------------------
+
+    async def _call(self, fn: Any, *args: Any) -> Any:
+        if self._closed:
+            raise Unavailable(f"connection to shard database {self._safe_url} is closed")
+        try:
+            return await self._worker.run(fn, *args)
+        except asyncio.CancelledError:
+            # The statement still runs on the thread; do not lend the
+            # connection again (close() will not wait for it either).
+            self.broken = True
+            raise
+        except Exception as exc:
+            err = translate(exc, self._safe_url)
+            if err.code is Code.UNAVAILABLE:
+                self.broken = True
+            raise err from exc
+
+    async def execute(self, sql: str, params: Sequence[Any] = ()) -> Result:
+        result: Result = await self._call(self._execute_sync, sql, params)
+        return result
+
+    async def executemany(self, sql: str, seq_of_params: Sequence[Sequence[Any]]) -> int:
+        count: int = await self._call(self._executemany_sync, sql, seq_of_params)
+        return count
+
+    async def stream(
+        self, sql: str, params: Sequence[Any] = (), batch_size: int = 1000
+    ) -> AsyncIterator[tuple[list[str], list[tuple[Any, ...]]]]:
+        if batch_size < 1:
+            raise InvalidArgument(f"batch_size must be >= 1, not {batch_size}")
+        fields: list[str]
+        cur, fields = await self._call(self._open_stream_sync, sql, params)
+        loan = self.loans
+        self.open_streams += 1
+        done = False
+        try:
+            while True:
+                rows: list[tuple[Any, ...]] = await self._call(self._fetch_sync, cur, batch_size)
+                if rows:
+                    yield fields, rows
+                if len(rows) < batch_size:
+                    break
+            done = True
+        finally:
+            self.open_streams -= 1
+            if self.loans != loan or self._closed:
+                pass  # finalised late: the connection was released (and closed) meanwhile
+            elif done or self.in_transaction:
+                if not self.broken:
+                    await self._call(cur.close)
+            else:
+                # Abandoned early: closing the connection beats draining the rest.
+                self.broken = True
+                await self._worker.run(self._abandon_stream_sync, cur)
+
+    async def begin(self) -> None:
+        await self._call(self._execute_sync, "START TRANSACTION", ())
+
+    async def commit(self) -> None:
+        await self._call(self._execute_sync, "COMMIT", ())
+
+    async def rollback(self) -> None:
+        await self._call(self._execute_sync, "ROLLBACK", ())
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        closed = self._worker.run(self._close_sync)
+        self._worker.shutdown()
+        if not self.broken:
+            await closed
+        # A broken connection may still be busy with a cancelled statement:
+        # its thread closes it when that ends, without holding up the caller.
+
+    @property
+    def in_transaction(self) -> bool:
+        if self._closed:
+            return False
+        return bool((self._raw.server_status or 0) & _SERVER_STATUS_IN_TRANS)
+
+
+class MySQLBackend(PooledBackend):
+    """A MariaDB (or MySQL) database as a shard."""
+
+    dialect = "mysql"
+    placeholder = "%s"
+
+    _OPTIONS = ("connect_timeout", "read_timeout", "write_timeout", "unix_socket")
+
+    def __init__(self, url: str, *, pool_size: int = 4) -> None:
+        parsed = parse_url(url)
+        if parsed.kind != "mysql":
+            raise InvalidArgument(f"not a mysql URL: {parsed.safe}")
+        unknown = sorted(set(parsed.options) - set(self._OPTIONS))
+        if unknown:
+            raise InvalidArgument(
+                f"unknown option(s) {unknown} in {parsed.safe}; "
+                f"mysql accepts: {', '.join(self._OPTIONS)}"
+            )
+        kwargs: dict[str, Any] = {
+            "host": parsed.host,
+            "port": parsed.port or DEFAULT_PORT,
+            "user": parsed.user,
+            "password": parsed.password or "",
+            "database": parsed.database or None,
+            "charset": "utf8mb4",
+            "autocommit": True,
+            "binary_prefix": True,
+            # rows_affected counts rows matched, as PostgreSQL and SQLite do.
+            "client_flag": CLIENT.FOUND_ROWS,
+            "connect_timeout": DEFAULT_CONNECT_TIMEOUT_S,
+        }
+        for key, value in parsed.options.items():
+            if key == "unix_socket":
+                kwargs[key] = value
+                continue
+            try:
+                kwargs[key] = float(value)
+            except ValueError:
+                raise InvalidArgument(
+                    f"option {key} must be seconds, not {value!r}, in {parsed.safe}"
+                ) from None
+        self._kwargs = kwargs
+        super().__init__(url, pool_size=pool_size)
+
+    async def _connect(self) -> PooledConnection:
+        return await MySQLConnection.open(self._kwargs, self.safe_url)
+
+    async def try_lease(self, name: str) -> LeaseHandle | None:
+        conn = await self._connect()
+        try:
+            res = await conn.execute("SELECT GET_LOCK(%s, 0)", [_lock_name(name)])
+        except BaseException:
+            await conn.close()
+            raise
+        if not res.rows or res.rows[0][0] != 1:
+            await conn.close()
+            return None
+        return MySQLLease(conn, _lock_name(name))
+
+
+def _lock_name(name: str) -> str:
+    # MariaDB lock names are at most 64 characters.
+    return name if len(name) <= 64 else name[:40] + hashlib.sha1(name.encode()).hexdigest()[:20]
+
+
+class MySQLLease(LeaseHandle):
+    """A ``GET_LOCK`` named lock, held as long as its connection lives."""
+
+    def __init__(self, conn: PooledConnection, name: str) -> None:
+        self.conn = conn
+        self._name = name
+        self._released = False
+
+    async def check(self) -> bool:
+        if self._released:
+            return False
+        try:
+            res = await self.conn.execute(
+                "SELECT IS_USED_LOCK(%s) = CONNECTION_ID()", [self._name]
+            )
+        except ShardgateError:
+            return False
+        return bool(res.rows and res.rows[0][0])
+
+    async def release(self) -> None:
+        self._released = True
+        with contextlib.suppress(Exception):
+            await self.conn.close()

@@ -1,0 +1,331 @@
+"""PostgreSQL shards through psycopg 3's native asyncio connection.
+
+Invariants:
+
+* **Task affinity.** A :class:`PostgresConnection` is used by one task at a
+  time (the pool lends it to one borrower). psycopg's ``AsyncConnection`` is
+  asyncio-native, so no thread is involved.
+* **Transactions.** Connections run with ``autocommit=True``: each statement
+  commits on its own unless ``begin()`` (a plain ``BEGIN``) opened a block.
+  ``in_transaction`` is read from libpq's transaction status, so it is also
+  true after a caller's own ``BEGIN`` and while a failed block awaits its
+  ``ROLLBACK``.
+* **Prepared statements.** psycopg prepares a statement server-side after it
+  ran 5 times on a connection (``prepare_threshold``); kept, it is the hot
+  path. BEGIN/COMMIT/ROLLBACK are never prepared.
+* **Streaming.** ``stream`` declares a server-side (named) cursor and fetches
+  ``batch_size`` rows per round trip. A named cursor lives inside a
+  transaction: outside one, ``stream`` opens its own and ends it when the
+  iteration ends (COMMIT) or fails (ROLLBACK). Do not commit or roll back the
+  connection while iterating; close an abandoned iterator with
+  ``contextlib.aclosing``.
+* **insert_id.** PostgreSQL has no "last insert id" on the wire. An INSERT with
+  a ``RETURNING`` clause whose first column is an integer reports that value
+  of the first row; the dialect layer adds ``RETURNING <auto-increment
+  column>`` when it needs the id. Otherwise ``insert_id`` is None.
+* **Broken connections.** A statement that fails with ``Unavailable`` or is
+  cancelled mid-flight marks the connection broken; the pool closes it on
+  release. An idle connection whose socket became readable (server restart,
+  killed backend) is dropped before it is lent again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+import psycopg
+import psycopg.conninfo
+from psycopg.pq import TransactionStatus
+
+from shardgate.backends._pool import (
+    PooledBackend,
+    PooledConnection,
+    is_insert,
+    socket_looks_alive,
+)
+from shardgate.backends.base import LeaseHandle
+from shardgate.backends.urls import parse_url
+from shardgate.errors import (
+    Aborted,
+    AlreadyExists,
+    Code,
+    FailedPrecondition,
+    Internal,
+    InvalidArgument,
+    NotFound,
+    ResourceExhausted,
+    ShardgateError,
+    Unavailable,
+)
+from shardgate.result import Result
+
+DEFAULT_CONNECT_TIMEOUT_S = 3
+
+_stream_names = itertools.count(1)
+
+_NOT_FOUND = {"42P01", "42703", "42704", "42883", "3D000", "3F000"}
+_ALREADY_EXISTS = {"23505", "42P07", "42710", "42P06", "42701", "42P04", "42723"}
+_ABORTED = {"40001", "40P01", "25P02", "55P03"}
+_UNAVAILABLE_PREFIXES = ("08", "57P")  # connection exceptions; admin shutdown, crash
+
+
+def _describe(exc: psycopg.Error) -> str:
+    """The server's message on one line, with its DETAIL when there is one."""
+    diag = exc.diag
+    primary = diag.message_primary or str(exc)
+    text = " ".join(primary.split())
+    if diag.message_detail:
+        text += f" ({' '.join(diag.message_detail.split())})"
+    return text
+
+
+def translate(exc: psycopg.Error, safe_url: str) -> ShardgateError:
+    """Map a psycopg exception to a shardgate error, by SQLSTATE first."""
+    state = exc.sqlstate or ""
+    text = _describe(exc)
+    where = f"shard database {safe_url}: {text}"
+    if state in _ALREADY_EXISTS:
+        return AlreadyExists(f"duplicate in {where}")
+    if state in _NOT_FOUND:
+        return NotFound(f"not found in {where}")
+    if state in _ABORTED:
+        return Aborted(f"transaction aborted by {where}; retry it")
+    if state == "42501" or state.startswith("28"):
+        return ShardgateError(f"permission denied by {where}", code=Code.PERMISSION_DENIED)
+    if state.startswith(_UNAVAILABLE_PREFIXES):
+        return Unavailable(f"lost shard database {safe_url}: {text}; retry once it is back")
+    if state == "57014":
+        return ShardgateError(f"statement cancelled by {where}", code=Code.DEADLINE_EXCEEDED)
+    if state.startswith("53"):
+        return ResourceExhausted(f"out of resources on {where}")
+    if state == "23503":
+        return FailedPrecondition(f"foreign key violated in {where}")
+    if state.startswith(("42", "22", "23", "2F", "0A")):
+        # syntax / access rule, data exception, other integrity, routine, unsupported
+        return InvalidArgument(f"bad statement or value for {where}")
+    if state.startswith("25"):
+        return FailedPrecondition(f"invalid transaction state in {where}")
+    if not state:
+        if isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError):
+            return Unavailable(f"lost shard database {safe_url}: {text}; retry once it is back")
+        if isinstance(exc, psycopg.ProgrammingError | psycopg.DataError):
+            return InvalidArgument(f"bad statement or parameters for {where}")
+    return Internal(f"unexpected error (SQLSTATE {state or 'none'}) from {where}")
+
+
+def translate_connect(exc: psycopg.Error, safe_url: str) -> ShardgateError:
+    """A failed connect: unreachable unless the server said something more precise."""
+    state = exc.sqlstate or ""
+    if state == "3D000" or state.startswith("28") or state.startswith("53"):
+        return translate(exc, safe_url)
+    reason = " ".join(str(exc).split())
+    return Unavailable(f"shard database {safe_url} is unreachable: {reason}; check it is running")
+
+
+class PostgresConnection(PooledConnection):
+    """One psycopg ``AsyncConnection`` in autocommit mode."""
+
+    def __init__(self, raw: psycopg.AsyncConnection[tuple[Any, ...]], safe_url: str) -> None:
+        self._raw = raw
+        self._safe_url = safe_url
+
+    def _fail(self, exc: psycopg.Error) -> ShardgateError:
+        err = translate(exc, self._safe_url)
+        if err.code is Code.UNAVAILABLE or self._raw.broken:
+            self.broken = True
+        return err
+
+    def looks_alive(self) -> bool:
+        raw = self._raw
+        if self.broken or raw.closed or raw.broken:
+            return False
+        if raw.info.transaction_status != TransactionStatus.IDLE:
+            return False
+        return socket_looks_alive(raw.pgconn.socket)
+
+    async def execute(self, sql: str, params: Sequence[Any] = ()) -> Result:
+        try:
+            cur = self._raw.cursor()
+            await cur.execute(sql, params)
+            description = cur.description
+            if description is not None:
+                result = Result([c.name for c in description], await cur.fetchall())
+                if result.rows and is_insert(sql):
+                    first = result.rows[0][0]
+                    if isinstance(first, int) and not isinstance(first, bool):
+                        result.insert_id = first
+            else:
+                result = Result()
+            if cur.rowcount > 0:
+                result.rows_affected = cur.rowcount
+            await cur.close()
+            return result
+        except psycopg.Error as exc:
+            raise self._fail(exc) from exc
+        except BaseException:
+            self.broken = True  # cancelled mid-statement: session state unknown
+            raise
+
+    async def executemany(self, sql: str, seq_of_params: Sequence[Sequence[Any]]) -> int:
+        try:
+            cur = self._raw.cursor()
+            if self.in_transaction:
+                await cur.executemany(sql, seq_of_params)
+            else:
+                async with self._raw.transaction():  # atomic, one commit
+                    await cur.executemany(sql, seq_of_params)
+            count = cur.rowcount
+            await cur.close()
+            return max(count, 0)
+        except psycopg.Error as exc:
+            raise self._fail(exc) from exc
+        except BaseException:
+            self.broken = True
+            raise
+
+    async def _control(self, statement: str) -> None:
+        try:
+            await self._raw.execute(statement, prepare=False)
+        except psycopg.Error as exc:
+            raise self._fail(exc) from exc
+        except BaseException:
+            self.broken = True
+            raise
+
+    async def stream(
+        self, sql: str, params: Sequence[Any] = (), batch_size: int = 1000
+    ) -> AsyncIterator[tuple[list[str], list[tuple[Any, ...]]]]:
+        if batch_size < 1:
+            raise InvalidArgument(f"batch_size must be >= 1, not {batch_size}")
+        own_tx = not self.in_transaction
+        if own_tx:
+            await self._control("BEGIN")
+        loan = self.loans
+        self.open_streams += 1
+        ok = False
+        cur = self._raw.cursor(name=f"sg_stream_{next(_stream_names)}")
+        try:
+            try:
+                await cur.execute(sql, params)
+                fields = [c.name for c in cur.description or ()]
+                while True:
+                    rows = await cur.fetchmany(batch_size)
+                    if rows:
+                        yield fields, rows
+                    if len(rows) < batch_size:
+                        break
+                await cur.close()
+            except psycopg.Error as exc:
+                raise self._fail(exc) from exc
+            ok = True
+        finally:
+            self.open_streams -= 1
+            # Finalised late, the connection was released (rolled back, closed)
+            # meanwhile and may not be ours any more: touch nothing then.
+            if self.loans == loan and not self._raw.closed and not self.broken:
+                if not cur.closed:
+                    with contextlib.suppress(psycopg.Error):
+                        await cur.close()
+                if own_tx:
+                    await self._control("COMMIT" if ok else "ROLLBACK")
+            elif not cur.closed:
+                # Only mark the cursor closed (the plain-cursor close sends
+                # nothing); the server drops it with the session.
+                await psycopg.AsyncCursor.close(cur)
+
+    async def begin(self) -> None:
+        await self._control("BEGIN")
+
+    async def commit(self) -> None:
+        await self._control("COMMIT")
+
+    async def rollback(self) -> None:
+        await self._control("ROLLBACK")
+
+    async def close(self) -> None:
+        await self._raw.close()
+
+    @property
+    def in_transaction(self) -> bool:
+        status = self._raw.info.transaction_status
+        return status in (TransactionStatus.INTRANS, TransactionStatus.INERROR)
+
+
+class PostgresBackend(PooledBackend):
+    """A PostgreSQL database as a shard."""
+
+    dialect = "postgres"
+    placeholder = "%s"
+
+    def __init__(self, url: str, *, pool_size: int = 4) -> None:
+        parsed = parse_url(url)
+        if parsed.kind != "postgresql":
+            raise InvalidArgument(f"not a postgresql URL: {parsed.safe}")
+        params: dict[str, Any] = {"connect_timeout": str(DEFAULT_CONNECT_TIMEOUT_S)}
+        params.update(parsed.options)
+        for key, value in (
+            ("host", parsed.host),
+            ("port", parsed.port),
+            ("user", parsed.user),
+            ("password", parsed.password),
+            ("dbname", parsed.database or None),
+        ):
+            if value is not None:
+                params[key] = str(value)
+        try:
+            self._conninfo = psycopg.conninfo.make_conninfo("", **params)
+        except psycopg.Error as exc:
+            raise InvalidArgument(
+                f"bad option in {parsed.safe}: {' '.join(str(exc).split())}; "
+                "options are libpq connection keywords (sslmode, application_name, ...)"
+            ) from exc
+        super().__init__(url, pool_size=pool_size)
+
+    async def _connect(self) -> PooledConnection:
+        try:
+            raw = await psycopg.AsyncConnection.connect(self._conninfo, autocommit=True)
+        except psycopg.Error as exc:
+            raise translate_connect(exc, self.safe_url) from exc
+        return PostgresConnection(raw, self.safe_url)
+
+    async def try_lease(self, name: str) -> LeaseHandle | None:
+        conn = await self._connect()
+        try:
+            res = await conn.execute("SELECT pg_try_advisory_lock(hashtext(%s))", [name])
+        except BaseException:
+            await conn.close()
+            raise
+        if not res.rows or not res.rows[0][0]:
+            await conn.close()
+            return None
+        return PostgresLease(conn, name)
+
+
+class PostgresLease(LeaseHandle):
+    """A session-level advisory lock, held as long as its connection lives."""
+
+    def __init__(self, conn: PooledConnection, name: str) -> None:
+        self.conn = conn
+        self._name = name
+        self._released = False
+
+    async def check(self) -> bool:
+        if self._released:
+            return False
+        try:
+            res = await self.conn.execute(
+                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted"
+                " AND pid = pg_backend_pid() AND objid::bigint = (hashtext(%s)::bigint & 4294967295)",
+                [self._name],
+            )
+        except ShardgateError:
+            return False
+        return bool(res.rows and res.rows[0][0])
+
+    async def release(self) -> None:
+        self._released = True
+        with contextlib.suppress(Exception):
+            await self.conn.close()

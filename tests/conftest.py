@@ -1,0 +1,262 @@
+"""Fixtures shared by the whole suite.
+
+Real servers. Integration and acceptance tests run against the PostgreSQL,
+MariaDB and Redis servers on this machine (``scripts/setup-servers.sh``
+brings them up and configures them). A server that cannot be reached is a
+*skip* with the reason on a laptop, and a *failure* in CI (environment
+``CI=true``), so CI can never go green by skipping everything (the rule
+dramatiq's and procrastinate's suites follow). Use :func:`require_server`
+for that, never a bare ``pytest.skip``.
+
+Where the servers are (override with environment variables)::
+
+    SHARDGATE_TEST_POSTGRES_URL  postgresql://postgres@127.0.0.1:5432/postgres
+    SHARDGATE_TEST_MYSQL_URL     mysql://root@127.0.0.1:3306/
+    SHARDGATE_TEST_REDIS_URL     redis://127.0.0.1:6379/0
+
+Fixtures:
+
+* ``make_database(kind, name_hint="") -> url``: a brand-new empty database
+  (``sqlite``: a file under ``tmp_path``; ``postgres``/``mysql``:
+  ``CREATE DATABASE sg_test_<hint>_<random>``), dropped at teardown.
+* ``backend_kind``: parametrized over ``sqlite``, ``postgres``, ``mysql``
+  (with the ``postgres`` / ``mysql`` marks, so ``-m "not mysql"`` works).
+* ``database_url``: ``make_database(backend_kind)``.
+* ``backend``: an open :class:`shardgate.backends.Backend` on
+  ``database_url``, closed at teardown.
+
+Administrative SQL here uses the drivers directly and synchronously: it runs
+in fixture set-up/teardown or in a factory call, never concurrently with the
+code under test, so blocking the event loop for it is harmless.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import secrets
+import socket
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import psycopg
+import pymysql
+import pytest
+
+from shardgate.backends import Backend, open_backend
+from shardgate.backends.urls import parse_url, redacted
+
+POSTGRES_ADMIN_URL = os.environ.get(
+    "SHARDGATE_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
+)
+MYSQL_ADMIN_URL = os.environ.get("SHARDGATE_TEST_MYSQL_URL", "mysql://root@127.0.0.1:3306/")
+REDIS_URL = os.environ.get("SHARDGATE_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+
+SERVER_KINDS = ("postgres", "mysql", "redis")
+DATABASE_KINDS = ("sqlite", "postgres", "mysql")
+PROBE_TIMEOUT_S = 3
+
+# kind -> None (reachable) or the reason it is not; probed once per session.
+_probe_cache: dict[str, str | None] = {}
+
+
+def in_ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() in ("true", "1", "yes")
+
+
+# --------------------------------------------------------------- connections --
+
+
+def _postgres_admin(dbname: str | None = None) -> psycopg.Connection[tuple[object, ...]]:
+    url = parse_url(POSTGRES_ADMIN_URL)
+    return psycopg.connect(
+        host=url.host,
+        port=url.port or 5432,
+        user=url.user,
+        password=url.password,
+        dbname=dbname or url.database or "postgres",
+        autocommit=True,
+        connect_timeout=PROBE_TIMEOUT_S,
+    )
+
+
+def _mysql_admin() -> pymysql.connections.Connection:  # type: ignore[type-arg]
+    url = parse_url(MYSQL_ADMIN_URL)
+    return pymysql.connect(
+        host=url.host,
+        port=url.port or 3306,
+        user=url.user or "root",
+        password=url.password or "",
+        autocommit=True,
+        charset="utf8mb4",
+        connect_timeout=PROBE_TIMEOUT_S,
+    )
+
+
+def _with_database(admin_url: str, database: str) -> str:
+    """The admin URL pointing at another database (same credentials)."""
+    parts = urlsplit(admin_url)
+    return parts._replace(path="/" + database).geturl()
+
+
+# ------------------------------------------------------------------- probing --
+
+
+def _probe(kind: str) -> str | None:
+    try:
+        if kind == "postgres":
+            with _postgres_admin() as conn:
+                conn.execute("SELECT 1")
+        elif kind == "mysql":
+            conn = _mysql_admin()
+            try:
+                conn.ping(reconnect=False)
+            finally:
+                conn.close()
+        elif kind == "redis":
+            parts = urlsplit(REDIS_URL)
+            with socket.create_connection(
+                (parts.hostname or "127.0.0.1", parts.port or 6379), timeout=PROBE_TIMEOUT_S
+            ) as sock:
+                sock.sendall(b"PING\r\n")
+                reply = sock.recv(64)
+            if not reply.startswith(b"+PONG"):
+                return f"unexpected reply to PING: {reply!r}"
+        else:
+            raise ValueError(f"unknown server kind {kind!r}; expected one of {SERVER_KINDS}")
+    except ValueError:
+        raise
+    except Exception as exc:
+        return " ".join(f"{type(exc).__name__}: {exc}".split())
+    return None
+
+
+def require_server(kind: str) -> None:
+    """Skip the test (or fail it when ``CI=true``) unless server ``kind`` answers.
+
+    ``kind`` is one of ``postgres``, ``mysql``, ``redis``. The probe runs once
+    per session and kind; its result is reused.
+    """
+    if kind not in _probe_cache:
+        _probe_cache[kind] = _probe(kind)
+    reason = _probe_cache[kind]
+    if reason is None:
+        return
+    where = {"postgres": POSTGRES_ADMIN_URL, "mysql": MYSQL_ADMIN_URL, "redis": REDIS_URL}[kind]
+    message = (
+        f"{kind} server at {redacted(where)} is not reachable ({reason}); "
+        "run scripts/setup-servers.sh as root to start and configure it"
+    )
+    if in_ci():
+        pytest.fail(f"CI=true and {message}", pytrace=False)
+    pytest.skip(message)
+
+
+# ----------------------------------------------------------------- databases --
+
+MakeDatabase = Callable[..., str]
+
+
+def _database_name(hint: str) -> str:
+    clean = re.sub(r"[^a-z0-9_]+", "_", hint.lower()).strip("_")[:24]
+    suffix = secrets.token_hex(4)
+    return f"sg_test_{clean}_{suffix}" if clean else f"sg_test_{suffix}"
+
+
+def _drop_postgres(name: str) -> None:
+    with _postgres_admin() as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def _drop_mysql(name: str) -> None:
+    conn = _mysql_admin()
+    try:
+        with conn.cursor() as cur:
+            # Sessions a test left open would hold metadata locks and block DROP.
+            cur.execute(
+                "SELECT id FROM information_schema.processlist"
+                " WHERE db = %s AND id <> CONNECTION_ID()",
+                (name,),
+            )
+            for (session_id,) in cur.fetchall():
+                with contextlib.suppress(pymysql.err.OperationalError):  # already gone
+                    cur.execute(f"KILL {int(session_id)}")
+            cur.execute(f"DROP DATABASE IF EXISTS `{name}`")
+    finally:
+        conn.close()
+
+
+@pytest.fixture
+def make_database(tmp_path: Path) -> Iterator[MakeDatabase]:
+    """Factory: ``make_database(kind, name_hint="")`` -> URL of a new empty database."""
+    created: list[tuple[str, str]] = []
+
+    def make(kind: str, name_hint: str = "") -> str:
+        if kind not in DATABASE_KINDS:
+            raise ValueError(f"unknown database kind {kind!r}; expected one of {DATABASE_KINDS}")
+        name = _database_name(name_hint)
+        if kind == "sqlite":
+            return f"sqlite:///{tmp_path / 'db' / name}.db"
+        require_server(kind)
+        if kind == "postgres":
+            with _postgres_admin() as conn:
+                conn.execute(f'CREATE DATABASE "{name}"')
+            created.append((kind, name))
+            return _with_database(POSTGRES_ADMIN_URL, name)
+        conn = _mysql_admin()
+        try:
+            with conn.cursor() as cur:
+                cur.execute(
+                    f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_general_ci"
+                )
+        finally:
+            conn.close()
+        created.append((kind, name))
+        return _with_database(MYSQL_ADMIN_URL, name)
+
+    yield make
+
+    errors: list[str] = []
+    for kind, name in reversed(created):
+        try:
+            if kind == "postgres":
+                _drop_postgres(name)
+            else:
+                _drop_mysql(name)
+        except Exception as exc:  # keep dropping the others; report at the end
+            errors.append(f"{kind} {name}: {exc}")
+    if errors:
+        pytest.fail("could not drop test databases: " + "; ".join(errors), pytrace=False)
+
+
+@pytest.fixture(
+    params=[
+        pytest.param("sqlite"),
+        pytest.param("postgres", marks=pytest.mark.postgres),
+        pytest.param("mysql", marks=pytest.mark.mysql),
+    ]
+)
+def backend_kind(request: pytest.FixtureRequest) -> str:
+    """Each database kind in turn; skips/fails (see ``require_server``) if its server is down."""
+    kind: str = request.param
+    if kind != "sqlite":
+        require_server(kind)
+    return kind
+
+
+@pytest.fixture
+def database_url(backend_kind: str, make_database: MakeDatabase) -> str:
+    """URL of a new empty database of ``backend_kind``."""
+    return make_database(backend_kind)
+
+
+@pytest.fixture
+async def backend(database_url: str) -> AsyncIterator[Backend]:
+    """An open backend on ``database_url`` (pool of 4), closed at teardown."""
+    be = open_backend(database_url, pool_size=4)
+    try:
+        yield be
+    finally:
+        await be.close()
