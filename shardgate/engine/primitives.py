@@ -153,7 +153,7 @@ class OrderKey:
     nulls_first: bool = True
 
 
-async def _vindex_map(
+async def vindex_map(
     vc: ExecCursor, vindex: Vindex, values: Sequence[Any]
 ) -> list[list[KeyspaceId]]:
     if isinstance(vindex, Lookup):
@@ -211,7 +211,7 @@ class Route(Primitive):
                 else:
                     flat.append(v)
             resolved = flat
-        mapped = await _vindex_map(vc, self.vindex, resolved)
+        mapped = await vindex_map(vc, self.vindex, resolved)
         names = {smap.find(ksid) for ksids in mapped for ksid in ksids}
         return [n for n in smap.names if n in names]
 
@@ -473,7 +473,7 @@ class Insert(Primitive):
                     f"{list(self.primary_columns)} cannot be NULL"
                 )
             values.append(vals if len(idx) > 1 else vals[0])
-        mapped = await _vindex_map(vc, self.primary_vindex, values)
+        mapped = await vindex_map(vc, self.primary_vindex, values)
         ksids: list[KeyspaceId] = []
         for v, m in zip(values, mapped, strict=True):
             if len(m) != 1:

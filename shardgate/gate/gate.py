@@ -24,6 +24,7 @@ from typing import Any
 
 from sqlglot import exp
 
+from shardgate.engine.dml import LookupDML
 from shardgate.engine.primitives import ExecCursor, Insert, Route, ShardQuery, _InsertQuery
 from shardgate.errors import (
     Aborted,
@@ -33,13 +34,18 @@ from shardgate.errors import (
     NotFound,
     ShardgateError,
 )
+from shardgate.gate import options as exec_options
 from shardgate.gate.plan_cache import PlanCache
 from shardgate.gate.sequences import Sequences
 from shardgate.gate.session import Session
-from shardgate.keys import ShardMap
+from shardgate.keys import KeyRange, ShardMap
 from shardgate.planner.build import Plan, build_plan
-from shardgate.result import Result, Row
+from shardgate.queues import router as queue_router
+from shardgate.queues.ddl import is_create_queue, parse_create_queue
+from shardgate.queues.events import QueueBatch
+from shardgate.result import ExecuteOptions, Result, Row
 from shardgate.sql.parse import parse
+from shardgate.streams.merge import StartPoint, StreamEvent, update_stream
 from shardgate.tablet import LocalTabletClient, Tablet, TabletClient
 from shardgate.topo.model import Topology
 from shardgate.vindexes import VCursor
@@ -67,6 +73,7 @@ class Gate:
                     raise NotFound(f"no tablet for shard {ks.name}/{shard.name}")
         self.plans: PlanCache[Plan | str] = PlanCache(plan_cache_size)
         self.sequences = Sequences(self._allocate_sequence)
+        queue_router.configure_local(self)
 
     @classmethod
     def open(cls, topology: Topology, *, pool_size: int = 4) -> Gate:
@@ -81,6 +88,29 @@ class Gate:
     async def close(self) -> None:
         for t in self.tablets.values():
             await t.close()
+
+    def rebuild_vschema(self) -> None:
+        """Rebuild the VSchema from the topology (changed at run time) and drop cached plans."""
+        self.vschema = self.topology.build_vschema()
+        self.plans.clear()
+
+    # -- queues (shardgate.queues.router) ---------------------------------------
+
+    def queue_receive(
+        self, keyspace: str, queue: str, *, shard: str | None = None,
+        key_range: str | None = None, max_batch: int = 0,
+    ) -> AsyncIterator[QueueBatch]:
+        """Fired events of ``queue``: first the fields, then batches (each event names its shard)."""
+        return queue_router.receive(self, keyspace, queue, shard=shard, key_range=key_range,
+                                    max_batch=max_batch)
+
+    async def queue_ack(self, keyspace: str, queue: str, shard: str, ids: Sequence[int]) -> int:
+        """Ack events of ``queue`` on the one shard their receiver was told."""
+        return await queue_router.ack(self, keyspace, queue, shard, ids)
+
+    async def queue_stats(self, keyspace: str, queue: str) -> list[dict[str, Any]]:
+        """Per-shard figures of ``queue`` (depth per state, lag, rates, in flight...)."""
+        return await queue_router.stats(self, keyspace, queue)
 
     def session(self, keyspace: str | None = None) -> Session:
         """A new session whose unqualified tables resolve in ``keyspace``."""
@@ -99,6 +129,10 @@ class Gate:
         found = self.plans.get(key)
         if found is not None:
             return found
+        if is_create_queue(sql):  # not SQL sqlglot knows; not cached (it changes the VSchema)
+            cq = parse_create_queue(sql)
+            ks = self.vschema.keyspace(cq.keyspace or keyspace or "").name
+            return Plan("DDL", sql, queue_router.CreateQueuePrimitive(cq, ks, self))
         stmt = parse(sql)
         planned: Plan | str
         if isinstance(stmt, exp.Transaction):
@@ -128,9 +162,18 @@ class Gate:
     # -- execution --------------------------------------------------------------
 
     async def execute(
-        self, session: Session, sql: str, bind_vars: Mapping[str, Any] | None = None
+        self,
+        session: Session,
+        sql: str,
+        bind_vars: Mapping[str, Any] | None = None,
+        *,
+        options: ExecuteOptions | None = None,
     ) -> Result:
-        """Run one statement in ``session``."""
+        """Run one statement in ``session`` (``options``: see :mod:`shardgate.gate.options`)."""
+        if options is not None and exec_options.active(options):
+            return await exec_options.with_options(
+                lambda: self.execute(session, sql, bind_vars), options
+            )
         bv = bind_vars or {}
         if session.in_transaction and not session.implicit:
             try:
@@ -160,6 +203,17 @@ class Gate:
             await self.commit(session)
             return result
         return await prim.execute(cursor, bv)
+
+    def update_stream(
+        self,
+        keyspace: str,
+        key_range: KeyRange | str | None = None,
+        start: StartPoint = None,
+        *,
+        heartbeat_s: float = 1.0,
+    ) -> AsyncIterator[StreamEvent]:
+        """The change stream of a keyspace or key range (see :mod:`shardgate.streams.merge`)."""
+        return update_stream(self, keyspace, key_range, start, heartbeat_s=heartbeat_s)
 
     async def stream_execute(
         self, session: Session, sql: str, bind_vars: Mapping[str, Any] | None = None
@@ -264,7 +318,7 @@ def _needs_implicit_tx(prim: object) -> bool:
         return len(prim.rows) > 1 or bool(prim.owned_lookups) or prim.broadcast
     if isinstance(prim, Route):
         return prim.write and prim.opcode.value in ("Scatter", "IN", "Equal", "Reference")
-    return False
+    return isinstance(prim, LookupDML)
 
 
 def _with_note(exc: ShardgateError, note: str) -> ShardgateError:
@@ -316,7 +370,7 @@ class _SessionCursor(ExecCursor):
             if tid is None:
                 tid = await tablet.begin()
                 self.session.shard_txs[key] = tid
-        return await tablet.execute(sql, args, tid)
+        return await exec_options.shard_execute(tablet, sql, args, tid)
 
     async def execute_shards(
         self,
@@ -358,7 +412,12 @@ class _LookupCursor:
     """The VCursor lookup vindexes use: gate SQL in the caller's session.
 
     ``autocommit=True`` runs the statement in a session of its own, committed
-    at once (Vitess's ``autocommit`` lookup param).
+    at once (Vitess's ``autocommit`` lookup param, consistent lookups' "pre"
+    writes) — except when the caller's transaction already holds a SQLite
+    shard of the target keyspace: SQLite has one writer per database, so a
+    second connection would wait for the first forever; joining the caller's
+    transaction is then the only deadlock-free order, and the database lock
+    already serialises every writer.
     """
 
     def __init__(self, gate: Gate, session: Session) -> None:
@@ -368,11 +427,18 @@ class _LookupCursor:
     async def execute(
         self, sql: str, bind_vars: Mapping[str, Any], *, autocommit: bool = False
     ) -> Result:
-        if autocommit:
-            return await self.gate.execute(Session(keyspace=self.session.keyspace), sql, bind_vars)
         planned = self.gate.plan(sql, self.session.keyspace)
         if isinstance(planned, str):
             raise InvalidArgument(f"lookup vindexes cannot run {planned.upper()}")
+        if autocommit and not self._holds_sqlite(planned.instructions):
+            return await self.gate.execute(Session(keyspace=self.session.keyspace), sql, bind_vars)
         # Inside the caller's statement: its transaction handling applies.
         cursor = _SessionCursor(self.gate, self.session)
         return await planned.instructions.execute(cursor, bind_vars)
+
+    def _holds_sqlite(self, prim: object) -> bool:
+        keyspace = getattr(prim, "keyspace", None)
+        return any(
+            ks == keyspace and self.gate.tablets[(ks, shard)].dialect == "sqlite"
+            for ks, shard in self.session.shard_txs
+        )

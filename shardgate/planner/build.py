@@ -15,6 +15,7 @@ from typing import Any
 
 from sqlglot import exp
 
+from shardgate.engine.dml import LookupChange, LookupDML
 from shardgate.engine.primitives import (
     DDL,
     Insert,
@@ -24,13 +25,13 @@ from shardgate.engine.primitives import (
     Route,
     ShardQuery,
 )
-from shardgate.engine.values import Value, from_expression
+from shardgate.engine.values import SQLExpr, Value, from_expression
 from shardgate.errors import InvalidArgument, Unsupported
 from shardgate.planner.routing import RouteChoice, choose
 from shardgate.planner.select import RouteTarget, plan_multi_shard
 from shardgate.sql.dialect import strip_qualifiers
 from shardgate.vindexes import Lookup
-from shardgate.vschema import Table, VSchema
+from shardgate.vschema import ColumnVindex, Table, VSchema
 
 
 @dataclass(frozen=True)
@@ -178,27 +179,86 @@ def _plan_update_delete(
     if table.type == "reference":
         return Route(Opcode.REFERENCE, ks.name, True, ShardQuery(tree), table=table.name,
                      write=True)
-    vindex_cols = {c for cv in table.column_vindexes for c in cv.columns}
-    if isinstance(stmt, exp.Update):
-        for assignment in stmt.expressions:
-            col = assignment.this.name.lower() if isinstance(assignment, exp.EQ) else ""
-            if col in vindex_cols:
-                raise Unsupported(
-                    f"UPDATE of vindex column {table.name}.{col} is not supported: "
-                    "delete the row and insert it again with the new value"
-                )
-    elif any(isinstance(cv.vindex, Lookup) for cv in table.owned_vindexes):
-        raise Unsupported(
-            f"DELETE from {table.name} needs lookup vindex maintenance "
-            f"({[cv.name for cv in table.owned_vindexes]}), which is not supported yet"
-        )
     choice = choose(table, stmt.args.get("where"), {target.alias, table.name.lower(), ""})
     if stmt.args.get("limit") is not None and choice.opcode not in (
         Opcode.EQUAL_UNIQUE, Opcode.NONE
     ):
         raise Unsupported(f"{verb} with LIMIT on several shards is not supported: "
                           "target one shard with an equality on the primary vindex")
-    return _route(choice, ks.name, tree, table.name, write=True)
+    route = _route(choice, ks.name, tree, table.name, write=True)
+    changes = _lookup_changes(stmt, table)
+    if not changes:
+        return route
+    primary = table.primary
+    assert primary is not None
+    columns: list[str] = list(primary.columns)
+    lookup_changes = []
+    for cv, new_values in changes:
+        positions = []
+        for c in cv.columns:
+            positions.append(len(columns))
+            columns.append(c)
+        assert isinstance(cv.vindex, Lookup)
+        lookup_changes.append(LookupChange(cv.vindex, tuple(positions), new_values))
+    table_node = tree.this
+    select = exp.Select(
+        expressions=[exp.column(c) for c in columns],
+        locks=[exp.Lock(update=True)],
+    ).from_(table_node.copy())
+    where = tree.args.get("where")
+    if where is not None:
+        select.set("where", where.copy())
+    return LookupDML(route, ShardQuery(select), primary.vindex, len(primary.columns),
+                     tuple(lookup_changes), "Update" if verb == "UPDATE" else "Delete")
+
+
+def _lookup_changes(
+    stmt: exp.Expression, table: Table
+) -> list[tuple[ColumnVindex, tuple[Value | None, ...]]]:
+    """The owned lookups a DML statement must maintain, with UPDATE's new values.
+
+    Refuses changes the gate cannot keep consistent: the primary vindex column,
+    a vindex column the table does not own, or a new value that is not a constant.
+    """
+    owned = [cv for cv in table.owned_vindexes if isinstance(cv.vindex, Lookup)]
+    if isinstance(stmt, exp.Delete):
+        return [(cv, ()) for cv in owned]
+    assignments: dict[str, exp.Expr] = {}
+    for a in stmt.expressions:
+        if isinstance(a, exp.EQ) and isinstance(a.this, exp.Column):
+            assignments[a.this.name.lower()] = a.expression
+    primary = table.primary
+    for col in assignments:
+        if primary is not None and col in primary.columns:
+            raise Unsupported(
+                f"UPDATE of primary vindex column {table.name}.{col} is not supported: "
+                "it would move the row to another shard; delete and insert it instead"
+            )
+        for cv in table.column_vindexes[1:]:
+            if col in cv.columns and not (cv.owned and isinstance(cv.vindex, Lookup)):
+                raise Unsupported(
+                    f"UPDATE of column {table.name}.{col} of vindex {cv.name!r}, which "
+                    f"{table.name} does not own, is not supported"
+                )
+    out = []
+    for cv in owned:
+        if not any(c in assignments for c in cv.columns):
+            continue
+        try:
+            new = tuple(from_expression(assignments[c]) if c in assignments else None
+                        for c in cv.columns)
+        except InvalidArgument:
+            raise Unsupported(
+                f"UPDATE of lookup vindex column(s) {list(cv.columns)} needs constant new "
+                "values (literals or bind variables)"
+            ) from None
+        if any(isinstance(v, SQLExpr) for v in new):
+            raise Unsupported(
+                f"UPDATE of lookup vindex column(s) {list(cv.columns)} needs constant new "
+                "values (literals or bind variables)"
+            )
+        out.append((cv, new))
+    return out
 
 
 def _plan_insert(stmt: exp.Insert, vschema: VSchema, default_ks: str | None) -> Primitive:
