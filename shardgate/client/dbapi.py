@@ -25,10 +25,13 @@ Transactions follow PEP 249: ``autocommit`` is off by default, so the first
 statement after connect / commit / rollback sends ``BEGIN`` and
 :meth:`Connection.commit` / :meth:`Connection.rollback` send ``COMMIT`` /
 ``ROLLBACK``. With ``autocommit = True`` each statement commits on its own
-(the gate still wraps multi-shard writes in an implicit transaction). As at the
-gate, a statement that fails inside a transaction ends it: the driver sends
-``ROLLBACK`` and the next statement begins a new transaction. Closing a
-connection rolls back what was not committed.
+(the gate still wraps multi-shard writes in an implicit transaction). A
+statement that fails inside a transaction ends it: the driver sends
+``ROLLBACK`` and the next statement begins a new transaction. (The gate itself
+undoes only the failed statement and keeps the transaction open; the driver
+is stricter because the gRPC response does not yet carry the session's
+transaction state, and a driver that guessed wrong could autocommit.) Closing
+a connection rolls back what was not committed.
 
 Errors are the PEP 249 classes below, chosen by the gate's error code; each
 carries ``.code`` (:class:`~shardgate.errors.Code`) and the original
@@ -354,7 +357,7 @@ class Connection:
             result = self._run(self._session.execute(sql, params))
         except DatabaseError:
             if self._in_transaction:
-                # The gate ends a transaction a statement failed in; make sure of it.
+                # End the transaction the statement failed in (see the module docstring).
                 self._in_transaction = False
                 self._quiet_rollback()
             raise

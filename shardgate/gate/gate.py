@@ -19,13 +19,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 from sqlglot import exp
 
 from shardgate.engine.dml import LookupDML
-from shardgate.engine.primitives import ExecCursor, Insert, Route, ShardQuery, _InsertQuery
+from shardgate.engine.primitives import (
+    ExecCursor,
+    Insert,
+    Primitive,
+    Route,
+    ShardQuery,
+    _InsertQuery,
+)
 from shardgate.errors import (
     Aborted,
     FailedPrecondition,
@@ -35,6 +43,7 @@ from shardgate.errors import (
     ShardgateError,
 )
 from shardgate.gate import options as exec_options
+from shardgate.gate import twopc
 from shardgate.gate.plan_cache import PlanCache
 from shardgate.gate.sequences import Sequences
 from shardgate.gate.session import Session
@@ -112,14 +121,20 @@ class Gate:
         """Per-shard figures of ``queue`` (depth per state, lag, rates, in flight...)."""
         return await queue_router.stats(self, keyspace, queue)
 
-    def session(self, keyspace: str | None = None) -> Session:
-        """A new session whose unqualified tables resolve in ``keyspace``."""
+    def session(
+        self, keyspace: str | None = None, *, transaction_mode: str = twopc.BEST_EFFORT
+    ) -> Session:
+        """A new session whose unqualified tables resolve in ``keyspace``.
+
+        ``transaction_mode`` is ``"best_effort"`` or ``"twopc"`` (see
+        :mod:`shardgate.gate.twopc`); ``SET transaction_mode = '...'`` changes it.
+        """
         ks = keyspace if keyspace is not None else self.topology.default_keyspace
         if ks is not None and ks not in self.topology.keyspaces:
             raise NotFound(
                 f"keyspace {ks!r} does not exist; keyspaces: {sorted(self.topology.keyspaces)}"
             )
-        return Session(keyspace=ks)
+        return Session(keyspace=ks, transaction_mode=twopc.check_mode(transaction_mode))
 
     # -- planning ---------------------------------------------------------------
 
@@ -133,6 +148,10 @@ class Gate:
             cq = parse_create_queue(sql)
             ks = self.vschema.keyspace(cq.keyspace or keyspace or "").name
             return Plan("DDL", sql, queue_router.CreateQueuePrimitive(cq, ks, self))
+        control = _savepoint_control(sql)
+        if control is not None:
+            self.plans.put(key, control)
+            return control
         stmt = parse(sql)
         planned: Plan | str
         if isinstance(stmt, exp.Transaction):
@@ -147,6 +166,8 @@ class Gate:
             name = stmt.this.name if stmt.this is not None else ""
             self.vschema.keyspace(name)
             planned = "use:" + name
+        elif isinstance(stmt, exp.Set) and (mode := twopc.mode_from_set(stmt)) is not None:
+            planned = "transaction_mode:" + mode
         else:
             planned = build_plan(stmt, sql, self.vschema, keyspace)
         self.plans.put(key, planned)
@@ -176,16 +197,17 @@ class Gate:
             )
         bv = bind_vars or {}
         if session.in_transaction and not session.implicit:
+            planned = self.plan(sql, session.keyspace)  # errors here change nothing
+            if isinstance(planned, str):
+                return await self._control(session, planned)
+            if _writes(planned.instructions):
+                return await self._statement_savepoint(session, planned.instructions, bv)
             try:
-                planned = self.plan(sql, session.keyspace)
-                if isinstance(planned, str):
-                    return await self._control(session, planned)
                 return await planned.instructions.execute(_SessionCursor(self, session), bv)
             except ShardgateError as exc:
-                if session.in_transaction:
-                    await self.rollback(session)
-                    raise _with_note(exc, "the transaction was rolled back") from exc
-                raise
+                # A failed read may have aborted a shard's transaction (PostgreSQL).
+                await self.rollback(session)
+                raise _with_note(exc, "the transaction was rolled back") from exc
         planned = self.plan(sql, session.keyspace)
         if isinstance(planned, str):
             return await self._control(session, planned)
@@ -235,6 +257,56 @@ class Gate:
         async for chunk in planned.instructions.stream(_SessionCursor(self, session), bv):
             yield chunk
 
+    async def _statement_savepoint(
+        self, session: Session, prim: Primitive, bind_vars: Mapping[str, Any]
+    ) -> Result:
+        """Run a write in an open transaction so that, if it fails, it leaves nothing.
+
+        Shards already in the transaction get ``SAVEPOINT`` first and
+        ``ROLLBACK TO`` on failure; shards that joined during the statement are
+        rolled back whole and leave the transaction. The transaction stays open.
+        """
+        before = list(session.shard_txs.items())
+        await self._broadcast(before, "SAVEPOINT sg_stmt")
+        try:
+            result = await prim.execute(_SessionCursor(self, session), bind_vars)
+        except ShardgateError as exc:
+            joined = [k for k in session.shard_txs if k not in dict(before)]
+            for key in joined:
+                await _quiet_rollback(self.tablets[key], session.shard_txs.pop(key))
+            try:
+                await self._broadcast(before, "ROLLBACK TO SAVEPOINT sg_stmt")
+            except ShardgateError:
+                await self.rollback(session)
+                raise _with_note(exc, "the transaction was rolled back") from exc
+            raise _with_note(exc, "the statement was undone; the transaction is still open") \
+                from exc
+        await self._broadcast(before, "RELEASE SAVEPOINT sg_stmt")
+        return result
+
+    async def _broadcast(self, txs: list[tuple[tuple[str, str], int]], sql: str) -> None:
+        if txs:
+            await asyncio.gather(*(self.tablets[k].execute(sql, [], tid) for k, tid in txs))
+
+    async def _savepoint_statement(self, session: Session, what: str) -> Result:
+        """User savepoints: sent to every shard in the transaction and replayed on joiners."""
+        verb, name = what.split(":", 1)
+        if not session.in_transaction:
+            raise FailedPrecondition(f"{verb.upper()} {name} needs an open transaction (BEGIN)")
+        ident = f"sgu_{name}"
+        txs = list(session.shard_txs.items())
+        if verb == "savepoint":
+            await self._broadcast(txs, f"SAVEPOINT {ident}")
+            session.savepoints.append(name)
+        else:
+            if name not in session.savepoints:
+                raise NotFound(f"savepoint {name} does not exist in this transaction")
+            sql = ("ROLLBACK TO SAVEPOINT " if verb == "rollback_to" else "RELEASE SAVEPOINT ")
+            await self._broadcast(txs, sql + ident)
+            keep = session.savepoints.index(name) + (1 if verb == "rollback_to" else 0)
+            session.savepoints = session.savepoints[:keep]
+        return Result()
+
     async def _control(self, session: Session, what: str) -> Result:
         if what == "begin":
             if session.in_transaction:
@@ -246,6 +318,14 @@ class Gate:
             await self.rollback(session)
         elif what.startswith("use:"):
             session.keyspace = what[4:]
+        elif what.startswith("transaction_mode:"):
+            if session.shard_txs:
+                raise FailedPrecondition(
+                    "SET transaction_mode inside a transaction: commit or roll back first"
+                )
+            session.transaction_mode = what.split(":", 1)[1]
+        elif what.split(":", 1)[0] in ("savepoint", "rollback_to", "release"):
+            return await self._savepoint_statement(session, what)
         return Result()
 
     async def begin(self, session: Session) -> None:
@@ -254,8 +334,13 @@ class Gate:
     async def commit(self, session: Session) -> None:
         """Commit every shard of the session's transaction, in the order they joined."""
         txs = list(session.shard_txs.items())
+        xids, dtid = twopc.take(session)
         session.shard_txs = {}
         session.in_transaction = session.implicit = False
+        session.savepoints = []
+        if session.transaction_mode == twopc.TWOPC and len(txs) > 1:
+            await twopc.commit(self.tablets, txs, xids, dtid)
+            return
         done: list[str] = []
         for i, ((ks, shard), tid) in enumerate(txs):
             try:
@@ -278,10 +363,21 @@ class Gate:
 
     async def rollback(self, session: Session) -> None:
         txs = list(session.shard_txs.items())
+        twopc.take(session)
         session.shard_txs = {}
         session.in_transaction = session.implicit = False
+        session.savepoints = []
         for (ks, shard), tid in txs:
             await _quiet_rollback(self.tablets[(ks, shard)], tid)
+
+    async def resolve_transactions(
+        self, *, grace_s: float = twopc.DEFAULT_RESOLVE_GRACE_S
+    ) -> twopc.ResolveReport:
+        """Commit or roll back the two-phase commits a dead gate left prepared.
+
+        Safe while other gates run: records younger than ``grace_s`` are left alone.
+        """
+        return await twopc.resolve(self.tablets, grace_s=grace_s)
 
     # -- sequences --------------------------------------------------------------
 
@@ -311,6 +407,30 @@ class Gate:
             )
         end, cache = int(res.rows[0][0]), int(res.rows[0][1])
         return end - max(cache, count), end
+
+
+_SAVEPOINT_RE = re.compile(
+    r"^\s*(savepoint|rollback\s+(?:work\s+)?to\s+(?:savepoint\s+)?|release\s+savepoint)"
+    r"\s*([A-Za-z_][A-Za-z0-9_]*)\s*;?\s*$",
+    re.IGNORECASE,
+)
+
+
+def _savepoint_control(sql: str) -> str | None:
+    """``savepoint:x``, ``rollback_to:x`` or ``release:x`` for savepoint statements."""
+    m = _SAVEPOINT_RE.match(sql)
+    if m is None:
+        return None
+    verb = m.group(1).lower()
+    kind = "savepoint" if verb == "savepoint" else "release" if verb.startswith("release") \
+        else "rollback_to"
+    return f"{kind}:{m.group(2).lower()}"
+
+
+def _writes(prim: object) -> bool:
+    if isinstance(prim, Insert | LookupDML):
+        return True
+    return isinstance(prim, Route) and prim.write
 
 
 def _needs_implicit_tx(prim: object) -> bool:
@@ -368,8 +488,13 @@ class _SessionCursor(ExecCursor):
             key = (keyspace, shard)
             tid = self.session.shard_txs.get(key)
             if tid is None:
-                tid = await tablet.begin()
+                if self.session.transaction_mode == twopc.TWOPC:
+                    tid = await twopc.begin_participant(self.session, keyspace, shard, tablet)
+                else:
+                    tid = await tablet.begin()
                 self.session.shard_txs[key] = tid
+                for name in self.session.savepoints:  # replay user savepoints on a joiner
+                    await tablet.execute(f"SAVEPOINT sgu_{name}", [], tid)
         return await exec_options.shard_execute(tablet, sql, args, tid)
 
     async def execute_shards(

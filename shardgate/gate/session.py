@@ -1,6 +1,7 @@
 """Client sessions: default keyspace and the open transaction's per-shard ids.
 
-Invariants: ``shard_txs`` is empty whenever ``in_transaction`` is False; a
+Invariants: ``shard_txs``, ``dtid`` and ``xids`` are empty whenever
+``in_transaction`` is False; a
 shard joins the transaction the first time a statement reaches it, and every
 shard in ``shard_txs`` is committed or rolled back together at the end.
 """
@@ -24,3 +25,11 @@ class Session:
     id: int = field(default_factory=lambda: next(_ids))
     #: True while the gate runs an implicit transaction for one statement
     implicit: bool = False
+    #: user savepoints of the open transaction, oldest first
+    savepoints: list[str] = field(default_factory=list)
+    #: "best_effort" (default) or "twopc": how COMMIT ends a multi-shard transaction
+    transaction_mode: str = "best_effort"
+    #: twopc mode: the open transaction's distributed id (names its coordinator
+    #: shard) and each participant's xid; reset with ``shard_txs``
+    dtid: str | None = None
+    xids: dict[tuple[str, str], str] = field(default_factory=dict)

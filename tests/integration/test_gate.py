@@ -158,31 +158,55 @@ async def test_transactions(cluster: Cluster) -> None:
     await g.execute(s, "COMMIT")
     assert sorted((await g.execute(s, "SELECT order_id FROM corder")).rows) == [(1,), (2,)]
 
-    # A failed statement inside a transaction rolls the whole transaction back.
+    # A failed write inside a transaction is undone (savepoint); the transaction stays open.
     await g.execute(s, "BEGIN")
     await g.execute(s, "INSERT INTO corder (order_id, customer_id, price) VALUES (3, 1, 1)")
     with pytest.raises(ShardgateError) as err:
         await g.execute(s, "INSERT INTO corder (order_id, customer_id, price) VALUES (1, 1, 1)")
     assert err.value.code is Code.ALREADY_EXISTS
-    assert "rolled back" in err.value.message
-    assert not s.in_transaction
-    placed = await shard_rows(cluster, "commerce", "SELECT order_id FROM corder")
-    assert sorted(r for rows in placed.values() for r in rows) == [(1,), (2,)]
-
-    # So does a statement the gate cannot even parse or plan.
+    assert "transaction is still open" in err.value.message
+    assert s.in_transaction
+    # a statement the gate cannot parse or plan changes nothing either
     for bad in ("SELEC oops", "SELECT * FROM nosuch"):
-        await g.execute(s, "BEGIN")
-        await g.execute(s, "INSERT INTO corder (order_id, customer_id, price) VALUES (4, 1, 1)")
-        with pytest.raises(ShardgateError) as err:
+        with pytest.raises(ShardgateError):
             await g.execute(s, bad)
-        assert "rolled back" in err.value.message
-        assert not s.in_transaction
-        await g.execute(s, "BEGIN")  # must not commit the insert above
-        await g.execute(s, "COMMIT")
-        placed = await shard_rows(cluster, "commerce", "SELECT order_id FROM corder")
-        assert sorted(r for rows in placed.values() for r in rows) == [(1,), (2,)]
+        assert s.in_transaction
+    await g.execute(s, "INSERT INTO corder (order_id, customer_id, price) VALUES (4, 2, 1)")
+    await g.execute(s, "COMMIT")
+    placed = await shard_rows(cluster, "commerce", "SELECT order_id FROM corder")
+    assert sorted(r for rows in placed.values() for r in rows) == [(1,), (2,), (3,), (4,)]
 
-    # A unique lookup duplicate aborts a multi-row insert: no owner row, no lookup row.
+    # A lookup conflict in the middle of a multi-row insert inside a transaction:
+    # the statement's owner and lookup rows are undone, earlier work stays.
+    await g.execute(s, "BEGIN")
+    await g.execute(s, "INSERT INTO customer (customer_id, email) VALUES (10, 'first@x')")
+    await g.execute(s, "INSERT INTO customer (customer_id, email) VALUES (11, 'taken@x')")
+    with pytest.raises(ShardgateError) as err:
+        await g.execute(s, "INSERT INTO customer (customer_id, email) VALUES "
+                           "(12, 'new@x'), (13, 'taken@x'), (14, 'newer@x')")
+    assert err.value.code is Code.ALREADY_EXISTS
+    await g.execute(s, "COMMIT")
+    customers = await shard_rows(cluster, "commerce", "SELECT customer_id FROM customer")
+    assert sorted(r for rows in customers.values() for r in rows) == [(10,), (11,)]
+    lookups = await shard_rows(cluster, "lookup", "SELECT email FROM customer_email_idx")
+    assert sorted(lookups["0"]) == [("first@x",), ("taken@x",)]
+    await g.execute(s, "DELETE FROM customer WHERE customer_id IN (10, 11)")
+
+    # User savepoints reach every shard of the transaction, including later joiners.
+    await g.execute(s, "BEGIN")
+    await g.execute(s, "INSERT INTO corder (order_id, customer_id, price) VALUES (20, 1, 1)")
+    await g.execute(s, "SAVEPOINT before_more")
+    await g.execute(s, "INSERT INTO corder (order_id, customer_id, price) VALUES (21, 2, 1)")
+    await g.execute(s, "INSERT INTO corder (order_id, customer_id, price) VALUES (22, 3, 1)")
+    await g.execute(s, "ROLLBACK TO SAVEPOINT before_more")
+    await g.execute(s, "COMMIT")
+    placed = await shard_rows(cluster, "commerce", "SELECT order_id FROM corder")
+    assert sorted(r for rows in placed.values() for r in rows) == [(1,), (2,), (3,), (4,), (20,)]
+    with pytest.raises(ShardgateError) as err:
+        await g.execute(s, "SAVEPOINT outside")
+    assert err.value.code is Code.FAILED_PRECONDITION
+
+    # Outside a transaction, a unique lookup duplicate aborts a multi-row insert whole.
     await g.execute(s, "INSERT INTO customer (customer_id, email) VALUES (1, 'dup@x')")
     with pytest.raises(ShardgateError) as err:
         await g.execute(
