@@ -453,10 +453,12 @@ async def test_concurrent_tasks_share_the_pool(items: Backend) -> None:
     assert peak == 4  # never more than pool_size connections lent at once
 
 
+SERVER_KINDS = pytest.mark.parametrize("backend_kind", ["postgres", "mysql"], indirect=True)
+
+
+@SERVER_KINDS  # an embedded database has no server session to kill
 async def test_a_killed_connection_is_replaced(items: Backend, backend_kind: str) -> None:
     be = items
-    if backend_kind == "sqlite":
-        pytest.skip("an embedded database has no server session to kill")
     conn = await be.acquire()
     session_sql = (
         "SELECT pg_backend_pid()" if backend_kind == "postgres" else "SELECT CONNECTION_ID()"
@@ -482,12 +484,11 @@ async def test_a_killed_connection_is_replaced(items: Backend, backend_kind: str
         await be.release(conn)
 
 
+@SERVER_KINDS
 async def test_statement_on_a_killed_connection_is_unavailable_and_dropped(
     items: Backend, backend_kind: str
 ) -> None:
     be = items
-    if backend_kind == "sqlite":
-        pytest.skip("an embedded database has no server session to kill")
     conn = await be.acquire()
     try:
         if backend_kind == "postgres":
