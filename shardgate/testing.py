@@ -144,8 +144,10 @@ class RecordingCursor:
         if hasattr(query, "for_shard"):
             sql, args = query.for_shard(shard, self.dialect, self.placeholder, bind_vars)
             return sql, list(args)
-        ss = query.for_dialect(self.dialect, self.placeholder)
-        return ss.sql, ss.args(bind_vars)
+        bound: tuple[str, list[Any]] = query.for_dialect(self.dialect, self.placeholder).bind(
+            bind_vars
+        )
+        return bound
 
     async def execute_shards(
         self,
@@ -155,10 +157,12 @@ class RecordingCursor:
         bind_vars: Mapping[str, Any],
         *,
         write: bool,
+        shard_vars: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> list[Result]:
         out = []
         for shard in shards:
-            sql, args = self._sql(shard, query, bind_vars)
+            bv = {**bind_vars, **shard_vars[shard]} if shard_vars else bind_vars
+            sql, args = self._sql(shard, query, bv)
             self.log.append(f"ExecuteShard {keyspace}/{shard}: {sql} {args}")
             canned = self.results.get(shard, Result())
             out.append(Result(list(canned.fields), list(canned.rows), canned.rows_affected,
@@ -166,10 +170,16 @@ class RecordingCursor:
         return out
 
     async def stream_shards(
-        self, keyspace: str, shards: Any, query: Any, bind_vars: Mapping[str, Any]
+        self,
+        keyspace: str,
+        shards: Any,
+        query: Any,
+        bind_vars: Mapping[str, Any],
+        shard_vars: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> Any:
         for shard in shards:
-            sql, args = self._sql(shard, query, bind_vars)
+            bv = {**bind_vars, **shard_vars[shard]} if shard_vars else bind_vars
+            sql, args = self._sql(shard, query, bv)
             self.log.append(f"StreamShard {keyspace}/{shard}: {sql} {args}")
             canned = self.results.get(shard, Result())
             yield shard, list(canned.fields), list(canned.rows)

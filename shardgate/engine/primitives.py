@@ -80,8 +80,13 @@ class ExecCursor(Protocol):
         bind_vars: Mapping[str, Any],
         *,
         write: bool,
+        shard_vars: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> list[Result]:
-        """Run ``query`` on each shard (in the session's transaction if any)."""
+        """Run ``query`` on each shard (in the session's transaction if any).
+
+        ``shard_vars[shard]``, when given, is merged over ``bind_vars`` for
+        that shard (IN lists split per shard).
+        """
         ...
 
     def stream_shards(
@@ -90,6 +95,7 @@ class ExecCursor(Protocol):
         shards: Sequence[str],
         query: ShardQuery,
         bind_vars: Mapping[str, Any],
+        shard_vars: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> AsyncIterator[tuple[str, list[str], list[Row]]]:
         """Yield ``(shard, fields, rows)`` batches from each shard."""
         ...
@@ -108,7 +114,7 @@ class ShardQuery:
 
     __slots__ = ("_rendered", "tree")
 
-    def __init__(self, tree: exp.Expression) -> None:
+    def __init__(self, tree: exp.Expr) -> None:
         self.tree = tree
         self._rendered: dict[tuple[str, str], ShardSQL] = {}
 
@@ -183,19 +189,28 @@ class Route(Primitive):
     #: bind variable carrying LIMIT+OFFSET to each shard of a scatter
     upper_limit_var: str | None = None
     target_shards: tuple[str, ...] = ()
+    #: IN route whose shard query reads its list from this bind variable:
+    #: each shard gets only the values that map to it
+    in_var: str | None = None
 
     async def shards(self, vc: ExecCursor, bind_vars: Mapping[str, Any]) -> list[str]:
         """Which shards this route must reach, in key order."""
+        return (await self.targets(vc, bind_vars))[0]
+
+    async def targets(
+        self, vc: ExecCursor, bind_vars: Mapping[str, Any]
+    ) -> tuple[list[str], dict[str, dict[str, Any]] | None]:
+        """The shards to reach, and per-shard bind variables for split IN lists."""
         op = self.opcode
         smap = vc.shard_map(self.keyspace)
         if op is Opcode.UNSHARDED or (op is Opcode.REFERENCE and not self.write):
-            return [smap.names[0]]
+            return [smap.names[0]], None
         if op is Opcode.SCATTER or op is Opcode.REFERENCE:
-            return list(smap.names)
+            return list(smap.names), None
         if op is Opcode.NONE:
-            return []
+            return [], None
         if op is Opcode.BY_DESTINATION:
-            return list(self.target_shards)
+            return list(self.target_shards), None
         assert self.vindex is not None
         resolved = [
             tuple(resolve(v, bind_vars) for v in value)
@@ -212,11 +227,18 @@ class Route(Primitive):
                     flat.append(v)
             resolved = flat
         mapped = await vindex_map(vc, self.vindex, resolved)
-        names = {smap.find(ksid) for ksids in mapped for ksid in ksids}
-        return [n for n in smap.names if n in names]
+        if self.in_var is None:
+            names = {smap.find(ksid) for ksids in mapped for ksid in ksids}
+            return [n for n in smap.names if n in names], None
+        per_shard: dict[str, list[Any]] = {}
+        for value, ksids in zip(resolved, mapped, strict=True):
+            for shard in dict.fromkeys(smap.find(k) for k in ksids):
+                per_shard.setdefault(shard, []).append(value)
+        shards = [n for n in smap.names if n in per_shard]
+        return shards, {n: {self.in_var: per_shard[n]} for n in shards}
 
     async def execute(self, vc: ExecCursor, bind_vars: Mapping[str, Any]) -> Result:
-        shards = await self.shards(vc, bind_vars)
+        shards, shard_vars = await self.targets(vc, bind_vars)
         bind_vars = self._with_limit(bind_vars)
         if not shards:
             if self.write:
@@ -229,7 +251,8 @@ class Route(Primitive):
             )
             return Result(fields=results[0].fields)
         results = await vc.execute_shards(
-            self.keyspace, shards, self.query, bind_vars, write=self.write
+            self.keyspace, shards, self.query, bind_vars, write=self.write,
+            shard_vars=shard_vars,
         )
         if len(results) == 1 and self.upper_limit_var is None:
             return results[0]
@@ -265,13 +288,13 @@ class Route(Primitive):
         if self.write or self.order_by or self.upper_limit_var is not None:
             yield await self.execute(vc, bind_vars)
             return
-        shards = await self.shards(vc, bind_vars)
+        shards, shard_vars = await self.targets(vc, bind_vars)
         if not shards:
             yield await self.execute(vc, bind_vars)
             return
         sent_fields = False
         async for _shard, fields, rows in vc.stream_shards(
-            self.keyspace, shards, self.query, bind_vars
+            self.keyspace, shards, self.query, bind_vars, shard_vars
         ):
             yield Result(fields=[] if sent_fields else fields, rows=rows)
             sent_fields = True
@@ -320,7 +343,7 @@ def _int_of(v: Value | None, bind_vars: Mapping[str, Any], what: str) -> int:
     return n
 
 
-def _impossible(tree: exp.Expression) -> exp.Expression:
+def _impossible(tree: exp.Expr) -> exp.Expr:
     """The same SELECT with ``WHERE 1 != 1``: returns the fields and no rows."""
     t = tree.copy()
     if isinstance(t, exp.Select):

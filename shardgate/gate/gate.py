@@ -481,8 +481,7 @@ class _SessionCursor(ExecCursor):
         if isinstance(query, _InsertQuery):
             sql, args = query.for_shard(shard, tablet.dialect, tablet.placeholder, bind_vars)
         else:
-            ss = query.for_dialect(tablet.dialect, tablet.placeholder)
-            sql, args = ss.sql, ss.args(bind_vars)
+            sql, args = query.for_dialect(tablet.dialect, tablet.placeholder).bind(bind_vars)
         tid: int | None = None
         if self.session.in_transaction:
             key = (keyspace, shard)
@@ -505,13 +504,27 @@ class _SessionCursor(ExecCursor):
         bind_vars: Mapping[str, Any],
         *,
         write: bool,
+        shard_vars: Mapping[str, Mapping[str, Any]] | None = None,
+    ) -> list[Result]:
+        if shard_vars is not None:
+            per_shard = [{**bind_vars, **shard_vars[s]} for s in shards]
+            return await self._each(keyspace, shards, query, per_shard, write)
+        return await self._each(keyspace, shards, query, [bind_vars] * len(shards), write)
+
+    async def _each(
+        self,
+        keyspace: str,
+        shards: Sequence[str],
+        query: ShardQuery,
+        bind_vars: Sequence[Mapping[str, Any]],
+        write: bool,
     ) -> list[Result]:
         if len(shards) == 1:
-            return [await self._one(keyspace, shards[0], query, bind_vars)]
+            return [await self._one(keyspace, shards[0], query, bind_vars[0])]
         if write and not self.session.in_transaction:
             raise Internal("a multi-shard write reached the shards outside a transaction")
         results = await asyncio.gather(
-            *(self._one(keyspace, s, query, bind_vars) for s in shards),
+            *(self._one(keyspace, s, query, bv) for s, bv in zip(shards, bind_vars, strict=True)),
             return_exceptions=True,
         )
         for r in results:
@@ -525,11 +538,13 @@ class _SessionCursor(ExecCursor):
         shards: Sequence[str],
         query: ShardQuery,
         bind_vars: Mapping[str, Any],
+        shard_vars: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> AsyncIterator[tuple[str, list[str], list[Row]]]:
         for shard in shards:
             tablet = self.gate.tablets[(keyspace, shard)]
-            ss = query.for_dialect(tablet.dialect, tablet.placeholder)
-            async for fields, rows in tablet.stream_execute(ss.sql, ss.args(bind_vars)):
+            bv = {**bind_vars, **shard_vars[shard]} if shard_vars else bind_vars
+            sql, args = query.for_dialect(tablet.dialect, tablet.placeholder).bind(bv)
+            async for fields, rows in tablet.stream_execute(sql, args):
                 yield shard, fields, rows
 
 

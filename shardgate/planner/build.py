@@ -119,21 +119,44 @@ def _plan_select(stmt: exp.Expression, vschema: VSchema, default_ks: str | None)
     choice = choose(ref.table, stmt.args.get("where"), names)
     if choice.opcode in (Opcode.EQUAL_UNIQUE, Opcode.NONE, Opcode.UNSHARDED):
         return _route(choice, ks_name, query_tree, ref.table.name)
-    return _multi_shard_select(stmt, choice, ks_name, query_tree, ref.table.name)
+    split_tree, in_var = _split_in(stmt, choice)
+    assert isinstance(split_tree, exp.Select)
+    target = RouteTarget(choice.opcode, ks_name, ref.table.name, choice.vindex, choice.values,
+                         in_var)
+    return plan_multi_shard(stmt, split_tree, target)
 
 
-def _route(choice: RouteChoice, ks: str, tree: exp.Expression, table: str,
-           write: bool = False) -> Route:
+def _route(choice: RouteChoice, ks: str, tree: exp.Expr, table: str,
+           write: bool = False, in_var: str | None = None) -> Route:
     return Route(choice.opcode, ks, True, ShardQuery(tree), table=table,
-                 vindex=choice.vindex, values=choice.values, write=write)
+                 vindex=choice.vindex, values=choice.values, write=write, in_var=in_var)
 
 
-def _multi_shard_select(
-    stmt: exp.Select, choice: RouteChoice, ks: str, tree: exp.Expression, table: str
-) -> Primitive:
-    assert isinstance(tree, exp.Select)
-    target = RouteTarget(choice.opcode, ks, table, choice.vindex, choice.values)
-    return plan_multi_shard(stmt, tree, target)
+IN_VAR = "__sg_vals"
+
+
+def _split_in(tree: exp.Expression, choice: RouteChoice) -> tuple[exp.Expr, str | None]:
+    """Rewrite the IN term that chose the route to read each shard's own values.
+
+    ``id IN (1, 2, 3)`` (or ``id = 1 OR id = 2``) becomes ``id IN (:__sg_vals)``;
+    the route binds ``__sg_vals`` per shard to the values mapping there.
+    """
+    term = choice.term
+    if choice.opcode is not Opcode.IN or term is None:
+        return strip_qualifiers(tree), None
+    term.meta["sg_in"] = True
+    try:
+        def swap(node: exp.Expr) -> exp.Expr:
+            if not node.meta.get("sg_in"):
+                return node
+            col = node.this if isinstance(node, exp.In) else node.find(exp.Column)
+            assert col is not None
+            return exp.In(this=col.copy(), expressions=[exp.Placeholder(this=IN_VAR)])
+
+        rewritten = strip_qualifiers(tree).transform(swap)
+    finally:
+        term.meta.pop("sg_in", None)
+    return rewritten, IN_VAR
 
 
 def _no_table_route(stmt: exp.Expression, vschema: VSchema, default_ks: str | None) -> Route:
@@ -185,10 +208,11 @@ def _plan_update_delete(
     ):
         raise Unsupported(f"{verb} with LIMIT on several shards is not supported: "
                           "target one shard with an equality on the primary vindex")
-    route = _route(choice, ks.name, tree, table.name, write=True)
     changes = _lookup_changes(stmt, table)
     if not changes:
-        return route
+        split_tree, in_var = _split_in(stmt, choice)
+        return _route(choice, ks.name, split_tree, table.name, write=True, in_var=in_var)
+    route = _route(choice, ks.name, tree, table.name, write=True)
     primary = table.primary
     assert primary is not None
     columns: list[str] = list(primary.columns)

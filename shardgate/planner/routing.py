@@ -27,6 +27,9 @@ class RouteChoice:
     opcode: Opcode
     vindex: Vindex | None = None
     values: tuple[Value | tuple[Value, ...], ...] = ()
+    #: for IN routes on one column: the WHERE term (IN list or OR of
+    #: equalities) the planner may rewrite to send each shard only its values
+    term: exp.Expr | None = None
 
 
 def conjuncts(where: exp.Expr | None) -> Iterator[exp.Expr]:
@@ -68,14 +71,14 @@ def _equality(node: exp.Expr, names: set[str]) -> tuple[str, Value] | None:
 
 def constraints(
     where: exp.Expr | None, names: set[str]
-) -> tuple[dict[str, Value], dict[str, tuple[Value, ...]]]:
+) -> tuple[dict[str, Value], dict[str, tuple[tuple[Value, ...], exp.Expr]]]:
     """Equalities and IN lists on columns of the table named by ``names``.
 
     ``names`` holds the table's name and alias, and ``""`` when unqualified
     columns belong to it (single-table statements).
     """
     eqs: dict[str, Value] = {}
-    ins: dict[str, tuple[Value, ...]] = {}
+    ins: dict[str, tuple[tuple[Value, ...], exp.Expr]] = {}
     for term in conjuncts(where):
         eq = _equality(term, names)
         if eq is not None:
@@ -90,13 +93,32 @@ def constraints(
             col = _column_of(term.this, names)
             items = term.expressions
             if col is not None and items and all(is_constant(i) for i in items):
-                ins.setdefault(col, tuple(from_expression(i) for i in items))
+                ins.setdefault(col, (tuple(from_expression(i) for i in items), term))
+            elif isinstance(term.this, exp.Tuple):
+                _tuple_in(term, names, ins)
             continue
         if isinstance(term, exp.Or):
             found = _or_of_equalities(term, names)
             if found is not None:
-                ins.setdefault(found[0], found[1])
+                ins.setdefault(found[0], (found[1], term))
     return eqs, ins
+
+
+def _tuple_in(
+    term: exp.In, names: set[str], ins: dict[str, tuple[tuple[Value, ...], exp.Expr]]
+) -> None:
+    """``(a, b) IN ((1, 2), (3, 4))``: recorded under the key ``"a,b"``."""
+    cols = [_column_of(c, names) for c in term.this.expressions]
+    if any(c is None for c in cols):
+        return
+    rows: list[tuple[Value, ...]] = []
+    for item in term.expressions:
+        if not isinstance(item, exp.Tuple) or len(item.expressions) != len(cols):
+            return
+        if not all(is_constant(x) for x in item.expressions):
+            return
+        rows.append(tuple(from_expression(x) for x in item.expressions))
+    ins.setdefault(",".join(c for c in cols if c is not None), (tuple(rows), term))  # type: ignore[arg-type]
 
 
 def _or_of_equalities(
@@ -136,7 +158,10 @@ def choose(table: Table, where: exp.Expr | None, names: set[str]) -> RouteChoice
             continue
         choice: RouteChoice | None = None
         if len(cv.columns) > 1 or isinstance(v, MultiColumn):
-            if all(c in eqs for c in cv.columns):
+            joined = ",".join(cv.columns)
+            if joined in ins and not all(c in eqs for c in cv.columns):
+                choice = RouteChoice(Opcode.IN, v, ins[joined][0])
+            elif all(c in eqs for c in cv.columns):
                 vals = tuple(eqs[c] for c in cv.columns)
                 if any(isinstance(x, Literal) and x.value is None for x in vals):
                     choice = RouteChoice(Opcode.NONE, v)
@@ -154,7 +179,7 @@ def choose(table: Table, where: exp.Expr | None, names: set[str]) -> RouteChoice
                         Opcode.EQUAL_UNIQUE if v.unique else Opcode.EQUAL, v, (val,)
                     )
             elif col in ins:
-                choice = RouteChoice(Opcode.IN, v, ins[col])
+                choice = RouteChoice(Opcode.IN, v, ins[col][0], term=ins[col][1])
         if choice is None:
             continue
         key = (choice.opcode.rank, v.cost)

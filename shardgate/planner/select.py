@@ -54,6 +54,7 @@ class RouteTarget:
     table: str
     vindex: Vindex | None
     values: tuple[Value | tuple[Value, ...], ...]
+    in_var: str | None = None
 
 
 def needs_aggregation(stmt: exp.Select) -> bool:
@@ -115,7 +116,7 @@ def _plain(tree: exp.Select, target: RouteTarget) -> Primitive:
     route: Primitive = Route(
         target.opcode, target.keyspace, True, ShardQuery(tree), table=target.table,
         vindex=target.vindex, values=target.values, order_by=tuple(keys), limit=limit,
-        offset=offset, upper_limit_var=upper,
+        offset=offset, upper_limit_var=upper, in_var=target.in_var,
     )
     if hidden:
         if star:
@@ -262,7 +263,7 @@ def _aggregating(tree: exp.Select, target: RouteTarget) -> Primitive:
         shard_groups.append(distinct_expr.copy())
     shard.set("group", exp.Group(expressions=shard_groups) if shard_groups else None)
     route = Route(target.opcode, target.keyspace, True, ShardQuery(shard), table=target.table,
-                  vindex=target.vindex, values=target.values)
+                  vindex=target.vindex, values=target.values, in_var=target.in_var)
 
     agg = Aggregate(route, tuple(range(len(groups))), tuple(specs), scalar=not groups)
     # Slots after aggregation: group values, then aggregate results.

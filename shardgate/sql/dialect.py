@@ -22,21 +22,47 @@ _MARK = "\x00sgp{}\x00"
 
 @dataclass(frozen=True, slots=True)
 class ShardSQL:
-    """SQL for one dialect and the bind variable names of its positional params."""
+    """SQL for one dialect and the bind variable names of its positional params.
+
+    ``parts`` is the SQL split around its placeholders (one more part than
+    params), so a bind variable holding a list (``id IN (:ids)``) expands to
+    one placeholder per element without rendering the tree again.
+    """
 
     sql: str
     params: tuple[str, ...]
+    parts: tuple[str, ...] = ()
+    placeholder: str = "?"
 
     def args(self, bind_vars: Mapping[str, Any]) -> list[Any]:
+        return self.bind(bind_vars)[1]
+
+    def bind(self, bind_vars: Mapping[str, Any]) -> tuple[str, list[Any]]:
+        """The SQL and its positional arguments for these bind variables."""
         try:
-            return [bind_vars[name] for name in self.params]
+            values = [bind_vars[name] for name in self.params]
         except KeyError as exc:
             raise InvalidArgument(
                 f"missing bind variable :{exc.args[0]}; pass it in bind_vars"
             ) from None
+        if not any(isinstance(v, list | tuple) for v in values):
+            return self.sql, values
+        out = [self.parts[0]]
+        args: list[Any] = []
+        for name, value, part in zip(self.params, values, self.parts[1:], strict=True):
+            if isinstance(value, list | tuple):
+                if not value:
+                    raise InvalidArgument(f"bind variable :{name} is an empty list")
+                out.append(", ".join([self.placeholder] * len(value)))
+                args.extend(value)
+            else:
+                out.append(self.placeholder)
+                args.append(value)
+            out.append(part)
+        return "".join(out), args
 
 
-def strip_qualifiers(tree: exp.Expression) -> exp.Expression:
+def strip_qualifiers(tree: exp.Expr) -> exp.Expr:
     """Drop ``keyspace.`` from table references (shards hold tables unqualified)."""
 
     def fix(node: exp.Expression) -> exp.Expression:
@@ -82,7 +108,7 @@ def _fix_for_dialect(node: exp.Expression, dialect: str) -> exp.Expression:
     return node
 
 
-def render(tree: exp.Expression, dialect: str, placeholder: str) -> ShardSQL:
+def render(tree: exp.Expr, dialect: str, placeholder: str) -> ShardSQL:
     """Generate ``tree`` for ``dialect`` with positional placeholders."""
     names: list[str] = []
 
@@ -104,6 +130,11 @@ def render(tree: exp.Expression, dialect: str, placeholder: str) -> ShardSQL:
         sql = sql[: -len(" FOR SHARE")] + " LOCK IN SHARE MODE"  # MariaDB's spelling
     if placeholder == "%s":
         sql = sql.replace("%", "%%")
+    parts = []
+    rest = sql
     for i in range(len(names)):
-        sql = sql.replace(_MARK.format(i), placeholder, 1)
-    return ShardSQL(sql=sql, params=tuple(names))
+        head, _, rest = rest.partition(_MARK.format(i))
+        parts.append(head)
+    parts.append(rest)
+    return ShardSQL(sql=placeholder.join(parts), params=tuple(names), parts=tuple(parts),
+                    placeholder=placeholder)

@@ -119,3 +119,36 @@ async def test_scatter_dml_sums_rows_affected() -> None:
     vc.results = {s: Result(rows_affected=2) for s in FOUR.names}
     r = await run(vc, "update user_extra set v = 1 where v = 0")
     assert r.rows_affected == 8 and len(vc.log) == 4
+
+
+async def test_in_list_is_split_per_shard() -> None:
+    vc = cursor()
+    await run(vc, "select id from user where id in (1, 2, 3, 4, 5, 6, 7, 8)")
+    expected: dict[str, list[int]] = {}
+    for i in range(1, 9):
+        expected.setdefault(shard_of(i), []).append(i)
+    got = {}
+    for line in vc.log:
+        shard = line.split(":")[0].split("/")[1]
+        args = line[line.rindex("["):]
+        got[shard] = args
+        assert line.count("%s") == len(expected[shard])
+    assert got == {s: str(v) for s, v in expected.items()}
+
+
+async def test_list_bind_variable_expands() -> None:
+    vc = cursor()
+    await run(vc, "select id from user where id in (:ids)", {"ids": [1, 2, 3]})
+    total = sum(line.count("%s") for line in vc.log)
+    assert total == 3
+    assert {line.split(":")[0] for line in vc.log} == {f"ExecuteShard user/{shard_of(i)}"
+                                                       for i in (1, 2, 3)}
+
+
+async def test_tuple_in_on_multicol_routes_by_both_columns() -> None:
+    vc = cursor()
+    plan = build_plan(parse("select * from events where (region, id) in ((1, 2), (3, 4))"),
+                      "", VSCHEMA, "user")
+    assert plan.describe()["Instructions"]["Variant"] == "IN"
+    await plan.instructions.execute(vc, {})
+    assert 1 <= len(vc.log) <= 2
