@@ -27,6 +27,14 @@ from shardgate.engine.primitives import (
 )
 from shardgate.engine.values import SQLExpr, Value, from_expression
 from shardgate.errors import InvalidArgument, Unsupported
+from shardgate.planner.join import (
+    best_route,
+    colocated,
+    plan_nested_loop,
+    pull_out_subqueries,
+    table_refs,
+    wrap_pulled,
+)
 from shardgate.planner.routing import RouteChoice, choose
 from shardgate.planner.select import RouteTarget, plan_multi_shard
 from shardgate.sql.dialect import strip_qualifiers
@@ -95,33 +103,52 @@ def _plan_select(stmt: exp.Expression, vschema: VSchema, default_ks: str | None)
     refs = _refs(stmt, vschema, default_ks)
     if not refs:
         return _no_table_route(stmt, vschema, default_ks)
-    ks_name = _single_keyspace(refs, "query")
-    ks = vschema.keyspace(ks_name)
-    query_tree = strip_qualifiers(stmt)
-    if not ks.sharded:
-        return Route(Opcode.UNSHARDED, ks_name, False, ShardQuery(query_tree),
-                     table=refs[0].table.name)
+    keyspaces = {r.table.keyspace for r in refs}
+    if len(keyspaces) == 1:
+        ks = vschema.keyspace(next(iter(keyspaces)))
+        if not ks.sharded:  # one unsharded database takes anything
+            return Route(Opcode.UNSHARDED, ks.name, False, ShardQuery(strip_qualifiers(stmt)),
+                         table=refs[0].table.name)
     if not isinstance(stmt, exp.Select):
         raise Unsupported("UNION and other set operations across shards are not supported yet")
+
+    def plan(sub: exp.Expression) -> Primitive:
+        return _plan_select(sub, vschema, default_ks)
+
+    outer, pulled = pull_out_subqueries(stmt, plan)
+    if pulled:
+        return wrap_pulled(plan(outer), pulled)
+    if any(n is not stmt for n in stmt.find_all(exp.Select)):
+        raise Unsupported(
+            "this subquery cannot be routed across shards: only uncorrelated "
+            "'col IN (SELECT ...)' subqueries are, or any subquery within one unsharded keyspace"
+        )
+    trefs = table_refs(stmt, vschema, default_ks)
+    if len(keyspaces) > 1 or not colocated(trefs, stmt.args.get("where")):
+        if len(trefs) < 2:
+            raise Unsupported("this query cannot be routed across keyspaces")
+        return plan_nested_loop(stmt, trefs, plan)
+    ks_name = next(iter(keyspaces))
+    query_tree = strip_qualifiers(stmt)
     sharded = [r for r in refs if r.table.type != "reference"]
     if not sharded:
         return Route(Opcode.REFERENCE, ks_name, True, ShardQuery(query_tree),
                      table=refs[0].table.name)
-    if len(sharded) > 1 or stmt.find(exp.Subquery) is not None:
-        raise Unsupported(
-            "joins and subqueries between sharded tables are not supported yet: "
-            "query one sharded table (reference tables may be joined)"
-        )
-    ref = sharded[0]
-    names = {ref.alias, ref.table.name.lower()}
-    if len(refs) == 1:
-        names.add("")
-    choice = choose(ref.table, stmt.args.get("where"), names)
+    if len(sharded) > 1:
+        choice, ref = best_route(trefs, stmt)
+        table_name = ref.table.name
+    else:
+        only = sharded[0]
+        names = {only.alias, only.table.name.lower()}
+        if len(refs) == 1:
+            names.add("")
+        choice = choose(only.table, stmt.args.get("where"), names)
+        table_name = only.table.name
     if choice.opcode in (Opcode.EQUAL_UNIQUE, Opcode.NONE, Opcode.UNSHARDED):
-        return _route(choice, ks_name, query_tree, ref.table.name)
+        return _route(choice, ks_name, query_tree, table_name)
     split_tree, in_var = _split_in(stmt, choice)
     assert isinstance(split_tree, exp.Select)
-    target = RouteTarget(choice.opcode, ks_name, ref.table.name, choice.vindex, choice.values,
+    target = RouteTarget(choice.opcode, ks_name, table_name, choice.vindex, choice.values,
                          in_var)
     return plan_multi_shard(stmt, split_tree, target)
 

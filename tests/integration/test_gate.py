@@ -309,3 +309,48 @@ async def test_same_text_is_parsed_once(cluster: Cluster, monkeypatch: pytest.Mo
     assert calls.count(sql) == 1
     await g.execute(g.session("lookup"), "SELECT 1")
     assert len(calls) == 2
+
+
+async def test_joins_and_subqueries(cluster: Cluster) -> None:
+    g = cluster.gate
+    s = g.session()
+    customers = [(i, f"c{i}@x", f"n{i % 3}") for i in range(1, 13)]
+    orders = [(100 + i, (i % 12) + 1, f"sku{i % 4}", i * 10) for i in range(30)]
+    for cid, email, name in customers:
+        await g.execute(s, "INSERT INTO customer (customer_id, email, name) VALUES (:c, :e, :n)",
+                        {"c": cid, "e": email, "n": name})
+    for oid, cid, sku, price in orders:
+        await g.execute(s, "INSERT INTO corder (order_id, customer_id, sku, price) "
+                           "VALUES (:o, :c, :s, :p)", {"o": oid, "c": cid, "s": sku, "p": price})
+    names = {cid: name for cid, _e, name in customers}
+
+    # co-located (same hash vindex on customer_id): pushed down to the shards
+    r = await g.execute(s, "SELECT c.customer_id, o.order_id FROM customer c JOIN corder o "
+                           "ON c.customer_id = o.customer_id ORDER BY o.order_id")
+    assert r.rows == [(cid, oid) for oid, cid, _s, _p in sorted(orders)]
+    r = await g.execute(s, "SELECT c.name, COUNT(*), SUM(o.price) FROM customer c JOIN corder o "
+                           "ON c.customer_id = o.customer_id GROUP BY c.name ORDER BY c.name")
+    want: dict[str, list[int]] = {}
+    for _o, cid, _s, price in orders:
+        want.setdefault(names[cid], []).append(price)
+    assert [(n, c, int(t)) for n, c, t in r.rows] == \
+        [(n, len(v), sum(v)) for n, v in sorted(want.items())]
+
+    # not co-located (name = sku never matches, price = customer_id*10 matches some):
+    # a nested loop at the gate
+    r = await g.execute(s, "SELECT o.order_id, c.customer_id FROM corder o JOIN customer c "
+                           "ON o.price = c.customer_id ORDER BY o.order_id")
+    assert r.rows == [(oid, price) for oid, _c, _s, price in sorted(orders) if 1 <= price <= 12]
+    r = await g.execute(s, "SELECT c.customer_id, o.order_id FROM customer c LEFT JOIN corder o "
+                           "ON c.customer_id = o.price WHERE c.customer_id < 4 "
+                           "ORDER BY c.customer_id")
+    assert r.rows == [(1, None), (2, None), (3, None)]
+
+    # pulled-out subquery: its values route the outer query
+    r = await g.execute(s, "SELECT customer_id FROM customer WHERE customer_id IN "
+                           "(SELECT customer_id FROM corder WHERE sku = 'sku1') "
+                           "ORDER BY customer_id")
+    assert r.rows == [(c,) for c in sorted({cid for _o, cid, sku, _p in orders if sku == "sku1"})]
+    r = await g.execute(s, "SELECT customer_id FROM customer WHERE customer_id IN "
+                           "(SELECT customer_id FROM corder WHERE sku = 'none')")
+    assert r.rows == []

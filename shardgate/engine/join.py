@@ -1,0 +1,97 @@
+"""Joins and subqueries the gate runs itself, when the shards cannot.
+
+* :class:`NestedLoopJoin`: runs the left side, then the right side once per
+  batch of distinct left join keys (``right.col IN (:__sg_join)``, so the
+  right side routes by vindex when the join column is one), and matches rows
+  by key in a hash table. INNER and LEFT joins; NULL keys never match.
+  Output rows are the left row followed by the right row.
+* :class:`PulloutSubquery`: runs an uncorrelated ``IN (SELECT ...)`` subquery
+  first and binds its values as a list for the outer query (an empty result
+  binds ``[NULL]``, which ``IN`` never matches).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from shardgate.engine.primitives import ExecCursor, Primitive
+from shardgate.errors import InvalidArgument
+from shardgate.result import Result, Row
+
+JOIN_BATCH = 500
+
+
+@dataclass(frozen=True)
+class NestedLoopJoin(Primitive):
+    """Join two inputs at the gate on equal keys."""
+
+    left: Primitive
+    right: Primitive
+    left_keys: tuple[int, ...]
+    right_keys: tuple[int, ...]
+    join_var: str
+    right_width: int
+    outer: bool = False
+    batch: int = JOIN_BATCH
+
+    async def execute(self, vc: ExecCursor, bind_vars: Mapping[str, Any]) -> Result:
+        left = await self.left.execute(vc, bind_vars)
+        keys: dict[tuple[Any, ...], None] = {}
+        for row in left.rows:
+            k = tuple(row[i] for i in self.left_keys)
+            if None not in k:
+                keys.setdefault(k)
+        matches: dict[tuple[Any, ...], list[Row]] = {}
+        right_fields: list[str] = []
+        firsts = list(dict.fromkeys(k[0] for k in keys))
+        for start in range(0, len(firsts), self.batch):
+            chunk = firsts[start : start + self.batch]
+            res = await self.right.execute(vc, {**bind_vars, self.join_var: chunk})
+            right_fields = right_fields or res.fields
+            for row in res.rows:
+                k = tuple(row[i] for i in self.right_keys)
+                matches.setdefault(k, []).append(row)
+        pad = (None,) * self.right_width
+        rows: list[Row] = []
+        for row in left.rows:
+            k = tuple(row[i] for i in self.left_keys)
+            found = matches.get(k) if None not in k else None
+            if found:
+                rows.extend(row + r for r in found)
+            elif self.outer:
+                rows.append(row + pad)
+        return Result(fields=left.fields + (right_fields or [""] * self.right_width), rows=rows)
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "OperatorType": "Join",
+            "Variant": "LeftJoin" if self.outer else "Join",
+            "JoinVars": {self.join_var: list(self.left_keys)},
+            "RightKeys": list(self.right_keys),
+            "Inputs": [self.left.describe(), self.right.describe()],
+        }
+
+
+@dataclass(frozen=True)
+class PulloutSubquery(Primitive):
+    """Run ``subquery`` first; bind its first column's values to ``var`` for ``outer``."""
+
+    subquery: Primitive
+    outer: Primitive
+    var: str
+
+    async def execute(self, vc: ExecCursor, bind_vars: Mapping[str, Any]) -> Result:
+        res = await self.subquery.execute(vc, bind_vars)
+        if res.rows and len(res.rows[0]) != 1:
+            raise InvalidArgument("a subquery used with IN must select exactly one column")
+        values = list(dict.fromkeys(r[0] for r in res.rows if r[0] is not None))
+        return await self.outer.execute(vc, {**bind_vars, self.var: values or [None]})
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "OperatorType": "UncorrelatedSubquery",
+            "PulloutVars": [self.var],
+            "Inputs": [self.subquery.describe(), self.outer.describe()],
+        }
