@@ -192,6 +192,13 @@ class Route(Primitive):
     #: IN route whose shard query reads its list from this bind variable:
     #: each shard gets only the values that map to it
     in_var: str | None = None
+    #: ``keyrange(...)``: only shards intersecting it, only rows whose keyspace
+    #: id (from the result columns ``ksid_columns``) falls in it
+    key_range: KeyRange | None = None
+    ksid_columns: tuple[str, ...] = ()
+    ksid_vindex: Vindex | None = None
+    #: trailing result columns the gate added (ksid or sort columns) to drop
+    hidden: int = 0
 
     async def shards(self, vc: ExecCursor, bind_vars: Mapping[str, Any]) -> list[str]:
         """Which shards this route must reach, in key order."""
@@ -201,6 +208,15 @@ class Route(Primitive):
         self, vc: ExecCursor, bind_vars: Mapping[str, Any]
     ) -> tuple[list[str], dict[str, dict[str, Any]] | None]:
         """The shards to reach, and per-shard bind variables for split IN lists."""
+        shards, shard_vars = await self._targets(vc, bind_vars)
+        if self.key_range is not None:
+            inside = set(vc.shard_map(self.keyspace).shards_for_range(self.key_range))
+            shards = [s for s in shards if s in inside]
+        return shards, shard_vars
+
+    async def _targets(
+        self, vc: ExecCursor, bind_vars: Mapping[str, Any]
+    ) -> tuple[list[str], dict[str, dict[str, Any]] | None]:
         op = self.opcode
         smap = vc.shard_map(self.keyspace)
         if op is Opcode.UNSHARDED or (op is Opcode.REFERENCE and not self.write):
@@ -254,9 +270,24 @@ class Route(Primitive):
             self.keyspace, shards, self.query, bind_vars, write=self.write,
             shard_vars=shard_vars,
         )
-        if len(results) == 1 and self.upper_limit_var is None:
+        if self.key_range is not None:
+            results = [await self._in_range(vc, r) for r in results]
+        if len(results) == 1 and self.upper_limit_var is None and not self.hidden:
             return results[0]
         return self._merge(results, bind_vars)
+
+    async def _in_range(self, vc: ExecCursor, res: Result) -> Result:
+        """Keep the rows whose keyspace id lies in ``key_range``."""
+        assert self.key_range is not None and self.ksid_vindex is not None
+        if not res.rows:
+            return res
+        lowered = [f.lower() for f in res.fields]
+        idx = [lowered.index(c.lower()) for c in self.ksid_columns]
+        values = [tuple(r[i] for i in idx) if len(idx) > 1 else r[idx[0]] for r in res.rows]
+        mapped = await vindex_map(vc, self.ksid_vindex, values)
+        kr = self.key_range
+        rows = [r for r, ks in zip(res.rows, mapped, strict=True) if ks and kr.contains(ks[0])]
+        return Result(fields=res.fields, rows=rows)
 
     def _with_limit(self, bind_vars: Mapping[str, Any]) -> Mapping[str, Any]:
         if self.upper_limit_var is None:
@@ -280,12 +311,17 @@ class Route(Primitive):
         if self.upper_limit_var is not None:
             off = _int_of(self.offset, bind_vars, "OFFSET")
             rows = rows[off : off + _int_of(self.limit, bind_vars, "LIMIT")]
+        if self.hidden:
+            keep = len(fields) - self.hidden
+            fields = fields[:keep]
+            rows = [r[:keep] for r in rows]
         return Result(fields=fields, rows=rows)
 
     async def stream(
         self, vc: ExecCursor, bind_vars: Mapping[str, Any]
     ) -> AsyncIterator[Result]:
-        if self.write or self.order_by or self.upper_limit_var is not None:
+        if (self.write or self.order_by or self.upper_limit_var is not None
+                or self.key_range is not None):
             yield await self.execute(vc, bind_vars)
             return
         shards, shard_vars = await self.targets(vc, bind_vars)
@@ -313,6 +349,9 @@ class Route(Primitive):
             out["Values"] = [_describe_value(v) for v in self.values]
         if self.target_shards:
             out["TargetShards"] = list(self.target_shards)
+        if self.key_range is not None:
+            out["KeyRange"] = self.key_range.name
+            out["KeyspaceIdColumns"] = list(self.ksid_columns)
         if self.order_by:
             out["OrderBy"] = ", ".join(
                 f"{k.column} {'DESC' if k.descending else 'ASC'}" for k in self.order_by

@@ -41,12 +41,14 @@ from shardgate.errors import (
     InvalidArgument,
     NotFound,
     ShardgateError,
+    Unsupported,
 )
 from shardgate.gate import options as exec_options
 from shardgate.gate import twopc
 from shardgate.gate.plan_cache import PlanCache
 from shardgate.gate.sequences import Sequences
 from shardgate.gate.session import Session
+from shardgate.gate.split import QuerySplit, split_query
 from shardgate.keys import KeyRange, ShardMap
 from shardgate.planner.build import Plan, build_plan
 from shardgate.queues import router as queue_router
@@ -109,7 +111,7 @@ class Gate:
         self, keyspace: str, queue: str, *, shard: str | None = None,
         key_range: str | None = None, max_batch: int = 0,
     ) -> AsyncIterator[QueueBatch]:
-        """Fired events of ``queue``: first the fields, then batches (each event names its shard)."""
+        """Fired events of ``queue``: the fields first, then batches (events name their shard)."""
         return queue_router.receive(self, keyspace, queue, shard=shard, key_range=key_range,
                                     max_batch=max_batch)
 
@@ -172,6 +174,20 @@ class Gate:
             planned = build_plan(stmt, sql, self.vschema, keyspace)
         self.plans.put(key, planned)
         return planned
+
+    def split_query(self, sql: str, n: int, keyspace: str | None = None) -> list[QuerySplit]:
+        """Split a scatter SELECT into about ``n`` key-range parts covering it exactly once."""
+        planned = self.plan(sql, keyspace if keyspace is not None else
+                            self.topology.default_keyspace)
+        if isinstance(planned, str) or not isinstance(planned.instructions, Route):
+            raise Unsupported(
+                "split_query takes a single-table SELECT without aggregates, ORDER BY or LIMIT"
+            )
+        shards = {
+            ks.name: [(s.name, s.key_range) for s in ks.shards]
+            for ks in self.topology.keyspaces.values()
+        }
+        return split_query(shards, planned.instructions, sql, n)
 
     def explain(self, sql: str, keyspace: str | None = None) -> dict[str, Any]:
         """The plan of ``sql`` as JSON-able data (Vitess planbuilder test shape)."""

@@ -20,6 +20,7 @@ from shardgate.engine.primitives import (
     DDL,
     Insert,
     Opcode,
+    OrderKey,
     OwnedLookup,
     Primitive,
     Route,
@@ -27,6 +28,7 @@ from shardgate.engine.primitives import (
 )
 from shardgate.engine.values import SQLExpr, Value, from_expression
 from shardgate.errors import InvalidArgument, Unsupported
+from shardgate.keys import KeyRange
 from shardgate.planner.join import (
     best_route,
     colocated,
@@ -35,8 +37,8 @@ from shardgate.planner.join import (
     table_refs,
     wrap_pulled,
 )
-from shardgate.planner.routing import RouteChoice, choose
-from shardgate.planner.select import RouteTarget, plan_multi_shard
+from shardgate.planner.routing import RouteChoice, choose, extract_keyrange
+from shardgate.planner.select import RouteTarget, needs_aggregation, plan_multi_shard
 from shardgate.sql.dialect import strip_qualifiers
 from shardgate.vindexes import Lookup
 from shardgate.vschema import ColumnVindex, Table, VSchema
@@ -142,7 +144,10 @@ def _plan_select(stmt: exp.Expression, vschema: VSchema, default_ks: str | None)
         names = {only.alias, only.table.name.lower()}
         if len(refs) == 1:
             names.add("")
+        stmt, key_range = extract_keyrange(stmt)
         choice = choose(only.table, stmt.args.get("where"), names)
+        if key_range is not None:
+            return _keyrange_select(stmt, key_range, only.table, choice, len(refs))
         table_name = only.table.name
     if choice.opcode in (Opcode.EQUAL_UNIQUE, Opcode.NONE, Opcode.UNSHARDED):
         return _route(choice, ks_name, query_tree, table_name)
@@ -151,6 +156,47 @@ def _plan_select(stmt: exp.Expression, vschema: VSchema, default_ks: str | None)
     target = RouteTarget(choice.opcode, ks_name, table_name, choice.vindex, choice.values,
                          in_var)
     return plan_multi_shard(stmt, split_tree, target)
+
+
+def _keyrange_select(
+    stmt: exp.Select, key_range: KeyRange, table: Table, choice: RouteChoice, n_tables: int
+) -> Route:
+    """A select restricted to a key range: its shards, and its rows by keyspace id."""
+    if n_tables > 1 or needs_aggregation(stmt) or stmt.args.get("limit") is not None:
+        raise Unsupported(
+            "keyrange(...) works on single-table selects without aggregates or LIMIT "
+            "(rows are filtered by keyspace id after the shards answer)"
+        )
+    primary = table.primary
+    assert primary is not None
+    tree = strip_qualifiers(stmt)
+    assert isinstance(tree, exp.Select)
+    tree = tree.copy()
+    star = any(isinstance(e, exp.Star) or (isinstance(e, exp.Column) and e.is_star)
+               for e in tree.expressions)
+    selected = {e.name.lower() for e in tree.expressions if isinstance(e, exp.Column)}
+    ksid_columns: list[str] = []
+    hidden = 0
+    for col in primary.columns:
+        if star or col in selected:
+            ksid_columns.append(col)
+            continue
+        alias = f"__sg_k{hidden}"
+        tree.append("expressions", exp.alias_(exp.column(col), alias))
+        ksid_columns.append(alias)
+        hidden += 1
+    order_items = tree.args["order"].expressions if tree.args.get("order") else []
+    for o in order_items:
+        if not isinstance(o.this, exp.Column) or (not star and o.this.name.lower() not in selected):
+            raise Unsupported("ORDER BY with keyrange(...) needs selected columns")
+    order = tuple(
+        OrderKey(o.this.name, bool(o.args.get("desc")), bool(o.args.get("nulls_first")))
+        for o in order_items
+    )
+    return Route(choice.opcode, table.keyspace, True, ShardQuery(tree), table=table.name,
+                 vindex=choice.vindex, values=choice.values, order_by=order,
+                 key_range=key_range, ksid_columns=tuple(ksid_columns),
+                 ksid_vindex=primary.vindex, hidden=hidden)
 
 
 def _route(choice: RouteChoice, ks: str, tree: exp.Expr, table: str,

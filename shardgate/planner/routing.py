@@ -18,6 +18,8 @@ from sqlglot import exp
 
 from shardgate.engine.primitives import Opcode
 from shardgate.engine.values import Literal, Value, from_expression, is_constant
+from shardgate.errors import InvalidArgument
+from shardgate.keys import KeyRange, parse_key_range
 from shardgate.vindexes import Lookup, MultiColumn, Vindex
 from shardgate.vschema import Table
 
@@ -186,3 +188,36 @@ def choose(table: Table, where: exp.Expr | None, names: set[str]) -> RouteChoice
         if key < best_key:
             best, best_key = choice, key
     return best
+
+
+def extract_keyrange(stmt: exp.Select) -> tuple[exp.Select, KeyRange | None]:
+    """Remove a top-level ``keyrange(...)`` term from the WHERE clause.
+
+    ``keyrange('-80')`` takes a shard name or key range; ``keyrange('40', '80')``
+    takes hex bounds (empty = unbounded), as in Vitess's V3 query splitting.
+    """
+    where = stmt.args.get("where")
+    terms = list(conjuncts(where))
+    found: KeyRange | None = None
+    rest = []
+    for t in terms:
+        if isinstance(t, exp.Anonymous) and str(t.this).lower() == "keyrange":
+            if found is not None:
+                raise InvalidArgument("use keyrange(...) at most once per query")
+            args = t.expressions
+            if not all(isinstance(a, exp.Literal) and a.is_string for a in args) or \
+                    len(args) not in (1, 2):
+                raise InvalidArgument(
+                    "keyrange takes a shard name ('-80') or two hex bounds ('40', '80')"
+                )
+            if len(args) == 1:
+                found = parse_key_range(args[0].this)
+            else:
+                found = parse_key_range(f"{args[0].this}-{args[1].this}")
+        else:
+            rest.append(t)
+    if found is None:
+        return stmt, None
+    out = stmt.copy()
+    out.set("where", exp.Where(this=exp.and_(*[t.copy() for t in rest])) if rest else None)
+    return out, found
