@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
+import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
@@ -29,6 +30,7 @@ from shardgate.engine.dml import LookupDML
 from shardgate.engine.primitives import (
     ExecCursor,
     Insert,
+    Opcode,
     Primitive,
     Route,
     ShardQuery,
@@ -49,12 +51,14 @@ from shardgate.gate.plan_cache import PlanCache
 from shardgate.gate.sequences import Sequences
 from shardgate.gate.session import Session
 from shardgate.gate.split import QuerySplit, split_query
+from shardgate.gate.stats import QueryStats, Stats
 from shardgate.keys import KeyRange, ShardMap
-from shardgate.planner.build import Plan, build_plan
+from shardgate.planner.build import Plan, build_plan, normalize
 from shardgate.queues import router as queue_router
 from shardgate.queues.ddl import is_create_queue, parse_create_queue
 from shardgate.queues.events import QueueBatch
 from shardgate.result import ExecuteOptions, Result, Row
+from shardgate.sql.dialect import strip_qualifiers
 from shardgate.sql.parse import parse
 from shardgate.streams.merge import StartPoint, StreamEvent, update_stream
 from shardgate.tablet import LocalTabletClient, Tablet, TabletClient
@@ -83,6 +87,7 @@ class Gate:
                 if (ks.name, shard.name) not in self.tablets:
                     raise NotFound(f"no tablet for shard {ks.name}/{shard.name}")
         self.plans: PlanCache[Plan | str] = PlanCache(plan_cache_size)
+        self.stats = Stats()
         self.sequences = Sequences(self._allocate_sequence)
         queue_router.configure_local(self)
 
@@ -150,7 +155,7 @@ class Gate:
             cq = parse_create_queue(sql)
             ks = self.vschema.keyspace(cq.keyspace or keyspace or "").name
             return Plan("DDL", sql, queue_router.CreateQueuePrimitive(cq, ks, self))
-        control = _savepoint_control(sql)
+        control = _savepoint_control(sql) or self._use_target(sql)
         if control is not None:
             self.plans.put(key, control)
             return control
@@ -170,10 +175,41 @@ class Gate:
             planned = "use:" + name
         elif isinstance(stmt, exp.Set) and (mode := twopc.mode_from_set(stmt)) is not None:
             planned = "transaction_mode:" + mode
+        elif keyspace is not None and ":" in keyspace:
+            planned = self._targeted(stmt, sql, keyspace)
         else:
             planned = build_plan(stmt, sql, self.vschema, keyspace)
         self.plans.put(key, planned)
         return planned
+
+    def _use_target(self, sql: str) -> str | None:
+        """``USE ks``, ``USE `ks:-80``` (a shard) or ``USE `ks[<hex ksid>]``` (its shard)."""
+        m = _USE_RE.match(sql)
+        if m is None or not (m.group(2) or m.group(3)):
+            return None
+        ks = self.topology.keyspace(m.group(1))
+        if m.group(2):
+            ks.shard(m.group(2))
+            return f"use:{ks.name}@{m.group(2)}"
+        try:
+            ksid = bytes.fromhex(m.group(3))
+        except ValueError:
+            raise InvalidArgument(f"bad keyspace id {m.group(3)!r}: give it in hex") from None
+        return f"use:{ks.name}@{ks.shard_map.find(ksid)}"
+
+    def _targeted(self, stmt: exp.Expression, sql: str, key: str) -> Plan:
+        """A statement sent as is to the shard the session targets (no routing)."""
+        ks_name, _, shard = key.partition(":")
+        ks = self.topology.keyspace(ks_name)
+        ks.shard(shard)
+        write = isinstance(stmt, exp.Insert | exp.Update | exp.Delete)
+        route = Route(Opcode.BY_DESTINATION, ks.name, ks.sharded,
+                      ShardQuery(strip_qualifiers(stmt)), write=write, target_shards=(shard,))
+        return Plan("TARGETED", sql, route, normalize(stmt))
+
+    def query_stats(self) -> list[QueryStats]:
+        """Statistics per normalized query, the most time-consuming first."""
+        return self.stats.snapshot()
 
     def split_query(self, sql: str, n: int, keyspace: str | None = None) -> list[QuerySplit]:
         """Split a scatter SELECT into about ``n`` key-range parts covering it exactly once."""
@@ -212,23 +248,33 @@ class Gate:
                 lambda: self.execute(session, sql, bind_vars), options
             )
         bv = bind_vars or {}
+        planned = self.plan(sql, session.plan_key)  # errors here change nothing
+        if isinstance(planned, str):
+            return await self._control(session, planned)
+        start, calls = time.perf_counter(), session.shard_calls
+        try:
+            result = await self._run(session, planned.instructions, bv)
+        except ShardgateError:
+            self.stats.record(planned.normalized, time.perf_counter() - start, 0,
+                              session.shard_calls - calls, True)
+            raise
+        self.stats.record(planned.normalized, time.perf_counter() - start,
+                          len(result.rows) or result.rows_affected, session.shard_calls - calls,
+                          False)
+        return result
+
+    async def _run(self, session: Session, prim: Primitive, bv: Mapping[str, Any]) -> Result:
+        """Execute a planned statement with the session's transaction rules."""
+        cursor = _SessionCursor(self, session)
         if session.in_transaction and not session.implicit:
-            planned = self.plan(sql, session.keyspace)  # errors here change nothing
-            if isinstance(planned, str):
-                return await self._control(session, planned)
-            if _writes(planned.instructions):
-                return await self._statement_savepoint(session, planned.instructions, bv)
+            if _writes(prim):
+                return await self._statement_savepoint(session, prim, bv)
             try:
-                return await planned.instructions.execute(_SessionCursor(self, session), bv)
+                return await prim.execute(cursor, bv)
             except ShardgateError as exc:
                 # A failed read may have aborted a shard's transaction (PostgreSQL).
                 await self.rollback(session)
                 raise _with_note(exc, "the transaction was rolled back") from exc
-        planned = self.plan(sql, session.keyspace)
-        if isinstance(planned, str):
-            return await self._control(session, planned)
-        prim = planned.instructions
-        cursor = _SessionCursor(self, session)
         if session.in_transaction:  # an implicit transaction: its owner handles errors
             return await prim.execute(cursor, bv)
         if _needs_implicit_tx(prim):
@@ -241,6 +287,39 @@ class Gate:
             await self.commit(session)
             return result
         return await prim.execute(cursor, bv)
+
+    async def execute_batch(
+        self,
+        session: Session,
+        statements: Sequence[tuple[str, Mapping[str, Any] | None]],
+        *,
+        as_transaction: bool = False,
+    ) -> list[Result | ShardgateError]:
+        """Run several statements; each gets its result or its error (ExecuteBatch).
+
+        With ``as_transaction`` they run in one transaction (opened and
+        committed here unless the session already has one): the first error
+        rolls it back, and the statements after it are not run (they get
+        ``ABORTED``).
+        """
+        out: list[Result | ShardgateError] = []
+        own = as_transaction and not session.in_transaction
+        if own:
+            await self.begin(session)
+        for i, (sql, bv) in enumerate(statements):
+            try:
+                out.append(await self.execute(session, sql, bv))
+            except ShardgateError as exc:
+                out.append(exc)
+                if as_transaction:
+                    if session.in_transaction:
+                        await self.rollback(session)
+                    out.extend(Aborted(f"not run: statement {i + 1} of the batch failed")
+                               for _ in statements[i + 1 :])
+                    return out
+        if own:
+            await self.commit(session)
+        return out
 
     def update_stream(
         self,
@@ -333,7 +412,8 @@ class Gate:
         elif what == "rollback":
             await self.rollback(session)
         elif what.startswith("use:"):
-            session.keyspace = what[4:]
+            session.keyspace, _, target = what[4:].partition("@")
+            session.target = target or None
         elif what.startswith("transaction_mode:"):
             if session.shard_txs:
                 raise FailedPrecondition(
@@ -425,6 +505,12 @@ class Gate:
         return end - max(cache, count), end
 
 
+_USE_RE = re.compile(
+    r"^\s*use\s+`?([A-Za-z_][A-Za-z0-9_]*)(?::([0-9a-fA-F]*-[0-9a-fA-F]*|0)|\[([0-9a-fA-F]+)\])?`?"
+    r"\s*;?\s*$",
+    re.IGNORECASE,
+)
+
 _SAVEPOINT_RE = re.compile(
     r"^\s*(savepoint|rollback\s+(?:work\s+)?to\s+(?:savepoint\s+)?|release\s+savepoint)"
     r"\s*([A-Za-z_][A-Za-z0-9_]*)\s*;?\s*$",
@@ -494,6 +580,7 @@ class _SessionCursor(ExecCursor):
         bind_vars: Mapping[str, Any],
     ) -> Result:
         tablet = self.gate.tablets[(keyspace, shard)]
+        self.session.shard_calls += 1
         if isinstance(query, _InsertQuery):
             sql, args = query.for_shard(shard, tablet.dialect, tablet.placeholder, bind_vars)
         else:

@@ -27,6 +27,17 @@ class Session:
     implicit: bool = False
     #: user savepoints of the open transaction, oldest first
     savepoints: list[str] = field(default_factory=list)
+    #: a shard of ``keyspace`` every statement goes to, unrouted (``USE `ks:-80```)
+    target: str | None = None
+    #: shard calls made for this session so far (statistics read the difference)
+    shard_calls: int = 0
+
+    @property
+    def plan_key(self) -> str | None:
+        """The plan cache's second key: the default keyspace, and the target if any."""
+        if self.target is None:
+            return self.keyspace
+        return f"{self.keyspace}:{self.target}"
     #: "best_effort" (default) or "twopc": how COMMIT ends a multi-shard transaction
     transaction_mode: str = "best_effort"
     #: twopc mode: the open transaction's distributed id (names its coordinator

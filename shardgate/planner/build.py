@@ -16,6 +16,7 @@ from typing import Any
 from sqlglot import exp
 
 from shardgate.engine.dml import LookupChange, LookupDML
+from shardgate.engine.explain import Explain
 from shardgate.engine.primitives import (
     DDL,
     Insert,
@@ -51,6 +52,8 @@ class Plan:
     statement_type: str
     original: str
     instructions: Primitive
+    #: the statement with literals replaced by ``?``: the key of query statistics
+    normalized: str = ""
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -67,7 +70,7 @@ class _Ref:
 
 
 def build_plan(
-    stmt: exp.Expression, sql: str, vschema: VSchema, default_keyspace: str | None
+    stmt: exp.Expr, sql: str, vschema: VSchema, default_keyspace: str | None
 ) -> Plan:
     """Plan one parsed statement."""
     builder = _BUILDERS.get(type(stmt))
@@ -77,7 +80,24 @@ def build_plan(
             "send SELECT, INSERT, UPDATE, DELETE or DDL"
         )
     kind, fn = builder
-    return Plan(kind, sql, fn(stmt, vschema, default_keyspace))
+    return Plan(kind, sql, fn(stmt, vschema, default_keyspace), normalize(stmt))
+
+
+def normalize(stmt: exp.Expr) -> str:
+    """The statement with every literal replaced by ``?`` (statistics group by it)."""
+    def lit(node: exp.Expr) -> exp.Expr:
+        if isinstance(node, exp.Literal):
+            return exp.Placeholder()
+        return node
+
+    return stmt.transform(lit).sql(dialect="mysql")
+
+
+def _plan_explain(stmt: exp.Describe, vschema: VSchema, default_ks: str | None) -> Primitive:
+    inner = stmt.this
+    if not isinstance(inner, exp.Query | exp.Insert | exp.Update | exp.Delete):
+        raise Unsupported("EXPLAIN takes a SELECT, INSERT, UPDATE or DELETE")
+    return Explain(build_plan(inner, inner.sql(dialect="mysql"), vschema, default_ks).describe())
 
 
 def _refs(stmt: exp.Expression, vschema: VSchema, default_keyspace: str | None) -> list[_Ref]:
@@ -432,7 +452,7 @@ def _plan_ddl(stmt: exp.Expression, vschema: VSchema, default_ks: str | None) ->
 
 
 _Builder = Callable[[Any, VSchema, str | None], Primitive]
-_BUILDERS: dict[type[exp.Expression], tuple[str, _Builder]] = {
+_BUILDERS: dict[type[exp.Expr], tuple[str, _Builder]] = {
     exp.Select: ("SELECT", _plan_select),
     exp.Union: ("SELECT", _plan_select),
     exp.Insert: ("INSERT", _plan_insert),
@@ -442,4 +462,5 @@ _BUILDERS: dict[type[exp.Expression], tuple[str, _Builder]] = {
     exp.Drop: ("DDL", _plan_ddl),
     exp.TruncateTable: ("DDL", _plan_ddl),
     exp.Alter: ("DDL", _plan_ddl),
+    exp.Describe: ("EXPLAIN", _plan_explain),
 }

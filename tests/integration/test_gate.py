@@ -392,3 +392,54 @@ async def test_split_query_reads_every_row_once(cluster: Cluster) -> None:
     with pytest.raises(ShardgateError) as err:
         g.split_query("SELECT COUNT(*) FROM corder", 4)
     assert err.value.code is Code.UNIMPLEMENTED
+
+
+async def test_explain_stats_batch_and_targeting(cluster: Cluster) -> None:
+    g = cluster.gate
+    s = g.session()
+    r = await g.execute(s, "EXPLAIN SELECT * FROM corder WHERE customer_id = 5")
+    assert r.fields == ["plan"]
+    assert '"Variant": "EqualUnique"' in r.rows[0][0]
+
+    results = await g.execute_batch(s, [
+        ("INSERT INTO corder (order_id, customer_id, price) VALUES (1, 1, 5)", None),
+        ("INSERT INTO corder (order_id, customer_id, price) VALUES (1, 1, 5)", None),
+        ("SELECT COUNT(*) FROM corder", None),
+    ])
+    assert not isinstance(results[0], Exception) and results[0].rows_affected == 1
+    assert isinstance(results[1], ShardgateError) and results[1].code is Code.ALREADY_EXISTS
+    assert not isinstance(results[2], Exception) and results[2].rows == [(1,)]
+    results = await g.execute_batch(s, [
+        ("INSERT INTO corder (order_id, customer_id, price) VALUES (2, 2, 5)", None),
+        ("INSERT INTO corder (order_id, customer_id, price) VALUES (1, 1, 5)", None),
+        ("INSERT INTO corder (order_id, customer_id, price) VALUES (3, 3, 5)", None),
+    ], as_transaction=True)
+    assert [getattr(r, "code", None) for r in results] == [None, Code.ALREADY_EXISTS,
+                                                            Code.ABORTED]
+    assert (await g.execute(s, "SELECT order_id FROM corder")).rows == [(1,)]
+
+    for i in range(5):
+        await g.execute(s, "SELECT * FROM corder WHERE customer_id = :c", {"c": i})
+        await g.execute(s, f"SELECT * FROM corder WHERE customer_id = {i}")
+    stats = {st.query: st for st in g.query_stats()}
+    literal = stats["SELECT * FROM corder WHERE customer_id = ?"]
+    assert literal.count == 5 and literal.shard_calls == 5 and literal.max_seconds > 0
+    bound = stats["SELECT * FROM corder WHERE customer_id = :c"]
+    assert bound.count == 5
+    assert stats["SELECT COUNT(*) FROM corder"].shard_calls == 4
+
+    # Targeting a shard: statements go there unrouted.
+    t = g.session()
+    await g.execute(t, "USE `commerce:80-c0`")
+    r = await g.execute(t, "SELECT COUNT(*) FROM corder")
+    placed = await shard_rows(cluster, "commerce", "SELECT COUNT(*) FROM corder")
+    assert r.rows[0][0] == placed["80-c0"][0][0]
+    ksid = vitess_hash(1)
+    await g.execute(t, f"USE `commerce[{ksid.hex()}]`")
+    r = await g.execute(t, "SELECT order_id FROM corder")
+    assert r.rows == [(1,)]
+    await g.execute(t, "USE commerce")
+    assert t.target is None
+    with pytest.raises(ShardgateError) as err:
+        await g.execute(t, "USE `commerce:-77`")
+    assert err.value.code is Code.NOT_FOUND
