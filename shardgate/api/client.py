@@ -17,7 +17,7 @@ they were created on)::
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncGenerator, Mapping
+from collections.abc import AsyncGenerator, Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
@@ -102,6 +102,35 @@ class GateClient:
             raise error_from_rpc(exc) from None
         self.session_id = response.session_id
         return convert.to_result(response)
+
+    async def execute_batch(
+        self,
+        statements: Sequence[tuple[str, Mapping[str, Any] | None]],
+        *,
+        as_transaction: bool = False,
+    ) -> list[Result | ShardgateError]:
+        """Run several statements in one call; each gets its result or its error."""
+        request = pb.ExecuteBatchRequest(
+            session_id=self.session_id,
+            keyspace=self.keyspace,
+            queries=[pb.BoundQuery(sql=sql, bind_vars=convert.to_bind_vars(bv))
+                     for sql, bv in statements],
+            as_transaction=as_transaction,
+        )
+        try:
+            response: pb.ExecuteBatchResponse = await self._stub.ExecuteBatch(
+                request, timeout=self.timeout
+            )
+        except grpc.aio.AioRpcError as exc:
+            raise error_from_rpc(exc) from None
+        self.session_id = response.session_id
+        out: list[Result | ShardgateError] = []
+        for r in response.results:
+            if r.HasField("error"):
+                out.append(error_for_code(Code(r.error.code), r.error.message))
+            else:
+                out.append(convert.to_result(r.result))
+        return out
 
     async def stream_execute(
         self, sql: str, bind_vars: Mapping[str, Any] | None = None

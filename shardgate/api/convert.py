@@ -113,7 +113,9 @@ def to_rows(rows: Iterable[Iterable[Any]]) -> list[pb.Row]:
     return [pb.Row(values=[to_value(v) for v in row]) for row in rows]
 
 
-def execute_response(session_id: int, result: Result) -> pb.ExecuteResponse:
+def execute_response(
+    session_id: int, result: Result, in_transaction: bool = False
+) -> pb.ExecuteResponse:
     """The ExecuteResponse carrying ``result``."""
     return pb.ExecuteResponse(
         session_id=session_id,
@@ -121,6 +123,7 @@ def execute_response(session_id: int, result: Result) -> pb.ExecuteResponse:
         rows=to_rows(result.rows),
         rows_affected=result.rows_affected,
         insert_id=result.insert_id,
+        in_transaction=in_transaction,
     )
 
 

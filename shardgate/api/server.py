@@ -86,10 +86,35 @@ class GateServicer(pb_grpc.GateServicer):
             bind_vars = convert.from_bind_vars(request.bind_vars)
             async with entry.lock:
                 result = await self.gate.execute(entry.session, request.sql, bind_vars)
-            return convert.execute_response(entry.session.id, result)
+            return convert.execute_response(entry.session.id, result,
+                                            entry.session.in_transaction)
         except Exception as exc:
             _fail(context, exc)
             return pb.ExecuteResponse()
+
+    async def ExecuteBatch(
+        self, request: pb.ExecuteBatchRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ExecuteBatchResponse:
+        """Run several statements; each gets its result or its error."""
+        try:
+            entry = self._entry(request.session_id, _keyspace(request))
+            queries = [(q.sql, convert.from_bind_vars(q.bind_vars)) for q in request.queries]
+            async with entry.lock:
+                outcomes = await self.gate.execute_batch(
+                    entry.session, queries, as_transaction=request.as_transaction
+                )
+            results = []
+            for out in outcomes:
+                if isinstance(out, ShardgateError):
+                    results.append(pb.BatchResult(
+                        error=pb.QueryError(code=out.code.value, message=out.message)))
+                else:
+                    results.append(pb.BatchResult(
+                        result=convert.execute_response(entry.session.id, out)))
+            return pb.ExecuteBatchResponse(session_id=entry.session.id, results=results)
+        except Exception as exc:
+            _fail(context, exc)
+            return pb.ExecuteBatchResponse()
 
     async def StreamExecute(
         self, request: pb.StreamExecuteRequest, context: grpc.aio.ServicerContext

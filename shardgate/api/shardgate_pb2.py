@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1dshardgate/api/shardgate.proto\x12\x0cshardgate.v1\"\xd3\x01\n\x05Value\x12.\n\nnull_value\x18\x01 \x01(\x0b\x32\x18.shardgate.v1.Value.NullH\x00\x12\x15\n\x0bint64_value\x18\x02 \x01(\x12H\x00\x12\x16\n\x0cuint64_value\x18\x03 \x01(\x04H\x00\x12\x16\n\x0c\x64ouble_value\x18\x04 \x01(\x01H\x00\x12\x16\n\x0cstring_value\x18\x05 \x01(\tH\x00\x12\x15\n\x0b\x62ytes_value\x18\x06 \x01(\x0cH\x00\x12\x14\n\nbool_value\x18\x07 \x01(\x08H\x00\x1a\x06\n\x04NullB\x06\n\x04kind\"\x15\n\x05\x46ield\x12\x0c\n\x04name\x18\x01 \x01(\t\"*\n\x03Row\x12#\n\x06values\x18\x01 \x03(\x0b\x32\x13.shardgate.v1.Value\"\xda\x01\n\x0e\x45xecuteRequest\x12\x12\n\nsession_id\x18\x01 \x01(\x04\x12\x15\n\x08keyspace\x18\x02 \x01(\tH\x00\x88\x01\x01\x12\x0b\n\x03sql\x18\x03 \x01(\t\x12=\n\tbind_vars\x18\x04 \x03(\x0b\x32*.shardgate.v1.ExecuteRequest.BindVarsEntry\x1a\x44\n\rBindVarsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\"\n\x05value\x18\x02 \x01(\x0b\x32\x13.shardgate.v1.Value:\x02\x38\x01\x42\x0b\n\t_keyspace\"\xa8\x01\n\x0f\x45xecuteResponse\x12\x12\n\nsession_id\x18\x01 \x01(\x04\x12#\n\x06\x66ields\x18\x02 \x03(\x0b\x32\x13.shardgate.v1.Field\x12\x1f\n\x04rows\x18\x03 \x03(\x0b\x32\x11.shardgate.v1.Row\x12\x15\n\rrows_affected\x18\x04 \x01(\x04\x12\x16\n\tinsert_id\x18\x05 \x01(\x03H\x00\x88\x01\x01\x42\x0c\n\n_insert_id\"\xe6\x01\n\x14StreamExecuteRequest\x12\x12\n\nsession_id\x18\x01 \x01(\x04\x12\x15\n\x08keyspace\x18\x02 \x01(\tH\x00\x88\x01\x01\x12\x0b\n\x03sql\x18\x03 \x01(\t\x12\x43\n\tbind_vars\x18\x04 \x03(\x0b\x32\x30.shardgate.v1.StreamExecuteRequest.BindVarsEntry\x1a\x44\n\rBindVarsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\"\n\x05value\x18\x02 \x01(\x0b\x32\x13.shardgate.v1.Value:\x02\x38\x01\x42\x0b\n\t_keyspace\"\xae\x01\n\x15StreamExecuteResponse\x12\x12\n\nsession_id\x18\x01 \x01(\x04\x12#\n\x06\x66ields\x18\x02 \x03(\x0b\x32\x13.shardgate.v1.Field\x12\x1f\n\x04rows\x18\x03 \x03(\x0b\x32\x11.shardgate.v1.Row\x12\x15\n\rrows_affected\x18\x04 \x01(\x04\x12\x16\n\tinsert_id\x18\x05 \x01(\x03H\x00\x88\x01\x01\x42\x0c\n\n_insert_id\"Y\n\x12\x45xplainPlanRequest\x12\x12\n\nsession_id\x18\x01 \x01(\x04\x12\x15\n\x08keyspace\x18\x02 \x01(\tH\x00\x88\x01\x01\x12\x0b\n\x03sql\x18\x03 \x01(\tB\x0b\n\t_keyspace\"(\n\x13\x45xplainPlanResponse\x12\x11\n\tplan_json\x18\x01 \x01(\t\")\n\x13\x43loseSessionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\x04\"\x16\n\x14\x43loseSessionResponse2\xd5\x02\n\x04Gate\x12\x46\n\x07\x45xecute\x12\x1c.shardgate.v1.ExecuteRequest\x1a\x1d.shardgate.v1.ExecuteResponse\x12Z\n\rStreamExecute\x12\".shardgate.v1.StreamExecuteRequest\x1a#.shardgate.v1.StreamExecuteResponse0\x01\x12R\n\x0b\x45xplainPlan\x12 .shardgate.v1.ExplainPlanRequest\x1a!.shardgate.v1.ExplainPlanResponse\x12U\n\x0c\x43loseSession\x12!.shardgate.v1.CloseSessionRequest\x1a\".shardgate.v1.CloseSessionResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1dshardgate/api/shardgate.proto\x12\x0cshardgate.v1\"\xd3\x01\n\x05Value\x12.\n\nnull_value\x18\x01 \x01(\x0b\x32\x18.shardgate.v1.Value.NullH\x00\x12\x15\n\x0bint64_value\x18\x02 \x01(\x12H\x00\x12\x16\n\x0cuint64_value\x18\x03 \x01(\x04H\x00\x12\x16\n\x0c\x64ouble_value\x18\x04 \x01(\x01H\x00\x12\x16\n\x0cstring_value\x18\x05 \x01(\tH\x00\x12\x15\n\x0b\x62ytes_value\x18\x06 \x01(\x0cH\x00\x12\x14\n\nbool_value\x18\x07 \x01(\x08H\x00\x1a\x06\n\x04NullB\x06\n\x04kind\"\x15\n\x05\x46ield\x12\x0c\n\x04name\x18\x01 \x01(\t\"*\n\x03Row\x12#\n\x06values\x18\x01 \x03(\x0b\x32\x13.shardgate.v1.Value\"\xda\x01\n\x0e\x45xecuteRequest\x12\x12\n\nsession_id\x18\x01 \x01(\x04\x12\x15\n\x08keyspace\x18\x02 \x01(\tH\x00\x88\x01\x01\x12\x0b\n\x03sql\x18\x03 \x01(\t\x12=\n\tbind_vars\x18\x04 \x03(\x0b\x32*.shardgate.v1.ExecuteRequest.BindVarsEntry\x1a\x44\n\rBindVarsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\"\n\x05value\x18\x02 \x01(\x0b\x32\x13.shardgate.v1.Value:\x02\x38\x01\x42\x0b\n\t_keyspace\"\xc0\x01\n\x0f\x45xecuteResponse\x12\x12\n\nsession_id\x18\x01 \x01(\x04\x12#\n\x06\x66ields\x18\x02 \x03(\x0b\x32\x13.shardgate.v1.Field\x12\x1f\n\x04rows\x18\x03 \x03(\x0b\x32\x11.shardgate.v1.Row\x12\x15\n\rrows_affected\x18\x04 \x01(\x04\x12\x16\n\tinsert_id\x18\x05 \x01(\x03H\x00\x88\x01\x01\x12\x16\n\x0ein_transaction\x18\x06 \x01(\x08\x42\x0c\n\n_insert_id\"\x9a\x01\n\nBoundQuery\x12\x0b\n\x03sql\x18\x01 \x01(\t\x12\x39\n\tbind_vars\x18\x02 \x03(\x0b\x32&.shardgate.v1.BoundQuery.BindVarsEntry\x1a\x44\n\rBindVarsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\"\n\x05value\x18\x02 \x01(\x0b\x32\x13.shardgate.v1.Value:\x02\x38\x01\"+\n\nQueryError\x12\x0c\n\x04\x63ode\x18\x01 \x01(\t\x12\x0f\n\x07message\x18\x02 \x01(\t\"t\n\x0b\x42\x61tchResult\x12/\n\x06result\x18\x01 \x01(\x0b\x32\x1d.shardgate.v1.ExecuteResponseH\x00\x12)\n\x05\x65rror\x18\x02 \x01(\x0b\x32\x18.shardgate.v1.QueryErrorH\x00\x42\t\n\x07outcome\"\x90\x01\n\x13\x45xecuteBatchRequest\x12\x12\n\nsession_id\x18\x01 \x01(\x04\x12\x15\n\x08keyspace\x18\x02 \x01(\tH\x00\x88\x01\x01\x12)\n\x07queries\x18\x03 \x03(\x0b\x32\x18.shardgate.v1.BoundQuery\x12\x16\n\x0e\x61s_transaction\x18\x04 \x01(\x08\x42\x0b\n\t_keyspace\"V\n\x14\x45xecuteBatchResponse\x12\x12\n\nsession_id\x18\x01 \x01(\x04\x12*\n\x07results\x18\x02 \x03(\x0b\x32\x19.shardgate.v1.BatchResult\"\xe6\x01\n\x14StreamExecuteRequest\x12\x12\n\nsession_id\x18\x01 \x01(\x04\x12\x15\n\x08keyspace\x18\x02 \x01(\tH\x00\x88\x01\x01\x12\x0b\n\x03sql\x18\x03 \x01(\t\x12\x43\n\tbind_vars\x18\x04 \x03(\x0b\x32\x30.shardgate.v1.StreamExecuteRequest.BindVarsEntry\x1a\x44\n\rBindVarsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\"\n\x05value\x18\x02 \x01(\x0b\x32\x13.shardgate.v1.Value:\x02\x38\x01\x42\x0b\n\t_keyspace\"\xae\x01\n\x15StreamExecuteResponse\x12\x12\n\nsession_id\x18\x01 \x01(\x04\x12#\n\x06\x66ields\x18\x02 \x03(\x0b\x32\x13.shardgate.v1.Field\x12\x1f\n\x04rows\x18\x03 \x03(\x0b\x32\x11.shardgate.v1.Row\x12\x15\n\rrows_affected\x18\x04 \x01(\x04\x12\x16\n\tinsert_id\x18\x05 \x01(\x03H\x00\x88\x01\x01\x42\x0c\n\n_insert_id\"Y\n\x12\x45xplainPlanRequest\x12\x12\n\nsession_id\x18\x01 \x01(\x04\x12\x15\n\x08keyspace\x18\x02 \x01(\tH\x00\x88\x01\x01\x12\x0b\n\x03sql\x18\x03 \x01(\tB\x0b\n\t_keyspace\"(\n\x13\x45xplainPlanResponse\x12\x11\n\tplan_json\x18\x01 \x01(\t\")\n\x13\x43loseSessionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\x04\"\x16\n\x14\x43loseSessionResponse2\xac\x03\n\x04Gate\x12\x46\n\x07\x45xecute\x12\x1c.shardgate.v1.ExecuteRequest\x1a\x1d.shardgate.v1.ExecuteResponse\x12U\n\x0c\x45xecuteBatch\x12!.shardgate.v1.ExecuteBatchRequest\x1a\".shardgate.v1.ExecuteBatchResponse\x12Z\n\rStreamExecute\x12\".shardgate.v1.StreamExecuteRequest\x1a#.shardgate.v1.StreamExecuteResponse0\x01\x12R\n\x0b\x45xplainPlan\x12 .shardgate.v1.ExplainPlanRequest\x1a!.shardgate.v1.ExplainPlanResponse\x12U\n\x0c\x43loseSession\x12!.shardgate.v1.CloseSessionRequest\x1a\".shardgate.v1.CloseSessionResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,6 +33,8 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_EXECUTEREQUEST_BINDVARSENTRY']._loaded_options = None
   _globals['_EXECUTEREQUEST_BINDVARSENTRY']._serialized_options = b'8\001'
+  _globals['_BOUNDQUERY_BINDVARSENTRY']._loaded_options = None
+  _globals['_BOUNDQUERY_BINDVARSENTRY']._serialized_options = b'8\001'
   _globals['_STREAMEXECUTEREQUEST_BINDVARSENTRY']._loaded_options = None
   _globals['_STREAMEXECUTEREQUEST_BINDVARSENTRY']._serialized_options = b'8\001'
   _globals['_VALUE']._serialized_start=48
@@ -48,21 +50,33 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_EXECUTEREQUEST_BINDVARSENTRY']._serialized_start=466
   _globals['_EXECUTEREQUEST_BINDVARSENTRY']._serialized_end=534
   _globals['_EXECUTERESPONSE']._serialized_start=550
-  _globals['_EXECUTERESPONSE']._serialized_end=718
-  _globals['_STREAMEXECUTEREQUEST']._serialized_start=721
-  _globals['_STREAMEXECUTEREQUEST']._serialized_end=951
+  _globals['_EXECUTERESPONSE']._serialized_end=742
+  _globals['_BOUNDQUERY']._serialized_start=745
+  _globals['_BOUNDQUERY']._serialized_end=899
+  _globals['_BOUNDQUERY_BINDVARSENTRY']._serialized_start=466
+  _globals['_BOUNDQUERY_BINDVARSENTRY']._serialized_end=534
+  _globals['_QUERYERROR']._serialized_start=901
+  _globals['_QUERYERROR']._serialized_end=944
+  _globals['_BATCHRESULT']._serialized_start=946
+  _globals['_BATCHRESULT']._serialized_end=1062
+  _globals['_EXECUTEBATCHREQUEST']._serialized_start=1065
+  _globals['_EXECUTEBATCHREQUEST']._serialized_end=1209
+  _globals['_EXECUTEBATCHRESPONSE']._serialized_start=1211
+  _globals['_EXECUTEBATCHRESPONSE']._serialized_end=1297
+  _globals['_STREAMEXECUTEREQUEST']._serialized_start=1300
+  _globals['_STREAMEXECUTEREQUEST']._serialized_end=1530
   _globals['_STREAMEXECUTEREQUEST_BINDVARSENTRY']._serialized_start=466
   _globals['_STREAMEXECUTEREQUEST_BINDVARSENTRY']._serialized_end=534
-  _globals['_STREAMEXECUTERESPONSE']._serialized_start=954
-  _globals['_STREAMEXECUTERESPONSE']._serialized_end=1128
-  _globals['_EXPLAINPLANREQUEST']._serialized_start=1130
-  _globals['_EXPLAINPLANREQUEST']._serialized_end=1219
-  _globals['_EXPLAINPLANRESPONSE']._serialized_start=1221
-  _globals['_EXPLAINPLANRESPONSE']._serialized_end=1261
-  _globals['_CLOSESESSIONREQUEST']._serialized_start=1263
-  _globals['_CLOSESESSIONREQUEST']._serialized_end=1304
-  _globals['_CLOSESESSIONRESPONSE']._serialized_start=1306
-  _globals['_CLOSESESSIONRESPONSE']._serialized_end=1328
-  _globals['_GATE']._serialized_start=1331
-  _globals['_GATE']._serialized_end=1672
+  _globals['_STREAMEXECUTERESPONSE']._serialized_start=1533
+  _globals['_STREAMEXECUTERESPONSE']._serialized_end=1707
+  _globals['_EXPLAINPLANREQUEST']._serialized_start=1709
+  _globals['_EXPLAINPLANREQUEST']._serialized_end=1798
+  _globals['_EXPLAINPLANRESPONSE']._serialized_start=1800
+  _globals['_EXPLAINPLANRESPONSE']._serialized_end=1840
+  _globals['_CLOSESESSIONREQUEST']._serialized_start=1842
+  _globals['_CLOSESESSIONREQUEST']._serialized_end=1883
+  _globals['_CLOSESESSIONRESPONSE']._serialized_start=1885
+  _globals['_CLOSESESSIONRESPONSE']._serialized_end=1907
+  _globals['_GATE']._serialized_start=1910
+  _globals['_GATE']._serialized_end=2338
 # @@protoc_insertion_point(module_scope)

@@ -59,18 +59,71 @@ class ExecuteRequest(_message.Message):
     def __init__(self, session_id: _Optional[int] = ..., keyspace: _Optional[str] = ..., sql: _Optional[str] = ..., bind_vars: _Optional[_Mapping[str, Value]] = ...) -> None: ...
 
 class ExecuteResponse(_message.Message):
-    __slots__ = ("session_id", "fields", "rows", "rows_affected", "insert_id")
+    __slots__ = ("session_id", "fields", "rows", "rows_affected", "insert_id", "in_transaction")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     FIELDS_FIELD_NUMBER: _ClassVar[int]
     ROWS_FIELD_NUMBER: _ClassVar[int]
     ROWS_AFFECTED_FIELD_NUMBER: _ClassVar[int]
     INSERT_ID_FIELD_NUMBER: _ClassVar[int]
+    IN_TRANSACTION_FIELD_NUMBER: _ClassVar[int]
     session_id: int
     fields: _containers.RepeatedCompositeFieldContainer[Field]
     rows: _containers.RepeatedCompositeFieldContainer[Row]
     rows_affected: int
     insert_id: int
-    def __init__(self, session_id: _Optional[int] = ..., fields: _Optional[_Iterable[_Union[Field, _Mapping]]] = ..., rows: _Optional[_Iterable[_Union[Row, _Mapping]]] = ..., rows_affected: _Optional[int] = ..., insert_id: _Optional[int] = ...) -> None: ...
+    in_transaction: bool
+    def __init__(self, session_id: _Optional[int] = ..., fields: _Optional[_Iterable[_Union[Field, _Mapping]]] = ..., rows: _Optional[_Iterable[_Union[Row, _Mapping]]] = ..., rows_affected: _Optional[int] = ..., insert_id: _Optional[int] = ..., in_transaction: _Optional[bool] = ...) -> None: ...
+
+class BoundQuery(_message.Message):
+    __slots__ = ("sql", "bind_vars")
+    class BindVarsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: Value
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[Value, _Mapping]] = ...) -> None: ...
+    SQL_FIELD_NUMBER: _ClassVar[int]
+    BIND_VARS_FIELD_NUMBER: _ClassVar[int]
+    sql: str
+    bind_vars: _containers.MessageMap[str, Value]
+    def __init__(self, sql: _Optional[str] = ..., bind_vars: _Optional[_Mapping[str, Value]] = ...) -> None: ...
+
+class QueryError(_message.Message):
+    __slots__ = ("code", "message")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    code: str
+    message: str
+    def __init__(self, code: _Optional[str] = ..., message: _Optional[str] = ...) -> None: ...
+
+class BatchResult(_message.Message):
+    __slots__ = ("result", "error")
+    RESULT_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    result: ExecuteResponse
+    error: QueryError
+    def __init__(self, result: _Optional[_Union[ExecuteResponse, _Mapping]] = ..., error: _Optional[_Union[QueryError, _Mapping]] = ...) -> None: ...
+
+class ExecuteBatchRequest(_message.Message):
+    __slots__ = ("session_id", "keyspace", "queries", "as_transaction")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    KEYSPACE_FIELD_NUMBER: _ClassVar[int]
+    QUERIES_FIELD_NUMBER: _ClassVar[int]
+    AS_TRANSACTION_FIELD_NUMBER: _ClassVar[int]
+    session_id: int
+    keyspace: str
+    queries: _containers.RepeatedCompositeFieldContainer[BoundQuery]
+    as_transaction: bool
+    def __init__(self, session_id: _Optional[int] = ..., keyspace: _Optional[str] = ..., queries: _Optional[_Iterable[_Union[BoundQuery, _Mapping]]] = ..., as_transaction: _Optional[bool] = ...) -> None: ...
+
+class ExecuteBatchResponse(_message.Message):
+    __slots__ = ("session_id", "results")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    session_id: int
+    results: _containers.RepeatedCompositeFieldContainer[BatchResult]
+    def __init__(self, session_id: _Optional[int] = ..., results: _Optional[_Iterable[_Union[BatchResult, _Mapping]]] = ...) -> None: ...
 
 class StreamExecuteRequest(_message.Message):
     __slots__ = ("session_id", "keyspace", "sql", "bind_vars")

@@ -39,6 +39,11 @@ class GateStub:
                 request_serializer=shardgate_dot_api_dot_shardgate__pb2.ExecuteRequest.SerializeToString,
                 response_deserializer=shardgate_dot_api_dot_shardgate__pb2.ExecuteResponse.FromString,
                 _registered_method=True)
+        self.ExecuteBatch = channel.unary_unary(
+                '/shardgate.v1.Gate/ExecuteBatch',
+                request_serializer=shardgate_dot_api_dot_shardgate__pb2.ExecuteBatchRequest.SerializeToString,
+                response_deserializer=shardgate_dot_api_dot_shardgate__pb2.ExecuteBatchResponse.FromString,
+                _registered_method=True)
         self.StreamExecute = channel.unary_stream(
                 '/shardgate.v1.Gate/StreamExecute',
                 request_serializer=shardgate_dot_api_dot_shardgate__pb2.StreamExecuteRequest.SerializeToString,
@@ -61,6 +66,13 @@ class GateServicer:
 
     def Execute(self, request, context):
         """Run one statement and return its whole result.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ExecuteBatch(self, request, context):
+        """Several statements in one call; each gets its result or its error.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -95,6 +107,11 @@ def add_GateServicer_to_server(servicer, server):
                     servicer.Execute,
                     request_deserializer=shardgate_dot_api_dot_shardgate__pb2.ExecuteRequest.FromString,
                     response_serializer=shardgate_dot_api_dot_shardgate__pb2.ExecuteResponse.SerializeToString,
+            ),
+            'ExecuteBatch': grpc.unary_unary_rpc_method_handler(
+                    servicer.ExecuteBatch,
+                    request_deserializer=shardgate_dot_api_dot_shardgate__pb2.ExecuteBatchRequest.FromString,
+                    response_serializer=shardgate_dot_api_dot_shardgate__pb2.ExecuteBatchResponse.SerializeToString,
             ),
             'StreamExecute': grpc.unary_stream_rpc_method_handler(
                     servicer.StreamExecute,
@@ -139,6 +156,33 @@ class Gate:
             '/shardgate.v1.Gate/Execute',
             shardgate_dot_api_dot_shardgate__pb2.ExecuteRequest.SerializeToString,
             shardgate_dot_api_dot_shardgate__pb2.ExecuteResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ExecuteBatch(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/shardgate.v1.Gate/ExecuteBatch',
+            shardgate_dot_api_dot_shardgate__pb2.ExecuteBatchRequest.SerializeToString,
+            shardgate_dot_api_dot_shardgate__pb2.ExecuteBatchResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -230,3 +230,21 @@ async def test_busy_port_is_refused(served: Served) -> None:
     port = int(served.target.rsplit(":", 1)[1])
     with pytest.raises(Unavailable, match="cannot listen"):
         await serve(served.gate, "127.0.0.1", port)
+
+
+async def test_execute_batch_over_grpc(client: GateClient) -> None:
+    out = await client.execute_batch([
+        ("INSERT INTO corder (order_id, customer_id, price) VALUES (:o, 1, 2)", {"o": 501}),
+        ("SELECT nosuchcolumn FROM nosuchtable", None),
+        ("SELECT order_id FROM corder WHERE customer_id = 1", None),
+    ])
+    assert not isinstance(out[0], Exception) and out[0].rows_affected == 1
+    assert isinstance(out[1], NotFound)
+    assert not isinstance(out[2], Exception) and out[2].rows == [(501,)]
+    out = await client.execute_batch([
+        ("INSERT INTO corder (order_id, customer_id, price) VALUES (502, 2, 2)", None),
+        ("INSERT INTO corder (order_id, customer_id, price) VALUES (501, 1, 2)", None),
+    ], as_transaction=True)
+    assert isinstance(out[1], AlreadyExists)
+    r = await client.execute("SELECT order_id FROM corder ORDER BY order_id")
+    assert r.rows == [(501,)]
