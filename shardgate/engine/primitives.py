@@ -32,7 +32,15 @@ from shardgate.errors import InvalidArgument, NotFound
 from shardgate.keys import KeyRange, ShardMap
 from shardgate.result import Result, Row
 from shardgate.sql.dialect import ShardSQL, render
-from shardgate.vindexes import KeyspaceId, Lookup, MultiColumn, SingleColumn, VCursor, Vindex
+from shardgate.vindexes import (
+    KeyspaceId,
+    Lookup,
+    MultiColumn,
+    Reversible,
+    SingleColumn,
+    VCursor,
+    Vindex,
+)
 
 
 class Opcode(enum.Enum):
@@ -458,6 +466,9 @@ class Insert(Primitive):
     primary_columns: tuple[str, ...] = ()
     primary_vindex: Vindex | None = None
     owned_lookups: tuple[OwnedLookup, ...] = ()
+    #: other column vindexes (not owned, not primary): a given value must map to
+    #: the row's keyspace id; a missing one is generated when the vindex is reversible
+    secondary: tuple[tuple[tuple[str, ...], Vindex], ...] = ()
     auto_increment: tuple[str, str] | None = None  # (column, sequence)
     ignore: bool = False
     #: reference table of a sharded keyspace: every shard gets every row
@@ -476,6 +487,8 @@ class Insert(Primitive):
             per_shard = {smap.names[0]: rows}
         else:
             ksids = await self._keyspace_ids(vc, columns, rows, bind_vars)
+            for cols, vindex in self.secondary:
+                await self._verify_or_generate(vc, cols, vindex, columns, rows, ksids, bind_vars)
             for lookup in self.owned_lookups:
                 await self._create_lookup(vc, lookup, columns, rows, ksids, bind_vars)
             per_shard = {}
@@ -546,6 +559,39 @@ class Insert(Primitive):
             ksids.append(m[0])
         return ksids
 
+    async def _verify_or_generate(
+        self,
+        vc: ExecCursor,
+        cols: tuple[str, ...],
+        vindex: Vindex,
+        columns: list[str],
+        rows: list[list[Value]],
+        ksids: list[KeyspaceId],
+        bind_vars: Mapping[str, Any],
+    ) -> None:
+        """The V3 rules for a column vindex the table does not own."""
+        if not all(c in columns for c in cols):
+            if len(cols) == 1 and isinstance(vindex, Reversible):
+                columns.append(cols[0])
+                for row, value in zip(rows, vindex.reverse_map(ksids), strict=True):
+                    row.append(Literal(value))
+            return  # an absent non-reversible column is left to the database default
+        idx = [columns.index(c) for c in cols]
+        values = [tuple(resolve(r[i], bind_vars) for i in idx) for r in rows]
+        if isinstance(vindex, Lookup):
+            flat = [v if len(v) > 1 else v[0] for v in values]
+            ok = await vindex.verify(vc.lookup_cursor(), flat, ksids)
+        else:
+            mapped = await vindex_map(vc, vindex, [v if len(v) > 1 else v[0] for v in values])
+            ok = [k in m for k, m in zip(ksids, mapped, strict=True)]
+        for v, good in zip(values, ok, strict=True):
+            if not good:
+                raise InvalidArgument(
+                    f"insert into {self.table}: value {v if len(v) > 1 else v[0]!r} of "
+                    f"{list(cols)} does not map to the row's keyspace id under vindex "
+                    f"{vindex.name!r}"
+                )
+
     async def _create_lookup(
         self,
         vc: ExecCursor,
@@ -584,6 +630,8 @@ class Insert(Primitive):
             ]
         if self.owned_lookups:
             out["OwnedLookups"] = [lk.vindex.name for lk in self.owned_lookups]
+        if self.secondary:
+            out["VerifiedVindexes"] = [v.name for _cols, v in self.secondary]
         if self.auto_increment is not None:
             out["AutoIncrement"] = {"Column": self.auto_increment[0],
                                     "Sequence": self.auto_increment[1]}

@@ -425,6 +425,12 @@ def _plan_insert(stmt: exp.Insert, vschema: VSchema, default_ks: str | None) -> 
         if isinstance(cv.vindex, Lookup)
     )
     ai = table.auto_increment
+    secondary = tuple(
+        (cv.columns, cv.vindex)
+        for cv in table.column_vindexes[1:]
+        if not (cv.owned and isinstance(cv.vindex, Lookup))
+        and not (isinstance(cv.vindex, Lookup) and cv.vindex.write_only)
+    )
     return Insert(
         keyspace=ks.name,
         sharded=ks.sharded and table.type != "reference",
@@ -434,6 +440,7 @@ def _plan_insert(stmt: exp.Insert, vschema: VSchema, default_ks: str | None) -> 
         primary_columns=primary.columns if primary and ks.sharded else (),
         primary_vindex=primary.vindex if primary and ks.sharded else None,
         owned_lookups=owned if ks.sharded else (),
+        secondary=secondary if ks.sharded else (),
         auto_increment=(ai.column, ai.sequence) if ai else None,
         ignore=bool(stmt.args.get("ignore")),
         broadcast=ks.sharded and table.type == "reference",

@@ -152,3 +152,29 @@ async def test_tuple_in_on_multicol_routes_by_both_columns() -> None:
     assert plan.describe()["Instructions"]["Variant"] == "IN"
     await plan.instructions.execute(vc, {})
     assert 1 <= len(vc.log) <= 2
+
+
+SECONDARY = VSchema.from_json({"s": {
+    "sharded": True,
+    "vindexes": {"hash": {"type": "hash"}, "num": {"type": "numeric"}},
+    "tables": {"t": {"column_vindexes": [{"column": "id", "name": "hash"},
+                                         {"column": "shadow", "name": "num"}]}},
+}})
+
+
+async def test_secondary_vindex_is_verified_or_generated() -> None:
+    vc = RecordingCursor({"s": FOUR})
+
+    async def run_s(sql: str) -> None:
+        await build_plan(parse(sql), sql, SECONDARY, "s").instructions.execute(vc, {})
+
+    ksid = _DES.encrypt((5).to_bytes(8, "big"))
+    shadow = int.from_bytes(ksid, "big")  # numeric: the value is its own keyspace id
+    await run_s(f"insert into t (id, shadow) values (5, {shadow})")
+    assert len(vc.log) == 1
+    with pytest.raises(ShardgateError) as err:
+        await run_s("insert into t (id, shadow) values (5, 123)")
+    assert err.value.code is Code.INVALID_ARGUMENT and "does not map" in err.value.message
+    vc.log.clear()
+    await run_s("insert into t (id) values (5)")  # generated from the keyspace id
+    assert vc.log[0].endswith(f"[5, {shadow}]"), vc.log
