@@ -9,6 +9,7 @@
     shardgate schema apply --keyspace KS (--file F.sql | --sql "DDL")
                   [--target ... | --cluster FILE | --data-dir DIR]
     shardgate vschema show [--cluster FILE | --data-dir DIR]
+    shardgate twopc resolve [--cluster FILE | --data-dir DIR] [--grace SECONDS]
     shardgate --version
 
 ``up`` without ``--cluster`` runs the embedded default cluster (SQLite files
@@ -35,10 +36,11 @@ import sqlglot
 from sqlglot import TokenType
 from sqlglot.errors import SqlglotError
 
+from shardgate import cli_queue, cli_stream
 from shardgate.api.client import GateClient
 from shardgate.api.server import serve
 from shardgate.errors import InvalidArgument, NotFound, ShardgateError
-from shardgate.gate import Gate
+from shardgate.gate import Gate, twopc
 from shardgate.result import Result
 from shardgate.sql.parse import GATE_DIALECT
 from shardgate.topo import Topology, load_cluster_file, write_cluster_file
@@ -105,6 +107,22 @@ def build_parser() -> argparse.ArgumentParser:
     vschema_cmds = vschema.add_subparsers(dest="vschema_command", required=True, metavar="COMMAND")
     show = vschema_cmds.add_parser("show", help="print the VSchema of every keyspace (JSON)")
     _add_target_args(show, remote=False)
+
+    tpc = commands.add_parser("twopc", help="two-phase commit maintenance")
+    tpc_cmds = tpc.add_subparsers(dest="twopc_command", required=True, metavar="COMMAND")
+    resolve = tpc_cmds.add_parser(
+        "resolve", help="commit or roll back the two-phase commits a dead gate left prepared"
+    )
+    _add_target_args(resolve, remote=False)
+    resolve.add_argument(
+        "--grace",
+        type=float,
+        default=twopc.DEFAULT_RESOLVE_GRACE_S,
+        help="leave transactions younger than this many seconds to their gate "
+        f"(default {twopc.DEFAULT_RESOLVE_GRACE_S:g})",
+    )
+    cli_queue.add_parsers(commands)
+    cli_stream.add_parsers(commands)
     return parser
 
 
@@ -149,6 +167,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return asyncio.run(_schema_apply(args))
             case "vschema":
                 return _vschema_show(args)
+            case "twopc":
+                return asyncio.run(_twopc_resolve(args))
+            case "queue" | "tablet":
+                return cli_queue.run(args)
+            case "stream":
+                return cli_stream.run(args)
     except ShardgateError as exc:
         print(f"error {exc.code.value}: {exc.message}", file=sys.stderr)
         return 1
@@ -324,6 +348,16 @@ def _vschema_show(args: argparse.Namespace) -> int:
     doc = {ks.name: ks.vschema for ks in topology.keyspaces.values()}
     print(json.dumps(doc, indent=2))
     return 0
+
+
+async def _twopc_resolve(args: argparse.Namespace) -> int:
+    gate = Gate.open(_local_topology(args, default_data_dir=True))
+    try:
+        report = await gate.resolve_transactions(grace_s=args.grace)
+    finally:
+        await gate.close()
+    print(report)
+    return 1 if report.errors else 0
 
 
 def _local_topology(args: argparse.Namespace, *, default_data_dir: bool = False) -> Topology:

@@ -121,7 +121,7 @@ class RecordingCursor:
         lookup: SQLiteVCursor | None = None,
     ) -> None:
         self.shard_maps = dict(shard_maps)
-        self.dialect = dialect
+        self.dialect_name = dialect
         self.placeholder = placeholder
         self.lookup = lookup or SQLiteVCursor()
         self.results: dict[str, Result] = {}
@@ -134,6 +134,9 @@ class RecordingCursor:
     def lookup_cursor(self) -> SQLiteVCursor:
         return self.lookup
 
+    def dialect(self, keyspace: str) -> str:
+        return self.dialect_name
+
     async def next_sequence_values(self, sequence: str, count: int) -> int:
         first = self.next_sequence
         self.next_sequence += count
@@ -142,9 +145,9 @@ class RecordingCursor:
 
     def _sql(self, shard: str, query: Any, bind_vars: Mapping[str, Any]) -> tuple[str, list[Any]]:
         if hasattr(query, "for_shard"):
-            sql, args = query.for_shard(shard, self.dialect, self.placeholder, bind_vars)
+            sql, args = query.for_shard(shard, self.dialect_name, self.placeholder, bind_vars)
             return sql, list(args)
-        bound: tuple[str, list[Any]] = query.for_dialect(self.dialect, self.placeholder).bind(
+        bound: tuple[str, list[Any]] = query.for_dialect(self.dialect_name, self.placeholder).bind(
             bind_vars
         )
         return bound

@@ -167,6 +167,12 @@ def _database_name(hint: str) -> str:
 
 def _drop_postgres(name: str) -> None:
     with _postgres_admin() as conn:
+        # Logical replication slots (change streams) of the database block DROP DATABASE.
+        conn.execute(
+            "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots"
+            " WHERE database = %s AND NOT active",
+            (name,),
+        )
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 

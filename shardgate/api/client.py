@@ -23,12 +23,14 @@ from typing import Any
 
 import grpc
 
-from shardgate.api import convert
+from shardgate.api import convert, queue_convert, stream_convert
 from shardgate.api import shardgate_pb2 as pb
 from shardgate.api import shardgate_pb2_grpc as pb_grpc
 from shardgate.api.server import GRPC_OPTIONS
 from shardgate.errors import Code, InvalidArgument, ShardgateError, error_for_code
+from shardgate.queues.events import QueueBatch, QueueEvent
 from shardgate.result import Result
+from shardgate.streams.merge import StreamEvent
 
 #: Seconds CloseSession may take when the client closes.
 CLOSE_TIMEOUT_S = 5.0
@@ -166,6 +168,95 @@ class GateClient:
             raise error_from_rpc(exc) from None
         plan: dict[str, Any] = json.loads(response.plan_json)
         return plan
+
+    async def receive(
+        self, queue: str, *, keyspace: str | None = None, shard: str | None = None,
+        key_range: str | None = None, max_batch: int = 0,
+    ) -> AsyncGenerator[QueueBatch, None]:
+        """Fired events of ``queue``, batch by batch (the fields come in ``batch.fields``).
+
+        ``async for batch in client.receive("jobs"): ...; await client.ack(batch)``.
+        Leaving the loop ends the subscription; unacked events fire again.
+        """
+        ks = keyspace or self.keyspace or ""
+        request = pb.QueueReceiveRequest(keyspace=ks, queue=queue, shard=shard,
+                                         key_range=key_range, max_batch=max_batch)
+        call = self._stub.QueueReceive(request)
+        fields: list[str] = []
+        try:
+            async for response in call:
+                batch = queue_convert.batch_of(ks, queue, response)
+                if not batch.events:
+                    fields = batch.fields
+                    continue
+                batch.fields = fields
+                yield batch
+        except grpc.aio.AioRpcError as exc:
+            raise error_from_rpc(exc) from None
+        finally:
+            call.cancel()
+
+    async def ack(
+        self, batch_or_events: QueueBatch | Sequence[QueueEvent], *, queue: str | None = None,
+        keyspace: str | None = None,
+    ) -> int:
+        """Ack events (a received batch, or events of ``queue``); one call per shard."""
+        if isinstance(batch_or_events, QueueBatch):
+            events: Sequence[QueueEvent] = batch_or_events.events
+            queue = queue or batch_or_events.queue
+            keyspace = keyspace or batch_or_events.keyspace
+        else:
+            events = batch_or_events
+        if queue is None:
+            raise InvalidArgument("ack needs the queue name with a list of events")
+        by_shard: dict[str, list[int]] = {}
+        for e in events:
+            by_shard.setdefault(e.shard, []).append(e.id)
+        total = 0
+        for shard, ids in by_shard.items():
+            request = pb.QueueAckRequest(keyspace=keyspace or self.keyspace or "", queue=queue,
+                                         shard=shard, ids=ids)
+            try:
+                response: pb.QueueAckResponse = await self._stub.QueueAck(
+                    request, timeout=self.timeout)
+            except grpc.aio.AioRpcError as exc:
+                raise error_from_rpc(exc) from None
+            total += response.acked
+        return total
+
+    async def queue_stats(self, queue: str, *, keyspace: str | None = None) -> list[Any]:
+        """Per-shard figures of ``queue``."""
+        request = pb.QueueStatsRequest(keyspace=keyspace or self.keyspace or "", queue=queue)
+        try:
+            response: pb.QueueStatsResponse = await self._stub.QueueStats(
+                request, timeout=self.timeout)
+        except grpc.aio.AioRpcError as exc:
+            raise error_from_rpc(exc) from None
+        stats: list[Any] = json.loads(response.stats_json)
+        return stats
+
+    async def update_stream(
+        self, keyspace: str | None = None, key_range: str | None = None,
+        start: float | str | None = None, *, heartbeat_s: float = 1.0,
+    ) -> AsyncGenerator[StreamEvent, None]:
+        """The change stream (see :meth:`shardgate.gate.Gate.update_stream`).
+
+        ``start``: None (now), a timestamp, or a serialized ``StreamPosition``.
+        """
+        request = pb.UpdateStreamRequest(
+            keyspace=keyspace or self.keyspace or "", key_range=key_range,
+            start_timestamp=start if isinstance(start, float | int) else None,
+            start_position=start if isinstance(start, str) else None,
+            heartbeat_seconds=heartbeat_s,
+        )
+        call = self._stub.UpdateStream(request)
+        try:
+            async for response in call:
+                yield stream_convert.event_of(response)
+        except grpc.aio.AioRpcError as exc:
+            raise error_from_rpc(exc) from None
+        finally:
+            call.cancel()
 
     async def close(self) -> None:
         """End the session (rolling back an open transaction) and close the channel.

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 import grpc
 
-from shardgate.api import convert
+from shardgate.api import convert, queue_convert, stream_convert
 from shardgate.api import shardgate_pb2 as pb
 from shardgate.api import shardgate_pb2_grpc as pb_grpc
 from shardgate.errors import Code, NotFound, ShardgateError, Unavailable
@@ -163,6 +163,74 @@ class GateServicer(pb_grpc.GateServicer):
         except Exception as exc:
             _fail(context, exc)
             return pb.CloseSessionResponse()
+
+
+    async def QueueReceive(
+        self, request: pb.QueueReceiveRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.QueueReceiveResponse]:
+        """Stream fired events of a queue: the fields first, then batches."""
+        try:
+            stream = self.gate.queue_receive(
+                request.keyspace, request.queue,
+                shard=request.shard if request.HasField("shard") else None,
+                key_range=request.key_range if request.HasField("key_range") else None,
+                max_batch=request.max_batch)
+            try:
+                async for batch in stream:
+                    yield queue_convert.batch_response(batch)
+            finally:
+                if isinstance(stream, AsyncGenerator):
+                    await stream.aclose()
+        except Exception as exc:
+            _fail(context, exc)
+
+    async def UpdateStream(
+        self, request: pb.UpdateStreamRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.UpdateStreamResponse]:
+        """Stream the change stream of a keyspace or key range."""
+        try:
+            start: float | str | None = None
+            if request.HasField("start_position"):
+                start = request.start_position
+            elif request.HasField("start_timestamp"):
+                start = request.start_timestamp
+            stream = self.gate.update_stream(
+                request.keyspace,
+                request.key_range if request.HasField("key_range") else None,
+                start,
+                heartbeat_s=request.heartbeat_seconds or 1.0,
+            )
+            try:
+                async for event in stream:
+                    yield stream_convert.event_response(event)
+            finally:
+                if isinstance(stream, AsyncGenerator):
+                    await stream.aclose()
+        except Exception as exc:
+            _fail(context, exc)
+
+    async def QueueAck(
+        self, request: pb.QueueAckRequest, context: grpc.aio.ServicerContext
+    ) -> pb.QueueAckResponse:
+        """Ack events of one shard; returns once the ack is committed."""
+        try:
+            n = await self.gate.queue_ack(request.keyspace, request.queue, request.shard,
+                                          list(request.ids))
+            return pb.QueueAckResponse(acked=n)
+        except Exception as exc:
+            _fail(context, exc)
+            return pb.QueueAckResponse()
+
+    async def QueueStats(
+        self, request: pb.QueueStatsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.QueueStatsResponse:
+        """Per-shard figures of a queue, as JSON."""
+        try:
+            stats = await self.gate.queue_stats(request.keyspace, request.queue)
+            return pb.QueueStatsResponse(stats_json=json.dumps(stats, default=str))
+        except Exception as exc:
+            _fail(context, exc)
+            return pb.QueueStatsResponse()
 
 
 def _keyspace(

@@ -183,3 +183,183 @@ class CloseSessionRequest(_message.Message):
 class CloseSessionResponse(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
+
+class QueueEvent(_message.Message):
+    __slots__ = ("shard", "id", "epoch", "time_scheduled", "priority", "values")
+    SHARD_FIELD_NUMBER: _ClassVar[int]
+    ID_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    TIME_SCHEDULED_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    VALUES_FIELD_NUMBER: _ClassVar[int]
+    shard: str
+    id: int
+    epoch: int
+    time_scheduled: int
+    priority: int
+    values: _containers.RepeatedCompositeFieldContainer[Value]
+    def __init__(self, shard: _Optional[str] = ..., id: _Optional[int] = ..., epoch: _Optional[int] = ..., time_scheduled: _Optional[int] = ..., priority: _Optional[int] = ..., values: _Optional[_Iterable[_Union[Value, _Mapping]]] = ...) -> None: ...
+
+class QueueReceiveRequest(_message.Message):
+    __slots__ = ("keyspace", "queue", "shard", "key_range", "max_batch")
+    KEYSPACE_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    SHARD_FIELD_NUMBER: _ClassVar[int]
+    KEY_RANGE_FIELD_NUMBER: _ClassVar[int]
+    MAX_BATCH_FIELD_NUMBER: _ClassVar[int]
+    keyspace: str
+    queue: str
+    shard: str
+    key_range: str
+    max_batch: int
+    def __init__(self, keyspace: _Optional[str] = ..., queue: _Optional[str] = ..., shard: _Optional[str] = ..., key_range: _Optional[str] = ..., max_batch: _Optional[int] = ...) -> None: ...
+
+class QueueReceiveResponse(_message.Message):
+    __slots__ = ("fields", "events")
+    FIELDS_FIELD_NUMBER: _ClassVar[int]
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
+    fields: _containers.RepeatedCompositeFieldContainer[Field]
+    events: _containers.RepeatedCompositeFieldContainer[QueueEvent]
+    def __init__(self, fields: _Optional[_Iterable[_Union[Field, _Mapping]]] = ..., events: _Optional[_Iterable[_Union[QueueEvent, _Mapping]]] = ...) -> None: ...
+
+class QueueAckRequest(_message.Message):
+    __slots__ = ("keyspace", "queue", "shard", "ids")
+    KEYSPACE_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    SHARD_FIELD_NUMBER: _ClassVar[int]
+    IDS_FIELD_NUMBER: _ClassVar[int]
+    keyspace: str
+    queue: str
+    shard: str
+    ids: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, keyspace: _Optional[str] = ..., queue: _Optional[str] = ..., shard: _Optional[str] = ..., ids: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class QueueAckResponse(_message.Message):
+    __slots__ = ("acked",)
+    ACKED_FIELD_NUMBER: _ClassVar[int]
+    acked: int
+    def __init__(self, acked: _Optional[int] = ...) -> None: ...
+
+class QueueStatsRequest(_message.Message):
+    __slots__ = ("keyspace", "queue")
+    KEYSPACE_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    keyspace: str
+    queue: str
+    def __init__(self, keyspace: _Optional[str] = ..., queue: _Optional[str] = ...) -> None: ...
+
+class QueueStatsResponse(_message.Message):
+    __slots__ = ("stats_json",)
+    STATS_JSON_FIELD_NUMBER: _ClassVar[int]
+    stats_json: str
+    def __init__(self, stats_json: _Optional[str] = ...) -> None: ...
+
+class EventToken(_message.Message):
+    __slots__ = ("timestamp", "shard", "position")
+    TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
+    SHARD_FIELD_NUMBER: _ClassVar[int]
+    POSITION_FIELD_NUMBER: _ClassVar[int]
+    timestamp: float
+    shard: str
+    position: str
+    def __init__(self, timestamp: _Optional[float] = ..., shard: _Optional[str] = ..., position: _Optional[str] = ...) -> None: ...
+
+class RowChange(_message.Message):
+    __slots__ = ("table", "op", "pk", "before", "after", "has_before", "has_after")
+    class BeforeEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: Value
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[Value, _Mapping]] = ...) -> None: ...
+    class AfterEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: Value
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[Value, _Mapping]] = ...) -> None: ...
+    TABLE_FIELD_NUMBER: _ClassVar[int]
+    OP_FIELD_NUMBER: _ClassVar[int]
+    PK_FIELD_NUMBER: _ClassVar[int]
+    BEFORE_FIELD_NUMBER: _ClassVar[int]
+    AFTER_FIELD_NUMBER: _ClassVar[int]
+    HAS_BEFORE_FIELD_NUMBER: _ClassVar[int]
+    HAS_AFTER_FIELD_NUMBER: _ClassVar[int]
+    table: str
+    op: str
+    pk: _containers.RepeatedCompositeFieldContainer[Value]
+    before: _containers.MessageMap[str, Value]
+    after: _containers.MessageMap[str, Value]
+    has_before: bool
+    has_after: bool
+    def __init__(self, table: _Optional[str] = ..., op: _Optional[str] = ..., pk: _Optional[_Iterable[_Union[Value, _Mapping]]] = ..., before: _Optional[_Mapping[str, Value]] = ..., after: _Optional[_Mapping[str, Value]] = ..., has_before: _Optional[bool] = ..., has_after: _Optional[bool] = ...) -> None: ...
+
+class UpdateStreamRequest(_message.Message):
+    __slots__ = ("keyspace", "key_range", "start_timestamp", "start_position", "heartbeat_seconds")
+    KEYSPACE_FIELD_NUMBER: _ClassVar[int]
+    KEY_RANGE_FIELD_NUMBER: _ClassVar[int]
+    START_TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
+    START_POSITION_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEAT_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    keyspace: str
+    key_range: str
+    start_timestamp: float
+    start_position: str
+    heartbeat_seconds: float
+    def __init__(self, keyspace: _Optional[str] = ..., key_range: _Optional[str] = ..., start_timestamp: _Optional[float] = ..., start_position: _Optional[str] = ..., heartbeat_seconds: _Optional[float] = ...) -> None: ...
+
+class UpdateStreamResponse(_message.Message):
+    __slots__ = ("keyspace", "shard", "token", "changes", "safe_timestamp", "heartbeat")
+    KEYSPACE_FIELD_NUMBER: _ClassVar[int]
+    SHARD_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    CHANGES_FIELD_NUMBER: _ClassVar[int]
+    SAFE_TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
+    keyspace: str
+    shard: str
+    token: EventToken
+    changes: _containers.RepeatedCompositeFieldContainer[RowChange]
+    safe_timestamp: float
+    heartbeat: bool
+    def __init__(self, keyspace: _Optional[str] = ..., shard: _Optional[str] = ..., token: _Optional[_Union[EventToken, _Mapping]] = ..., changes: _Optional[_Iterable[_Union[RowChange, _Mapping]]] = ..., safe_timestamp: _Optional[float] = ..., heartbeat: _Optional[bool] = ...) -> None: ...
+
+class TabletExecuteRequest(_message.Message):
+    __slots__ = ("sql", "params", "transaction_id")
+    SQL_FIELD_NUMBER: _ClassVar[int]
+    PARAMS_FIELD_NUMBER: _ClassVar[int]
+    TRANSACTION_ID_FIELD_NUMBER: _ClassVar[int]
+    sql: str
+    params: _containers.RepeatedCompositeFieldContainer[Value]
+    transaction_id: int
+    def __init__(self, sql: _Optional[str] = ..., params: _Optional[_Iterable[_Union[Value, _Mapping]]] = ..., transaction_id: _Optional[int] = ...) -> None: ...
+
+class TabletInfoRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class TabletInfoResponse(_message.Message):
+    __slots__ = ("keyspace", "shard", "dialect", "placeholder")
+    KEYSPACE_FIELD_NUMBER: _ClassVar[int]
+    SHARD_FIELD_NUMBER: _ClassVar[int]
+    DIALECT_FIELD_NUMBER: _ClassVar[int]
+    PLACEHOLDER_FIELD_NUMBER: _ClassVar[int]
+    keyspace: str
+    shard: str
+    dialect: str
+    placeholder: str
+    def __init__(self, keyspace: _Optional[str] = ..., shard: _Optional[str] = ..., dialect: _Optional[str] = ..., placeholder: _Optional[str] = ...) -> None: ...
+
+class TabletTransactionRequest(_message.Message):
+    __slots__ = ("transaction_id",)
+    TRANSACTION_ID_FIELD_NUMBER: _ClassVar[int]
+    transaction_id: int
+    def __init__(self, transaction_id: _Optional[int] = ...) -> None: ...
+
+class TabletTransactionResponse(_message.Message):
+    __slots__ = ("transaction_id",)
+    TRANSACTION_ID_FIELD_NUMBER: _ClassVar[int]
+    transaction_id: int
+    def __init__(self, transaction_id: _Optional[int] = ...) -> None: ...

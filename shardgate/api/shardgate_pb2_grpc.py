@@ -59,6 +59,26 @@ class GateStub:
                 request_serializer=shardgate_dot_api_dot_shardgate__pb2.CloseSessionRequest.SerializeToString,
                 response_deserializer=shardgate_dot_api_dot_shardgate__pb2.CloseSessionResponse.FromString,
                 _registered_method=True)
+        self.QueueReceive = channel.unary_stream(
+                '/shardgate.v1.Gate/QueueReceive',
+                request_serializer=shardgate_dot_api_dot_shardgate__pb2.QueueReceiveRequest.SerializeToString,
+                response_deserializer=shardgate_dot_api_dot_shardgate__pb2.QueueReceiveResponse.FromString,
+                _registered_method=True)
+        self.QueueAck = channel.unary_unary(
+                '/shardgate.v1.Gate/QueueAck',
+                request_serializer=shardgate_dot_api_dot_shardgate__pb2.QueueAckRequest.SerializeToString,
+                response_deserializer=shardgate_dot_api_dot_shardgate__pb2.QueueAckResponse.FromString,
+                _registered_method=True)
+        self.QueueStats = channel.unary_unary(
+                '/shardgate.v1.Gate/QueueStats',
+                request_serializer=shardgate_dot_api_dot_shardgate__pb2.QueueStatsRequest.SerializeToString,
+                response_deserializer=shardgate_dot_api_dot_shardgate__pb2.QueueStatsResponse.FromString,
+                _registered_method=True)
+        self.UpdateStream = channel.unary_stream(
+                '/shardgate.v1.Gate/UpdateStream',
+                request_serializer=shardgate_dot_api_dot_shardgate__pb2.UpdateStreamRequest.SerializeToString,
+                response_deserializer=shardgate_dot_api_dot_shardgate__pb2.UpdateStreamResponse.FromString,
+                _registered_method=True)
 
 
 class GateServicer:
@@ -100,6 +120,39 @@ class GateServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def QueueReceive(self, request, context):
+        """Fired events of a queue: the fields first, then batches; each event goes
+        to one receiver at a time. Ending the call loses nothing: unacked events
+        fire again.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def QueueAck(self, request, context):
+        """Ack events of one shard (the shard named in the events).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def QueueStats(self, request, context):
+        """Per-shard figures of a queue.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UpdateStream(self, request, context):
+        """The change stream of a keyspace or key range: one message per committed
+        transaction of a shard (or a heartbeat), each with its event token and the
+        smallest timestamp safe to restart from. Ends with UNAVAILABLE when the
+        keyspace's shards change (restart from the last safe_timestamp).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_GateServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -127,6 +180,26 @@ def add_GateServicer_to_server(servicer, server):
                     servicer.CloseSession,
                     request_deserializer=shardgate_dot_api_dot_shardgate__pb2.CloseSessionRequest.FromString,
                     response_serializer=shardgate_dot_api_dot_shardgate__pb2.CloseSessionResponse.SerializeToString,
+            ),
+            'QueueReceive': grpc.unary_stream_rpc_method_handler(
+                    servicer.QueueReceive,
+                    request_deserializer=shardgate_dot_api_dot_shardgate__pb2.QueueReceiveRequest.FromString,
+                    response_serializer=shardgate_dot_api_dot_shardgate__pb2.QueueReceiveResponse.SerializeToString,
+            ),
+            'QueueAck': grpc.unary_unary_rpc_method_handler(
+                    servicer.QueueAck,
+                    request_deserializer=shardgate_dot_api_dot_shardgate__pb2.QueueAckRequest.FromString,
+                    response_serializer=shardgate_dot_api_dot_shardgate__pb2.QueueAckResponse.SerializeToString,
+            ),
+            'QueueStats': grpc.unary_unary_rpc_method_handler(
+                    servicer.QueueStats,
+                    request_deserializer=shardgate_dot_api_dot_shardgate__pb2.QueueStatsRequest.FromString,
+                    response_serializer=shardgate_dot_api_dot_shardgate__pb2.QueueStatsResponse.SerializeToString,
+            ),
+            'UpdateStream': grpc.unary_stream_rpc_method_handler(
+                    servicer.UpdateStream,
+                    request_deserializer=shardgate_dot_api_dot_shardgate__pb2.UpdateStreamRequest.FromString,
+                    response_serializer=shardgate_dot_api_dot_shardgate__pb2.UpdateStreamResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -264,6 +337,531 @@ class Gate:
             '/shardgate.v1.Gate/CloseSession',
             shardgate_dot_api_dot_shardgate__pb2.CloseSessionRequest.SerializeToString,
             shardgate_dot_api_dot_shardgate__pb2.CloseSessionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def QueueReceive(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/shardgate.v1.Gate/QueueReceive',
+            shardgate_dot_api_dot_shardgate__pb2.QueueReceiveRequest.SerializeToString,
+            shardgate_dot_api_dot_shardgate__pb2.QueueReceiveResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def QueueAck(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/shardgate.v1.Gate/QueueAck',
+            shardgate_dot_api_dot_shardgate__pb2.QueueAckRequest.SerializeToString,
+            shardgate_dot_api_dot_shardgate__pb2.QueueAckResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def QueueStats(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/shardgate.v1.Gate/QueueStats',
+            shardgate_dot_api_dot_shardgate__pb2.QueueStatsRequest.SerializeToString,
+            shardgate_dot_api_dot_shardgate__pb2.QueueStatsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UpdateStream(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/shardgate.v1.Gate/UpdateStream',
+            shardgate_dot_api_dot_shardgate__pb2.UpdateStreamRequest.SerializeToString,
+            shardgate_dot_api_dot_shardgate__pb2.UpdateStreamResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+
+class TabletStub:
+    """Missing associated documentation comment in .proto file."""
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.Info = channel.unary_unary(
+                '/shardgate.v1.Tablet/Info',
+                request_serializer=shardgate_dot_api_dot_shardgate__pb2.TabletInfoRequest.SerializeToString,
+                response_deserializer=shardgate_dot_api_dot_shardgate__pb2.TabletInfoResponse.FromString,
+                _registered_method=True)
+        self.Execute = channel.unary_unary(
+                '/shardgate.v1.Tablet/Execute',
+                request_serializer=shardgate_dot_api_dot_shardgate__pb2.TabletExecuteRequest.SerializeToString,
+                response_deserializer=shardgate_dot_api_dot_shardgate__pb2.ExecuteResponse.FromString,
+                _registered_method=True)
+        self.StreamExecute = channel.unary_stream(
+                '/shardgate.v1.Tablet/StreamExecute',
+                request_serializer=shardgate_dot_api_dot_shardgate__pb2.TabletExecuteRequest.SerializeToString,
+                response_deserializer=shardgate_dot_api_dot_shardgate__pb2.StreamExecuteResponse.FromString,
+                _registered_method=True)
+        self.Begin = channel.unary_unary(
+                '/shardgate.v1.Tablet/Begin',
+                request_serializer=shardgate_dot_api_dot_shardgate__pb2.TabletTransactionRequest.SerializeToString,
+                response_deserializer=shardgate_dot_api_dot_shardgate__pb2.TabletTransactionResponse.FromString,
+                _registered_method=True)
+        self.Commit = channel.unary_unary(
+                '/shardgate.v1.Tablet/Commit',
+                request_serializer=shardgate_dot_api_dot_shardgate__pb2.TabletTransactionRequest.SerializeToString,
+                response_deserializer=shardgate_dot_api_dot_shardgate__pb2.TabletTransactionResponse.FromString,
+                _registered_method=True)
+        self.Rollback = channel.unary_unary(
+                '/shardgate.v1.Tablet/Rollback',
+                request_serializer=shardgate_dot_api_dot_shardgate__pb2.TabletTransactionRequest.SerializeToString,
+                response_deserializer=shardgate_dot_api_dot_shardgate__pb2.TabletTransactionResponse.FromString,
+                _registered_method=True)
+        self.QueueReceive = channel.unary_stream(
+                '/shardgate.v1.Tablet/QueueReceive',
+                request_serializer=shardgate_dot_api_dot_shardgate__pb2.QueueReceiveRequest.SerializeToString,
+                response_deserializer=shardgate_dot_api_dot_shardgate__pb2.QueueReceiveResponse.FromString,
+                _registered_method=True)
+        self.QueueAck = channel.unary_unary(
+                '/shardgate.v1.Tablet/QueueAck',
+                request_serializer=shardgate_dot_api_dot_shardgate__pb2.QueueAckRequest.SerializeToString,
+                response_deserializer=shardgate_dot_api_dot_shardgate__pb2.QueueAckResponse.FromString,
+                _registered_method=True)
+        self.QueueStats = channel.unary_unary(
+                '/shardgate.v1.Tablet/QueueStats',
+                request_serializer=shardgate_dot_api_dot_shardgate__pb2.QueueStatsRequest.SerializeToString,
+                response_deserializer=shardgate_dot_api_dot_shardgate__pb2.QueueStatsResponse.FromString,
+                _registered_method=True)
+
+
+class TabletServicer:
+    """Missing associated documentation comment in .proto file."""
+
+    def Info(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Execute(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def StreamExecute(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Begin(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Commit(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Rollback(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def QueueReceive(self, request, context):
+        """`keyspace` of the request is ignored: the tablet serves one shard.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def QueueAck(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def QueueStats(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_TabletServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'Info': grpc.unary_unary_rpc_method_handler(
+                    servicer.Info,
+                    request_deserializer=shardgate_dot_api_dot_shardgate__pb2.TabletInfoRequest.FromString,
+                    response_serializer=shardgate_dot_api_dot_shardgate__pb2.TabletInfoResponse.SerializeToString,
+            ),
+            'Execute': grpc.unary_unary_rpc_method_handler(
+                    servicer.Execute,
+                    request_deserializer=shardgate_dot_api_dot_shardgate__pb2.TabletExecuteRequest.FromString,
+                    response_serializer=shardgate_dot_api_dot_shardgate__pb2.ExecuteResponse.SerializeToString,
+            ),
+            'StreamExecute': grpc.unary_stream_rpc_method_handler(
+                    servicer.StreamExecute,
+                    request_deserializer=shardgate_dot_api_dot_shardgate__pb2.TabletExecuteRequest.FromString,
+                    response_serializer=shardgate_dot_api_dot_shardgate__pb2.StreamExecuteResponse.SerializeToString,
+            ),
+            'Begin': grpc.unary_unary_rpc_method_handler(
+                    servicer.Begin,
+                    request_deserializer=shardgate_dot_api_dot_shardgate__pb2.TabletTransactionRequest.FromString,
+                    response_serializer=shardgate_dot_api_dot_shardgate__pb2.TabletTransactionResponse.SerializeToString,
+            ),
+            'Commit': grpc.unary_unary_rpc_method_handler(
+                    servicer.Commit,
+                    request_deserializer=shardgate_dot_api_dot_shardgate__pb2.TabletTransactionRequest.FromString,
+                    response_serializer=shardgate_dot_api_dot_shardgate__pb2.TabletTransactionResponse.SerializeToString,
+            ),
+            'Rollback': grpc.unary_unary_rpc_method_handler(
+                    servicer.Rollback,
+                    request_deserializer=shardgate_dot_api_dot_shardgate__pb2.TabletTransactionRequest.FromString,
+                    response_serializer=shardgate_dot_api_dot_shardgate__pb2.TabletTransactionResponse.SerializeToString,
+            ),
+            'QueueReceive': grpc.unary_stream_rpc_method_handler(
+                    servicer.QueueReceive,
+                    request_deserializer=shardgate_dot_api_dot_shardgate__pb2.QueueReceiveRequest.FromString,
+                    response_serializer=shardgate_dot_api_dot_shardgate__pb2.QueueReceiveResponse.SerializeToString,
+            ),
+            'QueueAck': grpc.unary_unary_rpc_method_handler(
+                    servicer.QueueAck,
+                    request_deserializer=shardgate_dot_api_dot_shardgate__pb2.QueueAckRequest.FromString,
+                    response_serializer=shardgate_dot_api_dot_shardgate__pb2.QueueAckResponse.SerializeToString,
+            ),
+            'QueueStats': grpc.unary_unary_rpc_method_handler(
+                    servicer.QueueStats,
+                    request_deserializer=shardgate_dot_api_dot_shardgate__pb2.QueueStatsRequest.FromString,
+                    response_serializer=shardgate_dot_api_dot_shardgate__pb2.QueueStatsResponse.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'shardgate.v1.Tablet', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('shardgate.v1.Tablet', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class Tablet:
+    """Missing associated documentation comment in .proto file."""
+
+    @staticmethod
+    def Info(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/shardgate.v1.Tablet/Info',
+            shardgate_dot_api_dot_shardgate__pb2.TabletInfoRequest.SerializeToString,
+            shardgate_dot_api_dot_shardgate__pb2.TabletInfoResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Execute(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/shardgate.v1.Tablet/Execute',
+            shardgate_dot_api_dot_shardgate__pb2.TabletExecuteRequest.SerializeToString,
+            shardgate_dot_api_dot_shardgate__pb2.ExecuteResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def StreamExecute(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/shardgate.v1.Tablet/StreamExecute',
+            shardgate_dot_api_dot_shardgate__pb2.TabletExecuteRequest.SerializeToString,
+            shardgate_dot_api_dot_shardgate__pb2.StreamExecuteResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Begin(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/shardgate.v1.Tablet/Begin',
+            shardgate_dot_api_dot_shardgate__pb2.TabletTransactionRequest.SerializeToString,
+            shardgate_dot_api_dot_shardgate__pb2.TabletTransactionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Commit(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/shardgate.v1.Tablet/Commit',
+            shardgate_dot_api_dot_shardgate__pb2.TabletTransactionRequest.SerializeToString,
+            shardgate_dot_api_dot_shardgate__pb2.TabletTransactionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Rollback(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/shardgate.v1.Tablet/Rollback',
+            shardgate_dot_api_dot_shardgate__pb2.TabletTransactionRequest.SerializeToString,
+            shardgate_dot_api_dot_shardgate__pb2.TabletTransactionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def QueueReceive(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/shardgate.v1.Tablet/QueueReceive',
+            shardgate_dot_api_dot_shardgate__pb2.QueueReceiveRequest.SerializeToString,
+            shardgate_dot_api_dot_shardgate__pb2.QueueReceiveResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def QueueAck(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/shardgate.v1.Tablet/QueueAck',
+            shardgate_dot_api_dot_shardgate__pb2.QueueAckRequest.SerializeToString,
+            shardgate_dot_api_dot_shardgate__pb2.QueueAckResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def QueueStats(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/shardgate.v1.Tablet/QueueStats',
+            shardgate_dot_api_dot_shardgate__pb2.QueueStatsRequest.SerializeToString,
+            shardgate_dot_api_dot_shardgate__pb2.QueueStatsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -22,6 +22,12 @@ Contracts:
   failed with ``Unavailable`` is discarded by the pool, not reused.
 * ``stream`` yields batches of rows without holding the whole result in memory
   (server-side cursor on PostgreSQL and MariaDB).
+* Two-phase commit (``supports_twopc``: PostgreSQL ``PREPARE TRANSACTION``,
+  MariaDB XA): ``begin_twopc(xid)`` → statements → ``prepare(xid)`` →
+  ``commit_prepared(xid)`` / ``rollback_prepared(xid)``, the last two from any
+  connection to the same database once the preparing one is gone;
+  ``list_prepared(prefix)`` sees only this database's prepared xids. SQLite
+  refuses with ``FailedPrecondition``.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
+from shardgate.errors import FailedPrecondition, InvalidArgument, ShardgateError
 from shardgate.result import Result
 
 
@@ -69,6 +76,59 @@ class Connection(ABC):
     @abstractmethod
     def in_transaction(self) -> bool: ...
 
+    # -- two-phase commit (only where ``Backend.supports_twopc``) --------------------
+
+    async def begin_twopc(self, xid: str) -> None:
+        """Open a transaction that can later be prepared under ``xid``.
+
+        ``xid`` is printable ASCII, at most :data:`MAX_XID_LENGTH` characters and
+        unique on the server. ``commit()`` / ``rollback()`` still end such a
+        transaction in one phase (the backend's own form of it).
+        """
+        raise _no_twopc()
+
+    async def prepare(self, xid: str) -> None:
+        """Prepare the open ``begin_twopc(xid)`` transaction (phase one).
+
+        Afterwards the transaction survives a lost connection or a server
+        restart until ``commit_prepared`` or ``rollback_prepared``. Raises (and
+        leaves nothing prepared) if the database refuses to prepare it.
+        """
+        raise _no_twopc()
+
+    async def commit_prepared(self, xid: str) -> None:
+        """Commit a prepared transaction of this database; ``NotFound`` if none is."""
+        raise _no_twopc()
+
+    async def rollback_prepared(self, xid: str) -> None:
+        """Roll back a prepared transaction of this database; ``NotFound`` if none is."""
+        raise _no_twopc()
+
+    async def list_prepared(self, prefix: str) -> list[str]:
+        """The xids starting with ``prefix`` prepared in this database (not others)."""
+        raise _no_twopc()
+
+
+#: Longest xid ``begin_twopc`` accepts (MariaDB's limit for an XA gtrid).
+MAX_XID_LENGTH = 64
+
+
+def _no_twopc() -> ShardgateError:
+    return FailedPrecondition(
+        "this shard's database cannot prepare transactions (two-phase commit needs "
+        "PostgreSQL or MariaDB shards): use transaction_mode 'best_effort'"
+    )
+
+
+def check_xid(xid: str) -> str:
+    """``xid`` if it is a valid transaction id for ``begin_twopc``; else InvalidArgument."""
+    if not xid or len(xid) > MAX_XID_LENGTH or not all(" " < c <= "~" for c in xid):
+        raise InvalidArgument(
+            f"bad two-phase commit xid {xid!r}: use 1 to {MAX_XID_LENGTH} printable "
+            "ASCII characters without spaces"
+        )
+    return xid
+
 
 class Backend(ABC):
     """A shard's database: its dialect and a pool of connections."""
@@ -77,6 +137,8 @@ class Backend(ABC):
     dialect: str = ""
     #: positional placeholder the driver expects: "?" or "%s".
     placeholder: str = "?"
+    #: whether connections implement the two-phase commit methods.
+    supports_twopc: bool = False
 
     def __init__(self, url: str) -> None:
         self.url = url

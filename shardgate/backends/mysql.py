@@ -23,6 +23,13 @@ Invariants:
   other backends, not MySQL's default of rows actually changed.
 * **insert_id** is ``LAST_INSERT_ID()`` as the OK packet reports it: the first
   auto-increment value of the statement, None when none was generated.
+* **Two-phase commit.** ``begin_twopc`` is ``XA START`` (an XA transaction
+  must be started as one), ``prepare`` is ``XA END`` + ``XA PREPARE``;
+  ``commit()`` of an unprepared XA transaction is ``XA COMMIT ... ONE PHASE``.
+  The xid is the gtrid; the bqual is the shard's database name, because XA ids
+  are server-wide and ``XA RECOVER`` says nothing about databases. While the
+  preparing session lives, only it can end the transaction (MariaDB answers
+  ``XAER_NOTA`` elsewhere); once it is gone, any session can.
 * **Broken connections.** ``Unavailable`` (2003/2006/2013, ...) or a caller
   cancelled mid-statement marks the connection broken; the pool closes it on
   release and the next acquire reconnects. An idle connection whose socket
@@ -43,7 +50,7 @@ import pymysql.cursors
 from pymysql.constants import CLIENT
 
 from shardgate.backends._pool import PooledBackend, PooledConnection, Worker, socket_looks_alive
-from shardgate.backends.base import LeaseHandle
+from shardgate.backends.base import LeaseHandle, check_xid
 from shardgate.backends.urls import parse_url
 from shardgate.errors import (
     Aborted,
@@ -64,8 +71,8 @@ DEFAULT_PORT = 3306
 _SERVER_STATUS_IN_TRANS = 1
 
 _ALREADY_EXISTS = {1062, 1586, 1050, 1007, 1022, 1061, 1060}
-_NOT_FOUND = {1146, 1054, 1049, 1051, 1091, 1305, 1176, 1109}
-_ABORTED = {1213, 1205, 1180, 1181, 1412}
+_NOT_FOUND = {1146, 1054, 1049, 1051, 1091, 1305, 1176, 1109, 1397}  # 1397: unknown XA xid
+_ABORTED = {1213, 1205, 1180, 1181, 1412, 1402, 1613, 1614}  # 14xx/16xx: XA branch rolled back
 _UNAVAILABLE = {2002, 2003, 2005, 2006, 2013, 2055, 1053, 1927, 4031, 1152, 1158, 1159, 1160, 1161}
 _INVALID = {
     1064, 1149, 1048, 1364, 1366, 1264, 1406, 1136, 1292, 1265, 1367, 1110, 1052,
@@ -125,6 +132,9 @@ class MySQLConnection(PooledConnection):
         self._raw = raw
         self._safe_url = safe_url
         self._closed = False
+        #: the xid of the XA transaction open on this session, and its XA state
+        self._xa: str | None = None
+        self._xa_state: str = ""  # "active" | "idle" | "prepared"
 
     @classmethod
     async def open(cls, kwargs: dict[str, Any], safe_url: str) -> MySQLConnection:
@@ -272,10 +282,104 @@ class MySQLConnection(PooledConnection):
         await self._call(self._execute_sync, "START TRANSACTION", ())
 
     async def commit(self) -> None:
+        if self._xa is not None:
+            await self._commit_xa(self._xa)
+            return
         await self._call(self._execute_sync, "COMMIT", ())
 
     async def rollback(self) -> None:
+        if self._xa is not None:
+            await self._rollback_xa(self._xa)
+            return
         await self._call(self._execute_sync, "ROLLBACK", ())
+
+    # -- two-phase commit: XA ------------------------------------------------------
+
+    def _xid_sql(self, xid: str) -> str:
+        """``gtrid,bqual`` as hex literals: the xid, then this database's name.
+
+        XA ids are server-wide; the branch qualifier scopes ours to one database,
+        so ``list_prepared`` on one shard never sees another database's.
+        """
+        check_xid(xid)
+        db = self._raw.db
+        name = db.encode() if isinstance(db, str) else bytes(db or b"")
+        if not name:
+            raise FailedPrecondition(
+                f"two-phase commit on {self._safe_url} needs the database named in the shard URL"
+            )
+        return f"X'{xid.encode().hex()}',X'{name.hex()}'"
+
+    async def _xa_command(self, command: str, xid: str) -> None:
+        await self._call(self._execute_sync, f"XA {command} {self._xid_sql(xid)}", ())
+
+    async def begin_twopc(self, xid: str) -> None:
+        await self._xa_command("START", xid)
+        self._xa, self._xa_state = xid, "active"
+
+    async def prepare(self, xid: str) -> None:
+        if self._xa != xid or self._xa_state != "active":
+            raise FailedPrecondition(
+                f"cannot prepare {xid} on shard database {self._safe_url}: "
+                "it is not the XA transaction open on this connection"
+            )
+        await self._xa_command("END", xid)
+        self._xa_state = "idle"
+        await self._xa_command("PREPARE", xid)
+        self._xa_state = "prepared"
+
+    async def _commit_xa(self, xid: str) -> None:
+        if self._xa_state == "active":
+            await self._xa_command("END", xid)
+            self._xa_state = "idle"
+        if self._xa_state == "idle":
+            await self._call(self._execute_sync, f"XA COMMIT {self._xid_sql(xid)} ONE PHASE", ())
+        else:
+            await self._xa_command("COMMIT", xid)
+        self._xa, self._xa_state = None, ""
+
+    async def _rollback_xa(self, xid: str) -> None:
+        if self._xa_state == "prepared":
+            # Only the commit decision ends a prepared branch. Refusing here makes
+            # the pool close the session, which leaves the branch to recovery.
+            raise FailedPrecondition(
+                f"{xid} is prepared on {self._safe_url}: end it with commit_prepared or "
+                "rollback_prepared (`shardgate twopc resolve`)"
+            )
+        try:
+            if self._xa_state == "active":
+                with contextlib.suppress(ShardgateError):  # e.g. already ended by an error
+                    await self._xa_command("END", xid)
+            # NotFound: the server already rolled the branch back (deadlock, failed prepare)
+            with contextlib.suppress(NotFound):
+                await self._xa_command("ROLLBACK", xid)
+        finally:
+            self._xa, self._xa_state = None, ""
+
+    async def commit_prepared(self, xid: str) -> None:
+        await self._xa_command("COMMIT", xid)
+        if self._xa == xid:
+            self._xa, self._xa_state = None, ""
+
+    async def rollback_prepared(self, xid: str) -> None:
+        await self._xa_command("ROLLBACK", xid)
+        if self._xa == xid:
+            self._xa, self._xa_state = None, ""
+
+    async def list_prepared(self, prefix: str) -> list[str]:
+        db = self._raw.db
+        name = db.encode() if isinstance(db, str) else bytes(db or b"")
+        result = await self.execute("XA RECOVER")
+        found: list[str] = []
+        for format_id, gtrid_length, bqual_length, data in result.rows:
+            raw = data.encode() if isinstance(data, str) else bytes(data)
+            gtrid, bqual = raw[:gtrid_length], raw[gtrid_length : gtrid_length + bqual_length]
+            if format_id != 1 or bqual != name:
+                continue
+            xid = gtrid.decode("ascii", "replace")
+            if xid.startswith(prefix):
+                found.append(xid)
+        return found
 
     async def close(self) -> None:
         if self._closed:
@@ -300,6 +404,7 @@ class MySQLBackend(PooledBackend):
 
     dialect = "mysql"
     placeholder = "%s"
+    supports_twopc = True
 
     _OPTIONS = ("connect_timeout", "read_timeout", "write_timeout", "unix_socket")
 

@@ -27,6 +27,13 @@ Invariants:
   cancelled mid-flight marks the connection broken; the pool closes it on
   release. An idle connection whose socket became readable (server restart,
   killed backend) is dropped before it is lent again.
+* **Two-phase commit.** ``begin_twopc`` is a plain ``BEGIN``; ``prepare`` is
+  ``PREPARE TRANSACTION 'xid'``, after which the session is free again and the
+  transaction belongs to the database (``pg_prepared_xacts``), to be ended by
+  ``COMMIT PREPARED`` / ``ROLLBACK PREPARED`` from any session on the same
+  database. A failed transaction is never prepared: PostgreSQL would answer
+  ``ROLLBACK`` instead of an error, so ``prepare`` checks first and after.
+  Needs ``max_prepared_transactions`` > 0.
 """
 
 from __future__ import annotations
@@ -46,7 +53,7 @@ from shardgate.backends._pool import (
     is_insert,
     socket_looks_alive,
 )
-from shardgate.backends.base import LeaseHandle
+from shardgate.backends.base import LeaseHandle, check_xid
 from shardgate.backends.urls import parse_url
 from shardgate.errors import (
     Aborted,
@@ -123,6 +130,11 @@ def translate_connect(exc: psycopg.Error, safe_url: str) -> ShardgateError:
         return translate(exc, safe_url)
     reason = " ".join(str(exc).split())
     return Unavailable(f"shard database {safe_url} is unreachable: {reason}; check it is running")
+
+
+def _gid(xid: str) -> str:
+    """``xid`` as the string literal PREPARE TRANSACTION takes (no parameters there)."""
+    return "'" + xid.replace("'", "''") + "'"
 
 
 class PostgresConnection(PooledConnection):
@@ -245,6 +257,45 @@ class PostgresConnection(PooledConnection):
     async def rollback(self) -> None:
         await self._control("ROLLBACK")
 
+    # -- two-phase commit: PREPARE TRANSACTION / COMMIT PREPARED ------------------------
+
+    async def begin_twopc(self, xid: str) -> None:
+        check_xid(xid)
+        await self._control("BEGIN")
+
+    async def prepare(self, xid: str) -> None:
+        status = self._raw.info.transaction_status
+        if status != TransactionStatus.INTRANS:
+            raise FailedPrecondition(
+                f"cannot prepare {xid} on shard database {self._safe_url}: "
+                + ("the transaction failed" if status == TransactionStatus.INERROR else "none open")
+            )
+        try:
+            cur = await self._raw.execute(f"PREPARE TRANSACTION {_gid(xid)}", prepare=False)
+        except psycopg.Error as exc:
+            raise self._fail(exc) from exc
+        except BaseException:
+            self.broken = True
+            raise
+        if cur.statusmessage != "PREPARE TRANSACTION":  # the server rolled it back instead
+            raise Aborted(
+                f"shard database {self._safe_url} rolled back {xid} instead of preparing it"
+            )
+
+    async def commit_prepared(self, xid: str) -> None:
+        await self._control(f"COMMIT PREPARED {_gid(check_xid(xid))}")
+
+    async def rollback_prepared(self, xid: str) -> None:
+        await self._control(f"ROLLBACK PREPARED {_gid(check_xid(xid))}")
+
+    async def list_prepared(self, prefix: str) -> list[str]:
+        result = await self.execute(
+            "SELECT gid FROM pg_prepared_xacts WHERE database = current_database()"
+            " AND starts_with(gid, %s) ORDER BY prepared",
+            (prefix,),
+        )
+        return [str(row[0]) for row in result.rows]
+
     async def close(self) -> None:
         await self._raw.close()
 
@@ -259,6 +310,7 @@ class PostgresBackend(PooledBackend):
 
     dialect = "postgres"
     placeholder = "%s"
+    supports_twopc = True
 
     def __init__(self, url: str, *, pool_size: int = 4) -> None:
         parsed = parse_url(url)
@@ -318,7 +370,8 @@ class PostgresLease(LeaseHandle):
         try:
             res = await self.conn.execute(
                 "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted"
-                " AND pid = pg_backend_pid() AND objid::bigint = (hashtext(%s)::bigint & 4294967295)",
+                " AND pid = pg_backend_pid()"
+                " AND objid::bigint = (hashtext(%s)::bigint & 4294967295)",
                 [self._name],
             )
         except ShardgateError:

@@ -52,6 +52,7 @@ from shardgate.backends._pool import (
     is_insert,
 )
 from shardgate.backends.base import LeaseHandle
+from shardgate.backends.changes_sqlite import CaptureConnection, end_of_statement
 from shardgate.backends.urls import DatabaseURL, parse_url
 from shardgate.errors import (
     Aborted,
@@ -147,7 +148,10 @@ def _open(path: str, busy_timeout_ms: int) -> sqlite3.Connection:
     if path != ":memory:":
         directory = os.path.dirname(os.path.abspath(path))
         os.makedirs(directory, exist_ok=True)
-    raw = sqlite3.connect(path, timeout=busy_timeout_ms / 1000, isolation_level=None)
+    # CaptureConnection: provides sg_txn() for the change-capture triggers (changes_sqlite).
+    raw = sqlite3.connect(
+        path, timeout=busy_timeout_ms / 1000, isolation_level=None, factory=CaptureConnection
+    )
     try:
         raw.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
         if path != ":memory:":
@@ -210,6 +214,7 @@ class SQLiteConnection(PooledConnection):
                 cur.close()
         finally:
             self._in_tx = db.in_transaction
+            end_of_statement(db)
         return result
 
     def _executemany_sync(self, sql: str, seq_of_params: Sequence[Sequence[Any]]) -> int:
@@ -231,6 +236,7 @@ class SQLiteConnection(PooledConnection):
                 raise
         finally:
             self._in_tx = db.in_transaction
+            end_of_statement(db)
         return max(count, 0)
 
     def _fetch_sync(self, cur: sqlite3.Cursor, n: int) -> list[tuple[Any, ...]]:

@@ -120,6 +120,18 @@ def compile_expr(node: exp.Expr, slots: Mapping[str, int]) -> Evaluator:
     if isinstance(node, exp.Is) and isinstance(node.expression, exp.Null):
         inner = compile_expr(node.this, slots)
         return lambda row: inner(row) is None
+    if isinstance(node, exp.Between):
+        inner = compile_expr(node.this, slots)
+        low = compile_expr(node.args["low"], slots)
+        high = compile_expr(node.args["high"], slots)
+
+        def between(row: Row) -> Any:
+            v, lo, hi = inner(row), low(row), high(row)
+            if v is None or lo is None or hi is None:
+                return None
+            return bool(lo <= v <= hi)
+
+        return between
     if isinstance(node, exp.In) and not node.args.get("query"):
         inner = compile_expr(node.this, slots)
         items = [compile_expr(e, slots) for e in node.expressions]

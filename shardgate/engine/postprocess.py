@@ -9,7 +9,7 @@ here parses SQL.
 Aggregation is decomposable: each shard returns one row per group with
 partial aggregates (COUNT, SUM, MIN, MAX, and SUM+COUNT for AVG); the gate
 combines them per group. COUNT/SUM(DISTINCT x) make the shards group by x as
-well, and the gate counts or sums the distinct x per group. Memory is
+well (by every such x), and the gate counts or sums the distinct x per group. Memory is
 bounded by the number of groups, not rows.
 """
 
@@ -18,7 +18,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from decimal import Decimal
+from decimal import ROUND_HALF_UP, Context, Decimal
 from functools import cmp_to_key
 from typing import Any
 
@@ -68,12 +68,51 @@ def _add(a: Any, b: Any) -> Any:
     return a + b
 
 
-def _avg(total: Any, count: Any) -> Any:
+_EXACT = Context(prec=120)
+
+
+def _avg(total: Any, count: Any, dialect: str) -> Any:
+    """AVG as the shards' database computes it, from the combined SUM and COUNT.
+
+    Floating point inputs, and SQLite: a double. MariaDB/MySQL: the exact
+    quotient rounded half up to the input's scale plus ``div_precision_increment``
+    (4). PostgreSQL: numeric division at the scale ``select_div_scale`` picks
+    (at least 16 significant digits), rounded half away from zero.
+    """
     if total is None or not count:
         return None
-    if isinstance(total, float):
-        return total / count
-    return Decimal(total) / Decimal(count)
+    if isinstance(total, float) or dialect == "sqlite":
+        return float(total) / int(count)
+    num, den = Decimal(total), Decimal(int(count))
+    quotient = _EXACT.divide(num, den)
+    in_scale = max(0, -int(num.as_tuple().exponent))
+    scale = _pg_div_scale(num, den, in_scale) if dialect == "postgres" else min(in_scale + 4, 30)
+    return quotient.quantize(Decimal(1).scaleb(-scale), rounding=ROUND_HALF_UP, context=_EXACT)
+
+
+def _pg_weight(d: Decimal) -> tuple[int, int]:
+    """PostgreSQL's numeric weight and first base-10000 digit of ``d``."""
+    d = abs(d)
+    if d == 0:
+        return 0, 0
+    weight = 0
+    while d >= 10000:
+        d /= 10000
+        weight += 1
+    while d < 1:
+        d *= 10000
+        weight -= 1
+    return weight, int(d)
+
+
+def _pg_div_scale(num: Decimal, den: Decimal, in_scale: int) -> int:
+    """``select_div_scale`` of PostgreSQL's numeric.c."""
+    w1, f1 = _pg_weight(num)
+    w2, f2 = _pg_weight(den)
+    qweight = w1 - w2
+    if f1 <= f2:
+        qweight -= 1
+    return min(max(16 - qweight * 4, in_scale, 0), 1000)
 
 
 @dataclass(frozen=True)
@@ -88,9 +127,12 @@ class Aggregate(Primitive):
     group_keys: tuple[int, ...]
     aggregates: tuple[AggSpec, ...]
     scalar: bool = False
+    #: the keyspace whose database's arithmetic AVG follows
+    keyspace: str = ""
 
     async def execute(self, vc: ExecCursor, bind_vars: Mapping[str, Any]) -> Result:
         res = await self.input.execute(vc, bind_vars)
+        dialect = vc.dialect(self.keyspace) if self.keyspace else "mysql"
         groups: dict[tuple[Any, ...], list[_Acc]] = {}
         keys = self.group_keys
         for row in res.rows:
@@ -120,19 +162,22 @@ class Aggregate(Primitive):
                             acc.distinct.add(v)
         if not groups and self.scalar:
             groups[()] = [_Acc() for _ in self.aggregates]
-        rows = [key + tuple(self._final(s, a) for s, a in zip(self.aggregates, accs, strict=True))
-                for key, accs in groups.items()]
+        rows = [
+            key + tuple(self._final(s, a, dialect)
+                        for s, a in zip(self.aggregates, accs, strict=True))
+            for key, accs in groups.items()
+        ]
         fields = [res.fields[i] if i < len(res.fields) else "" for i in keys]
         fields += [s.name for s in self.aggregates]
         return Result(fields=fields, rows=rows)
 
     @staticmethod
-    def _final(spec: AggSpec, acc: _Acc) -> Any:
+    def _final(spec: AggSpec, acc: _Acc, dialect: str) -> Any:
         match spec.op:
             case AggOp.COUNT:
                 return int(acc.n)
             case AggOp.AVG:
-                return _avg(acc.value, acc.n)
+                return _avg(acc.value, acc.n, dialect)
             case AggOp.COUNT_DISTINCT:
                 return len(acc.distinct)
             case AggOp.SUM_DISTINCT:

@@ -80,6 +80,10 @@ class ExecCursor(Protocol):
 
     def lookup_cursor(self) -> VCursor: ...
 
+    def dialect(self, keyspace: str) -> str:
+        """The SQL dialect of the keyspace's shards (its first shard's)."""
+        ...
+
     async def execute_shards(
         self,
         keyspace: str,
@@ -165,6 +169,8 @@ class OrderKey:
     descending: bool = False
     #: NULLs first in the output (MySQL: first when ascending, last when descending)
     nulls_first: bool = True
+    #: the result column's position, when the planner knows it (no SELECT *)
+    index: int | None = None
 
 
 async def vindex_map(
@@ -422,6 +428,9 @@ def _sort_key(fields: Sequence[str], order: Sequence[OrderKey]) -> Any:
     lowered = [f.lower() for f in fields]
     idx: list[tuple[int, OrderKey]] = []
     for k in order:
+        if k.index is not None:
+            idx.append((k.index, k))
+            continue
         try:
             idx.append((lowered.index(k.column.lower()), k))
         except ValueError:

@@ -569,6 +569,10 @@ class _SessionCursor(ExecCursor):
     def lookup_cursor(self) -> VCursor:
         return _LookupCursor(self.gate, self.session)
 
+    def dialect(self, keyspace: str) -> str:
+        ks = self.gate.topology.keyspace(keyspace)
+        return self.gate.tablets[(keyspace, ks.shards[0].name)].dialect
+
     async def next_sequence_values(self, sequence: str, count: int) -> int:
         return await self.gate.sequences.next_values(sequence, count)
 

@@ -169,7 +169,10 @@ def _plan_select(stmt: exp.Expression, vschema: VSchema, default_ks: str | None)
         if key_range is not None:
             return _keyrange_select(stmt, key_range, only.table, choice, len(refs))
         table_name = only.table.name
-    if choice.opcode in (Opcode.EQUAL_UNIQUE, Opcode.NONE, Opcode.UNSHARDED):
+    single = choice.opcode in (Opcode.EQUAL_UNIQUE, Opcode.UNSHARDED) or (
+        choice.opcode is Opcode.NONE and not needs_aggregation(stmt)
+    )
+    if single:
         return _route(choice, ks_name, query_tree, table_name)
     split_tree, in_var = _split_in(stmt, choice)
     assert isinstance(split_tree, exp.Select)

@@ -14,8 +14,9 @@ In order of preference:
    WHERE terms are pushed to the side they name. Columns must be qualified
    with their table (the gate has no schema to resolve them otherwise).
 
-Everything else (correlated subqueries, aggregates over gate-side joins,
-terms mixing both sides that are not join equalities) is refused.
+WHERE terms naming both sides, or the optional side of a LEFT JOIN, are
+evaluated at the gate after joining; aggregates over a gate-side join are
+computed from per-row partials. Correlated subqueries are refused.
 """
 
 from __future__ import annotations
@@ -27,11 +28,12 @@ from sqlglot import exp
 
 from shardgate.engine.evaluate import canonical, compile_expr
 from shardgate.engine.join import NestedLoopJoin, PulloutSubquery
-from shardgate.engine.postprocess import Limit, MemorySort, Projection, SortKey
+from shardgate.engine.postprocess import Filter, Limit, MemorySort, Projection, SortKey
 from shardgate.engine.primitives import Opcode, Primitive
 from shardgate.engine.values import from_expression
 from shardgate.errors import Unsupported
 from shardgate.planner.routing import RouteChoice, choose, conjuncts
+from shardgate.planner.select import needs_aggregation, plan_aggregation, row_partials
 from shardgate.vindexes import Lookup
 from shardgate.vschema import Table, VSchema
 
@@ -133,6 +135,15 @@ def _same_vindex(a: Table, b: Table) -> bool:
 
 def colocated(refs: list[TableRef], where: exp.Expr | None) -> bool:
     """True when all sharded tables are joined pairwise on their primary vindex."""
+    for i, r in enumerate(refs):
+        side = (r.join.side or "").upper() if r.join is not None else ""
+        if side in ("RIGHT", "FULL"):
+            return False
+        # A preserved side made of reference tables only would emit its unmatched
+        # rows once per shard: such a LEFT JOIN runs at the gate.
+        if side == "LEFT" and r.table.type != "reference" and \
+                all(p.table.type == "reference" for p in refs[:i]):
+            return False
     sharded = [r for r in refs if r.table.type != "reference"]
     if len(sharded) <= 1:
         return True
@@ -167,6 +178,8 @@ def best_route(refs: list[TableRef], stmt: exp.Select) -> tuple[RouteChoice, Tab
     for r in refs:
         if r.table.type == "reference":
             continue
+        if r.join is not None and (r.join.side or "").upper() == "LEFT":
+            continue  # the optional side: its WHERE terms (IS NULL) do not filter rows
         choice = choose(r.table, where, {r.alias, r.table.name.lower()})
         if best is None or (choice.opcode.rank, _cost(choice)) < (best[0].opcode.rank,
                                                                    _cost(best[0])):
@@ -183,13 +196,12 @@ def plan_nested_loop(
     stmt: exp.Select, refs: list[TableRef], plan: PlanFn
 ) -> Primitive:
     """Join the last table to the plan of the tables before it, at the gate."""
-    if any(e.find(exp.AggFunc) for e in stmt.expressions) or stmt.args.get("group") or \
-            stmt.args.get("having") or stmt.args.get("distinct"):
-        raise Unsupported(
-            "aggregates, GROUP BY and DISTINCT over joins whose rows live on different "
-            "shards are not supported: join on the primary vindex columns"
-        )
+    aliases = {e.alias.lower() for e in stmt.expressions if isinstance(e, exp.Alias)}
     for e in stmt.find_all(exp.Column, exp.Star):
+        if isinstance(e, exp.Star) and isinstance(e.parent, exp.Count):
+            continue  # COUNT(*)
+        if isinstance(e, exp.Column) and not e.table and e.name.lower() in aliases:
+            continue  # a select alias, in ORDER BY or HAVING
         if isinstance(e, exp.Star) or (isinstance(e, exp.Column) and (e.is_star or not e.table)):
             raise Unsupported(
                 "a join across shards needs every column qualified with its table "
@@ -233,6 +245,7 @@ def plan_nested_loop(
 
     left_where: list[exp.Expr] = []
     right_where: list[exp.Expr] = []
+    gate_where: list[exp.Expr] = []  # both sides, or the optional side: after the join
     for t in conjuncts(stmt.args.get("where")):
         sides = {c.table.lower() for c in t.find_all(exp.Column)}
         if sides <= left_aliases:
@@ -240,18 +253,21 @@ def plan_nested_loop(
         elif sides <= {right.alias} and not outer:
             right_where.append(t)
         else:
-            raise Unsupported(
-                f"WHERE term {t.sql(dialect='mysql')!r} names both sides of a join across "
-                "shards (or the optional side of a LEFT JOIN): move it into the ON clause"
-            )
+            gate_where.append(t)
 
-    # Columns each side must return: everything the select list / ORDER BY / keys use.
+    # Columns each side must return: everything the statement uses above the join.
     needed: dict[str, exp.Column] = {}
     order_node = stmt.args.get("order")
     order_terms = [o.this for o in order_node.expressions] if order_node is not None else []
-    for node in list(stmt.expressions) + order_terms:
+    group_node = stmt.args.get("group")
+    having_node = stmt.args.get("having")
+    above = list(stmt.expressions) + order_terms + gate_where
+    above += list(group_node.expressions) if group_node is not None else []
+    above += [having_node.this] if having_node is not None else []
+    for node in above:
         for c in node.find_all(exp.Column):
-            needed.setdefault(canonical(c), c)
+            if c.table:
+                needed.setdefault(canonical(c), c)
     left_cols = [c for k, c in needed.items() if c.table.lower() in left_aliases]
     right_cols = [c for k, c in needed.items() if c.table.lower() == right.alias]
     left_key_pos = []
@@ -285,6 +301,11 @@ def plan_nested_loop(
     )
     slots = {canonical(c): i for i, c in enumerate(left_cols)}
     slots.update({canonical(c): len(left_cols) + i for i, c in enumerate(right_cols)})
+    if gate_where:
+        predicate = exp.and_(*[t.copy() for t in gate_where])
+        joined = Filter(joined, compile_expr(predicate, slots), predicate.sql(dialect="mysql"))
+    if needs_aggregation(stmt):
+        return plan_aggregation(stmt, row_partials(joined, slots), refs[0].table.keyspace)
     order = stmt.args.get("order")
     if order is not None:
         joined = MemorySort(joined, tuple(

@@ -13,13 +13,13 @@ Two shapes:
   HAVING, ORDER BY, LIMIT/OFFSET and the select list.
 
 Anything the gate cannot compute exactly is refused (``UNIMPLEMENTED``):
-aggregates other than COUNT/SUM/MIN/MAX/AVG, DISTINCT aggregates over more
-than one expression, window functions, select-list expressions that mix raw
+aggregates other than COUNT/SUM/MIN/MAX/AVG, window functions, select-list expressions that mix raw
 columns with aggregates outside GROUP BY.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from sqlglot import exp
@@ -101,12 +101,22 @@ def _plain(tree: exp.Select, target: RouteTarget) -> Primitive:
     order = tree.args.get("order")
     for o in order.expressions if order is not None else []:
         node = o.this
-        name = _find_selected(tree, node, star)
-        if name is None:
-            name = _HIDDEN.format(hidden)
+        desc, nulls_first = bool(o.args.get("desc")), bool(o.args.get("nulls_first"))
+        if star:  # positions are unknown before the shards answer: match by name
+            if not isinstance(node, exp.Column):
+                raise Unsupported(
+                    "ORDER BY an expression that is not selected, together with SELECT *, "
+                    "is not supported across shards: select the expression"
+                )
+            keys.append(OrderKey(node.name, desc, nulls_first))
+            continue
+        index = _find_selected(tree, node)
+        if index is None:
+            index = len(tree.expressions)
+            tree.append("expressions", exp.alias_(node.copy(), _HIDDEN.format(hidden)))
             hidden += 1
-            tree.append("expressions", exp.alias_(node.copy(), name))
-        keys.append(OrderKey(name, bool(o.args.get("desc")), bool(o.args.get("nulls_first"))))
+        keys.append(OrderKey(names[index] if index < len(names) else _HIDDEN.format(hidden - 1),
+                             desc, nulls_first, index))
     limit, offset = _limits(tree)
     upper = None
     if limit is not None:
@@ -119,11 +129,6 @@ def _plain(tree: exp.Select, target: RouteTarget) -> Primitive:
         offset=offset, upper_limit_var=upper, in_var=target.in_var,
     )
     if hidden:
-        if star:
-            raise Unsupported(
-                "ORDER BY an expression that is not selected, together with SELECT *, "
-                "is not supported across shards: select the expression"
-            )
         route = Projection(route, tuple(slot(i) for i in range(len(names))), tuple(names))
     return route
 
@@ -140,53 +145,111 @@ def _select_names(tree: exp.Select) -> list[str]:
     return out
 
 
-def _find_selected(tree: exp.Select, node: exp.Expr, star: bool) -> str | None:
-    """The result column name under which ``node`` is selected, if it is."""
+def _find_selected(tree: exp.Select, node: exp.Expr) -> int | None:
+    """The select-list position of ``node`` (an expression, alias or ordinal), if selected.
+
+    A bare column name matches a selected column of that name only when exactly
+    one does (``c.id`` and ``r.id`` are both named ``id``).
+    """
     text = canonical(node)
-    for e in tree.expressions:
-        if isinstance(e, exp.Alias):
-            if canonical(e.this) == text or e.alias.lower() == text:
-                return e.alias
-        elif isinstance(e, exp.Column):
-            if canonical(e) == text or (isinstance(node, exp.Column) and e.name.lower()
-                                        == node.name.lower() and not node.table):
-                return e.name
-            if isinstance(node, exp.Column) and e.name.lower() == node.name.lower():
-                return e.name
-    if star and isinstance(node, exp.Column):
-        return node.name
-    if isinstance(node, exp.Literal) and node.is_int:
-        n = int(node.this)
-        names = _select_names(tree)
-        if 1 <= n <= len(names) and not star:
-            return names[n - 1]
+    exprs = tree.expressions
+    for i, e in enumerate(exprs):
+        inner = e.this if isinstance(e, exp.Alias) else e
+        if canonical(inner) == text:
+            return i
+        if isinstance(e, exp.Alias) and isinstance(node, exp.Column) and not node.table \
+                and e.alias.lower() == node.name.lower():
+            return i
+    if isinstance(node, exp.Column):
+        same = [i for i, e in enumerate(exprs) if isinstance(e, exp.Column)
+                and e.name.lower() == node.name.lower() and (not node.table or not e.table)]
+        if len(same) == 1:
+            return same[0]
+    if isinstance(node, exp.Literal) and node.is_int and 1 <= int(node.this) <= len(exprs):
+        return int(node.this) - 1
     return None
 
 
 _PARTIALS = (exp.Count, exp.Sum, exp.Min, exp.Max, exp.Avg)
 
 
+InputFactory = Callable[[list[exp.Expr], list[exp.Expr]], Primitive]
+
+
 def _aggregating(tree: exp.Select, target: RouteTarget) -> Primitive:
+    """Aggregation whose partials the shards compute in one rewritten query."""
+
+    def shard_query(items: list[exp.Expr], groups: list[exp.Expr]) -> Primitive:
+        shard = tree.copy()
+        shard.set("expressions", items)
+        for arg in ("distinct", "having", "order", "limit", "offset"):
+            shard.set(arg, None)
+        shard.set("group", exp.Group(expressions=groups) if groups else None)
+        return Route(target.opcode, target.keyspace, True, ShardQuery(shard),
+                     table=target.table, vindex=target.vindex, values=target.values,
+                     in_var=target.in_var)
+
+    return plan_aggregation(tree, shard_query, target.keyspace)
+
+
+def row_partials(source: Primitive, slots: Mapping[str, int]) -> InputFactory:
+    """Partial-aggregate rows computed at the gate, one per input row (gate-side joins)."""
+
+    def make(items: list[exp.Expr], _groups: list[exp.Expr]) -> Primitive:
+        columns: list[Evaluator] = []
+        for e in items:
+            if isinstance(e, exp.Count) and isinstance(e.this, exp.Star):
+                columns.append(lambda row: 1)
+            elif isinstance(e, exp.Count):
+                columns.append(_counts(compile_expr(e.this, slots)))
+            elif isinstance(e, exp.Sum | exp.Min | exp.Max):
+                columns.append(compile_expr(e.this, slots))
+            else:
+                columns.append(compile_expr(e, slots))
+        return Projection(source, tuple(columns), tuple(e.sql(dialect="mysql") for e in items))
+
+    return make
+
+
+def _counts(value: Evaluator) -> Evaluator:
+    """COUNT(x)'s partial for one row: 1 unless x is NULL."""
+    return lambda row: 0 if value(row) is None else 1
+
+
+def plan_aggregation(tree: exp.Select, make_input: InputFactory, keyspace: str) -> Primitive:
+    """GROUP BY / aggregates / HAVING / DISTINCT over partial rows from ``make_input``.
+
+    ``make_input(items, groups)`` returns rows with the group expressions then the
+    partial aggregates listed in ``items``, grouped by ``groups`` where it can.
+    """
     if any(_is_star(e) for e in tree.expressions):
         raise Unsupported("SELECT * with GROUP BY or aggregates across shards is not supported")
     items = list(tree.expressions)
     aliases = {e.alias.lower(): e.this for e in items if isinstance(e, exp.Alias)}
 
     def unalias(node: exp.Expr) -> exp.Expr:
-        """Replace references to select aliases and ordinals by their expressions."""
+        """Replace references to select aliases by their expressions."""
         if isinstance(node, exp.Column) and not node.table and node.name.lower() in aliases:
             found: exp.Expr = aliases[node.name.lower()].copy()
             return found
+        return node
+
+    def item(node: exp.Expr) -> exp.Expr:
+        """A whole GROUP BY / ORDER BY item: an ordinal names a select expression."""
         if isinstance(node, exp.Literal) and node.is_int:
             n = int(node.this)
             if 1 <= n <= len(items):
-                item = items[n - 1]
-                chosen: exp.Expr = (item.this if isinstance(item, exp.Alias) else item).copy()
+                picked = items[n - 1]
+                chosen: exp.Expr = (
+                    picked.this if isinstance(picked, exp.Alias) else picked
+                ).copy()
                 return chosen
         return node
 
     group_node = tree.args.get("group")
-    groups: list[exp.Expr] = [unalias(g) for g in group_node.expressions] if group_node else []
+    groups: list[exp.Expr] = (
+        [item(g).transform(unalias) for g in group_node.expressions] if group_node else []
+    )
     if tree.args.get("distinct"):
         if group_node is not None:
             raise Unsupported("SELECT DISTINCT with GROUP BY across shards is not supported")
@@ -201,8 +264,7 @@ def _aggregating(tree: exp.Select, target: RouteTarget) -> Primitive:
     if having_expr is not None:
         having_expr = having_expr.transform(unalias)
         exprs.append(having_expr)
-    order_exprs = [o.this.transform(unalias) if not isinstance(o.this, exp.Literal)
-                   else unalias(o.this) for o in order_items]
+    order_exprs = [item(o.this).transform(unalias) for o in order_items]
     exprs.extend(order_exprs)
     aggs: dict[str, exp.AggFunc] = {}
     for e in exprs:
@@ -214,18 +276,13 @@ def _aggregating(tree: exp.Select, target: RouteTarget) -> Primitive:
                 )
             aggs.setdefault(canonical(a), a)
 
-    distinct_args = {canonical(a.this.expressions[0]) if isinstance(a.this, exp.Distinct)
-                     else "" for a in aggs.values()} - {""}
-    if len(distinct_args) > 1:
-        raise Unsupported(
-            "DISTINCT aggregates over different expressions across shards are not supported"
-        )
-
     # The shard query: group expressions, then partial aggregates.
     shard_items: list[exp.Expr] = [g.copy() for g in groups]
     specs: list[AggSpec] = []
-    distinct_col: int | None = None
-    distinct_expr: exp.Expr | None = None
+    # DISTINCT aggregates: the shards also group by each distinct expression, so
+    # every partial stays decomposable and the gate keeps the distinct values.
+    distinct_cols: dict[str, int] = {}
+    distinct_exprs: list[exp.Expr] = []
     for text, a in aggs.items():
         inner = a.this
         if isinstance(inner, exp.Distinct):
@@ -233,12 +290,14 @@ def _aggregating(tree: exp.Select, target: RouteTarget) -> Primitive:
                 raise Unsupported(f"{a.sql(dialect='mysql')} across shards is not supported")
             if len(inner.expressions) != 1:
                 raise Unsupported("COUNT(DISTINCT a, b) across shards is not supported")
-            if distinct_col is None:
-                distinct_expr = inner.expressions[0].copy()
-                distinct_col = len(shard_items)
-                shard_items.append(distinct_expr.copy())
+            arg = inner.expressions[0]
+            col = distinct_cols.get(canonical(arg))
+            if col is None:
+                col = distinct_cols[canonical(arg)] = len(shard_items)
+                shard_items.append(arg.copy())
+                distinct_exprs.append(arg.copy())
             op = AggOp.COUNT_DISTINCT if isinstance(a, exp.Count) else AggOp.SUM_DISTINCT
-            specs.append(AggSpec(op, distinct_col, name=text))
+            specs.append(AggSpec(op, col, name=text))
             continue
         col = len(shard_items)
         if isinstance(a, exp.Avg):
@@ -251,21 +310,11 @@ def _aggregating(tree: exp.Select, target: RouteTarget) -> Primitive:
               exp.Max: AggOp.MAX}[type(a)]
         specs.append(AggSpec(op, col, name=text))
 
-    shard = tree.copy()
-    shard.set("expressions", shard_items)
-    shard.set("distinct", None)
-    shard.set("having", None)
-    shard.set("order", None)
-    shard.set("limit", None)
-    shard.set("offset", None)
-    shard_groups = [g.copy() for g in groups]
-    if distinct_expr is not None:
-        shard_groups.append(distinct_expr.copy())
-    shard.set("group", exp.Group(expressions=shard_groups) if shard_groups else None)
-    route = Route(target.opcode, target.keyspace, True, ShardQuery(shard), table=target.table,
-                  vindex=target.vindex, values=target.values, in_var=target.in_var)
+    shard_groups = [g.copy() for g in groups] + distinct_exprs
+    source = make_input(shard_items, shard_groups)
 
-    agg = Aggregate(route, tuple(range(len(groups))), tuple(specs), scalar=not groups)
+    agg = Aggregate(source, tuple(range(len(groups))), tuple(specs), scalar=not groups,
+                    keyspace=keyspace)
     # Slots after aggregation: group values, then aggregate results.
     slots: dict[str, int] = {canonical(g): i for i, g in enumerate(groups)}
     for g in groups:

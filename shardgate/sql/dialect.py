@@ -9,6 +9,7 @@ its tables unqualified.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -18,6 +19,7 @@ from sqlglot import exp
 from shardgate.errors import InvalidArgument
 
 _MARK = "\x00sgp{}\x00"
+_MARK_RE = re.compile("\x00sgp(\\d+)\x00")
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,11 +132,10 @@ def render(tree: exp.Expr, dialect: str, placeholder: str) -> ShardSQL:
         sql = sql[: -len(" FOR SHARE")] + " LOCK IN SHARE MODE"  # MariaDB's spelling
     if placeholder == "%s":
         sql = sql.replace("%", "%%")
-    parts = []
-    rest = sql
-    for i in range(len(names)):
-        head, _, rest = rest.partition(_MARK.format(i))
-        parts.append(head)
-    parts.append(rest)
-    return ShardSQL(sql=placeholder.join(parts), params=tuple(names), parts=tuple(parts),
+    # Markers are read in the order they appear in the text, which need not be
+    # the order the tree was walked in (sqlglot visits LIMIT before WHERE).
+    pieces = _MARK_RE.split(sql)
+    parts = tuple(pieces[0::2])
+    params = tuple(names[int(i)] for i in pieces[1::2])
+    return ShardSQL(sql=placeholder.join(parts), params=params, parts=parts,
                     placeholder=placeholder)

@@ -8,10 +8,15 @@ business.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
-from shardgate.result import Result, Row
+from shardgate.backends.changes import LogItem
+from shardgate.errors import FailedPrecondition, Unsupported
+from shardgate.queues.events import QueueBatch
+from shardgate.queues.options import QueueOptions
+from shardgate.result import ExecuteOptions, Result, Row
+from shardgate.tablet.queue_service import receive_batches
 from shardgate.tablet.tablet import Tablet
 
 
@@ -22,11 +27,27 @@ class TabletClient(ABC):
     shard: str
     dialect: str
     placeholder: str
+    #: whether the shard can prepare transactions (PostgreSQL, MariaDB)
+    supports_twopc: bool = False
 
     @abstractmethod
     async def execute(
-        self, sql: str, params: Sequence[Any], transaction_id: int | None = None
+        self,
+        sql: str,
+        params: Sequence[Any],
+        transaction_id: int | None = None,
+        options: ExecuteOptions | None = None,
     ) -> Result: ...
+
+    def update_stream(
+        self,
+        *,
+        position: str | None = None,
+        timestamp: float | None = None,
+        heartbeat_s: float | None = None,
+    ) -> AsyncIterator[LogItem]:
+        """The shard's change stream (see :meth:`TabletStream.subscribe`)."""
+        raise Unsupported(f"{type(self).__name__} does not serve change streams")
 
     @abstractmethod
     def stream_execute(
@@ -45,6 +66,46 @@ class TabletClient(ABC):
     @abstractmethod
     async def close(self) -> None: ...
 
+    # Two-phase commit, where ``supports_twopc``; see :class:`Tablet` for contracts.
+
+    async def begin_twopc(self, xid: str) -> int:
+        raise _no_twopc(self)
+
+    async def prepare(self, transaction_id: int, xid: str) -> None:
+        raise _no_twopc(self)
+
+    async def commit_prepared(self, xid: str) -> None:
+        raise _no_twopc(self)
+
+    async def rollback_prepared(self, xid: str) -> None:
+        raise _no_twopc(self)
+
+    async def list_prepared(self, prefix: str) -> list[str]:
+        raise _no_twopc(self)
+
+    # Queues (see shardgate.tablet.queue_service): receive, ack, stats, configure.
+
+    def queue_receive(self, queue: str, max_batch: int = 0) -> AsyncIterator[QueueBatch]:
+        """The first batch carries the fields, later ones events; ends if the tablet stops."""
+        raise Unsupported(f"{type(self).__name__} does not serve queues")
+
+    async def queue_ack(self, queue: str, ids: Sequence[int]) -> int:
+        raise Unsupported(f"{type(self).__name__} does not serve queues")
+
+    async def queue_stats(self, queue: str) -> dict[str, Any]:
+        raise Unsupported(f"{type(self).__name__} does not serve queues")
+
+    async def queue_configure(self, queues: Mapping[str, QueueOptions]) -> None:
+        """Declare queue tables; tablets also find them by their comment marker."""
+        return None
+
+
+def _no_twopc(client: TabletClient) -> FailedPrecondition:
+    return FailedPrecondition(
+        f"shard {client.keyspace}/{client.shard} cannot prepare transactions through "
+        f"{type(client).__name__}: use transaction_mode 'best_effort'"
+    )
+
 
 class LocalTabletClient(TabletClient):
     """A tablet in this process: direct calls, no serialisation."""
@@ -55,11 +116,31 @@ class LocalTabletClient(TabletClient):
         self.shard = tablet.shard
         self.dialect = tablet.dialect
         self.placeholder = tablet.placeholder
+        self.supports_twopc = tablet.supports_twopc
 
     async def execute(
-        self, sql: str, params: Sequence[Any], transaction_id: int | None = None
+        self,
+        sql: str,
+        params: Sequence[Any],
+        transaction_id: int | None = None,
+        options: ExecuteOptions | None = None,
     ) -> Result:
-        return await self.tablet.execute(sql, params, transaction_id)
+        return await self.tablet.execute(sql, params, transaction_id, options)
+
+    async def update_stream(
+        self,
+        *,
+        position: str | None = None,
+        timestamp: float | None = None,
+        heartbeat_s: float | None = None,
+    ) -> AsyncIterator[LogItem]:
+        stream = await self.tablet.change_stream()
+        items = stream.subscribe(position=position, timestamp=timestamp, heartbeat_s=heartbeat_s)
+        try:
+            async for item in items:
+                yield item
+        finally:
+            await items.aclose()  # type: ignore[attr-defined]
 
     def stream_execute(
         self, sql: str, params: Sequence[Any]
@@ -74,6 +155,33 @@ class LocalTabletClient(TabletClient):
 
     async def rollback(self, transaction_id: int) -> None:
         await self.tablet.rollback(transaction_id)
+
+    async def begin_twopc(self, xid: str) -> int:
+        return await self.tablet.begin_twopc(xid)
+
+    async def prepare(self, transaction_id: int, xid: str) -> None:
+        await self.tablet.prepare(transaction_id, xid)
+
+    async def commit_prepared(self, xid: str) -> None:
+        await self.tablet.commit_prepared(xid)
+
+    async def rollback_prepared(self, xid: str) -> None:
+        await self.tablet.rollback_prepared(xid)
+
+    async def list_prepared(self, prefix: str) -> list[str]:
+        return await self.tablet.list_prepared(prefix)
+
+    def queue_receive(self, queue: str, max_batch: int = 0) -> AsyncIterator[QueueBatch]:
+        return receive_batches(self.tablet.queues, queue, max_batch)
+
+    async def queue_ack(self, queue: str, ids: Sequence[int]) -> int:
+        return await self.tablet.queues.ack(queue, ids)
+
+    async def queue_stats(self, queue: str) -> dict[str, Any]:
+        return await self.tablet.queues.stats(queue)
+
+    async def queue_configure(self, queues: Mapping[str, QueueOptions]) -> None:
+        self.tablet.queues.configure(queues)
 
     async def close(self) -> None:
         await self.tablet.close()

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 
@@ -62,3 +63,20 @@ async def cluster(backend_kind: str, make_database: Callable[..., str]) -> Async
         yield c
     finally:
         await c.gate.close()
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    """One local Spark session for the whole run (``tests/integration/test_spark_*.py``).
+
+    ``local[2,2]``: two cores, and a failed task is tried once more (the
+    writer's retry test needs that; plain ``local[2]`` never retries). Missing
+    PySpark or Java is a skip on a laptop and a failure with ``CI=true``.
+    """
+    from tests.integration.spark_session import start_spark
+
+    session = start_spark()
+    try:
+        yield session
+    finally:
+        session.stop()

@@ -1,0 +1,208 @@
+"""Change streams: row events/s to a gate stream client vs the raw log decoder, and latency.
+
+For PostgreSQL (pgoutput) and MariaDB (binlog), on the same data in one run:
+
+1. a backlog of ``--rows`` row changes (inserts in transactions of 100 rows,
+   then updates of the same rows) is written to a one-shard keyspace;
+2. **raw**: the backend's decoder alone reads the backlog in one thread
+   (psycopg2 replication + our pgoutput decoder; ``mysql-replication``), no
+   asyncio hand-off;
+3. **gate**: an in-process gate's ``update_stream`` client reads the same
+   backlog from the saved start position (log reader thread -> tablet stream
+   -> gate merge -> client), counting row events;
+4. **latency**: a live gate stream while a writer commits single-row
+   transactions at ``--rate`` per second; commit-to-client latency is the
+   client's receive time minus the time the writer sent the COMMIT.
+
+Prints events/s, the gate/raw ratio (goals: PostgreSQL >= 0.5, MariaDB >= 0.8)
+and latency p50/p99 (goal: PostgreSQL p99 < 100 ms).
+
+    python bench/change_stream.py [--rows 100000] [--rate 200] [--seconds 5] [--smoke]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import statistics
+import time
+from typing import Any
+
+import pymysql
+
+from shardgate.backends.changes import open_change_log
+from shardgate.gate import Gate
+from shardgate.streams.merge import StreamPosition
+from shardgate.streams.token import EventToken
+from shardgate.topo import Topology
+
+try:
+    from bench._pg import ADMIN_URL, drop_database, fresh_database
+except ImportError:  # run as a script
+    from _pg import ADMIN_URL, drop_database, fresh_database  # type: ignore[no-redef]
+
+PG_DB = "sg_bench_changes"
+MY_DB = "sg_bench_changes"
+MY_ADMIN = {"host": "127.0.0.1", "port": 3306, "user": "root", "password": ""}
+KS = "bench"
+
+
+def _fresh_mysql() -> str:
+    conn = pymysql.connect(autocommit=True, **MY_ADMIN)  # type: ignore[arg-type]
+    with conn.cursor() as cur:
+        cur.execute(f"DROP DATABASE IF EXISTS `{MY_DB}`")
+        cur.execute(f"CREATE DATABASE `{MY_DB}`")
+    conn.close()
+    return f"mysql://root@127.0.0.1:3306/{MY_DB}"
+
+
+def _drop_mysql() -> None:
+    conn = pymysql.connect(autocommit=True, **MY_ADMIN)  # type: ignore[arg-type]
+    with conn.cursor() as cur:
+        cur.execute(f"DROP DATABASE IF EXISTS `{MY_DB}`")
+    conn.close()
+
+
+def _gate(url: str) -> Gate:
+    return Gate.open(
+        Topology.from_dict(
+            {"keyspaces": {KS: {"shards": {"0": url}, "vschema": {"sharded": False}}}}
+        )
+    )
+
+
+async def _backlog(gate: Gate, rows: int) -> None:
+    tablet = gate.tablets[(KS, "0")]
+    ph = tablet.placeholder
+    per_tx = 100
+    values = ", ".join([f"({ph}, {ph}, {ph})"] * per_tx)
+    for base in range(0, rows // 2, per_tx):
+        params: list[Any] = []
+        for i in range(base, base + per_tx):
+            params += [i, f"name-{i}", i]
+        await tablet.execute(f"INSERT INTO t (id, v, n) VALUES {values}", params)
+    for base in range(0, rows // 2, per_tx):
+        await tablet.execute(
+            f"UPDATE t SET n = n + 1 WHERE id >= {ph} AND id < {ph}", [base, base + per_tx]
+        )
+
+
+async def _gate_rate(gate: Gate, start: str, expected: int) -> float:
+    pos = StreamPosition({f"{KS}/0": EventToken(0.0, f"{KS}/0", start)})
+    events = gate.update_stream(KS, start=pos, heartbeat_s=0.5)
+    t0 = time.perf_counter()
+    n = 0
+    try:
+        async for ev in events:
+            for _row in ev.rows():
+                n += 1
+            if n >= expected:
+                break
+    finally:
+        await events.aclose()  # type: ignore[attr-defined]
+    return n / (time.perf_counter() - t0)
+
+
+async def _latency(gate: Gate, rate: float, seconds: float) -> tuple[float, float, int]:
+    tablet = gate.tablets[(KS, "0")]
+    ph = tablet.placeholder
+    sent: dict[int, float] = {}
+    lat: list[float] = []
+    events = gate.update_stream(KS, heartbeat_s=0.2)
+    await events.__anext__()  # the stream is reading (a heartbeat) before the writes start
+
+    async def consume() -> None:
+        async for ev in events:
+            now = time.perf_counter()
+            for c in ev.changes:
+                if c.after is not None and int(c.after["id"]) in sent:
+                    lat.append(now - sent[int(c.after["id"])])
+
+    async def write() -> None:
+        i = 10_000_000
+        interval = 1.0 / rate
+        end = time.perf_counter() + seconds
+        while time.perf_counter() < end:
+            sent[i] = time.perf_counter()
+            await tablet.execute(f"INSERT INTO t (id, v, n) VALUES ({ph}, 'x', 0)", [i])
+            i += 1
+            await asyncio.sleep(interval)
+
+    consumer = asyncio.ensure_future(consume())
+    try:
+        await write()
+        await asyncio.sleep(0.5)
+    finally:
+        consumer.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await consumer
+        await events.aclose()  # type: ignore[attr-defined]
+    lat.sort()
+    if not lat:
+        return float("nan"), float("nan"), 0
+    p99 = lat[min(len(lat) - 1, int(len(lat) * 0.99))]
+    return statistics.median(lat) * 1000, p99 * 1000, len(lat)
+
+
+async def run_backend(kind: str, rows: int, rate: float, seconds: float) -> dict[str, float]:
+    url = fresh_database(PG_DB) if kind == "postgres" else _fresh_mysql()
+    gate = _gate(url)
+    log = open_change_log(url, f"{KS}/0")
+    try:
+        tablet = gate.tablets[(KS, "0")]
+        await tablet.execute("CREATE TABLE t (id BIGINT PRIMARY KEY, v VARCHAR(64), n BIGINT)", [])
+        await log.prepare()
+        start = await log.current_position()
+        await _backlog(gate, rows)
+        end = await log.current_position()
+        expected = rows  # inserts + updates
+
+        if kind == "postgres":
+            from shardgate.backends.changes_postgres import raw_decode
+        else:
+            from shardgate.backends.changes_mysql import raw_decode  # type: ignore[assignment]
+        t0 = time.perf_counter()
+        raw_rows = await asyncio.to_thread(raw_decode, log, start, end)  # type: ignore[arg-type]
+        raw = raw_rows / (time.perf_counter() - t0)
+        via_gate = await _gate_rate(gate, start, expected)
+        p50, p99, n = await _latency(gate, rate, seconds)
+        return {"raw": raw, "gate": via_gate, "ratio": via_gate / raw, "p50": p50,
+                "p99": p99, "samples": n, "raw_rows": raw_rows}
+    finally:
+        await gate.close()
+        await log.drop()
+        await log.close()
+        if kind == "postgres":
+            drop_database(PG_DB)
+        else:
+            _drop_mysql()
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--rows", type=int, default=100_000)
+    parser.add_argument("--rate", type=float, default=200.0, help="latency writer commits/s")
+    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--only", choices=["postgres", "mysql"])
+    parser.add_argument("--smoke", action="store_true", help="tiny run: checks it works")
+    args = parser.parse_args()
+    if args.smoke:
+        args.rows, args.seconds, args.rate = 2_000, 1.0, 100.0
+    goals = {"postgres": 0.5, "mysql": 0.8}
+    for kind in ("postgres", "mysql"):
+        if args.only and kind != args.only:
+            continue
+        r = await run_backend(kind, args.rows, args.rate, args.seconds)
+        print(
+            f"{kind:9s} raw decoder {r['raw']:>10,.0f} rows/s   gate client {r['gate']:>10,.0f}"
+            f" rows/s   ratio {r['ratio']:.2f} (goal >= {goals[kind]})   latency p50 "
+            f"{r['p50']:.1f} ms p99 {r['p99']:.1f} ms ({int(r['samples'])} commits at "
+            f"{args.rate:g}/s)",
+            flush=True,
+        )
+    _ = ADMIN_URL
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

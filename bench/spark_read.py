@@ -1,0 +1,165 @@
+"""Spark reads of a sharded table: shardgate's reader vs Spark's JDBC reader.
+
+Four PostgreSQL databases are the shards ``-40 40-80 80-c0 c0-`` of keyspace
+``bench``; table ``t`` (``hash`` on ``id``) gets ``--rows`` rows written by the
+shardgate writer (reported as writer rows/s). Then, in the same Spark session
+(``local[2]``), the whole table is read and materialized (``noop`` sink) by:
+
+* the shardgate reader, one split per shard (Arrow batches from ADBC, rows kept
+  by keyspace id);
+* Spark's JDBC reader, one read per shard database, unioned (Debian's
+  ``libpostgresql-jdbc-java``, ``.option("driver", "org.postgresql.Driver")``).
+
+Prints rows/s of each and the ratio shardgate/JDBC (goal: >= 1.0). If the
+change streams are built, it also runs the dump job once and reports its
+catch-up rate (change events applied per second).
+
+    python bench/spark_read.py [--rows 1000000] [--smoke]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+try:
+    from bench._pg import ADMIN_URL, drop_database, fresh_database
+except ImportError:  # run as a script
+    from _pg import ADMIN_URL, drop_database, fresh_database  # type: ignore[no-redef]
+
+from shardgate.keys import KeyRange
+from shardgate.topo import Topology, write_cluster_file
+
+JDBC_JAR = "/usr/share/java/postgresql.jar"
+JVM_FLAGS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+SHARDS = 4
+
+
+def start_spark() -> Any:
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    from pyspark.sql import SparkSession
+
+    from shardgate.spark import register
+
+    if not Path(JDBC_JAR).exists():
+        sys.exit(f"{JDBC_JAR} is missing: apt-get install -y libpostgresql-jdbc-java")
+    spark = (
+        SparkSession.builder.master("local[2]").appName("shardgate-bench")
+        .config("spark.ui.enabled", "false")
+        .config("spark.jars", JDBC_JAR)
+        .config("spark.driver.memory", "2g")
+        .config("spark.driver.extraJavaOptions", JVM_FLAGS)
+        .config("spark.sql.session.timeZone", "UTC")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    register(spark)
+    return spark
+
+
+def timed(fn: Any) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def main(rows: int) -> None:
+    names = [f"sg_bench_spark_{i}" for i in range(SHARDS)]
+    urls = [fresh_database(n) for n in names]
+    ranges = KeyRange().split(SHARDS)
+    topo = Topology.from_dict({"keyspaces": {"bench": {
+        "shards": {kr.name: url for kr, url in zip(ranges, urls, strict=True)},
+        "vschema": {"sharded": True, "vindexes": {"hash": {"type": "hash"}},
+                    "tables": {t: {"column_vindexes": [{"column": "id", "name": "hash"}]}
+                               for t in ("t", "warm")}},
+    }}})
+    import psycopg
+
+    for url in urls:
+        with psycopg.connect(url, autocommit=True) as conn:
+            for table in ("t", "warm"):
+                conn.execute(f"CREATE TABLE {table} (id BIGINT PRIMARY KEY, customer_id BIGINT "
+                             "NOT NULL, sku TEXT, price BIGINT, amount DOUBLE PRECISION)")
+    tmp = Path(tempfile.mkdtemp(prefix="sg_bench_spark_"))
+    cluster = tmp / "cluster.yaml"
+    write_cluster_file(topo, cluster)
+    spark = start_spark()
+    try:
+        df = spark.range(0, rows, numPartitions=2).selectExpr(
+            "id", "id % 100000 AS customer_id", "concat('sku-', id % 1000) AS sku",
+            "id % 997 AS price", "id * 0.5 AS amount")
+
+        def write(frame: Any, table: str) -> None:
+            (frame.write.format("shardgate").option("cluster", str(cluster))
+             .option("keyspace", "bench").option("table", table).mode("append").save())
+
+        write(df.limit(1000), "warm")  # warm up: Python workers, imports
+        w = timed(lambda: write(df, "t"))
+        for url in urls:
+            with psycopg.connect(url, autocommit=True) as conn:
+                conn.execute("VACUUM ANALYZE t")
+
+        def shardgate_read() -> None:
+            (spark.read.format("shardgate").option("cluster", str(cluster))
+             .option("keyspace", "bench").option("table", "t").load()
+             .write.format("noop").mode("overwrite").save())
+
+        user = ADMIN_URL.split("//", 1)[1].split("@", 1)[0].split(":")[0] or "postgres"
+
+        def jdbc_read() -> None:
+            parts = [
+                spark.read.format("jdbc")
+                .option("url", f"jdbc:postgresql://127.0.0.1:5432/{n}")
+                .option("dbtable", "t").option("user", user)
+                .option("driver", "org.postgresql.Driver").option("fetchsize", "10000")
+                .load()
+                for n in names
+            ]
+            union = parts[0]
+            for p in parts[1:]:
+                union = union.unionByName(p)
+            union.write.format("noop").mode("overwrite").save()
+
+        shardgate_read()  # warm up both paths once (Python workers, JDBC classes)
+        jdbc_read()
+        sg = timed(shardgate_read)
+        jd = timed(jdbc_read)
+        print(f"{'what':<28}{'seconds':>10}{'rows/s':>14}")
+        print(f"{'writer (4 PG shards)':<28}{w:>10.2f}{rows / w:>14.0f}")
+        print(f"{'shardgate reader':<28}{sg:>10.2f}{rows / sg:>14.0f}")
+        print(f"{'Spark JDBC reader (union)':<28}{jd:>10.2f}{rows / jd:>14.0f}")
+        print(f"ratio shardgate/JDBC: {jd / sg:.2f}x")
+        dump_rate(spark, cluster, urls, rows, tmp)
+    finally:
+        spark.stop()
+        for n in names:
+            drop_database(n)
+
+
+def dump_rate(spark: Any, cluster: Path, urls: list[str], rows: int, tmp: Path) -> None:
+    """The dump job's catch-up rate, when the jobs are built."""
+    try:
+        from shardgate.spark import jobs
+    except ImportError:
+        print("dump catch-up rate: n/a (shardgate.spark.jobs is not built yet)")
+        return
+    bench_dump = getattr(jobs, "bench_catch_up", None)
+    if bench_dump is None:
+        print("dump catch-up rate: n/a")
+        return
+    rate = bench_dump(spark, str(cluster), "bench", "t", str(tmp / "lake"), rows)
+    print(f"dump catch-up rate: {rate:.0f} change events/s")
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--rows", type=int, default=1_000_000)
+    ap.add_argument("--smoke", action="store_true", help="a short run (10k rows), for CI")
+    args = ap.parse_args()
+    main(10_000 if args.smoke else args.rows)

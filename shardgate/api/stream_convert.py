@@ -1,0 +1,53 @@
+"""UpdateStream messages <-> :class:`~shardgate.streams.merge.StreamEvent` (transport only)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from shardgate.api import shardgate_pb2 as pb
+from shardgate.api.convert import from_value, to_value
+from shardgate.backends.changes import RowChange
+from shardgate.streams.merge import StreamEvent
+from shardgate.streams.token import EventToken
+
+
+def _image(image: dict[str, Any] | None) -> dict[str, pb.Value]:
+    return {} if image is None else {k: to_value(v) for k, v in image.items()}
+
+
+def event_response(event: StreamEvent) -> pb.UpdateStreamResponse:
+    t = event.token
+    return pb.UpdateStreamResponse(
+        keyspace=event.keyspace,
+        shard=event.shard,
+        token=pb.EventToken(timestamp=t.timestamp, shard=t.shard, position=t.position),
+        changes=[
+            pb.RowChange(
+                table=c.table, op=c.op, pk=[to_value(v) for v in c.pk],
+                before=_image(c.before), after=_image(c.after),
+                has_before=c.before is not None, has_after=c.after is not None,
+            )
+            for c in event.changes
+        ],
+        safe_timestamp=event.safe_timestamp,
+        heartbeat=event.heartbeat,
+    )
+
+
+def event_of(response: pb.UpdateStreamResponse) -> StreamEvent:
+    t = response.token
+    return StreamEvent(
+        keyspace=response.keyspace,
+        shard=response.shard,
+        token=EventToken(t.timestamp, t.shard, t.position),
+        changes=[
+            RowChange(
+                c.table, c.op, tuple(from_value(v) for v in c.pk),
+                {k: from_value(v) for k, v in c.before.items()} if c.has_before else None,
+                {k: from_value(v) for k, v in c.after.items()} if c.has_after else None,
+            )
+            for c in response.changes
+        ],
+        safe_timestamp=response.safe_timestamp,
+        heartbeat=response.heartbeat,
+    )

@@ -1,0 +1,79 @@
+"""A log reader running in a thread of its own, handing batches to the event loop.
+
+The replication clients (psycopg2's replication protocol, ``mysql-replication``)
+block; each read runs them in one dedicated thread. The thread reads and
+decodes as much as is available, then hands one list of items to the event
+loop through a bounded queue (back-pressure: the thread waits while the
+consumer is behind). Closing the consumer side sets ``stop``; the thread
+notices within ``POLL_S`` and closes its connections itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import AsyncIterator, Callable
+
+from shardgate.backends.changes import LogItem
+
+POLL_S = 0.1
+QUEUE_BATCHES = 64
+
+
+class Handoff:
+    """The thread side: ``put(batch)`` blocks while the queue is full, unless stopping."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.queue: asyncio.Queue[list[LogItem] | BaseException | None] = asyncio.Queue()
+        self.slots = threading.Semaphore(QUEUE_BATCHES)
+        self.stop = threading.Event()
+
+    def put(self, item: list[LogItem] | BaseException | None) -> bool:
+        """Hand ``item`` over; False when the consumer has gone (stop reading)."""
+        while not self.slots.acquire(timeout=POLL_S):
+            if self.stop.is_set():
+                return False
+        if self.stop.is_set():
+            return False
+        try:
+            self.loop.call_soon_threadsafe(self.queue.put_nowait, item)
+        except RuntimeError:  # the loop is closed
+            return False
+        return True
+
+
+async def run_in_thread(
+    name: str, body: Callable[[Handoff], None], translate: Callable[[BaseException], BaseException]
+) -> AsyncIterator[LogItem]:
+    """Run ``body(handoff)`` in a thread and yield the items it hands over.
+
+    An exception in the thread is translated and raised here; ``body``
+    returning ends the iteration.
+    """
+    handoff = Handoff(asyncio.get_running_loop())
+
+    def main() -> None:
+        try:
+            body(handoff)
+            handoff.put(None)
+        except BaseException as exc:  # reported to the consumer
+            handoff.put(translate(exc))
+
+    thread = threading.Thread(target=main, name=name, daemon=True)
+    thread.start()
+    try:
+        while True:
+            got = await handoff.queue.get()
+            handoff.slots.release()
+            if got is None:
+                return
+            if isinstance(got, BaseException):
+                raise got
+            for item in got:
+                yield item
+    finally:
+        handoff.stop.set()
+        while not handoff.queue.empty():
+            handoff.queue.get_nowait()
+        await asyncio.get_running_loop().run_in_executor(None, thread.join)

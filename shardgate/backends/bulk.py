@@ -1,0 +1,537 @@
+"""Bulk reads and writes for the data pipeline: Arrow in, Arrow (or tuples) out.
+
+The Spark data sources (:mod:`shardgate.spark`) move millions of rows, which
+the row-at-a-time backend API is not made for. This module is their seam to
+the databases, synchronous (Spark tasks are plain threads/processes) and
+opened per task:
+
+* **Reads.** :func:`open_reader` returns a :class:`ShardReader`: Arrow record
+  batches from the native ADBC drivers for PostgreSQL and SQLite
+  (``adbc-driver-postgresql``, ``adbc-driver-sqlite``), lists of tuples from
+  PyMySQL's unbuffered cursor for MariaDB (Arrow built from Python tuples gains
+  nothing). :meth:`ShardReader.snapshot` opens the transaction every later read
+  of the reader sees and returns the shard's change-log position at that
+  snapshot (PostgreSQL: ``REPEATABLE READ`` + ``pg_current_wal_lsn()``;
+  MariaDB: consistent snapshot + ``@@gtid_binlog_pos``; SQLite: a read
+  transaction + the last ``_sg_changes`` sequence).
+* **Writes.** :func:`ingest` appends an Arrow table to a table: PostgreSQL
+  through ADBC's COPY (binary), SQLite through ``executemany`` on a
+  :class:`~shardgate.backends.changes_sqlite.CaptureConnection` (so change
+  capture triggers keep working), MariaDB through PyMySQL's multi-row
+  ``executemany``. :func:`run` executes a few statements in one transaction.
+* **Schemas.** :func:`result_schema` gives the Arrow schema of a query's result
+  (PostgreSQL: exact server types; SQLite: declared column types of a table by
+  SQLite's affinity rules, or the types of the first rows of a query; MariaDB:
+  the result's column types).
+
+Driver exceptions become :class:`shardgate.errors.ShardgateError` here, once.
+``pyarrow`` and the ADBC drivers are the ``spark`` extra; they are imported
+when a function needs them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import decimal
+import sqlite3
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+from shardgate.backends.urls import DatabaseURL, parse_url
+from shardgate.errors import (
+    AlreadyExists,
+    FailedPrecondition,
+    Internal,
+    InvalidArgument,
+    NotFound,
+    ShardgateError,
+    Unavailable,
+)
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+#: rows per Arrow batch / fetch round trip
+BATCH_ROWS = 65_536
+CONNECT_TIMEOUT_S = 5
+
+
+def _translate(exc: BaseException, url: DatabaseURL, what: str) -> ShardgateError:
+    """A driver error as a shardgate error (by the server's message, drivers differ)."""
+    if isinstance(exc, ShardgateError):
+        return exc
+    text = " ".join(str(exc).split())
+    where = f"{what} on {url.safe}: {text}"
+    low = text.lower()
+    if "duplicate" in low or "unique" in low or "1062" in low:
+        return AlreadyExists(f"duplicate key: {where}")
+    if "does not exist" in low or "no such table" in low or "doesn't exist" in low \
+            or "unknown column" in low or "no such column" in low:
+        return NotFound(where)
+    if "syntax" in low:
+        return InvalidArgument(where)
+    if "connect" in low or "connection" in low or "timeout" in low or "lost" in low:
+        return Unavailable(f"{where}; retry once the shard database is back")
+    return Internal(where)
+
+
+def _pg_uri(url: DatabaseURL) -> str:
+    """A libpq URI for ADBC from a shardgate PostgreSQL URL (options kept)."""
+    from urllib.parse import quote, urlencode
+
+    auth = ""
+    if url.user:
+        auth = quote(url.user, safe="")
+        if url.password:
+            auth += ":" + quote(url.password, safe="")
+        auth += "@"
+    port = f":{url.port}" if url.port else ""
+    opts = dict(url.options)
+    opts.setdefault("connect_timeout", str(CONNECT_TIMEOUT_S))
+    return f"postgresql://{auth}{url.host}{port}/{quote(url.database)}?{urlencode(opts)}"
+
+
+def _mysql_connect(url: DatabaseURL) -> Any:
+    import pymysql
+
+    return pymysql.connect(
+        host=url.host, port=url.port or 3306, user=url.user or "root",
+        password=url.password or "", database=url.database or None, autocommit=True,
+        charset="utf8mb4", connect_timeout=CONNECT_TIMEOUT_S,
+    )
+
+
+def _sqlite_connect(url: DatabaseURL) -> sqlite3.Connection:
+    from shardgate.backends.changes_sqlite import CaptureConnection
+
+    db = sqlite3.connect(url.database, timeout=30, isolation_level=None,
+                         factory=CaptureConnection)
+    db.execute("PRAGMA busy_timeout = 30000")
+    return db
+
+
+def supports_arrow(url: str) -> bool:
+    """True when reads of this shard come as Arrow batches (PostgreSQL, SQLite)."""
+    return parse_url(url).kind in ("postgresql", "sqlite")
+
+
+def quote_ident(kind: str, name: str) -> str:
+    """``name`` quoted as an identifier for a backend kind (``mysql`` uses backticks)."""
+    if kind == "mysql":
+        return "`" + name.replace("`", "``") + "`"
+    return '"' + name.replace('"', '""') + '"'
+
+
+class ShardReader:
+    """Reads of one shard database on one connection (see the module docstring).
+
+    Use as a context manager; ``snapshot()`` first if the reads must share one
+    consistent view. SQL is in the shard's dialect, without parameters.
+    """
+
+    def __init__(self, url: str) -> None:
+        self.url = parse_url(url)
+        self.kind = self.url.kind
+        self._conn: Any = None
+        self._sqlite: sqlite3.Connection | None = None
+        self._in_tx = False
+        try:
+            if self.kind == "postgresql":
+                import adbc_driver_postgresql.dbapi as adbc_pg
+
+                self._conn = adbc_pg.connect(_pg_uri(self.url), autocommit=True)
+            elif self.kind == "sqlite":
+                import adbc_driver_sqlite.dbapi as adbc_sqlite
+
+                self._conn = adbc_sqlite.connect(self.url.database, autocommit=True)
+            else:
+                self._conn = _mysql_connect(self.url)
+        except ImportError as exc:
+            raise FailedPrecondition(
+                f"bulk reads need the 'spark' extra (pip install 'shardgate[spark]'): {exc}"
+            ) from exc
+        except Exception as exc:
+            raise _translate(exc, self.url, "connect") from exc
+
+    def __enter__(self) -> ShardReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._in_tx:
+            with contextlib.suppress(Exception):
+                cur = self._conn.cursor()
+                cur.execute("ROLLBACK")
+                cur.close()
+        with contextlib.suppress(Exception):
+            self._conn.close()
+
+    def snapshot(self) -> str:
+        """Start the consistent read all later reads see; return the log position then.
+
+        The position is the backend's own: a PostgreSQL LSN, a MariaDB GTID
+        position, a SQLite ``_sg_changes`` sequence (``"0"`` if nothing was
+        captured yet). Changes committed after the position are not in the
+        snapshot; every change before it is.
+        """
+        try:
+            if self.kind == "postgresql":
+                # The position is read *before* the snapshot is taken: a change between
+                # the two is then both in the snapshot and replayed, which is harmless
+                # for a consumer that keeps the newest token; the other order could
+                # lose one.
+                cur = self._conn.cursor()
+                cur.execute("SELECT pg_current_wal_lsn()::text")
+                row = cur.fetchone()
+                cur.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                self._in_tx = True
+                cur.execute("SELECT 1")  # takes the snapshot
+                cur.fetchall()
+                cur.close()
+                return str(row[0])
+            if self.kind == "sqlite":
+                cur = self._conn.cursor()
+                cur.execute("BEGIN")
+                self._in_tx = True
+                # The first read fixes the snapshot (WAL mode); the position comes from it.
+                cur.execute("SELECT count(*) FROM sqlite_master WHERE name = '_sg_changes'")
+                has_log = cur.fetchone()[0] > 0
+                seq = 0
+                if has_log:
+                    cur.execute("SELECT COALESCE(MAX(seq), 0) FROM _sg_changes")
+                    seq = int(cur.fetchone()[0])
+                cur.close()
+                return str(seq)
+            with self._conn.cursor() as cur:
+                cur.execute("SELECT @@gtid_binlog_pos")  # before the snapshot, as above
+                row = cur.fetchone()
+                cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+                cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
+            self._in_tx = True
+            return str(row[0] or "")
+        except ShardgateError:
+            raise
+        except Exception as exc:
+            raise _translate(exc, self.url, "snapshot") from exc
+
+    def arrow_batches(self, sql: str, batch_rows: int = BATCH_ROWS) -> Iterator[pa.RecordBatch]:
+        """The result of ``sql`` as Arrow batches (PostgreSQL and SQLite only)."""
+        if self.kind == "mysql":
+            raise FailedPrecondition("MariaDB shards have no Arrow driver: use row_batches")
+        try:
+            cur = self._conn.cursor()
+            if self.kind == "sqlite":
+                cur.adbc_statement.set_options(**{"adbc.sqlite.query.batch_rows": str(batch_rows)})
+            cur.execute(sql)
+            reader = cur.fetch_record_batch()
+            try:
+                yield from reader
+            finally:
+                cur.close()
+        except ShardgateError:
+            raise
+        except Exception as exc:
+            raise _translate(exc, self.url, "read") from exc
+
+    def row_batches(
+        self, sql: str, batch_rows: int = BATCH_ROWS
+    ) -> Iterator[tuple[list[str], list[tuple[Any, ...]]]]:
+        """``(fields, rows)`` batches of ``sql`` as tuples (any backend; MariaDB unbuffered)."""
+        try:
+            if self.kind == "mysql":
+                import pymysql.cursors
+
+                with self._conn.cursor(pymysql.cursors.SSCursor) as cur:
+                    cur.execute(sql)
+                    fields = [d[0] for d in cur.description]
+                    while rows := cur.fetchmany(batch_rows):
+                        yield fields, [tuple(r) for r in rows]
+                return
+            cur = self._conn.cursor()
+            try:
+                cur.execute(sql)
+                fields = [d[0] for d in cur.description]
+                while rows := cur.fetchmany(batch_rows):
+                    yield fields, [tuple(r) for r in rows]
+            finally:
+                cur.close()
+        except ShardgateError:
+            raise
+        except Exception as exc:
+            raise _translate(exc, self.url, "read") from exc
+
+    def result_schema(self, sql: str, table: str | None = None) -> pa.Schema:
+        """The Arrow schema of ``sql``'s result (``table``: SQLite declared types)."""
+        import pyarrow as pa
+
+        try:
+            if self.kind == "postgresql":
+                cur = self._conn.cursor()
+                try:
+                    cur.execute(f"SELECT * FROM ({sql}) AS _sg_q LIMIT 0")
+                    return normalize_schema(cur.fetch_arrow_table().schema)
+                finally:
+                    cur.close()
+            if self.kind == "sqlite":
+                if table is not None:
+                    cur = self._conn.cursor()
+                    try:
+                        cur.execute(f"PRAGMA table_info({quote_ident('sqlite', table)})")
+                        info = cur.fetchall()
+                    finally:
+                        cur.close()
+                    if not info:
+                        raise NotFound(f"table {table!r} does not exist on {self.url.safe}")
+                    return pa.schema([pa.field(r[1], sqlite_type(r[2])) for r in info])
+                cur = self._conn.cursor()
+                try:
+                    cur.execute(f"SELECT * FROM ({sql}) LIMIT 1000")
+                    return normalize_schema(cur.fetch_arrow_table().schema)
+                finally:
+                    cur.close()
+            with self._conn.cursor() as cur:
+                cur.execute(f"SELECT * FROM ({sql}) AS _sg_q LIMIT 0")
+                fields = cur._result.fields
+                return pa.schema([_mysql_field(f) for f in fields])
+        except ShardgateError:
+            raise
+        except Exception as exc:
+            raise _translate(exc, self.url, "schema") from exc
+
+
+def sqlite_type(declared: str) -> pa.DataType:
+    """The Arrow type of a SQLite declared column type (SQLite's affinity rules)."""
+    import pyarrow as pa
+
+    d = (declared or "").upper()
+    if "INT" in d:
+        return pa.int64()
+    if "CHAR" in d or "CLOB" in d or "TEXT" in d:
+        return pa.string()
+    if "BLOB" in d or not d:
+        return pa.binary()
+    if "BOOL" in d:
+        return pa.bool_()
+    if "DATE" in d or "TIME" in d:
+        return pa.string()
+    return pa.float64()  # REAL, FLOAT, DOUBLE, NUMERIC, DECIMAL (as ADBC reads them)
+
+
+def _mysql_field(f: Any) -> pa.Field:
+    import pyarrow as pa
+    from pymysql.constants import FIELD_TYPE
+
+    t = f.type_code
+    if t in (FIELD_TYPE.TINY, FIELD_TYPE.SHORT, FIELD_TYPE.LONG, FIELD_TYPE.INT24,
+             FIELD_TYPE.LONGLONG, FIELD_TYPE.YEAR):
+        typ: pa.DataType = pa.int64()
+    elif t in (FIELD_TYPE.FLOAT, FIELD_TYPE.DOUBLE):
+        typ = pa.float64()
+    elif t in (FIELD_TYPE.DECIMAL, FIELD_TYPE.NEWDECIMAL):
+        scale = int(f.scale)
+        precision = max(1, min(38, int(f.length) - (1 if scale else 0) - 1))
+        typ = pa.decimal128(max(precision, scale), scale)
+    elif t in (FIELD_TYPE.DATE, FIELD_TYPE.NEWDATE):
+        typ = pa.date32()
+    elif t in (FIELD_TYPE.DATETIME, FIELD_TYPE.TIMESTAMP):
+        typ = pa.timestamp("us")
+    elif f.charsetnr == 63 and t not in (FIELD_TYPE.TIME,):
+        typ = pa.binary()
+    else:
+        typ = pa.string()
+    return pa.field(f.name, typ)
+
+
+def normalize_schema(schema: pa.Schema) -> pa.Schema:
+    """Replace driver-specific Arrow types with plain ones Spark knows.
+
+    PostgreSQL NUMERIC arrives as an opaque extension of strings: with a
+    typmod it becomes ``decimal128(p, s)``, without one a string.
+    """
+    import pyarrow as pa
+
+    fields = []
+    for f in schema:
+        typ = f.type
+        if isinstance(typ, pa.ExtensionType) or str(typ).startswith("extension<"):
+            meta = {k.decode(): v.decode() for k, v in (f.metadata or {}).items()}
+            typmod = int(meta.get("POSTGRESQL:typmod", "-1") or -1)
+            if meta.get("POSTGRESQL:type") == "numeric" and typmod >= 4:
+                precision, scale = ((typmod - 4) >> 16) & 0xFFFF, (typmod - 4) & 0xFFFF
+                typ = pa.decimal128(min(precision, 38), scale)
+            else:
+                typ = pa.string()
+        elif pa.types.is_null(typ):
+            typ = pa.string()
+        fields.append(pa.field(f.name, typ))
+    return pa.schema(fields)
+
+
+def conform(batch: Any, schema: pa.Schema) -> Any:
+    """``batch`` (a RecordBatch or Table) with the columns and types of ``schema``.
+
+    Columns are matched by name, case-insensitively; extra columns are dropped.
+    """
+    import pyarrow as pa
+
+    names = {n.lower(): i for i, n in enumerate(batch.schema.names)}
+    arrays = []
+    for f in schema:
+        i = names.get(f.name.lower())
+        if i is None:
+            raise NotFound(f"column {f.name!r} is not in the result ({batch.schema.names})")
+        col = batch.column(i)
+        if isinstance(col.type, pa.ExtensionType) or str(col.type).startswith("extension<"):
+            col = col.storage if hasattr(col, "storage") else pa.chunked_array(
+                [c.storage for c in col.chunks], col.type.storage_type)  # PostgreSQL NUMERIC
+        if col.type != f.type:
+            try:
+                col = col.cast(f.type)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+                raise InvalidArgument(
+                    f"column {f.name!r}: cannot convert {col.type} to {f.type}: {exc}"
+                ) from exc
+        arrays.append(col)
+    if isinstance(batch, pa.Table):
+        return pa.Table.from_arrays(arrays, schema=schema)
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+# ----------------------------------------------------------------------- writes --
+
+
+def run(url: str, statements: Sequence[str], *, transaction: bool = True) -> list[int]:
+    """Run ``statements`` (no parameters) in one transaction; rows affected of each."""
+    u = parse_url(url)
+    counts: list[int] = []
+    try:
+        if u.kind == "postgresql":
+            import psycopg
+
+            with psycopg.connect(_pg_uri(u), autocommit=not transaction) as conn:
+                for sql in statements:
+                    counts.append(conn.execute(sql).rowcount)
+            return counts
+        if u.kind == "sqlite":
+            db = _sqlite_connect(u)
+            try:
+                if transaction:
+                    db.execute("BEGIN IMMEDIATE")
+                for sql in statements:
+                    counts.append(db.execute(sql).rowcount)
+                if transaction:
+                    db.execute("COMMIT")
+            finally:
+                db.close()
+            return counts
+        conn = _mysql_connect(u)
+        try:
+            with conn.cursor() as cur:
+                if transaction:
+                    cur.execute("START TRANSACTION")
+                for sql in statements:
+                    counts.append(cur.execute(sql))
+                if transaction:
+                    cur.execute("COMMIT")
+        finally:
+            conn.close()
+        return counts
+    except ShardgateError:
+        raise
+    except Exception as exc:
+        raise _translate(exc, u, "write") from exc
+
+
+def query(url: str, sql: str) -> list[tuple[Any, ...]]:
+    """Rows of one small autocommit query (no parameters)."""
+    u = parse_url(url)
+    try:
+        if u.kind == "postgresql":
+            import psycopg
+
+            with psycopg.connect(_pg_uri(u), autocommit=True) as conn:
+                return list(conn.execute(sql).fetchall())
+        if u.kind == "sqlite":
+            db = _sqlite_connect(u)
+            try:
+                return [tuple(r) for r in db.execute(sql).fetchall()]
+            finally:
+                db.close()
+        conn = _mysql_connect(u)
+        try:
+            with conn.cursor() as cur:
+                cur.execute(sql)
+                return [tuple(r) for r in cur.fetchall()]
+        finally:
+            conn.close()
+    except ShardgateError:
+        raise
+    except Exception as exc:
+        raise _translate(exc, u, "query") from exc
+
+
+def table_schema(url: str, table: str) -> pa.Schema:
+    """The Arrow schema of a table as the database declares it."""
+    u = parse_url(url)
+    with ShardReader(url) as r:
+        q = quote_ident(u.kind, table)
+        return r.result_schema(f"SELECT * FROM {q}", table=table if u.kind == "sqlite" else None)
+
+
+def ingest(url: str, table: str, data: pa.Table) -> int:
+    """Append ``data`` (columns named as the table's) to ``table``; rows written.
+
+    One transaction per call: all rows or none.
+    """
+    import pyarrow as pa
+
+    u = parse_url(url)
+    if data.num_rows == 0:
+        return 0
+    try:
+        if u.kind == "postgresql":
+            import adbc_driver_postgresql.dbapi as adbc_pg
+
+            with adbc_pg.connect(_pg_uri(u)) as conn:
+                with conn.cursor() as cur:
+                    n = cur.adbc_ingest(table, data, mode="append")
+                conn.commit()
+            return int(n) if n is not None and n >= 0 else data.num_rows
+        cols = ", ".join(quote_ident(u.kind, c) for c in data.column_names)
+        rows = list(zip(*(_py_column(c) for c in data.columns), strict=True))
+        if u.kind == "sqlite":
+            marks = ", ".join("?" for _ in data.column_names)
+            db = _sqlite_connect(u)
+            try:
+                db.execute("BEGIN IMMEDIATE")
+                db.executemany(f"INSERT INTO {quote_ident(u.kind, table)} ({cols}) "
+                               f"VALUES ({marks})", rows)
+                db.execute("COMMIT")
+            finally:
+                db.close()
+            return len(rows)
+        marks = ", ".join("%s" for _ in data.column_names)
+        conn = _mysql_connect(u)
+        try:
+            with conn.cursor() as cur:
+                cur.execute("START TRANSACTION")
+                sql = f"INSERT INTO {quote_ident(u.kind, table)} ({cols}) VALUES ({marks})"
+                for i in range(0, len(rows), 5000):
+                    cur.executemany(sql, rows[i : i + 5000])
+                cur.execute("COMMIT")
+        finally:
+            conn.close()
+        return len(rows)
+    except (ShardgateError, pa.ArrowException):
+        raise
+    except Exception as exc:
+        raise _translate(exc, u, f"write into {table}") from exc
+
+
+def _py_column(col: Any) -> list[Any]:
+    values: list[Any] = col.to_pylist()
+    if values and any(isinstance(v, decimal.Decimal) for v in values[:16]):
+        return [str(v) if isinstance(v, decimal.Decimal) else v for v in values]
+    return values

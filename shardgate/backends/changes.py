@@ -1,0 +1,208 @@
+"""Change capture: the common interface of the per-backend log readers.
+
+A :class:`ChangeLog` follows one shard database's own replication log and
+yields its committed transactions, in commit order:
+
+=============  ============================================================
+backend        source (module)
+=============  ============================================================
+PostgreSQL     logical decoding, ``pgoutput`` (``changes_postgres``)
+MariaDB        the ROW binlog through ``mysql-replication`` (``changes_mysql``)
+SQLite         triggers filling a change table (``changes_sqlite``)
+=============  ============================================================
+
+Contracts every implementation keeps:
+
+* ``read(start)`` yields :class:`Transaction` objects for every transaction
+  committed **after** position ``start`` (``None``: after the current end of
+  the log), in commit order, each exactly once, with all its row changes and
+  nothing else; nothing uncommitted or rolled back is ever yielded. Between
+  transactions it yields :class:`Heartbeat` objects when the log is idle
+  (at least every ``heartbeat_s``), so callers can advance watermarks.
+* A ``start`` the log no longer holds raises ``ShardgateError`` with code
+  ``OUT_OF_RANGE`` ("too old"), never a silent skip to the oldest position.
+* Positions are strings (see :mod:`shardgate.streams.token`); a transaction's
+  position is the one to resume from to get the transactions after it.
+  Timestamps never go backwards within one log.
+* ``prepare()`` sets up capture (publication / slot / triggers) and is
+  idempotent; ``drop()`` removes what ``prepare()`` created.
+
+Drivers are imported only here, in ``backends/``.
+"""
+
+from __future__ import annotations
+
+import bisect
+import time
+from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from shardgate.backends.urls import parse_url
+from shardgate.streams.token import EventToken
+
+#: Default interval of heartbeats on an idle log.
+DEFAULT_HEARTBEAT_S = 1.0
+
+INSERT = "insert"
+UPDATE = "update"
+DELETE = "delete"
+
+
+@dataclass(slots=True)
+class RowChange:
+    """One row change: ``before`` is None for inserts, ``after`` None for deletes."""
+
+    table: str
+    op: str
+    pk: tuple[Any, ...]
+    before: dict[str, Any] | None
+    after: dict[str, Any] | None
+
+
+@dataclass(slots=True)
+class Transaction:
+    """A committed transaction: its commit token and its row changes, in order.
+
+    A transaction with no changes (e.g. one that touched only tables outside
+    the shard database, or DDL) may be yielded to advance the position.
+    """
+
+    token: EventToken
+    changes: list[RowChange]
+
+
+@dataclass(slots=True)
+class Heartbeat:
+    """The log is idle. ``watermark``: every transaction committed before it was yielded.
+
+    ``position`` is the last position read (resume from it loses nothing).
+    """
+
+    watermark: float
+    position: str | None
+
+
+LogItem = Transaction | Heartbeat
+
+
+class ChangeLog(ABC):
+    """One shard database's replication log (see the module docstring)."""
+
+    #: SQL (one row, one column) giving the end of the log now, for the shard's own
+    #: connections (the tablet runs it around ``include_event_token`` reads).
+    position_sql: str = ""
+
+    def __init__(self, url: str, shard: str) -> None:
+        self.url = url
+        #: qualified ``keyspace/shard``: the ``shard`` of the tokens.
+        self.shard = shard
+
+    @abstractmethod
+    async def prepare(self) -> None:
+        """Set up capture on the database; idempotent."""
+
+    @abstractmethod
+    async def current_position(self) -> str:
+        """The position of the end of the log now (resume from it: only newer changes)."""
+
+    @abstractmethod
+    async def oldest_position(self) -> str:
+        """The oldest position a read may start from (everything after it is held)."""
+
+    @abstractmethod
+    def read(
+        self, start: str | None, *, heartbeat_s: float = DEFAULT_HEARTBEAT_S
+    ) -> AsyncIterator[LogItem]:
+        """Committed transactions after ``start`` (see the contract above)."""
+
+    @abstractmethod
+    async def purge(self, up_to: str) -> None:
+        """Forget the log up to and including ``up_to`` (retention); later starts there fail."""
+
+    @abstractmethod
+    async def drop(self) -> None:
+        """Remove the capture set up by :meth:`prepare` (slots, triggers, tables)."""
+
+    async def close(self) -> None:  # noqa: B027 - optional hook, nothing to release by default
+        """Release what this object holds (not the capture on the database)."""
+
+
+def open_change_log(url: str, shard: str, **options: Any) -> ChangeLog:
+    """The change log of a shard database URL (``shard`` is ``keyspace/shard``)."""
+    kind = parse_url(url).kind
+    match kind:
+        case "sqlite":
+            from shardgate.backends.changes_sqlite import SQLiteChangeLog
+
+            return SQLiteChangeLog(url, shard, **options)
+        case "postgresql":
+            from shardgate.backends.changes_postgres import PostgresChangeLog
+
+            return PostgresChangeLog(url, shard, **options)
+        case "mysql":
+            from shardgate.backends.changes_mysql import MySQLChangeLog
+
+            return MySQLChangeLog(url, shard, **options)
+    raise AssertionError(f"unknown backend kind {kind!r}")  # pragma: no cover
+
+
+# --------------------------------------------------------- time -> position --
+
+
+@dataclass
+class TimeMap:
+    """Timestamps -> positions, as the design asks: a start point for a start time.
+
+    For every second with commits it keeps the position *before* the first
+    commit of that second (resuming there delivers that second whole). After
+    ``fine_s`` seconds, entries thin out to one per minute (the earliest of
+    the minute, so lookups stay safe), and entries older than ``retention_s``
+    go. :meth:`lookup` returns a position from which every commit at or after
+    the given time follows, or None when the map does not reach back so far.
+    """
+
+    fine_s: float = 3600.0
+    retention_s: float = 7 * 86400.0
+    _times: list[float] = field(default_factory=list)
+    _positions: list[str] = field(default_factory=list)
+    _last_compact: float = 0.0
+
+    def record(self, commit_ts: float, position_before: str) -> None:
+        """Note that a commit at ``commit_ts`` follows ``position_before``."""
+        second = float(int(commit_ts))
+        if self._times and self._times[-1] >= second:
+            return  # this second (or a later one, clock skew) already starts earlier
+        self._times.append(second)
+        self._positions.append(position_before)
+        if second - self._last_compact >= 60.0:
+            self.compact(second)
+
+    def compact(self, now: float | None = None) -> None:
+        """Thin old entries to one per minute; drop those past retention."""
+        now = time.time() if now is None else now
+        self._last_compact = now
+        times: list[float] = []
+        positions: list[str] = []
+        for t, p in zip(self._times, self._positions, strict=True):
+            if t < now - self.retention_s:
+                continue
+            if t < now - self.fine_s and times and int(times[-1] // 60) == int(t // 60):
+                continue  # keep only the earliest entry of an old minute
+            times.append(t)
+            positions.append(p)
+        self._times, self._positions = times, positions
+
+    def lookup(self, timestamp: float) -> str | None:
+        """A position before every commit at or after ``timestamp``, or None if unknown."""
+        i = bisect.bisect_right(self._times, timestamp) - 1
+        if i < 0:
+            return None
+        return self._positions[i]
+
+    def oldest(self) -> float | None:
+        return self._times[0] if self._times else None
+
+    def __len__(self) -> int:
+        return len(self._times)

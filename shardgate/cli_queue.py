@@ -1,0 +1,177 @@
+"""The ``shardgate queue`` and ``shardgate tablet`` commands (wired into :mod:`shardgate.cli`).
+
+::
+
+    shardgate queue create --keyspace KS "CREATE QUEUE q (...) ..."   [target]
+    shardgate queue stats  --keyspace KS QUEUE [--json]               [target]
+    shardgate queue tail   --keyspace KS QUEUE [--limit N]            [target]
+    shardgate queue requeue-failed --keyspace KS QUEUE                [--cluster | --data-dir]
+    shardgate queue purge  --keyspace KS QUEUE [--state acked|failed] [--cluster | --data-dir]
+    shardgate tablet --cluster FILE --keyspace KS --shard S [--host H] [--port P]
+                     [--metrics-port P]
+
+``[target]`` is ``--target grpc://H:P`` (a running gate), ``--cluster FILE`` or
+``--data-dir DIR`` (open the cluster in this process).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import signal
+from typing import Any
+
+from shardgate.errors import InvalidArgument
+
+DEFAULT_TABLET_PORT = 15999
+
+
+def add_parsers(commands: Any) -> None:
+    """Add the ``queue`` and ``tablet`` subcommands to the ``shardgate`` parser."""
+    from shardgate.cli import _add_target_args
+
+    queue = commands.add_parser("queue", help="durable queues: create, stats, tail, ...")
+    sub = queue.add_subparsers(dest="queue_command", required=True, metavar="COMMAND")
+    create = sub.add_parser("create", help="run a CREATE QUEUE statement")
+    create.add_argument("sql", metavar="SQL")
+    stats = sub.add_parser("stats", help="depth per state, lag, rates, in flight, per shard")
+    stats.add_argument("--json", action="store_true", help="print JSON")
+    tail = sub.add_parser("tail", help="the newest events")
+    tail.add_argument("--limit", type=int, default=20)
+    requeue = sub.add_parser("requeue-failed", help="fire failed events again")
+    purge = sub.add_parser("purge", help="delete acked (or failed) events now")
+    purge.add_argument("--state", choices=["acked", "failed"], default="acked")
+    for p in (create, stats, tail, requeue, purge):
+        p.add_argument("--keyspace", required=True, help="keyspace of the queue")
+        _add_target_args(p, remote=p in (create, stats, tail))
+    for p in (stats, tail, requeue, purge):
+        p.add_argument("queue", metavar="QUEUE")
+
+    tablet = commands.add_parser("tablet", help="serve one shard's tablet over gRPC")
+    tablet.add_argument("--cluster", required=True, help="cluster file (YAML)")
+    tablet.add_argument("--keyspace", required=True)
+    tablet.add_argument("--shard", required=True)
+    tablet.add_argument("--host", default="127.0.0.1")
+    tablet.add_argument("--port", type=int, default=DEFAULT_TABLET_PORT)
+    tablet.add_argument("--metrics-port", type=int, default=0,
+                        help="serve Prometheus metrics on this port (0: off)")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.command == "tablet":
+        return asyncio.run(_tablet(args))
+    return asyncio.run(_queue(args))
+
+
+async def _tablet(args: argparse.Namespace) -> int:
+    from shardgate.api.tablet_service import serve_tablet
+    from shardgate.queues.router import queue_options_of
+    from shardgate.tablet import Tablet
+    from shardgate.topo import load_cluster_file
+
+    topo = load_cluster_file(args.cluster)
+    shard = topo.keyspace(args.keyspace).shard(args.shard)
+    tablet = Tablet.open(args.keyspace, args.shard, shard.url)
+    try:
+        vschema = topo.build_vschema()
+
+        class _G:  # queue_options_of needs only .vschema
+            pass
+
+        g: Any = _G()
+        g.vschema = vschema
+        tablet.queues.configure(queue_options_of(g, args.keyspace))
+        tablet.queues.start()
+        if args.metrics_port:
+            from prometheus_client import start_http_server
+
+            start_http_server(args.metrics_port, addr=args.host)
+        server, port = await serve_tablet(tablet, args.host, args.port)
+        print(f"shardgate tablet {args.keyspace}/{args.shard} listening on "
+              f"grpc://{args.host}:{port}", flush=True)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        await stop.wait()
+        await server.stop(2.0)
+        return 0
+    finally:
+        await tablet.close()
+
+
+async def _queue(args: argparse.Namespace) -> int:
+    from shardgate.api.client import GateClient
+    from shardgate.cli import DEFAULT_TARGET, _local_topology, format_result
+    from shardgate.gate import Gate
+
+    cmd = args.queue_command
+    local = bool(getattr(args, "cluster", None) or getattr(args, "data_dir", None))
+    if not local and cmd in ("requeue-failed", "purge"):
+        raise InvalidArgument(f"queue {cmd} needs --cluster FILE or --data-dir DIR")
+    if not local:
+        async with GateClient(args.target or DEFAULT_TARGET, keyspace=args.keyspace) as client:
+            if cmd == "create":
+                print(format_result(await client.execute(args.sql)))
+            elif cmd == "stats":
+                _print_stats(await client.queue_stats(args.queue), args.json)
+            else:
+                print(format_result(await client.execute(
+                    f"SELECT id, priority, time_scheduled, epoch, state FROM {args.queue} "
+                    f"ORDER BY time_scheduled DESC LIMIT {int(args.limit)}")))
+        return 0
+    gate = Gate.open(_local_topology(args))
+    try:
+        session = gate.session(args.keyspace)
+        if cmd == "create":
+            print(format_result(await gate.execute(session, args.sql)))
+        elif cmd == "stats":
+            _print_stats(await gate.queue_stats(args.keyspace, args.queue), args.json)
+        elif cmd == "tail":
+            print(format_result(await gate.execute(
+                session, f"SELECT id, priority, time_scheduled, epoch, state FROM {args.queue} "
+                f"ORDER BY time_scheduled DESC LIMIT {int(args.limit)}")))
+        else:
+            total = 0
+            from shardgate.queues.table_store import QueueStore
+
+            ks = gate.topology.keyspace(args.keyspace)
+            for shard in ks.shards:
+                tc: Any = gate.tablets[(ks.name, shard.name)]
+                store = QueueStore(args.queue, tc.dialect, tc.placeholder)
+                backend = tc.tablet.backend
+                conn = await backend.acquire()
+                try:
+                    if cmd == "requeue-failed":
+                        total += await store.requeue_failed(conn)
+                    else:
+                        total += await _purge_state(store, conn, args.state)
+                finally:
+                    await backend.release(conn)
+            print(f"{cmd}: {total} event(s)")
+    finally:
+        await gate.close()
+    return 0
+
+
+async def _purge_state(store: Any, conn: Any, state: str) -> int:
+    res = await conn.execute(f"DELETE FROM {store.quote(store.table)} WHERE state = {store.ph}",
+                             [state])
+    return int(res.rows_affected)
+
+
+def _print_stats(stats: list[dict[str, Any]], as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(stats, indent=2, default=str))
+        return
+    head = ("shard", "to_be_fired", "fired", "acked", "failed", "lag_s", "in_flight",
+            "fired/s", "acked/s", "retries", "blocked_keys", "leader")
+    print("  ".join(f"{h:>11}" for h in head))
+    for st in stats:
+        d = st.get("depth", {})
+        row = (st.get("shard"), d.get("to_be_fired"), d.get("fired"), d.get("acked"),
+               d.get("failed"), f"{st.get('lag_seconds', 0):.3f}", st.get("in_flight", "-"),
+               f"{st.get('fired_per_second', 0):.1f}", f"{st.get('acked_per_second', 0):.1f}",
+               st.get("retries", "-"), st.get("blocked_keys", "-"), st.get("leader"))
+        print("  ".join(f"{v!s:>11}" for v in row))

@@ -1,0 +1,248 @@
+"""``CREATE QUEUE`` and the per-dialect DDL of a queue table.
+
+Gate syntax (sqlglot does not know it, so the gate recognises it before
+parsing)::
+
+    CREATE QUEUE [IF NOT EXISTS] [keyspace.]name (user column definitions, ...)
+        [SHARD BY column [USING vindex]] [WITH (option = value, ...)]
+
+It creates on every shard of the keyspace a table holding the mandatory
+columns followed by the user's, its two scan indexes (plus one per ordering /
+group key column), and the comment marker ``shardgate_queue,option=value,...``
+(a table comment on PostgreSQL and MariaDB, a comment inside the statement
+that SQLite keeps in ``sqlite_master``), so a tablet recognises a queue table
+from the database alone. Then it adds the table to the keyspace's VSchema as
+``type: "queue"``. In a sharded keyspace ``SHARD BY`` names the column (and
+vindex, default ``hash``) that places each event.
+
+Mandatory columns: ``id`` (64-bit, random by default so inserts spread over
+the primary key instead of hitting one hot spot), ``time_scheduled``
+(nanoseconds, default now), ``time_next`` (default 0, never NULL),
+``epoch`` (times fired), ``state``, ``time_acked``, ``priority``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlglot import exp
+from sqlglot.errors import SqlglotError
+
+from shardgate.errors import InvalidArgument
+from shardgate.queues.events import MANDATORY_COLUMNS
+from shardgate.queues.options import QueueOptions
+
+_HEAD = re.compile(
+    r"^\s*create\s+queue\s+(?P<ine>if\s+not\s+exists\s+)?"
+    r"(?:(?P<ks>[A-Za-z_][\w]*)\s*\.\s*)?(?P<name>[A-Za-z_][\w]*)\s*\(",
+    re.IGNORECASE | re.DOTALL,
+)
+_SHARD_BY = re.compile(
+    r"^\s*shard\s+by\s+(?P<col>[A-Za-z_]\w*)(?:\s+using\s+(?P<vindex>[A-Za-z_]\w*))?",
+    re.IGNORECASE,
+)
+_WITH = re.compile(r"^\s*with\s*\((?P<opts>.*)\)\s*;?\s*$", re.IGNORECASE | re.DOTALL)
+
+_NOW_NS = {
+    "sqlite": "(CAST((julianday('now') - 2440587.5) * 86400000000000.0 AS INTEGER))",
+    "postgres": "((extract(epoch from clock_timestamp()) * 1000000000)::bigint)",
+    "mysql": "(FLOOR(UNIX_TIMESTAMP(NOW(6)) * 1000000000))",
+}
+_RANDOM_ID = {
+    "sqlite": "(random() & 9223372036854775807)",
+    "postgres": "(('x' || substr(replace(gen_random_uuid()::text, '-', ''), 1, 15))"
+                "::bit(60)::bigint)",
+    "mysql": "(FLOOR(RAND() * 9000000000000000000))",
+}
+
+
+def is_create_queue(sql: str) -> bool:
+    """Whether ``sql`` is a ``CREATE QUEUE`` statement (cheap prefix test)."""
+    head = sql.lstrip()[:40].lower()
+    return head.startswith("create") and re.match(r"create\s+queue\b", head) is not None
+
+
+@dataclass
+class CreateQueue:
+    """A parsed ``CREATE QUEUE``."""
+
+    name: str
+    keyspace: str | None
+    columns: list[exp.ColumnDef]
+    if_not_exists: bool = False
+    shard_column: str | None = None
+    vindex: str = "hash"
+    options: QueueOptions = field(default_factory=QueueOptions)
+    raw_options: dict[str, Any] = field(default_factory=dict)
+
+    def vschema_table(self) -> dict[str, Any]:
+        """The VSchema entry of the queue table."""
+        doc: dict[str, Any] = {"type": "queue"}
+        if self.raw_options:
+            doc["queue"] = dict(self.raw_options)
+        if self.shard_column:
+            doc["column_vindexes"] = [{"column": self.shard_column, "name": self.vindex}]
+        return doc
+
+    def table_ddl(self, dialect: str) -> list[str]:
+        """CREATE TABLE and CREATE INDEX statements for ``dialect``."""
+        return queue_table_ddl(self.name, self.columns, self.options, dialect,
+                               if_not_exists=self.if_not_exists)
+
+
+def _close_paren(text: str, start: int) -> int:
+    depth = 0
+    quote: str | None = None
+    for i in range(start, len(text)):
+        c = text[i]
+        if quote:
+            if c == quote:
+                quote = None
+            continue
+        if c in "'\"`":
+            quote = c
+        elif c == "(":
+            depth += 1
+        elif c == ")":
+            depth -= 1
+            if depth == 0:
+                return i
+    raise InvalidArgument("CREATE QUEUE: unbalanced parentheses in the column list")
+
+
+def parse_create_queue(sql: str) -> CreateQueue:
+    """Parse ``CREATE QUEUE``; raise ``InvalidArgument`` naming what is wrong."""
+    m = _HEAD.match(sql)
+    if m is None:
+        raise InvalidArgument(
+            "CREATE QUEUE syntax: CREATE QUEUE [IF NOT EXISTS] [keyspace.]name "
+            "(column type, ...) [SHARD BY column [USING vindex]] [WITH (option = value, ...)]"
+        )
+    open_at = m.end() - 1
+    close_at = _close_paren(sql, open_at)
+    body = sql[open_at + 1 : close_at]
+    try:
+        parsed: exp.Expression = exp.maybe_parse(f"CREATE TABLE t ({body})", dialect="mysql")
+    except SqlglotError as exc:
+        raise InvalidArgument(f"CREATE QUEUE: bad column list: {exc}") from exc
+    schema = parsed.this if isinstance(parsed, exp.Create) else None
+    if not isinstance(schema, exp.Schema):
+        raise InvalidArgument("CREATE QUEUE: expected a column list")
+    columns = [c for c in schema.expressions if isinstance(c, exp.ColumnDef)]
+    if len(columns) != len(schema.expressions):
+        raise InvalidArgument("CREATE QUEUE: only column definitions are allowed in the list")
+    for c in columns:
+        if c.name.lower() in MANDATORY_COLUMNS:
+            raise InvalidArgument(
+                f"CREATE QUEUE: column {c.name!r} is a mandatory queue column; "
+                f"user columns may not be named {list(MANDATORY_COLUMNS)}"
+            )
+    cq = CreateQueue(name=m.group("name"), keyspace=m.group("ks"), columns=columns,
+                     if_not_exists=bool(m.group("ine")))
+    rest = sql[close_at + 1 :]
+    sm = _SHARD_BY.match(rest)
+    if sm:
+        cq.shard_column = sm.group("col").lower()
+        cq.vindex = sm.group("vindex") or "hash"
+        rest = rest[sm.end() :]
+        if cq.shard_column not in {c.name.lower() for c in columns}:
+            raise InvalidArgument(
+                f"CREATE QUEUE: SHARD BY column {cq.shard_column!r} is not in the column list"
+            )
+    if rest.strip().strip(";").strip():
+        wm = _WITH.match(rest)
+        if wm is None:
+            raise InvalidArgument(f"CREATE QUEUE: unexpected text {rest.strip()[:40]!r}")
+        for part in wm.group("opts").split(","):
+            if not part.strip():
+                continue
+            key, sep, value = part.partition("=")
+            if not sep:
+                raise InvalidArgument(f"CREATE QUEUE: option {part.strip()!r} is not key = value")
+            v = value.strip().strip("'\"")
+            cq.raw_options[key.strip().lower()] = _number(v)
+    cq.options = QueueOptions.from_mapping(cq.raw_options, path=f"queue {cq.name}")
+    names = {c.name.lower() for c in columns}
+    for opt in ("ordering_key", "group_key"):
+        col = getattr(cq.options, opt)
+        if col is not None and col not in names:
+            raise InvalidArgument(f"CREATE QUEUE: {opt} {col!r} is not a column of the queue")
+    return cq
+
+
+def _number(v: str) -> Any:
+    for kind in (int, float):
+        try:
+            return kind(v)
+        except ValueError:
+            pass
+    return v
+
+
+def queue_table_ddl(
+    name: str,
+    user_columns: list[exp.ColumnDef],
+    options: QueueOptions,
+    dialect: str,
+    *,
+    if_not_exists: bool = False,
+) -> list[str]:
+    """The statements creating queue table ``name`` on one shard of ``dialect``."""
+    q = exp.to_identifier(name).sql(dialect=dialect)
+    ine = "IF NOT EXISTS " if if_not_exists else ""
+    state_type = "VARCHAR(16)"
+    cols = [
+        f"id BIGINT NOT NULL DEFAULT {_RANDOM_ID[dialect]} PRIMARY KEY",
+        f"time_scheduled BIGINT NOT NULL DEFAULT {_NOW_NS[dialect]}",
+        "time_next BIGINT NOT NULL DEFAULT 0",
+        "epoch INT NOT NULL DEFAULT 0",
+        f"state {state_type} NOT NULL DEFAULT 'to_be_fired'",
+        "time_acked BIGINT NULL",
+        "priority INT NOT NULL DEFAULT 0",
+    ]
+    cols += [c.sql(dialect=dialect) for c in user_columns]
+    comment = options.to_comment()
+    if dialect == "sqlite":
+        body = ",\n  ".join(cols)
+        create = f"CREATE TABLE {ine}{q} (\n  /* {comment} */\n  {body}\n)"
+    elif dialect == "mysql":
+        create = (f"CREATE TABLE {ine}{q} ({', '.join(cols)}) "
+                  f"COMMENT = '{comment}'")
+    else:
+        create = f"CREATE TABLE {ine}{q} ({', '.join(cols)})"
+    out = [create]
+    if dialect == "postgres":
+        out.append(f"COMMENT ON TABLE {q} IS '{comment}'")
+    idx_ine = "IF NOT EXISTS " if if_not_exists and dialect != "mysql" else ""
+    indexes = [("due", "state, time_scheduled"), ("next", "state, time_next")]
+    for opt in (options.ordering_key, options.group_key):
+        if opt is not None:
+            indexes.append((opt, exp.to_identifier(opt).sql(dialect=dialect)))
+    for suffix, cols_sql in indexes:
+        iname = exp.to_identifier(f"{name}_sg_{suffix}").sql(dialect=dialect)
+        out.append(f"CREATE INDEX {idx_ine}{iname} ON {q} ({cols_sql})")
+    return out
+
+
+def detect_sql(dialect: str) -> str:
+    """SQL listing ``(table, comment)`` of the tables that may carry the queue marker."""
+    if dialect == "sqlite":
+        return ("SELECT name, sql FROM sqlite_master WHERE type = 'table'"
+                " AND sql LIKE '%shardgate_queue%'")
+    if dialect == "postgres":
+        return ("SELECT c.relname, obj_description(c.oid, 'pg_class') FROM pg_class c"
+                " JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.relkind = 'r'"
+                " AND n.nspname = current_schema()"
+                " AND obj_description(c.oid, 'pg_class') LIKE 'shardgate_queue%%'")
+    return ("SELECT table_name, table_comment FROM information_schema.tables"
+            " WHERE table_schema = DATABASE() AND table_comment LIKE 'shardgate_queue%%'")
+
+
+def comment_of(dialect: str, text: str) -> str:
+    """The marker inside what :func:`detect_sql` returned for one table."""
+    if dialect == "sqlite":
+        m = re.search(r"/\*\s*(shardgate_queue[^*]*)\*/", text)
+        return m.group(1).strip() if m else ""
+    return text

@@ -1,0 +1,679 @@
+"""The queue manager: fires one queue table's events on one shard (Vitess's messageManager).
+
+One manager runs per shard and queue table, only in the tablet holding the
+shard's lease (:mod:`shardgate.tablet.lease`); all its writes go through the
+lease's own connection (:class:`Writer`), so losing the lease (the
+connection or lock file is gone) makes the next write fail, and a failed
+write stops the manager at once (:attr:`QueueManager.failure`).
+
+Parts
+-----
+* **The window** (``_events`` + ``_heap``): the events due within the next
+  ``window`` seconds, ordered by (due time, priority). It is a cache of the
+  table: losing it loses nothing.
+* **The run loop** (one task): scans, fires, sleeps until the next due time
+  or a wake-up. Only this task fires and scans, so scans and fires never race.
+* **Scans.** *New*: after the tablet committed a write to this table
+  (:meth:`notify`, an in-process wake-up: no polling, no NOTIFY), one scan
+  reads ``to_be_fired`` events scheduled since the watermark (less a slack)
+  up to now + window, LIMIT the free room of the window; wake-ups that arrive
+  during a scan coalesce into one more scan. *Full*: once per window (and at
+  start, and when a scan filled the window, "pending mode", as soon as it
+  drains), new events up to now + window. *Collector*: every
+  ``collector_interval``, fired-but-unacked events whose retry time falls in
+  the window; retries due beyond the window are left to it, so the fast path
+  stays on fresh events.
+* **Firing.** Due events are taken from the window up to the free room of the
+  limits (``max_in_flight``, the ``max_per_second`` token bucket, receivers'
+  capacity). The manager *first* writes ``state = 'fired'``, ``epoch + 1`` and
+  the next retry time (``now + ack_wait + clamp(min_backoff * 2^epoch *
+  jitter(±33%), min_backoff, max_backoff)``) by primary key, in one statement
+  per batch, conditioned on the event not being acked; *then* it hands the
+  events that statement changed to the least busy receiver. Events out of
+  attempts (``max_attempts``) are written ``failed`` instead.
+* **Acks** (:meth:`ack`) are gathered while one ack write is running and
+  written together by primary key; the caller returns once its ack is
+  committed. An acked event leaves the window and in-flight table.
+* **The purge** (its own task) deletes acked events older than
+  ``retention``, 500 rows per statement.
+
+Invariants
+----------
+1. An event is sent only after the write marking it fired (with its next
+   retry time) committed; if that write fails, nothing of the batch is sent
+   and the manager stops.
+2. The fire write skips acked events, so an event whose ack committed is
+   never fired again; a receiver's queue drops events acked or re-fired
+   elsewhere before handing them out, so an ack committed before a batch is
+   taken by its receiver also suppresses that delivery.
+3. Every event is in at most one receiver's in-flight set; a receiver that
+   goes away hands its in-flight events back to the window, due at once.
+4. ``in_flight <= max_in_flight`` and fires per second ``<= max_per_second``
+   (token bucket, burst of one batch).
+5. Per-key ordering: at most one event per ordering key is in flight; the
+   key's later events wait (in scan order) until it is acked or failed; a key
+   with more than ``hot_key_threshold`` waiting events has ordering switched
+   off for ``hot_key_cooldown`` (the circuit breaker).
+6. The window never holds more than ``cache_size`` events.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import heapq
+import logging
+import random
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from shardgate.backends import Backend, Connection
+from shardgate.errors import ShardgateError, Unavailable
+from shardgate.queues import metrics
+from shardgate.queues.events import QueueEvent
+from shardgate.queues.options import QueueOptions
+from shardgate.queues.table_store import QueueStore, ScannedRow
+
+log = logging.getLogger(__name__)
+
+#: Seconds the new-event scan reaches back before the watermark (late commits).
+SCAN_SLACK_NS = 2_000_000_000
+#: Batches a receiver may have waiting before it counts as busy.
+RECEIVER_QUEUE_DEPTH = 2
+#: Acks remembered to drop late deliveries of acked events.
+_NS = 1_000_000_000
+
+
+class Writer:
+    """The lease's connection, shared by a shard's managers one statement at a time."""
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+        self.lock = asyncio.Lock()
+
+    @contextlib.asynccontextmanager
+    async def use(self) -> AsyncIterator[Connection]:
+        async with self.lock:
+            yield self.conn
+
+
+class Receiver:
+    """One subscription of a receiver to a queue on this shard."""
+
+    def __init__(self, max_batch: int = 0) -> None:
+        self.max_batch = max_batch
+        self.batches: asyncio.Queue[list[QueueEvent] | None] = asyncio.Queue()
+        #: ids handed to this receiver and not acked yet
+        self.in_flight: set[int] = set()
+        self.closed = False
+        #: called when a batch is taken (the manager may send more)
+        self.waker: Callable[[], None] | None = None
+
+    @property
+    def busy(self) -> bool:
+        return self.closed or self.batches.qsize() >= RECEIVER_QUEUE_DEPTH
+
+    async def get(self) -> list[QueueEvent] | None:
+        """The next batch (None when the subscription ended), without events acked since."""
+        while True:
+            batch = await self.batches.get()
+            if batch is None:
+                return None
+            if self.waker is not None:
+                self.waker()
+            live = [e for e in batch if e.id in self.in_flight]
+            if live:
+                return live
+
+    def end(self) -> None:
+        self.closed = True
+        self.batches.put_nowait(None)
+
+
+@dataclass
+class _Event:
+    row: ScannedRow
+    due: int
+    epoch: int
+    key: Any = None
+    group: Any = None
+    receiver: Receiver | None = None
+    deadline: int = 0
+
+
+@dataclass
+class _Counters:
+    fired: int = 0
+    acked: int = 0
+    retries: int = 0
+    failed: int = 0
+    purged: int = 0
+    window: collections.deque[tuple[float, int, int]] = field(
+        default_factory=lambda: collections.deque(maxlen=64))
+
+
+class QueueManager:
+    """Fires the events of one queue table of one shard (see the module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        keyspace: str,
+        shard: str,
+        store: QueueStore,
+        options: QueueOptions,
+        reader: Backend,
+        writer: Writer,
+        receivers: Callable[[], Sequence[Receiver]],
+        clock: Callable[[], int] = time.time_ns,
+    ) -> None:
+        self.keyspace = keyspace
+        self.shard = shard
+        self.store = store
+        self.options = options
+        self.reader = reader
+        self.writer = writer
+        self._receivers = receivers
+        self._clock = clock
+        self._events: dict[int, _Event] = {}
+        self._heap: list[tuple[int, int, int]] = []
+        self._in_flight: dict[int, _Event] = {}
+        self._wake = asyncio.Event()
+        self._new_pending = True
+        self._full_at = 0
+        self._collect_at = 0
+        self._pending_mode = False
+        self._watermark = 0
+        self._tokens = float(options.batch_size)
+        self._tokens_at = time.monotonic()
+        self._key_owner: dict[Any, int] = {}
+        self._key_waiting: dict[Any, collections.deque[_Event]] = {}
+        self._hot_keys: dict[Any, float] = {}
+        self._ack_pending: set[int] = set()
+        self._ack_waiters: list[asyncio.Future[None]] = []
+        self._ack_task: asyncio.Task[None] | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._key_idx: int | None = None
+        self._group_idx: int | None = None
+        self.counters = _Counters()
+        #: set to the error that stopped the manager (a failed write)
+        self.failure: BaseException | None = None
+        self.stopped = asyncio.Event()
+        self._labels = (keyspace, shard, store.table)
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    async def start(self) -> None:
+        conn = await self.reader.acquire()
+        try:
+            await self.store.load_columns(conn)
+            if self.options.ordering_key:
+                self._key_idx = self.store.column_index(self.options.ordering_key)
+                for key, eid in await self.store.fired_keys(conn, self.options.ordering_key):
+                    self._key_owner.setdefault(key, eid)
+            if self.options.group_key:
+                self._group_idx = self.store.column_index(self.options.group_key)
+        finally:
+            await self.reader.release(conn)
+        self._tasks = [
+            asyncio.create_task(self._run(), name=f"queue {self._name}"),
+            asyncio.create_task(self._purge_loop(), name=f"queue purge {self._name}"),
+        ]
+
+    @property
+    def _name(self) -> str:
+        return f"{self.keyspace}/{self.shard}/{self.store.table}"
+
+    async def stop(self) -> None:
+        self.stopped.set()
+        tasks = self._tasks + ([self._ack_task] if self._ack_task else [])
+        for t in tasks:
+            t.cancel()
+        for t in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
+        for w in self._ack_waiters:
+            if not w.done():
+                w.set_exception(Unavailable(f"queue manager {self._name} stopped; retry the ack"))
+        self._ack_waiters = []
+        for r in self._receivers():
+            r.in_flight.clear()
+        self._events.clear()
+        self._heap.clear()
+        self._in_flight.clear()
+
+    def _fail(self, exc: BaseException) -> None:
+        if self.failure is None:
+            self.failure = exc
+            log.warning("queue manager %s stops: %s", self._name, exc)
+        self.stopped.set()
+
+    # -- inputs ------------------------------------------------------------------------
+
+    def notify(self, kind: str = "insert") -> None:
+        """The tablet committed a write to this table: look for new events soon."""
+        if kind == "insert":
+            self._new_pending = True
+        self._wake.set()
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def receiver_gone(self, receiver: Receiver) -> None:
+        """Hand a departed receiver's in-flight events back to the window, due now."""
+        now = self._clock()
+        for eid in list(receiver.in_flight):
+            ev = self._in_flight.pop(eid, None)
+            if ev is None:
+                continue
+            ev.receiver = None
+            ev.due = now
+            self._push(ev)
+        receiver.in_flight.clear()
+        self._wake.set()
+
+    async def ack(self, ids: Sequence[int]) -> int:
+        """Ack ``ids``; returns once the ack write committed. Returns how many were known."""
+        if self.stopped.is_set():
+            raise Unavailable(f"queue manager {self._name} is stopped; retry the ack")
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._ack_pending.update(int(i) for i in ids)
+        self._ack_waiters.append(fut)
+        if self._ack_task is None or self._ack_task.done():
+            self._ack_task = asyncio.create_task(self._flush_acks())
+        await fut
+        return len(ids)
+
+    async def _flush_acks(self) -> None:
+        while self._ack_pending:
+            ids = list(self._ack_pending)
+            waiters = self._ack_waiters
+            self._ack_pending = set()
+            self._ack_waiters = []
+            try:
+                async with self.writer.use() as conn:
+                    for i in range(0, len(ids), 1000):
+                        await self.store.ack(conn, ids[i : i + 1000])
+            except BaseException as exc:
+                for w in waiters:
+                    if not w.done():
+                        w.set_exception(exc if isinstance(exc, ShardgateError) else
+                                        Unavailable(f"ack failed on {self._name}: {exc}"))
+                if isinstance(exc, ShardgateError):
+                    self._fail(exc)
+                    return
+                raise
+            groups: dict[Any, int] = {}
+            for eid in ids:
+                ev = self._in_flight.get(eid) or self._events.get(eid)
+                if ev is not None and ev.group is not None:
+                    groups.setdefault(ev.group, eid)
+                self._forget(eid, acked=True)
+            self.counters.acked += len(ids)
+            metrics.ACKED.labels(*self._labels).inc(len(ids))
+            for w in waiters:
+                if not w.done():
+                    w.set_result(None)
+            if groups:
+                await self._check_groups(groups)
+            self._wake.set()
+
+    def _forget(self, eid: int, *, acked: bool) -> None:
+        ev = self._in_flight.pop(eid, None) or self._events.get(eid)
+        self._events.pop(eid, None)
+        if ev is not None and ev.receiver is not None:
+            ev.receiver.in_flight.discard(eid)
+        if ev is None:
+            # Not in memory (e.g. fired before a restart): it may still own its key.
+            for k, owner in list(self._key_owner.items()):
+                if owner == eid:
+                    self._release_key(k)
+            return
+        if self._key_idx is not None and self._key_owner.get(ev.key) == eid:
+            self._release_key(ev.key)
+
+    # -- ordering ----------------------------------------------------------------------
+
+    def _release_key(self, key: Any) -> None:
+        self._key_owner.pop(key, None)
+        waiting = self._key_waiting.get(key)
+        if waiting:
+            nxt = waiting.popleft()
+            if not waiting:
+                del self._key_waiting[key]
+            nxt.due = min(nxt.due, self._clock())
+            self._push(nxt)
+
+    def _ordered(self, key: Any) -> bool:
+        if key is None:
+            return False
+        until = self._hot_keys.get(key)
+        if until is None:
+            return True
+        if time.monotonic() >= until:
+            del self._hot_keys[key]
+            return True
+        return False
+
+    def _blocked(self, ev: _Event) -> bool:
+        """True (and the event parked) if another event of its key is in flight."""
+        if self._key_idx is None or not self._ordered(ev.key):
+            return False
+        owner = self._key_owner.get(ev.key)
+        if owner is None or owner == ev.row.id:
+            return False
+        waiting = self._key_waiting.setdefault(ev.key, collections.deque())
+        waiting.append(ev)
+        if len(waiting) > self.options.hot_key_threshold:
+            # Circuit breaker: one hot key must not stall the shard.
+            log.warning("queue %s: key %r is hot (%d waiting); ordering off for %ss",
+                        self._name, ev.key, len(waiting), self.options.hot_key_cooldown)
+            self._hot_keys[ev.key] = time.monotonic() + self.options.hot_key_cooldown
+            del self._key_waiting[ev.key]
+            for w in waiting:
+                self._push(w)
+        return True
+
+    # -- the window --------------------------------------------------------------------
+
+    def _push(self, ev: _Event) -> None:
+        self._events[ev.row.id] = ev
+        heapq.heappush(self._heap, (ev.due, ev.row.priority, ev.row.id))
+
+    def _admit(self, rows: Sequence[ScannedRow]) -> int:
+        added = 0
+        for r in rows:
+            if r.id in self._events or r.id in self._ack_pending:
+                continue
+            if len(self._events) >= self.options.cache_size:
+                self._pending_mode = True
+                break
+            due = r.time_next if r.state == "fired" else r.time_scheduled
+            ev = _Event(row=r, due=due, epoch=r.epoch)
+            if self._key_idx is not None:
+                ev.key = r.values[self._key_idx]
+            if self._group_idx is not None:
+                ev.group = r.values[self._group_idx]
+            self._push(ev)
+            added += 1
+        return added
+
+    async def _scan(self, full: bool) -> None:
+        now = self._clock()
+        horizon = now + int(self.options.window * _NS)
+        room = self.options.cache_size - len(self._events)
+        if room <= 0:
+            self._pending_mode = True
+            return
+        since = 0 if full else max(0, self._watermark - SCAN_SLACK_NS)
+        conn = await self.reader.acquire()
+        try:
+            rows = await self.store.scan_new(conn, since, horizon, room)
+        finally:
+            await self.reader.release(conn)
+        self._pending_mode = len(rows) >= room
+        self._admit(rows)
+        seen = [r.time_scheduled for r in rows if r.time_scheduled <= now]
+        if seen:
+            self._watermark = max(self._watermark, max(seen))
+        elif full:
+            self._watermark = max(self._watermark, now - SCAN_SLACK_NS)
+
+    async def _collect(self) -> None:
+        now = self._clock()
+        horizon = now + int(self.options.window * _NS)
+        room = self.options.cache_size - len(self._events)
+        if room <= 0:
+            return
+        conn = await self.reader.acquire()
+        try:
+            rows = await self.store.scan_fired(conn, horizon, room)
+        finally:
+            await self.reader.release(conn)
+        self._admit(rows)
+
+    # -- the run loop ------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        try:
+            while not self.stopped.is_set():
+                self._wake.clear()
+                now = self._clock()
+                if now >= self._full_at or (self._pending_mode and
+                                            len(self._events) < self.options.cache_size // 2):
+                    self._new_pending = False
+                    await self._scan(full=True)
+                    self._full_at = now + int(self.options.window * _NS)
+                elif self._new_pending:
+                    self._new_pending = False
+                    await self._scan(full=False)
+                if now >= self._collect_at:
+                    await self._collect()
+                    self._collect_at = now + int(self.options.collector_interval * _NS)
+                delay = await self._fire_due()
+                metrics.CACHED.labels(*self._labels).set(len(self._events))
+                metrics.IN_FLIGHT.labels(*self._labels).set(len(self._in_flight))
+                metrics.BLOCKED_KEYS.labels(*self._labels).set(len(self._key_waiting))
+                if self._new_pending or delay == 0:
+                    await asyncio.sleep(0)
+                    continue
+                wait = min(delay, (self._full_at - self._clock()) / _NS,
+                           (self._collect_at - self._clock()) / _NS)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), max(wait, 0.0005))
+        except asyncio.CancelledError:
+            raise
+        except ShardgateError as exc:
+            self._fail(exc)
+        except Exception as exc:  # a bug: stop, the service restarts from the table
+            log.exception("queue manager %s crashed", self._name)
+            self._fail(exc)
+
+    def _room(self) -> int:
+        opts = self.options
+        room = 1 << 30
+        if opts.max_in_flight:
+            room = min(room, opts.max_in_flight - len(self._in_flight))
+        if opts.max_per_second:
+            t = time.monotonic()
+            burst = max(1.0, min(float(opts.batch_size), opts.max_per_second))
+            self._tokens = min(burst, self._tokens + (t - self._tokens_at) * opts.max_per_second)
+            self._tokens_at = t
+            room = min(room, int(self._tokens))
+        return room
+
+    async def _fire_due(self) -> float:
+        """Fire what is due; return seconds until the next due event (inf: none)."""
+        everyone = self._receivers()
+        receivers = [r for r in everyone if not r.busy]
+        if not receivers:
+            return float("inf")  # a receiver taking a batch or subscribing wakes us
+        room = self._room()
+        now = self._clock()
+        batch_size = self.options.batch_size
+        budget = batch_size * len(receivers)
+        taken: list[_Event] = []
+        new = 0
+        while self._heap and len(taken) < budget:
+            due, _prio, eid = self._heap[0]
+            if due > now:
+                break
+            ev = self._events.get(eid)
+            if ev is None or ev.due != due:
+                heapq.heappop(self._heap)
+                continue
+            refire = eid in self._in_flight  # replaces itself: needs no room
+            if not refire and new >= room:
+                break
+            heapq.heappop(self._heap)
+            if self._blocked(ev):
+                del self._events[eid]
+                continue
+            new += not refire
+            if self._key_idx is not None and self._ordered(ev.key):
+                self._key_owner[ev.key] = eid  # later events of the key wait from now
+            taken.append(ev)
+        if not taken:
+            if room <= 0:
+                return 0.005
+            return (self._heap[0][0] - now) / _NS if self._heap else float("inf")
+        await self._fire(taken, receivers, now)
+        return 0
+
+    async def _fire(self, taken: list[_Event], receivers: list[Receiver], now: int) -> None:
+        opts = self.options
+        dead = [e for e in taken if opts.max_attempts and e.epoch >= opts.max_attempts]
+        live = [e for e in taken if not (opts.max_attempts and e.epoch >= opts.max_attempts)]
+        by_epoch: dict[int, list[_Event]] = {}
+        for e in live:
+            by_epoch.setdefault(e.epoch, []).append(e)
+        fired: list[_Event] = []
+        try:
+            async with self.writer.use() as conn:
+                if dead:
+                    await self.store.fail(conn, [e.row.id for e in dead])
+                for epoch, evs in by_epoch.items():
+                    time_next = now + int((opts.ack_wait + self._backoff(epoch)) * _NS)
+                    changed = await self.store.fire(conn, [e.row.id for e in evs], time_next)
+                    for e in evs:
+                        if e.row.id in changed:
+                            e.deadline = time_next
+                            fired.append(e)
+                        else:  # acked meanwhile
+                            self._forget(e.row.id, acked=True)
+        except ShardgateError as exc:
+            # Invariant 1: nothing of this batch is sent.
+            self._fail(exc)
+            raise
+        for e in dead:
+            self._forget(e.row.id, acked=False)
+        if dead:
+            self.counters.failed += len(dead)
+            metrics.FAILED.labels(*self._labels).inc(len(dead))
+        if opts.max_per_second:
+            self._tokens -= len(taken)
+        if not fired:
+            return
+        horizon = now + int(opts.window * _NS)
+        retries = 0
+        for e in fired:
+            e.epoch += 1
+            if e.epoch > 1:
+                retries += 1
+            if self._key_idx is not None and self._ordered(e.key):
+                self._key_owner[e.key] = e.row.id
+            if e.deadline <= horizon:
+                e.due = e.deadline
+                self._push(e)
+            else:
+                self._events.pop(e.row.id, None)
+        # Receivers may have left during the write: theirs go back to the window.
+        receivers = [r for r in receivers if not r.closed]
+        if not receivers:
+            for e in fired:
+                e.due = now
+                self._push(e)
+            return
+        # Least busy first: fewest events in flight.
+        receivers.sort(key=lambda r: len(r.in_flight))
+        bs = opts.batch_size
+        for i in range(0, len(fired), bs):
+            chunk = fired[i : i + bs]
+            rcv = receivers[(i // bs) % len(receivers)]
+            out: list[QueueEvent] = []
+            for e in chunk:
+                old = self._in_flight.get(e.row.id)
+                for prev in (e.receiver, old.receiver if old is not None else None):
+                    if prev is not None and prev is not rcv:
+                        prev.in_flight.discard(e.row.id)
+                e.receiver = rcv
+                rcv.in_flight.add(e.row.id)
+                self._in_flight[e.row.id] = e
+                r = e.row
+                out.append(QueueEvent(r.id, self.shard, e.epoch, r.time_scheduled, r.priority,
+                                      r.values))
+            rcv.batches.put_nowait(out)
+        self.counters.fired += len(fired)
+        self.counters.retries += retries
+        metrics.FIRED.labels(*self._labels).inc(len(fired))
+        if retries:
+            metrics.RETRIES.labels(*self._labels).inc(retries)
+
+    def _backoff(self, epoch: int) -> float:
+        opts = self.options
+        b = opts.min_backoff * (2 ** min(epoch, 40)) * random.uniform(0.67, 1.33)
+        b = max(b, opts.min_backoff)
+        if opts.max_backoff:
+            b = min(b, opts.max_backoff)
+        return b if epoch > 0 else 0.0
+
+    # -- groups and purge --------------------------------------------------------------
+
+    async def _check_groups(self, groups: dict[Any, int]) -> None:
+        """Enqueue the follow-up of every group whose events are now all acked."""
+        column = self.options.group_key
+        assert column is not None
+        for key, some_id in groups.items():
+            fid = followup_id(self.store.table, key)
+            if some_id == fid:
+                continue
+            async with self.writer.use() as conn:
+                if await self.store.group_open(conn, column, key, fid) == 0:
+                    await self.store.insert_followup(conn, column, key, fid, some_id)
+            self.notify("insert")
+
+    async def _purge_loop(self) -> None:
+        interval = max(1.0, min(60.0, self.options.retention / 10))
+        try:
+            while not self.stopped.is_set():
+                await asyncio.sleep(interval)
+                cutoff = self._clock() - int(self.options.retention * _NS)
+                while True:
+                    async with self.writer.use() as conn:
+                        n = await self.store.purge(conn, cutoff)
+                    self.counters.purged += n
+                    metrics.PURGED.labels(*self._labels).inc(n)
+                    if n < 500:
+                        break
+                    await asyncio.sleep(0)
+        except ShardgateError as exc:
+            self._fail(exc)
+
+    # -- figures -----------------------------------------------------------------------
+
+    def memory_stats(self) -> dict[str, Any]:
+        c = self.counters
+        t = time.monotonic()
+        c.window.append((t, c.fired, c.acked))
+        first = c.window[0]
+        span = t - first[0]
+
+        def rate(now_count: int, then_count: int) -> float:
+            return (now_count - then_count) / span if span > 0 else 0.0
+
+        return {
+            "in_flight": len(self._in_flight),
+            "cached": len(self._events),
+            "blocked_keys": len(self._key_waiting) + len(
+                [k for k in self._key_owner if k in self._key_waiting]),
+            "hot_keys": len(self._hot_keys),
+            "fired": c.fired,
+            "acked": c.acked,
+            "retries": c.retries,
+            "failed": c.failed,
+            "purged": c.purged,
+            "fired_per_second": rate(c.fired, first[1]),
+            "acked_per_second": rate(c.acked, first[2]),
+            "receivers": len(self._receivers()),
+        }
+
+
+def followup_id(table: str, key: Any) -> int:
+    """The id of group ``key``'s follow-up event (stable, so it is enqueued once)."""
+    import hashlib
+
+    digest = hashlib.sha256(f"{table}\x00{key!r}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") & 0x7FFF_FFFF_FFFF_FFFF

@@ -1,0 +1,181 @@
+"""The gate's side of queues: CREATE QUEUE, receiving from shards, routing acks.
+
+Transport-free: :class:`~shardgate.gate.Gate` delegates its ``queue_*``
+methods here, and the gRPC servicer calls those methods.
+
+* **Receive** merges one subscription per target shard into one stream:
+  the first batch carries the user's column names, later ones events, each
+  event naming its shard. A shard whose tablet ends the subscription (lease
+  moved, tablet restarted) is re-subscribed after a short pause; its unacked
+  events are fired again after their ack wait (at least once).
+* **Ack** goes to the one shard the event names: no scatter.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import logging
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from shardgate.engine.primitives import ExecCursor, Primitive
+from shardgate.errors import InvalidArgument, ShardgateError
+from shardgate.keys import parse_shard_name
+from shardgate.queues.ddl import CreateQueue
+from shardgate.queues.events import QueueBatch
+from shardgate.queues.options import QueueOptions
+from shardgate.result import Result
+
+if TYPE_CHECKING:
+    from shardgate.gate.gate import Gate
+
+log = logging.getLogger(__name__)
+
+#: Seconds before a shard's ended subscription is opened again.
+RESUBSCRIBE_PAUSE_S = 0.2
+
+
+@dataclass(frozen=True)
+class CreateQueuePrimitive(Primitive):
+    """``CREATE QUEUE``: the table on every shard, then the VSchema entry."""
+
+    statement: CreateQueue
+    keyspace: str
+    gate: Gate
+
+    async def execute(self, vc: ExecCursor, bind_vars: Mapping[str, Any]) -> Result:
+        await create_queue(self.gate, self.statement, self.keyspace)
+        return Result()
+
+    def describe(self) -> dict[str, Any]:
+        return {"OperatorType": "CreateQueue", "Keyspace": {"Name": self.keyspace},
+                "Table": self.statement.name}
+
+
+def queue_options_of(gate: Gate, keyspace: str) -> dict[str, QueueOptions]:
+    """The queue tables of ``keyspace`` per the VSchema, with their options."""
+    ks = gate.vschema.keyspace(keyspace)
+    return {
+        t.name.lower(): QueueOptions.from_mapping(t.options, path=f"{keyspace}.tables.{t.name}")
+        for t in ks.tables.values() if t.type == "queue"
+    }
+
+
+def configure_local(gate: Gate) -> None:
+    """Tell in-process tablets which of their tables are queues (from the VSchema)."""
+    for (ks, _shard), client in gate.tablets.items():
+        tablet = getattr(client, "tablet", None)
+        queues = getattr(tablet, "queues", None)
+        if queues is not None:
+            opts = queue_options_of(gate, ks)
+            if opts:
+                queues.configure(opts)
+
+
+async def create_queue(gate: Gate, cq: CreateQueue, keyspace: str) -> None:
+    ks_topo = gate.topology.keyspace(keyspace)
+    if ks_topo.sharded and cq.shard_column is None:
+        raise InvalidArgument(
+            f"CREATE QUEUE {cq.name} in sharded keyspace {keyspace}: add SHARD BY column "
+            "[USING vindex] so each event can be placed on a shard"
+        )
+    existing = gate.vschema.keyspace(keyspace).tables.get(cq.name)
+    if existing is not None and not cq.if_not_exists:
+        raise InvalidArgument(f"table {keyspace}.{cq.name} already exists in the VSchema")
+    vdoc = copy.deepcopy(ks_topo.vschema)
+    vdoc.setdefault("tables", {})[cq.name] = cq.vschema_table()
+    # Validate the new VSchema before touching any shard.
+    trial = {k.name: k.vschema for k in gate.topology.keyspaces.values()}
+    trial[keyspace] = vdoc
+    from shardgate.vschema import VSchema
+
+    VSchema.from_json(trial)
+    for shard in ks_topo.shards:
+        client = gate.tablets[(keyspace, shard.name)]
+        for stmt in cq.table_ddl(client.dialect):
+            await client.execute(stmt, [])
+    ks_topo.vschema = vdoc
+    gate.rebuild_vschema()
+    for shard in ks_topo.shards:
+        await gate.tablets[(keyspace, shard.name)].queue_configure({cq.name: cq.options})
+
+
+async def receive(
+    gate: Gate,
+    keyspace: str,
+    queue: str,
+    *,
+    shard: str | None = None,
+    key_range: str | None = None,
+    max_batch: int = 0,
+) -> AsyncIterator[QueueBatch]:
+    """Events of ``queue`` from the targeted shards (see the module docstring)."""
+    table = gate.vschema.find_table(queue, keyspace, keyspace)
+    if table.type != "queue":
+        raise InvalidArgument(f"{table.qualified} is not a queue table (type {table.type!r})")
+    ks = gate.topology.keyspace(table.keyspace)
+    if shard is not None:
+        ks.shard(shard)
+        targets = [shard]
+    elif key_range is not None:
+        targets = ks.shard_map.shards_for_range(parse_shard_name(key_range))
+    else:
+        targets = [s.name for s in ks.shards]
+    out: asyncio.Queue[QueueBatch | BaseException] = asyncio.Queue(maxsize=len(targets) * 2)
+
+    async def pump(name: str) -> None:
+        client = gate.tablets[(ks.name, name)]
+        subscribed = False
+        while True:
+            stream = client.queue_receive(table.name, max_batch)
+            try:
+                async for batch in stream:
+                    subscribed = True
+                    await out.put(batch)
+            except ShardgateError as exc:
+                if not subscribed:
+                    await out.put(exc)
+                    return
+                log.info("queue %s on %s/%s: %s; subscribing again", queue, ks.name, name, exc)
+            finally:
+                with contextlib.suppress(Exception):
+                    await stream.aclose()  # type: ignore[attr-defined]
+            await asyncio.sleep(RESUBSCRIBE_PAUSE_S)
+
+    tasks = [asyncio.create_task(pump(n)) for n in targets]
+    sent_fields = False
+    try:
+        while True:
+            item = await out.get()
+            if isinstance(item, BaseException):
+                raise item
+            if not item.events:
+                if not sent_fields:
+                    sent_fields = True
+                    yield QueueBatch(ks.name, table.name, item.fields, [])
+                continue
+            yield item
+    finally:
+        for t in tasks:
+            t.cancel()
+        for t in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
+
+
+async def ack(gate: Gate, keyspace: str, queue: str, shard: str, ids: Sequence[int]) -> int:
+    """Ack events of one shard (the shard their receiver was told)."""
+    table = gate.vschema.find_table(queue, keyspace, keyspace)
+    gate.topology.keyspace(table.keyspace).shard(shard)
+    return await gate.tablets[(table.keyspace, shard)].queue_ack(table.name, list(ids))
+
+
+async def stats(gate: Gate, keyspace: str, queue: str) -> list[dict[str, Any]]:
+    """Per-shard figures of one queue (see ``QueueService.stats``)."""
+    table = gate.vschema.find_table(queue, keyspace, keyspace)
+    ks = gate.topology.keyspace(table.keyspace)
+    return list(await asyncio.gather(
+        *(gate.tablets[(ks.name, s.name)].queue_stats(table.name) for s in ks.shards)))

@@ -1,0 +1,289 @@
+"""Every SQL statement a queue manager runs, per dialect (procrastinate's named queries).
+
+The manager's two scans are served exactly by the two indexes the DDL
+creates (see :mod:`shardgate.queues.ddl`):
+
+* new events: ``state = 'to_be_fired' AND time_scheduled BETWEEN :since AND
+  :horizon ORDER BY time_scheduled LIMIT :n`` on ``(state, time_scheduled)``;
+* retries and the slow collector: ``state = 'fired' AND time_next <= :horizon
+  ORDER BY time_next LIMIT :n`` on ``(state, time_next)``; the purge uses the
+  same index with ``state = 'acked'`` (an ack sets ``time_next`` to the ack time).
+
+Writes are by primary key, in batches (``id IN (...)``), and conditioned on
+the state so that an acked event is never fired again: PostgreSQL and SQLite
+return the ids they changed (``RETURNING``); MariaDB has no ``UPDATE ...
+RETURNING``, so the ids are locked and read first in the same transaction.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlglot import exp
+
+from shardgate.backends import Connection
+from shardgate.queues.events import ACKED, EVENT_COLUMNS, FAILED, FIRED, STATES, TO_BE_FIRED
+from shardgate.result import Row
+
+#: Rows a purge statement deletes at most (Vitess purges 500 at a time).
+PURGE_BATCH = 500
+
+
+def now_ns() -> int:
+    return time.time_ns()
+
+
+@dataclass(frozen=True)
+class ScannedRow:
+    id: int
+    priority: int
+    time_scheduled: int
+    time_next: int
+    epoch: int
+    state: str
+    values: tuple[Any, ...]
+
+
+class QueueStore:
+    """The SQL of one queue table for one dialect.
+
+    ``user_columns`` are the table's columns besides the mandatory ones, in
+    table order (read from the database by :meth:`load_columns`).
+    """
+
+    def __init__(self, table: str, dialect: str, placeholder: str) -> None:
+        self.table = table
+        self.dialect = dialect
+        self.ph = placeholder
+        self.user_columns: list[str] = []
+        self._t = self.quote(table)
+
+    def quote(self, name: str) -> str:
+        return exp.to_identifier(name).sql(dialect=self.dialect)
+
+    def _in(self, n: int) -> str:
+        return "(" + ", ".join([self.ph] * n) + ")"
+
+    def _ids(self, ids: Sequence[int]) -> tuple[str, list[Any]]:
+        """``id IN (...)``, or ``id = ANY(%s)`` on PostgreSQL: one statement text
+        for every batch size, so the driver's query cache and prepared
+        statements work."""
+        if self.dialect == "postgres":
+            return f"id = ANY({self.ph})", [list(ids)]
+        return f"id IN {self._in(len(ids))}", list(ids)
+
+    async def load_columns(self, conn: Connection) -> list[str]:
+        res = await conn.execute(f"SELECT * FROM {self._t} WHERE 1 = 0")
+        mandatory = {"id", "time_scheduled", "time_next", "epoch", "state", "time_acked",
+                     "priority"}
+        self.user_columns = [f for f in res.fields if f.lower() not in mandatory]
+        return self.user_columns
+
+    @property
+    def _select(self) -> str:
+        cols = ["id", "priority", "time_scheduled", "time_next", "epoch", "state",
+                *self.user_columns]
+        return ", ".join(self.quote(c) for c in cols)
+
+    def _rows(self, rows: Sequence[Row]) -> list[ScannedRow]:
+        return [
+            ScannedRow(int(r[0]), int(r[1] or 0), int(r[2]), int(r[3] or 0), int(r[4] or 0),
+                       str(r[5]), tuple(r[6:]))
+            for r in rows
+        ]
+
+    def column_index(self, column: str) -> int:
+        """Index of a user column in :attr:`ScannedRow.values`."""
+        lowered = [c.lower() for c in self.user_columns]
+        return lowered.index(column.lower())
+
+    # -- scans --------------------------------------------------------------------
+
+    async def scan_new(
+        self, conn: Connection, since: int, horizon: int, limit: int
+    ) -> list[ScannedRow]:
+        ph = self.ph
+        res = await conn.execute(
+            f"SELECT {self._select} FROM {self._t} WHERE state = {ph} AND time_scheduled >= {ph}"
+            f" AND time_scheduled <= {ph} ORDER BY time_scheduled LIMIT {int(limit)}",
+            [TO_BE_FIRED, since, horizon],
+        )
+        return self._rows(res.rows)
+
+    async def scan_fired(self, conn: Connection, horizon: int, limit: int) -> list[ScannedRow]:
+        ph = self.ph
+        res = await conn.execute(
+            f"SELECT {self._select} FROM {self._t} WHERE state = {ph} AND time_next <= {ph}"
+            f" ORDER BY time_next LIMIT {int(limit)}",
+            [FIRED, horizon],
+        )
+        return self._rows(res.rows)
+
+    async def fired_keys(self, conn: Connection, column: str) -> list[tuple[Any, int]]:
+        """(ordering key, id) of every fired, unacked event (they block their keys)."""
+        ph = self.ph
+        res = await conn.execute(
+            f"SELECT {self.quote(column)}, id FROM {self._t} WHERE state = {ph}"
+            " ORDER BY time_scheduled",
+            [FIRED],
+        )
+        return [(r[0], int(r[1])) for r in res.rows]
+
+    # -- writes (run on the lease connection) ----------------------------------------
+
+    async def fire(self, conn: Connection, ids: Sequence[int], time_next: int) -> set[int]:
+        """Mark ``ids`` fired (epoch + 1, next retry ``time_next``); return those changed."""
+        if not ids:
+            return set()
+        ph = self.ph
+        id_sql, id_args = self._ids(ids)
+        where = f"{id_sql} AND state IN ({ph}, {ph})"
+        sets = f"state = {ph}, epoch = epoch + 1, time_next = {ph}"
+        if self.dialect == "mysql":
+            await conn.begin()
+            try:
+                res = await conn.execute(
+                    f"SELECT id FROM {self._t} WHERE {where} FOR UPDATE",
+                    [*id_args, TO_BE_FIRED, FIRED],
+                )
+                found = [int(r[0]) for r in res.rows]
+                if found:
+                    await conn.execute(
+                        f"UPDATE {self._t} SET {sets} WHERE id IN {self._in(len(found))}",
+                        [FIRED, time_next, *found],
+                    )
+                await conn.commit()
+            except BaseException:
+                if conn.in_transaction:
+                    await conn.rollback()
+                raise
+            return set(found)
+        res = await conn.execute(
+            f"UPDATE {self._t} SET {sets} WHERE {where} RETURNING id",
+            [FIRED, time_next, *id_args, TO_BE_FIRED, FIRED],
+        )
+        return {int(r[0]) for r in res.rows}
+
+    async def fail(self, conn: Connection, ids: Sequence[int]) -> int:
+        """Mark ``ids`` failed (they ran out of attempts)."""
+        if not ids:
+            return 0
+        ph = self.ph
+        id_sql, id_args = self._ids(ids)
+        res = await conn.execute(
+            f"UPDATE {self._t} SET state = {ph} WHERE {id_sql} AND state IN ({ph}, {ph})",
+            [FAILED, *id_args, TO_BE_FIRED, FIRED],
+        )
+        return res.rows_affected
+
+    async def ack(self, conn: Connection, ids: Sequence[int], now: int | None = None) -> int:
+        """Mark ``ids`` acked; ``time_next`` takes the ack time (the purge's index)."""
+        if not ids:
+            return 0
+        t = now_ns() if now is None else now
+        ph = self.ph
+        id_sql, id_args = self._ids(ids)
+        res = await conn.execute(
+            f"UPDATE {self._t} SET state = {ph}, time_acked = {ph}, time_next = {ph}"
+            f" WHERE {id_sql} AND state <> {ph}",
+            [ACKED, t, t, *id_args, ACKED],
+        )
+        return res.rows_affected
+
+    async def purge(self, conn: Connection, acked_before: int, limit: int = PURGE_BATCH) -> int:
+        """Delete at most ``limit`` events acked before ``acked_before``."""
+        ph = self.ph
+        if self.dialect == "mysql":
+            sql = (f"DELETE FROM {self._t} WHERE state = {ph} AND time_next < {ph}"
+                   f" LIMIT {int(limit)}")
+        else:
+            sql = (f"DELETE FROM {self._t} WHERE id IN (SELECT id FROM {self._t} WHERE"
+                   f" state = {ph} AND time_next < {ph} LIMIT {int(limit)})")
+        res = await conn.execute(sql, [ACKED, acked_before])
+        return res.rows_affected
+
+    async def requeue_failed(self, conn: Connection) -> int:
+        ph = self.ph
+        t = now_ns()
+        res = await conn.execute(
+            f"UPDATE {self._t} SET state = {ph}, epoch = 0, time_next = 0, time_scheduled = {ph}"
+            f" WHERE state = {ph}",
+            [TO_BE_FIRED, t, FAILED],
+        )
+        return res.rows_affected
+
+    # -- groups ----------------------------------------------------------------------
+
+    async def group_open(self, conn: Connection, column: str, key: Any, exclude: int) -> int:
+        """Events of group ``key`` not yet acked (the follow-up ``exclude`` aside)."""
+        ph = self.ph
+        res = await conn.execute(
+            f"SELECT count(*) FROM {self._t} WHERE {self.quote(column)} = {ph}"
+            f" AND state <> {ph} AND id <> {ph}",
+            [key, ACKED, exclude],
+        )
+        return int(res.rows[0][0])
+
+    async def insert_followup(
+        self, conn: Connection, column: str, key: Any, event_id: int, copy_from: int
+    ) -> int:
+        """Enqueue the follow-up of group ``key`` once (its id is derived from the key).
+
+        It copies the user columns of one event of the group (``copy_from``).
+        """
+        cols = [c for c in self.user_columns]
+        quoted = ", ".join(self.quote(c) for c in cols)
+        ph = self.ph
+        head = {"sqlite": "INSERT OR IGNORE INTO", "mysql": "INSERT IGNORE INTO"}.get(
+            self.dialect, "INSERT INTO")
+        tail = " ON CONFLICT DO NOTHING" if self.dialect == "postgres" else ""
+        res = await conn.execute(
+            f"{head} {self._t} (id, priority, {quoted}) SELECT {ph}, 0, {quoted}"
+            f" FROM {self._t} WHERE id = {ph}{tail}",
+            [event_id, copy_from],
+        )
+        return res.rows_affected
+
+    # -- operations -------------------------------------------------------------------
+
+    async def stats(self, conn: Connection, now: int | None = None) -> dict[str, Any]:
+        """Depth per state and lag (seconds since the oldest due, unfired event was due)."""
+        t = now_ns() if now is None else now
+        ph = self.ph
+        res = await conn.execute(f"SELECT state, count(*) FROM {self._t} GROUP BY state")
+        depth = dict.fromkeys(STATES, 0)
+        for state, count in res.rows:
+            depth[str(state)] = int(count)
+        res = await conn.execute(
+            f"SELECT min(time_scheduled) FROM {self._t} WHERE state = {ph}"
+            f" AND time_scheduled <= {ph}",
+            [TO_BE_FIRED, t],
+        )
+        oldest_new = res.rows[0][0] if res.rows else None
+        res = await conn.execute(
+            f"SELECT min(time_next) FROM {self._t} WHERE state = {ph} AND time_next <= {ph}",
+            [FIRED, t],
+        )
+        oldest_retry = res.rows[0][0] if res.rows else None
+        due = [int(v) for v in (oldest_new, oldest_retry) if v is not None]
+        lag = max(0.0, (t - min(due)) / 1e9) if due else 0.0
+        return {"depth": depth, "lag_seconds": lag}
+
+    async def tail(self, conn: Connection, limit: int) -> tuple[list[str], list[Row]]:
+        cols = [*EVENT_COLUMNS, "state", *self.user_columns]
+        res = await conn.execute(
+            f"SELECT {', '.join(self.quote(c) for c in cols)} FROM {self._t}"
+            f" ORDER BY time_scheduled DESC LIMIT {int(limit)}"
+        )
+        return cols, res.rows
+
+    async def ack_via(self, backend: Any, ids: Sequence[int]) -> int:
+        """Ack on a pooled connection (a tablet without the lease)."""
+        conn = await backend.acquire()
+        try:
+            return await self.ack(conn, ids)
+        finally:
+            await backend.release(conn)

@@ -1,0 +1,349 @@
+"""``spark.read.format("shardgate")``: a sharded table, one partition per key-range split.
+
+The life of a read:
+
+1. Driver, ``schema()``: unless the user gave a schema, the result types of
+   the query on the first shard (:func:`shardgate.backends.bulk`).
+2. Driver, ``pushFilters()``: simple comparisons of a column with a literal
+   become SQL terms appended to every split's WHERE. Comparisons of integers,
+   decimals, booleans and dates are left to the database alone; comparisons of
+   strings, floats and timestamps are pushed *and* given back to Spark, because
+   collations, NaN and time zones may differ between the database and Spark.
+3. Driver, ``partitions()``: :meth:`Gate.split_query` cuts the query into
+   ``splits`` key ranges inside the shards (default: one per shard); each split
+   is planned by the gate (no I/O) into the shard SQL, which carries the
+   primary vindex columns (hidden ones if not selected).
+4. Executor, ``read()``: path ``direct`` (default) runs the shard SQL on the
+   split's shard database (Arrow batches from ADBC for PostgreSQL and SQLite,
+   tuples for MariaDB) and keeps the rows whose keyspace id, computed for the
+   whole batch at once (:mod:`shardgate.spark.ksids`), lies in the split's key
+   range. Path ``gate`` sends the split's gate SQL (``... AND keyrange(...)``)
+   through an in-process gate opened from the topology and closed afterwards.
+   Either way a row that a shard holds but does not own (left over from
+   resharding) is dropped there, so every row is read exactly once.
+
+A narrower user schema selects only its columns (there is no column pruning in
+the Python Data Source API).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import decimal
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    EqualTo,
+    Filter,
+    GreaterThan,
+    GreaterThanOrEqual,
+    In,
+    InputPartition,
+    IsNotNull,
+    IsNull,
+    LessThan,
+    LessThanOrEqual,
+    Not,
+)
+from pyspark.sql.types import StructType
+
+from shardgate.backends import bulk
+from shardgate.errors import InvalidArgument, Unsupported
+from shardgate.keys import KeyRange
+from shardgate.spark import types as sgtypes
+from shardgate.spark.ksids import KsidMapper, VindexSpec
+from shardgate.spark.options import ReadOptions, SourceOptions
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from sqlglot import exp
+
+    from shardgate.engine.primitives import Route
+    from shardgate.gate import Gate
+    from shardgate.spark.writer import ShardgateWriter
+    from shardgate.topo import Topology
+
+# The planner, the gate and sqlglot are imported where the driver needs them: a
+# task reading its split directly imports only the backends' bulk module and the
+# vindexes (a Python worker starts faster).
+GATE_DIALECT = "mysql"
+
+#: placeholder used to render shard SQL that has no parameters (nothing to double)
+_NO_PARAMS = "?"
+
+
+def base_select(read: ReadOptions, columns: Sequence[str] | None) -> str:
+    """The gate SQL to split: the user's query, or the table's (selected) columns."""
+    from sqlglot import exp
+
+    if read.query is not None:
+        return read.query
+    assert read.table is not None
+    cols = ", ".join(exp.column(c, quoted=True).sql(dialect=GATE_DIALECT) for c in columns) \
+        if columns else "*"
+    return f"SELECT {cols} FROM {exp.to_identifier(read.table, quoted=True).sql(GATE_DIALECT)}"
+
+
+def _open_gate(topology: Topology) -> Gate:
+    from shardgate.gate import Gate
+
+    return Gate.open(topology, pool_size=1)
+
+
+def _plan_split(gate: Gate, sql: str, keyspace: str) -> Route:
+    from shardgate.engine.primitives import Route
+
+    planned = gate.plan(sql, keyspace)
+    if isinstance(planned, str) or not isinstance(planned.instructions, Route):
+        raise Unsupported("the Spark reader takes a single-table SELECT")
+    return planned.instructions
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """What a split's task needs: where, what SQL, which rows to keep."""
+
+    gate_sql: str
+    shard: str
+    url: str
+    dialect: str
+    shard_sql: str
+    start: bytes
+    end: bytes
+    vindex: VindexSpec | None  # None: read through the gate
+    hidden: int
+
+
+class SplitPartition(InputPartition):
+    """One split: a key range inside one shard."""
+
+    def __init__(self, index: int, plan: _Plan) -> None:
+        super().__init__(index)
+        self.plan = plan
+
+
+def plan_splits(
+    opts: SourceOptions, read: ReadOptions, columns: Sequence[str] | None,
+    terms: Sequence[str] = (),
+) -> list[_Plan]:
+    """Split the read and plan each split's shard SQL (driver side, no I/O)."""
+    from sqlglot import exp
+
+    from shardgate.sql.parse import parse
+
+    topo = opts.topo()
+    gate = _open_gate(topo)
+    try:
+        sql = base_select(read, columns)
+        n = read.splits or len(topo.keyspace(opts.keyspace).shards)
+        plans = []
+        for split in gate.split_query(sql, n, opts.keyspace):
+            stmt = parse(split.sql)
+            assert isinstance(stmt, exp.Select)
+            for term in terms:
+                stmt = stmt.where(term, dialect=GATE_DIALECT, append=True)
+            gate_sql = stmt.sql(dialect=GATE_DIALECT)
+            route = _plan_split(gate, gate_sql, opts.keyspace)
+            shard = topo.keyspace(split.keyspace).shard(split.shard)
+            dialect = gate.tablets[(split.keyspace, split.shard)].dialect
+            placeholder = "%s" if dialect == "mysql" else _NO_PARAMS
+            rendered = route.query.for_dialect(dialect, placeholder)
+            if rendered.params:
+                raise InvalidArgument("the Spark reader's query cannot have bind variables")
+            spec: VindexSpec | None = None
+            if route.key_range is not None and route.ksid_vindex is not None:
+                try:
+                    spec = VindexSpec.of(route.ksid_vindex, route.ksid_columns)
+                except Unsupported:
+                    spec = None  # a lookup primary vindex: the gate filters
+            elif route.key_range is None:  # unsharded keyspace: the one shard, no filter
+                spec = None
+            plans.append(_Plan(
+                gate_sql=gate_sql, shard=split.shard, url=shard.url, dialect=dialect,
+                shard_sql=rendered.sql, start=split.key_range.start, end=split.key_range.end,
+                vindex=spec, hidden=route.hidden,
+            ))
+        return plans
+    finally:
+        asyncio.run(gate.close())
+
+
+def _literal(value: Any) -> exp.Expression | None:
+    from sqlglot import exp
+
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return exp.Boolean(this=value)
+    if isinstance(value, int | float | decimal.Decimal):
+        return exp.Literal.number(str(value))
+    if isinstance(value, str):
+        return exp.Literal.string(value)
+    if isinstance(value, datetime.datetime):
+        return exp.Literal.string(value.isoformat(sep=" "))
+    if isinstance(value, datetime.date):
+        return exp.Literal.string(value.isoformat())
+    return None
+
+
+def _exact(value: Any) -> bool:
+    """True when the database compares ``value`` exactly as Spark does."""
+    return isinstance(value, bool | int | decimal.Decimal) or (
+        isinstance(value, datetime.date) and not isinstance(value, datetime.datetime)
+    )
+
+
+def filter_term(f: Filter, columns: set[str]) -> tuple[str, bool] | None:
+    """A Spark filter as a gate SQL term, and whether it is exact; None if not pushable."""
+    from sqlglot import exp
+
+    if isinstance(f, Not) and isinstance(f.child, EqualTo):
+        inner = filter_term(f.child, columns)
+        if inner is None:
+            return None
+        return f"NOT ({inner[0]})", inner[1]
+    attr = getattr(f, "attribute", None)
+    if not isinstance(attr, tuple) or len(attr) != 1 or attr[0].lower() not in columns:
+        return None
+    col = exp.column(attr[0], quoted=True)
+    if isinstance(f, IsNull):
+        return col.is_(exp.null()).sql(GATE_DIALECT), True
+    if isinstance(f, IsNotNull):
+        return exp.not_(col.is_(exp.null())).sql(GATE_DIALECT), True
+    if isinstance(f, In):
+        lits = [_literal(v) for v in f.value]
+        if not lits or any(lit is None for lit in lits):
+            return None
+        term = exp.In(this=col, expressions=lits)
+        return term.sql(GATE_DIALECT), all(_exact(v) for v in f.value)
+    ops: dict[type, type[exp.Expression]] = {
+        EqualTo: exp.EQ, GreaterThan: exp.GT, GreaterThanOrEqual: exp.GTE,
+        LessThan: exp.LT, LessThanOrEqual: exp.LTE,
+    }
+    op = ops.get(type(f))
+    if op is None:
+        return None
+    value = getattr(f, "value", None)
+    lit = _literal(value)
+    if lit is None:
+        return None
+    return op(this=col, expression=lit).sql(GATE_DIALECT), _exact(value)
+
+
+class ShardgateDataSource(DataSource):
+    """The batch source and sink ``shardgate`` (see the module docstring)."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "shardgate"
+
+    def schema(self) -> StructType:
+        opts = SourceOptions.parse(self.options)
+        read = ReadOptions.parse(self.options)
+        plan = plan_splits(opts, read, None)[0]
+        with bulk.ShardReader(plan.url) as r:
+            arrow = r.result_schema(plan.shard_sql, table=read.table)
+        return sgtypes.to_spark(sgtypes.drop_last(arrow, plan.hidden))
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return ShardgateReader(SourceOptions.parse(self.options),
+                               ReadOptions.parse(self.options), schema)
+
+    def writer(self, schema: StructType, overwrite: bool) -> ShardgateWriter:
+        from shardgate.spark.writer import ShardgateWriter
+
+        return ShardgateWriter(self.options, schema, overwrite)
+
+
+class ShardgateReader(DataSourceReader):
+    """Plans splits in the driver, reads one split per task."""
+
+    def __init__(self, opts: SourceOptions, read: ReadOptions, schema: StructType) -> None:
+        self.opts = opts
+        self.read_opts = read
+        self.schema = schema
+        self.terms: list[str] = []
+
+    def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:
+        columns = {f.name.lower() for f in self.schema.fields}
+        for f in filters:
+            term = filter_term(f, columns)
+            if term is None:
+                yield f
+                continue
+            self.terms.append(term[0])
+            if not term[1]:
+                yield f  # pushed, and checked again by Spark
+
+    def partitions(self) -> Sequence[InputPartition]:
+        columns = [f.name for f in self.schema.fields] if self.read_opts.table else None
+        plans = plan_splits(self.opts, self.read_opts, columns, self.terms)
+        return [SplitPartition(i, p) for i, p in enumerate(plans)]
+
+    def read(
+        self, partition: InputPartition
+    ) -> Iterator[tuple[Any, ...]] | Iterator[pa.RecordBatch]:
+        assert isinstance(partition, SplitPartition)
+        plan = partition.plan
+        if self.read_opts.path == "gate" or (plan.vindex is None and plan.start + plan.end):
+            return self._through_gate(plan)
+        if bulk.supports_arrow(plan.url):
+            return self._arrow(plan)
+        return self._tuples(plan)
+
+    def _arrow(self, plan: _Plan) -> Iterator[pa.RecordBatch]:
+        target = sgtypes.to_arrow(self.schema)
+        mapper = KsidMapper(plan.vindex) if plan.vindex is not None else None
+        kr = KeyRange(plan.start, plan.end)
+        with bulk.ShardReader(plan.url) as r:
+            for batch in r.arrow_batches(plan.shard_sql, self.read_opts.batch_rows):
+                if mapper is not None:
+                    batch = batch.filter(mapper.in_range(batch, kr))
+                if batch.num_rows:
+                    yield bulk.conform(batch, target)
+
+    def _tuples(self, plan: _Plan) -> Iterator[tuple[Any, ...]]:
+        import pyarrow as pa
+
+        mapper = KsidMapper(plan.vindex) if plan.vindex is not None else None
+        kr = KeyRange(plan.start, plan.end)
+        with bulk.ShardReader(plan.url) as r:
+            for fields, rows in r.row_batches(plan.shard_sql, self.read_opts.batch_rows):
+                pick = _positions(fields, self.schema)
+                if mapper is not None:
+                    idx = [i for i, f in enumerate(fields)
+                           if f.lower() in {c.lower() for c in mapper.spec.columns}]
+                    keys = pa.table({fields[i]: [r[i] for r in rows] for i in idx})
+                    mask = mapper.in_range(keys, kr)
+                    rows = [row for row, keep in zip(rows, mask.tolist(), strict=True) if keep]
+                for row in rows:
+                    yield tuple(row[i] for i in pick)
+
+    def _through_gate(self, plan: _Plan) -> Iterator[tuple[Any, ...]]:
+        async def run() -> tuple[list[str], list[tuple[Any, ...]]]:
+            gate = _open_gate(self.opts.topo())
+            try:
+                result = await gate.execute(gate.session(self.opts.keyspace), plan.gate_sql)
+                return list(result.fields), [tuple(r) for r in result.rows]
+            finally:
+                await gate.close()
+
+        fields, rows = asyncio.run(run())
+        pick = _positions(fields, self.schema)
+        for row in rows:
+            yield tuple(row[i] for i in pick)
+
+
+def _positions(fields: Sequence[str], schema: StructType) -> list[int]:
+    lowered = [f.lower() for f in fields]
+    try:
+        return [lowered.index(f.name.lower()) for f in schema.fields]
+    except ValueError:
+        raise InvalidArgument(
+            f"the schema names columns {schema.fieldNames()} but the query returns {list(fields)}"
+        ) from None

@@ -1,0 +1,51 @@
+"""Start the test suite's one local Spark session (see the ``spark`` fixture)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from typing import Any
+
+import pytest
+
+from tests.conftest import in_ci
+
+JVM_FLAGS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+
+
+def _unavailable(reason: str) -> None:
+    message = f"Spark is not available ({reason}); install the 'spark' extra and Java 17"
+    if in_ci():
+        pytest.fail(f"CI=true and {message}", pytrace=False)
+    pytest.skip(message)
+
+
+def start_spark() -> Any:
+    try:
+        from pyspark.sql import SparkSession
+    except ImportError as exc:
+        _unavailable(str(exc))
+    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        _unavailable("no java on PATH and no JAVA_HOME")
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    from shardgate.spark import register
+
+    session = (
+        SparkSession.builder.master("local[2,2]")
+        .appName("shardgate-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.driver.extraJavaOptions", JVM_FLAGS)
+        .config("spark.executor.extraJavaOptions", JVM_FLAGS)
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.default.parallelism", "2")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.sql.python.filterPushdown.enabled", "true")
+        .config("spark.python.worker.reuse", "true")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    register(session)
+    return session
