@@ -34,11 +34,14 @@ bench-smoke: $(STAMP) servers
 	$(BIN)/python bench/gate_point_select.py --smoke && $(BIN)/python bench/scatter_aggregate.py --smoke
 	$(BIN)/pip install --quiet -e '.[bench]' && $(BIN)/python bench/queue_e2e.py --smoke
 	$(BIN)/python bench/change_stream.py --smoke
-	test -e /usr/share/java/postgresql.jar || apt-get install -y libpostgresql-jdbc-java; PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/python bench/spark_read.py --smoke
+	test -e /usr/share/java/postgresql.jar || (apt-get update -qq && apt-get install -y -qq libpostgresql-jdbc-java); PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/python bench/spark_read.py --smoke
 
 bench: $(STAMP) servers
 	$(BIN)/python bench/gate_point_select.py
-	test -e /usr/share/java/postgresql.jar || apt-get install -y libpostgresql-jdbc-java; PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/python bench/spark_read.py
+	$(BIN)/python bench/scatter_aggregate.py
+	$(BIN)/pip install --quiet -e '.[bench]' && $(BIN)/python bench/queue_e2e.py
+	$(BIN)/python bench/change_stream.py
+	test -e /usr/share/java/postgresql.jar || (apt-get update -qq && apt-get install -y -qq libpostgresql-jdbc-java); PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/python bench/spark_read.py
 
 clean:
 	rm -rf $(VENV) shardgate-data .pytest_cache .mypy_cache .ruff_cache

@@ -76,25 +76,35 @@ _txn_base = secrets.randbits(40) << 20
 _txn_counter = itertools.count(1)
 
 
+class _TxnClock:
+    """The ``sg_txn()`` state of one connection (kept apart from it: no reference cycle,
+    so an abandoned connection is still closed, and its transaction rolled back, at once)."""
+
+    __slots__ = ("current",)
+
+    def __init__(self) -> None:
+        self.current: int | None = None
+
+    def __call__(self) -> int:
+        txn = self.current
+        if txn is None:
+            txn = self.current = _txn_base + next(_txn_counter)
+        return txn
+
+
 class CaptureConnection(sqlite3.Connection):
     """A ``sqlite3.Connection`` with the ``sg_txn()`` function the capture triggers call."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.sg_txn: int | None = None
-        self.create_function("sg_txn", 0, self._txn)
-
-    def _txn(self) -> int:
-        txn = self.sg_txn
-        if txn is None:
-            txn = self.sg_txn = _txn_base + next(_txn_counter)
-        return txn
+        self.sg_clock = _TxnClock()
+        self.create_function("sg_txn", 0, self.sg_clock)
 
 
 def end_of_statement(db: sqlite3.Connection) -> None:
     """Call after every statement: outside a transaction, the next write starts a new one."""
     if not db.in_transaction and isinstance(db, CaptureConnection):
-        db.sg_txn = None
+        db.sg_clock.current = None
 
 
 def _q(name: str) -> str:

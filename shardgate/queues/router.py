@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import copy
 import logging
+import weakref
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -36,6 +37,42 @@ log = logging.getLogger(__name__)
 
 #: Seconds before a shard's ended subscription is opened again.
 RESUBSCRIBE_PAUSE_S = 0.2
+#: Acked ids a gate remembers per queue to drop copies still on their way.
+RECENT_ACKS = 200_000
+
+
+class _RecentAcks:
+    """Ids acked through this gate, newest last (bounded).
+
+    A copy of an event fired again before an earlier copy's ack committed may
+    still be buffered between the tablet and the receiver; dropping it here
+    means no receiver of this gate gets an event after its ack returned.
+    """
+
+    def __init__(self) -> None:
+        self.ids: dict[tuple[str, str, int], None] = {}
+
+    def add(self, keyspace: str, queue: str, ids: Sequence[int]) -> None:
+        for i in ids:
+            self.ids[(keyspace, queue, int(i))] = None
+        while len(self.ids) > RECENT_ACKS:
+            del self.ids[next(iter(self.ids))]
+
+    def live(self, keyspace: str, queue: str, batch: QueueBatch) -> QueueBatch:
+        if self.ids:
+            batch.events = [e for e in batch.events
+                            if (keyspace, queue, e.id) not in self.ids]
+        return batch
+
+
+_recent: weakref.WeakKeyDictionary[Gate, _RecentAcks] = weakref.WeakKeyDictionary()
+
+
+def _recent_acks(gate: Gate) -> _RecentAcks:
+    found = _recent.get(gate)
+    if found is None:
+        found = _recent[gate] = _RecentAcks()
+    return found
 
 
 @dataclass(frozen=True)
@@ -147,11 +184,16 @@ async def receive(
 
     tasks = [asyncio.create_task(pump(n)) for n in targets]
     sent_fields = False
+    recent = _recent_acks(gate)
     try:
         while True:
             item = await out.get()
             if isinstance(item, BaseException):
                 raise item
+            if item.events:
+                item = recent.live(ks.name, table.name.lower(), item)
+                if not item.events:
+                    continue
             if not item.events:
                 if not sent_fields:
                     sent_fields = True
@@ -170,7 +212,9 @@ async def ack(gate: Gate, keyspace: str, queue: str, shard: str, ids: Sequence[i
     """Ack events of one shard (the shard their receiver was told)."""
     table = gate.vschema.find_table(queue, keyspace, keyspace)
     gate.topology.keyspace(table.keyspace).shard(shard)
-    return await gate.tablets[(table.keyspace, shard)].queue_ack(table.name, list(ids))
+    n = await gate.tablets[(table.keyspace, shard)].queue_ack(table.name, list(ids))
+    _recent_acks(gate).add(table.keyspace, table.name.lower(), ids)
+    return n
 
 
 async def stats(gate: Gate, keyspace: str, queue: str) -> list[dict[str, Any]]:

@@ -434,6 +434,7 @@ async def test_concurrent_tasks_share_the_pool(items: Backend) -> None:
     be = items
     peak = 0
     lent = 0
+    full = asyncio.Event()  # the first connections wait until the pool is all lent
 
     async def worker(n: int) -> None:
         nonlocal peak, lent
@@ -441,7 +442,10 @@ async def test_concurrent_tasks_share_the_pool(items: Backend) -> None:
             conn = await be.acquire()
             lent += 1
             peak = max(peak, lent)
+            if lent == 4:
+                full.set()
             try:
+                await asyncio.wait_for(full.wait(), 30)
                 await conn.execute(insert_sql(be), (f"w{n}-{i}", i))
                 await asyncio.sleep(0)
             finally:
