@@ -1,0 +1,94 @@
+"""A synchronous queue receiver over gRPC: the thin edge on the asyncio client.
+
+::
+
+    with QueueReceiver("grpc://127.0.0.1:15991", keyspace="app") as rx:
+        for batch in rx.receive("jobs"):
+            handle(batch.events)
+            rx.ack(batch)
+
+Leaving the loop ends the subscription; events not acked fire again after
+their ack wait, so a receiver that disappears loses nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from types import TracebackType
+from typing import Any
+
+from shardgate.api.client import GateClient
+from shardgate.client.sync import LoopThread
+from shardgate.queues.events import QueueBatch, QueueEvent
+
+
+class QueueReceiver:
+    """Receive and ack queue events synchronously (one private event loop thread)."""
+
+    def __init__(
+        self, target: str, *, keyspace: str | None = None, timeout: float | None = None
+    ) -> None:
+        self._loop = LoopThread("shardgate-queue")
+
+        async def make() -> GateClient:
+            return GateClient(target, keyspace=keyspace, timeout=timeout)
+
+        try:
+            self._client = self._loop.run(make())
+        except BaseException:
+            self._loop.close()
+            raise
+
+    def receive(
+        self,
+        queue: str,
+        *,
+        keyspace: str | None = None,
+        shard: str | None = None,
+        key_range: str | None = None,
+        max_batch: int = 0,
+    ) -> Iterator[QueueBatch]:
+        """Fired events of ``queue``, batch by batch, until the caller stops iterating."""
+        stream = self._client.receive(
+            queue, keyspace=keyspace, shard=shard, key_range=key_range, max_batch=max_batch
+        )
+        try:
+            while True:
+                try:
+                    batch = self._loop.run(stream.__anext__())
+                except StopAsyncIteration:
+                    return
+                yield batch
+        finally:
+            self._loop.run(stream.aclose())
+
+    def ack(
+        self,
+        batch_or_events: QueueBatch | Sequence[QueueEvent],
+        *,
+        queue: str | None = None,
+        keyspace: str | None = None,
+    ) -> int:
+        """Ack a received batch (or events of ``queue``); returns how many were acked."""
+        return self._loop.run(self._client.ack(batch_or_events, queue=queue, keyspace=keyspace))
+
+    def stats(self, queue: str, *, keyspace: str | None = None) -> list[Any]:
+        """Per-shard figures of ``queue``."""
+        return self._loop.run(self._client.queue_stats(queue, keyspace=keyspace))
+
+    def close(self) -> None:
+        try:
+            self._loop.run(self._client.close())
+        finally:
+            self._loop.close()
+
+    def __enter__(self) -> QueueReceiver:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
