@@ -20,6 +20,7 @@ import asyncio
 import json
 import os
 import sys
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -55,7 +56,8 @@ def _start(args: argparse.Namespace) -> tuple[float | str | None, StreamPosition
             return text, StreamPosition.parse(text)
     if args.from_token:
         return args.from_token, StreamPosition.parse(args.from_token)
-    return args.from_timestamp, StreamPosition()
+    since = args.from_timestamp if args.from_timestamp is not None else time.time()
+    return args.from_timestamp, StreamPosition(since=since)
 
 
 def _save(path: Path, position: StreamPosition) -> None:

@@ -85,15 +85,36 @@ class StreamEvent:
 
 @dataclass
 class StreamPosition:
-    """Per shard, the last token received: an exact restart point (opaque when serialized)."""
+    """Per shard, the last token received: an exact restart point (opaque when serialized).
+
+    ``since`` is where the stream started for shards not heard from yet (a
+    timestamp; None: the oldest token's time). Without it, a stream stopped
+    before every shard had sent something would resume the silent shards from
+    another shard's time and skip their earlier commits.
+    """
 
     tokens: dict[str, EventToken] = field(default_factory=dict)
+    since: float | None = None
 
     def advance(self, event: StreamEvent) -> None:
         self.tokens[event.token.shard] = event.token
 
+    def start_of(self, shard: str, default: float) -> tuple[str | None, float | None]:
+        """(position, timestamp) to resume ``shard`` (qualified ``keyspace/shard``) from."""
+        token = self.tokens.get(shard)
+        if token is not None:
+            return token.position, None
+        if self.since is not None:
+            return None, self.since
+        return None, min((t.timestamp for t in self.tokens.values()), default=default)
+
     def serialize(self) -> str:
-        raw = json.dumps([[t.timestamp, t.shard, t.position] for t in self.tokens.values()])
+        doc: dict[str, Any] = {
+            "t": [[t.timestamp, t.shard, t.position] for t in self.tokens.values()]
+        }
+        if self.since is not None:
+            doc["s"] = self.since
+        raw = json.dumps(doc, separators=(",", ":"))
         return _POSITION_PREFIX + base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
 
     @classmethod
@@ -102,11 +123,13 @@ class StreamPosition:
             raise InvalidArgument(f"not a stream position: {text[:40]!r}")
         body = text[len(_POSITION_PREFIX) :]
         try:
-            items = json.loads(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)))
+            doc = json.loads(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)))
+            items, since = (doc, None) if isinstance(doc, list) else (doc["t"], doc.get("s"))
             tokens = [EventToken(float(ts), str(s), str(p)) for ts, s, p in items]
-        except (ValueError, TypeError) as exc:
+            since = None if since is None else float(since)
+        except (ValueError, TypeError, KeyError) as exc:
             raise InvalidArgument(f"corrupt stream position {text[:40]!r}: {exc}") from exc
-        return cls({t.shard: t for t in tokens})
+        return cls({t.shard: t for t in tokens}, since)
 
 
 StartPoint = float | StreamPosition | str | None
@@ -167,14 +190,10 @@ async def update_stream(
     for name in shard_names:
         qualified = f"{keyspace}/{name}"
         if isinstance(start, StreamPosition):
+            position, since = start.start_of(qualified, began)
+            starts[name] = (position, since)
             token = start.tokens.get(qualified)
-            if token is None:
-                oldest = min((t.timestamp for t in start.tokens.values()), default=began)
-                starts[name] = (None, oldest)
-                latest[name] = oldest
-            else:
-                starts[name] = (token.position, None)
-                latest[name] = token.timestamp
+            latest[name] = token.timestamp if token is not None else float(since or began)
         elif start is not None:
             starts[name] = (None, float(start))
             latest[name] = float(start)

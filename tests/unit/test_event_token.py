@@ -64,3 +64,14 @@ def test_time_map_per_second_then_per_minute() -> None:
     assert m.lookup(1001.9) == "0" and m.lookup(1065.0) == "3"
     m.compact(now=3000.0)  # past retention
     assert len(m) == 0
+
+
+def test_stream_position_keeps_its_start_for_silent_shards() -> None:
+    t = EventToken(200.0, A, "9")
+    pos = StreamPosition({A: t}, since=100.0)
+    back = StreamPosition.parse(pos.serialize())
+    assert back.tokens == {A: t} and back.since == 100.0
+    assert back.start_of(A, 0.0) == ("9", None)
+    assert back.start_of("commerce/80-", 0.0) == (None, 100.0)
+    # without a start the silent shard resumes from the oldest token seen
+    assert StreamPosition({A: t}).start_of("commerce/80-", 0.0) == (None, 200.0)
