@@ -66,6 +66,10 @@ from shardgate.streams.token import EventToken
 PUBLICATION = "sg_changes"
 _PG_EPOCH = 946684800.0
 _FEEDBACK_S = 5.0
+#: while the consumer is busy: transactions gathered into one hand-over at most, and
+#: the longest a decoded transaction waits to be handed over
+GATHER_TXS = 256
+GATHER_S = 0.02
 
 
 def lsn_to_int(lsn: str) -> int:
@@ -424,7 +428,11 @@ class PostgresChangeLog(ChangeLog):
                 if tx is not None:
                     batch.append(tx)
                     position = tx.token.position
-                    if len(batch) >= 1000:
+                    # Hand over at once to an idle consumer; while it is busy, gather
+                    # (bounded in size and age, so a long backlog still streams).
+                    if handoff.idle() or len(batch) >= GATHER_TXS or (
+                        time.monotonic() - last_item >= GATHER_S
+                    ):
                         if not handoff.put(batch):
                             return
                         batch = []
@@ -452,9 +460,10 @@ class PostgresChangeLog(ChangeLog):
             select.select([repl], [], [], min(0.1, heartbeat_s))
 
 
-def raw_decode(log: PostgresChangeLog, start: str, end: str) -> int:
+def raw_decode(log: PostgresChangeLog, start: str, end: str) -> tuple[int, float]:
     """Benchmark helper: decode the log from ``start`` to ``end`` in this thread, with no
-    hand-off to asyncio; return the number of row changes. Blocking."""
+    hand-off to asyncio; return the number of row changes and the ``time.perf_counter()``
+    at which the first was decoded. Blocking."""
     catalog = psycopg2.connect(log._dsn)
     catalog.autocommit = True
     repl = psycopg2.connect(
@@ -471,6 +480,7 @@ def raw_decode(log: PostgresChangeLog, start: str, end: str) -> int:
         )
         target = lsn_to_int(end)
         rows = 0
+        first = 0.0
         while True:
             msg = cur.read_message()
             if msg is None:
@@ -479,8 +489,9 @@ def raw_decode(log: PostgresChangeLog, start: str, end: str) -> int:
             tx = decoder.decode(msg.payload)
             if tx is not None:
                 rows += len(tx.changes)
+                first = first or time.perf_counter()
                 if lsn_to_int(tx.token.position) >= target:
-                    return rows
+                    return rows, first
     finally:
         repl.close()
         catalog.close()
