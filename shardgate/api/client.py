@@ -29,7 +29,7 @@ from shardgate.api import shardgate_pb2_grpc as pb_grpc
 from shardgate.api.server import GRPC_OPTIONS
 from shardgate.errors import Code, InvalidArgument, ShardgateError, error_for_code
 from shardgate.queues.events import QueueBatch, QueueEvent
-from shardgate.result import Result
+from shardgate.result import ExecuteOptions, Result
 from shardgate.streams.merge import StreamEvent
 
 #: Seconds CloseSession may take when the client closes.
@@ -90,13 +90,25 @@ class GateClient:
     ) -> None:
         await self.close()
 
-    async def execute(self, sql: str, bind_vars: Mapping[str, Any] | None = None) -> Result:
-        """Run one statement in this session and return its whole result."""
+    async def execute(
+        self,
+        sql: str,
+        bind_vars: Mapping[str, Any] | None = None,
+        *,
+        options: ExecuteOptions | None = None,
+    ) -> Result:
+        """Run one statement in this session and return its whole result.
+
+        ``options``: ``include_event_token`` / ``compare_event_token`` (see
+        :class:`shardgate.result.ExecuteOptions`); the answers come back in
+        ``Result.event_token`` and ``Result.fresher``.
+        """
         request = pb.ExecuteRequest(
             session_id=self.session_id,
             keyspace=self.keyspace,
             sql=sql,
             bind_vars=convert.to_bind_vars(bind_vars),
+            **convert.option_fields(options),
         )
         try:
             response: pb.ExecuteResponse = await self._stub.Execute(request, timeout=self.timeout)

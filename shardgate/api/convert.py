@@ -30,7 +30,8 @@ from typing import Any
 
 from shardgate.api import shardgate_pb2 as pb
 from shardgate.errors import InvalidArgument
-from shardgate.result import Result
+from shardgate.result import ExecuteOptions, Result
+from shardgate.streams.token import EventToken
 
 _INT64_MIN = -(2**63)
 _INT64_END = 2**63
@@ -124,7 +125,39 @@ def execute_response(
         rows_affected=result.rows_affected,
         insert_id=result.insert_id,
         in_transaction=in_transaction,
+        event_token=to_token(result.event_token),
+        fresher=result.fresher,
     )
+
+
+def to_token(token: EventToken | None) -> pb.EventToken | None:
+    if token is None:
+        return None
+    return pb.EventToken(timestamp=token.timestamp, shard=token.shard, position=token.position)
+
+
+def from_token(message: pb.EventToken) -> EventToken:
+    return EventToken(message.timestamp, message.shard, message.position)
+
+
+def options_of(request: pb.ExecuteRequest | pb.TabletExecuteRequest) -> ExecuteOptions | None:
+    """The execute options a request carries, or None when it sets none."""
+    compare = (
+        from_token(request.compare_event_token)
+        if request.HasField("compare_event_token") else None
+    )
+    if not request.include_event_token and compare is None:
+        return None
+    return ExecuteOptions(include_event_token=request.include_event_token,
+                          compare_event_token=compare)
+
+
+def option_fields(options: ExecuteOptions | None) -> dict[str, Any]:
+    """The request fields that carry ``options`` (keyword arguments of the request)."""
+    if options is None:
+        return {}
+    return {"include_event_token": options.include_event_token,
+            "compare_event_token": to_token(options.compare_event_token)}
 
 
 def stream_response(session_id: int, chunk: Result) -> pb.StreamExecuteResponse:
@@ -145,4 +178,14 @@ def to_result(response: pb.ExecuteResponse | pb.StreamExecuteResponse) -> Result
         rows=[tuple(from_value(v) for v in row.values) for row in response.rows],
         rows_affected=response.rows_affected,
         insert_id=response.insert_id if response.HasField("insert_id") else None,
+        event_token=(
+            from_token(response.event_token)
+            if isinstance(response, pb.ExecuteResponse) and response.HasField("event_token")
+            else None
+        ),
+        fresher=(
+            response.fresher
+            if isinstance(response, pb.ExecuteResponse) and response.HasField("fresher")
+            else None
+        ),
     )

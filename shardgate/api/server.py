@@ -85,7 +85,8 @@ class GateServicer(pb_grpc.GateServicer):
             entry = self._entry(request.session_id, _keyspace(request))
             bind_vars = convert.from_bind_vars(request.bind_vars)
             async with entry.lock:
-                result = await self.gate.execute(entry.session, request.sql, bind_vars)
+                result = await self.gate.execute(entry.session, request.sql, bind_vars,
+                                                 options=convert.options_of(request))
             return convert.execute_response(entry.session.id, result,
                                             entry.session.in_transaction)
         except Exception as exc:

@@ -40,7 +40,7 @@ class Row(_message.Message):
     def __init__(self, values: _Optional[_Iterable[_Union[Value, _Mapping]]] = ...) -> None: ...
 
 class ExecuteRequest(_message.Message):
-    __slots__ = ("session_id", "keyspace", "sql", "bind_vars")
+    __slots__ = ("session_id", "keyspace", "sql", "bind_vars", "include_event_token", "compare_event_token")
     class BindVarsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -52,27 +52,35 @@ class ExecuteRequest(_message.Message):
     KEYSPACE_FIELD_NUMBER: _ClassVar[int]
     SQL_FIELD_NUMBER: _ClassVar[int]
     BIND_VARS_FIELD_NUMBER: _ClassVar[int]
+    INCLUDE_EVENT_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    COMPARE_EVENT_TOKEN_FIELD_NUMBER: _ClassVar[int]
     session_id: int
     keyspace: str
     sql: str
     bind_vars: _containers.MessageMap[str, Value]
-    def __init__(self, session_id: _Optional[int] = ..., keyspace: _Optional[str] = ..., sql: _Optional[str] = ..., bind_vars: _Optional[_Mapping[str, Value]] = ...) -> None: ...
+    include_event_token: bool
+    compare_event_token: EventToken
+    def __init__(self, session_id: _Optional[int] = ..., keyspace: _Optional[str] = ..., sql: _Optional[str] = ..., bind_vars: _Optional[_Mapping[str, Value]] = ..., include_event_token: _Optional[bool] = ..., compare_event_token: _Optional[_Union[EventToken, _Mapping]] = ...) -> None: ...
 
 class ExecuteResponse(_message.Message):
-    __slots__ = ("session_id", "fields", "rows", "rows_affected", "insert_id", "in_transaction")
+    __slots__ = ("session_id", "fields", "rows", "rows_affected", "insert_id", "in_transaction", "event_token", "fresher")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     FIELDS_FIELD_NUMBER: _ClassVar[int]
     ROWS_FIELD_NUMBER: _ClassVar[int]
     ROWS_AFFECTED_FIELD_NUMBER: _ClassVar[int]
     INSERT_ID_FIELD_NUMBER: _ClassVar[int]
     IN_TRANSACTION_FIELD_NUMBER: _ClassVar[int]
+    EVENT_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    FRESHER_FIELD_NUMBER: _ClassVar[int]
     session_id: int
     fields: _containers.RepeatedCompositeFieldContainer[Field]
     rows: _containers.RepeatedCompositeFieldContainer[Row]
     rows_affected: int
     insert_id: int
     in_transaction: bool
-    def __init__(self, session_id: _Optional[int] = ..., fields: _Optional[_Iterable[_Union[Field, _Mapping]]] = ..., rows: _Optional[_Iterable[_Union[Row, _Mapping]]] = ..., rows_affected: _Optional[int] = ..., insert_id: _Optional[int] = ..., in_transaction: _Optional[bool] = ...) -> None: ...
+    event_token: EventToken
+    fresher: bool
+    def __init__(self, session_id: _Optional[int] = ..., fields: _Optional[_Iterable[_Union[Field, _Mapping]]] = ..., rows: _Optional[_Iterable[_Union[Row, _Mapping]]] = ..., rows_affected: _Optional[int] = ..., insert_id: _Optional[int] = ..., in_transaction: _Optional[bool] = ..., event_token: _Optional[_Union[EventToken, _Mapping]] = ..., fresher: _Optional[bool] = ...) -> None: ...
 
 class BoundQuery(_message.Message):
     __slots__ = ("sql", "bind_vars")
@@ -327,14 +335,18 @@ class UpdateStreamResponse(_message.Message):
     def __init__(self, keyspace: _Optional[str] = ..., shard: _Optional[str] = ..., token: _Optional[_Union[EventToken, _Mapping]] = ..., changes: _Optional[_Iterable[_Union[RowChange, _Mapping]]] = ..., safe_timestamp: _Optional[float] = ..., heartbeat: _Optional[bool] = ...) -> None: ...
 
 class TabletExecuteRequest(_message.Message):
-    __slots__ = ("sql", "params", "transaction_id")
+    __slots__ = ("sql", "params", "transaction_id", "include_event_token", "compare_event_token")
     SQL_FIELD_NUMBER: _ClassVar[int]
     PARAMS_FIELD_NUMBER: _ClassVar[int]
     TRANSACTION_ID_FIELD_NUMBER: _ClassVar[int]
+    INCLUDE_EVENT_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    COMPARE_EVENT_TOKEN_FIELD_NUMBER: _ClassVar[int]
     sql: str
     params: _containers.RepeatedCompositeFieldContainer[Value]
     transaction_id: int
-    def __init__(self, sql: _Optional[str] = ..., params: _Optional[_Iterable[_Union[Value, _Mapping]]] = ..., transaction_id: _Optional[int] = ...) -> None: ...
+    include_event_token: bool
+    compare_event_token: EventToken
+    def __init__(self, sql: _Optional[str] = ..., params: _Optional[_Iterable[_Union[Value, _Mapping]]] = ..., transaction_id: _Optional[int] = ..., include_event_token: _Optional[bool] = ..., compare_event_token: _Optional[_Union[EventToken, _Mapping]] = ...) -> None: ...
 
 class TabletInfoRequest(_message.Message):
     __slots__ = ()

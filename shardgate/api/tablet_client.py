@@ -50,7 +50,8 @@ class GrpcTabletClient(TabletClient):
                       transaction_id: int | None = None,
                       options: ExecuteOptions | None = None) -> Result:
         request = pb.TabletExecuteRequest(sql=sql, params=[convert.to_value(p) for p in params],
-                                          transaction_id=transaction_id or 0)
+                                          transaction_id=transaction_id or 0,
+                                          **convert.option_fields(options))
         try:
             response = await self._stub.Execute(request, timeout=self.timeout)
         except grpc.aio.AioRpcError as exc:

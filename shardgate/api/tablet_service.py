@@ -36,7 +36,8 @@ class TabletServicer(pb_grpc.TabletServicer):
         try:
             params = [convert.from_value(v) for v in request.params]
             result = await self.tablet.execute(request.sql, params,
-                                               request.transaction_id or None)
+                                               request.transaction_id or None,
+                                               convert.options_of(request))
             return convert.execute_response(0, result)
         except Exception as exc:
             _fail(context, exc)
