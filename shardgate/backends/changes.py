@@ -117,6 +117,10 @@ class ChangeLog(ABC):
     ) -> AsyncIterator[LogItem]:
         """Committed transactions after ``start`` (see the contract above)."""
 
+    #: whether the tablet's retention purges this log (False: the server's own
+    #: settings do, as for MariaDB's server-wide binlog and ``binlog_expire_logs_seconds``)
+    purged_by_tablet = True
+
     @abstractmethod
     async def purge(self, up_to: str) -> None:
         """Forget the log up to and including ``up_to`` (retention); later starts there fail."""

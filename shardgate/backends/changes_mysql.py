@@ -100,6 +100,7 @@ class MySQLChangeLog(ChangeLog):
     """The binlog of one MariaDB shard database (rows of its schema only)."""
 
     position_sql = "SELECT @@gtid_binlog_pos"
+    purged_by_tablet = False  # server-wide: binlog_expire_logs_seconds decides
 
     def __init__(self, url: str, shard: str) -> None:
         super().__init__(url, shard)

@@ -31,6 +31,11 @@ Invariants (the reader is stateful):
   the end of the log waits for the reader to get there.
 * ``_changed`` is replaced and set after every append, heartbeat or failure;
   subscribers wait on it with their heartbeat interval as timeout.
+* Retention: changes committed more than ``retention_s`` ago are purged from
+  the log (PostgreSQL: the anchor slot advances, releasing WAL; SQLite: change
+  rows deleted) and from the time map; MariaDB's binlog is server-wide and
+  left to the server's expiry. A start before the purge point fails with
+  ``OUT_OF_RANGE``, never silently later.
 """
 
 from __future__ import annotations
@@ -57,6 +62,9 @@ from shardgate.streams.token import EventToken, position_key
 log = logging.getLogger(__name__)
 
 DEFAULT_BUFFER_TXS = 10_000
+#: how long the log keeps changes (PostgreSQL slot, SQLite change table); MariaDB's
+#: binlog is server-wide and follows the server's ``binlog_expire_logs_seconds``
+DEFAULT_RETENTION_S = 86400.0
 _RETRY_S = (0.05, 0.2, 1.0, 2.0)
 
 
@@ -69,10 +77,13 @@ class TabletStream:
         *,
         buffer_txs: int = DEFAULT_BUFFER_TXS,
         heartbeat_s: float = DEFAULT_HEARTBEAT_S,
+        retention_s: float = DEFAULT_RETENTION_S,
     ) -> None:
         self.log = changelog
         self.shard = changelog.shard
-        self.time_map = TimeMap()
+        self.retention_s = retention_s
+        self.time_map = TimeMap(fine_s=min(3600.0, retention_s), retention_s=retention_s)
+        self._retention_task: asyncio.Task[None] | None = None
         self.last_token: EventToken | None = None
         self.watermark = 0.0
         self._buffer_txs = buffer_txs
@@ -108,6 +119,35 @@ class TabletStream:
                 self.watermark = self.last_token.timestamp
             self._error = None
             self._task = asyncio.create_task(self._reader(), name=f"log-reader {self.shard}")
+            if self._retention_task is None and self.log.purged_by_tablet:
+                self._retention_task = asyncio.create_task(
+                    self._retention_loop(), name=f"log-retention {self.shard}"
+                )
+
+    async def enforce_retention(self, now: float | None = None) -> str | None:
+        """Purge the log of changes committed more than ``retention_s`` ago.
+
+        The cut is the time map's position for ``now - retention_s`` (before
+        every commit at or after that time), so nothing younger goes; returns
+        it, or None when the map does not reach back that far (nothing to do).
+        Starts before the cut then fail with ``OUT_OF_RANGE``.
+        """
+        now = time.time() if now is None else now
+        cut = self.time_map.lookup(now - self.retention_s)
+        self.time_map.compact(now)
+        if cut is None or not self.log.purged_by_tablet:
+            return None
+        await self.log.purge(cut)
+        return cut
+
+    async def _retention_loop(self) -> None:
+        period = min(60.0, max(1.0, self.retention_s / 10))
+        while not self._closed:
+            await asyncio.sleep(period)
+            try:
+                await self.enforce_retention()
+            except ShardgateError as exc:  # retried next period
+                log.warning("log retention %s: %s", self.shard, exc)
 
     async def restart_reader(self) -> None:
         """Kill the shared reader and start a new one where it stopped (nothing is lost)."""
@@ -289,9 +329,10 @@ class TabletStream:
 
     async def close(self) -> None:
         self._closed = True
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        for task in (self._task, self._retention_task):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        self._task = self._retention_task = None
         await self.log.close()

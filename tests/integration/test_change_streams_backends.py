@@ -284,3 +284,35 @@ async def test_start_from_timestamp_and_too_old(
             assert [int(t.changes[0].pk[0]) for t in rest if t.changes] == [6, 7]
         finally:
             await log.close()
+
+
+async def test_retention_purges_old_changes(
+    backend_kind: str, make_database: Callable[..., str]
+) -> None:
+    async with _tablet(backend_kind, make_database) as tablet:
+        stream = await tablet.change_stream()
+        ph = tablet.placeholder
+        for i in range(3):
+            await tablet.execute(f"INSERT INTO t (id, v, n) VALUES ({ph}, 'old', 0)", [i])
+        await asyncio.sleep(1.1)  # the next commits fall in a later second
+        for i in range(3, 6):
+            await tablet.execute(f"INSERT INTO t (id, v, n) VALUES ({ph}, 'new', 0)", [i])
+        end = await stream.log.current_position()
+        assert await stream.wait_for(end, 10)
+        txs = [t for t in await _read_log(stream.log, await stream.log.oldest_position(), end)
+               if t.changes]
+        young = txs[3].token.timestamp
+        assert young > txs[2].token.timestamp
+
+        # "now" is exactly one retention after the young commits: the old ones go.
+        cut = await stream.enforce_retention(now=young + stream.retention_s)
+        if backend_kind == "mysql":
+            assert cut is None  # the server-wide binlog follows the server's expiry
+            return
+        assert cut is not None
+        assert position_key(cut) >= position_key(txs[2].token.position)
+        with pytest.raises(ShardgateError) as err:
+            await _read_log(stream.log, txs[0].token.position, end)
+        assert err.value.code is Code.OUT_OF_RANGE
+        kept = await _read_log(stream.log, cut, end)
+        assert [int(t.changes[0].pk[0]) for t in kept if t.changes] == [3, 4, 5]
