@@ -117,6 +117,12 @@ class ChangeLog(ABC):
     ) -> AsyncIterator[LogItem]:
         """Committed transactions after ``start`` (see the contract above)."""
 
+    async def position_at(self, timestamp: float) -> str | None:
+        """A position before every commit at or after ``timestamp``, found in the log
+        itself, or None when this log cannot tell (the caller then reads from the oldest
+        position and skips older commits)."""
+        return None
+
     #: whether the tablet's retention purges this log (False: the server's own
     #: settings do, as for MariaDB's server-wide binlog and ``binlog_expire_logs_seconds``)
     purged_by_tablet = True

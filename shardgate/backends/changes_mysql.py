@@ -166,6 +166,60 @@ class MySQLChangeLog(ChangeLog):
 
         return str(await self._sql(q))
 
+    async def position_at(self, timestamp: float) -> str | None:
+        """Bisect the binlog files on the time of their first transaction.
+
+        The start of file ``F`` (its ``Gtid_list``) is a safe start when the first
+        commit read from ``F`` on is older than ``timestamp`` by more than the
+        binlog's 1-second resolution: every commit before ``F`` is older still.
+        The last such file is found with O(log files) probes, each reading the
+        first GTID event from the file's start; None when even the oldest file
+        starts too late (then the caller starts at the oldest position anyway).
+        """
+
+        def files(cur: Any) -> list[str]:
+            cur.execute("SHOW BINARY LOGS")
+            return [str(r[0]) for r in cur.fetchall()]
+
+        names: list[str] = await self._sql(files)
+        limit = timestamp - 1.0
+        lo, hi, found = 0, len(names) - 1, None
+        while lo <= hi:
+            mid = (lo + hi) // 2
+            start = await self._file_start(names[mid])
+            first = await asyncio.get_running_loop().run_in_executor(
+                None, self._first_commit_time, start
+            )
+            if first is not None and first < limit:
+                found, lo = start, mid + 1
+            else:
+                hi = mid - 1
+        return found
+
+    async def _file_start(self, name: str) -> str:
+        def q(cur: Any) -> str:
+            return self._gtid_list(cur, name)
+
+        return str(await self._sql(q))
+
+    def _first_commit_time(self, start: str) -> float | None:
+        """The time of the first transaction after GTID position ``start`` (MariaDB
+        serves a file-and-offset start as from the beginning: GTIDs it is)."""
+        stream = BinLogStreamReader(
+            connection_settings=dict(self._settings),
+            server_id=1000 + secrets.randbelow(2**31 - 2000),
+            is_mariadb=True, auto_position=None if start == EMPTY_POSITION else start,
+            blocking=False, only_events=[MariadbGtidEvent], enable_logging=False,
+            pymysql_wrapper=_connect,
+        )
+        try:
+            event = stream.fetchone()
+            return None if event is None else float(event.timestamp)
+        except pymysql.err.MySQLError as exc:
+            raise _translate(self._safe)(exc) from exc
+        finally:
+            stream.close()
+
     async def purge(self, up_to: str) -> None:
         """Purge the binlog (server-wide!) up to at least ``up_to``.
 

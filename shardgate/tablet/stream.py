@@ -238,6 +238,8 @@ class TabletStream:
             not_before = timestamp
             position = self.time_map.lookup(timestamp)
             if position is None:
+                position = await self.log.position_at(timestamp)
+            if position is None:
                 position = await self.log.oldest_position()
         if position is None:
             position = self._position

@@ -316,3 +316,49 @@ async def test_retention_purges_old_changes(
         assert err.value.code is Code.OUT_OF_RANGE
         kept = await _read_log(stream.log, cut, end)
         assert [int(t.changes[0].pk[0]) for t in kept if t.changes] == [3, 4, 5]
+
+
+@pytest.mark.mysql
+async def test_mariadb_timestamp_start_bisects_the_binlog_files(
+    make_database: Callable[..., str],
+) -> None:
+    async with _tablet("mysql", make_database) as tablet:
+        stream = await tablet.change_stream()
+        ph = tablet.placeholder
+        flush = "FLUSH BINARY LOGS"
+        before_a = await stream.log.current_position()
+        await tablet.execute(flush, [])
+        for i in range(2):
+            await tablet.execute(f"INSERT INTO t (id, v, n) VALUES ({ph}, 'a', 0)", [i])
+        await tablet.execute(flush, [])
+        await asyncio.sleep(2.1)  # more than the binlog's 1-second resolution
+        for i in range(2, 4):
+            await tablet.execute(f"INSERT INTO t (id, v, n) VALUES ({ph}, 'b', 0)", [i])
+        await tablet.execute(flush, [])
+        await tablet.execute(f"INSERT INTO t (id, v, n) VALUES ({ph}, 'c', 0)", [4])
+        end = await stream.log.current_position()
+        txs = [t for t in await _read_log(stream.log, await stream.log.oldest_position(), end)
+               if t.changes and t.changes[0].table == "t"]
+        b_time = txs[2].token.timestamp
+
+        # Whole files only: the bisection lands at the start of the 'a' file (the
+        # 'b' file starts too late), not at the oldest position of the binlog.
+        start = await stream.log.position_at(b_time)
+        assert start is not None
+        assert position_key(before_a) <= position_key(start)
+        assert position_key(start) < position_key(txs[0].token.position)
+        # A stream with an empty time map starts there and delivers exactly b, b, c.
+        from shardgate.tablet.stream import TabletStream
+
+        fresh = TabletStream(open_change_log(stream.log.url, SHARD))
+        try:
+            sub = fresh.subscribe(timestamp=b_time, heartbeat_s=0.2)
+            got: list[Transaction] = []
+            try:
+                await _collect_until(sub, end, got)
+            finally:
+                await sub.aclose()  # type: ignore[attr-defined]
+            got = [t for t in got if t.changes and t.changes[0].table == "t"]
+            assert [int(t.changes[0].pk[0]) for t in got] == [2, 3, 4]
+        finally:
+            await fresh.close()
