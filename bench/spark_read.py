@@ -10,7 +10,8 @@ shardgate writer (reported as writer rows/s). Then, in the same Spark session
 * Spark's JDBC reader, one read per shard database, unioned (Debian's
   ``libpostgresql-jdbc-java``, ``.option("driver", "org.postgresql.Driver")``).
 
-Prints rows/s of each and the ratio shardgate/JDBC (goal: >= 1.0). If the
+Prints rows/s of each (medians of ``--rounds`` interleaved timed reads) and
+the ratio shardgate/JDBC (goal: >= 1.0). If the
 change streams are built, it also runs the dump job once and reports its
 catch-up rate (change events applied per second).
 
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -69,7 +71,7 @@ def timed(fn: Any) -> float:
     return time.perf_counter() - start
 
 
-def main(rows: int) -> None:
+def main(rows: int, rounds: int) -> None:
     names = [f"sg_bench_spark_{i}" for i in range(SHARDS)]
     urls = [fresh_database(n) for n in names]
     ranges = KeyRange().split(SHARDS)
@@ -128,13 +130,18 @@ def main(rows: int) -> None:
 
         shardgate_read()  # warm up both paths once (Python workers, JDBC classes)
         jdbc_read()
-        sg = timed(shardgate_read)
-        jd = timed(jdbc_read)
+        sgs: list[float] = []
+        jds: list[float] = []
+        for _ in range(rounds):  # interleaved: load from elsewhere hits both alike
+            sgs.append(timed(shardgate_read))
+            jds.append(timed(jdbc_read))
+        sg, jd = statistics.median(sgs), statistics.median(jds)
         print(f"{'what':<28}{'seconds':>10}{'rows/s':>14}")
         print(f"{'writer (4 PG shards)':<28}{w:>10.2f}{rows / w:>14.0f}")
         print(f"{'shardgate reader':<28}{sg:>10.2f}{rows / sg:>14.0f}")
         print(f"{'Spark JDBC reader (union)':<28}{jd:>10.2f}{rows / jd:>14.0f}")
-        print(f"ratio shardgate/JDBC: {jd / sg:.2f}x")
+        print(f"ratio shardgate/JDBC: {jd / sg:.2f}x (medians of {rounds} interleaved rounds; "
+              f"per round: {', '.join(f'{j / g:.2f}' for g, j in zip(sgs, jds, strict=True))})")
         dump_rate(spark, cluster, urls, rows, tmp)
     finally:
         spark.stop()
@@ -160,6 +167,7 @@ def dump_rate(spark: Any, cluster: Path, urls: list[str], rows: int, tmp: Path) 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--rows", type=int, default=1_000_000)
+    ap.add_argument("--rounds", type=int, default=3, help="interleaved timed rounds")
     ap.add_argument("--smoke", action="store_true", help="a short run (10k rows), for CI")
     args = ap.parse_args()
-    main(10_000 if args.smoke else args.rows)
+    main(10_000 if args.smoke else args.rows, 1 if args.smoke else args.rounds)
