@@ -38,12 +38,13 @@ import select
 import threading
 import weakref
 from abc import abstractmethod
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, TypeVar
 
 from shardgate.backends.base import Backend, Connection
 from shardgate.backends.urls import redacted
-from shardgate.errors import FailedPrecondition, InvalidArgument, ShardgateError
+from shardgate.errors import Code, FailedPrecondition, InvalidArgument, ShardgateError
+from shardgate.result import Result
 
 T = TypeVar("T")
 
@@ -61,6 +62,96 @@ class PooledConnection(Connection):
     def looks_alive(self) -> bool:
         """Cheap local check (no round trip) before an idle connection is lent."""
         return not self.broken
+
+
+class ThreadedConnection(PooledConnection):
+    """A pooled connection whose blocking driver runs on its own :class:`Worker` thread.
+
+    The SQLite and MariaDB backends share this; each supplies the calls that run
+    on the thread (``_execute_sync``, ``_executemany_sync``, ``_open_stream_sync``,
+    ``_fetch_sync``), its error ``_translate`` and the two hooks that differ:
+    what a cancelled call does to the connection (:meth:`_cancelled`) and how a
+    stream ends (:meth:`_end_stream`).
+
+    Invariants: a driver error reaches the caller translated, with a code; an
+    ``UNAVAILABLE`` one or a cancellation mid-call marks the connection
+    ``broken`` (the pool then closes it instead of lending it again); a stream
+    counts itself in ``open_streams`` while open and, finalised after its loan
+    ended, leaves the connection alone.
+    """
+
+    _worker: Worker
+    _safe_url: str
+
+    @staticmethod
+    @abstractmethod
+    def _translate(exc: BaseException, safe_url: str) -> ShardgateError: ...
+
+    @abstractmethod
+    def _execute_sync(self, sql: str, params: Sequence[Any]) -> Result: ...
+
+    @abstractmethod
+    def _executemany_sync(self, sql: str, seq_of_params: Sequence[Sequence[Any]]) -> int: ...
+
+    @abstractmethod
+    def _open_stream_sync(self, sql: str, params: Sequence[Any]) -> tuple[Any, list[str]]: ...
+
+    @abstractmethod
+    def _fetch_sync(self, cur: Any, n: int) -> list[tuple[Any, ...]]: ...
+
+    def _check_open(self) -> None:
+        """Raise if the connection may not take calls any more (default: it may)."""
+
+    def _cancelled(self) -> None:
+        """A caller was cancelled while its call runs on the thread."""
+        self.broken = True
+
+    @abstractmethod
+    async def _end_stream(self, cur: Any, *, done: bool, same_loan: bool) -> None:
+        """Close a stream's cursor: read to the end (``done``) or abandoned early;
+        ``same_loan`` is False when the connection was released meanwhile."""
+
+    async def _call(self, fn: Callable[..., T], *args: Any) -> T:
+        self._check_open()
+        try:
+            return await self._worker.run(fn, *args)
+        except ShardgateError:
+            raise
+        except asyncio.CancelledError:
+            self._cancelled()
+            raise
+        except Exception as exc:
+            err = self._translate(exc, self._safe_url)
+            if err.code is Code.UNAVAILABLE:
+                self.broken = True
+            raise err from exc
+
+    async def execute(self, sql: str, params: Sequence[Any] = ()) -> Result:
+        return await self._call(self._execute_sync, sql, params)
+
+    async def executemany(self, sql: str, seq_of_params: Sequence[Sequence[Any]]) -> int:
+        return await self._call(self._executemany_sync, sql, seq_of_params)
+
+    async def stream(
+        self, sql: str, params: Sequence[Any] = (), batch_size: int = 1000
+    ) -> AsyncIterator[tuple[list[str], list[tuple[Any, ...]]]]:
+        if batch_size < 1:
+            raise InvalidArgument(f"batch_size must be >= 1, not {batch_size}")
+        cur, fields = await self._call(self._open_stream_sync, sql, params)
+        loan = self.loans
+        self.open_streams += 1
+        done = False
+        try:
+            while True:
+                rows = await self._call(self._fetch_sync, cur, batch_size)
+                if rows:
+                    yield fields, rows
+                if len(rows) < batch_size:
+                    break
+            done = True
+        finally:
+            self.open_streams -= 1
+            await self._end_stream(cur, done=done, same_loan=self.loans == loan)
 
 
 def socket_looks_alive(fd: int) -> bool:

@@ -39,17 +39,22 @@ Invariants:
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import hashlib
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import pymysql
 import pymysql.cursors
 from pymysql.constants import CLIENT
 
-from shardgate.backends._pool import PooledBackend, PooledConnection, Worker, socket_looks_alive
+from shardgate.backends._pool import (
+    PooledBackend,
+    PooledConnection,
+    ThreadedConnection,
+    Worker,
+    socket_looks_alive,
+)
 from shardgate.backends.base import LeaseHandle, check_xid
 from shardgate.backends.urls import parse_url
 from shardgate.errors import (
@@ -124,8 +129,10 @@ def translate_connect(exc: BaseException, safe_url: str) -> ShardgateError:
     return err
 
 
-class MySQLConnection(PooledConnection):
+class MySQLConnection(ThreadedConnection):
     """One PyMySQL connection and the thread that owns it."""
+
+    _translate = staticmethod(translate)
 
     def __init__(self, worker: Worker, raw: Any, safe_url: str) -> None:
         self._worker = worker
@@ -197,8 +204,7 @@ class MySQLConnection(PooledConnection):
             raise
         return cur, [d[0] for d in cur.description or ()]
 
-    @staticmethod
-    def _fetch_sync(cur: Any, n: int) -> list[tuple[Any, ...]]:
+    def _fetch_sync(self, cur: Any, n: int) -> list[tuple[Any, ...]]:
         return list(cur.fetchmany(n))
 
     def _abandon_stream_sync(self, cur: Any) -> None:
@@ -224,59 +230,25 @@ class MySQLConnection(PooledConnection):
 
     # -- the Connection contract ----------------------------------------------
 
-    async def _call(self, fn: Any, *args: Any) -> Any:
+    def _check_open(self) -> None:
         if self._closed:
             raise Unavailable(f"connection to shard database {self._safe_url} is closed")
-        try:
-            return await self._worker.run(fn, *args)
-        except asyncio.CancelledError:
-            # The statement still runs on the thread; do not lend the
-            # connection again (close() will not wait for it either).
+
+    def _cancelled(self) -> None:
+        # The statement still runs on the thread; do not lend the connection
+        # again (close() will not wait for it either).
+        self.broken = True
+
+    async def _end_stream(self, cur: Any, *, done: bool, same_loan: bool) -> None:
+        if not same_loan or self._closed:
+            return  # finalised late: the connection was released (and closed) meanwhile
+        if done or self.in_transaction:
+            if not self.broken:
+                await self._call(cur.close)
+        else:
+            # Abandoned early: closing the connection beats draining the rest.
             self.broken = True
-            raise
-        except Exception as exc:
-            err = translate(exc, self._safe_url)
-            if err.code is Code.UNAVAILABLE:
-                self.broken = True
-            raise err from exc
-
-    async def execute(self, sql: str, params: Sequence[Any] = ()) -> Result:
-        result: Result = await self._call(self._execute_sync, sql, params)
-        return result
-
-    async def executemany(self, sql: str, seq_of_params: Sequence[Sequence[Any]]) -> int:
-        count: int = await self._call(self._executemany_sync, sql, seq_of_params)
-        return count
-
-    async def stream(
-        self, sql: str, params: Sequence[Any] = (), batch_size: int = 1000
-    ) -> AsyncIterator[tuple[list[str], list[tuple[Any, ...]]]]:
-        if batch_size < 1:
-            raise InvalidArgument(f"batch_size must be >= 1, not {batch_size}")
-        fields: list[str]
-        cur, fields = await self._call(self._open_stream_sync, sql, params)
-        loan = self.loans
-        self.open_streams += 1
-        done = False
-        try:
-            while True:
-                rows: list[tuple[Any, ...]] = await self._call(self._fetch_sync, cur, batch_size)
-                if rows:
-                    yield fields, rows
-                if len(rows) < batch_size:
-                    break
-            done = True
-        finally:
-            self.open_streams -= 1
-            if self.loans != loan or self._closed:
-                pass  # finalised late: the connection was released (and closed) meanwhile
-            elif done or self.in_transaction:
-                if not self.broken:
-                    await self._call(cur.close)
-            else:
-                # Abandoned early: closing the connection beats draining the rest.
-                self.broken = True
-                await self._worker.run(self._abandon_stream_sync, cur)
+            await self._worker.run(self._abandon_stream_sync, cur)
 
     async def begin(self) -> None:
         await self._call(self._execute_sync, "START TRANSACTION", ())

@@ -41,12 +41,13 @@ import contextlib
 import fcntl
 import os
 import sqlite3
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from shardgate.backends._pool import (
     PooledBackend,
     PooledConnection,
+    ThreadedConnection,
     Worker,
     WorkerStopped,
     is_insert,
@@ -163,8 +164,10 @@ def _open(path: str, busy_timeout_ms: int) -> sqlite3.Connection:
     return raw
 
 
-class SQLiteConnection(PooledConnection):
+class SQLiteConnection(ThreadedConnection):
     """One ``sqlite3.Connection`` and the thread that owns it."""
+
+    _translate = staticmethod(translate)
 
     def __init__(self, worker: Worker, raw: sqlite3.Connection, safe_url: str) -> None:
         self._worker = worker
@@ -245,7 +248,7 @@ class SQLiteConnection(PooledConnection):
         finally:
             self._in_tx = self._db().in_transaction
 
-    def _open_cursor_sync(
+    def _open_stream_sync(
         self, sql: str, params: Sequence[Any]
     ) -> tuple[sqlite3.Cursor, list[str]]:
         cur = self._db().execute(sql, params)
@@ -259,55 +262,18 @@ class SQLiteConnection(PooledConnection):
 
     # -- the Connection contract ----------------------------------------------
 
-    async def _call(self, fn: Any, *args: Any) -> Any:
-        try:
-            return await self._worker.run(fn, *args)
-        except ShardgateError:
-            raise
-        except asyncio.CancelledError:
-            # Stop the statement still running on the thread (thread-safe in
-            # SQLite). The interrupt can also hit statements started before
-            # every open one finished, so the connection is not reused.
-            self.broken = True
-            if self._raw is not None:
-                self._raw.interrupt()
-            raise
-        except Exception as exc:
-            err = translate(exc, self._safe_url)
-            if err.code is Code.UNAVAILABLE:
-                self.broken = True
-            raise err from exc
+    def _cancelled(self) -> None:
+        # Stop the statement still running on the thread (thread-safe in SQLite).
+        # The interrupt can also hit statements started before every open one
+        # finished, so the connection is not reused.
+        self.broken = True
+        if self._raw is not None:
+            self._raw.interrupt()
 
-    async def execute(self, sql: str, params: Sequence[Any] = ()) -> Result:
-        result: Result = await self._call(self._execute_sync, sql, params)
-        return result
-
-    async def executemany(self, sql: str, seq_of_params: Sequence[Sequence[Any]]) -> int:
-        count: int = await self._call(self._executemany_sync, sql, seq_of_params)
-        return count
-
-    async def stream(
-        self, sql: str, params: Sequence[Any] = (), batch_size: int = 1000
-    ) -> AsyncIterator[tuple[list[str], list[tuple[Any, ...]]]]:
-        if batch_size < 1:
-            raise InvalidArgument(f"batch_size must be >= 1, not {batch_size}")
-        cur: sqlite3.Cursor
-        fields: list[str]
-        cur, fields = await self._call(self._open_cursor_sync, sql, params)
-        loan = self.loans
-        self.open_streams += 1
-        try:
-            while True:
-                rows: list[tuple[Any, ...]] = await self._call(self._fetch_sync, cur, batch_size)
-                if rows:
-                    yield fields, rows
-                if len(rows) < batch_size:
-                    break
-        finally:
-            self.open_streams -= 1
-            if self.loans == loan and not self.broken:
-                with contextlib.suppress(sqlite3.Error, WorkerStopped):
-                    await self._worker.run(cur.close)
+    async def _end_stream(self, cur: Any, *, done: bool, same_loan: bool) -> None:
+        if same_loan and not self.broken:
+            with contextlib.suppress(sqlite3.Error, WorkerStopped):
+                await self._worker.run(cur.close)
 
     async def begin(self) -> None:
         await self.execute("BEGIN IMMEDIATE")
