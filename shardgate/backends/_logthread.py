@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from abc import abstractmethod
 from collections.abc import AsyncIterator, Callable
 
-from shardgate.backends.changes import LogItem
+from shardgate.backends.changes import DEFAULT_HEARTBEAT_S, ChangeLog, LogItem
+from shardgate.errors import Code, ShardgateError
 
 POLL_S = 0.1
 QUEUE_BATCHES = 64
@@ -87,3 +89,57 @@ async def run_in_thread(
         while not handoff.queue.empty():
             handoff.queue.get_nowait()
         await asyncio.get_running_loop().run_in_executor(None, thread.join)
+
+
+class ThreadedChangeLog(ChangeLog):
+    """A change log read by a blocking replication client in a thread of its own.
+
+    :meth:`read` refuses a start older than :meth:`oldest_position` with
+    ``OUT_OF_RANGE`` (never silently later: PostgreSQL would move it forward),
+    then runs :meth:`_stream` in a thread that hands items over through a
+    :class:`Handoff`; driver errors reach the reader translated by
+    :meth:`_translator`.
+    """
+
+    #: the thread's name prefix and what the log is called in errors
+    thread_name = "log"
+    log_name = "log"
+
+    @abstractmethod
+    def _stream(self, handoff: Handoff, start: str, heartbeat_s: float) -> None:
+        """Follow the log from ``start`` until ``handoff.stop`` is set (blocking)."""
+
+    @abstractmethod
+    def _translator(self) -> Callable[[BaseException], BaseException]: ...
+
+    @staticmethod
+    @abstractmethod
+    def _order(position: str) -> tuple[int, ...]:
+        """Sort key of a position of this log."""
+
+    def read(
+        self, start: str | None, *, heartbeat_s: float = DEFAULT_HEARTBEAT_S
+    ) -> AsyncIterator[LogItem]:
+        return self._read(start, heartbeat_s)
+
+    async def _read(self, start: str | None, heartbeat_s: float) -> AsyncIterator[LogItem]:
+        oldest = await self.oldest_position()
+        if start is None:
+            start = await self.current_position()
+        if self._order(start) < self._order(oldest):
+            raise ShardgateError(
+                f"position {start} of {self.shard} is no longer in the {self.log_name} (it "
+                f"starts at {oldest}): restart from a newer token or a recent timestamp",
+                code=Code.OUT_OF_RANGE,
+            )
+        begin = start
+        items = run_in_thread(
+            f"{self.thread_name} {self.shard}",
+            lambda handoff: self._stream(handoff, begin, heartbeat_s),
+            self._translator(),
+        )
+        try:
+            async for item in items:
+                yield item
+        finally:
+            await items.aclose()  # type: ignore[attr-defined]

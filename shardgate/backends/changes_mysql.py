@@ -33,7 +33,7 @@ import asyncio
 import math
 import secrets
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any
 
 import pymysql
@@ -46,13 +46,11 @@ from pymysqlreplication.event import (
 )
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
-from shardgate.backends._logthread import Handoff, run_in_thread
+from shardgate.backends._logthread import Handoff, ThreadedChangeLog
 from shardgate.backends.changes import (
-    DEFAULT_HEARTBEAT_S,
     DELETE,
     INSERT,
     UPDATE,
-    ChangeLog,
     Heartbeat,
     LogItem,
     RowChange,
@@ -96,8 +94,11 @@ def _translate(url: str) -> Callable[[BaseException], BaseException]:
     return translate
 
 
-class MySQLChangeLog(ChangeLog):
+class MySQLChangeLog(ThreadedChangeLog):
     """The binlog of one MariaDB shard database (rows of its schema only)."""
+
+    thread_name = "binlog"
+    log_name = "binlog"
 
     position_sql = "SELECT @@gtid_binlog_pos"
     purged_by_tablet = False  # server-wide: binlog_expire_logs_seconds decides
@@ -254,31 +255,12 @@ class MySQLChangeLog(ChangeLog):
     async def drop(self) -> None:
         return None  # nothing was created on the server
 
-    def read(
-        self, start: str | None, *, heartbeat_s: float = DEFAULT_HEARTBEAT_S
-    ) -> AsyncIterator[LogItem]:
-        return self._read(start, heartbeat_s)
+    def _translator(self) -> Callable[[BaseException], BaseException]:
+        return _translate(self._safe)
 
-    async def _read(self, start: str | None, heartbeat_s: float) -> AsyncIterator[LogItem]:
-        if start is None:
-            start = await self.current_position()
-        oldest = await self.oldest_position()
-        if position_key(start) < position_key(oldest):
-            raise ShardgateError(
-                f"position {start} of {self.shard} is no longer in the binlog (it starts after "
-                f"{oldest}): restart from a newer token or a recent timestamp",
-                code=Code.OUT_OF_RANGE,
-            )
-        items = run_in_thread(
-            f"binlog {self.shard}",
-            lambda handoff: self._stream(handoff, start, heartbeat_s),
-            _translate(self._safe),
-        )
-        try:
-            async for item in items:
-                yield item
-        finally:
-            await items.aclose()  # type: ignore[attr-defined]
+    @staticmethod
+    def _order(position: str) -> tuple[int, ...]:
+        return position_key(position)
 
     def _stream(self, handoff: Handoff, start: str, heartbeat_s: float) -> None:
         stream = BinLogStreamReader(

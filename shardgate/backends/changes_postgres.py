@@ -39,7 +39,7 @@ import secrets
 import select
 import struct
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
 
@@ -47,13 +47,11 @@ import psycopg2
 import psycopg2.extensions
 import psycopg2.extras
 
-from shardgate.backends._logthread import Handoff, run_in_thread
+from shardgate.backends._logthread import Handoff, ThreadedChangeLog
 from shardgate.backends.changes import (
-    DEFAULT_HEARTBEAT_S,
     DELETE,
     INSERT,
     UPDATE,
-    ChangeLog,
     Heartbeat,
     LogItem,
     RowChange,
@@ -236,8 +234,11 @@ def _translate(url: str) -> Callable[[BaseException], BaseException]:
     return translate
 
 
-class PostgresChangeLog(ChangeLog):
+class PostgresChangeLog(ThreadedChangeLog):
     """The logical replication log of one PostgreSQL shard database."""
+
+    thread_name = "pg-log"
+    log_name = "log"
 
     position_sql = "SELECT pg_current_wal_lsn()::text"
 
@@ -358,31 +359,12 @@ class PostgresChangeLog(ChangeLog):
 
     # -- reading --------------------------------------------------------------------
 
-    def read(
-        self, start: str | None, *, heartbeat_s: float = DEFAULT_HEARTBEAT_S
-    ) -> AsyncIterator[LogItem]:
-        return self._read(start, heartbeat_s)
+    def _translator(self) -> Callable[[BaseException], BaseException]:
+        return _translate(self._safe)
 
-    async def _read(self, start: str | None, heartbeat_s: float) -> AsyncIterator[LogItem]:
-        oldest = await self.oldest_position()
-        if start is None:
-            start = await self.current_position()
-        if lsn_to_int(start) < lsn_to_int(oldest):
-            raise ShardgateError(
-                f"position {start} of {self.shard} is no longer in the log (it starts at "
-                f"{oldest}): restart from a newer token or a recent timestamp",
-                code=Code.OUT_OF_RANGE,
-            )
-        items = run_in_thread(
-            f"pg-log {self.shard}",
-            lambda handoff: self._stream(handoff, start, heartbeat_s),
-            _translate(self._safe),
-        )
-        try:
-            async for item in items:
-                yield item
-        finally:
-            await items.aclose()  # type: ignore[attr-defined]
+    @staticmethod
+    def _order(position: str) -> tuple[int, ...]:
+        return (lsn_to_int(position),)
 
     def _stream(self, handoff: Handoff, start: str, heartbeat_s: float) -> None:
         catalog = psycopg2.connect(self._dsn)
