@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 import grpc
@@ -29,7 +29,8 @@ import grpc
 from shardgate.api import convert, queue_convert, stream_convert
 from shardgate.api import shardgate_pb2 as pb
 from shardgate.api import shardgate_pb2_grpc as pb_grpc
-from shardgate.errors import Code, NotFound, ShardgateError, Unavailable
+from shardgate.api.handlers import Ctx, relay, streaming, unary
+from shardgate.errors import NotFound, ShardgateError, Unavailable
 from shardgate.gate import Gate, Session
 
 log = logging.getLogger(__name__)
@@ -41,18 +42,6 @@ GRPC_OPTIONS = [
     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
     ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
 ]
-
-#: shardgate code -> gRPC status code; the names are the same by design.
-STATUS_BY_CODE: dict[Code, grpc.StatusCode] = {c: grpc.StatusCode[c.value] for c in Code}
-
-
-def status_of(exc: Exception) -> tuple[grpc.StatusCode, str]:
-    """The gRPC status code and details that report ``exc`` to the client."""
-    if isinstance(exc, ShardgateError):
-        return STATUS_BY_CODE[exc.code], exc.message
-    log.exception("unexpected error in the gate service")
-    return grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}: {exc}"
-
 
 @dataclass
 class _Entry:
@@ -77,173 +66,126 @@ class GateServicer(pb_grpc.GateServicer):
             raise NotFound(f"session {session_id} expired, start a new one (send session_id 0)")
         return found
 
-    async def Execute(
-        self, request: pb.ExecuteRequest, context: grpc.aio.ServicerContext
-    ) -> pb.ExecuteResponse:
+    @unary(pb.ExecuteResponse)
+    async def Execute(self, request: pb.ExecuteRequest, context: Ctx) -> pb.ExecuteResponse:
         """Run one statement in the request's session."""
-        try:
-            entry = self._entry(request.session_id, _keyspace(request))
-            bind_vars = convert.from_bind_vars(request.bind_vars)
-            async with entry.lock:
-                result = await self.gate.execute(entry.session, request.sql, bind_vars,
-                                                 options=convert.options_of(request))
-            return convert.execute_response(entry.session.id, result,
-                                            entry.session.in_transaction)
-        except Exception as exc:
-            _fail(context, exc)
-            return pb.ExecuteResponse()
+        entry = self._entry(request.session_id, _keyspace(request))
+        bind_vars = convert.from_bind_vars(request.bind_vars)
+        async with entry.lock:
+            result = await self.gate.execute(entry.session, request.sql, bind_vars,
+                                             options=convert.options_of(request))
+        return convert.execute_response(entry.session.id, result, entry.session.in_transaction)
 
+    @unary(pb.ExecuteBatchResponse)
     async def ExecuteBatch(
-        self, request: pb.ExecuteBatchRequest, context: grpc.aio.ServicerContext
+        self, request: pb.ExecuteBatchRequest, context: Ctx
     ) -> pb.ExecuteBatchResponse:
         """Run several statements; each gets its result or its error."""
-        try:
-            entry = self._entry(request.session_id, _keyspace(request))
-            queries = [(q.sql, convert.from_bind_vars(q.bind_vars)) for q in request.queries]
-            async with entry.lock:
-                outcomes = await self.gate.execute_batch(
-                    entry.session, queries, as_transaction=request.as_transaction
-                )
-            results = []
-            for out in outcomes:
-                if isinstance(out, ShardgateError):
-                    results.append(pb.BatchResult(
-                        error=pb.QueryError(code=out.code.value, message=out.message)))
-                else:
-                    results.append(pb.BatchResult(
-                        result=convert.execute_response(entry.session.id, out)))
-            return pb.ExecuteBatchResponse(session_id=entry.session.id, results=results)
-        except Exception as exc:
-            _fail(context, exc)
-            return pb.ExecuteBatchResponse()
+        entry = self._entry(request.session_id, _keyspace(request))
+        queries = [(q.sql, convert.from_bind_vars(q.bind_vars)) for q in request.queries]
+        async with entry.lock:
+            outcomes = await self.gate.execute_batch(
+                entry.session, queries, as_transaction=request.as_transaction
+            )
+        results = []
+        for out in outcomes:
+            if isinstance(out, ShardgateError):
+                results.append(pb.BatchResult(
+                    error=pb.QueryError(code=out.code.value, message=out.message)))
+            else:
+                results.append(pb.BatchResult(
+                    result=convert.execute_response(entry.session.id, out)))
+        return pb.ExecuteBatchResponse(session_id=entry.session.id, results=results)
 
+    @streaming
     async def StreamExecute(
-        self, request: pb.StreamExecuteRequest, context: grpc.aio.ServicerContext
+        self, request: pb.StreamExecuteRequest, context: Ctx
     ) -> AsyncIterator[pb.StreamExecuteResponse]:
         """Run one statement and stream its result chunks."""
-        try:
-            entry = self._entry(request.session_id, _keyspace(request))
-            bind_vars = convert.from_bind_vars(request.bind_vars)
-            async with entry.lock:
-                chunks = self.gate.stream_execute(entry.session, request.sql, bind_vars)
-                try:
-                    async for chunk in chunks:
-                        yield convert.stream_response(entry.session.id, chunk)
-                finally:
-                    if isinstance(chunks, AsyncGenerator):
-                        await chunks.aclose()
-        except Exception as exc:
-            _fail(context, exc)
+        entry = self._entry(request.session_id, _keyspace(request))
+        bind_vars = convert.from_bind_vars(request.bind_vars)
+        async with entry.lock:
+            chunks = self.gate.stream_execute(entry.session, request.sql, bind_vars)
+            sid = entry.session.id
+            async for response in relay(chunks, lambda c: convert.stream_response(sid, c)):
+                yield response
 
+    @unary(pb.ExplainPlanResponse)
     async def ExplainPlan(
-        self, request: pb.ExplainPlanRequest, context: grpc.aio.ServicerContext
+        self, request: pb.ExplainPlanRequest, context: Ctx
     ) -> pb.ExplainPlanResponse:
         """The plan of a statement as JSON, in the session's (or given) keyspace."""
-        try:
-            if request.session_id:
-                keyspace = self._entry(request.session_id, None).session.keyspace
-            else:
-                keyspace = self.gate.session(_keyspace(request)).keyspace
-            plan = self.gate.explain(request.sql, keyspace)
-            return pb.ExplainPlanResponse(plan_json=json.dumps(plan, default=str))
-        except Exception as exc:
-            _fail(context, exc)
-            return pb.ExplainPlanResponse()
+        if request.session_id:
+            keyspace = self._entry(request.session_id, None).session.keyspace
+        else:
+            keyspace = self.gate.session(_keyspace(request)).keyspace
+        plan = self.gate.explain(request.sql, keyspace)
+        return pb.ExplainPlanResponse(plan_json=json.dumps(plan, default=str))
 
+    @unary(pb.CloseSessionResponse)
     async def CloseSession(
-        self, request: pb.CloseSessionRequest, context: grpc.aio.ServicerContext
+        self, request: pb.CloseSessionRequest, context: Ctx
     ) -> pb.CloseSessionResponse:
         """Roll back the session's open transaction and forget it."""
-        try:
-            entry = self.sessions.pop(request.session_id, None)
-            if entry is not None:
-                async with entry.lock:
-                    if entry.session.in_transaction:
-                        await self.gate.rollback(entry.session)
-            return pb.CloseSessionResponse()
-        except Exception as exc:
-            _fail(context, exc)
-            return pb.CloseSessionResponse()
+        entry = self.sessions.pop(request.session_id, None)
+        if entry is not None:
+            async with entry.lock:
+                if entry.session.in_transaction:
+                    await self.gate.rollback(entry.session)
+        return pb.CloseSessionResponse()
 
-
+    @streaming
     async def QueueReceive(
-        self, request: pb.QueueReceiveRequest, context: grpc.aio.ServicerContext
+        self, request: pb.QueueReceiveRequest, context: Ctx
     ) -> AsyncIterator[pb.QueueReceiveResponse]:
         """Stream fired events of a queue: the fields first, then batches."""
-        try:
-            stream = self.gate.queue_receive(
-                request.keyspace, request.queue,
-                shard=request.shard if request.HasField("shard") else None,
-                key_range=request.key_range if request.HasField("key_range") else None,
-                max_batch=request.max_batch)
-            try:
-                async for batch in stream:
-                    yield queue_convert.batch_response(batch)
-            finally:
-                if isinstance(stream, AsyncGenerator):
-                    await stream.aclose()
-        except Exception as exc:
-            _fail(context, exc)
+        stream = self.gate.queue_receive(
+            request.keyspace, request.queue,
+            shard=request.shard if request.HasField("shard") else None,
+            key_range=request.key_range if request.HasField("key_range") else None,
+            max_batch=request.max_batch)
+        async for response in relay(stream, queue_convert.batch_response):
+            yield response
 
+    @streaming
     async def UpdateStream(
-        self, request: pb.UpdateStreamRequest, context: grpc.aio.ServicerContext
+        self, request: pb.UpdateStreamRequest, context: Ctx
     ) -> AsyncIterator[pb.UpdateStreamResponse]:
         """Stream the change stream of a keyspace or key range."""
-        try:
-            start: float | str | None = None
-            if request.HasField("start_position"):
-                start = request.start_position
-            elif request.HasField("start_timestamp"):
-                start = request.start_timestamp
-            stream = self.gate.update_stream(
-                request.keyspace,
-                request.key_range if request.HasField("key_range") else None,
-                start,
-                heartbeat_s=request.heartbeat_seconds or 1.0,
-            )
-            try:
-                async for event in stream:
-                    yield stream_convert.event_response(event)
-            finally:
-                if isinstance(stream, AsyncGenerator):
-                    await stream.aclose()
-        except Exception as exc:
-            _fail(context, exc)
+        start: float | str | None = None
+        if request.HasField("start_position"):
+            start = request.start_position
+        elif request.HasField("start_timestamp"):
+            start = request.start_timestamp
+        stream = self.gate.update_stream(
+            request.keyspace,
+            request.key_range if request.HasField("key_range") else None,
+            start,
+            heartbeat_s=request.heartbeat_seconds or 1.0,
+        )
+        async for response in relay(stream, stream_convert.event_response):
+            yield response
 
-    async def QueueAck(
-        self, request: pb.QueueAckRequest, context: grpc.aio.ServicerContext
-    ) -> pb.QueueAckResponse:
+    @unary(pb.QueueAckResponse)
+    async def QueueAck(self, request: pb.QueueAckRequest, context: Ctx) -> pb.QueueAckResponse:
         """Ack events of one shard; returns once the ack is committed."""
-        try:
-            n = await self.gate.queue_ack(request.keyspace, request.queue, request.shard,
-                                          list(request.ids))
-            return pb.QueueAckResponse(acked=n)
-        except Exception as exc:
-            _fail(context, exc)
-            return pb.QueueAckResponse()
+        n = await self.gate.queue_ack(request.keyspace, request.queue, request.shard,
+                                      list(request.ids))
+        return pb.QueueAckResponse(acked=n)
 
+    @unary(pb.QueueStatsResponse)
     async def QueueStats(
-        self, request: pb.QueueStatsRequest, context: grpc.aio.ServicerContext
+        self, request: pb.QueueStatsRequest, context: Ctx
     ) -> pb.QueueStatsResponse:
         """Per-shard figures of a queue, as JSON."""
-        try:
-            stats = await self.gate.queue_stats(request.keyspace, request.queue)
-            return pb.QueueStatsResponse(stats_json=json.dumps(stats, default=str))
-        except Exception as exc:
-            _fail(context, exc)
-            return pb.QueueStatsResponse()
+        stats = await self.gate.queue_stats(request.keyspace, request.queue)
+        return pb.QueueStatsResponse(stats_json=json.dumps(stats, default=str))
 
 
 def _keyspace(
     request: pb.ExecuteRequest | pb.StreamExecuteRequest | pb.ExplainPlanRequest,
 ) -> str | None:
     return request.keyspace if request.HasField("keyspace") else None
-
-
-def _fail(context: grpc.aio.ServicerContext, exc: Exception) -> None:
-    code, details = status_of(exc)
-    context.set_code(code)
-    context.set_details(details)
 
 
 async def serve(gate: Gate, host: str = "127.0.0.1", port: int = 0) -> tuple[grpc.aio.Server, int]:

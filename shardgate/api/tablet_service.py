@@ -8,15 +8,17 @@ connection's tablet process stops (as with an in-process tablet).
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncIterator
 
 import grpc
 
 from shardgate.api import convert, queue_convert
 from shardgate.api import shardgate_pb2 as pb
 from shardgate.api import shardgate_pb2_grpc as pb_grpc
-from shardgate.api.server import GRPC_OPTIONS, _fail
+from shardgate.api.handlers import Ctx, relay, streaming, unary
+from shardgate.api.server import GRPC_OPTIONS
 from shardgate.errors import Unavailable
+from shardgate.result import Row
 from shardgate.tablet import Tablet
 from shardgate.tablet.queue_service import receive_batches
 
@@ -31,93 +33,71 @@ class TabletServicer(pb_grpc.TabletServicer):
         return pb.TabletInfoResponse(keyspace=t.keyspace, shard=t.shard, dialect=t.dialect,
                                      placeholder=t.placeholder)
 
-    async def Execute(self, request: pb.TabletExecuteRequest,
-                      context: grpc.aio.ServicerContext) -> pb.ExecuteResponse:
-        try:
-            params = [convert.from_value(v) for v in request.params]
-            result = await self.tablet.execute(request.sql, params,
-                                               request.transaction_id or None,
-                                               convert.options_of(request))
-            return convert.execute_response(0, result)
-        except Exception as exc:
-            _fail(context, exc)
-            return pb.ExecuteResponse()
+    @unary(pb.ExecuteResponse)
+    async def Execute(self, request: pb.TabletExecuteRequest, context: Ctx) -> pb.ExecuteResponse:
+        params = [convert.from_value(v) for v in request.params]
+        result = await self.tablet.execute(request.sql, params, request.transaction_id or None,
+                                           convert.options_of(request))
+        return convert.execute_response(0, result)
 
-    async def StreamExecute(self, request: pb.TabletExecuteRequest,
-                            context: grpc.aio.ServicerContext
-                            ) -> AsyncIterator[pb.StreamExecuteResponse]:
-        try:
-            params = [convert.from_value(v) for v in request.params]
-            stream = self.tablet.stream_execute(request.sql, params)
-            try:
-                first = True
-                async for fields, rows in stream:
-                    yield pb.StreamExecuteResponse(
-                        fields=[pb.Field(name=f) for f in fields] if first else [],
-                        rows=convert.to_rows(rows))
-                    first = False
-            finally:
-                if isinstance(stream, AsyncGenerator):
-                    await stream.aclose()
-        except Exception as exc:
-            _fail(context, exc)
+    @streaming
+    async def StreamExecute(
+        self, request: pb.TabletExecuteRequest, context: Ctx
+    ) -> AsyncIterator[pb.StreamExecuteResponse]:
+        params = [convert.from_value(v) for v in request.params]
+        first = True
 
-    async def Begin(self, request: pb.TabletTransactionRequest,
-                    context: grpc.aio.ServicerContext) -> pb.TabletTransactionResponse:
-        try:
-            return pb.TabletTransactionResponse(transaction_id=await self.tablet.begin())
-        except Exception as exc:
-            _fail(context, exc)
-            return pb.TabletTransactionResponse()
+        def chunk(batch: tuple[list[str], list[Row]]) -> pb.StreamExecuteResponse:
+            nonlocal first
+            fields, rows = batch
+            response = pb.StreamExecuteResponse(
+                fields=[pb.Field(name=f) for f in fields] if first else [],
+                rows=convert.to_rows(rows))
+            first = False
+            return response
 
-    async def Commit(self, request: pb.TabletTransactionRequest,
-                     context: grpc.aio.ServicerContext) -> pb.TabletTransactionResponse:
-        try:
-            await self.tablet.commit(request.transaction_id)
-            return pb.TabletTransactionResponse(transaction_id=request.transaction_id)
-        except Exception as exc:
-            _fail(context, exc)
-            return pb.TabletTransactionResponse()
+        async for response in relay(self.tablet.stream_execute(request.sql, params), chunk):
+            yield response
 
-    async def Rollback(self, request: pb.TabletTransactionRequest,
-                       context: grpc.aio.ServicerContext) -> pb.TabletTransactionResponse:
-        try:
-            await self.tablet.rollback(request.transaction_id)
-            return pb.TabletTransactionResponse(transaction_id=request.transaction_id)
-        except Exception as exc:
-            _fail(context, exc)
-            return pb.TabletTransactionResponse()
+    @unary(pb.TabletTransactionResponse)
+    async def Begin(
+        self, request: pb.TabletTransactionRequest, context: Ctx
+    ) -> pb.TabletTransactionResponse:
+        return pb.TabletTransactionResponse(transaction_id=await self.tablet.begin())
 
-    async def QueueReceive(self, request: pb.QueueReceiveRequest,
-                           context: grpc.aio.ServicerContext
-                           ) -> AsyncIterator[pb.QueueReceiveResponse]:
-        try:
-            stream = receive_batches(self.tablet.queues, request.queue, request.max_batch)
-            try:
-                async for batch in stream:
-                    yield queue_convert.batch_response(batch)
-            finally:
-                await stream.aclose()  # type: ignore[attr-defined]
-        except Exception as exc:
-            _fail(context, exc)
+    @unary(pb.TabletTransactionResponse)
+    async def Commit(
+        self, request: pb.TabletTransactionRequest, context: Ctx
+    ) -> pb.TabletTransactionResponse:
+        await self.tablet.commit(request.transaction_id)
+        return pb.TabletTransactionResponse(transaction_id=request.transaction_id)
 
-    async def QueueAck(self, request: pb.QueueAckRequest,
-                       context: grpc.aio.ServicerContext) -> pb.QueueAckResponse:
-        try:
-            n = await self.tablet.queues.ack(request.queue, list(request.ids))
-            return pb.QueueAckResponse(acked=n)
-        except Exception as exc:
-            _fail(context, exc)
-            return pb.QueueAckResponse()
+    @unary(pb.TabletTransactionResponse)
+    async def Rollback(
+        self, request: pb.TabletTransactionRequest, context: Ctx
+    ) -> pb.TabletTransactionResponse:
+        await self.tablet.rollback(request.transaction_id)
+        return pb.TabletTransactionResponse(transaction_id=request.transaction_id)
 
-    async def QueueStats(self, request: pb.QueueStatsRequest,
-                         context: grpc.aio.ServicerContext) -> pb.QueueStatsResponse:
-        try:
-            stats = await self.tablet.queues.stats(request.queue)
-            return pb.QueueStatsResponse(stats_json=json.dumps(stats, default=str))
-        except Exception as exc:
-            _fail(context, exc)
-            return pb.QueueStatsResponse()
+    @streaming
+    async def QueueReceive(
+        self, request: pb.QueueReceiveRequest, context: Ctx
+    ) -> AsyncIterator[pb.QueueReceiveResponse]:
+        stream = receive_batches(self.tablet.queues, request.queue, request.max_batch)
+        async for response in relay(stream, queue_convert.batch_response):
+            yield response
+
+    @unary(pb.QueueAckResponse)
+    async def QueueAck(self, request: pb.QueueAckRequest, context: Ctx) -> pb.QueueAckResponse:
+        n = await self.tablet.queues.ack(request.queue, list(request.ids))
+        return pb.QueueAckResponse(acked=n)
+
+    @unary(pb.QueueStatsResponse)
+    async def QueueStats(
+        self, request: pb.QueueStatsRequest, context: Ctx
+    ) -> pb.QueueStatsResponse:
+        stats = await self.tablet.queues.stats(request.queue)
+        return pb.QueueStatsResponse(stats_json=json.dumps(stats, default=str))
 
 
 async def serve_tablet(tablet: Tablet, host: str = "127.0.0.1",
