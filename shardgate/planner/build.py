@@ -39,7 +39,12 @@ from shardgate.planner.join import (
     wrap_pulled,
 )
 from shardgate.planner.routing import RouteChoice, choose, extract_keyrange
-from shardgate.planner.select import RouteTarget, needs_aggregation, plan_multi_shard
+from shardgate.planner.select import (
+    RouteTarget,
+    find_selected,
+    needs_aggregation,
+    plan_multi_shard,
+)
 from shardgate.sql.dialect import strip_qualifiers
 from shardgate.vindexes import Lookup
 from shardgate.vschema import ColumnVindex, Table, VSchema
@@ -209,13 +214,17 @@ def _keyrange_select(
         ksid_columns.append(alias)
         hidden += 1
     order_items = tree.args["order"].expressions if tree.args.get("order") else []
+    keys: list[OrderKey] = []
     for o in order_items:
-        if not isinstance(o.this, exp.Column) or (not star and o.this.name.lower() not in selected):
-            raise Unsupported("ORDER BY with keyrange(...) needs selected columns")
-    order = tuple(
-        OrderKey(o.this.name, bool(o.args.get("desc")), bool(o.args.get("nulls_first")))
-        for o in order_items
-    )
+        if star and isinstance(o.this, exp.Column):
+            name = o.this.name
+        else:
+            index = find_selected(tree, o.this)
+            if index is None:
+                raise Unsupported("ORDER BY with keyrange(...) needs selected columns")
+            name = tree.expressions[index].alias_or_name
+        keys.append(OrderKey(name, bool(o.args.get("desc")), bool(o.args.get("nulls_first"))))
+    order = tuple(keys)
     return Route(choice.opcode, table.keyspace, True, ShardQuery(tree), table=table.name,
                  vindex=choice.vindex, values=choice.values, order_by=order,
                  key_range=key_range, ksid_columns=tuple(ksid_columns),

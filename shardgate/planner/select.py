@@ -110,7 +110,7 @@ def _plain(tree: exp.Select, target: RouteTarget) -> Primitive:
                 )
             keys.append(OrderKey(node.name, desc, nulls_first))
             continue
-        index = _find_selected(tree, node)
+        index = find_selected(tree, node)
         if index is None:
             index = len(tree.expressions)
             tree.append("expressions", exp.alias_(node.copy(), _HIDDEN.format(hidden)))
@@ -145,7 +145,7 @@ def _select_names(tree: exp.Select) -> list[str]:
     return out
 
 
-def _find_selected(tree: exp.Select, node: exp.Expr) -> int | None:
+def find_selected(tree: exp.Select, node: exp.Expr) -> int | None:
     """The select-list position of ``node`` (an expression, alias or ordinal), if selected.
 
     A bare column name matches a selected column of that name only when exactly

@@ -389,6 +389,16 @@ async def test_split_query_reads_every_row_once(cluster: Cluster) -> None:
     r = await g.execute(s, "SELECT price FROM corder WHERE keyrange('-40') ORDER BY price")
     assert all(p == 1 for (p,) in r.rows)
     assert r.fields == ["price"]  # the hidden keyspace id column is dropped
+    # ORDER BY an alias, by position, and by the (hidden) primary vindex column.
+    for sql in ("SELECT order_id AS o FROM corder WHERE keyrange('40-80') ORDER BY o DESC",
+                "SELECT order_id FROM corder WHERE keyrange('40-80') ORDER BY 1 DESC"):
+        r = await g.execute(s, sql)
+        ids = [row[0] for row in r.rows]
+        assert ids and ids == sorted(ids, reverse=True), sql
+    r = await g.execute(
+        s, "SELECT order_id FROM corder WHERE keyrange('40-80') ORDER BY customer_id"
+    )
+    assert r.fields == ["order_id"] and len(r.rows) == len(ids)
     with pytest.raises(ShardgateError) as err:
         g.split_query("SELECT COUNT(*) FROM corder", 4)
     assert err.value.code is Code.UNIMPLEMENTED
