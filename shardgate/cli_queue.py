@@ -7,6 +7,9 @@
     shardgate queue tail   --keyspace KS QUEUE [--limit N]            [target]
     shardgate queue requeue-failed --keyspace KS QUEUE                [--cluster | --data-dir]
     shardgate queue purge  --keyspace KS QUEUE [--state acked|failed] [--cluster | --data-dir]
+    shardgate queue segments list|stats --keyspace KS QUEUE [--json]  [--cluster | --data-dir]
+    shardgate queue segments retry|abort --keyspace KS QUEUE --shard S JOB_ID... [--reason R]
+                                                                      [--cluster | --data-dir]
     shardgate tablet --cluster FILE --keyspace KS --shard S [--host H] [--port P]
                      [--metrics-port P]
 
@@ -47,6 +50,7 @@ def add_parsers(commands: Any) -> None:
         _add_target_args(p, remote=p in (create, stats, tail))
     for p in (stats, tail, requeue, purge):
         p.add_argument("queue", metavar="QUEUE")
+    _add_segments_parsers(sub, _add_target_args)
 
     tablet = commands.add_parser("tablet", help="serve one shard's tablet over gRPC")
     tablet.add_argument("--cluster", required=True, help="cluster file (YAML)")
@@ -107,6 +111,8 @@ async def _queue(args: argparse.Namespace) -> int:
     from shardgate.gate import Gate
 
     cmd = args.queue_command
+    if cmd == "segments":
+        return await _segments(args)
     local = bool(getattr(args, "cluster", None) or getattr(args, "data_dir", None))
     if not local and cmd in ("requeue-failed", "purge"):
         raise InvalidArgument(f"queue {cmd} needs --cluster FILE or --data-dir DIR")
@@ -175,3 +181,63 @@ def _print_stats(stats: list[dict[str, Any]], as_json: bool) -> None:
                f"{st.get('fired_per_second', 0):.1f}", f"{st.get('acked_per_second', 0):.1f}",
                st.get("retries", "-"), st.get("blocked_keys", "-"), st.get("leader"))
         print("  ".join(f"{v!s:>11}" for v in row))
+
+
+# -- segmented queues (shardgate.queues.segmented) ------------------------------------------
+
+
+def _add_segments_parsers(sub: Any, add_target_args: Any) -> None:
+    seg = sub.add_parser("segments", help="segmented queues: datasets, stats, retry, abort")
+    ssub = seg.add_subparsers(dest="segments_command", required=True, metavar="COMMAND")
+    lst = ssub.add_parser("list", help="datasets per shard: state, rows, bytes on disk")
+    st = ssub.add_parser("stats", help="jobs per state, pending per key, blocked keys")
+    retry = ssub.add_parser("retry", help="retry jobs now (waiting or aborted ones)")
+    abort = ssub.add_parser("abort", help="abort pending jobs")
+    for p in (lst, st):
+        p.add_argument("--json", action="store_true", help="print JSON")
+    st.add_argument("--keys", type=int, default=10, help="how many keys to show")
+    for p in (lst, st, retry, abort):
+        p.add_argument("--keyspace", required=True, help="keyspace of the queue")
+        add_target_args(p, remote=False)
+        p.add_argument("queue", metavar="QUEUE")
+    for p in (retry, abort):
+        p.add_argument("--shard", required=True, help="the shard holding the jobs")
+        p.add_argument("--reason", default=None, help="recorded in the status row")
+        p.add_argument("job_ids", metavar="JOB_ID", type=int, nargs="+")
+
+
+async def _segments(args: argparse.Namespace) -> int:
+    from shardgate.cli import _local_topology
+    from shardgate.gate import Gate
+    from shardgate.queues.segmented import SegmentedQueue
+
+    gate = Gate.open(_local_topology(args))
+    try:
+        q = SegmentedQueue.from_gate(gate, args.keyspace, args.queue)
+        cmd = args.segments_command
+        if cmd in ("retry", "abort"):
+            for job_id in args.job_ids:
+                await q.request(args.shard, job_id, cmd, args.reason)
+            print(f"{cmd}: {len(args.job_ids)} job(s) requested on shard {args.shard}; the "
+                  "shard's consumer applies them within its compaction interval")
+            return 0
+        info = await q.inspect(keys=getattr(args, "keys", 10))
+        if args.json:
+            print(json.dumps(info, indent=2, default=str))
+        elif cmd == "list":
+            print(f"{'shard':>8} {'dataset':>8} {'state':>8} {'rows':>9} {'bytes':>12} "
+                  f"{'job ids':>22}")
+            for shard in info:
+                for d in shard["datasets"]:
+                    ids = f"[{d['job_ids'][0]}, {d['job_ids'][1]})"
+                    print(f"{shard['shard']:>8} {d['n']:>8} {d['state']:>8} {d['rows']:>9} "
+                          f"{d['table_bytes']:>12} {ids:>22}")
+        else:
+            for shard in info:
+                print(f"shard {shard['shard']}: datasets {len(shard['datasets'])}, jobs by "
+                      f"state {shard['jobs_by_state']}")
+                print(f"  pending per key: {shard['pending_per_key']}")
+                print(f"  blocked keys (first failed job): {shard['blocked_keys']}")
+        return 0
+    finally:
+        await gate.close()

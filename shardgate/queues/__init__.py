@@ -5,7 +5,11 @@
 * :mod:`~shardgate.queues.table_store` - every SQL statement a manager runs;
 * :mod:`~shardgate.queues.manager` - the per-shard, per-queue manager (its
   docstring holds the invariants);
-* :mod:`~shardgate.queues.metrics` - Prometheus metrics.
+* :mod:`~shardgate.queues.metrics` - Prometheus metrics;
+* :mod:`~shardgate.queues.inbox` - the inbox store: per-user queues in time
+  buckets read with a pointer per consumer (``docs/inbox-queues.md``);
+* :mod:`~shardgate.queues.segmented` - the segmented job store: append-only
+  datasets and status tables, dropped whole (``docs/segmented-queues.md``).
 
 See ``docs/queues.md`` for the state machine and the user's view.
 """

@@ -26,6 +26,13 @@ option                 default  meaning
 ``hot_key_threshold``  200      pending events of one key above which its
                                 ordering is switched off (circuit breaker)
 ``hot_key_cooldown``   1200     seconds ordering stays off for a hot key
+``storage``            table    ``table`` (the queue table, state in place) or
+                                ``segmented`` (append-only datasets, see
+                                :mod:`shardgate.queues.segmented`)
+``dataset_max_rows``   100000   segmented: jobs per dataset table at most
+``dataset_max_bytes``  300 MB   segmented: payload bytes per dataset at most
+``merge_max_rows``     10000    segmented: pending jobs a merge copies at most
+                                (bounds the consumer's pause)
 =====================  =======  ==============================================
 """
 
@@ -47,6 +54,11 @@ DEFAULT_RETENTION_S = 3600.0
 DEFAULT_COLLECTOR_INTERVAL_S = 5.0
 DEFAULT_HOT_KEY_THRESHOLD = 200
 DEFAULT_HOT_KEY_COOLDOWN_S = 1200.0
+DEFAULT_DATASET_MAX_ROWS = 100_000
+DEFAULT_DATASET_MAX_BYTES = 300_000_000
+DEFAULT_MERGE_MAX_ROWS = 10_000
+#: The storage modes a queue can use (option ``storage``).
+STORAGE_MODES = ("table", "segmented")
 
 #: The comment marker that makes a table a queue table: ``shardgate_queue,ack_wait=30,...``.
 COMMENT_MARKER = "shardgate_queue"
@@ -71,6 +83,10 @@ class QueueOptions:
     group_key: str | None = None
     hot_key_threshold: int = DEFAULT_HOT_KEY_THRESHOLD
     hot_key_cooldown: float = DEFAULT_HOT_KEY_COOLDOWN_S
+    storage: str = "table"
+    dataset_max_rows: int = DEFAULT_DATASET_MAX_ROWS
+    dataset_max_bytes: int = DEFAULT_DATASET_MAX_BYTES
+    merge_max_rows: int = DEFAULT_MERGE_MAX_ROWS
 
     @classmethod
     def from_mapping(cls, doc: Mapping[str, Any], path: str = "queue") -> QueueOptions:
@@ -89,6 +105,11 @@ class QueueOptions:
                     raise InvalidArgument(f"{path}.{key}: must be a column name")
                 values[key] = raw.lower() if isinstance(raw, str) else None
                 continue
+            if key == "storage":
+                if not isinstance(raw, str) or raw.lower() not in STORAGE_MODES:
+                    raise InvalidArgument(f"{path}.storage: must be one of {STORAGE_MODES}")
+                values[key] = raw.lower()
+                continue
             try:
                 num = int(raw) if isinstance(default, int) else float(raw)
             except (TypeError, ValueError):
@@ -102,6 +123,8 @@ class QueueOptions:
             raise InvalidArgument(
                 f"{path}: ack_wait and window must be > 0, batch_size and cache_size >= 1"
             )
+        if opts.dataset_max_rows < 1 or opts.dataset_max_bytes < 1:
+            raise InvalidArgument(f"{path}: dataset_max_rows and dataset_max_bytes must be >= 1")
         if opts.max_backoff and opts.max_backoff < opts.min_backoff:
             raise InvalidArgument(f"{path}: max_backoff must be >= min_backoff (or 0)")
         return opts

@@ -97,7 +97,9 @@ def queue_options_of(gate: Gate, keyspace: str) -> dict[str, QueueOptions]:
     ks = gate.vschema.keyspace(keyspace)
     return {
         t.name.lower(): QueueOptions.from_mapping(t.options, path=f"{keyspace}.tables.{t.name}")
-        for t in ks.tables.values() if t.type == "queue"
+        for t in ks.tables.values()
+        if t.type == "queue"
+        and str(t.options.get("storage", "table")).lower() == "table"  # segmented: own consumer
     }
 
 
