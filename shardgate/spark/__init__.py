@@ -5,9 +5,11 @@
 ==========================  ============================================  =====================
 format                      what                                          module
 ==========================  ============================================  =====================
-``shardgate``               batch read (key-range splits) and append       ``reader``, ``writer``
-``shardgate_changes``       the change stream as a streaming source         (not built yet)
-``shardgate_queue``         queue events as a streaming source              (not built yet)
+``shardgate``               batch read (key-range splits), append and      ``reader``, ``writer``
+                            bulk enqueue into queue tables
+``shardgate_changes``       the change stream as a streaming source         ``changes_source``
+``shardgate_queue``         queue events as a streaming source (acked       ``queue_source``
+                            after the batch commits)
 ==========================  ============================================  =====================
 
 Needs the ``spark`` extra (``pip install 'shardgate[spark]'``) on the driver
@@ -29,9 +31,11 @@ REQUIRED_CONF = {"spark.sql.python.filterPushdown.enabled": "true"}
 
 def data_sources() -> list[type]:
     """The data source classes, in registration order."""
+    from shardgate.spark.changes_source import ShardgateChangesDataSource
+    from shardgate.spark.queue_source import ShardgateQueueDataSource
     from shardgate.spark.reader import ShardgateDataSource
 
-    return [ShardgateDataSource]
+    return [ShardgateDataSource, ShardgateChangesDataSource, ShardgateQueueDataSource]
 
 
 def register(spark: SparkSession) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -114,3 +115,95 @@ class WriteOptions:
             raise InvalidArgument("option 'table' is required to write")
         return cls(table, _int(options, "batch_rows", 200_000),
                    _bool(options, "ignore_duplicates", False))
+
+
+#: where a change stream starts when no checkpoint exists
+STARTING = ("latest", "earliest")
+
+
+def start_timestamp(text: str) -> float:
+    """Option ``starting`` as seconds since the epoch (a number, or ISO 8601; UTC if naive)."""
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        ts = datetime.datetime.fromisoformat(text)
+    except ValueError:
+        raise InvalidArgument(
+            f"option 'starting' must be latest, earliest, a timestamp (seconds or ISO 8601) "
+            f"or a JSON object of positions, got {text!r}"
+        ) from None
+    if ts.tzinfo is None:
+        ts = ts.replace(tzinfo=datetime.UTC)
+    return ts.timestamp()
+
+
+@dataclass(frozen=True)
+class ChangesOptions:
+    """Options of ``shardgate_changes``.
+
+    ``starting``              ``latest`` (default), ``earliest``, a timestamp (seconds since
+                              the epoch, or ISO 8601) or a JSON object ``{shard: position or
+                              event token}`` (shards it does not name start at their oldest
+                              position); used only when the query has no checkpoint.
+    ``maxEventsPerTrigger``   row changes per micro-batch at most (0: no limit); whole
+                              transactions only, so a batch exceeds it only when its first
+                              transaction alone does.
+    ``tables``                comma-separated tables to keep (default: every table).
+    ``newShards``             where a shard that appears in the topology later starts:
+                              ``earliest`` (default: nothing lost) or ``latest``.
+    ``readTimeout``           seconds a task may wait for a shard's log to reach the batch's
+                              end position before failing (retryable).
+    """
+
+    starting: str
+    max_events: int
+    tables: tuple[str, ...]
+    new_shards: str
+    read_timeout: float
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> ChangesOptions:
+        starting = (options.get("starting") or "latest").strip()
+        if starting.lower() not in STARTING and not starting.startswith("{"):
+            start_timestamp(starting)  # refuses what is not a time
+        new_shards = (options.get("newShards") or "earliest").strip().lower()
+        if new_shards not in STARTING:
+            raise InvalidArgument(f"option 'newShards' must be one of {STARTING}, "
+                                  f"got {new_shards!r}")
+        tables = tuple(t.strip().lower() for t in (options.get("tables") or "").split(",")
+                       if t.strip())
+        return cls(starting, _int(options, "maxEventsPerTrigger", 0, low=0), tables,
+                   new_shards, float(_int(options, "readTimeout", 120)))
+
+
+@dataclass(frozen=True)
+class QueueSourceOptions:
+    """Options of ``shardgate_queue``.
+
+    ``queue``                 the queue table (required).
+    ``gate``                  ``grpc://host:port`` of a running gate to receive from; default:
+                              an in-process gate on the cluster file's topology, in the driver
+                              (its tablets compete for the shards' queue leases).
+    ``maxEventsPerTrigger``   events per micro-batch at most (default 1000).
+    ``waitMs``                how long one trigger waits for the first events (default 500).
+    ``partitions``            partitions per micro-batch at most (default 2).
+    """
+
+    queue: str
+    gate: str | None
+    max_events: int
+    wait_s: float
+    partitions: int
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> QueueSourceOptions:
+        queue = options.get("queue")
+        if not queue:
+            raise InvalidArgument("option 'queue' is required: the queue table to receive from")
+        gate = options.get("gate") or None
+        if gate is not None and not gate.startswith("grpc://"):
+            raise InvalidArgument(f"option 'gate' must be a grpc://host:port URL, got {gate!r}")
+        return cls(queue, gate, _int(options, "maxEventsPerTrigger", 1000),
+                   _int(options, "waitMs", 500, low=0) / 1000.0, _int(options, "partitions", 2))

@@ -28,6 +28,18 @@ transactions do: if one fails, the error names the shards that committed.
 Tables with owned lookup vindexes are refused (their lookup rows would have
 to be written through the gate); so are tables whose rows would need
 sequence values the DataFrame does not carry.
+
+**Bulk enqueue.** When ``table`` is a queue table (``type: "queue"`` in the
+VSchema), the same staging path inserts *events*: the DataFrame carries the
+queue's own columns and, optionally, ``id`` (default: the table's random
+64-bit id), ``time_scheduled`` (nanoseconds since the epoch; default: the
+commit time) and ``priority``. The fire state (``state``, ``epoch``,
+``time_next``, ``time_acked``) belongs to the queue managers and is refused;
+the commit copy leaves it to the table's defaults (``to_be_fired``, epoch 0,
+``time_next`` 0). A retried task adds no event (its staged rows are never
+copied); with ``ignore_duplicates=true`` and explicit ids, neither does a
+re-run job. The managers find the new events by their periodic scan (at
+most one queue ``window`` later), as the copy does not pass through a tablet.
 """
 
 from __future__ import annotations
@@ -74,6 +86,23 @@ class StagedRows(WriterCommitMessage):
     rows: dict[str, int] = field(default_factory=dict)
 
 
+#: Mandatory queue columns a bulk enqueue may set; the others are the managers' fire state.
+EVENT_INPUT_COLUMNS = ("id", "time_scheduled", "priority")
+
+
+def check_event_columns(queue: str, columns: set[str]) -> None:
+    """Refuse a DataFrame that would set a queue event's fire state."""
+    from shardgate.queues.events import MANDATORY_COLUMNS
+
+    state = sorted(c for c in columns if c in MANDATORY_COLUMNS and c not in EVENT_INPUT_COLUMNS)
+    if state:
+        raise InvalidArgument(
+            f"the DataFrame sets {state} of queue {queue}: new events start as to_be_fired "
+            f"and their fire state belongs to the queue managers; drop those columns "
+            f"(events may carry {list(EVENT_INPUT_COLUMNS)} and the queue's own columns)"
+        )
+
+
 class ShardgateWriter(DataSourceArrowWriter):
     """Stages rows per task in the executors, commits them in the driver."""
 
@@ -93,6 +122,8 @@ class ShardgateWriter(DataSourceArrowWriter):
         self.table = table.name
         self.columns = [f.name for f in schema.fields]
         lowered = {c.lower() for c in self.columns}
+        if table.type == "queue":
+            check_event_columns(table.qualified, lowered)
         self.spec: VindexSpec | None = None
         if ks.sharded:
             primary = table.primary

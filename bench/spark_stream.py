@@ -1,0 +1,251 @@
+"""Spark streaming sources: ``shardgate_changes`` and ``shardgate_queue`` vs plain Python.
+
+Four PostgreSQL databases are the shards ``-40 40-80 80-c0 c0-`` of keyspace
+``bench``. In one Spark session (``local[2]``):
+
+* **Change stream.** Capture is prepared, ``--rows`` rows are written by the
+  shardgate writer (one bulk insert per shard), then read back from the logs
+  by ``availableNow`` queries on ``shardgate_changes`` (``noop`` sink; after a
+  warm-up query), in one batch and with ``maxEventsPerTrigger`` = rows / 4,
+  against the reference: the same log ranges read by ``ChangeLog.read`` in
+  one Python process, the four shards concurrently.
+* **Queue.** ``--events`` events are bulk-enqueued by the writer (events/s),
+  then received and acked by an ``availableNow`` query on ``shardgate_queue``
+  (``noop`` sink; done when every event is acked), against the reference: an
+  in-process gate's ``queue_receive`` + ``queue_ack`` loop over a second
+  queue holding the same events.
+
+Prints seconds and events/s of each and the ratio shardgate/reference (the
+Spark side pays for its micro-batch overhead; the goal is the same order of
+magnitude).
+
+    python bench/spark_stream.py [--rows 200000] [--events 50000] [--smoke]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+try:
+    from bench._pg import ADMIN_URL, fresh_database
+except ImportError:  # run as a script
+    from _pg import ADMIN_URL, fresh_database  # type: ignore[no-redef]
+
+from shardgate.backends.changes import Transaction, open_change_log
+from shardgate.keys import KeyRange
+from shardgate.topo import Topology, write_cluster_file
+
+JVM_FLAGS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+SHARDS = 4
+QUEUE_OPTS = "WITH (ack_wait = 60, batch_size = 256, window = 5)"
+
+
+def start_spark() -> Any:
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    from pyspark.sql import SparkSession
+
+    from shardgate.spark import register
+
+    spark = (
+        SparkSession.builder.master("local[2]").appName("shardgate-bench-stream")
+        .config("spark.ui.enabled", "false")
+        .config("spark.driver.memory", "2g")
+        .config("spark.driver.extraJavaOptions", JVM_FLAGS)
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.sql.shuffle.partitions", "2")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    register(spark)
+    return spark
+
+
+def drop(name: str) -> None:
+    import psycopg
+
+    with psycopg.connect(ADMIN_URL, autocommit=True) as conn:
+        conn.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots"
+                     " WHERE database = %s AND NOT active", (name,))
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def run_query(spark: Any, reader: Any, tmp: Path, name: str) -> float:
+    start = time.perf_counter()
+    q = (reader.load().writeStream.format("noop")
+         .option("checkpointLocation", str(tmp / f"ckpt-{name}"))
+         .trigger(availableNow=True).start())
+    q.awaitTermination()
+    return time.perf_counter() - start
+
+
+async def positions(topo: Topology, *, oldest: bool) -> dict[str, str]:
+    out = {}
+    for s in topo.keyspace("bench").shards:
+        log = open_change_log(s.url, f"bench/{s.name}")
+        try:
+            await log.prepare()
+            out[s.name] = await (log.oldest_position() if oldest else log.current_position())
+        finally:
+            await log.close()
+    return out
+
+
+async def raw_changes(topo: Topology, start: dict[str, str], end: dict[str, str]) -> int:
+    from shardgate.spark.changes_source import read_range
+
+    async def one(name: str, url: str) -> int:
+        log = open_change_log(url, f"bench/{name}")
+        n = 0
+        try:
+            async for tx in read_range(log, start[name], end[name], idle_timeout=60):
+                assert isinstance(tx, Transaction)
+                n += len(tx.changes)
+        finally:
+            await log.close()
+        return n
+
+    counts = await asyncio.gather(*(one(s.name, s.url) for s in topo.keyspace("bench").shards))
+    return sum(counts)
+
+
+async def raw_queue(topo: Topology, queue: str, n: int) -> float:
+    from shardgate.gate import Gate
+
+    gate = Gate.open(topo)
+    got = 0
+    start = time.perf_counter()
+    try:
+        stream = gate.queue_receive("bench", queue)
+        async for batch in stream:
+            by_shard: dict[str, list[int]] = {}
+            for e in batch.events:
+                by_shard.setdefault(e.shard, []).append(e.id)
+            await asyncio.gather(*(gate.queue_ack("bench", queue, s, ids)
+                                   for s, ids in by_shard.items()))
+            got += len(batch.events)
+            if got >= n:
+                break
+        await stream.aclose()  # type: ignore[attr-defined]
+        return time.perf_counter() - start
+    finally:
+        await gate.close()
+
+
+async def acked(topo: Topology, queue: str) -> int:
+    from shardgate.backends import bulk
+
+    return sum(int(bulk.query(s.url, f"SELECT count(*) FROM {queue} WHERE state = 'acked'")[0][0])
+               for s in topo.keyspace("bench").shards)
+
+
+async def create_queues(topo: Topology) -> None:
+    from shardgate.gate import Gate
+
+    gate = Gate.open(topo)
+    try:
+        s = gate.session("bench")
+        for q in ("jobs", "jobs_ref"):
+            await gate.execute(s, f"CREATE QUEUE {q} (customer_id BIGINT NOT NULL, body TEXT) "
+                                  f"SHARD BY customer_id {QUEUE_OPTS}")
+    finally:
+        await gate.close()
+
+
+def main(rows: int, events: int) -> None:
+    names = [f"sg_bench_stream_{i}" for i in range(SHARDS)]
+    for n in names:
+        drop(n)
+    urls = [fresh_database(n) for n in names]
+    ranges = KeyRange().split(SHARDS)
+    topo = Topology.from_dict({"keyspaces": {"bench": {
+        "shards": {kr.name: url for kr, url in zip(ranges, urls, strict=True)},
+        "vschema": {"sharded": True, "vindexes": {"hash": {"type": "hash"}},
+                    "tables": {"t": {"column_vindexes": [{"column": "id", "name": "hash"}]}}},
+    }}})
+    import psycopg
+
+    for url in urls:
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("CREATE TABLE t (id BIGINT PRIMARY KEY, sku TEXT, price BIGINT)")
+    asyncio.run(create_queues(topo))  # adds the queues to topo's VSchema
+    tmp = Path(tempfile.mkdtemp(prefix="sg_bench_stream_"))
+    cluster = tmp / "cluster.yaml"
+    write_cluster_file(topo, cluster)
+    spark = start_spark()
+    try:
+        def write(frame: Any, table: str) -> float:
+            start = time.perf_counter()
+            (frame.write.format("shardgate").option("cluster", str(cluster))
+             .option("keyspace", "bench").option("table", table).mode("append").save())
+            return time.perf_counter() - start
+
+        # -- change stream ------------------------------------------------------------
+        begin = asyncio.run(positions(topo, oldest=False))
+        write(spark.range(0, rows, numPartitions=2).selectExpr(
+            "id", "concat('sku-', id % 1000) AS sku", "id % 997 AS price"), "t")
+        end = asyncio.run(positions(topo, oldest=False))
+        t0 = time.perf_counter()
+        n_raw = asyncio.run(raw_changes(topo, begin, end))
+        raw_s = time.perf_counter() - t0
+        import json
+
+        def changes(**opts: str) -> Any:
+            r = (spark.readStream.format("shardgate_changes").option("cluster", str(cluster))
+                 .option("keyspace", "bench"))
+            for k, v in opts.items():
+                r = r.option(k, v)
+            return r
+
+        # Warm up (the JVM's first streaming query, the Python workers): nothing to read.
+        run_query(spark, changes(starting="latest"), tmp, "warm")
+        sg_one = run_query(spark, changes(starting=json.dumps(begin)), tmp, "changes-one")
+        sg_s = run_query(spark, changes(starting=json.dumps(begin),
+                                        maxEventsPerTrigger=str(max(1, rows // 4))),
+                         tmp, "changes")
+        assert n_raw == rows, (n_raw, rows)
+
+        # -- queue --------------------------------------------------------------------
+        ev = spark.range(0, events, numPartitions=2).selectExpr(
+            "id AS customer_id", "concat('job-', id) AS body")
+        enq_s = write(ev, "jobs")
+        write(ev, "jobs_ref")
+        ref_q = asyncio.run(raw_queue(topo, "jobs_ref", events))
+        qreader = (spark.readStream.format("shardgate_queue").option("cluster", str(cluster))
+                   .option("keyspace", "bench").option("queue", "jobs")
+                   .option("maxEventsPerTrigger", str(max(1, events // 4))))
+        sg_q = run_query(spark, qreader, tmp, "queue")
+        done = asyncio.run(acked(topo, "jobs"))
+
+        print(f"{'what':<44}{'seconds':>10}{'events/s':>12}")
+        print(f"{'changes: ChangeLog.read, 4 shards (reference)':<44}{raw_s:>10.2f}"
+              f"{rows / raw_s:>12.0f}")
+        print(f"{'changes: shardgate_changes, one batch':<44}{sg_one:>10.2f}"
+              f"{rows / sg_one:>12.0f}")
+        print(f"{'changes: shardgate_changes, 4 batches':<44}{sg_s:>10.2f}{rows / sg_s:>12.0f}")
+        print(f"ratio shardgate_changes/reference: {raw_s / sg_one:.2f}x one batch, "
+              f"{raw_s / sg_s:.2f}x with maxEventsPerTrigger ({rows} row changes)")
+        print(f"{'queue: bulk enqueue (writer)':<44}{enq_s:>10.2f}{events / enq_s:>12.0f}")
+        print(f"{'queue: gate receive+ack (reference)':<44}{ref_q:>10.2f}{events / ref_q:>12.0f}")
+        print(f"{'queue: shardgate_queue availableNow':<44}{sg_q:>10.2f}{events / sg_q:>12.0f}")
+        print(f"ratio shardgate_queue/reference: {ref_q / sg_q:.2f}x ({done}/{events} acked)")
+    finally:
+        spark.stop()
+        for n in names:
+            drop(n)
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--rows", type=int, default=200_000)
+    ap.add_argument("--events", type=int, default=50_000)
+    ap.add_argument("--smoke", action="store_true", help="a short run, for CI")
+    args = ap.parse_args()
+    main(5_000 if args.smoke else args.rows, 2_000 if args.smoke else args.events)

@@ -1,0 +1,495 @@
+"""``spark.readStream.format("shardgate_changes")``: a keyspace's change stream in Spark.
+
+Every committed row change of the keyspace's shards, one row per change,
+read from each shard database's own log through the public
+:class:`~shardgate.backends.changes.ChangeLog` API (SQLite change table,
+PostgreSQL ``pgoutput``, MariaDB binlog).
+
+**Offsets.** An offset is a JSON object ``{shard: position}`` (the backend's
+own log position: SQLite sequence, PostgreSQL commit ``end_lsn``, MariaDB
+GTID; see :mod:`shardgate.streams.token`), keys sorted. A micro-batch
+``(start, end]`` holds, for every shard, exactly the transactions committed
+after ``start[shard]`` up to and including ``end[shard]``, whole.
+
+The life of a micro-batch:
+
+1. Driver, ``latestOffset(start, limit)``: reloads the cluster file (the shard
+   list is refreshed every batch: a new shard joins the offset at its oldest
+   position, or its current one with ``newShards=latest``, and is read from
+   the next batch on), takes each shard's current log position (capped by the
+   ``availableNow`` target, recorded by ``prepareForTriggerAvailableNow``) and
+   reads ahead to the last whole transaction before it, so that an offset
+   only moves when a shard has new transactions and an idle stream runs no
+   batches (skipped without a row limit on SQLite, whose sequence only moves
+   with transactions, and in an ``availableNow`` run, which ends at its
+   target anyway). With a row limit (``maxEventsPerTrigger`` /
+   ``ReadMaxRows``) it merges the shards' transactions by commit time and
+   admits whole transactions until the limit is reached (at least one, so a
+   huge transaction still passes).
+2. Driver, ``partitions(start, end)``: one partition per shard whose
+   position moved, carrying its URL and both positions (a function of the
+   two offsets alone: a batch re-planned after a restart is the same batch).
+3. Executor, ``read``: opens the shard's log at ``start``, emits the row
+   changes of every transaction up to ``end`` and stops there (at the
+   transaction at ``end``, at the first one after it, or at a heartbeat past
+   it). Reading the same range again gives the same rows, so a retried task
+   or a replayed batch after a failure changes nothing.
+
+Invariants: offsets never move backwards; per shard, batches tile the log
+without gap or overlap (the end of one is the start of the next), so with a
+checkpoint the query delivers each committed change exactly once to a sink
+that commits with the batch. Changes purged from a log before they are read
+fail the task with ``OUT_OF_RANGE``, never a silent skip.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import datetime
+import decimal
+import json
+from collections.abc import AsyncIterator, Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import (
+    IntegerType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from shardgate.backends.changes import ChangeLog, Heartbeat, Transaction, open_change_log
+from shardgate.backends.urls import parse_url
+from shardgate.errors import InvalidArgument, NotFound, Unavailable
+from shardgate.spark import types as sgtypes
+from shardgate.spark.options import ChangesOptions, SourceOptions, start_timestamp
+from shardgate.streams.token import EventToken, position_key
+from shardgate.topo import load_cluster_file
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+#: The rows of ``shardgate_changes``: one per row change.
+SCHEMA = StructType([
+    StructField("keyspace", StringType(), False),
+    StructField("shard", StringType(), False),
+    StructField("table", StringType(), False),
+    StructField("op", StringType(), False),          # insert / update / delete / truncate
+    StructField("pk", StringType(), True),           # JSON array of the primary key values
+    StructField("before", StringType(), True),       # JSON object, None for inserts
+    StructField("after", StringType(), True),        # JSON object, None for deletes
+    StructField("token", StringType(), False),       # serialized EventToken of the commit
+    StructField("position", StringType(), False),    # the commit's log position
+    StructField("ordinal", IntegerType(), False),    # the change's index in its transaction
+    StructField("commit_ts", TimestampType(), False),
+])
+
+#: Rows per Arrow batch a task emits.
+BATCH_ROWS = 8192
+#: Heartbeat interval asked of the logs: how soon an idle read notices it reached its end.
+_HEARTBEAT_S = 0.2
+
+
+def to_json(value: Any) -> str | None:
+    """A row image or key as JSON: decimals as strings, bytes as base64, times as ISO 8601."""
+    if value is None:
+        return None
+    return _ENCODER.encode(value)
+
+
+def _json_default(v: Any) -> Any:
+    if isinstance(v, decimal.Decimal):
+        return str(v)
+    if isinstance(v, bytes | bytearray | memoryview):
+        return base64.b64encode(bytes(v)).decode()
+    if isinstance(v, datetime.datetime | datetime.date | datetime.time):
+        return v.isoformat()
+    if isinstance(v, datetime.timedelta):
+        return v.total_seconds()
+    return str(v)
+
+
+_ENCODER = json.JSONEncoder(default=_json_default, separators=(",", ":"))
+
+
+def _key(position: str) -> tuple[int, ...]:
+    return position_key(position)
+
+
+async def read_range(
+    log: ChangeLog, start: str, end: str, *, idle_timeout: float
+) -> AsyncIterator[Transaction]:
+    """The transactions of ``log`` after ``start`` up to and including ``end``, then stop.
+
+    Stops at the transaction at ``end``, before the first one after it, or at
+    a heartbeat whose position reached ``end``. Raises ``UNAVAILABLE`` when the
+    log yields nothing for ``idle_timeout`` seconds before reaching ``end``.
+    """
+    end_key = _key(end)
+    if _key(start) >= end_key:
+        return
+    items = log.read(start, heartbeat_s=_HEARTBEAT_S)
+    try:
+        while True:
+            try:
+                item = await asyncio.wait_for(anext(items), idle_timeout)
+            except TimeoutError:
+                raise Unavailable(
+                    f"the change log of {log.shard} did not reach position {end} within "
+                    f"{idle_timeout:.0f}s; the task will be retried"
+                ) from None
+            except StopAsyncIteration:
+                raise Unavailable(
+                    f"the change log of {log.shard} ended before position {end}"
+                ) from None
+            if isinstance(item, Transaction):
+                key = _key(item.token.position)
+                if key > end_key:
+                    return
+                yield item
+                if key == end_key:
+                    return
+            elif isinstance(item, Heartbeat) and item.position is not None \
+                    and _key(item.position) >= end_key:
+                return
+    finally:
+        await items.aclose()  # type: ignore[attr-defined]
+
+
+@dataclass(frozen=True)
+class _Shard:
+    name: str
+    url: str
+    kind: str
+
+    def log(self, keyspace: str) -> ChangeLog:
+        return open_change_log(self.url, f"{keyspace}/{self.name}")
+
+
+@dataclass(frozen=True)
+class _Summary:
+    """One transaction as admission control sees it."""
+
+    timestamp: float
+    position: str
+    rows: int
+
+
+@dataclass(frozen=True)
+class _Ahead:
+    """A shard's log as read ahead by the driver: every transaction in ``(base, scanned]``
+    is in ``txs`` (only the last one when no row limit applies)."""
+
+    base: str
+    scanned: str
+    txs: list[_Summary]
+
+
+class ShardChangesPartition(InputPartition):
+    """One shard's part of a micro-batch: its log between two positions."""
+
+    def __init__(self, index: int, shard: str, url: str, start: str, end: str) -> None:
+        super().__init__(index)
+        self.shard = shard
+        self.url = url
+        self.start = start
+        self.end = end
+
+
+class ShardgateChangesDataSource(DataSource):
+    """The streaming source ``shardgate_changes`` (see the module docstring)."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "shardgate_changes"
+
+    def schema(self) -> StructType:
+        return SCHEMA
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return ChangesStreamReader(SourceOptions.parse(self.options),
+                                   ChangesOptions.parse(self.options), schema)
+
+
+class ChangesStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Plans per-shard log ranges in the driver; reads them in the executors.
+
+    State kept between calls (driver only): ``_target``, the per-shard end of
+    an ``availableNow`` run, and ``_ahead``, what was read ahead per shard (a
+    cache: the log is read once per batch in the driver, however many
+    triggers the row limit spreads it over). Offsets and partitions depend on
+    the offsets alone.
+    """
+
+    def __init__(self, opts: SourceOptions, changes: ChangesOptions, schema: StructType) -> None:
+        if [f.name for f in schema.fields] != SCHEMA.fieldNames():
+            raise InvalidArgument(
+                f"shardgate_changes has the fixed schema {SCHEMA.simpleString()}; "
+                "select columns after load() instead"
+            )
+        self.opts = opts
+        self.changes = changes
+        self._target: dict[str, str] | None = None
+        self._ahead: dict[str, _Ahead] = {}
+
+    # -- driver -----------------------------------------------------------------
+
+    def _shards(self) -> list[_Shard]:
+        """The keyspace's shards per the cluster file now (refreshed every batch)."""
+        try:
+            topo = load_cluster_file(self.opts.cluster)
+        except (OSError, NotFound):
+            topo = self.opts.topo()  # the file is gone: keep the topology the query began with
+        return [_Shard(s.name, s.url, parse_url(s.url).kind)
+                for s in topo.keyspace(self.opts.keyspace).shards]
+
+    def _run(self, coro: Any) -> Any:
+        return asyncio.run(coro)
+
+    async def _each(self, shards: Sequence[_Shard], fn: Any) -> list[Any]:
+        async def one(s: _Shard) -> Any:
+            log = s.log(self.opts.keyspace)
+            try:
+                return await fn(s, log)
+            finally:
+                await log.close()
+
+        return list(await asyncio.gather(*(one(s) for s in shards)))
+
+    def initialOffset(self) -> dict[str, str]:
+        shards = self._shards()
+        starting = self.changes.starting
+
+        async def start(s: _Shard, log: ChangeLog) -> str:
+            await log.prepare()
+            return await self._start_position(s, log, starting)
+
+        positions = self._run(self._each(shards, start))
+        return dict(sorted(zip([s.name for s in shards], positions, strict=True)))
+
+    async def _start_position(self, s: _Shard, log: ChangeLog, starting: str) -> str:
+        low = starting.lower()
+        if low == "latest":
+            return await log.current_position()
+        if low == "earliest":
+            return await log.oldest_position()
+        if starting.startswith("{"):
+            try:
+                given = json.loads(starting)
+            except ValueError as exc:
+                raise InvalidArgument(f"option 'starting': bad JSON: {exc}") from None
+            if not isinstance(given, dict):
+                raise InvalidArgument("option 'starting': expected a JSON object")
+            value = given.get(s.name)
+            if value is None:
+                return await log.oldest_position()
+            text = str(value)
+            if text.startswith("et1."):
+                token = EventToken.parse(text)
+                if token.shard.split("/")[-1] != s.name:
+                    raise InvalidArgument(
+                        f"option 'starting': the token for shard {s.name} is of {token.shard}")
+                text = token.position
+            position_key(text)  # validates
+            return text
+        return await self._at_time(log, start_timestamp(starting))
+
+    async def _at_time(self, log: ChangeLog, ts: float) -> str:
+        """The position before the first transaction committed at or after ``ts`` (a scan)."""
+        position = await log.oldest_position()
+        end = await log.current_position()
+        async for tx in read_range(log, position, end, idle_timeout=self.changes.read_timeout):
+            if tx.token.timestamp >= ts:
+                return position
+            position = tx.token.position
+        return end
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        shards = self._shards()
+
+        async def current(s: _Shard, log: ChangeLog) -> str:
+            return await log.current_position()
+
+        self._target = dict(zip([s.name for s in shards],
+                                self._run(self._each(shards, current)), strict=True))
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+        if self.changes.max_events > 0:
+            return ReadMaxRows(self.changes.max_events)
+        return ReadAllAvailable()
+
+    def latestOffset(self, start: dict[str, str], limit: ReadLimit) -> dict[str, str]:
+        cap = limit.max_rows if isinstance(limit, ReadMaxRows) else 0
+        return dict(sorted(self._run(self._latest(dict(start), cap)).items()))
+
+    async def _latest(self, start: dict[str, str], cap: int) -> dict[str, str]:
+        shards = self._shards()
+        out = dict(start)
+        known = [s for s in shards if s.name in start]
+        fresh = [s for s in shards if s.name not in start]
+
+        async def joined(s: _Shard, log: ChangeLog) -> str:
+            await log.prepare()
+            return await self._start_position(s, log, self.changes.new_shards)
+
+        for s, pos in zip(fresh, await self._each(fresh, joined), strict=True):
+            out[s.name] = pos  # read from the next batch on
+            if self._target is not None:
+                self._target.setdefault(s.name, pos)
+
+        async def summaries(s: _Shard, log: ChangeLog) -> list[_Summary]:
+            begin = start[s.name]
+            end = await log.current_position()
+            if self._target is not None:
+                target = self._target.setdefault(s.name, end)
+                if _key(target) < _key(end):
+                    end = target
+            if _key(end) <= _key(begin):
+                return []
+            if not cap and (s.kind == "sqlite" or self._target is not None):
+                # No need to read ahead: the SQLite sequence only moves with transactions,
+                # and an availableNow run ends at its target anyway (at most one empty batch).
+                return [_Summary(0.0, end, 0)]
+            # What earlier calls read ahead and did not admit is still valid: read on from it.
+            txs: list[_Summary] = []
+            scanned = begin
+            ahead = self._ahead.get(s.name)
+            if ahead is not None and _key(ahead.base) <= _key(begin) <= _key(ahead.scanned):
+                txs = [t for t in ahead.txs
+                       if _key(begin) < _key(t.position) <= _key(end)]
+                scanned = ahead.scanned if _key(ahead.scanned) <= _key(end) else end
+            rows = sum(t.rows for t in txs)
+            if (not cap or rows < cap) and _key(end) > _key(scanned):
+                reached = end
+                async for tx in read_range(log, scanned, end,
+                                           idle_timeout=self.changes.read_timeout):
+                    t = _Summary(tx.token.timestamp, tx.token.position, self._count(tx))
+                    if not cap:
+                        txs[-1:] = [t]  # only the last one matters
+                        continue
+                    txs.append(t)
+                    rows += t.rows
+                    if rows >= cap:
+                        reached = t.position
+                        break
+                scanned = reached
+            self._ahead[s.name] = _Ahead(begin, scanned, txs)
+            return txs
+
+        per_shard = await self._each(known, summaries)
+        if not cap:
+            for s, got in zip(known, per_shard, strict=True):
+                if got:
+                    out[s.name] = got[-1].position
+            return out
+        merged = sorted(
+            ((t.timestamp, i, j, s.name, t) for i, (s, got) in enumerate(
+                zip(known, per_shard, strict=True)) for j, t in enumerate(got)),
+            key=lambda e: (e[0], e[1], e[2]),
+        )
+        admitted = 0
+        for _ts, _i, _j, name, t in merged:
+            if admitted and admitted + t.rows > cap:
+                break
+            out[name] = t.position
+            admitted += t.rows
+        return out
+
+    def _count(self, tx: Transaction) -> int:
+        tables = self.changes.tables
+        if not tables:
+            return len(tx.changes)
+        return sum(1 for c in tx.changes if _table_name(c.table) in tables)
+
+    def partitions(self, start: dict[str, str], end: dict[str, str]) -> Sequence[InputPartition]:
+        urls = {s.name: s.url for s in self._shards()}
+        parts: list[InputPartition] = []
+        for name in sorted(end):
+            begin = start.get(name)
+            if begin is None or _key(end[name]) <= _key(begin):
+                continue
+            url = urls.get(name)
+            if url is None:
+                url = self.opts.topo().keyspace(self.opts.keyspace).shard(name).url
+            parts.append(ShardChangesPartition(len(parts), name, url, begin, end[name]))
+        return parts
+
+    def commit(self, end: dict[str, str]) -> None:
+        """Nothing to release: the logs are retained by their own retention."""
+
+    # -- executors ----------------------------------------------------------------
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, ShardChangesPartition)
+        return self._read(partition)
+
+    def _read(self, p: ShardChangesPartition) -> Iterator[pa.RecordBatch]:
+        """The partition's rows as Arrow batches of ``BATCH_ROWS`` (built column-wise: much
+        cheaper than Spark converting tuples row by row)."""
+        import pyarrow as pa
+
+        arrow = sgtypes.to_arrow(SCHEMA)
+        keyspace = self.opts.keyspace
+        tables = self.changes.tables
+        cols: list[list[Any]] = [[] for _ in SCHEMA.fields]
+        (_ks, _shard, table_c, op_c, pk_c, before_c, after_c, token_c, pos_c, ord_c,
+         ts_c) = cols
+
+        def batch() -> pa.RecordBatch:
+            n = len(table_c)
+            out = pa.RecordBatch.from_arrays(
+                [pa.array([keyspace] * n, pa.string()), pa.array([p.shard] * n, pa.string()),
+                 *(pa.array(c, f.type) for c, f in zip(cols[2:], list(arrow)[2:], strict=True))],
+                schema=arrow)
+            for c in cols:
+                c.clear()
+            return out
+
+        loop = asyncio.new_event_loop()
+        log = open_change_log(p.url, f"{keyspace}/{p.shard}")
+        txs = read_range(log, p.start, p.end, idle_timeout=self.changes.read_timeout)
+        try:
+            while True:
+                try:
+                    tx = loop.run_until_complete(anext(txs))
+                except StopAsyncIteration:
+                    break
+                token = tx.token.serialize()
+                stamp = datetime.datetime.fromtimestamp(tx.token.timestamp, datetime.UTC)
+                for i, c in enumerate(tx.changes):
+                    if tables and _table_name(c.table) not in tables:
+                        continue
+                    table_c.append(c.table)
+                    op_c.append(c.op)
+                    pk_c.append(_ENCODER.encode(list(c.pk)))
+                    before_c.append(to_json(c.before))
+                    after_c.append(to_json(c.after))
+                    token_c.append(token)
+                    pos_c.append(tx.token.position)
+                    ord_c.append(i)
+                    ts_c.append(stamp)
+                if len(table_c) >= BATCH_ROWS:
+                    yield batch()
+            if table_c:
+                yield batch()
+        finally:
+            try:
+                loop.run_until_complete(txs.aclose())  # type: ignore[attr-defined]
+                loop.run_until_complete(log.close())
+            finally:
+                loop.close()
+
+
+def _table_name(table: str) -> str:
+    return table.rsplit(".", 1)[-1].lower()
