@@ -124,6 +124,13 @@ class Gate:
         """Ack events of ``queue`` on the one shard their receiver was told."""
         return await queue_router.ack(self, keyspace, queue, shard, ids)
 
+    async def queue_enqueue(
+        self, keyspace: str, queue: str, jobs: Sequence[tuple[Any, str | None]]
+    ) -> list[tuple[str, int]]:
+        """Store ``(key, payload)`` jobs of a segmented queue; ``(shard, job_id)`` of each
+        once committed (in-process tablets only; see ``queues.router.enqueue``)."""
+        return await queue_router.enqueue(self, keyspace, queue, jobs)
+
     async def queue_stats(self, keyspace: str, queue: str) -> list[dict[str, Any]]:
         """Per-shard figures of ``queue`` (depth per state, lag, rates, in flight...)."""
         return await queue_router.stats(self, keyspace, queue)

@@ -19,6 +19,16 @@ Mandatory columns: ``id`` (64-bit, random by default so inserts spread over
 the primary key instead of hitting one hot spot), ``time_scheduled``
 (nanoseconds, default now), ``time_next`` (default 0, never NULL),
 ``epoch`` (times fired), ``state``, ``time_acked``, ``priority``.
+
+``WITH (storage = segmented)`` creates a segmented queue instead
+(:mod:`shardgate.queues.segmented`): its tables are the segmented store's
+(catalog, datasets, status tables, the ``<q>_job_state`` view), not a queue
+table. Its column list names the job key (the ``SHARD BY`` column, or the
+first column in an unsharded keyspace) and at most one more column, the
+payload (text); receivers see them as ``job_key`` and ``payload``. The
+``SHARD BY`` vindex must be functional and single-column (``hash``,
+``xxhash``, ``numeric``, ...), and ``ordering_key`` / ``group_key`` do not
+apply (a segmented queue always keeps per-key order).
 """
 
 from __future__ import annotations
@@ -85,6 +95,11 @@ class CreateQueue:
         if self.shard_column:
             doc["column_vindexes"] = [{"column": self.shard_column, "name": self.vindex}]
         return doc
+
+    @property
+    def segmented(self) -> bool:
+        """Whether this creates a segmented queue (``WITH (storage = segmented)``)."""
+        return self.options.storage == "segmented"
 
     def table_ddl(self, dialect: str) -> list[str]:
         """CREATE TABLE and CREATE INDEX statements for ``dialect``."""
@@ -165,11 +180,34 @@ def parse_create_queue(sql: str) -> CreateQueue:
             cq.raw_options[key.strip().lower()] = _number(v)
     cq.options = QueueOptions.from_mapping(cq.raw_options, path=f"queue {cq.name}")
     names = {c.name.lower() for c in columns}
+    if cq.segmented:
+        _check_segmented(cq)
     for opt in ("ordering_key", "group_key"):
         col = getattr(cq.options, opt)
         if col is not None and col not in names:
             raise InvalidArgument(f"CREATE QUEUE: {opt} {col!r} is not a column of the queue")
     return cq
+
+
+def _check_segmented(cq: CreateQueue) -> None:
+    """A segmented queue's column list is its key and at most one payload column."""
+    if not cq.columns or len(cq.columns) > 2:
+        raise InvalidArgument(
+            f"CREATE QUEUE {cq.name} WITH (storage = segmented): a segmented queue holds a key "
+            "and a text payload; give the key column (SHARD BY) and at most one payload "
+            f"column, not {len(cq.columns)} columns")
+    if cq.options.ordering_key is not None or cq.options.group_key is not None:
+        raise InvalidArgument(
+            f"CREATE QUEUE {cq.name}: ordering_key and group_key do not apply to a segmented "
+            "queue (it keeps the order of each SHARD BY key's jobs)")
+    key = cq.shard_column or cq.columns[0].name.lower()
+    if len(cq.columns) == 2:
+        payload = next(c for c in cq.columns if c.name.lower() != key)
+        kind = payload.args.get("kind")
+        if kind is not None and not kind.is_type(*exp.DataType.TEXT_TYPES):
+            raise InvalidArgument(
+                f"CREATE QUEUE {cq.name}: the payload column {payload.name!r} of a segmented "
+                f"queue must be text (TEXT, VARCHAR, ...), not {kind.sql()}")
 
 
 def _number(v: str) -> Any:

@@ -9,6 +9,12 @@ methods here, and the gRPC servicer calls those methods.
   moved, tablet restarted) is re-subscribed after a short pause; its unacked
   events are fired again after their ack wait (at least once).
 * **Ack** goes to the one shard the event names: no scatter.
+
+Both storage modes take this path: a queue table is served by the tablets'
+queue managers, a segmented queue (``"storage": "segmented"``) by the
+tablets' segmented consumers (:mod:`shardgate.queues.segmented_served`),
+whose events are jobs: ``id`` = job id, ``epoch`` = attempt, fields
+``job_key``, ``payload``.
 """
 
 from __future__ import annotations
@@ -23,12 +29,15 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from shardgate.engine.primitives import ExecCursor, Primitive
-from shardgate.errors import InvalidArgument, ShardgateError
+from shardgate.errors import InvalidArgument, ShardgateError, Unsupported
 from shardgate.keys import parse_shard_name
 from shardgate.queues.ddl import CreateQueue
 from shardgate.queues.events import QueueBatch
 from shardgate.queues.options import QueueOptions
+from shardgate.queues.segmented_store import SegmentedStore
 from shardgate.result import Result
+from shardgate.vindexes import SingleColumn
+from shardgate.vschema import VSchema
 
 if TYPE_CHECKING:
     from shardgate.gate.gate import Gate
@@ -47,21 +56,23 @@ class _RecentAcks:
     A copy of an event fired again before an earlier copy's ack committed may
     still be buffered between the tablet and the receiver; dropping it here
     means no receiver of this gate gets an event after its ack returned.
+    Ids are remembered with their shard: a segmented queue's job ids are only
+    unique per shard.
     """
 
     def __init__(self) -> None:
-        self.ids: dict[tuple[str, str, int], None] = {}
+        self.ids: dict[tuple[str, str, str, int], None] = {}
 
-    def add(self, keyspace: str, queue: str, ids: Sequence[int]) -> None:
+    def add(self, keyspace: str, queue: str, shard: str, ids: Sequence[int]) -> None:
         for i in ids:
-            self.ids[(keyspace, queue, int(i))] = None
+            self.ids[(keyspace, queue, shard, int(i))] = None
         while len(self.ids) > RECENT_ACKS:
             del self.ids[next(iter(self.ids))]
 
     def live(self, keyspace: str, queue: str, batch: QueueBatch) -> QueueBatch:
         if self.ids:
             batch.events = [e for e in batch.events
-                            if (keyspace, queue, e.id) not in self.ids]
+                            if (keyspace, queue, e.shard, e.id) not in self.ids]
         return batch
 
 
@@ -93,13 +104,12 @@ class CreateQueuePrimitive(Primitive):
 
 
 def queue_options_of(gate: Gate, keyspace: str) -> dict[str, QueueOptions]:
-    """The queue tables of ``keyspace`` per the VSchema, with their options."""
+    """The queues of ``keyspace`` per the VSchema (both storage modes), with their options."""
     ks = gate.vschema.keyspace(keyspace)
     return {
         t.name.lower(): QueueOptions.from_mapping(t.options, path=f"{keyspace}.tables.{t.name}")
         for t in ks.tables.values()
         if t.type == "queue"
-        and str(t.options.get("storage", "table")).lower() == "table"  # segmented: own consumer
     }
 
 
@@ -129,17 +139,36 @@ async def create_queue(gate: Gate, cq: CreateQueue, keyspace: str) -> None:
     # Validate the new VSchema before touching any shard.
     trial = {k.name: k.vschema for k in gate.topology.keyspaces.values()}
     trial[keyspace] = vdoc
-    from shardgate.vschema import VSchema
-
-    VSchema.from_json(trial)
+    new_vschema = VSchema.from_json(trial)
+    if cq.segmented:
+        _check_segmented_vindex(new_vschema, keyspace, cq, ks_topo.sharded)
     for shard in ks_topo.shards:
         client = gate.tablets[(keyspace, shard.name)]
+        if cq.segmented:
+            store = SegmentedStore(cq.name, client.dialect, client.placeholder,
+                                   max_rows=cq.options.dataset_max_rows,
+                                   max_bytes=cq.options.dataset_max_bytes,
+                                   marker=cq.options.to_comment())
+            await store.ensure_via(client.execute)
+            continue
         for stmt in cq.table_ddl(client.dialect):
             await client.execute(stmt, [])
     ks_topo.vschema = vdoc
     gate.rebuild_vschema()
     for shard in ks_topo.shards:
         await gate.tablets[(keyspace, shard.name)].queue_configure({cq.name: cq.options})
+
+
+def _check_segmented_vindex(vschema: VSchema, keyspace: str, cq: CreateQueue,
+                            sharded: bool) -> None:
+    if not sharded:
+        return
+    table = vschema.keyspace(keyspace).tables[cq.name]
+    vindex = table.primary.vindex if table.primary is not None else None
+    if not isinstance(vindex, SingleColumn) or vindex.needs_cursor:
+        raise InvalidArgument(
+            f"CREATE QUEUE {cq.name} WITH (storage = segmented): SHARD BY ... USING {cq.vindex} "
+            "must name a functional, single-column vindex (hash, xxhash, numeric, ...)")
 
 
 async def receive(
@@ -210,12 +239,54 @@ async def receive(
                 await t
 
 
+async def enqueue(
+    gate: Gate, keyspace: str, queue: str, jobs: Sequence[tuple[Any, str | None]]
+) -> list[tuple[str, int]]:
+    """Store ``(key, payload)`` jobs of a segmented queue, each on the shard its key maps
+    to through the queue's primary vindex; returns their ``(shard, job_id)`` in order once
+    every shard's write committed. Needs in-process tablets (``Gate.open``, ``shardgate
+    up``); elsewhere use :class:`~shardgate.queues.segmented.SegmentedQueue`."""
+    table = gate.vschema.find_table(queue, keyspace, keyspace)
+    if table.type != "queue" or str(table.options.get("storage", "")).lower() != "segmented":
+        raise InvalidArgument(f"{table.qualified} is not a segmented queue; a queue table "
+                              "takes INSERT INTO")
+    ks = gate.topology.keyspace(table.keyspace)
+    shards = [s.name for s in ks.shards]
+    by_shard: dict[str, list[int]] = {}
+    if ks.sharded:
+        vindex = table.primary.vindex if table.primary is not None else None
+        if not isinstance(vindex, SingleColumn) or vindex.needs_cursor:
+            raise InvalidArgument(f"{table.qualified}: needs a functional column vindex")
+        for i, ksids in enumerate(vindex.map([k for k, _ in jobs])):
+            if len(ksids) != 1:
+                raise InvalidArgument(f"{table.qualified}: key {jobs[i][0]!r} maps to "
+                                      f"{len(ksids)} keyspace ids; it needs exactly one")
+            by_shard.setdefault(ks.shard_map.find(ksids[0]), []).append(i)
+    elif jobs:
+        by_shard[shards[0]] = list(range(len(jobs)))
+    out: list[tuple[str, int]] = [("", 0)] * len(jobs)
+
+    async def one(shard: str, idx: list[int]) -> None:
+        client = gate.tablets[(ks.name, shard)]
+        service = getattr(getattr(client, "tablet", None), "queues", None)
+        if service is None:
+            raise Unsupported(
+                f"{table.qualified}: shard {shard} is a remote tablet; store jobs with "
+                "SegmentedQueue in a process with in-process tablets")
+        ids = await service.enqueue(table.name, [(str(jobs[i][0]), jobs[i][1]) for i in idx])
+        for i, job_id in zip(idx, ids, strict=True):
+            out[i] = (shard, int(job_id))
+
+    await asyncio.gather(*(one(s, idx) for s, idx in by_shard.items()))
+    return out
+
+
 async def ack(gate: Gate, keyspace: str, queue: str, shard: str, ids: Sequence[int]) -> int:
     """Ack events of one shard (the shard their receiver was told)."""
     table = gate.vschema.find_table(queue, keyspace, keyspace)
     gate.topology.keyspace(table.keyspace).shard(shard)
     n = await gate.tablets[(table.keyspace, shard)].queue_ack(table.name, list(ids))
-    _recent_acks(gate).add(table.keyspace, table.name.lower(), ids)
+    _recent_acks(gate).add(table.keyspace, table.name.lower(), shard, ids)
     return n
 
 

@@ -36,9 +36,13 @@ are :class:`~shardgate.queues.options.QueueOptions`: ``ack_wait``,
 memory per shard), ``hot_key_threshold``/``hot_key_cooldown``,
 ``dataset_max_rows``/``dataset_max_bytes``, ``merge_max_rows``.
 
-Consumers run in the process that opens the queue (a worker process), one
-per shard across processes thanks to the shard's database lock; they do not
-run in tablets and are not served over gRPC.
+Two ways to consume, one per shard at a time thanks to the queue's database
+lock on each shard: :meth:`SegmentedQueue.open` runs consumers in the
+process that opens the queue (a worker process with in-process tablets), or
+the tablets run them (:mod:`~shardgate.queues.segmented_served`) and
+receivers use ``Gate.queue_receive`` / ``queue_ack`` or gRPC, like a queue
+table. ``CREATE QUEUE ... WITH (storage = segmented)`` creates one through
+the gate; ``Gate.queue_enqueue`` stores jobs without this class.
 """
 
 from __future__ import annotations

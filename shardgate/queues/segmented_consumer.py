@@ -457,6 +457,10 @@ class ShardConsumer:
 
     # -- handing out ------------------------------------------------------------------
 
+    def holds(self, job_id: int) -> bool:
+        """Whether job ``job_id`` is pending in memory (not finished)."""
+        return int(job_id) in self._jobs
+
     def has_runnable(self) -> bool:
         """Whether :meth:`pick` may return jobs now (or raise this consumer's failure)."""
         if self.failure is not None:
@@ -516,6 +520,25 @@ class ShardConsumer:
         metrics.SEG_EXECUTING.labels(*self._labels).inc(len(jobs))
         return [SegmentedJob(self.shard, j.job_id, j.key, j.payload, j.attempt, j.created)
                 for j in jobs]
+
+    def release(self, jobs: Sequence[tuple[int, int]]) -> int:
+        """Give back ``(job_id, attempt)`` pairs handed out and not finished (their
+        receiver went away): each still executing in that attempt is ready again at once,
+        first of its key, without a status row (the next attempt writes its own
+        ``executing`` row). Returns how many were released."""
+        n = 0
+        for job_id, attempt in jobs:
+            j = self._jobs.get(int(job_id))
+            if j is None or j.state != _EXECUTING or j.attempt != attempt:
+                continue
+            j.state = _READY
+            self._in_flight -= 1
+            self._push(j)
+            n += 1
+        if n:
+            self._wake.set()
+            self._signal()
+        return n
 
     async def ack(self, job_ids: Sequence[int]) -> int:
         """Record success of ``job_ids``; return how many were pending (the others were

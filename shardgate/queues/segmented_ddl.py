@@ -140,21 +140,35 @@ def _suffix(dialect: str) -> str:
     return " ENGINE=InnoDB" if dialect == "mysql" else ""
 
 
-def catalog_ddl(names: SegmentedNames) -> list[str]:
-    """The catalog and actions tables (idempotent)."""
+def catalog_ddl(names: SegmentedNames, marker: str | None = None) -> list[str]:
+    """The catalog and actions tables (idempotent).
+
+    ``marker``: the queue's comment marker (``shardgate_queue,storage=segmented,...``,
+    :meth:`QueueOptions.to_comment`), put on the catalog the way a queue table carries
+    it, so a tablet process finds the segmented queue and its options from the database
+    alone (:meth:`QueueService.detect`). Set when the catalog is created (PostgreSQL:
+    every time).
+    """
     t = _types(names.dialect)
     d = names.dialect
     actions_id = (
         f"id {t['auto']} PRIMARY KEY" if d != "sqlite" else "id INTEGER PRIMARY KEY AUTOINCREMENT"
     )
-    return [
-        f"CREATE TABLE IF NOT EXISTS {names.catalog} (n BIGINT NOT NULL PRIMARY KEY, "
+    if marker is not None and ("'" in marker or "*/" in marker):
+        raise InvalidArgument(f"segmented queue {names.queue}: bad comment marker {marker!r}")
+    inner = f"/* {marker} */ " if marker and d == "sqlite" else ""
+    comment = f" COMMENT = '{marker}'" if marker and d == "mysql" else ""
+    out = [
+        f"CREATE TABLE IF NOT EXISTS {names.catalog} ({inner}n BIGINT NOT NULL PRIMARY KEY, "
         f"state {t['state']} NOT NULL, first_id BIGINT NOT NULL, next_id BIGINT NOT NULL, "
         "job_rows BIGINT NOT NULL DEFAULT 0, job_bytes BIGINT NOT NULL DEFAULT 0, "
-        f"created BIGINT NOT NULL, closed BIGINT NULL){_suffix(d)}",
+        f"created BIGINT NOT NULL, closed BIGINT NULL){_suffix(d)}{comment}",
         f"CREATE TABLE IF NOT EXISTS {names.actions} ({actions_id}, job_id BIGINT NOT NULL, "
         f"action {t['state']} NOT NULL, reason {t['text']} NULL, at BIGINT NOT NULL){_suffix(d)}",
     ]
+    if marker and d == "postgres":
+        out.append(f"COMMENT ON TABLE {names.catalog} IS '{marker}'")
+    return out
 
 
 def dataset_ddl(names: SegmentedNames, n: int) -> list[str]:

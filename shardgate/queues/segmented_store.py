@@ -32,7 +32,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,6 +52,7 @@ from shardgate.queues.segmented_ddl import (
     status_seq,
     view_ddl,
 )
+from shardgate.result import Result
 
 #: Jobs per producer write (group commit), as RudderStack's jobsdb batches them.
 DEFAULT_WRITE_BATCH = 128
@@ -111,8 +112,10 @@ class SegmentedStore:
     """
 
     def __init__(self, queue: str, dialect: str, placeholder: str, *,
-                 max_rows: int, max_bytes: int) -> None:
+                 max_rows: int, max_bytes: int, marker: str | None = None) -> None:
         self.names = SegmentedNames(queue, dialect)
+        #: the comment marker put on the catalog (see :func:`catalog_ddl`), if any
+        self.marker = marker
         self.dialect = dialect
         self.ph = placeholder
         self.max_rows = max_rows
@@ -123,9 +126,9 @@ class SegmentedStore:
 
     @classmethod
     def for_backend(cls, queue: str, backend: Backend, *, max_rows: int,
-                    max_bytes: int) -> SegmentedStore:
+                    max_bytes: int, marker: str | None = None) -> SegmentedStore:
         return cls(queue, backend.dialect, backend.placeholder, max_rows=max_rows,
-                   max_bytes=max_bytes)
+                   max_bytes=max_bytes, marker=marker)
 
     # -- helpers ----------------------------------------------------------------------
 
@@ -154,7 +157,7 @@ class SegmentedStore:
 
     async def ensure(self, conn: Connection) -> list[Dataset]:
         """Create the catalog, a first open dataset and the view if missing (idempotent)."""
-        for stmt in catalog_ddl(self.names):
+        for stmt in catalog_ddl(self.names, self.marker):
             await conn.execute(stmt)
         live = await self.datasets(conn)
         if not live:
@@ -169,6 +172,29 @@ class SegmentedStore:
             live = await self.datasets(conn)
             await self.rebuild_view(conn, [d.n for d in live if d.state != MERGING])
         return live
+
+    async def ensure_via(
+        self, execute: Callable[[str, Sequence[Any]], Awaitable[Result]]
+    ) -> None:
+        """:meth:`ensure` through any autocommit ``execute(sql, params)`` (the gate's
+        tablet clients, in-process or gRPC): the catalog, a first open dataset and the
+        view if missing (idempotent; creating the view is not atomic here, which is fine
+        before the queue serves anyone)."""
+        for stmt in catalog_ddl(self.names, self.marker):
+            await execute(stmt, [])
+        res = await execute(f"SELECT COUNT(*) FROM {self.names.catalog}", [])
+        if int(res.rows[0][0]):
+            return
+        n = DATASET_STEP
+        for stmt in dataset_ddl(self.names, n):
+            await execute(stmt, [])
+        with contextlib.suppress(AlreadyExists):  # another gate was first
+            await execute(
+                f"INSERT INTO {self.names.catalog} (n, state, first_id, next_id, job_rows, "
+                f"job_bytes, created) VALUES ({self.ph}, {self.ph}, 1, 1, 0, 0, {self.ph})",
+                [n, OPEN, time.time_ns()])
+        for stmt in view_ddl(self.names, [n]):
+            await execute(stmt, [])
 
     async def datasets(self, conn: Connection) -> list[Dataset]:
         """Every catalog row, in dataset order."""

@@ -1,15 +1,26 @@
-"""A tablet's queues: the lease, one manager per queue table, receivers and acks.
+"""A tablet's queues: the lease, one engine per queue, receivers and acks.
+
+Each queue is served by the engine of its ``storage``: a queue table by a
+:class:`~shardgate.queues.manager.QueueManager`, a segmented queue by a
+:class:`~shardgate.queues.segmented_served.ServedSegmentedQueue` (the shard's
+segmented consumer plus a dispatcher). Both feed the same
+:class:`~shardgate.queues.manager.Receiver` objects, so receiving, acking and
+stats look the same to the gate whatever the storage.
 
 Invariants:
 
-* Managers run only while this tablet holds the shard lease; they are all
-  stopped (their windows dropped) before the lease is released, and a manager
-  whose write failed drops the lease, so every manager restarts from the
-  table under a freshly checked lease.
+* Managers and segmented consumers run only while this tablet holds the shard
+  lease; they are all stopped (their windows and pending jobs dropped) before
+  the lease is released, and a manager whose write failed drops the lease, so
+  every manager restarts from the table under a freshly checked lease. A
+  segmented consumer also holds its queue's own lock and restarts by itself
+  from its tables after a database error.
 * Receivers subscribe to the service, not to a manager: they stay connected
   across lease changes (a standby's receivers get events once it takes over).
-* Acks work without the lease (an ack is an idempotent conditional UPDATE);
-  with it, they go through the manager so its window forgets the event.
+* Acks of a queue table work without the lease (an ack is an idempotent
+  conditional UPDATE); with it, they go through the manager so its window
+  forgets the event. Acks of a segmented queue need its running consumer
+  (``Unavailable`` otherwise: the job is handed out again after ``ack_wait``).
 * The tablet calls :meth:`QueueService.committed` after every commit (or
   autocommit statement) that wrote a queue table: that wake-up, not polling
   or NOTIFY, is how a manager learns of new events.
@@ -25,12 +36,18 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from shardgate.backends.base import LeaseHandle
-from shardgate.errors import NotFound, ShardgateError
+from shardgate.errors import InvalidArgument, NotFound, ShardgateError, Unavailable
 from shardgate.queues import metrics
 from shardgate.queues.ddl import comment_of, detect_sql
 from shardgate.queues.events import QueueBatch
 from shardgate.queues.manager import QueueManager, Receiver, Writer
 from shardgate.queues.options import QueueOptions, parse_comment
+from shardgate.queues.segmented_served import (
+    SEGMENTED_FIELDS,
+    ServedSegmentedQueue,
+    database_stats,
+)
+from shardgate.queues.segmented_store import SegmentedStore, ShardProducer
 from shardgate.queues.table_store import QueueStore
 from shardgate.tablet.lease import ShardLease
 
@@ -38,6 +55,9 @@ if TYPE_CHECKING:
     from shardgate.tablet.tablet import Tablet
 
 log = logging.getLogger(__name__)
+
+#: A segmented queue ``q`` carries its comment marker on its catalog ``q_datasets``.
+SEGMENTED_CATALOG_SUFFIX = "_datasets"
 
 _WRITE = re.compile(
     r"^\s*(insert|update|delete|replace)\s+(?:or\s+\w+\s+)?(?:ignore\s+)?(?:into\s+|from\s+)?"
@@ -55,6 +75,11 @@ class QueueService:
         self.options: dict[str, QueueOptions] = {}
         self.receivers: dict[str, list[Receiver]] = {}
         self.managers: dict[str, QueueManager] = {}
+        #: segmented queues being consumed here (while the lease is held)
+        self.segmented: dict[str, ServedSegmentedQueue] = {}
+        #: keyword arguments for the segmented consumers (tests shorten intervals)
+        self.segmented_kwargs: dict[str, Any] = {}
+        self._producers: dict[str, ShardProducer] = {}
         self._writer: Writer | None = None
         self._lease: ShardLease | None = None
         self._lease_retry = lease_retry
@@ -78,8 +103,16 @@ class QueueService:
             key = name.lower()
             if self.options.get(key) != opts:
                 self.options[key] = opts
-                if self._writer is not None and key not in self.managers:
+                if self._writer is not None and not self._running(key):
                     asyncio.get_running_loop().create_task(self._start_manager(key))
+
+    def _running(self, key: str) -> bool:
+        return key in self.managers or key in self.segmented
+
+    def is_segmented(self, queue: str) -> bool:
+        """Whether ``queue`` is a declared segmented queue of this tablet."""
+        opts = self.options.get(queue.lower())
+        return opts is not None and opts.storage == "segmented"
 
     def start(self) -> None:
         """Start competing for the lease (idempotent; needs a running loop)."""
@@ -91,14 +124,21 @@ class QueueService:
             self._lease.start()
 
     async def detect(self) -> list[str]:
-        """Find queue tables from their comment markers; configure them. Returns names."""
+        """Find queues from their comment markers (a queue table's own, a segmented
+        queue's on its catalog); configure them. Returns their names."""
         dialect = self.tablet.dialect
         res = await self.tablet.backend.execute(detect_sql(dialect))
         found: dict[str, QueueOptions] = {}
         for name, text in res.rows:
             opts = parse_comment(comment_of(dialect, str(text or "")))
-            if opts is not None:
-                found[str(name).lower()] = opts
+            if opts is None:
+                continue
+            table = str(name).lower()
+            if opts.storage == "segmented":  # the marker is on the queue's catalog table
+                if not table.endswith(SEGMENTED_CATALOG_SUFFIX):
+                    continue
+                table = table[: -len(SEGMENTED_CATALOG_SUFFIX)]
+            found[table] = opts
         self._detected = True
         self.configure(found)
         return sorted(found)
@@ -127,9 +167,20 @@ class QueueService:
             self._watch = asyncio.get_running_loop().create_task(self._watch_failures())
 
     async def _start_manager(self, name: str) -> None:
-        if self._writer is None or name in self.managers:
+        if self._writer is None or self._running(name):
             return
         tablet = self.tablet
+        if self.is_segmented(name):
+            served = ServedSegmentedQueue(
+                keyspace=tablet.keyspace, shard=tablet.shard, queue=name,
+                backend=tablet.backend, options=self.options[name],
+                receivers=lambda n=name: self.receivers.get(n, []),  # type: ignore[misc]
+                **self.segmented_kwargs)
+            self.segmented[name] = served
+            served.start()
+            for r in self.receivers.get(name, []):
+                r.waker = served.wake
+            return
         store = QueueStore(name, tablet.dialect, tablet.placeholder)
         manager = QueueManager(
             keyspace=tablet.keyspace, shard=tablet.shard, store=store,
@@ -167,6 +218,9 @@ class QueueService:
         managers, self.managers = self.managers, {}
         for m in managers.values():
             await m.stop()
+        segmented, self.segmented = self.segmented, {}
+        for sq in segmented.values():
+            await sq.close()
         for rs in self.receivers.values():
             for r in rs:
                 r.in_flight.clear()
@@ -182,7 +236,7 @@ class QueueService:
         if m is None:
             return None
         name = m.group(2).lower()
-        if name not in self.options:
+        if name not in self.options or self.is_segmented(name):
             return None
         return name, "insert" if m.group(1).lower() in ("insert", "replace") else "update"
 
@@ -200,6 +254,13 @@ class QueueService:
         self.start()
         rcv = Receiver(max_batch)
         self.receivers.setdefault(name, []).append(rcv)
+        if self.is_segmented(name):
+            sq = self.segmented.get(name)
+            if sq is not None:
+                rcv.waker = sq.wake
+                sq.wake()
+            self._gauge(name)
+            return rcv, list(SEGMENTED_FIELDS)
         m = self.managers.get(name)
         if m is not None:
             rcv.waker = m.wake
@@ -221,6 +282,9 @@ class QueueService:
         if rcv in rs:
             rs.remove(rcv)
         rcv.end()
+        sq = self.segmented.get(name)
+        if sq is not None:
+            sq.receiver_gone(rcv)
         m = self.managers.get(name)
         if m is not None:
             m.receiver_gone(rcv)
@@ -232,6 +296,16 @@ class QueueService:
 
     async def ack(self, queue: str, ids: Sequence[int]) -> int:
         name = await self._known(queue)
+        if self.is_segmented(name):
+            sq = self.segmented.get(name)
+            if not ids:
+                return 0
+            if sq is None:
+                raise Unavailable(
+                    f"segmented queue {name} on {self.tablet.keyspace}/{self.tablet.shard}: "
+                    "this tablet does not consume it now (no shard lease); the jobs will be "
+                    "handed out again after ack_wait")
+            return await sq.ack(ids)
         m = self.managers.get(name)
         if m is not None and not m.stopped.is_set():
             return await m.ack(ids)
@@ -241,6 +315,8 @@ class QueueService:
     async def stats(self, queue: str) -> dict[str, Any]:
         name = await self._known(queue)
         t = self.tablet
+        if self.is_segmented(name):
+            return await self._segmented_stats(name)
         store = QueueStore(name, t.dialect, t.placeholder)
         conn = await t.backend.acquire()
         try:
@@ -255,6 +331,51 @@ class QueueService:
         m = self.managers.get(name)
         out.update(m.memory_stats() if m is not None else {"receivers": len(
             self.receivers.get(name, []))})
+        return out
+
+    async def enqueue(self, queue: str, jobs: Sequence[tuple[str, str | None]]) -> list[int]:
+        """Store ``(key, payload)`` jobs of segmented ``queue`` on this shard (group commit,
+        as :meth:`SegmentedQueue.store_many`); return their ids once committed. The
+        shard's consumer, if it runs here, is woken at once. Works without the lease."""
+        name = await self._known(queue)
+        if not self.is_segmented(name):
+            raise InvalidArgument(
+                f"{queue!r} on {self.tablet.keyspace}/{self.tablet.shard} is a queue table: "
+                "enqueue with INSERT INTO it")
+        producer = self._producers.get(name)
+        if producer is None:
+            opts = self.options[name]
+            store = SegmentedStore.for_backend(name, self.tablet.backend,
+                                               max_rows=opts.dataset_max_rows,
+                                               max_bytes=opts.dataset_max_bytes)
+
+            def stored(n: str = name) -> None:
+                sq = self.segmented.get(n)
+                if sq is not None:
+                    sq.consumer.wake()
+
+            producer = self._producers[name] = ShardProducer(store, self.tablet.backend,
+                                                             on_stored=stored)
+        ids = await producer.store(jobs)
+        metrics.SEG_STORED.labels(self.tablet.keyspace, self.tablet.shard, name).inc(len(ids))
+        return ids
+
+    async def _segmented_stats(self, name: str) -> dict[str, Any]:
+        t = self.tablet
+        sq = self.segmented.get(name)
+        if sq is not None:
+            out = await sq.stats()
+        else:
+            opts = self.options[name]
+            store = SegmentedStore.for_backend(name, t.backend, max_rows=opts.dataset_max_rows,
+                                               max_bytes=opts.dataset_max_bytes)
+            out = await database_stats(store, t.backend)
+        for state, n in out["depth"].items():
+            metrics.DEPTH.labels(t.keyspace, t.shard, name, state).set(n)
+        metrics.LAG.labels(t.keyspace, t.shard, name).set(out["lag_seconds"])
+        out["shard"] = t.shard
+        out["leader"] = self.leader and sq is not None and sq.leader
+        out["receivers"] = len(self.receivers.get(name, []))
         return out
 
     async def close(self) -> None:
