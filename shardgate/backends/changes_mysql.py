@@ -56,6 +56,7 @@ from shardgate.backends.changes import (
     RowChange,
     Transaction,
 )
+from shardgate.backends.mysql import tls_kwargs
 from shardgate.backends.urls import parse_url
 from shardgate.errors import Code, FailedPrecondition, Internal, ShardgateError, Unavailable
 from shardgate.streams.token import EventToken, position_key
@@ -110,7 +111,7 @@ class MySQLChangeLog(ThreadedChangeLog):
         self.schema = u.database
         self._settings: dict[str, Any] = {
             "host": u.host, "port": u.port or 3306, "user": u.user or "root",
-            "password": u.password or "",
+            "password": u.password or "", **tls_kwargs(u),
         }
 
     def _sql_sync(self, fn: Callable[[Any], Any]) -> Any:

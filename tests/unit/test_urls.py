@@ -164,3 +164,18 @@ def test_bad_options_are_invalid_argument_without_password(url: str) -> None:
 def test_pool_size_must_be_positive() -> None:
     with pytest.raises(InvalidArgument, match="pool_size"):
         open_backend("sqlite:///:memory:", pool_size=0)
+
+
+def test_mysql_tls_defaults_to_off_on_loopback_only() -> None:
+    from shardgate.backends.mysql import tls_kwargs
+    from shardgate.errors import InvalidArgument
+
+    assert tls_kwargs(parse_url("mysql://root@127.0.0.1:3306/db")) == {"ssl_disabled": True}
+    assert tls_kwargs(parse_url("mysql://root@localhost/db")) == {"ssl_disabled": True}
+    assert tls_kwargs(parse_url("mysql://root@db.example:3306/db")) == {}
+    assert tls_kwargs(parse_url("mysql://root@127.0.0.1/db?ssl=preferred")) == {}
+    assert tls_kwargs(parse_url("mysql://root@db.example/db?ssl=disabled")) == {
+        "ssl_disabled": True
+    }
+    with pytest.raises(InvalidArgument):
+        tls_kwargs(parse_url("mysql://root@db.example/db?ssl=maybe"))
