@@ -36,7 +36,7 @@ import sqlglot
 from sqlglot import TokenType
 from sqlglot.errors import SqlglotError
 
-from shardgate import cli_inbox, cli_queue, cli_stream
+from shardgate import cli_inbox, cli_queue, cli_spark, cli_stream
 from shardgate.api.client import GateClient
 from shardgate.api.server import serve
 from shardgate.errors import InvalidArgument, NotFound, ShardgateError
@@ -123,6 +123,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     cli_queue.add_parsers(commands)
     cli_stream.add_parsers(commands)
+    cli_spark.add_parsers(commands)
     cli_inbox.add_parsers(commands)
     return parser
 
@@ -174,6 +175,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return cli_queue.run(args)
             case "stream":
                 return cli_stream.run(args)
+            case "spark":
+                return cli_spark.run(args)
             case "inbox":
                 return cli_inbox.run(args)
     except ShardgateError as exc:

@@ -11,7 +11,8 @@ opened per task:
   PyMySQL's unbuffered cursor for MariaDB (Arrow built from Python tuples gains
   nothing). :meth:`ShardReader.snapshot` opens the transaction every later read
   of the reader sees and returns the shard's change-log position at that
-  snapshot (PostgreSQL: ``REPEATABLE READ`` + ``pg_current_wal_lsn()``;
+  snapshot (PostgreSQL: a ``REPEATABLE READ`` transaction on the snapshot
+  exported by a new temporary logical slot + that slot's consistent point;
   MariaDB: consistent snapshot + ``@@gtid_binlog_pos``; SQLite: a read
   transaction + the last ``_sg_changes`` sequence).
 * **Writes.** :func:`ingest` appends an Arrow table to a table: PostgreSQL
@@ -178,19 +179,7 @@ class ShardReader:
         """
         try:
             if self.kind == "postgresql":
-                # The position is read *before* the snapshot is taken: a change between
-                # the two is then both in the snapshot and replayed, which is harmless
-                # for a consumer that keeps the newest token; the other order could
-                # lose one.
-                cur = self._conn.cursor()
-                cur.execute("SELECT pg_current_wal_lsn()::text")
-                row = cur.fetchone()
-                cur.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-                self._in_tx = True
-                cur.execute("SELECT 1")  # takes the snapshot
-                cur.fetchall()
-                cur.close()
-                return str(row[0])
+                return self._pg_exported_snapshot()
             if self.kind == "sqlite":
                 cur = self._conn.cursor()
                 cur.execute("BEGIN")
@@ -215,6 +204,49 @@ class ShardReader:
             raise
         except Exception as exc:
             raise _translate(exc, self.url, "snapshot") from exc
+
+    def _pg_exported_snapshot(self) -> str:
+        """PostgreSQL: import the snapshot of a new temporary logical slot; its consistent point.
+
+        ``pg_current_wal_lsn()`` read next to a ``REPEATABLE READ`` snapshot is
+        not exact in either order (a commit record can be in the WAL before the
+        transaction becomes visible). A logical slot created with ``SNAPSHOT
+        'export'`` gives an exact pair: every transaction committed before its
+        consistent point is in the exported snapshot, every later one is decoded
+        from the point on. The replication connection only has to live until the
+        snapshot is imported; the temporary slot goes with it.
+        """
+        import secrets
+
+        import psycopg2
+        import psycopg2.extensions
+        import psycopg2.extras
+
+        u = self.url
+        dsn = psycopg2.extensions.make_dsn(
+            host=u.host, port=u.port or 5432, user=u.user, password=u.password,
+            dbname=u.database or "postgres", connect_timeout=CONNECT_TIMEOUT_S,
+        )
+        repl = psycopg2.connect(
+            dsn, connection_factory=psycopg2.extras.LogicalReplicationConnection
+        )
+        try:
+            rcur = repl.cursor()
+            rcur.execute(f"CREATE_REPLICATION_SLOT sgs_{secrets.token_hex(8)} TEMPORARY"
+                         " LOGICAL pgoutput (SNAPSHOT 'export')")
+            _slot, position, snapshot_name, _plugin = rcur.fetchone()
+            if not all(c.isalnum() or c == "-" for c in str(snapshot_name)):
+                raise Internal(f"unexpected exported snapshot name {snapshot_name!r}")
+            cur = self._conn.cursor()
+            cur.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            self._in_tx = True
+            cur.execute(f"SET TRANSACTION SNAPSHOT '{snapshot_name}'")
+            cur.execute("SELECT 1")
+            cur.fetchall()
+            cur.close()
+            return str(position)
+        finally:
+            repl.close()
 
     def arrow_batches(self, sql: str, batch_rows: int = BATCH_ROWS) -> Iterator[pa.RecordBatch]:
         """The result of ``sql`` as Arrow batches (PostgreSQL and SQLite only)."""

@@ -1,0 +1,236 @@
+"""The dump job on 4 PostgreSQL shards: snapshot rows/s and catch-up rate, with references.
+
+Four PostgreSQL databases are the shards ``-40 40-80 80-c0 c0-`` of keyspace
+``bench``; table ``t`` (``hash`` on ``id``) gets ``--rows`` rows (shardgate's
+Spark writer). Then, in one Spark session (``local[2]``):
+
+1. **snapshot**: ``DumpJob`` (first run) reads every shard in its snapshot
+   transaction and commits the Delta table; reference: Spark's JDBC reader,
+   one read per shard unioned, written as Parquet (the same bytes to disk,
+   without a consistent snapshot, positions or a Delta commit);
+2. **catch-up**: ``--changes`` row changes are committed on the shards
+   (updates of every row in turn, 1,000 rows per transaction, and 10 % deletes),
+   then the reference reads them through the gate's change stream alone (from
+   the lake's positions to the log ends, no apply), then ``DumpJob`` (a rerun)
+   applies them to the lake. Rates are change events per second.
+
+Prints both side by side with the ratios, and checks that the lake equals the
+tables afterwards (row count, sum of prices).
+
+    python bench/spark_dump.py [--rows 1000000] [--changes 200000] [--smoke]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+try:
+    from bench._pg import ADMIN_URL, drop_database, fresh_database
+except ImportError:  # run as a script
+    from _pg import ADMIN_URL, drop_database, fresh_database  # type: ignore[no-redef]
+
+from shardgate.keys import KeyRange
+from shardgate.topo import Topology, write_cluster_file
+
+JDBC_JAR = "/usr/share/java/postgresql.jar"
+JVM_FLAGS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+SHARDS = 4
+TX_ROWS = 1000
+
+
+def start_spark() -> Any:
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    from pyspark.sql import SparkSession
+
+    from shardgate.spark import register
+
+    builder = (
+        SparkSession.builder.master("local[2]").appName("shardgate-bench-dump")
+        .config("spark.ui.enabled", "false")
+        .config("spark.driver.memory", "2g")
+        .config("spark.driver.extraJavaOptions", JVM_FLAGS)
+        .config("spark.sql.session.timeZone", "UTC")
+    )
+    if Path(JDBC_JAR).exists():
+        builder = builder.config("spark.jars", JDBC_JAR)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    register(spark)
+    return spark
+
+
+def jdbc_snapshot(spark: Any, names: list[str], out: Path) -> float:
+    """Seconds for Spark JDBC (one read per shard, unioned) -> Parquet."""
+    user = ADMIN_URL.split("//", 1)[1].split("@", 1)[0].split(":")[0] or "postgres"
+    parts = [
+        spark.read.format("jdbc").option("url", f"jdbc:postgresql://127.0.0.1:5432/{n}")
+        .option("dbtable", "t").option("user", user)
+        .option("driver", "org.postgresql.Driver").option("fetchsize", "10000").load()
+        for n in names
+    ]
+    union = parts[0]
+    for p in parts[1:]:
+        union = union.unionByName(p)
+    began = time.perf_counter()
+    union.write.mode("overwrite").parquet(str(out))
+    return time.perf_counter() - began
+
+
+def make_changes(urls: list[str], changes: int, rows: int) -> int:
+    """Commit about ``changes`` row changes spread over the shards; the number made."""
+    import psycopg
+
+    per_shard = changes // len(urls)
+    made = 0
+    for url in urls:
+        with psycopg.connect(url, autocommit=True) as conn:
+            ids = [r[0] for r in conn.execute("SELECT id FROM t ORDER BY id").fetchall()]
+            if not ids:
+                continue
+            done = 0
+            i = 0
+            while done < per_shard:
+                chunk = ids[i % len(ids): i % len(ids) + TX_ROWS][: per_shard - done]
+                i += len(chunk)
+                if len(chunk) >= 10 and (i // TX_ROWS) % 10 == 9:
+                    cur = conn.execute("DELETE FROM t WHERE id = ANY(%s)",
+                                       (chunk[: len(chunk) // 2],))
+                else:
+                    cur = conn.execute("UPDATE t SET price = price + 1 WHERE id = ANY(%s)",
+                                       (chunk,))
+                done += max(1, cur.rowcount)
+                made += cur.rowcount
+    return made
+
+
+async def stream_only(topo: Topology, lake: str) -> tuple[int, float]:
+    """Change events of ``t`` read through the gate stream from the lake's positions to the
+    log ends (no apply): the catch-up reference. Returns (events, seconds)."""
+    from shardgate.backends import bulk
+    from shardgate.backends.changes import open_change_log
+    from shardgate.gate import Gate
+    from shardgate.spark.jobs.lake import LakeTable
+    from shardgate.streams.merge import StreamPosition
+    from shardgate.streams.token import position_key
+
+    lt = LakeTable(lake, ["id"])
+    positions = lt.open("shardgate dump of bench.t")
+    assert positions is not None
+    targets = {}
+    for s in topo.keyspace("bench").shards:
+        q = f"bench/{s.name}"
+        log = open_change_log(s.url, q)
+        sql = log.position_sql
+        await log.close()
+        targets[q] = position_key(str(bulk.query(s.url, sql)[0][0]))
+    gate = Gate.open(topo)
+    events = 0
+    began = time.perf_counter()
+    try:
+        reached: set[str] = set()
+        stream = gate.update_stream("bench", None, StreamPosition(dict(positions.tokens)),
+                                    heartbeat_s=0.2)
+        async for ev in stream:
+            events += sum(1 for c in ev.changes if c.table == "t")
+            if position_key(ev.token.position) >= targets[ev.token.shard]:
+                reached.add(ev.token.shard)
+            if len(reached) == len(targets):
+                break
+        await stream.aclose()  # type: ignore[attr-defined]
+    finally:
+        await gate.close()
+    return events, time.perf_counter() - began
+
+
+def progress(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def main(rows: int, changes: int, batch_rows: int) -> None:
+    from shardgate.spark.jobs import DumpJob, read_table
+
+    names = [f"sg_bench_dump_{i}" for i in range(SHARDS)]
+    urls = [fresh_database(n) for n in names]
+    ranges = KeyRange().split(SHARDS)
+    topo = Topology.from_dict({"keyspaces": {"bench": {
+        "shards": {kr.name: url for kr, url in zip(ranges, urls, strict=True)},
+        "vschema": {"sharded": True, "vindexes": {"hash": {"type": "hash"}},
+                    "tables": {"t": {"column_vindexes": [{"column": "id", "name": "hash"}]}}},
+    }}})
+    import psycopg
+
+    for url in urls:
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("CREATE TABLE t (id BIGINT PRIMARY KEY, customer_id BIGINT NOT NULL, "
+                         "sku TEXT, price BIGINT, amount DOUBLE PRECISION)")
+    tmp = Path(tempfile.mkdtemp(prefix="sg_bench_dump_"))
+    cluster = tmp / "cluster.yaml"
+    write_cluster_file(topo, cluster)
+    lake = str(tmp / "lake")
+    spark = start_spark()
+    try:
+        df = spark.range(0, rows, numPartitions=2).selectExpr(
+            "id", "id % 100000 AS customer_id", "concat('sku-', id % 1000) AS sku",
+            "id % 997 AS price", "id * 0.5 AS amount")
+        (df.write.format("shardgate").option("cluster", str(cluster)).option("keyspace", "bench")
+         .option("table", "t").mode("append").save())
+        for url in urls:
+            with psycopg.connect(url, autocommit=True) as conn:
+                conn.execute("VACUUM ANALYZE t")
+        jd = jdbc_snapshot(spark, names, tmp / "jdbc") if Path(JDBC_JAR).exists() else 0.0
+
+        snap = DumpJob(topo, "bench", "t", lake, spark=spark, batch_rows=batch_rows,
+                       progress=progress).run_sync()
+        made = make_changes(urls, changes, rows)
+        ref_events, ref_s = asyncio.run(stream_only(topo, lake))
+        catch = DumpJob(topo, "bench", "t", lake, batch_rows=batch_rows,
+                        progress=progress).run_sync()
+
+        total = sum(psycopg.connect(u, autocommit=True).execute(
+            "SELECT count(*) FROM t").fetchone()[0] for u in urls)
+        lake_df = read_table(spark, lake)
+        assert lake_df.count() == total, "the lake does not match the tables"
+
+        print(f"{'what':<44}{'seconds':>9}{'rate/s':>12}")
+        print(f"{'snapshot: DumpJob (rows)':<44}{snap.snapshot_s:>9.2f}"
+              f"{snap.snapshot_rows_per_s:>12.0f}")
+        if jd:
+            print(f"{'snapshot ref: Spark JDBC -> Parquet (rows)':<44}{jd:>9.2f}"
+                  f"{rows / jd:>12.0f}")
+        print(f"{'catch-up: DumpJob apply (change events)':<44}{catch.catchup_s:>9.2f}"
+              f"{catch.catchup_events_per_s:>12.0f}")
+        print(f"{'catch-up ref: gate stream only (events)':<44}{ref_s:>9.2f}"
+              f"{ref_events / ref_s:>12.0f}")
+        if jd:
+            print(f"ratio snapshot DumpJob/JDBC: {snap.snapshot_rows_per_s / (rows / jd):.2f}x")
+        print(f"ratio catch-up apply/stream: "
+              f"{catch.catchup_events_per_s / (ref_events / ref_s):.2f}x "
+              f"({catch.change_events} events, {made} rows changed, {catch.merges} merges of "
+              f"<= {batch_rows} rows)")
+    finally:
+        spark.stop()
+        for n in names:
+            drop_database(n)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--rows", type=int, default=1_000_000)
+    ap.add_argument("--changes", type=int, default=200_000)
+    ap.add_argument("--batch-rows", type=int, default=100_000, help="change rows per MERGE")
+    ap.add_argument("--smoke", action="store_true", help="a short run (20k rows), for CI")
+    args = ap.parse_args()
+    if args.smoke:
+        main(20_000, 10_000, 5_000)
+    else:
+        main(args.rows, args.changes, args.batch_rows)

@@ -1,0 +1,633 @@
+"""``shardgate spark dump``: a sharded table copied to a lake table that converges.
+
+Two phases (see :mod:`shardgate.spark.jobs.lake` for the table and its
+invariants):
+
+1. **Snapshot** (first run only). One Spark task per shard opens one read
+   transaction that also captures the shard's log position
+   (:meth:`shardgate.backends.bulk.ShardReader.snapshot`: an exported snapshot
+   of a new logical slot on PostgreSQL, a consistent snapshot on MariaDB, a
+   read transaction that reads the change table's last sequence on SQLite),
+   reads the whole table in it as Arrow batches, and writes Parquet files into
+   the lake directory, every row carrying the shard's snapshot position as its
+   token. The driver then commits all the files **and** the positions in one
+   Delta commit: a crash before it leaves no data and the next run starts over;
+   files of failed task attempts are never committed.
+2. **Change apply.** The driver follows the keyspace's change stream
+   (:meth:`shardgate.gate.Gate.update_stream`) from the recorded positions,
+   keeps the changes of the table, and merges them into the lake table every
+   ``batch_rows`` rows (once caught up, also every ``batch_interval_s``; behind,
+   only full batches, as every MERGE rewrites the files it touches): newest
+   token wins, deletes as tombstones, the positions recorded in the same
+   commit. A MERGE runs in a thread while the next batch is read; MERGEs commit
+   one at a time, in order. Without ``follow`` it stops once every shard has
+   reached the end its log had when the apply began; with ``follow`` it goes
+   on until ``stop`` is set, and then drains: it stops at the log ends as of
+   that moment.
+
+**Why overlaps are harmless.** A snapshot row carries the shard's snapshot
+position ``P`` as its order; the stream is read from ``P`` on and a change
+replaces a row only if its order (its commit position) is larger
+(``s._sg_order > t._sg_order``). A change already contained in the snapshot
+(possible wherever a backend's position is read just before the snapshot, as
+on MariaDB) is replayed and rewrites the row with its own image, and every later
+change of the key follows in commit order, so the row ends as the newest
+change left it; a change at or before ``P`` never replaces a snapshot row.
+A rerun resumes from the positions of the last commit: changes applied after
+them are applied again, which, by the same rule, changes nothing. Within one
+micro-batch the stream's commit order decides (the last change of a key wins),
+so the source of each MERGE has one row per key.
+
+A ``TRUNCATE`` of the table on a shard turns every row of that shard with an
+older order into a tombstone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import threading
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from shardgate.backends import bulk
+from shardgate.backends.changes import DELETE, INSERT, UPDATE, open_change_log
+from shardgate.backends.urls import parse_url
+from shardgate.errors import (
+    Code,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    ShardgateError,
+    Unsupported,
+)
+from shardgate.spark.jobs.lake import (
+    DELETED,
+    DESCRIPTION_PREFIX,
+    ORDER,
+    POSITION,
+    SHARD,
+    TS,
+    LakeTable,
+    Positions,
+    lake_schema,
+    token_order,
+)
+from shardgate.spark.jobs.tasks import run_tasks, table_schema
+from shardgate.streams.token import EventToken, position_key
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql import SparkSession
+
+    from shardgate.topo import Topology
+
+#: change rows per MERGE at most
+DEFAULT_BATCH_ROWS = 50_000
+#: once caught up, a MERGE at least this often while changes come (seconds)
+DEFAULT_BATCH_INTERVAL_S = 1.0
+#: rows per Parquet file of the snapshot
+DEFAULT_FILE_ROWS = 1_000_000
+#: stream heartbeats (seconds): how soon an idle shard's position moves
+HEARTBEAT_S = 0.2
+#: errors after which a step is tried again (a busy SQLite shard, a shard away), how often
+RETRYABLE = (Code.ABORTED, Code.UNAVAILABLE)
+RETRIES = 5
+#: fail when the change stream gives nothing, not even a heartbeat, for this long (seconds)
+DEFAULT_STALL_S = 120.0
+
+Progress = Callable[[str], None]
+
+
+@dataclass
+class DumpSummary:
+    """What a dump run did (``shardgate spark dump`` prints it as JSON)."""
+
+    keyspace: str
+    table: str
+    lake: str
+    snapshot: bool = False
+    snapshot_rows: int = 0
+    snapshot_files: int = 0
+    snapshot_s: float = 0.0
+    change_events: int = 0
+    change_rows_merged: int = 0
+    merges: int = 0
+    catchup_s: float = 0.0
+    compacted_files: int = 0
+    positions: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def snapshot_rows_per_s(self) -> float:
+        return self.snapshot_rows / self.snapshot_s if self.snapshot_s > 0 else 0.0
+
+    @property
+    def catchup_events_per_s(self) -> float:
+        return self.change_events / self.catchup_s if self.catchup_s > 0 else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["snapshot_rows_per_s"] = round(self.snapshot_rows_per_s, 1)
+        d["catchup_events_per_s"] = round(self.catchup_events_per_s, 1)
+        return d
+
+
+def primary_key(url: str, table: str) -> list[str]:
+    """The primary key columns of ``table`` on one shard database, in key order."""
+    kind = parse_url(url).kind
+    lit = "'" + table.replace("'", "''") + "'"
+    if kind == "sqlite":
+        sql = f"SELECT name FROM pragma_table_info({lit}) WHERE pk > 0 ORDER BY pk"
+    elif kind == "postgresql":
+        sql = ("SELECT a.attname FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid"
+               f" AND a.attnum = ANY(i.indkey) WHERE i.indrelid = to_regclass({lit})"
+               " AND i.indisprimary ORDER BY array_position(i.indkey, a.attnum)")
+    else:
+        sql = ("SELECT COLUMN_NAME FROM information_schema.KEY_COLUMN_USAGE WHERE"
+               f" TABLE_SCHEMA = DATABASE() AND TABLE_NAME = {lit} AND CONSTRAINT_NAME ="
+               " 'PRIMARY' ORDER BY ORDINAL_POSITION")
+    return [str(r[0]) for r in bulk.query(url, sql)]
+
+
+# ----------------------------------------------------------------- snapshot task --
+
+
+def snapshot_shard(spec: dict[str, Any]) -> dict[str, Any]:
+    """Spark task: read one shard in its snapshot, write Parquet files into the lake dir.
+
+    ``spec``: ``shard`` (qualified), ``url``, ``table``, ``schema`` (Arrow
+    schema of the lake table), ``lake`` (directory), ``run`` (id),
+    ``file_rows``, ``key``. Returns the shard's position, its snapshot time and
+    the files written (path relative to the lake, size, rows, statistics). The
+    files of an attempt that fails are never returned, hence never committed.
+    """
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    schema: pa.Schema = spec["schema"]
+    source = pa.schema([f for f in schema if not f.name.startswith("_sg_")])
+    shard = spec["shard"]
+    tag = f"{spec['run']}-{shard.replace('/', '_')}-{uuid.uuid4().hex[:8]}"
+    files: list[dict[str, Any]] = []
+    writer: Any = None
+    current: dict[str, Any] = {}
+
+    def close_file() -> None:
+        nonlocal writer
+        if writer is None:
+            return
+        writer.close()
+        writer = None
+        full = os.path.join(spec["lake"], current["path"])
+        with open(full, "rb") as fh:
+            os.fsync(fh.fileno())
+        current["size"] = os.path.getsize(full)
+        files.append(dict(current))
+
+    with bulk.ShardReader(spec["url"]) as reader:
+        position = reader.snapshot()
+        snap_ts = time.time()
+        order = token_order(position) if position else 0
+        q = bulk.quote_ident(reader.kind, spec["table"])
+        sql = f"SELECT * FROM {q}"
+        if reader.kind == "mysql":
+            batches: Any = (
+                pa.RecordBatch.from_pylist([dict(zip(fields, r, strict=True)) for r in rows])
+                for fields, rows in reader.row_batches(sql)
+            )
+        else:
+            batches = reader.arrow_batches(sql)
+        for raw in batches:
+            if raw.num_rows == 0:
+                continue
+            batch = bulk.conform(raw, source)
+            n = batch.num_rows
+            extra = [pa.array([shard] * n, pa.string()), pa.array([position] * n, pa.string()),
+                     pa.array([order] * n, pa.int64()), pa.array([snap_ts] * n, pa.float64()),
+                     pa.array([False] * n, pa.bool_())]
+            out = pa.RecordBatch.from_arrays(list(batch.columns) + extra, schema=schema)
+            if writer is None:
+                current = {"path": f"part-{tag}-{len(files):05d}.parquet", "rows": 0,
+                           "stats": _Stats(spec["key"])}
+                writer = pq.ParquetWriter(os.path.join(spec["lake"], current["path"]), schema)
+            writer.write_batch(out)
+            current["rows"] += n
+            current["stats"].add(out)
+            if current["rows"] >= spec["file_rows"]:
+                close_file()
+        close_file()
+    for f in files:
+        f["stats"] = f["stats"].to_dict()
+    return {"shard": shard, "position": position, "timestamp": snap_ts, "files": files,
+            "rows": sum(f["rows"] for f in files)}
+
+
+class _Stats:
+    """Delta file statistics (min/max/nulls) of the key columns, for MERGE file pruning."""
+
+    def __init__(self, key: Sequence[str]) -> None:
+        self.key = list(key)
+        self.mins: dict[str, Any] = {}
+        self.maxs: dict[str, Any] = {}
+        self.nulls: dict[str, int] = {}
+
+    def add(self, batch: pa.RecordBatch) -> None:
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        for k in [*self.key, ORDER]:
+            col = batch.column(batch.schema.get_field_index(k))
+            if not pa.types.is_integer(col.type):
+                continue
+            mm = pc.min_max(col).as_py()
+            if mm["min"] is not None:
+                self.mins[k] = mm["min"] if k not in self.mins else min(self.mins[k], mm["min"])
+                self.maxs[k] = mm["max"] if k not in self.maxs else max(self.maxs[k], mm["max"])
+            self.nulls[k] = self.nulls.get(k, 0) + col.null_count
+
+    def to_dict(self) -> dict[str, Any]:
+        if not self.mins:
+            return {}
+        return {"minValues": self.mins, "maxValues": self.maxs, "nullCount": self.nulls}
+
+
+# ------------------------------------------------------------------------- job --
+
+
+class DumpJob:
+    """A dump of ``keyspace.table`` into the lake table at ``lake`` (see the module doc).
+
+    ``spark`` is needed for the snapshot only (a rerun of a dump that has
+    one does not touch Spark). ``key``: the columns identifying a row in the lake
+    (default: the table's primary key on the first shard).
+    """
+
+    def __init__(
+        self,
+        topology: Topology,
+        keyspace: str,
+        table: str,
+        lake: str,
+        *,
+        spark: SparkSession | None = None,
+        key: Sequence[str] | None = None,
+        batch_rows: int = DEFAULT_BATCH_ROWS,
+        batch_interval_s: float = DEFAULT_BATCH_INTERVAL_S,
+        file_rows: int = DEFAULT_FILE_ROWS,
+        progress: Progress | None = None,
+        stall_s: float = DEFAULT_STALL_S,
+    ) -> None:
+        if batch_rows < 1 or file_rows < 1 or batch_interval_s <= 0 or stall_s <= 0:
+            raise InvalidArgument(
+                "batch_rows and file_rows must be >= 1, batch_interval_s and stall_s > 0")
+        self.topology = topology
+        self.keyspace = keyspace
+        self.table = table
+        self.spark = spark
+        self.shards = {f"{keyspace}/{s.name}": s.url for s in topology.keyspace(keyspace).shards}
+        if not self.shards:
+            raise NotFound(f"keyspace {keyspace!r} has no shards")
+        self.key = list(key) if key else []
+        self.lake = LakeTable(lake, self.key)
+        self.batch_rows = batch_rows
+        self.batch_interval_s = batch_interval_s
+        self.file_rows = file_rows
+        self.stall_s = stall_s
+        self.progress: Progress = progress or (lambda _msg: None)
+        self.description = f"{DESCRIPTION_PREFIX}{keyspace}.{table}"
+
+    # -- entry points -----------------------------------------------------------------
+
+    def run_sync(self, *, follow: bool = False, stop: threading.Event | None = None) -> DumpSummary:
+        """:meth:`run` for synchronous callers (not from inside an event loop)."""
+        return asyncio.run(self.run(follow=follow, stop=stop))
+
+    async def run(
+        self, *, follow: bool = False, stop: threading.Event | None = None
+    ) -> DumpSummary:
+        """Snapshot (first run), then apply changes until caught up (or ``stop`` with follow)."""
+        summary = DumpSummary(self.keyspace, self.table, self.lake.path)
+        first_url = next(iter(self.shards.values()))
+        if not self.key:
+            self.key = await asyncio.to_thread(primary_key, first_url, self.table)
+            if not self.key:
+                raise InvalidArgument(
+                    f"table {self.table!r} has no primary key: give the key columns (--key)")
+            self.lake.key = list(self.key)
+        await asyncio.gather(*(self._prepare_capture(q, u) for q, u in self.shards.items()))
+        positions = None
+        if self.lake.exists():
+            positions = await asyncio.to_thread(self.lake.open, self.description)
+        if positions is None:
+            positions = await self._snapshot(summary)
+        else:
+            missing = set(self.shards) - set(positions.tokens)
+            if missing:
+                raise FailedPrecondition(
+                    f"the lake table at {self.lake.path} has no position for shards "
+                    f"{sorted(missing)} (the keyspace was resharded?): dump to a new --lake")
+            self.progress(f"resuming {self.keyspace}.{self.table} from the lake's positions")
+        await self._apply(positions, summary, follow=follow, stop=stop)
+        summary.compacted_files = await asyncio.to_thread(self.lake.compact)
+        return summary
+
+    async def _prepare_capture(self, shard: str, url: str) -> None:
+        async def prepare() -> None:
+            log = open_change_log(url, shard)
+            try:
+                await log.prepare()
+            finally:
+                await log.close()
+
+        await _retrying(prepare, f"preparing change capture on {shard}", self.progress)
+
+    # -- snapshot ---------------------------------------------------------------------
+
+    async def _snapshot(self, summary: DumpSummary) -> Positions:
+        if self.spark is None:
+            raise InvalidArgument("the first run of a dump needs a Spark session (snapshot)")
+        first_url = next(iter(self.shards.values()))
+        source = await asyncio.to_thread(table_schema, first_url, self.table)
+        for k in self.key:
+            if k not in source.names:
+                raise NotFound(f"key column {k!r} is not a column of {self.table!r}")
+        schema = lake_schema(source)
+        await asyncio.to_thread(self.lake.create, schema, self.description)
+        run = time.strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:6]
+        specs = [
+            {"shard": q, "url": u, "table": self.table, "schema": schema,
+             "lake": self.lake.path, "run": run, "file_rows": self.file_rows, "key": self.key}
+            for q, u in self.shards.items()
+        ]
+        self.progress(f"snapshot of {self.keyspace}.{self.table}: {len(specs)} shards")
+        began = time.monotonic()
+        results: list[dict[str, Any]] = await asyncio.to_thread(
+            run_tasks, self.spark, specs, snapshot_shard, "snapshot")
+        files = [f for r in results for f in r["files"]]
+        positions = Positions({
+            r["shard"]: EventToken(r["timestamp"], r["shard"], r["position"]) for r in results
+        })
+        await asyncio.to_thread(self.lake.add_files, files, positions)
+        summary.snapshot = True
+        summary.snapshot_rows = sum(int(r["rows"]) for r in results)
+        summary.snapshot_files = len(files)
+        summary.snapshot_s = time.monotonic() - began
+        for r in sorted(results, key=lambda r: str(r["shard"])):
+            self.progress(f"  {r['shard']}: {r['rows']} rows at position {r['position']}")
+        self.progress(f"snapshot committed: {summary.snapshot_rows} rows in "
+                      f"{summary.snapshot_s:.2f} s ({summary.snapshot_rows_per_s:,.0f} rows/s)")
+        return positions
+
+    # -- change apply -----------------------------------------------------------------
+
+    async def _targets(self) -> dict[str, tuple[int, ...]]:
+        """Per shard, the end of its log now (read with the log's own position query)."""
+
+        async def one(shard: str, url: str) -> tuple[str, tuple[int, ...]]:
+            log = open_change_log(url, shard)
+            sql = log.position_sql
+            await log.close()
+            rows = await asyncio.to_thread(bulk.query, url, sql)
+            return shard, position_key(str(rows[0][0]) if rows and rows[0][0] is not None
+                                       else "0")
+
+        return dict(await asyncio.gather(*(one(q, u) for q, u in self.shards.items())))
+
+    async def _apply(
+        self, positions: Positions, summary: DumpSummary, *, follow: bool,
+        stop: threading.Event | None,
+    ) -> None:
+        from shardgate.gate import Gate
+        from shardgate.streams.merge import StreamEvent, StreamPosition
+
+        schema = await asyncio.to_thread(self.lake.schema)
+        builder = _RowBuilder(schema, self.key)
+        targets = await self._targets()
+        current = dict(positions.tokens)
+        reached = {q for q, t in current.items() if position_key(t.position) >= targets[q]}
+        began = time.monotonic()
+        starts = json.dumps({q: t.position for q, t in current.items()})
+        self.progress(f"applying changes from {starts}"
+                      + ("" if follow else f" up to {len(targets)} log ends"))
+        if not follow and len(reached) == len(self.shards):
+            summary.positions = {q: t.position for q, t in current.items()}
+            return
+        gate = Gate.open(self.topology)
+        pending: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+        last_flush = time.monotonic()
+        last_report = last_flush
+
+        merging: asyncio.Future[None] | None = None
+
+        def merge(rows: pa.Table, snap: Positions) -> None:
+            try:
+                self.lake.merge(rows, snap)
+            except ShardgateError as exc:
+                # Not a stream failure: reopening the stream would skip these rows.
+                raise _MergeFailed(exc) from exc
+            summary.merges += 1
+            summary.change_rows_merged += rows.num_rows
+
+        async def flush(wait: bool = False) -> None:
+            """Merge ``pending`` (positions: ``current``). The MERGE runs in a thread while
+            the stream is read on; MERGEs stay in order (one at a time); ``wait``: until
+            every MERGE started has committed."""
+            nonlocal last_flush, merging
+            last_flush = time.monotonic()
+            if pending:
+                rows = builder.table(list(pending.values()))
+                pending.clear()
+                snap = Positions(dict(current))
+                if merging is not None:
+                    await merging
+                merging = asyncio.ensure_future(asyncio.to_thread(merge, rows, snap))
+            if wait and merging is not None:
+                running, merging = merging, None
+                await running
+
+        async def handle(event: StreamEvent) -> bool:
+            """Apply one stream event; True once the run is done."""
+            nonlocal follow, targets, reached, last_report
+            q = event.token.shard
+            for c in event.changes:
+                if c.table != self.table:
+                    continue
+                summary.change_events += 1
+                if c.op == "truncate":
+                    await flush(wait=True)
+                    await asyncio.to_thread(self.lake.tombstone_shard, q, event.token)
+                    continue
+                for key, row in builder.rows(c, event.token):
+                    pending[key] = row
+            current[q] = event.token
+            if q not in reached and position_key(event.token.position) >= targets[q]:
+                reached.add(q)
+            if follow and stop is not None and stop.is_set():
+                # Drain: stop at the log ends as of now, everything before is applied.
+                follow = False
+                targets = await self._targets()
+                reached = {s for s, t in current.items()
+                           if position_key(t.position) >= targets[s]}
+                self.progress("stopping: applying changes up to the log ends")
+            now = time.monotonic()
+            live = len(reached) == len(self.shards)
+            done = not follow and live
+            # Behind (a backlog): only full batches, every MERGE rewrites the files it
+            # touches. Caught up (following): at least every batch_interval_s.
+            if (len(pending) >= self.batch_rows or done
+                    or (live and now - last_flush >= self.batch_interval_s)):
+                await flush()
+            if now - last_report >= 5.0:
+                last_report = now
+                behind = ", ".join(f"{s} at {current[s].position}"
+                                   for s in sorted(set(self.shards) - reached))
+                self.progress(f"  {summary.change_events} changes, {summary.merges} merges, "
+                              f"{len(reached)}/{len(self.shards)} shards caught up"
+                              + (f" ({behind})" if behind and not follow else ""))
+            return done
+
+        failures = 0
+        try:
+            while True:
+                events = gate.update_stream(
+                    self.keyspace, None, StreamPosition(dict(current)), heartbeat_s=HEARTBEAT_S
+                )
+                try:
+                    while True:
+                        try:
+                            event = await asyncio.wait_for(anext(events), self.stall_s)
+                        except StopAsyncIteration:
+                            break
+                        except TimeoutError:
+                            raise ShardgateError(
+                                f"no change stream event (not even a heartbeat) for "
+                                f"{self.stall_s:g} s; shards not caught up: "
+                                f"{sorted(set(self.shards) - reached)}. Check change capture "
+                                "on them (a PostgreSQL slot invalidated by "
+                                "max_slot_wal_keep_size, a purged log) and rerun: the lake "
+                                "resumes from its last commit", code=Code.DEADLINE_EXCEEDED,
+                            ) from None
+                        failures = 0
+                        if await handle(event):
+                            break
+                    await flush(wait=True)
+                    break
+                except ShardgateError as exc:
+                    # A shard busy (SQLite lock) or away: reopen the stream where it stopped
+                    # (``current``); changes not merged yet stay in ``pending``.
+                    failures += 1
+                    if exc.code not in RETRYABLE or failures > RETRIES:
+                        raise
+                    self.progress(f"  change stream interrupted ({exc}); reopening")
+                    await asyncio.sleep(min(2.0, 0.2 * 2**failures))
+                finally:
+                    await events.aclose()  # type: ignore[attr-defined]
+        except _MergeFailed as failed:
+            raise failed.error from None
+        finally:
+            try:
+                if merging is not None:  # never return with a MERGE still writing
+                    with contextlib.suppress(_MergeFailed):
+                        await merging
+            finally:
+                await gate.close()
+        summary.catchup_s = time.monotonic() - began
+        summary.positions = {q: t.position for q, t in current.items()}
+        self.progress(f"caught up: {summary.change_events} changes in {summary.merges} merges, "
+                      f"{summary.catchup_s:.2f} s ({summary.catchup_events_per_s:,.0f}/s)")
+
+
+class _MergeFailed(Exception):
+    """A MERGE into the lake failed: the run stops (the next one resumes at the last commit)."""
+
+    def __init__(self, error: ShardgateError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+async def _retrying(fn: Callable[[], Awaitable[None]], what: str, progress: Progress) -> None:
+    """``fn()``, tried again after ``ABORTED``/``UNAVAILABLE`` errors (``RETRIES`` times)."""
+    for attempt in range(RETRIES + 1):
+        try:
+            await fn()
+            return
+        except ShardgateError as exc:
+            if exc.code not in RETRYABLE or attempt == RETRIES:
+                raise
+            progress(f"  {what}: {exc}; trying again")
+            await asyncio.sleep(min(2.0, 0.2 * 2**attempt))
+
+
+class _RowBuilder:
+    """Change rows -> lake rows (tuples in the lake's column order) -> an Arrow table.
+
+    The lake's columns are the source columns, then ``_sg_shard``, ``_sg_position``,
+    ``_sg_order``, ``_sg_ts``, ``_sg_deleted`` (see :func:`lake_schema`).
+    """
+
+    def __init__(self, schema: pa.Schema, key: Sequence[str]) -> None:
+        self.schema = schema
+        self.key = list(key)
+        self.columns = [n for n in schema.names if not n.startswith("_sg_")]
+        if schema.names[len(self.columns):] != [SHARD, POSITION, ORDER, TS, DELETED]:
+            raise FailedPrecondition(f"the lake table's columns are not a dump's: {schema.names}")
+        self._key_at = [self.columns.index(k) for k in self.key]
+        self._token: EventToken | None = None
+        self._tok: tuple[Any, ...] = ()
+
+    def _key(self, image: dict[str, Any]) -> tuple[Any, ...]:
+        try:
+            return tuple(image[k] for k in self.key)
+        except KeyError as exc:
+            raise Unsupported(f"a change image lacks key column {exc}") from exc
+
+    def rows(self, c: Any, token: EventToken) -> list[tuple[tuple[Any, ...], tuple[Any, ...]]]:
+        """``(key, row)`` pairs for one row change: a tombstone and/or the new image."""
+        if token is not self._token:  # once per transaction, not per row
+            self._token = token
+            self._tok = (token.shard, token.position, token_order(token.position),
+                         float(token.timestamp))
+        out: list[tuple[tuple[Any, ...], tuple[Any, ...]]] = []
+        if c.op in (UPDATE, DELETE) and c.before is not None:
+            old = self._key(c.before)
+            if c.op == DELETE or (c.after is not None and self._key(c.after) != old):
+                tomb: list[Any] = [None] * len(self.columns)
+                for i, v in zip(self._key_at, old, strict=True):
+                    tomb[i] = v
+                out.append((old, (*tomb, *self._tok, True)))
+        if c.op in (INSERT, UPDATE) and c.after is not None:
+            after = c.after
+            out.append((self._key(after),
+                        (*[after.get(col) for col in self.columns], *self._tok, False)))
+        return out
+
+    def table(self, rows: list[tuple[Any, ...]]) -> pa.Table:
+        import pyarrow as pa
+
+        arrays = []
+        for f, values in zip(self.schema, zip(*rows, strict=True), strict=True):
+            try:
+                arrays.append(pa.array(values, f.type))
+            except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError):
+                arrays.append(_cast_text(list(values), f))
+        return pa.Table.from_arrays(arrays, schema=self.schema)
+
+
+def _cast_text(values: Sequence[Any], f: pa.Field) -> pa.Array:
+    """Values the change stream gave as text (timestamps, dates...) cast to the column type."""
+    import pyarrow as pa
+
+    text = pa.array([None if v is None else str(v) for v in values], pa.string())
+    try:
+        return text.cast(f.type)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+        raise InvalidArgument(
+            f"column {f.name!r}: cannot store change values as {f.type}: {exc}") from exc
+
+
+__all__ = ["DumpJob", "DumpSummary", "primary_key", "snapshot_shard"]
