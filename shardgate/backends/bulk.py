@@ -6,10 +6,13 @@ the databases, synchronous (Spark tasks are plain threads/processes) and
 opened per task:
 
 * **Reads.** :func:`open_reader` returns a :class:`ShardReader`: Arrow record
-  batches from the native ADBC drivers for PostgreSQL and SQLite
-  (``adbc-driver-postgresql``, ``adbc-driver-sqlite``), lists of tuples from
-  PyMySQL's unbuffered cursor for MariaDB (Arrow built from Python tuples gains
-  nothing). :meth:`ShardReader.snapshot` opens the transaction every later read
+  batches from the native ADBC driver for PostgreSQL
+  (``adbc-driver-postgresql``), lists of tuples from Python's ``sqlite3`` for
+  SQLite and from PyMySQL's unbuffered cursor for MariaDB (Arrow built from
+  Python tuples gains nothing). Never ADBC's SQLite: a second copy of SQLite in
+  a process that also opens the file through ``sqlite3`` (the gate, the change
+  log) releases the other's POSIX locks, and databases were corrupted so.
+  :meth:`ShardReader.snapshot` opens the transaction every later read
   of the reader sees and returns the shard's change-log position at that
   snapshot (PostgreSQL: a ``REPEATABLE READ`` transaction on the snapshot
   exported by a new temporary logical slot + that slot's consistent point;
@@ -112,8 +115,8 @@ def _sqlite_connect(url: DatabaseURL) -> sqlite3.Connection:
 
 
 def supports_arrow(url: str) -> bool:
-    """True when reads of this shard come as Arrow batches (PostgreSQL, SQLite)."""
-    return parse_url(url).kind in ("postgresql", "sqlite")
+    """True when reads of this shard come as Arrow batches (PostgreSQL)."""
+    return parse_url(url).kind == "postgresql"
 
 
 def quote_ident(kind: str, name: str) -> str:
@@ -142,9 +145,10 @@ class ShardReader:
 
                 self._conn = adbc_pg.connect(_pg_uri(self.url), autocommit=True)
             elif self.kind == "sqlite":
-                import adbc_driver_sqlite.dbapi as adbc_sqlite
-
-                self._conn = adbc_sqlite.connect(self.url.database, autocommit=True)
+                # Python's own sqlite3, never a second SQLite library (ADBC's): two
+                # copies of SQLite in one process break each other's POSIX locks on
+                # the same file, and shard files were corrupted that way.
+                self._conn = _sqlite_connect(self.url)
             else:
                 self._conn = _mysql_connect(self.url)
         except ImportError as exc:
@@ -249,13 +253,11 @@ class ShardReader:
             repl.close()
 
     def arrow_batches(self, sql: str, batch_rows: int = BATCH_ROWS) -> Iterator[pa.RecordBatch]:
-        """The result of ``sql`` as Arrow batches (PostgreSQL and SQLite only)."""
-        if self.kind == "mysql":
-            raise FailedPrecondition("MariaDB shards have no Arrow driver: use row_batches")
+        """The result of ``sql`` as Arrow batches (PostgreSQL only)."""
+        if self.kind != "postgresql":
+            raise FailedPrecondition(f"{self.kind} shards have no Arrow driver: use row_batches")
         try:
             cur = self._conn.cursor()
-            if self.kind == "sqlite":
-                cur.adbc_statement.set_options(**{"adbc.sqlite.query.batch_rows": str(batch_rows)})
             cur.execute(sql)
             reader = cur.fetch_record_batch()
             try:
@@ -320,9 +322,13 @@ class ShardReader:
                 cur = self._conn.cursor()
                 try:
                     cur.execute(f"SELECT * FROM ({sql}) LIMIT 1000")
-                    return normalize_schema(cur.fetch_arrow_table().schema)
+                    names = [d[0] for d in cur.description]
+                    columns = list(zip(*cur.fetchall(), strict=True)) or [()] * len(names)
                 finally:
                     cur.close()
+                return normalize_schema(pa.schema(
+                    [pa.field(n, _inferred(c)) for n, c in zip(names, columns, strict=True)]
+                ))
             with self._conn.cursor() as cur:
                 cur.execute(f"SELECT * FROM ({sql}) AS _sg_q LIMIT 0")
                 fields = cur._result.fields
@@ -331,6 +337,16 @@ class ShardReader:
             raise
         except Exception as exc:
             raise _translate(exc, self.url, "schema") from exc
+
+
+def _inferred(values: Sequence[Any]) -> pa.DataType:
+    """The Arrow type of a column of SQLite values (mixed storage classes: string)."""
+    import pyarrow as pa
+
+    try:
+        return pa.array(list(values)).type
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        return pa.string()
 
 
 def sqlite_type(declared: str) -> pa.DataType:

@@ -64,6 +64,7 @@ from shardgate.backends.urls import parse_url
 from shardgate.errors import InvalidArgument, ShardgateError
 from shardgate.queues.events import (
     ACKED,
+    FIRED,
     MANDATORY_COLUMNS,
     TO_BE_FIRED,
     QueueBatch,
@@ -377,12 +378,17 @@ class QueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return {"seq": seq, "events": _ids_text(events)}
 
     def _unfired(self, cutoff_ns: int) -> bool:
-        """Whether any shard still holds an unfired event scheduled at or before ``cutoff_ns``."""
+        """Whether any shard still holds an unacked event scheduled at or before ``cutoff_ns``
+        that is not this run's: to be fired, or fired to a receiver that is gone (a failed
+        earlier run's) and due again after ``ack_wait``."""
         for shard in self.opts.topo().keyspace(self.opts.keyspace).shards:
             kind = parse_url(shard.url).kind
             q = bulk.quote_ident(kind, self.qopts.queue)
-            found = bulk.query(shard.url, f"SELECT 1 FROM {q} WHERE state = '{TO_BE_FIRED}' "
-                                          f"AND time_scheduled <= {int(cutoff_ns)} LIMIT 1")
+            mine = [i for (s, i) in self._held if s == shard.name]
+            held = f" AND id NOT IN ({', '.join(map(str, mine))})" if mine else ""
+            found = bulk.query(shard.url, f"SELECT 1 FROM {q} WHERE state IN ('{TO_BE_FIRED}', "
+                                          f"'{FIRED}') AND time_scheduled <= {int(cutoff_ns)}"
+                                          f"{held} LIMIT 1")
             if found:
                 return True
         return False

@@ -163,7 +163,7 @@ class _ShardArchiver:
             where += f" AND id > {after}"
         sql = f"SELECT * FROM {q} WHERE {where} ORDER BY id LIMIT {self.chunk_rows}"
         with bulk.ShardReader(self.url) as reader:
-            if self.kind == "mysql":
+            if not bulk.supports_arrow(self.url):
                 rows = [dict(zip(f, r, strict=True)) for f, rs in reader.row_batches(sql)
                         for r in rs]
                 if not rows:

@@ -195,7 +195,7 @@ def snapshot_shard(spec: dict[str, Any]) -> dict[str, Any]:
         order = token_order(position) if position else 0
         q = bulk.quote_ident(reader.kind, spec["table"])
         sql = f"SELECT * FROM {q}"
-        if reader.kind == "mysql":
+        if not bulk.supports_arrow(spec["url"]):
             batches: Any = (
                 pa.RecordBatch.from_pylist([dict(zip(fields, r, strict=True)) for r in rows])
                 for fields, rows in reader.row_batches(sql)
