@@ -215,14 +215,26 @@ class PgOutputDecoder:
         self._changes.append(RowChange(table, op, pk, before, after))
 
 
+#: server messages of a slot whose WAL is gone (invalidated by max_slot_wal_keep_size)
+_WAL_LOST = ("doesn't reserve WAL", "has been invalidated", "has already been removed",
+             "can no longer get changes")
+
+
 def _translate(url: str) -> Callable[[BaseException], BaseException]:
     def translate(exc: BaseException) -> BaseException:
         if isinstance(exc, ShardgateError):
             return exc
+        text = " ".join(str(exc).split())
+        if isinstance(exc, psycopg2.Error) and any(m in text for m in _WAL_LOST):
+            return ShardgateError(
+                f"the change log of {url} lost the WAL its anchor slot kept ({text}; "
+                "max_slot_wal_keep_size exceeded): positions before now are gone; "
+                "restart consumers from a new snapshot",
+                code=Code.OUT_OF_RANGE,
+            )
         if isinstance(exc, psycopg2.OperationalError | psycopg2.InterfaceError):
             return Unavailable(f"lost the replication stream of {url}: {exc}; retry")
         if isinstance(exc, psycopg2.Error):
-            text = " ".join(str(exc).split())
             if "replication slot" in text and "does not exist" in text:
                 return ShardgateError(
                     f"no change capture on {url} ({text}): prepare it first",
@@ -305,6 +317,14 @@ class PostgresChangeLog(ThreadedChangeLog):
                 " WHEN TAG IN ('CREATE TABLE', 'CREATE TABLE AS', 'SELECT INTO')"
                 " EXECUTE FUNCTION sg_replica_identity_full()"
             )
+        # An anchor the server invalidated (it held more WAL than max_slot_wal_keep_size)
+        # can serve nothing any more: replace it. Positions before now are gone, and
+        # starts there fail with OUT_OF_RANGE against the new anchor.
+        cur.execute(
+            "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots"
+            " WHERE slot_name = %s AND wal_status = 'lost' AND NOT active",
+            (self.anchor,),
+        )
         cur.execute("SELECT 1 FROM pg_replication_slots WHERE slot_name = %s", (self.anchor,))
         if cur.fetchone() is None:
             cur.execute(

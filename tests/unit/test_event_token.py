@@ -75,3 +75,23 @@ def test_stream_position_keeps_its_start_for_silent_shards() -> None:
     assert back.start_of("commerce/80-", 0.0) == (None, 100.0)
     # without a start the silent shard resumes from the oldest token seen
     assert StreamPosition({A: t}).start_of("commerce/80-", 0.0) == (None, 200.0)
+
+
+def test_postgres_lost_wal_is_out_of_range_not_retried() -> None:
+    import psycopg2
+    import psycopg2.errors
+
+    from shardgate.backends.changes_postgres import _translate
+    from shardgate.errors import Code, ShardgateError
+
+    translate = _translate("postgresql://x@h/db")
+    for exc in (
+        psycopg2.errors.ObjectNotInPrerequisiteState(
+            "cannot copy a replication slot that doesn't reserve WAL"),
+        psycopg2.OperationalError(
+            "ERROR: requested WAL segment 000000010000000000000042 has already been removed"),
+    ):
+        err = translate(exc)
+        assert isinstance(err, ShardgateError) and err.code is Code.OUT_OF_RANGE
+    lost = translate(psycopg2.OperationalError("server closed the connection unexpectedly"))
+    assert isinstance(lost, ShardgateError) and lost.code is Code.UNAVAILABLE
