@@ -199,9 +199,18 @@ class SQLiteChangeLog(ChangeLog):
         return self._db
 
     def _ensure_sync(self, force: bool = False) -> None:
+        """Bring the capture (change tables, one trigger per table and operation) in step
+        with the schema. Idempotent and quiet: when every trigger already reads as it
+        should, nothing is written (no write lock, no new ``schema_version``), so
+        several readers of one file never make each other regenerate."""
         db = self._conn()
         version = db.execute("PRAGMA schema_version").fetchone()[0]
         if version == self._schema_version and not force:
+            return
+        wanted, pks = self._wanted_sync(db)
+        if self._captured_sync(db) == wanted:
+            self._pks = pks
+            self._schema_version = version
             return
         db.execute("BEGIN IMMEDIATE")
         try:
@@ -211,29 +220,13 @@ class SQLiteChangeLog(ChangeLog):
                 " before TEXT, after TEXT)"
             )
             db.execute(f"CREATE TABLE IF NOT EXISTS {META_TABLE} (k TEXT PRIMARY KEY, v)")
-            tables = [
-                r[0]
-                for r in db.execute(
-                    "SELECT name FROM sqlite_master WHERE type = 'table'"
-                    " AND name NOT LIKE 'sqlite_%' AND name NOT LIKE '\\_sg\\_%' ESCAPE '\\'"
-                )
-            ]
-            existing = {
-                r[0]
-                for r in db.execute(
-                    "SELECT name FROM sqlite_master WHERE type = 'trigger'"
-                    " AND name LIKE '\\_sg\\_a%' ESCAPE '\\'"
-                )
-            }
-            for name in existing:
-                db.execute(f"DROP TRIGGER IF EXISTS {_q(name)}")
-            pks: dict[str, list[str]] = {}
-            for table in tables:
-                info = db.execute(f"PRAGMA table_info({_q(table)})").fetchall()
-                columns = [r[1] for r in info]
-                pk = [r[1] for r in sorted(info, key=lambda r: r[5]) if r[5]]
-                pks[table] = pk or columns
-                for sql in _trigger_sql(table, columns):
+            wanted, pks = self._wanted_sync(db)  # again, under the write lock
+            have = self._captured_sync(db)
+            for name, sql in have.items():
+                if wanted.get(name) != sql:
+                    db.execute(f"DROP TRIGGER IF EXISTS {_q(name)}")
+            for name, sql in wanted.items():
+                if have.get(name) != sql and sql:
                     db.execute(sql)
             db.execute("COMMIT")
         except BaseException:
@@ -242,6 +235,43 @@ class SQLiteChangeLog(ChangeLog):
             raise
         self._pks = pks
         self._schema_version = db.execute("PRAGMA schema_version").fetchone()[0]
+
+    @staticmethod
+    def _wanted_sync(db: sqlite3.Connection) -> tuple[dict[str, str], dict[str, list[str]]]:
+        """The capture triggers the schema needs (name -> SQL) and each table's key columns."""
+        tables = [
+            r[0]
+            for r in db.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table'"
+                " AND name NOT LIKE 'sqlite_%' AND name NOT LIKE '\\_sg\\_%' ESCAPE '\\'"
+            )
+        ]
+        wanted: dict[str, str] = {}
+        pks: dict[str, list[str]] = {}
+        for table in tables:
+            info = db.execute(f"PRAGMA table_info({_q(table)})").fetchall()
+            columns = [r[1] for r in info]
+            pk = [r[1] for r in sorted(info, key=lambda r: r[5]) if r[5]]
+            pks[table] = pk or columns
+            for sql, op in zip(_trigger_sql(table, columns), "iud", strict=True):
+                wanted[f"_sg_a{op}_{table}"] = " ".join(sql.split())
+        present = {r[0] for r in db.execute(
+            "SELECT name FROM sqlite_master WHERE name IN (?, ?)", (CHANGE_TABLE, META_TABLE)
+        )}
+        if len(present) < 2:
+            wanted["<change tables>"] = ""  # never matches: they must be created
+        return wanted, pks
+
+    @staticmethod
+    def _captured_sync(db: sqlite3.Connection) -> dict[str, str]:
+        """The capture triggers the file has (name -> SQL, whitespace normalized)."""
+        return {
+            str(name): " ".join(str(sql).split())
+            for name, sql in db.execute(
+                "SELECT name, sql FROM sqlite_master WHERE type = 'trigger'"
+                " AND name LIKE '\\_sg\\_a%' ESCAPE '\\'"
+            )
+        }
 
     def _position_sync(self) -> int:
         row = self._conn().execute(

@@ -362,3 +362,59 @@ async def test_mariadb_timestamp_start_bisects_the_binlog_files(
             assert [int(t.changes[0].pk[0]) for t in got] == [2, 3, 4]
         finally:
             await fresh.close()
+
+
+async def test_sqlite_capture_is_set_up_once_not_by_every_reader(
+    make_database: Callable[..., str],
+) -> None:
+    import sqlite3
+    from pathlib import Path
+
+    from shardgate.backends.urls import parse_url
+
+    url = make_database("sqlite", "cap")
+    path = Path(parse_url(url).database)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    db = sqlite3.connect(path)
+    db.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, v TEXT)")
+    db.commit()
+    first = open_change_log(url, SHARD)
+    try:
+        await first.prepare()
+        version = db.execute("PRAGMA schema_version").fetchone()[0]
+        for _ in range(3):  # more readers of the same file change nothing
+            other = open_change_log(url, SHARD)
+            try:
+                await other.prepare()
+                await other.current_position()
+            finally:
+                await other.close()
+        assert db.execute("PRAGMA schema_version").fetchone()[0] == version
+        # A schema change is picked up: the new column is in the next images.
+        db.execute("ALTER TABLE t ADD COLUMN n INTEGER")
+        db.commit()
+        start = await first.current_position()
+        again = open_change_log(url, SHARD)
+        try:
+            await again.prepare()
+            assert db.execute("PRAGMA schema_version").fetchone()[0] != version
+            await _backend_write(url, "INSERT INTO t (id, v, n) VALUES (1, 'a', 7)")
+            end = await again.current_position()
+            txs = [t for t in await _read_log(again, start, end) if t.changes]
+            assert txs[-1].changes[0].after == {"id": 1, "v": "a", "n": 7}
+        finally:
+            await again.close()
+    finally:
+        await first.close()
+        db.close()
+
+
+async def _backend_write(url: str, sql: str) -> None:
+    """One write through shardgate's SQLite backend (its connections mark transactions)."""
+    from shardgate.backends import open_backend
+
+    backend = open_backend(url)
+    try:
+        await backend.execute(sql, [])
+    finally:
+        await backend.close()
