@@ -11,9 +11,8 @@ shardgate writer (reported as writer rows/s). Then, in the same Spark session
   ``libpostgresql-jdbc-java``, ``.option("driver", "org.postgresql.Driver")``).
 
 Prints rows/s of each (medians of ``--rounds`` interleaved timed reads) and
-the ratio shardgate/JDBC (goal: >= 1.0). If the
-change streams are built, it also runs the dump job once and reports its
-catch-up rate (change events applied per second).
+the ratio shardgate/JDBC (goal: >= 1.0). The dump job's snapshot and catch-up
+rates are measured by ``bench/spark_dump.py``.
 
     python bench/spark_read.py [--rows 1000000] [--smoke]
 """
@@ -142,26 +141,10 @@ def main(rows: int, rounds: int) -> None:
         print(f"{'Spark JDBC reader (union)':<28}{jd:>10.2f}{rows / jd:>14.0f}")
         print(f"ratio shardgate/JDBC: {jd / sg:.2f}x (medians of {rounds} interleaved rounds; "
               f"per round: {', '.join(f'{j / g:.2f}' for g, j in zip(sgs, jds, strict=True))})")
-        dump_rate(spark, cluster, urls, rows, tmp)
     finally:
         spark.stop()
         for n in names:
             drop_database(n)
-
-
-def dump_rate(spark: Any, cluster: Path, urls: list[str], rows: int, tmp: Path) -> None:
-    """The dump job's catch-up rate, when the jobs are built."""
-    try:
-        from shardgate.spark import jobs
-    except ImportError:
-        print("dump catch-up rate: n/a (shardgate.spark.jobs is not built yet)")
-        return
-    bench_dump = getattr(jobs, "bench_catch_up", None)
-    if bench_dump is None:
-        print("dump catch-up rate: n/a")
-        return
-    rate = bench_dump(spark, str(cluster), "bench", "t", str(tmp / "lake"), rows)
-    print(f"dump catch-up rate: {rate:.0f} change events/s")
 
 
 if __name__ == "__main__":
