@@ -32,14 +32,11 @@ import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _pg import drop_database, fresh_database
+from _queues import BATCH, CONSUMERS, PRODUCERS, pgqueuer_rate, run_e2e
 
 from shardgate.gate import Gate
 from shardgate.keys import KeyRange
 from shardgate.topo import Topology
-
-BATCH = 128
-PRODUCERS = 2
-CONSUMERS = 2
 
 
 async def bench_shardgate(n: int, shards: int) -> float:
@@ -58,28 +55,6 @@ async def bench_shardgate(n: int, shards: int) -> float:
             with psycopg.connect(url.replace("postgresql://", "postgres://"),
                                  autocommit=True) as c:
                 c.execute("ANALYZE jobs")
-        done = asyncio.Event()
-        acked = 0
-
-        async def consume() -> None:
-            nonlocal acked
-            stream = gate.queue_receive("app", "jobs")
-            try:
-                async for batch in stream:
-                    if not batch.events:
-                        continue
-                    by_shard: dict[str, list[int]] = {}
-                    for e in batch.events:
-                        by_shard.setdefault(e.shard, []).append(e.id)
-                    for shard, ids in by_shard.items():
-                        await gate.queue_ack("app", "jobs", shard, ids)
-                    acked += len(batch.events)
-                    if acked >= n:
-                        done.set()
-                        return
-            finally:
-                await stream.aclose()  # type: ignore[attr-defined]
-
         async def produce(k: int) -> None:
             s = gate.session()
             rng = random.Random(k)
@@ -93,16 +68,7 @@ async def bench_shardgate(n: int, shards: int) -> float:
                 bv.update({f"p{i}": f"p{start + i}" for i in range(m)})
                 await gate.execute(s, sql, bv)
 
-        consumers = [asyncio.create_task(consume()) for _ in range(CONSUMERS)]
-        await asyncio.sleep(0.2)  # receivers connected
-        t0 = time.perf_counter()
-        await asyncio.gather(*(produce(k) for k in range(PRODUCERS)))
-        await done.wait()
-        elapsed = time.perf_counter() - t0
-        for c in consumers:
-            c.cancel()
-        await asyncio.gather(*consumers, return_exceptions=True)
-        return n / elapsed
+        return await run_e2e(gate, n, produce)
     finally:
         await gate.close()
         for name in names:
@@ -110,41 +76,9 @@ async def bench_shardgate(n: int, shards: int) -> float:
 
 
 async def bench_pgqueuer(n: int) -> float:
-    from pgqueuer import QueueManager
-    from pgqueuer.db import PsycopgDriver
-    from pgqueuer.queries import Queries
-
     url = fresh_database("sg_bench_pgqueuer")
     try:
-        conn = await psycopg.AsyncConnection.connect(url, autocommit=True)
-        pconn = await psycopg.AsyncConnection.connect(url, autocommit=True)
-        try:
-            await Queries(PsycopgDriver(conn)).install()
-            qm = QueueManager(Queries(PsycopgDriver(conn)))
-            count = 0
-
-            @qm.entrypoint("bench")
-            async def work(job: object) -> None:
-                nonlocal count
-                count += 1
-                if count >= n:
-                    qm.shutdown.set()
-
-            producer_q = Queries(PsycopgDriver(pconn))
-            t0 = time.perf_counter()
-
-            async def produce() -> None:
-                for start in range(0, n, BATCH):
-                    k = min(BATCH, n - start)
-                    await producer_q.enqueue(["bench"] * k, [b"x"] * k, [0] * k)
-
-            prod = asyncio.create_task(produce())
-            await qm.run(batch_size=BATCH)
-            await prod
-            return n / (time.perf_counter() - t0)
-        finally:
-            await conn.close()
-            await pconn.close()
+        return await pgqueuer_rate(url, n)
     finally:
         drop_database("sg_bench_pgqueuer")
 

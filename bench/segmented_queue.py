@@ -40,14 +40,12 @@ import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _pg import drop_database, fresh_database
+from _queues import BATCH, CONSUMERS, PRODUCERS, pgqueuer_rate, run_e2e
 
 from shardgate.gate import Gate
 from shardgate.queues.segmented import SegmentedQueue
 from shardgate.topo import Topology
 
-BATCH = 128
-PRODUCERS = 2
-CONSUMERS = 2
 SEG_TAKE = 512
 DB = "sg_bench_segmented"
 
@@ -109,28 +107,6 @@ async def bench_table(gate: Gate, url: str, n: int, *, sampler: Any = None,
                        f"WITH (batch_size = 128, ack_wait = 30, retention = {retention})")
     with psycopg.connect(url, autocommit=True) as c:
         c.execute("ANALYZE jobs")
-    done = asyncio.Event()
-    acked = 0
-
-    async def consume() -> None:
-        nonlocal acked
-        stream = gate.queue_receive("app", "jobs")
-        try:
-            async for batch in stream:
-                if not batch.events:
-                    continue
-                by_shard: dict[str, list[int]] = {}
-                for e in batch.events:
-                    by_shard.setdefault(e.shard, []).append(e.id)
-                for shard, ids in by_shard.items():
-                    await gate.queue_ack("app", "jobs", shard, ids)
-                acked += len(batch.events)
-                if acked >= n:
-                    done.set()
-                    return
-        finally:
-            await stream.aclose()  # type: ignore[attr-defined]
-
     async def produce(k: int) -> None:
         s = gate.session()
         rng = random.Random(k)
@@ -143,56 +119,11 @@ async def bench_table(gate: Gate, url: str, n: int, *, sampler: Any = None,
             bv.update({f"p{i}": f"p{start + i}" for i in range(m)})
             await gate.execute(s, sql, bv)
 
-    consumers = [asyncio.create_task(consume()) for _ in range(CONSUMERS)]
-    await asyncio.sleep(0.2)
-    t0 = time.perf_counter()
-    samp = asyncio.create_task(sampler()) if sampler else None
-    await asyncio.gather(*(produce(k) for k in range(PRODUCERS)))
-    await done.wait()
-    elapsed = time.perf_counter() - t0
-    for c in consumers:
-        c.cancel()
-    await asyncio.gather(*consumers, return_exceptions=True)
-    if samp is not None:
-        samp.cancel()
-        await asyncio.gather(samp, return_exceptions=True)
-    return n / elapsed
+    return await run_e2e(gate, n, produce, sampler=sampler)
 
 
 async def bench_pgqueuer(url: str, n: int) -> float:
-    from pgqueuer import QueueManager
-    from pgqueuer.db import PsycopgDriver
-    from pgqueuer.queries import Queries
-
-    conn = await psycopg.AsyncConnection.connect(url, autocommit=True)
-    pconn = await psycopg.AsyncConnection.connect(url, autocommit=True)
-    try:
-        await Queries(PsycopgDriver(conn)).install()
-        qm = QueueManager(Queries(PsycopgDriver(conn)))
-        count = 0
-
-        @qm.entrypoint("bench")
-        async def work(job: object) -> None:
-            nonlocal count
-            count += 1
-            if count >= n:
-                qm.shutdown.set()
-
-        producer_q = Queries(PsycopgDriver(pconn))
-        t0 = time.perf_counter()
-
-        async def produce() -> None:
-            for start in range(0, n, BATCH):
-                k = min(BATCH, n - start)
-                await producer_q.enqueue(["bench"] * k, [b"x"] * k, [0] * k)
-
-        prod = asyncio.create_task(produce())
-        await qm.run(batch_size=BATCH)
-        await prod
-        return n / (time.perf_counter() - t0)
-    finally:
-        await conn.close()
-        await pconn.close()
+    return await pgqueuer_rate(url, n)
 
 
 def _store_figures(url: str, like: str) -> tuple[int, int, int]:

@@ -21,21 +21,17 @@ import argparse
 import asyncio
 import random
 import sys
-import time
 from pathlib import Path
 
 import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _pg import drop_database, fresh_database
+from _queues import BATCH, CONSUMERS, PRODUCERS, run_e2e
 
 from shardgate.gate import Gate
 from shardgate.keys import KeyRange
 from shardgate.topo import Topology
-
-BATCH = 128
-PRODUCERS = 2
-CONSUMERS = 2
 
 
 async def bench(n: int, shards: int, segmented: bool) -> float:
@@ -59,28 +55,6 @@ async def bench(n: int, shards: int, segmented: bool) -> float:
             for url in urls.values():  # an analysed table, as in production
                 with psycopg.connect(url, autocommit=True) as c:
                     c.execute("ANALYZE jobs")
-        done = asyncio.Event()
-        acked = 0
-
-        async def consume() -> None:
-            nonlocal acked
-            stream = gate.queue_receive("app", "jobs")
-            try:
-                async for batch in stream:
-                    if not batch.events:
-                        continue
-                    by_shard: dict[str, list[int]] = {}
-                    for e in batch.events:
-                        by_shard.setdefault(e.shard, []).append(e.id)
-                    for shard, ids in by_shard.items():
-                        await gate.queue_ack("app", "jobs", shard, ids)
-                    acked += len(batch.events)
-                    if acked >= n:
-                        done.set()
-                        return
-            finally:
-                await stream.aclose()  # type: ignore[attr-defined]
-
         async def produce(k: int) -> None:
             s = gate.session()
             rng = random.Random(k)
@@ -97,16 +71,8 @@ async def bench(n: int, shards: int, segmented: bool) -> float:
                 bv.update({f"p{i}": f"p{start + i}" for i in range(m)})
                 await gate.execute(s, sql, bv)
 
-        consumers = [asyncio.create_task(consume()) for _ in range(CONSUMERS)]
-        await asyncio.sleep(1.0)  # receivers connected, consumers hold their locks
-        t0 = time.perf_counter()
-        await asyncio.gather(*(produce(k) for k in range(PRODUCERS)))
-        await done.wait()
-        elapsed = time.perf_counter() - t0
-        for c in consumers:
-            c.cancel()
-        await asyncio.gather(*consumers, return_exceptions=True)
-        return n / elapsed
+        # receivers connected, consumers hold their locks
+        return await run_e2e(gate, n, produce, settle_s=1.0)
     finally:
         await gate.close()
         for name in names:

@@ -1,0 +1,110 @@
+"""The queue benchmarks' common parts: one end-to-end harness and the pgqueuer reference.
+
+``run_e2e``: receivers take events through ``Gate.queue_receive`` and ack each
+batch (``Gate.queue_ack``) while producers enqueue; throughput is N / (time from
+the first enqueue to the last ack). ``pgqueuer_rate``: the same shape with
+pgqueuer 1.6 (``Queries.enqueue`` batches, a ``QueueManager`` with its own
+LISTEN/NOTIFY wake-ups).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+
+import psycopg
+
+from shardgate.gate import Gate
+
+BATCH = 128
+PRODUCERS = 2
+CONSUMERS = 2
+
+
+async def run_e2e(
+    gate: Gate,
+    n: int,
+    produce: Callable[[int], Awaitable[None]],
+    *,
+    keyspace: str = "app",
+    queue: str = "jobs",
+    settle_s: float = 0.2,
+    sampler: Callable[[], Awaitable[None]] | None = None,
+) -> float:
+    """Events/s of ``n`` events: ``produce(k)`` for k < PRODUCERS, CONSUMERS acking receivers.
+
+    ``settle_s``: time the receivers get to connect before the clock starts;
+    ``sampler``: a task run alongside (cancelled at the end).
+    """
+    done = asyncio.Event()
+    acked = 0
+
+    async def consume() -> None:
+        nonlocal acked
+        stream = gate.queue_receive(keyspace, queue)
+        try:
+            async for batch in stream:
+                if not batch.events:
+                    continue
+                by_shard: dict[str, list[int]] = {}
+                for e in batch.events:
+                    by_shard.setdefault(e.shard, []).append(e.id)
+                for shard, ids in by_shard.items():
+                    await gate.queue_ack(keyspace, queue, shard, ids)
+                acked += len(batch.events)
+                if acked >= n:
+                    done.set()
+                    return
+        finally:
+            await stream.aclose()  # type: ignore[attr-defined]
+
+    consumers = [asyncio.create_task(consume()) for _ in range(CONSUMERS)]
+    await asyncio.sleep(settle_s)
+    t0 = time.perf_counter()
+    side = asyncio.create_task(sampler()) if sampler is not None else None
+    try:
+        await asyncio.gather(*(produce(k) for k in range(PRODUCERS)))
+        await done.wait()
+        return n / (time.perf_counter() - t0)
+    finally:
+        for task in [*consumers, *([side] if side else [])]:
+            task.cancel()
+        await asyncio.gather(*consumers, *([side] if side else []), return_exceptions=True)
+
+
+async def pgqueuer_rate(url: str, n: int) -> float:
+    """Events/s of ``n`` jobs through pgqueuer on the database at ``url`` (installs its schema)."""
+    from pgqueuer import QueueManager
+    from pgqueuer.db import PsycopgDriver
+    from pgqueuer.queries import Queries
+
+    conn = await psycopg.AsyncConnection.connect(url, autocommit=True)
+    pconn = await psycopg.AsyncConnection.connect(url, autocommit=True)
+    try:
+        await Queries(PsycopgDriver(conn)).install()
+        qm = QueueManager(Queries(PsycopgDriver(conn)))
+        count = 0
+
+        @qm.entrypoint("bench")
+        async def work(job: object) -> None:
+            nonlocal count
+            count += 1
+            if count >= n:
+                qm.shutdown.set()
+
+        producer_q = Queries(PsycopgDriver(pconn))
+        t0 = time.perf_counter()
+
+        async def produce() -> None:
+            for start in range(0, n, BATCH):
+                k = min(BATCH, n - start)
+                await producer_q.enqueue(["bench"] * k, [b"x"] * k, [0] * k)
+
+        prod = asyncio.create_task(produce())
+        await qm.run(batch_size=BATCH)
+        await prod
+        return n / (time.perf_counter() - t0)
+    finally:
+        await conn.close()
+        await pconn.close()
