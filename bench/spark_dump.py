@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import shutil
 import sys
 import tempfile
@@ -34,38 +33,16 @@ from typing import Any
 
 try:
     from bench._pg import ADMIN_URL, drop_database, fresh_database
+    from bench._spark import JDBC_JAR, start_spark
 except ImportError:  # run as a script
     from _pg import ADMIN_URL, drop_database, fresh_database  # type: ignore[no-redef]
+    from _spark import JDBC_JAR, start_spark  # type: ignore[no-redef]
 
 from shardgate.keys import KeyRange
 from shardgate.topo import Topology, write_cluster_file
 
-JDBC_JAR = "/usr/share/java/postgresql.jar"
-JVM_FLAGS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 SHARDS = 4
 TX_ROWS = 1000
-
-
-def start_spark() -> Any:
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    from pyspark.sql import SparkSession
-
-    from shardgate.spark import register
-
-    builder = (
-        SparkSession.builder.master("local[2]").appName("shardgate-bench-dump")
-        .config("spark.ui.enabled", "false")
-        .config("spark.driver.memory", "2g")
-        .config("spark.driver.extraJavaOptions", JVM_FLAGS)
-        .config("spark.sql.session.timeZone", "UTC")
-    )
-    if Path(JDBC_JAR).exists():
-        builder = builder.config("spark.jars", JDBC_JAR)
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
-    register(spark)
-    return spark
 
 
 def jdbc_snapshot(spark: Any, names: list[str], out: Path) -> float:
@@ -176,7 +153,7 @@ def main(rows: int, changes: int, batch_rows: int) -> None:
     cluster = tmp / "cluster.yaml"
     write_cluster_file(topo, cluster)
     lake = str(tmp / "lake")
-    spark = start_spark()
+    spark = start_spark("shardgate-bench-dump", jdbc=Path(JDBC_JAR).exists())
     try:
         df = spark.range(0, rows, numPartitions=2).selectExpr(
             "id", "id % 100000 AS customer_id", "concat('sku-', id % 1000) AS sku",

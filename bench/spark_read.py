@@ -20,9 +20,7 @@ rates are measured by ``bench/spark_dump.py``.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -30,38 +28,15 @@ from typing import Any
 
 try:
     from bench._pg import ADMIN_URL, drop_database, fresh_database
+    from bench._spark import start_spark
 except ImportError:  # run as a script
     from _pg import ADMIN_URL, drop_database, fresh_database  # type: ignore[no-redef]
+    from _spark import start_spark  # type: ignore[no-redef]
 
 from shardgate.keys import KeyRange
 from shardgate.topo import Topology, write_cluster_file
 
-JDBC_JAR = "/usr/share/java/postgresql.jar"
-JVM_FLAGS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 SHARDS = 4
-
-
-def start_spark() -> Any:
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    from pyspark.sql import SparkSession
-
-    from shardgate.spark import register
-
-    if not Path(JDBC_JAR).exists():
-        sys.exit(f"{JDBC_JAR} is missing: apt-get install -y libpostgresql-jdbc-java")
-    spark = (
-        SparkSession.builder.master("local[2]").appName("shardgate-bench")
-        .config("spark.ui.enabled", "false")
-        .config("spark.jars", JDBC_JAR)
-        .config("spark.driver.memory", "2g")
-        .config("spark.driver.extraJavaOptions", JVM_FLAGS)
-        .config("spark.sql.session.timeZone", "UTC")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    register(spark)
-    return spark
 
 
 def timed(fn: Any) -> float:
@@ -90,7 +65,7 @@ def main(rows: int, rounds: int) -> None:
     tmp = Path(tempfile.mkdtemp(prefix="sg_bench_spark_"))
     cluster = tmp / "cluster.yaml"
     write_cluster_file(topo, cluster)
-    spark = start_spark()
+    spark = start_spark("shardgate-bench", jdbc=True)
     try:
         df = spark.range(0, rows, numPartitions=2).selectExpr(
             "id", "id % 100000 AS customer_id", "concat('sku-', id % 1000) AS sku",

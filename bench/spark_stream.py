@@ -26,8 +26,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -35,37 +33,17 @@ from typing import Any
 
 try:
     from bench._pg import ADMIN_URL, fresh_database
+    from bench._spark import start_spark
 except ImportError:  # run as a script
     from _pg import ADMIN_URL, fresh_database  # type: ignore[no-redef]
+    from _spark import start_spark  # type: ignore[no-redef]
 
 from shardgate.backends.changes import Transaction, open_change_log
 from shardgate.keys import KeyRange
 from shardgate.topo import Topology, write_cluster_file
 
-JVM_FLAGS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 SHARDS = 4
 QUEUE_OPTS = "WITH (ack_wait = 60, batch_size = 256, window = 5)"
-
-
-def start_spark() -> Any:
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    from pyspark.sql import SparkSession
-
-    from shardgate.spark import register
-
-    spark = (
-        SparkSession.builder.master("local[2]").appName("shardgate-bench-stream")
-        .config("spark.ui.enabled", "false")
-        .config("spark.driver.memory", "2g")
-        .config("spark.driver.extraJavaOptions", JVM_FLAGS)
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.sql.shuffle.partitions", "2")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    register(spark)
-    return spark
 
 
 def drop(name: str) -> None:
@@ -179,7 +157,7 @@ def main(rows: int, events: int) -> None:
     tmp = Path(tempfile.mkdtemp(prefix="sg_bench_stream_"))
     cluster = tmp / "cluster.yaml"
     write_cluster_file(topo, cluster)
-    spark = start_spark()
+    spark = start_spark("shardgate-bench-stream")
     try:
         def write(frame: Any, table: str) -> float:
             start = time.perf_counter()

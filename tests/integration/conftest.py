@@ -65,6 +65,27 @@ async def cluster(backend_kind: str, make_database: Callable[..., str]) -> Async
         await c.gate.close()
 
 
+@pytest.fixture
+async def streams_cluster(
+    backend_kind: str, make_database: Callable[..., str]
+) -> AsyncIterator[Cluster]:
+    """``cluster``, whose shards' change capture (slots, triggers) is dropped at the end."""
+    from shardgate.backends.changes import open_change_log
+
+    c = await open_cluster(backend_kind, make_database)
+    try:
+        yield c
+    finally:
+        await c.gate.close()
+        for ks in c.topology.keyspaces.values():
+            for shard in ks.shards:
+                log = open_change_log(shard.url, f"{ks.name}/{shard.name}")
+                try:
+                    await log.drop()
+                finally:
+                    await log.close()
+
+
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
     """One local Spark session for the whole run (``tests/integration/test_spark_*.py``).

@@ -5,15 +5,13 @@ from __future__ import annotations
 import asyncio
 import random
 import secrets
-from collections.abc import AsyncIterator, Callable
 
 import pytest
 import redis.asyncio as aioredis
 
-from shardgate.backends.changes import open_change_log
 from shardgate.streams.cache import CachedReader, Invalidator, default_key
 from tests.conftest import REDIS_URL, require_server
-from tests.integration.conftest import Cluster, open_cluster
+from tests.integration.conftest import Cluster
 from tests.integration.test_change_streams_gate import _started
 
 KEYS = 12
@@ -22,22 +20,9 @@ READERS = 4
 
 
 @pytest.fixture
-async def cache_cluster(
-    backend_kind: str, make_database: Callable[..., str]
-) -> AsyncIterator[Cluster]:
+async def cache_cluster(streams_cluster: Cluster) -> Cluster:
     require_server("redis")
-    c = await open_cluster(backend_kind, make_database)
-    try:
-        yield c
-    finally:
-        await c.gate.close()
-        for ks in c.topology.keyspaces.values():
-            for shard in ks.shards:
-                log = open_change_log(shard.url, f"{ks.name}/{shard.name}")
-                try:
-                    await log.drop()
-                finally:
-                    await log.close()
+    return streams_cluster
 
 
 async def test_cache_stays_consistent(cache_cluster: Cluster) -> None:

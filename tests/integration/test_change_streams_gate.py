@@ -9,34 +9,15 @@ from typing import Any
 
 import pytest
 
-from shardgate.backends.changes import open_change_log
 from shardgate.errors import Code, ShardgateError
 from shardgate.keys import parse_key_range
 from shardgate.result import ExecuteOptions
 from shardgate.streams.merge import StreamEvent, StreamPosition
 from shardgate.streams.token import is_fresher
 from shardgate.topo import Topology
-from tests.integration.conftest import Cluster, open_cluster
+from tests.integration.conftest import Cluster
 
 N = 40
-
-
-@pytest.fixture
-async def streams_cluster(
-    backend_kind: str, make_database: Callable[..., str]
-) -> AsyncIterator[Cluster]:
-    c = await open_cluster(backend_kind, make_database)
-    try:
-        yield c
-    finally:
-        await c.gate.close()
-        for ks in c.topology.keyspaces.values():
-            for shard in ks.shards:
-                log = open_change_log(shard.url, f"{ks.name}/{shard.name}")
-                try:
-                    await log.drop()
-                finally:
-                    await log.close()
 
 
 async def _collect(
