@@ -114,6 +114,112 @@ def _sqlite_connect(url: DatabaseURL) -> sqlite3.Connection:
     return db
 
 
+class ConnectionPool:
+    """Idle ADBC PostgreSQL connections of this process, kept for the next read of a shard.
+
+    An ADBC connection costs about 25 ms to open (the driver loads the server's
+    type catalog), as much as reading 100k rows; a Spark Python worker runs
+    one task after another, and a planner worker one query plan after another,
+    so they keep their connections here.
+
+    Invariants:
+
+    * a connection is in the pool only while nobody uses it, in autocommit mode
+      with no transaction open and no result pending (:meth:`give` is called
+      only by a reader that read every result to the end);
+    * it belongs to the process that opened it: a forked child sees an empty
+      pool and never uses, nor closes, its parent's connections;
+    * at most :attr:`MAX_IDLE` per URI; one idle longer than :attr:`IDLE_S` is
+      closed instead of reused; the rest are closed at interpreter exit;
+    * :meth:`take` hands out a connection only after a round trip on it
+      succeeded, so a server restart or a dropped database costs a reconnect,
+      never a failed read.
+    """
+
+    MAX_IDLE = 4
+    IDLE_S = 60.0
+
+    def __init__(self) -> None:
+        import atexit
+        import os
+        import threading
+
+        self._lock = threading.Lock()
+        self._pid = os.getpid()
+        self._idle: dict[str, list[tuple[float, Any]]] = {}
+        self._inherited: list[dict[str, list[tuple[float, Any]]]] = []
+        # closed while the interpreter is still whole (the driver's finalizers
+        # fail once module globals are torn down)
+        atexit.register(self.clear)
+
+    def _mine(self) -> dict[str, list[tuple[float, Any]]]:
+        import os
+
+        if os.getpid() != self._pid:
+            # Forked: the parent's connections are not ours. They are kept referenced
+            # and never closed here: closing one would end the parent's session too
+            # (the socket is shared).
+            self._inherited.append(self._idle)
+            self._pid, self._idle = os.getpid(), {}
+        return self._idle
+
+    def take(self, uri: str) -> Any:
+        """An open connection to ``uri``: a checked idle one, else a new one."""
+        import time
+
+        import adbc_driver_postgresql.dbapi as adbc_pg
+
+        while True:
+            with self._lock:
+                idle = self._mine().get(uri)
+                if not idle:
+                    break
+                since, conn = idle.pop()
+            if time.monotonic() - since < self.IDLE_S and _alive(conn):
+                return conn
+            with contextlib.suppress(Exception):
+                conn.close()
+        return adbc_pg.connect(uri, autocommit=True)
+
+    def give(self, uri: str, conn: Any) -> None:
+        """Keep ``conn`` (idle, autocommit, nothing pending) for a later :meth:`take`."""
+        import time
+
+        with self._lock:
+            idle = self._mine().setdefault(uri, [])
+            if len(idle) < self.MAX_IDLE:
+                idle.append((time.monotonic(), conn))
+                return
+        with contextlib.suppress(Exception):
+            conn.close()
+
+    def clear(self) -> None:
+        """Close every idle connection."""
+        with self._lock:
+            idle, self._idle = self._mine(), {}
+        for conns in idle.values():
+            for _, conn in conns:
+                with contextlib.suppress(Exception):
+                    conn.close()
+
+
+def _alive(conn: Any) -> bool:
+    try:
+        cur = conn.cursor()
+        try:
+            cur.execute("SELECT 1")
+            cur.fetchall()
+        finally:
+            cur.close()
+        return True
+    except Exception:
+        return False
+
+
+#: the process's pool of PostgreSQL read connections
+POOL = ConnectionPool()
+
+
 def supports_arrow(url: str) -> bool:
     """True when reads of this shard come as Arrow batches (PostgreSQL)."""
     return parse_url(url).kind == "postgresql"
@@ -139,11 +245,12 @@ class ShardReader:
         self._conn: Any = None
         self._sqlite: sqlite3.Connection | None = None
         self._in_tx = False
+        #: False while a result is being read, or after an error: the connection
+        #: then goes back to no pool
+        self._clean = True
         try:
             if self.kind == "postgresql":
-                import adbc_driver_postgresql.dbapi as adbc_pg
-
-                self._conn = adbc_pg.connect(_pg_uri(self.url), autocommit=True)
+                self._conn = POOL.take(_pg_uri(self.url))
             elif self.kind == "sqlite":
                 # Python's own sqlite3, never a second SQLite library (ADBC's): two
                 # copies of SQLite in one process break each other's POSIX locks on
@@ -166,10 +273,16 @@ class ShardReader:
 
     def close(self) -> None:
         if self._in_tx:
-            with contextlib.suppress(Exception):
+            try:
                 cur = self._conn.cursor()
                 cur.execute("ROLLBACK")
                 cur.close()
+                self._in_tx = False
+            except Exception:
+                self._clean = False
+        if self.kind == "postgresql" and self._clean and not self._in_tx:
+            POOL.give(_pg_uri(self.url), self._conn)
+            return
         with contextlib.suppress(Exception):
             self._conn.close()
 
@@ -256,6 +369,7 @@ class ShardReader:
         """The result of ``sql`` as Arrow batches (PostgreSQL only)."""
         if self.kind != "postgresql":
             raise FailedPrecondition(f"{self.kind} shards have no Arrow driver: use row_batches")
+        self._clean = False
         try:
             cur = self._conn.cursor()
             cur.execute(sql)
@@ -268,11 +382,13 @@ class ShardReader:
             raise
         except Exception as exc:
             raise _translate(exc, self.url, "read") from exc
+        self._clean = True
 
     def row_batches(
         self, sql: str, batch_rows: int = BATCH_ROWS
     ) -> Iterator[tuple[list[str], list[tuple[Any, ...]]]]:
         """``(fields, rows)`` batches of ``sql`` as tuples (any backend; MariaDB unbuffered)."""
+        self._clean = False
         try:
             if self.kind == "mysql":
                 import pymysql.cursors
@@ -295,6 +411,7 @@ class ShardReader:
             raise
         except Exception as exc:
             raise _translate(exc, self.url, "read") from exc
+        self._clean = True
 
     def result_schema(self, sql: str, table: str | None = None) -> pa.Schema:
         """The Arrow schema of ``sql``'s result (``table``: SQLite declared types)."""
@@ -302,12 +419,15 @@ class ShardReader:
 
         try:
             if self.kind == "postgresql":
+                self._clean = False
                 cur = self._conn.cursor()
                 try:
                     cur.execute(f"SELECT * FROM ({sql}) AS _sg_q LIMIT 0")
-                    return normalize_schema(cur.fetch_arrow_table().schema)
+                    schema = normalize_schema(cur.fetch_arrow_table().schema)
                 finally:
                     cur.close()
+                self._clean = True
+                return schema
             if self.kind == "sqlite":
                 if table is not None:
                     cur = self._conn.cursor()

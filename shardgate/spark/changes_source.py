@@ -71,6 +71,7 @@ from shardgate.backends.changes import ChangeLog, Heartbeat, Transaction, open_c
 from shardgate.backends.urls import parse_url
 from shardgate.errors import InvalidArgument, NotFound, Unavailable
 from shardgate.spark import types as sgtypes
+from shardgate.spark._worker import settle
 from shardgate.spark.options import ChangesOptions, SourceOptions, start_timestamp
 from shardgate.streams.token import EventToken, position_key
 from shardgate.topo import load_cluster_file
@@ -432,6 +433,7 @@ class ChangesStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, ShardChangesPartition)
+        settle()
         return self._read(partition)
 
     def _read(self, p: ShardChangesPartition) -> Iterator[pa.RecordBatch]:

@@ -56,6 +56,7 @@ from shardgate.backends import bulk
 from shardgate.errors import InvalidArgument, Unsupported
 from shardgate.keys import KeyRange
 from shardgate.spark import types as sgtypes
+from shardgate.spark._worker import settle
 from shardgate.spark.ksids import KsidMapper, VindexSpec
 from shardgate.spark.options import ReadOptions, SourceOptions
 
@@ -243,6 +244,7 @@ class ShardgateDataSource(DataSource):
         return "shardgate"
 
     def schema(self) -> StructType:
+        settle()
         opts = SourceOptions.parse(self.options)
         read = ReadOptions.parse(self.options)
         plan = plan_splits(opts, read, None)[0]
@@ -251,12 +253,14 @@ class ShardgateDataSource(DataSource):
         return sgtypes.to_spark(sgtypes.drop_last(arrow, plan.hidden))
 
     def reader(self, schema: StructType) -> DataSourceReader:
+        settle()
         return ShardgateReader(SourceOptions.parse(self.options),
                                ReadOptions.parse(self.options), schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> ShardgateWriter:
         from shardgate.spark.writer import ShardgateWriter
 
+        settle()
         return ShardgateWriter(self.options, schema, overwrite)
 
 
@@ -289,6 +293,7 @@ class ShardgateReader(DataSourceReader):
         self, partition: InputPartition
     ) -> Iterator[tuple[Any, ...]] | Iterator[pa.RecordBatch]:
         assert isinstance(partition, SplitPartition)
+        settle()
         plan = partition.plan
         if self.read_opts.path == "gate" or (plan.vindex is None and plan.start + plan.end):
             return self._through_gate(plan)

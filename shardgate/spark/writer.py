@@ -58,6 +58,7 @@ from shardgate.backends import bulk
 from shardgate.backends.urls import parse_url
 from shardgate.errors import Internal, InvalidArgument, ShardgateError, Unsupported
 from shardgate.keys import KeyRange
+from shardgate.spark._worker import settle
 from shardgate.spark.ksids import KsidMapper, ShardIndex, VindexSpec, group_by_shard
 from shardgate.spark.options import SourceOptions, WriteOptions
 
@@ -249,6 +250,7 @@ class ShardgateWriter(DataSourceArrowWriter):
         import pyarrow as pa
         from pyspark import TaskContext
 
+        settle()
         ctx = TaskContext.get()
         task = f"{ctx.taskAttemptId()}" if ctx is not None else secrets.token_hex(8)
         mapper = KsidMapper(self.spec) if self.spec is not None else None
