@@ -6,7 +6,7 @@ dropped there and the row is read once, from its owner); the writer sends each
 row to the shard owning its keyspace id. Both work on a whole batch:
 
 * ``hash`` over an integer column: the values as 8-byte big-endian uint64s,
-  concatenated, go through one DES call (:meth:`Hash.hash_blocks`);
+  concatenated, go through one DES call, in place (:meth:`Hash.hash_inplace`);
 * ``numeric`` over an integer column: the value is the keyspace id;
 * any other functional vindex: one ``map`` call per batch.
 
@@ -102,8 +102,10 @@ class KsidMapper:
                 plain = ints.view(np.uint64)  # negative int64: two's complement, as Vitess
                 if isinstance(v, Numeric):
                     return plain.copy(), valid, []
-                hashed = v.hash_blocks(plain.astype(">u8").tobytes())
-                return np.frombuffer(hashed, dtype=">u8").astype(np.uint64), valid, []
+                blocks = plain.astype(">u8")  # a copy: hashed in place
+                v.hash_inplace(blocks.data)
+                blocks.byteswap(inplace=True)  # big-endian ksids -> native order
+                return blocks.view(np.uint64), valid, []
         # Generic: one map call for the batch.
         if isinstance(v, SingleColumn):
             values = self._column(batch, self.spec.columns[0]).to_pylist()

@@ -308,7 +308,9 @@ class ShardgateReader(DataSourceReader):
         with bulk.ShardReader(plan.url) as r:
             for batch in r.arrow_batches(plan.shard_sql, self.read_opts.batch_rows):
                 if mapper is not None:
-                    batch = batch.filter(mapper.in_range(batch, kr))
+                    keep = mapper.in_range(batch, kr)
+                    if not keep.all():  # stray rows are rare: no copy without them
+                        batch = batch.filter(keep)
                 if batch.num_rows:
                     yield bulk.conform(batch, target)
 

@@ -8,7 +8,7 @@ ship with ``libcrypto.so.3``. This module reaches it through ``ctypes`` in a
 library context of its own (so the process-wide default context, which libpq
 and others use, is left as it is) and checks it against 3DES once.
 
-:func:`bulk_encryptor` returns None when there is no such library or provider;
+:func:`bulk_des` returns None when there is no such library or provider;
 callers then use 3DES. One ``EVP_CIPHER_CTX`` per thread: an OpenSSL context
 must not be driven by two threads at once. ctypes releases the GIL during the
 call, so two tasks in threads hash in parallel.
@@ -19,7 +19,6 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import threading
-from collections.abc import Callable
 from functools import lru_cache
 
 #: bytes per EVP call (its length argument is a C int)
@@ -41,15 +40,20 @@ class _Context:
             self.lib.EVP_CIPHER_CTX_free(self.ptr)
 
     def encrypt(self, plain: bytes) -> bytes:
-        out = bytearray(len(plain))
-        written = ctypes.c_int()
-        for off in range(0, len(plain), _CHUNK):
-            part = plain[off : off + _CHUNK]
-            dest = (ctypes.c_char * len(part)).from_buffer(out, off)
-            ok = self.lib.EVP_EncryptUpdate(self.ptr, dest, ctypes.byref(written), part, len(part))
-            if ok != 1 or written.value != len(part):
-                raise OSError("EVP_EncryptUpdate failed")
+        out = bytearray(plain)
+        self.encrypt_inplace(out)
         return bytes(out)
+
+    def encrypt_inplace(self, buf: bytearray | memoryview) -> None:
+        """Encrypt a writable buffer of whole blocks in place (OpenSSL allows in == out)."""
+        view = memoryview(buf).cast("B")
+        written = ctypes.c_int()
+        for off in range(0, len(view), _CHUNK):
+            n = min(_CHUNK, len(view) - off)
+            ptr = ctypes.addressof((ctypes.c_char * n).from_buffer(view, off))
+            ok = self.lib.EVP_EncryptUpdate(self.ptr, ptr, ctypes.byref(written), ptr, n)
+            if ok != 1 or written.value != n:
+                raise OSError("EVP_EncryptUpdate failed")
 
 
 def _load() -> tuple[ctypes.CDLL, int] | None:
@@ -75,7 +79,7 @@ def _load() -> tuple[ctypes.CDLL, int] | None:
         lib.EVP_CIPHER_CTX_free.argtypes = [vp]
         lib.EVP_CIPHER_CTX_set_padding.argtypes = [vp, ctypes.c_int]
         lib.EVP_EncryptInit_ex.argtypes = [vp, vp, vp, cp, cp]
-        lib.EVP_EncryptUpdate.argtypes = [vp, vp, ctypes.POINTER(ctypes.c_int), cp, ctypes.c_int]
+        lib.EVP_EncryptUpdate.argtypes = [vp, vp, ctypes.POINTER(ctypes.c_int), vp, ctypes.c_int]
     except AttributeError:  # not OpenSSL 3
         return None
     libctx = lib.OSSL_LIB_CTX_new()
@@ -93,28 +97,42 @@ def _triple_des(plain: bytes) -> bytes:
     return out
 
 
+class BulkDES:
+    """Single null-key DES-ECB over whole blocks, one OpenSSL context per thread."""
+
+    def __init__(self, lib: ctypes.CDLL, cipher: int) -> None:
+        self._lib, self._cipher = lib, cipher
+        self._local = threading.local()
+
+    def _ctx(self) -> _Context:
+        ctx: _Context | None = getattr(self._local, "ctx", None)
+        if ctx is None:
+            ctx = self._local.ctx = _Context(self._lib, self._cipher)
+        return ctx
+
+    def encrypt(self, plain: bytes) -> bytes:
+        """The encryption of ``plain`` (a multiple of 8 bytes long)."""
+        return self._ctx().encrypt(plain)
+
+    def encrypt_inplace(self, buf: bytearray | memoryview) -> None:
+        """Encrypt ``buf`` (writable, a multiple of 8 bytes long) in place."""
+        self._ctx().encrypt_inplace(buf)
+
+
 @lru_cache(maxsize=1)
-def bulk_encryptor() -> Callable[[bytes], bytes] | None:
-    """Single null-key DES-ECB of whole-block input, or None if OpenSSL cannot give it.
+def bulk_des() -> BulkDES | None:
+    """Single DES from OpenSSL, or None if it cannot give it.
 
     It is used only after it agreed with 3DES (``cryptography``) on a test input.
     """
     loaded = _load()
     if loaded is None:
         return None
-    lib, cipher = loaded
-    local = threading.local()
-
-    def encrypt(plain: bytes) -> bytes:
-        ctx: _Context | None = getattr(local, "ctx", None)
-        if ctx is None:
-            ctx = local.ctx = _Context(lib, cipher)
-        return ctx.encrypt(plain)
-
+    des = BulkDES(*loaded)
     probe = bytes(range(256)) * 4
     try:
-        if encrypt(probe) != _triple_des(probe):
+        if des.encrypt(probe) != _triple_des(probe):
             return None
     except OSError:
         return None
-    return encrypt
+    return des

@@ -24,7 +24,7 @@ from cryptography.hazmat.primitives.ciphers import Cipher, modes
 
 from shardgate.errors import InvalidArgument
 from shardgate.keys import ksid_hex
-from shardgate.vindexes._des import bulk_encryptor
+from shardgate.vindexes._des import bulk_des
 from shardgate.vindexes._values import to_uint64
 from shardgate.vindexes.base import KeyspaceId, Reversible
 from shardgate.vindexes.functional import Hashing
@@ -88,8 +88,17 @@ class Hash(Hashing, Reversible):
         uint64 forms concatenated; the result is their ksids concatenated (one DES call)."""
         if not plain:
             return b""
-        bulk = bulk_encryptor() if len(plain) >= _BULK_BYTES else None
-        return bulk(plain) if bulk is not None else self._encrypt(plain)
+        bulk = bulk_des() if len(plain) >= _BULK_BYTES else None
+        return bulk.encrypt(plain) if bulk is not None else self._encrypt(plain)
+
+    def hash_inplace(self, buf: bytearray | memoryview) -> None:
+        """:meth:`hash_blocks` into the writable buffer that holds the values."""
+        bulk = bulk_des()
+        if bulk is not None:
+            bulk.encrypt_inplace(buf)
+        else:
+            view = memoryview(buf).cast("B")
+            view[:] = self._encrypt(bytes(view))
 
     def reverse_map(self, ksids: Sequence[KeyspaceId]) -> list[Any]:
         for ksid in ksids:
