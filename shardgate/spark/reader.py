@@ -130,9 +130,12 @@ class SplitPartition(InputPartition):
 
 def plan_splits(
     opts: SourceOptions, read: ReadOptions, columns: Sequence[str] | None,
-    terms: Sequence[str] = (),
+    terms: Sequence[str] = (), *, first_only: bool = False,
 ) -> list[_Plan]:
-    """Split the read and plan each split's shard SQL (driver side, no I/O)."""
+    """Split the read and plan each split's shard SQL (driver side, no I/O).
+
+    ``first_only``: plan the first split only (enough for the result's schema).
+    """
     from sqlglot import exp
 
     from shardgate.sql.parse import parse
@@ -143,7 +146,8 @@ def plan_splits(
         sql = base_select(read, columns)
         n = read.splits or len(topo.keyspace(opts.keyspace).shards)
         plans = []
-        for split in gate.split_query(sql, n, opts.keyspace):
+        splits = gate.split_query(sql, n, opts.keyspace)
+        for split in splits[:1] if first_only else splits:
             stmt = parse(split.sql)
             assert isinstance(stmt, exp.Select)
             for term in terms:
@@ -247,7 +251,7 @@ class ShardgateDataSource(DataSource):
         settle()
         opts = SourceOptions.parse(self.options)
         read = ReadOptions.parse(self.options)
-        plan = plan_splits(opts, read, None)[0]
+        plan = plan_splits(opts, read, None, first_only=True)[0]
         with bulk.ShardReader(plan.url) as r:
             arrow = r.result_schema(plan.shard_sql, table=read.table)
         return sgtypes.to_spark(sgtypes.drop_last(arrow, plan.hidden))
