@@ -414,7 +414,14 @@ class ShardReader:
         self._clean = True
 
     def result_schema(self, sql: str, table: str | None = None) -> pa.Schema:
-        """The Arrow schema of ``sql``'s result (``table``: SQLite declared types)."""
+        """The Arrow schema of ``sql``'s result.
+
+        ``table``: ``sql`` reads that table's columns by name; SQLite then gives
+        the declared types, and on SQLite and PostgreSQL the ``NOT NULL``
+        columns become non-nullable fields (as Spark's JDBC reader makes them;
+        Spark then skips their null checks). MariaDB's result metadata carries
+        nullability of its own.
+        """
         import pyarrow as pa
 
         try:
@@ -424,6 +431,13 @@ class ShardReader:
                 try:
                     cur.execute(f"SELECT * FROM ({sql}) AS _sg_q LIMIT 0")
                     schema = normalize_schema(cur.fetch_arrow_table().schema)
+                    if table is not None:
+                        literal = quote_ident("postgresql", table).replace("'", "''")
+                        cur.execute(
+                            "SELECT attname FROM pg_attribute WHERE attrelid = "
+                            f"to_regclass('{literal}') AND attnum > 0 AND attnotnull "
+                            "AND NOT attisdropped")
+                        schema = _not_null(schema, {str(r[0]) for r in cur.fetchall()})
                 finally:
                     cur.close()
                 self._clean = True
@@ -438,7 +452,8 @@ class ShardReader:
                         cur.close()
                     if not info:
                         raise NotFound(f"table {table!r} does not exist on {self.url.safe}")
-                    return pa.schema([pa.field(r[1], sqlite_type(r[2])) for r in info])
+                    return pa.schema([pa.field(r[1], sqlite_type(r[2]), nullable=not r[3])
+                                      for r in info])
                 cur = self._conn.cursor()
                 try:
                     cur.execute(f"SELECT * FROM ({sql}) LIMIT 1000")
@@ -490,6 +505,7 @@ def sqlite_type(declared: str) -> pa.DataType:
 def _mysql_field(f: Any) -> pa.Field:
     import pyarrow as pa
     from pymysql.constants import FIELD_TYPE
+    from pymysql.constants.FLAG import NOT_NULL
 
     t = f.type_code
     if t in (FIELD_TYPE.TINY, FIELD_TYPE.SHORT, FIELD_TYPE.LONG, FIELD_TYPE.INT24,
@@ -509,7 +525,15 @@ def _mysql_field(f: Any) -> pa.Field:
         typ = pa.binary()
     else:
         typ = pa.string()
-    return pa.field(f.name, typ)
+    return pa.field(f.name, typ, nullable=not f.flags & NOT_NULL)
+
+
+def _not_null(schema: pa.Schema, columns: set[str]) -> pa.Schema:
+    """``schema`` with the fields named in ``columns`` made non-nullable."""
+    for i, f in enumerate(schema):
+        if f.name in columns:
+            schema = schema.set(i, f.with_nullable(False))
+    return schema
 
 
 def normalize_schema(schema: pa.Schema) -> pa.Schema:
@@ -533,7 +557,7 @@ def normalize_schema(schema: pa.Schema) -> pa.Schema:
                 typ = pa.string()
         elif pa.types.is_null(typ):
             typ = pa.string()
-        fields.append(pa.field(f.name, typ))
+        fields.append(pa.field(f.name, typ, nullable=f.nullable))
     return pa.schema(fields)
 
 

@@ -78,6 +78,10 @@ async def test_reader_reads_every_row_once(
         assert [(f.name, f.dataType.simpleString()) for f in df.schema.fields] == [
             ("order_id", "bigint"), ("customer_id", "bigint"), ("sku", "string"),
             ("price", "bigint")]
+        # NOT NULL columns are non-nullable, as Spark's JDBC reader makes them
+        # (SQLite lets a non-INTEGER PRIMARY KEY hold NULL unless it says NOT NULL).
+        not_null = {"customer_id"} | ({"order_id"} if kind == "postgres" else set())
+        assert {f.name for f in df.schema.fields if not f.nullable} == not_null
         rows = df.collect()
         assert sorted(r.order_id for r in rows) == list(range(1, ROWS + 1))
         assert all(r.sku != "stale" for r in rows)
