@@ -10,14 +10,17 @@ ADMIN_URL = os.environ.get("SHARDGATE_BENCH_POSTGRES_URL", "postgresql://postgre
 
 
 def fresh_database(name: str) -> str:
-    """Drop and create database ``name``; return its URL."""
+    """Drop (:func:`drop_database`) and create database ``name``; return its URL."""
+    drop_database(name)
     with psycopg.connect(ADMIN_URL, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         conn.execute(f'CREATE DATABASE "{name}"')
     base = ADMIN_URL.rsplit("/", 1)[0]
     return f"{base}/{name}"
 
 
 def drop_database(name: str) -> None:
+    """Drop database ``name`` and the idle replication slots change streams left on it."""
     with psycopg.connect(ADMIN_URL, autocommit=True) as conn:
+        conn.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots"
+                     " WHERE database = %s AND NOT active", (name,))
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

@@ -8,8 +8,26 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+try:
+    from bench._pg import ADMIN_URL, drop_database, fresh_database
+except ImportError:  # run as a script
+    from _pg import ADMIN_URL, drop_database, fresh_database  # type: ignore[no-redef]
+
+from shardgate.keys import KeyRange
+from shardgate.topo import Topology, write_cluster_file
+
+#: the benchmark table: 1M rows of it make the Spark benches' reads
+TABLE_DDL = ("CREATE TABLE {table} (id BIGINT PRIMARY KEY, customer_id BIGINT NOT NULL, "
+             "sku TEXT, price BIGINT, amount DOUBLE PRECISION)")
+#: its rows, from ``spark.range(n)``
+TABLE_COLUMNS = ("id", "id % 100000 AS customer_id", "concat('sku-', id % 1000) AS sku",
+                 "id % 997 AS price", "id * 0.5 AS amount")
 
 JDBC_JAR = "/usr/share/java/postgresql.jar"
 
@@ -37,3 +55,63 @@ def start_spark(app: str, *, jdbc: bool = False) -> Any:
     spark.sparkContext.setLogLevel("ERROR")
     register(spark)
     return spark
+
+
+@dataclass
+class PgKeyspace:
+    """Keyspace ``bench`` over fresh PostgreSQL databases, one per shard."""
+
+    names: list[str]
+    urls: list[str]
+    topo: Topology
+    tmp: Path
+
+    @property
+    def cluster(self) -> Path:
+        """The cluster file; :meth:`write_cluster` (re)writes it from :attr:`topo`."""
+        return self.tmp / "cluster.yaml"
+
+    def write_cluster(self) -> Path:
+        write_cluster_file(self.topo, self.cluster)
+        return self.cluster
+
+    def drop(self) -> None:
+        for n in self.names:
+            drop_database(n)
+
+
+def pg_keyspace(prefix: str, shards: int, ddl: str, tables: Sequence[str] = ("t",)) -> PgKeyspace:
+    """``shards`` databases ``<prefix>_<i>``, each with ``tables`` made by ``ddl`` (a
+    ``{table}`` template), sharded by ``hash`` on ``id``; the cluster file written."""
+    import psycopg
+
+    names = [f"{prefix}_{i}" for i in range(shards)]
+    urls = [fresh_database(n) for n in names]
+    topo = Topology.from_dict({"keyspaces": {"bench": {
+        "shards": {kr.name: url for kr, url in zip(KeyRange().split(shards), urls, strict=True)},
+        "vschema": {"sharded": True, "vindexes": {"hash": {"type": "hash"}},
+                    "tables": {t: {"column_vindexes": [{"column": "id", "name": "hash"}]}
+                               for t in tables}},
+    }}})
+    for url in urls:
+        with psycopg.connect(url, autocommit=True) as conn:
+            for table in tables:
+                conn.execute(ddl.format(table=table))
+    ks = PgKeyspace(names, urls, topo, Path(tempfile.mkdtemp(prefix=f"{prefix}_")))
+    ks.write_cluster()
+    return ks
+
+
+def jdbc_union(spark: Any, names: Sequence[str], table: str = "t") -> Any:
+    """Spark's JDBC reader over databases ``names``: one read per database, unioned."""
+    user = ADMIN_URL.split("//", 1)[1].split("@", 1)[0].split(":")[0] or "postgres"
+    parts = [
+        spark.read.format("jdbc").option("url", f"jdbc:postgresql://127.0.0.1:5432/{n}")
+        .option("dbtable", table).option("user", user)
+        .option("driver", "org.postgresql.Driver").option("fetchsize", "10000").load()
+        for n in names
+    ]
+    union = parts[0]
+    for p in parts[1:]:
+        union = union.unionByName(p)
+    return union

@@ -26,20 +26,30 @@ import argparse
 import asyncio
 import shutil
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 try:
-    from bench._pg import ADMIN_URL, drop_database, fresh_database
-    from bench._spark import JDBC_JAR, start_spark
+    from bench._spark import (
+        JDBC_JAR,
+        TABLE_COLUMNS,
+        TABLE_DDL,
+        jdbc_union,
+        pg_keyspace,
+        start_spark,
+    )
 except ImportError:  # run as a script
-    from _pg import ADMIN_URL, drop_database, fresh_database  # type: ignore[no-redef]
-    from _spark import JDBC_JAR, start_spark  # type: ignore[no-redef]
+    from _spark import (  # type: ignore[no-redef]
+        JDBC_JAR,
+        TABLE_COLUMNS,
+        TABLE_DDL,
+        jdbc_union,
+        pg_keyspace,
+        start_spark,
+    )
 
-from shardgate.keys import KeyRange
-from shardgate.topo import Topology, write_cluster_file
+from shardgate.topo import Topology
 
 SHARDS = 4
 TX_ROWS = 1000
@@ -47,16 +57,7 @@ TX_ROWS = 1000
 
 def jdbc_snapshot(spark: Any, names: list[str], out: Path) -> float:
     """Seconds for Spark JDBC (one read per shard, unioned) -> Parquet."""
-    user = ADMIN_URL.split("//", 1)[1].split("@", 1)[0].split(":")[0] or "postgres"
-    parts = [
-        spark.read.format("jdbc").option("url", f"jdbc:postgresql://127.0.0.1:5432/{n}")
-        .option("dbtable", "t").option("user", user)
-        .option("driver", "org.postgresql.Driver").option("fetchsize", "10000").load()
-        for n in names
-    ]
-    union = parts[0]
-    for p in parts[1:]:
-        union = union.unionByName(p)
+    union = jdbc_union(spark, names)
     began = time.perf_counter()
     union.write.mode("overwrite").parquet(str(out))
     return time.perf_counter() - began
@@ -133,31 +134,16 @@ def progress(msg: str) -> None:
 
 
 def main(rows: int, changes: int, batch_rows: int) -> None:
-    from shardgate.spark.jobs import DumpJob, read_table
-
-    names = [f"sg_bench_dump_{i}" for i in range(SHARDS)]
-    urls = [fresh_database(n) for n in names]
-    ranges = KeyRange().split(SHARDS)
-    topo = Topology.from_dict({"keyspaces": {"bench": {
-        "shards": {kr.name: url for kr, url in zip(ranges, urls, strict=True)},
-        "vschema": {"sharded": True, "vindexes": {"hash": {"type": "hash"}},
-                    "tables": {"t": {"column_vindexes": [{"column": "id", "name": "hash"}]}}},
-    }}})
     import psycopg
 
-    for url in urls:
-        with psycopg.connect(url, autocommit=True) as conn:
-            conn.execute("CREATE TABLE t (id BIGINT PRIMARY KEY, customer_id BIGINT NOT NULL, "
-                         "sku TEXT, price BIGINT, amount DOUBLE PRECISION)")
-    tmp = Path(tempfile.mkdtemp(prefix="sg_bench_dump_"))
-    cluster = tmp / "cluster.yaml"
-    write_cluster_file(topo, cluster)
+    from shardgate.spark.jobs import DumpJob, read_table
+
+    ks = pg_keyspace("sg_bench_dump", SHARDS, TABLE_DDL)
+    names, urls, topo, tmp, cluster = ks.names, ks.urls, ks.topo, ks.tmp, ks.cluster
     lake = str(tmp / "lake")
     spark = start_spark("shardgate-bench-dump", jdbc=Path(JDBC_JAR).exists())
     try:
-        df = spark.range(0, rows, numPartitions=2).selectExpr(
-            "id", "id % 100000 AS customer_id", "concat('sku-', id % 1000) AS sku",
-            "id % 997 AS price", "id * 0.5 AS amount")
+        df = spark.range(0, rows, numPartitions=2).selectExpr(*TABLE_COLUMNS)
         (df.write.format("shardgate").option("cluster", str(cluster)).option("keyspace", "bench")
          .option("table", "t").mode("append").save())
         for url in urls:
@@ -195,8 +181,7 @@ def main(rows: int, changes: int, batch_rows: int) -> None:
               f"<= {batch_rows} rows)")
     finally:
         spark.stop()
-        for n in names:
-            drop_database(n)
+        ks.drop()
         shutil.rmtree(tmp, ignore_errors=True)
 
 

@@ -21,20 +21,14 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
 try:
-    from bench._pg import ADMIN_URL, drop_database, fresh_database
-    from bench._spark import start_spark
+        from bench._spark import TABLE_COLUMNS, TABLE_DDL, jdbc_union, pg_keyspace, start_spark
 except ImportError:  # run as a script
-    from _pg import ADMIN_URL, drop_database, fresh_database  # type: ignore[no-redef]
-    from _spark import start_spark  # type: ignore[no-redef]
+        from _spark import TABLE_COLUMNS, TABLE_DDL, jdbc_union, pg_keyspace, start_spark  # type: ignore[no-redef]
 
-from shardgate.keys import KeyRange
-from shardgate.topo import Topology, write_cluster_file
 
 SHARDS = 4
 #: untimed reads of each path first: the JVM's JIT compiles both paths' code
@@ -49,30 +43,13 @@ def timed(fn: Any) -> float:
 
 
 def main(rows: int, rounds: int) -> None:
-    names = [f"sg_bench_spark_{i}" for i in range(SHARDS)]
-    urls = [fresh_database(n) for n in names]
-    ranges = KeyRange().split(SHARDS)
-    topo = Topology.from_dict({"keyspaces": {"bench": {
-        "shards": {kr.name: url for kr, url in zip(ranges, urls, strict=True)},
-        "vschema": {"sharded": True, "vindexes": {"hash": {"type": "hash"}},
-                    "tables": {t: {"column_vindexes": [{"column": "id", "name": "hash"}]}
-                               for t in ("t", "warm")}},
-    }}})
     import psycopg
 
-    for url in urls:
-        with psycopg.connect(url, autocommit=True) as conn:
-            for table in ("t", "warm"):
-                conn.execute(f"CREATE TABLE {table} (id BIGINT PRIMARY KEY, customer_id BIGINT "
-                             "NOT NULL, sku TEXT, price BIGINT, amount DOUBLE PRECISION)")
-    tmp = Path(tempfile.mkdtemp(prefix="sg_bench_spark_"))
-    cluster = tmp / "cluster.yaml"
-    write_cluster_file(topo, cluster)
+    ks = pg_keyspace("sg_bench_spark", SHARDS, TABLE_DDL, ("t", "warm"))
+    names, urls, cluster = ks.names, ks.urls, ks.cluster
     spark = start_spark("shardgate-bench", jdbc=True)
     try:
-        df = spark.range(0, rows, numPartitions=2).selectExpr(
-            "id", "id % 100000 AS customer_id", "concat('sku-', id % 1000) AS sku",
-            "id % 997 AS price", "id * 0.5 AS amount")
+        df = spark.range(0, rows, numPartitions=2).selectExpr(*TABLE_COLUMNS)
 
         def write(frame: Any, table: str) -> None:
             (frame.write.format("shardgate").option("cluster", str(cluster))
@@ -89,21 +66,8 @@ def main(rows: int, rounds: int) -> None:
              .option("keyspace", "bench").option("table", "t").load()
              .write.format("noop").mode("overwrite").save())
 
-        user = ADMIN_URL.split("//", 1)[1].split("@", 1)[0].split(":")[0] or "postgres"
-
         def jdbc_read() -> None:
-            parts = [
-                spark.read.format("jdbc")
-                .option("url", f"jdbc:postgresql://127.0.0.1:5432/{n}")
-                .option("dbtable", "t").option("user", user)
-                .option("driver", "org.postgresql.Driver").option("fetchsize", "10000")
-                .load()
-                for n in names
-            ]
-            union = parts[0]
-            for p in parts[1:]:
-                union = union.unionByName(p)
-            union.write.format("noop").mode("overwrite").save()
+            jdbc_union(spark, names).write.format("noop").mode("overwrite").save()
 
         for _ in range(WARMUP):  # both paths to steady state: Python workers, JIT, JDBC
             shardgate_read()
@@ -122,8 +86,7 @@ def main(rows: int, rounds: int) -> None:
               f"per round: {', '.join(f'{j / g:.2f}' for g, j in zip(sgs, jds, strict=True))})")
     finally:
         spark.stop()
-        for n in names:
-            drop_database(n)
+        ks.drop()
 
 
 if __name__ == "__main__":

@@ -26,33 +26,20 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 try:
-    from bench._pg import ADMIN_URL, fresh_database
-    from bench._spark import start_spark
+    from bench._spark import pg_keyspace, start_spark
 except ImportError:  # run as a script
-    from _pg import ADMIN_URL, fresh_database  # type: ignore[no-redef]
-    from _spark import start_spark  # type: ignore[no-redef]
+    from _spark import pg_keyspace, start_spark  # type: ignore[no-redef]
 
 from shardgate.backends.changes import Transaction, open_change_log
-from shardgate.keys import KeyRange
-from shardgate.topo import Topology, write_cluster_file
+from shardgate.topo import Topology
 
 SHARDS = 4
 QUEUE_OPTS = "WITH (ack_wait = 60, batch_size = 256, window = 5)"
-
-
-def drop(name: str) -> None:
-    import psycopg
-
-    with psycopg.connect(ADMIN_URL, autocommit=True) as conn:
-        conn.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots"
-                     " WHERE database = %s AND NOT active", (name,))
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def run_query(spark: Any, reader: Any, tmp: Path, name: str) -> float:
@@ -138,25 +125,11 @@ async def create_queues(topo: Topology) -> None:
 
 
 def main(rows: int, events: int) -> None:
-    names = [f"sg_bench_stream_{i}" for i in range(SHARDS)]
-    for n in names:
-        drop(n)
-    urls = [fresh_database(n) for n in names]
-    ranges = KeyRange().split(SHARDS)
-    topo = Topology.from_dict({"keyspaces": {"bench": {
-        "shards": {kr.name: url for kr, url in zip(ranges, urls, strict=True)},
-        "vschema": {"sharded": True, "vindexes": {"hash": {"type": "hash"}},
-                    "tables": {"t": {"column_vindexes": [{"column": "id", "name": "hash"}]}}},
-    }}})
-    import psycopg
-
-    for url in urls:
-        with psycopg.connect(url, autocommit=True) as conn:
-            conn.execute("CREATE TABLE t (id BIGINT PRIMARY KEY, sku TEXT, price BIGINT)")
+    ks = pg_keyspace("sg_bench_stream", SHARDS,
+                     "CREATE TABLE {table} (id BIGINT PRIMARY KEY, sku TEXT, price BIGINT)")
+    topo, tmp = ks.topo, ks.tmp
     asyncio.run(create_queues(topo))  # adds the queues to topo's VSchema
-    tmp = Path(tempfile.mkdtemp(prefix="sg_bench_stream_"))
-    cluster = tmp / "cluster.yaml"
-    write_cluster_file(topo, cluster)
+    cluster = ks.write_cluster()
     spark = start_spark("shardgate-bench-stream")
     try:
         def write(frame: Any, table: str) -> float:
@@ -216,8 +189,7 @@ def main(rows: int, events: int) -> None:
         print(f"ratio shardgate_queue/reference: {ref_q / sg_q:.2f}x ({done}/{events} acked)")
     finally:
         spark.stop()
-        for n in names:
-            drop(n)
+        ks.drop()
 
 
 if __name__ == "__main__":
