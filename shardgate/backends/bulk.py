@@ -35,9 +35,13 @@ when a function needs them.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import decimal
+import os
 import sqlite3
+import threading
+import time
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -140,10 +144,6 @@ class ConnectionPool:
     IDLE_S = 60.0
 
     def __init__(self) -> None:
-        import atexit
-        import os
-        import threading
-
         self._lock = threading.Lock()
         self._pid = os.getpid()
         self._idle: dict[str, list[tuple[float, Any]]] = {}
@@ -153,8 +153,6 @@ class ConnectionPool:
         atexit.register(self.clear)
 
     def _mine(self) -> dict[str, list[tuple[float, Any]]]:
-        import os
-
         if os.getpid() != self._pid:
             # Forked: the parent's connections are not ours. They are kept referenced
             # and never closed here: closing one would end the parent's session too
@@ -165,8 +163,6 @@ class ConnectionPool:
 
     def take(self, uri: str) -> Any:
         """An open connection to ``uri``: a checked idle one, else a new one."""
-        import time
-
         import adbc_driver_postgresql.dbapi as adbc_pg
 
         while True:
@@ -183,8 +179,6 @@ class ConnectionPool:
 
     def give(self, uri: str, conn: Any) -> None:
         """Keep ``conn`` (idle, autocommit, nothing pending) for a later :meth:`take`."""
-        import time
-
         with self._lock:
             idle = self._mine().setdefault(uri, [])
             if len(idle) < self.MAX_IDLE:

@@ -27,7 +27,6 @@ Outside a reused worker (the driver, a test calling the classes directly)
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import gc
 import os
 
@@ -52,12 +51,8 @@ def settle() -> None:
 
 
 def _tune_malloc() -> None:
-    name = ctypes.util.find_library("c")
-    if not name:
-        return
     try:
-        libc = ctypes.CDLL(name)
-        mallopt = libc.mallopt  # glibc only
+        mallopt = ctypes.CDLL(None).mallopt  # the process's own C library; glibc only
     except (OSError, AttributeError):
         return
     mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)

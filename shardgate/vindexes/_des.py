@@ -16,6 +16,7 @@ call, so two tasks in threads hash in parallel.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import threading
@@ -57,16 +58,14 @@ class _Context:
 
 
 def _load() -> tuple[ctypes.CDLL, int] | None:
-    name = ctypes.util.find_library("crypto")
-    for candidate in ("libcrypto.so.3", name):
-        if not candidate:
-            continue
-        try:
-            lib = ctypes.CDLL(candidate)
-            break
-        except OSError:
-            continue
-    else:
+    lib: ctypes.CDLL | None = None
+    try:
+        lib = ctypes.CDLL("libcrypto.so.3")
+    except OSError:  # not Linux's name: ask the platform (runs a helper program)
+        name = ctypes.util.find_library("crypto")
+        with contextlib.suppress(OSError):
+            lib = ctypes.CDLL(name) if name else None
+    if lib is None:
         return None
     try:
         vp, cp = ctypes.c_void_p, ctypes.c_char_p
