@@ -32,6 +32,7 @@ Contracts:
 
 from __future__ import annotations
 
+import contextlib
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
@@ -111,6 +112,24 @@ class Connection(ABC):
 
 #: Longest xid ``begin_twopc`` accepts (MariaDB's limit for an XA gtrid).
 MAX_XID_LENGTH = 64
+
+
+@contextlib.asynccontextmanager
+async def transaction(conn: Connection) -> AsyncIterator[Connection]:
+    """``begin()``; ``commit()`` when the block ends, ``rollback()`` if it raises.
+
+    The block's exception is the one raised: a failing rollback (the connection
+    is gone, say) is not allowed to hide it.
+    """
+    await conn.begin()
+    try:
+        yield conn
+        await conn.commit()
+    except BaseException:
+        if conn.in_transaction:
+            with contextlib.suppress(ShardgateError):
+                await conn.rollback()
+        raise
 
 
 def _no_twopc() -> ShardgateError:

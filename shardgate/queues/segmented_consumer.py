@@ -82,7 +82,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from shardgate.backends import Backend, Connection
-from shardgate.backends.base import LeaseHandle
+from shardgate.backends.base import LeaseHandle, transaction
 from shardgate.errors import FailedPrecondition, NotFound, ShardgateError, Unavailable
 from shardgate.queues import metrics
 from shardgate.queues.options import QueueOptions
@@ -687,16 +687,9 @@ class ShardConsumer:
                         for n, part in by_n.items():
                             await self.store.append_status(conn, n, part)
                     else:
-                        await conn.begin()
-                        try:
+                        async with transaction(conn):
                             for n, part in by_n.items():
                                 await self.store.append_status(conn, n, part)
-                            await conn.commit()
-                        except BaseException:
-                            if conn.in_transaction:
-                                with contextlib.suppress(ShardgateError):
-                                    await conn.rollback()
-                            raise
                 except ShardgateError as exc:
                     for fut in waiters:
                         if not fut.done():

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from shardgate.backends import Backend, Connection
+from shardgate.backends.base import transaction
 from shardgate.errors import AlreadyExists, Internal, InvalidArgument, ShardgateError
 from shardgate.queues.segmented_ddl import (
     CLOSED,
@@ -143,15 +144,9 @@ class SegmentedStore:
         return out
 
     async def _tx(self, conn: Connection, statements: Sequence[tuple[str, Sequence[Any]]]) -> None:
-        await conn.begin()
-        try:
+        async with transaction(conn):
             for sql, params in statements:
                 await conn.execute(sql, params)
-            await conn.commit()
-        except BaseException:
-            with contextlib.suppress(ShardgateError):
-                await conn.rollback()
-            raise
 
     # -- catalog ----------------------------------------------------------------------
 
@@ -463,8 +458,7 @@ class SegmentedStore:
             [target, MERGING, min(d.first_id for d in sources),
              max(d.next_id for d in sources), now, now])
         ids = sorted(job_ids)
-        await conn.begin()
-        try:
+        async with transaction(conn):
             for d in sources:
                 lo, hi = d.first_id, d.next_id
                 mine = [i for i in ids if lo <= i < hi]
@@ -489,12 +483,6 @@ class SegmentedStore:
             for pred, params in self._in("n", [d.n for d in sources]):
                 await conn.execute(f"UPDATE {cat} SET state = {ph} WHERE {pred}",
                                    [DROPPING, *params])
-            await conn.commit()
-        except BaseException:
-            if conn.in_transaction:
-                with contextlib.suppress(ShardgateError):
-                    await conn.rollback()
-            raise
         views = sorted({*keep, target})
         await self.drop_datasets(conn, [d.n for d in sources], views)
         merged = [d for d in await self.datasets(conn) if d.n == target]
