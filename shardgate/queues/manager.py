@@ -70,6 +70,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from shardgate.aio import cancel_and_wait
 from shardgate.backends import Backend, Connection
 from shardgate.errors import ShardgateError, Unavailable
 from shardgate.queues import metrics
@@ -230,11 +231,7 @@ class QueueManager:
     async def stop(self) -> None:
         self.stopped.set()
         tasks = self._tasks + ([self._ack_task] if self._ack_task else [])
-        for t in tasks:
-            t.cancel()
-        for t in tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await t
+        await cancel_and_wait(tasks, swallow=(Exception,))
         for w in self._ack_waiters:
             if not w.done():
                 w.set_exception(Unavailable(f"queue manager {self._name} stopped; retry the ack"))

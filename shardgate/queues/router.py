@@ -28,6 +28,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from shardgate.aio import cancel_and_wait
 from shardgate.engine.primitives import ExecCursor, Primitive
 from shardgate.errors import InvalidArgument, ShardgateError, Unsupported
 from shardgate.keys import parse_shard_name
@@ -232,11 +233,7 @@ async def receive(
                 continue
             yield item
     finally:
-        for t in tasks:
-            t.cancel()
-        for t in tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await t
+        await cancel_and_wait(tasks, swallow=(Exception,))
 
 
 async def enqueue(

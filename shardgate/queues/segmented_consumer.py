@@ -81,6 +81,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from shardgate.aio import cancel_and_wait
 from shardgate.backends import Backend, Connection
 from shardgate.backends.base import LeaseHandle, transaction
 from shardgate.errors import FailedPrecondition, NotFound, ShardgateError, Unavailable
@@ -229,10 +230,7 @@ class ShardConsumer:
     async def close(self) -> None:
         """Stop; write the status rows already asked for; release the lease."""
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, ShardgateError):
-                await task
+        await cancel_and_wait([task], swallow=(ShardgateError,))
         if self._flusher is not None and not self._flusher.done():
             with contextlib.suppress(ShardgateError, asyncio.CancelledError):
                 await self._flusher

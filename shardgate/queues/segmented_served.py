@@ -34,12 +34,12 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from shardgate.aio import cancel_and_wait
 from shardgate.backends import Backend
 from shardgate.errors import ShardgateError, Unavailable
 from shardgate.queues.events import QueueEvent
@@ -108,10 +108,7 @@ class ServedSegmentedQueue:
     async def close(self) -> None:
         """Stop dispatching; stop the consumer (status rows asked for are written)."""
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait([task])
         await self.consumer.close()
         for rcv, _ in self.holders.values():
             rcv.in_flight.clear()

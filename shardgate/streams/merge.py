@@ -33,6 +33,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from shardgate.aio import cancel_and_wait
 from shardgate.backends.changes import Heartbeat, RowChange, Transaction
 from shardgate.errors import InvalidArgument, ShardgateError, Unavailable, Unsupported
 from shardgate.keys import FULL_RANGE, KeyRange, KeyspaceId, parse_key_range
@@ -256,11 +257,7 @@ async def update_stream(
                 changes = [c for c in changes if _in_range(ksid_of, kr, c)]
             yield StreamEvent(keyspace, name, item.token, changes, min(latest.values()))
     finally:
-        for t in tasks:
-            t.cancel()
-        for t in tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await t
+        await cancel_and_wait(tasks, swallow=(Exception,))
 
 
 def _in_range(

@@ -28,6 +28,7 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 
+from shardgate.aio import cancel_and_wait
 from shardgate.backends import Backend
 from shardgate.backends.base import LeaseHandle
 from shardgate.errors import ShardgateError
@@ -102,7 +103,4 @@ class ShardLease:
 
     async def close(self) -> None:
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait([task])

@@ -48,6 +48,7 @@ import math
 import time
 from collections.abc import AsyncIterator
 
+from shardgate.aio import cancel_and_wait
 from shardgate.backends.changes import (
     DEFAULT_HEARTBEAT_S,
     ChangeLog,
@@ -152,10 +153,7 @@ class TabletStream:
     async def restart_reader(self) -> None:
         """Kill the shared reader and start a new one where it stopped (nothing is lost)."""
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait([task])
         await self.start()
 
     async def _reader(self) -> None:
