@@ -6,6 +6,9 @@ import os
 
 import psycopg
 
+from shardgate.keys import KeyRange
+from shardgate.topo import Topology
+
 ADMIN_URL = os.environ.get("SHARDGATE_BENCH_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 
 
@@ -24,3 +27,15 @@ def drop_database(name: str) -> None:
         conn.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots"
                      " WHERE database = %s AND NOT active", (name,))
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def app_keyspace(prefix: str, shards: int) -> tuple[Topology, list[str]]:
+    """Keyspace ``app`` (sharded by ``hash``, no tables yet: queues add theirs) over
+    ``shards`` fresh databases ``<prefix>_<i>``; the topology and the databases' names."""
+    names = [f"{prefix}_{i}" for i in range(shards)]
+    urls = {kr.name: fresh_database(name)
+            for kr, name in zip(KeyRange(b"", b"").split(shards), names, strict=True)}
+    topo = Topology.from_dict({"default_keyspace": "app", "keyspaces": {"app": {
+        "shards": urls,
+        "vschema": {"sharded": True, "vindexes": {"hash": {"type": "hash"}}, "tables": {}}}}})
+    return topo, names

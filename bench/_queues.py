@@ -10,6 +10,7 @@ LISTEN/NOTIFY wake-ups).
 from __future__ import annotations
 
 import asyncio
+import random
 import time
 from collections.abc import Awaitable, Callable
 
@@ -108,3 +109,22 @@ async def pgqueuer_rate(url: str, n: int) -> float:
     finally:
         await conn.close()
         await pconn.close()
+
+
+def table_producer(gate: Gate, n: int, queue: str = "jobs") -> Callable[[int], Awaitable[None]]:
+    """``produce(k)`` for :func:`run_e2e`: producer k's share of ``n`` events into a queue
+    table, BATCH per INSERT, one random user per batch (one shard, one commit), with
+    bind variables (the plan is cached, as an application would do)."""
+
+    async def produce(k: int) -> None:
+        s = gate.session()
+        rng = random.Random(k)
+        for start in range(k * BATCH, n, BATCH * PRODUCERS):
+            m = min(n, start + BATCH) - start
+            sql = f"INSERT INTO {queue} (user_id, payload) VALUES " + ", ".join(
+                f"(:u, :p{i})" for i in range(m))
+            bv: dict[str, object] = {"u": rng.randrange(1 << 40)}
+            bv.update({f"p{i}": f"p{start + i}" for i in range(m)})
+            await gate.execute(s, sql, bv)
+
+    return produce

@@ -39,12 +39,10 @@ from pathlib import Path
 import redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _pg import drop_database, fresh_database
+from _pg import app_keyspace, drop_database
 
 from shardgate.gate import Gate
-from shardgate.keys import KeyRange
 from shardgate.queues.inbox import InboxStore
-from shardgate.topo import Topology
 
 REDIS_URL = "redis://127.0.0.1:6379/0"
 SHARDS = 4
@@ -67,12 +65,7 @@ async def timed(n: int, op: Callable[[int], Awaitable[object]]) -> list[float]:
 
 
 async def bench_shardgate(users: int, ops: int, rnd: random.Random) -> dict[str, list[float]]:
-    names = [f"sg_bench_inbox_{i}" for i in range(SHARDS)]
-    urls = {kr.name: fresh_database(name)
-            for kr, name in zip(KeyRange(b"", b"").split(SHARDS), names, strict=True)}
-    topo = Topology.from_dict({"default_keyspace": "app", "keyspaces": {"app": {
-        "shards": urls,
-        "vschema": {"sharded": True, "vindexes": {"hash": {"type": "hash"}}, "tables": {}}}}})
+    topo, names = app_keyspace("sg_bench_inbox", SHARDS)
     gate = Gate.open(topo, pool_size=4)
     try:
         store = InboxStore(gate, "app", "inbox")
@@ -105,7 +98,7 @@ async def bench_shardgate(users: int, ops: int, rnd: random.Random) -> dict[str,
         await timed(min(200, ops), append)  # warm the pools and plan cache
         out = {"append": await timed(ops, append), "read": await timed(ops, read),
                "commit": await timed(ops, commit)}
-        raw = await bench_raw(urls[topo.keyspace("app").shards[0].name], bucket, ops, rnd)
+        raw = await bench_raw(topo.keyspace("app").shards[0].url, bucket, ops, rnd)
         return out | {f"raw {k}": v for k, v in raw.items()}
     finally:
         await gate.close()

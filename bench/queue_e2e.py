@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import random
 import sys
 import time
 from pathlib import Path
@@ -31,44 +30,23 @@ from pathlib import Path
 import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _pg import drop_database, fresh_database
-from _queues import BATCH, CONSUMERS, PRODUCERS, pgqueuer_rate, run_e2e
+from _pg import app_keyspace, drop_database, fresh_database
+from _queues import BATCH, CONSUMERS, pgqueuer_rate, run_e2e, table_producer
 
 from shardgate.gate import Gate
-from shardgate.keys import KeyRange
-from shardgate.topo import Topology
 
 
 async def bench_shardgate(n: int, shards: int) -> float:
-    names = [f"sg_bench_q{shards}_{i}" for i in range(shards)]
-    urls = {kr.name: fresh_database(name)
-            for kr, name in zip(KeyRange(b"", b"").split(shards), names, strict=True)}
-    topo = Topology.from_dict({"default_keyspace": "app", "keyspaces": {"app": {
-        "shards": urls,
-        "vschema": {"sharded": True, "vindexes": {"hash": {"type": "hash"}}, "tables": {}}}}})
+    topo, names = app_keyspace(f"sg_bench_q{shards}", shards)
     gate = Gate.open(topo, pool_size=6)
     try:
         await gate.execute(gate.session(), "CREATE QUEUE jobs (user_id BIGINT NOT NULL, "
                            "payload VARCHAR(64)) SHARD BY user_id "
                            "WITH (batch_size = 128, ack_wait = 30)")
-        for url in urls.values():  # an analysed table, as in production
-            with psycopg.connect(url.replace("postgresql://", "postgres://"),
-                                 autocommit=True) as c:
+        for shard in topo.keyspace("app").shards:  # an analysed table, as in production
+            with psycopg.connect(shard.url, autocommit=True) as c:
                 c.execute("ANALYZE jobs")
-        async def produce(k: int) -> None:
-            s = gate.session()
-            rng = random.Random(k)
-            for start in range(k * BATCH, n, BATCH * PRODUCERS):
-                uid = rng.randrange(1 << 40)  # one user per batch: one shard, one commit
-                m = min(n, start + BATCH) - start
-                # bind variables: the plan is cached, as an application would do
-                sql = "INSERT INTO jobs (user_id, payload) VALUES " + ", ".join(
-                    f"(:u, :p{i})" for i in range(m))
-                bv: dict[str, object] = {"u": uid}
-                bv.update({f"p{i}": f"p{start + i}" for i in range(m)})
-                await gate.execute(s, sql, bv)
-
-        return await run_e2e(gate, n, produce)
+        return await run_e2e(gate, n, table_producer(gate, n))
     finally:
         await gate.close()
         for name in names:

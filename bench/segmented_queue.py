@@ -40,7 +40,7 @@ import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _pg import drop_database, fresh_database
-from _queues import BATCH, CONSUMERS, PRODUCERS, pgqueuer_rate, run_e2e
+from _queues import BATCH, CONSUMERS, PRODUCERS, pgqueuer_rate, run_e2e, table_producer
 
 from shardgate.gate import Gate
 from shardgate.queues.segmented import SegmentedQueue
@@ -107,19 +107,7 @@ async def bench_table(gate: Gate, url: str, n: int, *, sampler: Any = None,
                        f"WITH (batch_size = 128, ack_wait = 30, retention = {retention})")
     with psycopg.connect(url, autocommit=True) as c:
         c.execute("ANALYZE jobs")
-    async def produce(k: int) -> None:
-        s = gate.session()
-        rng = random.Random(k)
-        for start in range(k * BATCH, n, BATCH * PRODUCERS):
-            uid = rng.randrange(1 << 40)
-            m = min(n, start + BATCH) - start
-            sql = "INSERT INTO jobs (user_id, payload) VALUES " + ", ".join(
-                f"(:u, :p{i})" for i in range(m))
-            bv: dict[str, object] = {"u": uid}
-            bv.update({f"p{i}": f"p{start + i}" for i in range(m)})
-            await gate.execute(s, sql, bv)
-
-    return await run_e2e(gate, n, produce, sampler=sampler)
+    return await run_e2e(gate, n, table_producer(gate, n), sampler=sampler)
 
 
 async def bench_pgqueuer(url: str, n: int) -> float:

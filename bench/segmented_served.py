@@ -26,22 +26,15 @@ from pathlib import Path
 import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _pg import drop_database, fresh_database
+from _pg import app_keyspace, drop_database
 from _queues import BATCH, CONSUMERS, PRODUCERS, run_e2e
 
 from shardgate.gate import Gate
-from shardgate.keys import KeyRange
-from shardgate.topo import Topology
 
 
 async def bench(n: int, shards: int, segmented: bool) -> float:
     tag = "seg" if segmented else "tab"
-    names = [f"sg_bench_served_{tag}{shards}_{i}" for i in range(shards)]
-    urls = {kr.name: fresh_database(name)
-            for kr, name in zip(KeyRange(b"", b"").split(shards), names, strict=True)}
-    topo = Topology.from_dict({"default_keyspace": "app", "keyspaces": {"app": {
-        "shards": urls,
-        "vschema": {"sharded": True, "vindexes": {"hash": {"type": "hash"}}, "tables": {}}}}})
+    topo, names = app_keyspace(f"sg_bench_served_{tag}{shards}", shards)
     gate = Gate.open(topo, pool_size=6)
     try:
         if segmented:
@@ -52,8 +45,8 @@ async def bench(n: int, shards: int, segmented: bool) -> float:
             await gate.execute(gate.session(), "CREATE QUEUE jobs (user_id BIGINT NOT NULL, "
                                "payload VARCHAR(64)) SHARD BY user_id "
                                "WITH (batch_size = 128, ack_wait = 30)")
-            for url in urls.values():  # an analysed table, as in production
-                with psycopg.connect(url, autocommit=True) as c:
+            for shard in topo.keyspace("app").shards:  # an analysed table, as in production
+                with psycopg.connect(shard.url, autocommit=True) as c:
                     c.execute("ANALYZE jobs")
         async def produce(k: int) -> None:
             s = gate.session()
