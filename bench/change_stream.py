@@ -34,10 +34,10 @@ from typing import Any
 
 import pymysql
 
-from shardgate.backends.changes import open_change_log
+from shardgate.backends.change_log import open_change_log
+from shardgate.event_token import EventToken
 from shardgate.gate import Gate
 from shardgate.streams.merge import StreamPosition
-from shardgate.streams.token import EventToken
 from shardgate.topo import Topology
 
 try:

@@ -94,11 +94,11 @@ async def stream_only(topo: Topology, lake: str) -> tuple[int, float]:
     """Change events of ``t`` read through the gate stream from the lake's positions to the
     log ends (no apply): the catch-up reference. Returns (events, seconds)."""
     from shardgate.backends import bulk
-    from shardgate.backends.changes import open_change_log
+    from shardgate.backends.change_log import open_change_log
+    from shardgate.event_token import position_key
     from shardgate.gate import Gate
     from shardgate.spark.jobs.lake import LakeTable
     from shardgate.streams.merge import StreamPosition
-    from shardgate.streams.token import position_key
 
     lt = LakeTable(lake, ["id"])
     positions = lt.open("shardgate dump of bench.t")

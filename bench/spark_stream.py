@@ -35,7 +35,8 @@ try:
 except ImportError:  # run as a script
     from _spark import pg_keyspace, start_spark  # type: ignore[no-redef]
 
-from shardgate.backends.changes import Transaction, open_change_log
+from shardgate.backends.change_log import open_change_log
+from shardgate.backends.changes import Transaction
 from shardgate.topo import Topology
 
 SHARDS = 4

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from shardgate.streams.token import EventToken
+from shardgate.event_token import EventToken
 
 Row = tuple[Any, ...]
 

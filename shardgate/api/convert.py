@@ -30,8 +30,8 @@ from typing import Any
 
 from shardgate.api import shardgate_pb2 as pb
 from shardgate.errors import InvalidArgument
+from shardgate.event_token import EventToken
 from shardgate.result import ExecuteOptions, Result
-from shardgate.streams.token import EventToken
 
 _INT64_MIN = -(2**63)
 _INT64_END = 2**63

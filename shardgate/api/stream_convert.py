@@ -7,8 +7,8 @@ from typing import Any
 from shardgate.api import shardgate_pb2 as pb
 from shardgate.api.convert import from_value, to_value
 from shardgate.backends.changes import RowChange
+from shardgate.event_token import EventToken
 from shardgate.streams.merge import StreamEvent
-from shardgate.streams.token import EventToken
 
 
 def _image(image: dict[str, Any] | None) -> dict[str, pb.Value]:

@@ -21,12 +21,13 @@ Contracts every implementation keeps:
   (at least every ``heartbeat_s``), so callers can advance watermarks.
 * A ``start`` the log no longer holds raises ``ShardgateError`` with code
   ``OUT_OF_RANGE`` ("too old"), never a silent skip to the oldest position.
-* Positions are strings (see :mod:`shardgate.streams.token`); a transaction's
+* Positions are strings (see :mod:`shardgate.event_token`); a transaction's
   position is the one to resume from to get the transactions after it.
   Timestamps never go backwards within one log.
 * ``prepare()`` sets up capture (publication / slot / triggers) and is
   idempotent; ``drop()`` removes what ``prepare()`` created.
 
+The factory that picks a database's log is :func:`shardgate.backends.change_log.open_change_log`.
 Drivers are imported only here, in ``backends/``.
 """
 
@@ -39,8 +40,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from shardgate.backends.urls import parse_url
-from shardgate.streams.token import EventToken
+from shardgate.event_token import EventToken
 
 #: Default interval of heartbeats on an idle log.
 DEFAULT_HEARTBEAT_S = 1.0
@@ -137,25 +137,6 @@ class ChangeLog(ABC):
 
     async def close(self) -> None:  # noqa: B027 - optional hook, nothing to release by default
         """Release what this object holds (not the capture on the database)."""
-
-
-def open_change_log(url: str, shard: str, **options: Any) -> ChangeLog:
-    """The change log of a shard database URL (``shard`` is ``keyspace/shard``)."""
-    kind = parse_url(url).kind
-    match kind:
-        case "sqlite":
-            from shardgate.backends.changes_sqlite import SQLiteChangeLog
-
-            return SQLiteChangeLog(url, shard, **options)
-        case "postgresql":
-            from shardgate.backends.changes_postgres import PostgresChangeLog
-
-            return PostgresChangeLog(url, shard, **options)
-        case "mysql":
-            from shardgate.backends.changes_mysql import MySQLChangeLog
-
-            return MySQLChangeLog(url, shard, **options)
-    raise AssertionError(f"unknown backend kind {kind!r}")  # pragma: no cover
 
 
 # --------------------------------------------------------- time -> position --

@@ -59,7 +59,7 @@ from shardgate.backends.changes import (
 from shardgate.backends.mysql import tls_kwargs
 from shardgate.backends.urls import parse_url
 from shardgate.errors import Code, FailedPrecondition, Internal, ShardgateError, Unavailable
-from shardgate.streams.token import EventToken, position_key
+from shardgate.event_token import EventToken, position_key
 
 EMPTY_POSITION = "0-0-0"
 #: transactions gathered into one hand-over at most while the consumer is busy

@@ -59,7 +59,7 @@ from shardgate.backends.changes import (
 )
 from shardgate.backends.urls import parse_url
 from shardgate.errors import Code, Internal, ShardgateError, Unavailable
-from shardgate.streams.token import EventToken
+from shardgate.event_token import EventToken
 
 PUBLICATION = "sg_changes"
 _PG_EPOCH = 946684800.0

@@ -58,10 +58,11 @@ from shardgate.backends.changes import (
     RowChange,
     Transaction,
 )
+from shardgate.backends.sqlite_errors import translate
 from shardgate.backends.urls import parse_url
 from shardgate.errors import Code as _Code
 from shardgate.errors import FailedPrecondition, ShardgateError
-from shardgate.streams.token import EventToken
+from shardgate.event_token import EventToken
 
 T = TypeVar("T")
 
@@ -183,8 +184,6 @@ class SQLiteChangeLog(ChangeLog):
         try:
             return await loop.run_in_executor(self._pool, fn, *args)
         except sqlite3.Error as exc:
-            from shardgate.backends.sqlite import translate
-
             raise translate(exc, self.url) from exc
 
     def _conn(self) -> sqlite3.Connection:

@@ -18,8 +18,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from shardgate.event_token import EventToken
 from shardgate.result import ExecuteOptions, Result
-from shardgate.streams.token import EventToken
 from shardgate.tablet.client import TabletClient
 
 

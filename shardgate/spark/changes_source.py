@@ -7,7 +7,7 @@ PostgreSQL ``pgoutput``, MariaDB binlog).
 
 **Offsets.** An offset is a JSON object ``{shard: position}`` (the backend's
 own log position: SQLite sequence, PostgreSQL commit ``end_lsn``, MariaDB
-GTID; see :mod:`shardgate.streams.token`), keys sorted. A micro-batch
+GTID; see :mod:`shardgate.event_token`), keys sorted. A micro-batch
 ``(start, end]`` holds, for every shard, exactly the transactions committed
 after ``start[shard]`` up to and including ``end[shard]``, whole.
 
@@ -67,13 +67,14 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from shardgate.backends.changes import ChangeLog, Heartbeat, Transaction, open_change_log
+from shardgate.backends.change_log import open_change_log
+from shardgate.backends.changes import ChangeLog, Heartbeat, Transaction
 from shardgate.backends.urls import parse_url
 from shardgate.errors import InvalidArgument, NotFound, Unavailable
+from shardgate.event_token import EventToken, position_key
 from shardgate.spark import types as sgtypes
 from shardgate.spark._worker import settle
 from shardgate.spark.options import ChangesOptions, SourceOptions, start_timestamp
-from shardgate.streams.token import EventToken, position_key
 from shardgate.topo import load_cluster_file
 
 if TYPE_CHECKING:

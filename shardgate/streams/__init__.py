@@ -5,6 +5,6 @@ are imported where used: ``merge`` (the gate's UpdateStream), ``cache``
 (Redis invalidation helpers, needs ``redis``).
 """
 
-from shardgate.streams.token import EventToken, Freshness, compare, is_fresher
+from shardgate.event_token import EventToken, Freshness, compare, is_fresher
 
 __all__ = ["EventToken", "Freshness", "compare", "is_fresher"]

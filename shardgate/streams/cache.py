@@ -42,10 +42,10 @@ from typing import Any
 import redis.asyncio as aioredis
 from redis.exceptions import WatchError
 
+from shardgate.event_token import EventToken, Freshness, compare
 from shardgate.gate import Gate, Session
 from shardgate.result import ExecuteOptions
 from shardgate.streams.merge import RowEvent, StreamEvent
-from shardgate.streams.token import EventToken, Freshness, compare
 
 KeyOf = Callable[[RowEvent], str | None]
 

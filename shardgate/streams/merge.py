@@ -36,8 +36,8 @@ from typing import TYPE_CHECKING, Any
 from shardgate.aio import cancel_and_wait
 from shardgate.backends.changes import Heartbeat, RowChange, Transaction
 from shardgate.errors import InvalidArgument, ShardgateError, Unavailable, Unsupported
+from shardgate.event_token import EventToken, position_key
 from shardgate.keys import FULL_RANGE, KeyRange, KeyspaceId, parse_key_range
-from shardgate.streams.token import EventToken, position_key
 from shardgate.vindexes.base import MultiColumn, SingleColumn
 
 if TYPE_CHECKING:

@@ -33,9 +33,9 @@ import contextlib
 import logging
 import re
 from collections.abc import AsyncIterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from shardgate.backends.base import LeaseHandle
+from shardgate.backends.base import Backend, LeaseHandle
 from shardgate.errors import InvalidArgument, NotFound, ShardgateError, Unavailable
 from shardgate.queues import metrics
 from shardgate.queues.ddl import comment_of, detect_sql
@@ -50,9 +50,6 @@ from shardgate.queues.segmented_served import (
 from shardgate.queues.segmented_store import SegmentedStore, ShardProducer
 from shardgate.queues.table_store import QueueStore
 from shardgate.tablet.lease import ShardLease
-
-if TYPE_CHECKING:
-    from shardgate.tablet.tablet import Tablet
 
 log = logging.getLogger(__name__)
 
@@ -69,9 +66,12 @@ _WRITE = re.compile(
 class QueueService:
     """The queues of one tablet (see the module docstring)."""
 
-    def __init__(self, tablet: Tablet, *, lease_retry: float = 0.5,
-                 lease_check: float = 1.0) -> None:
-        self.tablet = tablet
+    def __init__(self, keyspace: str, shard: str, backend: Backend, *,
+                 lease_retry: float = 0.5, lease_check: float = 1.0) -> None:
+        self.keyspace = keyspace
+        self.shard = shard
+        #: the shard's database (the tablet's backend)
+        self.backend = backend
         self.options: dict[str, QueueOptions] = {}
         self.receivers: dict[str, list[Receiver]] = {}
         self.managers: dict[str, QueueManager] = {}
@@ -88,8 +88,16 @@ class QueueService:
         self._watch: asyncio.Task[None] | None = None
 
     @property
+    def dialect(self) -> str:
+        return self.backend.dialect
+
+    @property
+    def placeholder(self) -> str:
+        return self.backend.placeholder
+
+    @property
     def lease_name(self) -> str:
-        return f"shardgate/{self.tablet.keyspace}/{self.tablet.shard}/queues"
+        return f"shardgate/{self.keyspace}/{self.shard}/queues"
 
     @property
     def leader(self) -> bool:
@@ -118,7 +126,7 @@ class QueueService:
         """Start competing for the lease (idempotent; needs a running loop)."""
         if self._lease is None:
             self._lease = ShardLease(
-                self.tablet.backend, self.lease_name, on_acquired=self._acquired,
+                self.backend, self.lease_name, on_acquired=self._acquired,
                 on_lost=self._lost, retry_interval=self._lease_retry,
                 check_interval=self._lease_check)
             self._lease.start()
@@ -126,8 +134,8 @@ class QueueService:
     async def detect(self) -> list[str]:
         """Find queues from their comment markers (a queue table's own, a segmented
         queue's on its catalog); configure them. Returns their names."""
-        dialect = self.tablet.dialect
-        res = await self.tablet.backend.execute(detect_sql(dialect))
+        dialect = self.dialect
+        res = await self.backend.execute(detect_sql(dialect))
         found: dict[str, QueueOptions] = {}
         for name, text in res.rows:
             opts = parse_comment(comment_of(dialect, str(text or "")))
@@ -149,7 +157,7 @@ class QueueService:
             await self.detect()
         if key not in self.options:
             raise NotFound(
-                f"{queue!r} is not a queue table on {self.tablet.keyspace}/{self.tablet.shard}: "
+                f"{queue!r} is not a queue table on {self.keyspace}/{self.shard}: "
                 "create it with CREATE QUEUE or declare it as type queue in the VSchema"
             )
         return key
@@ -169,11 +177,10 @@ class QueueService:
     async def _start_manager(self, name: str) -> None:
         if self._writer is None or self._running(name):
             return
-        tablet = self.tablet
         if self.is_segmented(name):
             served = ServedSegmentedQueue(
-                keyspace=tablet.keyspace, shard=tablet.shard, queue=name,
-                backend=tablet.backend, options=self.options[name],
+                keyspace=self.keyspace, shard=self.shard, queue=name,
+                backend=self.backend, options=self.options[name],
                 receivers=lambda n=name: self.receivers.get(n, []),  # type: ignore[misc]
                 **self.segmented_kwargs)
             self.segmented[name] = served
@@ -181,18 +188,18 @@ class QueueService:
             for r in self.receivers.get(name, []):
                 r.waker = served.wake
             return
-        store = QueueStore(name, tablet.dialect, tablet.placeholder)
+        store = QueueStore(name, self.dialect, self.placeholder)
         manager = QueueManager(
-            keyspace=tablet.keyspace, shard=tablet.shard, store=store,
-            options=self.options[name], reader=tablet.backend, writer=self._writer,
+            keyspace=self.keyspace, shard=self.shard, store=store,
+            options=self.options[name], reader=self.backend, writer=self._writer,
             receivers=lambda n=name: self.receivers.get(n, []),  # type: ignore[misc]
         )
         self.managers[name] = manager
         try:
             await manager.start()
         except ShardgateError as exc:
-            log.warning("queue %s on %s/%s cannot start: %s", name, tablet.keyspace,
-                        tablet.shard, exc)
+            log.warning("queue %s on %s/%s cannot start: %s", name, self.keyspace,
+                        self.shard, exc)
             self.managers.pop(name, None)
             return
         for r in self.receivers.get(name, []):
@@ -267,12 +274,12 @@ class QueueService:
             m.wake()
             fields = list(m.store.user_columns)
         else:
-            store = QueueStore(name, self.tablet.dialect, self.tablet.placeholder)
-            conn = await self.tablet.backend.acquire()
+            store = QueueStore(name, self.dialect, self.placeholder)
+            conn = await self.backend.acquire()
             try:
                 fields = await store.load_columns(conn)
             finally:
-                await self.tablet.backend.release(conn)
+                await self.backend.release(conn)
         self._gauge(name)
         return rcv, fields
 
@@ -291,8 +298,8 @@ class QueueService:
         self._gauge(name)
 
     def _gauge(self, name: str) -> None:
-        t = self.tablet
-        metrics.RECEIVERS.labels(t.keyspace, t.shard, name).set(len(self.receivers.get(name, [])))
+        receivers = len(self.receivers.get(name, []))
+        metrics.RECEIVERS.labels(self.keyspace, self.shard, name).set(receivers)
 
     async def ack(self, queue: str, ids: Sequence[int]) -> int:
         name = await self._known(queue)
@@ -302,31 +309,30 @@ class QueueService:
                 return 0
             if sq is None:
                 raise Unavailable(
-                    f"segmented queue {name} on {self.tablet.keyspace}/{self.tablet.shard}: "
+                    f"segmented queue {name} on {self.keyspace}/{self.shard}: "
                     "this tablet does not consume it now (no shard lease); the jobs will be "
                     "handed out again after ack_wait")
             return await sq.ack(ids)
         m = self.managers.get(name)
         if m is not None and not m.stopped.is_set():
             return await m.ack(ids)
-        store = QueueStore(name, self.tablet.dialect, self.tablet.placeholder)
-        return await store.ack_via(self.tablet.backend, ids)
+        store = QueueStore(name, self.dialect, self.placeholder)
+        return await store.ack_via(self.backend, ids)
 
     async def stats(self, queue: str) -> dict[str, Any]:
         name = await self._known(queue)
-        t = self.tablet
         if self.is_segmented(name):
             return await self._segmented_stats(name)
-        store = QueueStore(name, t.dialect, t.placeholder)
-        conn = await t.backend.acquire()
+        store = QueueStore(name, self.dialect, self.placeholder)
+        conn = await self.backend.acquire()
         try:
             out = await store.stats(conn)
         finally:
-            await t.backend.release(conn)
+            await self.backend.release(conn)
         for state, n in out["depth"].items():
-            metrics.DEPTH.labels(t.keyspace, t.shard, name, state).set(n)
-        metrics.LAG.labels(t.keyspace, t.shard, name).set(out["lag_seconds"])
-        out["shard"] = t.shard
+            metrics.DEPTH.labels(self.keyspace, self.shard, name, state).set(n)
+        metrics.LAG.labels(self.keyspace, self.shard, name).set(out["lag_seconds"])
+        out["shard"] = self.shard
         out["leader"] = self.leader
         m = self.managers.get(name)
         out.update(m.memory_stats() if m is not None else {"receivers": len(
@@ -340,12 +346,12 @@ class QueueService:
         name = await self._known(queue)
         if not self.is_segmented(name):
             raise InvalidArgument(
-                f"{queue!r} on {self.tablet.keyspace}/{self.tablet.shard} is a queue table: "
+                f"{queue!r} on {self.keyspace}/{self.shard} is a queue table: "
                 "enqueue with INSERT INTO it")
         producer = self._producers.get(name)
         if producer is None:
             opts = self.options[name]
-            store = SegmentedStore.for_backend(name, self.tablet.backend,
+            store = SegmentedStore.for_backend(name, self.backend,
                                                max_rows=opts.dataset_max_rows,
                                                max_bytes=opts.dataset_max_bytes)
 
@@ -354,26 +360,25 @@ class QueueService:
                 if sq is not None:
                     sq.consumer.wake()
 
-            producer = self._producers[name] = ShardProducer(store, self.tablet.backend,
+            producer = self._producers[name] = ShardProducer(store, self.backend,
                                                              on_stored=stored)
         ids = await producer.store(jobs)
-        metrics.SEG_STORED.labels(self.tablet.keyspace, self.tablet.shard, name).inc(len(ids))
+        metrics.SEG_STORED.labels(self.keyspace, self.shard, name).inc(len(ids))
         return ids
 
     async def _segmented_stats(self, name: str) -> dict[str, Any]:
-        t = self.tablet
         sq = self.segmented.get(name)
         if sq is not None:
             out = await sq.stats()
         else:
             opts = self.options[name]
-            store = SegmentedStore.for_backend(name, t.backend, max_rows=opts.dataset_max_rows,
+            store = SegmentedStore.for_backend(name, self.backend, max_rows=opts.dataset_max_rows,
                                                max_bytes=opts.dataset_max_bytes)
-            out = await database_stats(store, t.backend)
+            out = await database_stats(store, self.backend)
         for state, n in out["depth"].items():
-            metrics.DEPTH.labels(t.keyspace, t.shard, name, state).set(n)
-        metrics.LAG.labels(t.keyspace, t.shard, name).set(out["lag_seconds"])
-        out["shard"] = t.shard
+            metrics.DEPTH.labels(self.keyspace, self.shard, name, state).set(n)
+        metrics.LAG.labels(self.keyspace, self.shard, name).set(out["lag_seconds"])
+        out["shard"] = self.shard
         out["leader"] = self.leader and sq is not None and sq.leader
         out["receivers"] = len(self.receivers.get(name, []))
         return out
@@ -402,13 +407,12 @@ async def receive_batches(
     to the window at once (nothing is lost).
     """
     rcv, fields = await service.subscribe(queue, max_batch)
-    t = service.tablet
     try:
-        yield QueueBatch(t.keyspace, queue, list(fields), [])
+        yield QueueBatch(service.keyspace, queue, list(fields), [])
         while True:
             events = await rcv.get()
             if events is None:
                 return
-            yield QueueBatch(t.keyspace, queue, [], events)
+            yield QueueBatch(service.keyspace, queue, [], events)
     finally:
         service.unsubscribe(queue, rcv)

@@ -58,7 +58,7 @@ from shardgate.backends.changes import (
     Transaction,
 )
 from shardgate.errors import Code, ShardgateError
-from shardgate.streams.token import EventToken, position_key
+from shardgate.event_token import EventToken, position_key
 
 log = logging.getLogger(__name__)
 

@@ -21,10 +21,10 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from shardgate.backends import Backend, Connection, open_backend
-from shardgate.backends.changes import open_change_log
+from shardgate.backends.change_log import open_change_log
 from shardgate.errors import FailedPrecondition
+from shardgate.event_token import is_fresher
 from shardgate.result import ExecuteOptions, Result, Row
-from shardgate.streams.token import is_fresher
 from shardgate.tablet.queue_service import QueueService
 from shardgate.tablet.stream import TabletStream
 
@@ -45,7 +45,7 @@ class Tablet:
         #: xid -> id of a prepared transaction whose session this tablet still holds
         self._prepared: dict[str, int] = {}
         #: the shard's queues (lease, managers, receivers)
-        self.queues = QueueService(self)
+        self.queues = QueueService(keyspace, shard, backend)
         #: queue tables each open transaction wrote, to wake their managers on commit
         self._tx_queues: dict[int, list[tuple[str, str]]] = {}
 

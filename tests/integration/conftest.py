@@ -70,7 +70,7 @@ async def streams_cluster(
     backend_kind: str, make_database: Callable[..., str]
 ) -> AsyncIterator[Cluster]:
     """``cluster``, whose shards' change capture (slots, triggers) is dropped at the end."""
-    from shardgate.backends.changes import open_change_log
+    from shardgate.backends.change_log import open_change_log
 
     c = await open_cluster(backend_kind, make_database)
     try:

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from shardgate.backends.change_log import open_change_log
 from shardgate.backends.changes import (
     DELETE,
     INSERT,
@@ -25,10 +26,9 @@ from shardgate.backends.changes import (
     ChangeLog,
     Heartbeat,
     Transaction,
-    open_change_log,
 )
 from shardgate.errors import Code, ShardgateError
-from shardgate.streams.token import position_key
+from shardgate.event_token import position_key
 from shardgate.tablet import Tablet
 
 SHARD = "ks/-"

@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 
 from shardgate.errors import Code, ShardgateError
+from shardgate.event_token import is_fresher
 from shardgate.keys import parse_key_range
 from shardgate.result import ExecuteOptions
 from shardgate.streams.merge import StreamEvent, StreamPosition
-from shardgate.streams.token import is_fresher
 from shardgate.topo import Topology
 from tests.integration.conftest import Cluster
 

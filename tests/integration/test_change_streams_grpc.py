@@ -18,10 +18,10 @@ from shardgate.api.server import serve
 from shardgate.api.tablet_client import GrpcTabletClient
 from shardgate.api.tablet_service import serve_tablet
 from shardgate.errors import Code, ShardgateError
+from shardgate.event_token import EventToken, is_fresher
 from shardgate.gate import Gate
 from shardgate.result import ExecuteOptions
 from shardgate.streams.merge import StreamEvent, StreamPosition
-from shardgate.streams.token import EventToken, is_fresher
 from shardgate.topo.embedded import embedded_topology
 from tests.integration.test_grpc import set_up_embedded
 

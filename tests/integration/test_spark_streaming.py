@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 
 from shardgate.backends import bulk
-from shardgate.backends.changes import open_change_log
+from shardgate.backends.change_log import open_change_log
 from shardgate.errors import InvalidArgument
 from shardgate.topo import write_cluster_file
 from shardgate.vindexes import create_vindex

@@ -6,8 +6,8 @@ import pytest
 
 from shardgate.backends.changes import TimeMap
 from shardgate.errors import InvalidArgument
+from shardgate.event_token import EventToken, Freshness, compare, is_fresher, position_key
 from shardgate.streams.merge import StreamPosition
-from shardgate.streams.token import EventToken, Freshness, compare, is_fresher, position_key
 
 A = "commerce/-80"
 B = "commerce/80-"

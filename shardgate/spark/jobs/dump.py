@@ -56,7 +56,8 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from shardgate.backends import bulk
-from shardgate.backends.changes import DELETE, INSERT, UPDATE, open_change_log
+from shardgate.backends.change_log import open_change_log
+from shardgate.backends.changes import DELETE, INSERT, UPDATE
 from shardgate.backends.urls import parse_url
 from shardgate.errors import (
     Code,
@@ -66,6 +67,7 @@ from shardgate.errors import (
     ShardgateError,
     Unsupported,
 )
+from shardgate.event_token import EventToken, position_key
 from shardgate.spark.jobs.lake import (
     DELETED,
     DESCRIPTION_PREFIX,
@@ -79,7 +81,6 @@ from shardgate.spark.jobs.lake import (
     token_order,
 )
 from shardgate.spark.jobs.tasks import run_tasks, table_schema
-from shardgate.streams.token import EventToken, position_key
 
 if TYPE_CHECKING:
     import pyarrow as pa

@@ -51,7 +51,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from shardgate.errors import Aborted, FailedPrecondition, Internal, InvalidArgument, Unsupported
-from shardgate.streams.token import EventToken, position_key
+from shardgate.event_token import EventToken, position_key
 
 if TYPE_CHECKING:
     import pyarrow as pa

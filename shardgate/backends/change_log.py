@@ -1,0 +1,28 @@
+"""The change log of a shard database: picks the reader for the database's kind.
+
+The types every reader shares live in :mod:`shardgate.backends.changes`; the
+readers in ``changes_sqlite``, ``changes_postgres`` and ``changes_mysql``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from shardgate.backends.changes import ChangeLog
+from shardgate.backends.changes_mysql import MySQLChangeLog
+from shardgate.backends.changes_postgres import PostgresChangeLog
+from shardgate.backends.changes_sqlite import SQLiteChangeLog
+from shardgate.backends.urls import parse_url
+
+
+def open_change_log(url: str, shard: str, **options: Any) -> ChangeLog:
+    """The change log of a shard database URL (``shard`` is ``keyspace/shard``)."""
+    kind = parse_url(url).kind
+    match kind:
+        case "sqlite":
+            return SQLiteChangeLog(url, shard, **options)
+        case "postgresql":
+            return PostgresChangeLog(url, shard, **options)
+        case "mysql":
+            return MySQLChangeLog(url, shard, **options)
+    raise AssertionError(f"unknown backend kind {kind!r}")  # pragma: no cover
