@@ -52,7 +52,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from shardgate.errors import (
     AlreadyExists,
@@ -60,6 +60,7 @@ from shardgate.errors import (
     InvalidArgument,
     NotFound,
 )
+from shardgate.ports import GateView, SessionGate, SqlShard
 from shardgate.queues import inbox_sql as sql
 from shardgate.queues.inbox_model import (
     US,
@@ -79,9 +80,9 @@ from shardgate.queues.inbox_model import (
 from shardgate.vindexes.base import SingleColumn
 from shardgate.vindexes.hash import Hash
 
-if TYPE_CHECKING:
-    from shardgate.gate.gate import Gate
-    from shardgate.gate.session import Session
+
+class InboxGate(GateView[SqlShard], SessionGate, Protocol):
+    """What the inbox store needs of the gate: sessions, the VSchema, the shards' SQL."""
 
 #: Most messages one read returns.
 MAX_READ_LIMIT = 10_000
@@ -122,7 +123,7 @@ class InboxStore:
 
     def __init__(
         self,
-        gate: Gate,
+        gate: InboxGate,
         keyspace: str,
         name: str,
         options: InboxOptions | None = None,
@@ -251,7 +252,7 @@ class InboxStore:
         user: Any,
         body: str | None,
         *,
-        session: Session | None = None,
+        session: Any | None = None,
         ts: int | None = None,
         msg_id: int | None = None,
     ) -> Message:
@@ -297,7 +298,7 @@ class InboxStore:
         return msg
 
     async def commit(
-        self, user: Any, consumer: str, pointer: Pointer | str, *, session: Session | None = None
+        self, user: Any, consumer: str, pointer: Pointer | str, *, session: Any | None = None
     ) -> None:
         """Store ``consumer``'s pointer for ``user`` (last writer wins)."""
         _check_user(user)
@@ -323,7 +324,7 @@ class InboxStore:
     # -- reads --------------------------------------------------------------------
 
     async def committed(
-        self, user: Any, consumer: str, *, session: Session | None = None
+        self, user: Any, consumer: str, *, session: Any | None = None
     ) -> Pointer | None:
         """``consumer``'s committed pointer for ``user``, or None."""
         _check_user(user)
@@ -345,7 +346,7 @@ class InboxStore:
         *,
         after: Pointer | str | None = None,
         limit: int = 100,
-        session: Session | None = None,
+        session: Any | None = None,
     ) -> InboxRead:
         """Up to ``limit`` messages of ``user`` not yet seen through ``after``.
 
@@ -376,7 +377,7 @@ class InboxStore:
         return await self.read(user, after=await self.committed(user, consumer), limit=limit)
 
     async def _scan_bucket(
-        self, s: Session, b: Bucket, user: Any, lo: int, page: int, d: Delivery
+        self, s: Any, b: Bucket, user: Any, lo: int, page: int, d: Delivery
     ) -> bool:
         """Offer bucket ``b``'s rows of ``user`` from ``ts >= lo``; True once ``d`` is full."""
         table = self._q(b.table)

@@ -26,12 +26,13 @@ import logging
 import weakref
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from shardgate.aio import cancel_and_wait
 from shardgate.engine.primitives import ExecCursor, Primitive
 from shardgate.errors import InvalidArgument, ShardgateError, Unsupported
 from shardgate.keys import parse_shard_name
+from shardgate.ports import GateView, SqlShard
 from shardgate.queues.ddl import CreateQueue
 from shardgate.queues.events import QueueBatch
 from shardgate.queues.options import QueueOptions
@@ -40,10 +41,37 @@ from shardgate.result import Result
 from shardgate.vindexes import SingleColumn
 from shardgate.vschema import VSchema
 
-if TYPE_CHECKING:
-    from shardgate.gate.gate import Gate
-
 log = logging.getLogger(__name__)
+
+
+
+class QueueShard(SqlShard, Protocol):
+    """What the router needs of a tablet client: its SQL and its queue calls."""
+
+    @property
+    def placeholder(self) -> str:
+        """The shard database's parameter placeholder (``?`` or ``%s``)."""
+        ...
+
+    def queue_receive(self, queue: str, max_batch: int = 0) -> AsyncIterator[QueueBatch]:
+        """The receiver stream of ``queue`` on the shard (fields first, then batches)."""
+        ...
+
+    async def queue_ack(self, queue: str, ids: Sequence[int]) -> int:
+        """Ack ``ids`` of ``queue``; how many were acked."""
+        ...
+
+    async def queue_stats(self, queue: str) -> dict[str, Any]:
+        """The shard's figures of ``queue``."""
+        ...
+
+    async def queue_configure(self, queues: Mapping[str, QueueOptions]) -> None:
+        """Declare (or update) the shard's queue tables and their options."""
+        ...
+
+
+#: What the router needs of the gate that composes it.
+QueueGate = GateView[QueueShard]
 
 #: Seconds before a shard's ended subscription is opened again.
 RESUBSCRIBE_PAUSE_S = 0.2
@@ -77,10 +105,10 @@ class _RecentAcks:
         return batch
 
 
-_recent: weakref.WeakKeyDictionary[Gate, _RecentAcks] = weakref.WeakKeyDictionary()
+_recent: weakref.WeakKeyDictionary[QueueGate, _RecentAcks] = weakref.WeakKeyDictionary()
 
 
-def _recent_acks(gate: Gate) -> _RecentAcks:
+def _recent_acks(gate: QueueGate) -> _RecentAcks:
     found = _recent.get(gate)
     if found is None:
         found = _recent[gate] = _RecentAcks()
@@ -93,7 +121,7 @@ class CreateQueuePrimitive(Primitive):
 
     statement: CreateQueue
     keyspace: str
-    gate: Gate
+    gate: QueueGate
 
     async def execute(self, vc: ExecCursor, bind_vars: Mapping[str, Any]) -> Result:
         await create_queue(self.gate, self.statement, self.keyspace)
@@ -104,7 +132,7 @@ class CreateQueuePrimitive(Primitive):
                 "Table": self.statement.name}
 
 
-def queue_options_of(gate: Gate, keyspace: str) -> dict[str, QueueOptions]:
+def queue_options_of(gate: QueueGate, keyspace: str) -> dict[str, QueueOptions]:
     """The queues of ``keyspace`` per the VSchema (both storage modes), with their options."""
     ks = gate.vschema.keyspace(keyspace)
     return {
@@ -114,7 +142,7 @@ def queue_options_of(gate: Gate, keyspace: str) -> dict[str, QueueOptions]:
     }
 
 
-def configure_local(gate: Gate) -> None:
+def configure_local(gate: QueueGate) -> None:
     """Tell in-process tablets which of their tables are queues (from the VSchema)."""
     for (ks, _shard), client in gate.tablets.items():
         tablet = getattr(client, "tablet", None)
@@ -125,7 +153,7 @@ def configure_local(gate: Gate) -> None:
                 queues.configure(opts)
 
 
-async def create_queue(gate: Gate, cq: CreateQueue, keyspace: str) -> None:
+async def create_queue(gate: QueueGate, cq: CreateQueue, keyspace: str) -> None:
     ks_topo = gate.topology.keyspace(keyspace)
     if ks_topo.sharded and cq.shard_column is None:
         raise InvalidArgument(
@@ -173,7 +201,7 @@ def _check_segmented_vindex(vschema: VSchema, keyspace: str, cq: CreateQueue,
 
 
 async def receive(
-    gate: Gate,
+    gate: QueueGate,
     keyspace: str,
     queue: str,
     *,
@@ -237,7 +265,7 @@ async def receive(
 
 
 async def enqueue(
-    gate: Gate, keyspace: str, queue: str, jobs: Sequence[tuple[Any, str | None]]
+    gate: QueueGate, keyspace: str, queue: str, jobs: Sequence[tuple[Any, str | None]]
 ) -> list[tuple[str, int]]:
     """Store ``(key, payload)`` jobs of a segmented queue, each on the shard its key maps
     to through the queue's primary vindex; returns their ``(shard, job_id)`` in order once
@@ -278,7 +306,7 @@ async def enqueue(
     return out
 
 
-async def ack(gate: Gate, keyspace: str, queue: str, shard: str, ids: Sequence[int]) -> int:
+async def ack(gate: QueueGate, keyspace: str, queue: str, shard: str, ids: Sequence[int]) -> int:
     """Ack events of one shard (the shard their receiver was told)."""
     table = gate.vschema.find_table(queue, keyspace, keyspace)
     gate.topology.keyspace(table.keyspace).shard(shard)
@@ -287,7 +315,7 @@ async def ack(gate: Gate, keyspace: str, queue: str, shard: str, ids: Sequence[i
     return n
 
 
-async def stats(gate: Gate, keyspace: str, queue: str) -> list[dict[str, Any]]:
+async def stats(gate: QueueGate, keyspace: str, queue: str) -> list[dict[str, Any]]:
     """Per-shard figures of one queue (see ``QueueService.stats``)."""
     table = gate.vschema.find_table(queue, keyspace, keyspace)
     ks = gate.topology.keyspace(table.keyspace)

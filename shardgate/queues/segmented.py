@@ -49,11 +49,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from shardgate.backends import Backend
 from shardgate.errors import FailedPrecondition, InvalidArgument, NotFound
 from shardgate.keys import ShardMap
+from shardgate.ports import GateView
 from shardgate.queues import metrics
 from shardgate.queues.options import QueueOptions
 from shardgate.queues.segmented_consumer import (
@@ -71,13 +72,13 @@ from shardgate.queues.segmented_store import (
 )
 from shardgate.vindexes import SingleColumn, Vindex
 
-if TYPE_CHECKING:
-    from shardgate.gate.gate import Gate
+#: The gate, whatever its tablet clients (only in-process ones serve ``from_gate``).
+AnyGate = GateView[object]
 
 __all__ = ["SegmentedJob", "SegmentedQueue", "segmented_queues_of"]
 
 
-def segmented_queues_of(gate: Gate, keyspace: str) -> dict[str, QueueOptions]:
+def segmented_queues_of(gate: AnyGate, keyspace: str) -> dict[str, QueueOptions]:
     """The segmented queues of ``keyspace`` per the VSchema, with their options."""
     ks = gate.vschema.keyspace(keyspace)
     return {
@@ -147,7 +148,7 @@ class SegmentedQueue:
         self._next = 0
 
     @classmethod
-    def from_gate(cls, gate: Gate, keyspace: str, queue: str, **kwargs: Any) -> SegmentedQueue:
+    def from_gate(cls, gate: AnyGate, keyspace: str, queue: str, **kwargs: Any) -> SegmentedQueue:
         """The queue ``queue`` of ``keyspace`` as the gate's VSchema declares it, on the
         gate's in-process tablets' databases."""
         ks = gate.vschema.keyspace(keyspace)

@@ -43,7 +43,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import WatchError
 
 from shardgate.event_token import EventToken, Freshness, compare
-from shardgate.gate import Gate, Session
+from shardgate.ports import SessionGate
 from shardgate.result import ExecuteOptions
 from shardgate.streams.merge import RowEvent, StreamEvent
 
@@ -126,7 +126,7 @@ class CachedReader:
     """The application read path: cache first, the gate with event tokens otherwise."""
 
     def __init__(
-        self, redis: aioredis.Redis, gate: Gate, *, keyspace: str | None = None,
+        self, redis: aioredis.Redis, gate: SessionGate, *, keyspace: str | None = None,
         ttl_s: int | None = None, exact_attempts: int = EXACT_ATTEMPTS,
     ) -> None:
         self.redis = redis
@@ -141,7 +141,7 @@ class CachedReader:
         if has_value:
             return value
         options = ExecuteOptions(include_event_token=True, compare_event_token=cached)
-        session = Session(keyspace=self.keyspace or self.gate.topology.default_keyspace)
+        session = self.gate.session(self.keyspace)
         for _ in range(self.exact_attempts):
             # Only a read with an exact token may be returned: a value returned without
             # one could be newer than a cached value of the same token, which a later

@@ -31,18 +31,19 @@ import json
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from shardgate.aio import cancel_and_wait
 from shardgate.backends.changes import Heartbeat, RowChange, Transaction
 from shardgate.errors import InvalidArgument, ShardgateError, Unavailable, Unsupported
 from shardgate.event_token import EventToken, position_key
 from shardgate.keys import FULL_RANGE, KeyRange, KeyspaceId, parse_key_range
+from shardgate.ports import GateView, StreamShard
+from shardgate.topo.model import Topology
 from shardgate.vindexes.base import MultiColumn, SingleColumn
 
-if TYPE_CHECKING:
-    from shardgate.gate import Gate
-    from shardgate.topo.model import Topology
+#: What the merge needs of the gate that composes it.
+StreamGate = GateView[StreamShard]
 
 _POSITION_PREFIX = "sp1."
 QUEUE_ITEMS = 256
@@ -136,7 +137,9 @@ class StreamPosition:
 StartPoint = float | StreamPosition | str | None
 
 
-def _ksid_function(gate: Gate, keyspace: str) -> Callable[[str, dict[str, Any]], bytes | None]:
+def _ksid_function(
+    gate: StreamGate, keyspace: str
+) -> Callable[[str, dict[str, Any]], bytes | None]:
     """table, row image -> the row's keyspace id, or None when it cannot be computed."""
     ks = gate.vschema.keyspace(keyspace)
 
@@ -161,7 +164,7 @@ def _ksid_function(gate: Gate, keyspace: str) -> Callable[[str, dict[str, Any]],
 
 
 async def update_stream(
-    gate: Gate,
+    gate: StreamGate,
     keyspace: str,
     key_range: KeyRange | str | None = None,
     start: StartPoint = None,
@@ -271,7 +274,9 @@ def _in_range(
     return False
 
 
-def _check_topology(gate: Gate, topology: Topology, keyspace: str, shard_names: list[str]) -> None:
+def _check_topology(
+    gate: StreamGate, topology: Topology, keyspace: str, shard_names: list[str]
+) -> None:
     if gate.topology is topology:
         return
     try:

@@ -44,7 +44,7 @@ def test_inbox_commands(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
 
 
 def test_sync_inbox(tmp_path: Path) -> None:
-    from shardgate.queues.inbox_sync import SyncInbox
+    from shardgate.client.inbox import SyncInbox
 
     topo = embedded_topology(tmp_path)
     topo.keyspaces["commerce"].vschema = {"sharded": True,

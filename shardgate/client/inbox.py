@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from shardgate.client.sync import LoopThread
+from shardgate.gate import Gate
 from shardgate.queues.inbox import InboxRead, InboxStore, MaintainReport
 from shardgate.queues.inbox_model import Bucket, InboxOptions, Message, Pointer
 from shardgate.topo.model import Topology
@@ -38,15 +39,13 @@ class SyncInbox:
         clock: Callable[[], float] = time.time,
         pool_size: int = 4,
     ) -> None:
-        from shardgate.gate import Gate
-
         self._loop = LoopThread("shardgate-inbox")
         try:
-            async def open_store() -> InboxStore:
+            async def open_store() -> tuple[Gate, InboxStore]:
                 gate = Gate.open(topology, pool_size=pool_size)
-                return InboxStore(gate, keyspace, name, options, clock=clock)
+                return gate, InboxStore(gate, keyspace, name, options, clock=clock)
 
-            self.store = self._loop.run(open_store())
+            self._gate, self.store = self._loop.run(open_store())
         except BaseException:
             self._loop.close()
             raise
@@ -84,7 +83,7 @@ class SyncInbox:
         """Close the gate's connections and stop the loop thread (idempotent)."""
         if not self._loop.loop.is_closed():
             try:
-                self._loop.run(self.store.gate.close())
+                self._loop.run(self._gate.close())
             finally:
                 self._loop.close()
 

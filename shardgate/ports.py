@@ -1,0 +1,118 @@
+"""The narrow interfaces the gate hands to the parts it composes.
+
+The gate (:class:`shardgate.gate.Gate`) owns the queue router
+(:mod:`shardgate.queues.router`), the change-stream merge
+(:mod:`shardgate.streams.merge`) and serves the stores built on top of it
+(:class:`~shardgate.queues.inbox.InboxStore`,
+:class:`~shardgate.queues.segmented.SegmentedQueue`,
+:class:`~shardgate.streams.cache.CachedReader`). Those live in lower layers and
+must not import the gate, so they name what they need of it here, as
+``typing.Protocol`` s the gate satisfies structurally:
+
+* :class:`GateView` - the topology, the VSchema built from it and the tablet
+  clients by ``(keyspace, shard)``; generic in what the caller needs of a
+  tablet (:class:`SqlShard`, :class:`StreamShard`, the router's ``QueueShard``);
+* :class:`SessionGate` - running SQL in gate sessions, inside transactions.
+
+Sessions are the gate's own (:class:`shardgate.gate.Session`) and opaque here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import Any, Protocol, TypeVar
+
+from shardgate.backends.changes import LogItem
+from shardgate.result import ExecuteOptions, Result
+from shardgate.topo.model import Topology
+from shardgate.vschema import VSchema
+
+#: what the caller needs of one tablet client
+T_co = TypeVar("T_co", covariant=True)
+
+
+class GateView(Protocol[T_co]):
+    """The cluster as the gate sees it: topology, VSchema and tablet clients."""
+
+    @property
+    def topology(self) -> Topology:
+        """Keyspaces, shards and their databases."""
+        ...
+
+    @property
+    def vschema(self) -> VSchema:
+        """The VSchema built from :attr:`topology` (see :meth:`rebuild_vschema`)."""
+        ...
+
+    @property
+    def tablets(self) -> Mapping[tuple[str, str], T_co]:
+        """The tablet client of every ``(keyspace, shard)``."""
+        ...
+
+    def rebuild_vschema(self) -> None:
+        """Rebuild :attr:`vschema` after a keyspace's VSchema changed (drops cached plans)."""
+        ...
+
+
+class SessionGate(Protocol):
+    """Runs SQL in gate sessions, as the application does."""
+
+    def session(self, keyspace: str | None = None) -> Any:
+        """A new session whose unqualified tables resolve in ``keyspace``."""
+        ...
+
+    async def execute(
+        self,
+        session: Any,
+        sql: str,
+        bind_vars: Mapping[str, Any] | None = None,
+        *,
+        options: ExecuteOptions | None = None,
+    ) -> Result:
+        """Run one statement in ``session``."""
+        ...
+
+    async def begin(self, session: Any) -> None:
+        """Open a transaction in ``session``."""
+        ...
+
+    async def commit(self, session: Any) -> None:
+        """Commit the transaction of ``session``."""
+        ...
+
+    async def rollback(self, session: Any) -> None:
+        """Roll back the transaction of ``session``."""
+        ...
+
+
+class SqlShard(Protocol):
+    """A tablet client that runs SQL on its shard outside any gate session."""
+
+    @property
+    def dialect(self) -> str:
+        """The shard database's SQL dialect (``sqlite``, ``postgres``, ``mysql``)."""
+        ...
+
+    async def execute(
+        self,
+        sql: str,
+        params: Sequence[Any],
+        transaction_id: int | None = None,
+        options: ExecuteOptions | None = None,
+    ) -> Result:
+        """Run ``sql`` on the shard."""
+        ...
+
+
+class StreamShard(Protocol):
+    """A tablet client that serves its shard's change stream."""
+
+    def update_stream(
+        self,
+        *,
+        position: str | None = None,
+        timestamp: float | None = None,
+        heartbeat_s: float | None = None,
+    ) -> AsyncIterator[LogItem]:
+        """The shard's change stream from ``position`` or ``timestamp`` (default: now)."""
+        ...
