@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from shardgate.cli import _open_embedded, main
+from shardgate.cli import main
+from shardgate.cli.up import _open_embedded
 
 
 async def _setup(data_dir: Path) -> None:

@@ -1,4 +1,4 @@
-"""The ``shardgate queue`` and ``shardgate tablet`` commands (wired into :mod:`shardgate.cli`).
+"""The ``shardgate queue`` and ``shardgate tablet`` commands (wired into :mod:`shardgate.cli.app`).
 
 ::
 
@@ -25,15 +25,22 @@ import json
 import signal
 from typing import Any
 
+from shardgate.api.client import GateClient
+from shardgate.api.tablet_service import serve_tablet
+from shardgate.cli.common import DEFAULT_TARGET, add_target_args, format_result, local_topology
 from shardgate.errors import InvalidArgument
+from shardgate.gate import Gate
+from shardgate.queues.router import queue_options_of
+from shardgate.queues.segmented import SegmentedQueue
+from shardgate.queues.table_store import QueueStore
+from shardgate.tablet import Tablet
+from shardgate.topo import load_cluster_file
 
 DEFAULT_TABLET_PORT = 15999
 
 
 def add_parsers(commands: Any) -> None:
     """Add the ``queue`` and ``tablet`` subcommands to the ``shardgate`` parser."""
-    from shardgate.cli import _add_target_args
-
     queue = commands.add_parser("queue", help="durable queues: create, stats, tail, ...")
     sub = queue.add_subparsers(dest="queue_command", required=True, metavar="COMMAND")
     create = sub.add_parser("create", help="run a CREATE QUEUE statement")
@@ -47,10 +54,10 @@ def add_parsers(commands: Any) -> None:
     purge.add_argument("--state", choices=["acked", "failed"], default="acked")
     for p in (create, stats, tail, requeue, purge):
         p.add_argument("--keyspace", required=True, help="keyspace of the queue")
-        _add_target_args(p, remote=p in (create, stats, tail))
+        add_target_args(p, remote=p in (create, stats, tail))
     for p in (stats, tail, requeue, purge):
         p.add_argument("queue", metavar="QUEUE")
-    _add_segments_parsers(sub, _add_target_args)
+    _add_segments_parsers(sub, add_target_args)
 
     tablet = commands.add_parser("tablet", help="serve one shard's tablet over gRPC")
     tablet.add_argument("--cluster", required=True, help="cluster file (YAML)")
@@ -69,11 +76,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 async def _tablet(args: argparse.Namespace) -> int:
-    from shardgate.api.tablet_service import serve_tablet
-    from shardgate.queues.router import queue_options_of
-    from shardgate.tablet import Tablet
-    from shardgate.topo import load_cluster_file
-
     topo = load_cluster_file(args.cluster)
     shard = topo.keyspace(args.keyspace).shard(args.shard)
     tablet = Tablet.open(args.keyspace, args.shard, shard.url)
@@ -106,10 +108,6 @@ async def _tablet(args: argparse.Namespace) -> int:
 
 
 async def _queue(args: argparse.Namespace) -> int:
-    from shardgate.api.client import GateClient
-    from shardgate.cli import DEFAULT_TARGET, _local_topology, format_result
-    from shardgate.gate import Gate
-
     cmd = args.queue_command
     if cmd == "segments":
         return await _segments(args)
@@ -127,7 +125,7 @@ async def _queue(args: argparse.Namespace) -> int:
                     f"SELECT id, priority, time_scheduled, epoch, state FROM {args.queue} "
                     f"ORDER BY time_scheduled DESC LIMIT {int(args.limit)}")))
         return 0
-    gate = Gate.open(_local_topology(args))
+    gate = Gate.open(local_topology(args))
     try:
         session = gate.session(args.keyspace)
         if cmd == "create":
@@ -140,8 +138,6 @@ async def _queue(args: argparse.Namespace) -> int:
                 f"ORDER BY time_scheduled DESC LIMIT {int(args.limit)}")))
         else:
             total = 0
-            from shardgate.queues.table_store import QueueStore
-
             ks = gate.topology.keyspace(args.keyspace)
             for shard in ks.shards:
                 tc: Any = gate.tablets[(ks.name, shard.name)]
@@ -207,11 +203,7 @@ def _add_segments_parsers(sub: Any, add_target_args: Any) -> None:
 
 
 async def _segments(args: argparse.Namespace) -> int:
-    from shardgate.cli import _local_topology
-    from shardgate.gate import Gate
-    from shardgate.queues.segmented import SegmentedQueue
-
-    gate = Gate.open(_local_topology(args))
+    gate = Gate.open(local_topology(args))
     try:
         q = SegmentedQueue.from_gate(gate, args.keyspace, args.queue)
         cmd = args.segments_command

@@ -1,4 +1,4 @@
-"""The ``shardgate inbox`` commands (wired into :mod:`shardgate.cli`).
+"""The ``shardgate inbox`` commands (wired into :mod:`shardgate.cli.app`).
 
 ::
 
@@ -22,13 +22,15 @@ import asyncio
 import json
 from typing import Any
 
+from shardgate.cli.common import add_target_args, local_topology
+from shardgate.errors import InvalidArgument
+from shardgate.gate import Gate
 from shardgate.queues import inbox_model as model
+from shardgate.queues.inbox import InboxStore
 
 
 def add_parsers(commands: Any) -> None:
     """Add the ``inbox`` subcommands to the ``shardgate`` parser."""
-    from shardgate.cli import _add_target_args
-
     inbox = commands.add_parser("inbox", help="per-user inboxes: create, maintain, read, ...")
     sub = inbox.add_subparsers(dest="inbox_command", required=True, metavar="COMMAND")
 
@@ -36,7 +38,7 @@ def add_parsers(commands: Any) -> None:
         p: argparse.ArgumentParser = sub.add_parser(name, help=help_)
         p.add_argument("--keyspace", required=True)
         p.add_argument("name", metavar="NAME", help="the inbox name")
-        _add_target_args(p, remote=False)
+        add_target_args(p, remote=False)
         p.add_argument("--granularity", choices=model.GRANULARITIES,
                        default=model.DEFAULT_GRANULARITY)
         p.add_argument("--retention", type=float, default=model.DEFAULT_RETENTION_S,
@@ -74,11 +76,7 @@ def _options(args: argparse.Namespace) -> model.InboxOptions:
 
 
 async def _inbox(args: argparse.Namespace) -> int:
-    from shardgate.cli import _local_topology
-    from shardgate.gate import Gate
-    from shardgate.queues.inbox import InboxStore
-
-    gate = Gate.open(_local_topology(args))
+    gate = Gate.open(local_topology(args))
     try:
         store = InboxStore(gate, args.keyspace, args.name, _options(args))
         cmd = args.inbox_command
@@ -111,8 +109,6 @@ def _user(args: argparse.Namespace) -> Any:
         try:
             return int(args.user)
         except ValueError:
-            from shardgate.errors import InvalidArgument
-
             raise InvalidArgument(
                 f"user {args.user!r} is not an integer (the inbox's user type is bigint)"
             ) from None

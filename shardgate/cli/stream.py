@@ -25,7 +25,10 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+from shardgate.api.client import GateClient
+from shardgate.cli.common import DEFAULT_TARGET, local_topology
 from shardgate.errors import InvalidArgument
+from shardgate.gate import Gate
 from shardgate.streams.merge import StreamEvent, StreamPosition
 
 
@@ -71,10 +74,7 @@ async def _stream(args: argparse.Namespace) -> int:
         raise InvalidArgument("--count must be >= 0")
     start, position = _start(args)
     if args.cluster or args.data_dir:
-        from shardgate.cli import _local_topology
-        from shardgate.gate import Gate
-
-        gate = Gate.open(_local_topology(args))
+        gate = Gate.open(local_topology(args))
         try:
             events = gate.update_stream(
                 args.keyspace, args.key_range, start, heartbeat_s=args.heartbeat
@@ -82,8 +82,6 @@ async def _stream(args: argparse.Namespace) -> int:
             return await _print(events, args, position)
         finally:
             await gate.close()
-    from shardgate.api.client import GateClient
-    from shardgate.cli import DEFAULT_TARGET
 
     async with GateClient(args.target or DEFAULT_TARGET, keyspace=args.keyspace) as client:
         events = client.update_stream(

@@ -1,0 +1,87 @@
+"""The ``shardgate`` command: the parser and the dispatch to one module per command group.
+
+Configuration (flags, files) is read in :mod:`shardgate.cli` and only there.
+
+::
+
+    shardgate up [--data-dir DIR] [--cluster FILE] [--host H] [--port P] [--check]
+    shardgate gate --cluster FILE [--host H] [--port P]
+    shardgate sql [--target grpc://H:P | --cluster FILE | --data-dir DIR]
+                  [--keyspace KS] [--explain] "SQL"
+    shardgate schema apply --keyspace KS (--file F.sql | --sql "DDL")
+                  [--target ... | --cluster FILE | --data-dir DIR]
+    shardgate vschema show [--cluster FILE | --data-dir DIR]
+    shardgate twopc resolve [--cluster FILE | --data-dir DIR] [--grace SECONDS]
+    shardgate --version
+
+``up`` without ``--cluster`` runs the embedded default cluster (SQLite files
+under the data directory, created the first time; see
+:mod:`shardgate.topo.embedded`). Exit codes: 0 success, 1 a shardgate error
+(printed as ``error CODE: message`` on stderr), 2 bad usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import logging
+import sys
+from collections.abc import Sequence
+
+from shardgate.cli import inbox, queue, spark, sql, stream, up
+from shardgate.errors import ShardgateError
+
+# -- argument parsing ------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of the ``shardgate`` command."""
+    parser = argparse.ArgumentParser(
+        prog="shardgate",
+        description="A sharded database over ordinary SQL databases, in the spirit of Vitess.",
+    )
+    parser.add_argument("--version", action="version", version=f"shardgate {_version()}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    up.add_parsers(commands)
+    sql.add_parsers(commands)
+    queue.add_parsers(commands)
+    stream.add_parsers(commands)
+    spark.add_parsers(commands)
+    inbox.add_parsers(commands)
+    return parser
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("shardgate")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown (not installed)"
+
+
+# -- main ----------------------------------------------------------------------------------
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``shardgate`` command; return its exit code."""
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        match args.command:
+            case "up" | "gate":
+                return up.run(args)
+            case "sql" | "schema" | "vschema" | "twopc":
+                return sql.run(args)
+            case "queue" | "tablet":
+                return queue.run(args)
+            case "stream":
+                return stream.run(args)
+            case "spark":
+                return spark.run(args)
+            case "inbox":
+                return inbox.run(args)
+    except ShardgateError as exc:
+        print(f"error {exc.code.value}: {exc.message}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    raise AssertionError(f"unhandled command {args.command!r}")

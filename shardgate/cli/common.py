@@ -1,0 +1,87 @@
+"""What the ``shardgate`` command groups share: defaults, target flags, the local
+topology and the result table. Imported by every module of :mod:`shardgate.cli`;
+imports none of them."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from shardgate.errors import InvalidArgument, NotFound
+from shardgate.result import Result
+from shardgate.topo import Topology, load_cluster_file
+
+DEFAULT_DATA_DIR = "./shardgate-data"
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 15991
+DEFAULT_TARGET = f"grpc://{DEFAULT_HOST}:{DEFAULT_PORT}"
+CLUSTER_FILE_NAME = "cluster.yaml"
+
+
+def add_listen_args(p: argparse.ArgumentParser) -> None:
+    """``--host`` and ``--port`` of a command that serves gRPC."""
+    p.add_argument("--host", default=DEFAULT_HOST, help=f"listen address ({DEFAULT_HOST})")
+    p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"gRPC port ({DEFAULT_PORT})")
+
+
+def add_target_args(p: argparse.ArgumentParser, *, remote: bool) -> None:
+    """Where a command runs: ``--cluster`` / ``--data-dir`` in-process, ``--target`` a gate."""
+    where = p.add_mutually_exclusive_group()
+    if remote:
+        where.add_argument(
+            "--target", help=f"a running gate, grpc://host:port (default {DEFAULT_TARGET})"
+        )
+    where.add_argument("--cluster", help="open this cluster file in-process")
+    where.add_argument("--data-dir", help="open the cluster of `shardgate up --data-dir DIR`")
+
+
+def local_topology(args: argparse.Namespace, *, default_data_dir: bool = False) -> Topology:
+    """The topology of ``--cluster FILE`` or ``--data-dir DIR`` (the default one if asked)."""
+    if args.cluster:
+        return load_cluster_file(args.cluster)
+    data_dir = args.data_dir or (DEFAULT_DATA_DIR if default_data_dir else None)
+    if data_dir is None:
+        raise InvalidArgument("give --cluster FILE or --data-dir DIR")
+    cluster_file = Path(data_dir) / CLUSTER_FILE_NAME
+    if not cluster_file.exists():
+        raise NotFound(
+            f"{cluster_file} does not exist: run `shardgate up --data-dir {data_dir}` first"
+        )
+    return load_cluster_file(cluster_file)
+
+
+def format_value(v: Any) -> str:
+    """A value as the table shows it: NULL, 0x-hex for bytes, str otherwise."""
+    if v is None:
+        return "NULL"
+    if isinstance(v, bytes | bytearray | memoryview):
+        return "0x" + bytes(v).hex()
+    return str(v)
+
+
+def format_result(result: Result) -> str:
+    """A result as an aligned text table with a row count, or the write summary."""
+    if not result.fields:
+        text = f"OK, {result.rows_affected} {_plural(result.rows_affected, 'row')} affected"
+        if result.insert_id is not None:
+            text += f", insert id {result.insert_id}"
+        return text
+    cells = [[format_value(v) for v in row] for row in result.rows]
+    widths = [len(f) for f in result.fields]
+    for row in cells:
+        widths = [max(w, len(c)) for w, c in zip(widths, row, strict=False)]
+    lines = [
+        " | ".join(f.ljust(w) for f, w in zip(result.fields, widths, strict=True)).rstrip(),
+        "-+-".join("-" * w for w in widths),
+    ]
+    lines += [
+        " | ".join(c.ljust(w) for c, w in zip(row, widths, strict=False)).rstrip() for row in cells
+    ]
+    n = len(result.rows)
+    lines.append(f"{n} {_plural(n, 'row')}")
+    return "\n".join(lines)
+
+
+def _plural(n: int, word: str) -> str:
+    return word if n == 1 else word + "s"

@@ -1,0 +1,170 @@
+"""``shardgate sql``, ``schema apply``, ``vschema show`` and ``twopc resolve``."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import sqlglot
+from sqlglot import TokenType
+from sqlglot.errors import SqlglotError
+
+from shardgate.api.client import GateClient
+from shardgate.cli.common import (
+    DEFAULT_TARGET,
+    add_target_args,
+    format_result,
+    local_topology,
+)
+from shardgate.errors import InvalidArgument, NotFound
+from shardgate.gate import Gate, twopc
+from shardgate.sql.parse import GATE_DIALECT
+
+
+def add_parsers(commands: Any) -> None:
+    """Add the ``sql``, ``schema``, ``vschema`` and ``twopc`` subcommands."""
+    sql = commands.add_parser("sql", help="run one SQL statement and print its result")
+    add_target_args(sql, remote=True)
+    sql.add_argument("--keyspace", help="default keyspace of the session")
+    sql.add_argument("--explain", action="store_true", help="print the plan instead (JSON)")
+    sql.add_argument("sql", metavar="SQL", help="one statement; bind variables are not taken")
+
+    schema = commands.add_parser("schema", help="schema changes")
+    schema_cmds = schema.add_subparsers(dest="schema_command", required=True, metavar="COMMAND")
+    apply = schema_cmds.add_parser("apply", help="run DDL on every shard of a keyspace")
+    apply.add_argument("--keyspace", required=True, help="keyspace to change")
+    source = apply.add_mutually_exclusive_group(required=True)
+    source.add_argument("--file", type=Path, help="a .sql file of ;-separated DDL statements")
+    source.add_argument("--sql", help="DDL statement(s)")
+    add_target_args(apply, remote=True)
+
+    vschema = commands.add_parser("vschema", help="VSchema commands")
+    vschema_cmds = vschema.add_subparsers(dest="vschema_command", required=True, metavar="COMMAND")
+    show = vschema_cmds.add_parser("show", help="print the VSchema of every keyspace (JSON)")
+    add_target_args(show, remote=False)
+
+    tpc = commands.add_parser("twopc", help="two-phase commit maintenance")
+    tpc_cmds = tpc.add_subparsers(dest="twopc_command", required=True, metavar="COMMAND")
+    resolve = tpc_cmds.add_parser(
+        "resolve", help="commit or roll back the two-phase commits a dead gate left prepared"
+    )
+    add_target_args(resolve, remote=False)
+    resolve.add_argument(
+        "--grace",
+        type=float,
+        default=twopc.DEFAULT_RESOLVE_GRACE_S,
+        help="leave transactions younger than this many seconds to their gate "
+        f"(default {twopc.DEFAULT_RESOLVE_GRACE_S:g})",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``sql``, ``schema``, ``vschema`` or ``twopc``."""
+    match args.command:
+        case "sql":
+            return asyncio.run(_sql(args))
+        case "schema":
+            return asyncio.run(_schema_apply(args))
+        case "vschema":
+            return _vschema_show(args)
+    return asyncio.run(_twopc_resolve(args))
+
+
+async def _sql(args: argparse.Namespace) -> int:
+    if args.cluster or args.data_dir:
+        gate = Gate.open(local_topology(args))
+        try:
+            session = gate.session(args.keyspace)
+            if args.explain:
+                print(json.dumps(gate.explain(args.sql, session.keyspace), indent=2))
+            else:
+                print(format_result(await gate.execute(session, args.sql)))
+        finally:
+            await gate.close()
+        return 0
+    async with GateClient(args.target or DEFAULT_TARGET, keyspace=args.keyspace) as client:
+        if args.explain:
+            print(json.dumps(await client.explain(args.sql), indent=2))
+        else:
+            print(format_result(await client.execute(args.sql)))
+    return 0
+
+
+async def _schema_apply(args: argparse.Namespace) -> int:
+    if args.file is not None:
+        try:
+            text = args.file.read_text()
+        except OSError as exc:
+            raise NotFound(f"cannot read {args.file}: {exc.strerror}") from exc
+    else:
+        text = args.sql
+    statements = split_statements(text)
+    if not statements:
+        raise InvalidArgument("no SQL statements to apply")
+    if args.cluster or args.data_dir:
+        gate = Gate.open(local_topology(args))
+        try:
+            session = gate.session(args.keyspace)
+            for stmt in statements:
+                await gate.execute(session, stmt)
+                print(f"OK  {_first_line(stmt)}")
+        finally:
+            await gate.close()
+    else:
+        async with GateClient(args.target or DEFAULT_TARGET, keyspace=args.keyspace) as client:
+            for stmt in statements:
+                await client.execute(stmt)
+                print(f"OK  {_first_line(stmt)}")
+    print(f"applied {len(statements)} statement(s) to keyspace {args.keyspace}")
+    return 0
+
+
+def _vschema_show(args: argparse.Namespace) -> int:
+    topology = local_topology(args, default_data_dir=True)
+    doc = {ks.name: ks.vschema for ks in topology.keyspaces.values()}
+    print(json.dumps(doc, indent=2))
+    return 0
+
+
+async def _twopc_resolve(args: argparse.Namespace) -> int:
+    gate = Gate.open(local_topology(args, default_data_dir=True))
+    try:
+        report = await gate.resolve_transactions(grace_s=args.grace)
+    finally:
+        await gate.close()
+    print(report)
+    return 1 if report.errors else 0
+
+
+def split_statements(text: str) -> list[str]:
+    """The statements of ``text`` split on ``;`` (not inside strings or comments).
+
+    Each statement is the original text from its first to its last token.
+    """
+    try:
+        tokens = sqlglot.Dialect.get_or_raise(GATE_DIALECT).tokenize(text)
+    except SqlglotError as exc:
+        raise InvalidArgument(f"cannot split the SQL into statements: {exc}") from exc
+    statements: list[str] = []
+    start: int | None = None
+    end = 0
+    for tok in tokens:
+        if tok.token_type == TokenType.SEMICOLON:
+            if start is not None:
+                statements.append(text[start : end + 1])
+            start = None
+            continue
+        if start is None:
+            start = tok.start
+        end = tok.end
+    if start is not None:
+        statements.append(text[start : end + 1])
+    return statements
+
+
+def _first_line(stmt: str) -> str:
+    line = stmt.strip().splitlines()[0]
+    return line if len(line) <= 80 else line[:77] + "..."

@@ -1,0 +1,169 @@
+"""``shardgate up`` and ``shardgate gate``: serve a cluster's gate over gRPC.
+
+``up`` without ``--cluster`` runs the embedded default cluster (SQLite files
+under the data directory, created the first time; see
+:mod:`shardgate.topo.embedded`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import sys
+import uuid
+from pathlib import Path
+from typing import Any
+
+from shardgate.api.client import GateClient
+from shardgate.api.server import serve
+from shardgate.cli.common import (
+    CLUSTER_FILE_NAME,
+    DEFAULT_DATA_DIR,
+    add_listen_args,
+    format_result,
+)
+from shardgate.gate import Gate
+from shardgate.topo import load_cluster_file, write_cluster_file
+from shardgate.topo.embedded import (
+    COMMERCE_DDL,
+    LOOKUP_DDL,
+    SEQUENCE_ROWS,
+    embedded_topology,
+)
+
+#: Seconds in-flight RPCs get to finish on shutdown.
+SHUTDOWN_GRACE_S = 5.0
+
+
+def add_parsers(commands: Any) -> None:
+    """Add the ``up`` and ``gate`` subcommands to the ``shardgate`` parser."""
+    up = commands.add_parser(
+        "up", help="run gate and tablets in one process (default: an embedded SQLite cluster)"
+    )
+    up.add_argument("--data-dir", default=DEFAULT_DATA_DIR, help="embedded cluster directory")
+    up.add_argument("--cluster", help="serve this cluster file instead of the embedded one")
+    add_listen_args(up)
+    up.add_argument(
+        "--check",
+        action="store_true",
+        help="set up, run one insert and select through the gate, print them and exit",
+    )
+
+    gate = commands.add_parser("gate", help="serve the gate of a cluster file over gRPC")
+    gate.add_argument("--cluster", required=True, help="cluster file (YAML)")
+    add_listen_args(gate)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``up`` or ``gate``."""
+    if args.command == "up":
+        return asyncio.run(_up(args))
+    return asyncio.run(_gate(args))
+
+
+async def _up(args: argparse.Namespace) -> int:
+    if args.cluster:
+        gate = Gate.open(load_cluster_file(args.cluster))
+    else:
+        gate = await _open_embedded(Path(args.data_dir))
+        cluster_file = (Path(args.data_dir) / CLUSTER_FILE_NAME).resolve()
+        print(f"embedded cluster ready: {cluster_file}", flush=True)
+    try:
+        if args.check:
+            return await _check(gate, args.host)
+        await _serve_until_signal(gate, args.host, args.port)
+        return 0
+    finally:
+        await gate.close()
+
+
+async def _gate(args: argparse.Namespace) -> int:
+    gate = Gate.open(load_cluster_file(args.cluster))
+    try:
+        await _serve_until_signal(gate, args.host, args.port)
+        return 0
+    finally:
+        await gate.close()
+
+
+async def _open_embedded(data_dir: Path) -> Gate:
+    """The gate of the embedded cluster in ``data_dir``, created and set up if needed.
+
+    Idempotent: the cluster file is written once; the DDL is ``IF NOT EXISTS``
+    and the sequence rows are inserted only when missing.
+    """
+    cluster_file = data_dir / CLUSTER_FILE_NAME
+    if cluster_file.exists():
+        topology = load_cluster_file(cluster_file)
+    else:
+        data_dir.mkdir(parents=True, exist_ok=True)
+        topology = embedded_topology(data_dir)
+    gate = Gate.open(topology)
+    try:
+        await _set_up_embedded(gate)
+    except BaseException:
+        await gate.close()
+        raise
+    if not cluster_file.exists():
+        write_cluster_file(topology, cluster_file)
+    return gate
+
+
+async def _set_up_embedded(gate: Gate) -> None:
+    commerce = gate.session("commerce")
+    for ddl in COMMERCE_DDL:
+        await gate.execute(commerce, ddl)
+    lookup = gate.session("lookup")
+    for ddl in LOOKUP_DDL:
+        await gate.execute(lookup, ddl)
+    for seq in SEQUENCE_ROWS:
+        found = await gate.execute(lookup, f"SELECT id FROM {seq} WHERE id = 0")
+        if not found.rows:
+            await gate.execute(
+                lookup, f"INSERT INTO {seq} (id, next_id, cache) VALUES (0, 1, 1000)"
+            )
+
+
+async def _check(gate: Gate, host: str) -> int:
+    """One insert and one select through a real gRPC server on a free port."""
+    server, port = await serve(gate, host, 0)
+    try:
+        async with GateClient(f"grpc://{host}:{port}", keyspace="commerce") as client:
+            email = f"check-{uuid.uuid4().hex[:12]}@example.com"
+            inserted = await client.execute(
+                "INSERT INTO customer (email, name) VALUES (:email, :name)",
+                {"email": email, "name": "shardgate up --check"},
+            )
+            print(format_result(inserted))
+            selected = await client.execute(
+                "SELECT customer_id, email, name FROM customer WHERE email = :email",
+                {"email": email},
+            )
+            print(format_result(selected))
+    finally:
+        await server.stop(None)
+    if len(selected.rows) != 1:
+        print(f"error INTERNAL: expected 1 row back, got {len(selected.rows)}", file=sys.stderr)
+        return 1
+    print("check passed", flush=True)
+    return 0
+
+
+async def _serve_until_signal(gate: Gate, host: str, port: int) -> None:
+    server, bound = await serve(gate, host, port)
+    target = f"grpc://{host}:{bound}"
+    print(f"shardgate gate listening on {target}", flush=True)
+    print(f'try: shardgate sql --target {target} "select * from customer"', flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+        print("shutting down", flush=True)
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+        await server.stop(SHUTDOWN_GRACE_S)
+    print("stopped", flush=True)
