@@ -42,7 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _pg import app_keyspace, drop_database
 
 from shardgate.gate import Gate
-from shardgate.queues.inbox import InboxStore
+from shardgate.queues.inbox.store import InboxStore
 
 REDIS_URL = "redis://127.0.0.1:6379/0"
 SHARDS = 4

@@ -43,7 +43,7 @@ from _pg import drop_database, fresh_database
 from _queues import BATCH, CONSUMERS, PRODUCERS, pgqueuer_rate, run_e2e, table_producer
 
 from shardgate.gate import Gate
-from shardgate.queues.segmented import SegmentedQueue
+from shardgate.queues.segmented.queue import SegmentedQueue
 from shardgate.topo import Topology
 
 SEG_TAKE = 512

@@ -8,7 +8,7 @@
     shardgate inbox append   --keyspace KS NAME USER BODY [options]
     shardgate inbox read     --keyspace KS NAME USER [--consumer C] [--limit N] [--commit]
 
-``[options]`` are the inbox's options (:class:`~shardgate.queues.inbox_model.InboxOptions`):
+``[options]`` are the inbox's options (:class:`~shardgate.queues.inbox.model.InboxOptions`):
 ``--granularity``, ``--retention``, ``--rescan-window``, ``--forward-insert``,
 ``--precreate``, ``--vindex``, ``--user-type``. Every process serving one inbox
 must use the same ones (the granularity is checked against the tables).
@@ -25,8 +25,8 @@ from typing import Any
 from shardgate.cli.common import add_target_args, local_topology
 from shardgate.errors import InvalidArgument
 from shardgate.gate import Gate
-from shardgate.queues import inbox_model as model
-from shardgate.queues.inbox import InboxStore
+from shardgate.queues.inbox import model
+from shardgate.queues.inbox.store import InboxStore
 
 
 def add_parsers(commands: Any) -> None:

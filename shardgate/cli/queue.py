@@ -31,8 +31,8 @@ from shardgate.cli.common import DEFAULT_TARGET, add_target_args, format_result,
 from shardgate.errors import InvalidArgument
 from shardgate.gate import Gate
 from shardgate.queues.router import queue_options_of
-from shardgate.queues.segmented import SegmentedQueue
-from shardgate.queues.table_store import QueueStore
+from shardgate.queues.segmented.queue import SegmentedQueue
+from shardgate.queues.table.store import QueueStore
 from shardgate.tablet import Tablet
 from shardgate.topo import load_cluster_file
 

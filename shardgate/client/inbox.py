@@ -21,8 +21,8 @@ from typing import Any
 
 from shardgate.client.sync import LoopThread
 from shardgate.gate import Gate
-from shardgate.queues.inbox import InboxRead, InboxStore, MaintainReport
-from shardgate.queues.inbox_model import Bucket, InboxOptions, Message, Pointer
+from shardgate.queues.inbox.model import Bucket, InboxOptions, Message, Pointer
+from shardgate.queues.inbox.store import InboxRead, InboxStore, MaintainReport
 from shardgate.topo.model import Topology
 
 

@@ -1,20 +1,31 @@
-"""Durable queues: queue tables (the Vitess message-table design) and their managers.
+"""Durable queues: three stores, and the parts they share beside them.
 
-* :mod:`~shardgate.queues.options` - the options of a queue table;
-* :mod:`~shardgate.queues.ddl` - ``CREATE QUEUE`` and per-dialect table DDL;
-* :mod:`~shardgate.queues.table_store` - every SQL statement a manager runs;
-* :mod:`~shardgate.queues.manager` - the per-shard, per-queue manager (its
-  docstring holds the invariants);
-* :mod:`~shardgate.queues.metrics` - Prometheus metrics;
-* :mod:`~shardgate.queues.inbox` - the inbox store: per-user queues in time
-  buckets read with a pointer per consumer (``docs/inbox-queues.md``);
+The stores (one folder each):
+
+* :mod:`~shardgate.queues.table` - queue tables (the Vitess message-table
+  design): state kept in place, one manager per shard and queue
+  (``docs/queues.md``);
 * :mod:`~shardgate.queues.segmented` - the segmented job store: append-only
-  datasets and status tables, dropped whole (``docs/segmented-queues.md``).
+  datasets and status tables, dropped whole (``docs/segmented-queues.md``);
+* :mod:`~shardgate.queues.inbox` - the inbox store: per-user queues in time
+  buckets read with a pointer per consumer (``docs/inbox-queues.md``).
+
+What they share:
+
+* :mod:`~shardgate.queues.events` - events, batches and their states;
+* :mod:`~shardgate.queues.options` - the options of a queue;
+* :mod:`~shardgate.queues.ddl` - ``CREATE QUEUE`` and per-dialect table DDL;
+* :mod:`~shardgate.queues.metrics` - Prometheus metrics;
+* :mod:`~shardgate.queues.router` - the gate's side: routing receive, ack,
+  enqueue and stats to the shards' tablets.
 
 See ``docs/queues.md`` for the state machine and the user's view.
 """
 
 from shardgate.queues.events import QueueBatch, QueueEvent
+from shardgate.queues.inbox import InboxOptions, InboxStore
 from shardgate.queues.options import QueueOptions
+from shardgate.queues.segmented import SegmentedQueue
 
-__all__ = ["QueueBatch", "QueueEvent", "QueueOptions"]
+__all__ = ["InboxOptions", "InboxStore", "QueueBatch", "QueueEvent", "QueueOptions",
+           "SegmentedQueue"]

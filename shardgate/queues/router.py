@@ -12,7 +12,7 @@ methods here, and the gRPC servicer calls those methods.
 
 Both storage modes take this path: a queue table is served by the tablets'
 queue managers, a segmented queue (``"storage": "segmented"``) by the
-tablets' segmented consumers (:mod:`shardgate.queues.segmented_served`),
+tablets' segmented consumers (:mod:`shardgate.queues.segmented.served`),
 whose events are jobs: ``id`` = job id, ``epoch`` = attempt, fields
 ``job_key``, ``payload``.
 """
@@ -36,7 +36,7 @@ from shardgate.ports import GateView, SqlShard
 from shardgate.queues.ddl import CreateQueue
 from shardgate.queues.events import QueueBatch
 from shardgate.queues.options import QueueOptions
-from shardgate.queues.segmented_store import SegmentedStore
+from shardgate.queues.segmented.store import SegmentedStore
 from shardgate.result import Result
 from shardgate.vindexes import SingleColumn
 from shardgate.vschema import VSchema

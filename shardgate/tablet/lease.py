@@ -11,7 +11,7 @@ Invariants:
   the database grants the lock to one session and frees it only when that
   session (connection, or process for SQLite) ends.
 * The holder's queue writes run on the lease's connection
-  (:class:`~shardgate.queues.manager.Writer`): if the lock is gone because
+  (:class:`~shardgate.queues.table.manager.Writer`): if the lock is gone because
   the connection died, the next write fails with it, before anything is sent.
 * ``on_lost`` runs before the lease is released, and the holder checks the
   lease every ``check_interval`` seconds; a standby retries every

@@ -1,10 +1,10 @@
 """A tablet's queues: the lease, one engine per queue, receivers and acks.
 
 Each queue is served by the engine of its ``storage``: a queue table by a
-:class:`~shardgate.queues.manager.QueueManager`, a segmented queue by a
-:class:`~shardgate.queues.segmented_served.ServedSegmentedQueue` (the shard's
+:class:`~shardgate.queues.table.manager.QueueManager`, a segmented queue by a
+:class:`~shardgate.queues.segmented.served.ServedSegmentedQueue` (the shard's
 segmented consumer plus a dispatcher). Both feed the same
-:class:`~shardgate.queues.manager.Receiver` objects, so receiving, acking and
+:class:`~shardgate.queues.table.manager.Receiver` objects, so receiving, acking and
 stats look the same to the gate whatever the storage.
 
 Invariants:
@@ -40,15 +40,15 @@ from shardgate.errors import InvalidArgument, NotFound, ShardgateError, Unavaila
 from shardgate.queues import metrics
 from shardgate.queues.ddl import comment_of, detect_sql
 from shardgate.queues.events import QueueBatch
-from shardgate.queues.manager import QueueManager, Receiver, Writer
 from shardgate.queues.options import QueueOptions, parse_comment
-from shardgate.queues.segmented_served import (
+from shardgate.queues.segmented.served import (
     SEGMENTED_FIELDS,
     ServedSegmentedQueue,
     database_stats,
 )
-from shardgate.queues.segmented_store import SegmentedStore, ShardProducer
-from shardgate.queues.table_store import QueueStore
+from shardgate.queues.segmented.store import SegmentedStore, ShardProducer
+from shardgate.queues.table.manager import QueueManager, Receiver, Writer
+from shardgate.queues.table.store import QueueStore
 from shardgate.tablet.lease import ShardLease
 
 log = logging.getLogger(__name__)

@@ -9,9 +9,9 @@ from datetime import UTC, datetime
 import pytest
 
 from shardgate.errors import Code, FailedPrecondition, InvalidArgument, NotFound
-from shardgate.queues import inbox_sql
-from shardgate.queues.inbox import InboxStore
-from shardgate.queues.inbox_model import US, InboxOptions, Pointer
+from shardgate.queues.inbox import sql as inbox_sql
+from shardgate.queues.inbox.model import US, InboxOptions, Pointer
+from shardgate.queues.inbox.store import InboxStore
 from tests.conftest import require_server
 from tests.integration.conftest import Cluster, open_cluster
 

@@ -27,8 +27,8 @@ from pathlib import Path
 
 import pytest
 
-from shardgate.queues.inbox import InboxStore
-from shardgate.queues.inbox_model import InboxOptions, Message, Pointer
+from shardgate.queues.inbox.model import InboxOptions, Message, Pointer
+from shardgate.queues.inbox.store import InboxStore
 from tests.conftest import require_server
 from tests.integration.conftest import Cluster, open_cluster
 
@@ -40,7 +40,7 @@ READS = 1_500
 _LOADER = """
 import asyncio, json, sqlite3, sys
 from shardgate.gate import Gate
-from shardgate.queues.inbox import InboxStore
+from shardgate.queues.inbox.store import InboxStore
 from shardgate.topo import Topology
 
 async def main():

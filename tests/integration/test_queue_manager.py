@@ -13,7 +13,7 @@ import pytest
 from shardgate.gate import Gate
 from shardgate.keys import KeyRange
 from shardgate.queues.events import QueueEvent
-from shardgate.queues.manager import followup_id
+from shardgate.queues.table.manager import followup_id
 from shardgate.tablet import LocalTabletClient, Tablet
 from shardgate.topo import Topology
 

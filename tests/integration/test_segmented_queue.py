@@ -1,6 +1,6 @@
 """The segmented job store on SQLite, PostgreSQL and MariaDB (real servers).
 
-What must hold (see ``shardgate/queues/segmented_consumer.py``):
+What must hold (see ``shardgate/queues/segmented/consumer.py``):
 
 * with injected failures and a consumer restart, per-key order is kept (a job
   is handed out only after every earlier job of its key succeeded), no job is
@@ -24,8 +24,8 @@ import pytest
 from shardgate.backends import Backend, open_backend
 from shardgate.errors import NotFound
 from shardgate.queues.options import QueueOptions
-from shardgate.queues.segmented import SegmentedJob, SegmentedQueue
-from shardgate.queues.segmented_ddl import DATASET_STEP
+from shardgate.queues.segmented.ddl import DATASET_STEP
+from shardgate.queues.segmented.queue import SegmentedJob, SegmentedQueue
 
 
 def _queue(backend: Backend, **opts: object) -> SegmentedQueue:

@@ -29,8 +29,8 @@ from shardgate.errors import InvalidArgument
 from shardgate.gate import Gate
 from shardgate.queues.ddl import parse_create_queue
 from shardgate.queues.events import QueueEvent
-from shardgate.queues.segmented import SegmentedQueue
-from shardgate.queues.segmented_served import SEGMENTED_FIELDS
+from shardgate.queues.segmented.queue import SegmentedQueue
+from shardgate.queues.segmented.served import SEGMENTED_FIELDS
 from shardgate.tablet import LocalTabletClient, Tablet
 from shardgate.tablet.queue_service import receive_batches
 from tests.conftest import require_server

@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 import pytest
 
 from shardgate.errors import Code, InvalidArgument
-from shardgate.queues.inbox_model import (
+from shardgate.queues.inbox.model import (
     US,
     Bucket,
     IdGenerator,

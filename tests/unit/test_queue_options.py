@@ -6,8 +6,8 @@ import pytest
 
 from shardgate.errors import InvalidArgument
 from shardgate.queues.ddl import is_create_queue, parse_create_queue, queue_table_ddl
-from shardgate.queues.manager import followup_id
 from shardgate.queues.options import QueueOptions, parse_comment
+from shardgate.queues.table.manager import followup_id
 
 
 def test_defaults_and_round_trip_through_comment() -> None:

@@ -6,14 +6,14 @@ import pytest
 
 from shardgate.errors import InvalidArgument
 from shardgate.queues.options import QueueOptions
-from shardgate.queues.segmented_ddl import (
+from shardgate.queues.segmented.ddl import (
     SegmentedNames,
     check_queue_name,
     dataset_ddl,
     status_seq,
     view_ddl,
 )
-from shardgate.queues.segmented_store import job_bytes, pg_array
+from shardgate.queues.segmented.store import job_bytes, pg_array
 
 
 def test_storage_option() -> None:

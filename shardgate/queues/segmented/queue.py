@@ -7,10 +7,10 @@ datasets whose jobs are all done are dropped whole, leading ones that are
 mostly done are merged when that lowers their count (RudderStack's jobsdb
 design). Nothing is ever updated in place but the small catalog, so the
 tables neither bloat nor need vacuum. The tables and their states:
-:mod:`~shardgate.queues.segmented_ddl`; the SQL and the producers' group
-commit: :mod:`~shardgate.queues.segmented_store`; the per-shard consumer
+:mod:`~shardgate.queues.segmented.ddl`; the SQL and the producers' group
+commit: :mod:`~shardgate.queues.segmented.store`; the per-shard consumer
 (ordering, retries, circuit breaker, compaction, invariants):
-:mod:`~shardgate.queues.segmented_consumer`. This module is the keyspace-wide
+:mod:`~shardgate.queues.segmented.consumer`. This module is the keyspace-wide
 front: routing by key, producers, workers' receive/ack, inspection.
 
 Declaring one (the VSchema, like a queue table)::
@@ -39,7 +39,7 @@ memory per shard), ``hot_key_threshold``/``hot_key_cooldown``,
 Two ways to consume, one per shard at a time thanks to the queue's database
 lock on each shard: :meth:`SegmentedQueue.open` runs consumers in the
 process that opens the queue (a worker process with in-process tablets), or
-the tablets run them (:mod:`~shardgate.queues.segmented_served`) and
+the tablets run them (:mod:`~shardgate.queues.segmented.served`) and
 receivers use ``Gate.queue_receive`` / ``queue_ack`` or gRPC, like a queue
 table. ``CREATE QUEUE ... WITH (storage = segmented)`` creates one through
 the gate; ``Gate.queue_enqueue`` stores jobs without this class.
@@ -57,15 +57,15 @@ from shardgate.keys import ShardMap
 from shardgate.ports import GateView
 from shardgate.queues import metrics
 from shardgate.queues.options import QueueOptions
-from shardgate.queues.segmented_consumer import (
+from shardgate.queues.segmented.consumer import (
     DEFAULT_COMPACTION_INTERVAL_S,
     DEFAULT_POLL_INTERVAL_S,
     DEFAULT_READ_BATCH,
     SegmentedJob,
     ShardConsumer,
 )
-from shardgate.queues.segmented_ddl import CLOSED, OPEN, READY, TERMINAL
-from shardgate.queues.segmented_store import (
+from shardgate.queues.segmented.ddl import CLOSED, OPEN, READY, TERMINAL
+from shardgate.queues.segmented.store import (
     DEFAULT_WRITE_BATCH,
     SegmentedStore,
     ShardProducer,

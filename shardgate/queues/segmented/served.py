@@ -2,11 +2,11 @@
 
 The tablet's :class:`~shardgate.tablet.queue_service.QueueService` runs one
 :class:`ServedSegmentedQueue` per segmented queue while it holds the shard
-lease. It owns the shard's :class:`~shardgate.queues.segmented_consumer.ShardConsumer`
+lease. It owns the shard's :class:`~shardgate.queues.segmented.consumer.ShardConsumer`
 (which also takes the queue's own lock, so a worker process that opened the
 queue with :meth:`SegmentedQueue.open` and a tablet never consume one shard at
 the same time) and a dispatch task that hands the consumer's runnable jobs to
-the least busy :class:`~shardgate.queues.manager.Receiver`, the same receivers
+the least busy :class:`~shardgate.queues.table.manager.Receiver`, the same receivers
 the queue-table managers feed, so the gate, gRPC and the clients need nothing
 new.
 
@@ -43,11 +43,11 @@ from shardgate.aio import cancel_and_wait
 from shardgate.backends import Backend
 from shardgate.errors import ShardgateError, Unavailable
 from shardgate.queues.events import QueueEvent
-from shardgate.queues.manager import Receiver
 from shardgate.queues.options import QueueOptions
-from shardgate.queues.segmented_consumer import SegmentedJob, ShardConsumer
-from shardgate.queues.segmented_ddl import TERMINAL
-from shardgate.queues.segmented_store import SegmentedStore
+from shardgate.queues.segmented.consumer import SegmentedJob, ShardConsumer
+from shardgate.queues.segmented.ddl import TERMINAL
+from shardgate.queues.segmented.store import SegmentedStore
+from shardgate.queues.table.manager import Receiver
 
 log = logging.getLogger(__name__)
 

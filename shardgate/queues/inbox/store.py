@@ -13,7 +13,7 @@ live on one shard.
 * ``read(user, after=pointer, limit=...)`` scans the user's rows from the
   pointer's time minus the rescan window, in position order ``(ts, msg_id)``,
   and delivers those the pointer has not seen (see
-  :mod:`shardgate.queues.inbox_model` for the exact-once rule).
+  :mod:`shardgate.queues.inbox.model` for the exact-once rule).
 * ``commit(user, consumer, pointer)`` stores a consumer's pointer: one row
   per user and consumer, overwritten (last writer wins).
 * ``maintain(now)`` creates the buckets ahead of time on every shard and drops
@@ -61,8 +61,8 @@ from shardgate.errors import (
     NotFound,
 )
 from shardgate.ports import GateView, SessionGate, SqlShard
-from shardgate.queues import inbox_sql as sql
-from shardgate.queues.inbox_model import (
+from shardgate.queues.inbox import sql
+from shardgate.queues.inbox.model import (
     US,
     Bucket,
     Delivery,

@@ -14,7 +14,7 @@ Parts
 * **The read cursor** (``_read_n``, ``_last_id``): jobs are read in
   ``(dataset, job_id)`` order, ``read_batch`` at a time, while fewer than
   ``cache_size`` are pending in memory. Job ids increase per shard in commit
-  order (see :mod:`~shardgate.queues.segmented_store`), so ``job_id > last``
+  order (see :mod:`~shardgate.queues.segmented.store`), so ``job_id > last``
   misses nothing. The cursor leaves a dataset only after a read that started
   after the catalog showed the dataset ``closed`` returned its end: from then
   on the dataset is *fully read*. Jobs stored before this consumer started
@@ -87,7 +87,7 @@ from shardgate.backends.base import LeaseHandle, transaction
 from shardgate.errors import FailedPrecondition, NotFound, ShardgateError, Unavailable
 from shardgate.queues import metrics
 from shardgate.queues.options import QueueOptions
-from shardgate.queues.segmented_ddl import (
+from shardgate.queues.segmented.ddl import (
     ABORTED,
     CLOSED,
     DATASET_STEP,
@@ -101,7 +101,7 @@ from shardgate.queues.segmented_ddl import (
     SUCCEEDED,
     TERMINAL,
 )
-from shardgate.queues.segmented_store import Dataset, SegmentedStore, StoredJob
+from shardgate.queues.segmented.store import Dataset, SegmentedStore, StoredJob
 
 log = logging.getLogger(__name__)
 

@@ -76,7 +76,7 @@ from shardgate.errors import ShardgateError, Unavailable
 from shardgate.queues import metrics
 from shardgate.queues.events import QueueEvent
 from shardgate.queues.options import QueueOptions
-from shardgate.queues.table_store import QueueStore, ScannedRow
+from shardgate.queues.table.store import QueueStore, ScannedRow
 
 log = logging.getLogger(__name__)
 

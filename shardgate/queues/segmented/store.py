@@ -1,7 +1,7 @@
 """Every SQL statement of the segmented job store, and the producers' group commit.
 
 :class:`SegmentedStore` is the SQL of one segmented queue on one shard (the
-tables are described in :mod:`shardgate.queues.segmented_ddl`);
+tables are described in :mod:`shardgate.queues.segmented.ddl`);
 :class:`ShardProducer` coalesces concurrent producers into few writes.
 
 Invariants kept here:
@@ -39,7 +39,7 @@ from typing import Any
 from shardgate.backends import Backend, Connection
 from shardgate.backends.base import transaction
 from shardgate.errors import AlreadyExists, Internal, InvalidArgument, ShardgateError
-from shardgate.queues.segmented_ddl import (
+from shardgate.queues.segmented.ddl import (
     CLOSED,
     DATASET_STEP,
     DROPPING,
