@@ -29,6 +29,7 @@ test: $(STAMP) servers
 lint: $(STAMP)
 	$(BIN)/ruff check shardgate tests bench
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 bench-smoke: $(STAMP) servers
 	$(BIN)/python bench/gate_point_select.py --smoke && $(BIN)/python bench/scatter_aggregate.py --smoke

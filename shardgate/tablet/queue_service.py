@@ -41,13 +41,14 @@ from shardgate.queues import metrics
 from shardgate.queues.ddl import comment_of, detect_sql
 from shardgate.queues.events import QueueBatch
 from shardgate.queues.options import QueueOptions, parse_comment
+from shardgate.queues.receivers import Receiver
 from shardgate.queues.segmented.served import (
     SEGMENTED_FIELDS,
     ServedSegmentedQueue,
     database_stats,
 )
 from shardgate.queues.segmented.store import SegmentedStore, ShardProducer
-from shardgate.queues.table.manager import QueueManager, Receiver, Writer
+from shardgate.queues.table.manager import QueueManager, Writer
 from shardgate.queues.table.store import QueueStore
 from shardgate.tablet.lease import ShardLease
 

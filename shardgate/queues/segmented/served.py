@@ -44,10 +44,10 @@ from shardgate.backends import Backend
 from shardgate.errors import ShardgateError, Unavailable
 from shardgate.queues.events import QueueEvent
 from shardgate.queues.options import QueueOptions
+from shardgate.queues.receivers import Receiver
 from shardgate.queues.segmented.consumer import SegmentedJob, ShardConsumer
 from shardgate.queues.segmented.ddl import TERMINAL
 from shardgate.queues.segmented.store import SegmentedStore
-from shardgate.queues.table.manager import Receiver
 
 log = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@
 See ``docs/queues.md``.
 """
 
-from shardgate.queues.table.manager import QueueManager, Receiver, Writer
+from shardgate.queues.table.manager import QueueManager, Writer
 from shardgate.queues.table.store import QueueStore
 
-__all__ = ["QueueManager", "QueueStore", "Receiver", "Writer"]
+__all__ = ["QueueManager", "QueueStore", "Writer"]

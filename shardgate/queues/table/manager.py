@@ -76,14 +76,13 @@ from shardgate.errors import ShardgateError, Unavailable
 from shardgate.queues import metrics
 from shardgate.queues.events import QueueEvent
 from shardgate.queues.options import QueueOptions
+from shardgate.queues.receivers import Receiver
 from shardgate.queues.table.store import QueueStore, ScannedRow
 
 log = logging.getLogger(__name__)
 
 #: Seconds the new-event scan reaches back before the watermark (late commits).
 SCAN_SLACK_NS = 2_000_000_000
-#: Batches a receiver may have waiting before it counts as busy.
-RECEIVER_QUEUE_DEPTH = 2
 #: Acks remembered to drop late deliveries of acked events.
 _NS = 1_000_000_000
 
@@ -99,39 +98,6 @@ class Writer:
     async def use(self) -> AsyncIterator[Connection]:
         async with self.lock:
             yield self.conn
-
-
-class Receiver:
-    """One subscription of a receiver to a queue on this shard."""
-
-    def __init__(self, max_batch: int = 0) -> None:
-        self.max_batch = max_batch
-        self.batches: asyncio.Queue[list[QueueEvent] | None] = asyncio.Queue()
-        #: ids handed to this receiver and not acked yet
-        self.in_flight: set[int] = set()
-        self.closed = False
-        #: called when a batch is taken (the manager may send more)
-        self.waker: Callable[[], None] | None = None
-
-    @property
-    def busy(self) -> bool:
-        return self.closed or self.batches.qsize() >= RECEIVER_QUEUE_DEPTH
-
-    async def get(self) -> list[QueueEvent] | None:
-        """The next batch (None when the subscription ended), without events acked since."""
-        while True:
-            batch = await self.batches.get()
-            if batch is None:
-                return None
-            if self.waker is not None:
-                self.waker()
-            live = [e for e in batch if e.id in self.in_flight]
-            if live:
-                return live
-
-    def end(self) -> None:
-        self.closed = True
-        self.batches.put_nowait(None)
 
 
 @dataclass

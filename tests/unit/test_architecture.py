@@ -1,0 +1,84 @@
+"""The package has no import cycles, between any of its modules.
+
+import-linter's ``acyclic_siblings`` contract (``make lint``) checks cycles
+between the siblings of each package; a cycle through a package's
+``__init__`` is not between siblings, so this test looks at the whole module
+graph (every import, also under ``TYPE_CHECKING`` and inside functions) and
+fails on any strongly connected component of more than one module.
+"""
+
+from __future__ import annotations
+
+import grimp
+import pytest
+
+
+def import_cycles(graph: grimp.ImportGraph) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    on_stack: set[str] = set()
+    stack: list[str] = []
+    cycles: list[list[str]] = []
+    counter = 0
+    for root in sorted(graph.modules):
+        if root in index:
+            continue
+        work: list[tuple[str, list[str]]] = []
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on_stack.add(root)
+        work.append((root, sorted(graph.find_modules_directly_imported_by(root))))
+        while work:
+            node, todo = work[-1]
+            if todo:
+                nxt = todo.pop()
+                if nxt not in index:
+                    index[nxt] = low[nxt] = counter
+                    counter += 1
+                    stack.append(nxt)
+                    on_stack.add(nxt)
+                    work.append((nxt, sorted(graph.find_modules_directly_imported_by(nxt))))
+                elif nxt in on_stack:
+                    low[node] = min(low[node], index[nxt])
+                continue
+            work.pop()
+            if work:
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[node])
+            if low[node] == index[node]:
+                component: list[str] = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    cycles.append(sorted(component))
+    return cycles
+
+
+@pytest.fixture(scope="module")
+def graph() -> grimp.ImportGraph:
+    return grimp.build_graph("shardgate", cache_dir=None)
+
+
+def test_no_import_cycles(graph: grimp.ImportGraph) -> None:
+    cycles = import_cycles(graph)
+    assert cycles == [], "import cycles (move the shared code down a layer): " + "; ".join(
+        " <-> ".join(c) for c in cycles
+    )
+
+
+def test_the_cycle_finder_finds_cycles() -> None:
+    g = grimp.ImportGraph()
+    for name in ("p", "p.a", "p.b", "p.c", "p.d"):
+        g.add_module(name)
+    g.add_import(importer="p.a", imported="p.b")
+    g.add_import(importer="p.b", imported="p.c")
+    g.add_import(importer="p.c", imported="p.a")
+    g.add_import(importer="p.c", imported="p.d")
+    g.add_import(importer="p", imported="p.d")
+    assert import_cycles(g) == [["p.a", "p.b", "p.c"]]
