@@ -89,14 +89,6 @@ class QueueService:
         self._watch: asyncio.Task[None] | None = None
 
     @property
-    def dialect(self) -> str:
-        return self.backend.dialect
-
-    @property
-    def placeholder(self) -> str:
-        return self.backend.placeholder
-
-    @property
     def lease_name(self) -> str:
         return f"shardgate/{self.keyspace}/{self.shard}/queues"
 
@@ -135,7 +127,7 @@ class QueueService:
     async def detect(self) -> list[str]:
         """Find queues from their comment markers (a queue table's own, a segmented
         queue's on its catalog); configure them. Returns their names."""
-        dialect = self.dialect
+        dialect = self.backend.dialect
         res = await self.backend.execute(detect_sql(dialect))
         found: dict[str, QueueOptions] = {}
         for name, text in res.rows:
@@ -189,7 +181,7 @@ class QueueService:
             for r in self.receivers.get(name, []):
                 r.waker = served.wake
             return
-        store = QueueStore(name, self.dialect, self.placeholder)
+        store = QueueStore(name, self.backend.dialect, self.backend.placeholder)
         manager = QueueManager(
             keyspace=self.keyspace, shard=self.shard, store=store,
             options=self.options[name], reader=self.backend, writer=self._writer,
@@ -275,7 +267,7 @@ class QueueService:
             m.wake()
             fields = list(m.store.user_columns)
         else:
-            store = QueueStore(name, self.dialect, self.placeholder)
+            store = QueueStore(name, self.backend.dialect, self.backend.placeholder)
             conn = await self.backend.acquire()
             try:
                 fields = await store.load_columns(conn)
@@ -317,14 +309,14 @@ class QueueService:
         m = self.managers.get(name)
         if m is not None and not m.stopped.is_set():
             return await m.ack(ids)
-        store = QueueStore(name, self.dialect, self.placeholder)
+        store = QueueStore(name, self.backend.dialect, self.backend.placeholder)
         return await store.ack_via(self.backend, ids)
 
     async def stats(self, queue: str) -> dict[str, Any]:
         name = await self._known(queue)
         if self.is_segmented(name):
             return await self._segmented_stats(name)
-        store = QueueStore(name, self.dialect, self.placeholder)
+        store = QueueStore(name, self.backend.dialect, self.backend.placeholder)
         conn = await self.backend.acquire()
         try:
             out = await store.stats(conn)
