@@ -1,4 +1,4 @@
-"""The package has no import cycles, between any of its modules.
+"""The package has no import cycles, and every part of it has a layer.
 
 import-linter's ``acyclic_siblings`` contract (``make lint``) checks cycles
 between the siblings of each package; a cycle through a package's
@@ -9,8 +9,15 @@ fails on any strongly connected component of more than one module.
 
 from __future__ import annotations
 
+import tomllib
+from pathlib import Path
+
 import grimp
 import pytest
+
+import shardgate
+
+PYPROJECT = Path(__file__).resolve().parents[2] / "pyproject.toml"
 
 
 def import_cycles(graph: grimp.ImportGraph) -> list[list[str]]:
@@ -82,3 +89,16 @@ def test_the_cycle_finder_finds_cycles() -> None:
     g.add_import(importer="p.c", imported="p.d")
     g.add_import(importer="p", imported="p.d")
     assert import_cycles(g) == [["p.a", "p.b", "p.c"]]
+
+
+def test_every_top_level_module_has_a_layer() -> None:
+    """A new package (``workflows/``, ``auth/``...) must be placed in the layers contract."""
+    contracts = tomllib.loads(PYPROJECT.read_text())["tool"]["importlinter"]["contracts"]
+    layers = next(c for c in contracts if c["id"] == "layers")["layers"]
+    placed = {part.strip() for layer in layers for part in layer.split("|")}
+    root = Path(shardgate.__file__).parent
+    children = {
+        p.stem for p in root.iterdir()
+        if (p.suffix == ".py" and p.stem != "__init__") or (p / "__init__.py").exists()
+    }
+    assert sorted(children - placed) == [], "add these to the layers contract in pyproject.toml"
