@@ -93,14 +93,8 @@ class SqlShard(Protocol):
         """The shard database's SQL dialect (``sqlite``, ``postgres``, ``mysql``)."""
         ...
 
-    async def execute(
-        self,
-        sql: str,
-        params: Sequence[Any],
-        transaction_id: int | None = None,
-        options: ExecuteOptions | None = None,
-    ) -> Result:
-        """Run ``sql`` on the shard."""
+    async def execute(self, sql: str, params: Sequence[Any]) -> Result:
+        """Run ``sql`` with positional ``params`` on the shard, outside any transaction."""
         ...
 
 

@@ -141,7 +141,7 @@ class CachedReader:
         if has_value:
             return value
         options = ExecuteOptions(include_event_token=True, compare_event_token=cached)
-        session = self.gate.session(self.keyspace)
+        session = self.gate.session(self.keyspace or None)
         for _ in range(self.exact_attempts):
             # Only a read with an exact token may be returned: a value returned without
             # one could be newer than a cached value of the same token, which a later

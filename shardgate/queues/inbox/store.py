@@ -84,6 +84,7 @@ from shardgate.vindexes.hash import Hash
 class InboxGate(GateView[SqlShard], SessionGate, Protocol):
     """What the inbox store needs of the gate: sessions, the VSchema, the shards' SQL."""
 
+
 #: Most messages one read returns.
 MAX_READ_LIMIT = 10_000
 #: Rows one page of a bucket scan fetches at most.
