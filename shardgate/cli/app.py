@@ -28,7 +28,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from shardgate.cli import inbox, queue, spark, sql, stream, up
+from shardgate.cli import inbox, queue, serve, spark, sql, stream
 from shardgate.errors import ShardgateError
 
 # -- argument parsing ------------------------------------------------------------------------
@@ -42,7 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"shardgate {_version()}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    up.add_parsers(commands)
+    serve.add_parsers(commands)
     sql.add_parsers(commands)
     queue.add_parsers(commands)
     stream.add_parsers(commands)
@@ -67,11 +67,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
         match args.command:
-            case "up" | "gate":
-                return up.run(args)
+            case "up" | "gate" | "tablet":
+                return serve.run(args)
             case "sql" | "schema" | "vschema" | "twopc":
                 return sql.run(args)
-            case "queue" | "tablet":
+            case "queue":
                 return queue.run(args)
             case "stream":
                 return stream.run(args)

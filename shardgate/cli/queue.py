@@ -1,4 +1,4 @@
-"""The ``shardgate queue`` and ``shardgate tablet`` commands (wired into :mod:`shardgate.cli.app`).
+"""The ``shardgate queue`` commands (wired into :mod:`shardgate.cli.app`).
 
 ::
 
@@ -10,8 +10,6 @@
     shardgate queue segments list|stats --keyspace KS QUEUE [--json]  [--cluster | --data-dir]
     shardgate queue segments retry|abort --keyspace KS QUEUE --shard S JOB_ID... [--reason R]
                                                                       [--cluster | --data-dir]
-    shardgate tablet --cluster FILE --keyspace KS --shard S [--host H] [--port P]
-                     [--metrics-port P]
 
 ``[target]`` is ``--target grpc://H:P`` (a running gate), ``--cluster FILE`` or
 ``--data-dir DIR`` (open the cluster in this process).
@@ -22,25 +20,18 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import signal
 from typing import Any
 
 from shardgate.api.client import GateClient
-from shardgate.api.tablet_service import serve_tablet
 from shardgate.cli.common import DEFAULT_TARGET, add_target_args, format_result, local_topology
 from shardgate.errors import InvalidArgument
 from shardgate.gate import Gate
-from shardgate.queues.router import queue_options_of
 from shardgate.queues.segmented.queue import SegmentedQueue
 from shardgate.queues.table.store import QueueStore
-from shardgate.tablet import Tablet
-from shardgate.topo import load_cluster_file
-
-DEFAULT_TABLET_PORT = 15999
 
 
 def add_parsers(commands: Any) -> None:
-    """Add the ``queue`` and ``tablet`` subcommands to the ``shardgate`` parser."""
+    """Add the ``queue`` subcommands to the ``shardgate`` parser."""
     queue = commands.add_parser("queue", help="durable queues: create, stats, tail, ...")
     sub = queue.add_subparsers(dest="queue_command", required=True, metavar="COMMAND")
     create = sub.add_parser("create", help="run a CREATE QUEUE statement")
@@ -59,52 +50,10 @@ def add_parsers(commands: Any) -> None:
         p.add_argument("queue", metavar="QUEUE")
     _add_segments_parsers(sub, add_target_args)
 
-    tablet = commands.add_parser("tablet", help="serve one shard's tablet over gRPC")
-    tablet.add_argument("--cluster", required=True, help="cluster file (YAML)")
-    tablet.add_argument("--keyspace", required=True)
-    tablet.add_argument("--shard", required=True)
-    tablet.add_argument("--host", default="127.0.0.1")
-    tablet.add_argument("--port", type=int, default=DEFAULT_TABLET_PORT)
-    tablet.add_argument("--metrics-port", type=int, default=0,
-                        help="serve Prometheus metrics on this port (0: off)")
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.command == "tablet":
-        return asyncio.run(_tablet(args))
     return asyncio.run(_queue(args))
-
-
-async def _tablet(args: argparse.Namespace) -> int:
-    topo = load_cluster_file(args.cluster)
-    shard = topo.keyspace(args.keyspace).shard(args.shard)
-    tablet = Tablet.open(args.keyspace, args.shard, shard.url)
-    try:
-        vschema = topo.build_vschema()
-
-        class _G:  # queue_options_of needs only .vschema
-            pass
-
-        g: Any = _G()
-        g.vschema = vschema
-        tablet.queues.configure(queue_options_of(g, args.keyspace))
-        tablet.queues.start()
-        if args.metrics_port:
-            from prometheus_client import start_http_server
-
-            start_http_server(args.metrics_port, addr=args.host)
-        server, port = await serve_tablet(tablet, args.host, args.port)
-        print(f"shardgate tablet {args.keyspace}/{args.shard} listening on "
-              f"grpc://{args.host}:{port}", flush=True)
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
-        await stop.wait()
-        await server.stop(2.0)
-        return 0
-    finally:
-        await tablet.close()
 
 
 async def _queue(args: argparse.Namespace) -> int:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from shardgate.cli import main
-from shardgate.cli.up import _open_embedded
+from shardgate.cli.serve import _open_embedded
 
 
 async def _setup(data_dir: Path) -> None:

@@ -1,4 +1,12 @@
-"""``shardgate up`` and ``shardgate gate``: serve a cluster's gate over gRPC.
+"""The serving processes: ``shardgate up``, ``shardgate gate`` and ``shardgate tablet``.
+
+``up`` runs the gate and every tablet in one process, ``gate`` the gate of a
+cluster file, ``tablet`` one shard's tablet; each serves gRPC until a signal::
+
+    shardgate up [--data-dir DIR] [--cluster FILE] [--host H] [--port P] [--check]
+    shardgate gate --cluster FILE [--host H] [--port P]
+    shardgate tablet --cluster FILE --keyspace KS --shard S [--host H] [--port P]
+                     [--metrics-port P]
 
 ``up`` without ``--cluster`` runs the embedded default cluster (SQLite files
 under the data directory, created the first time; see
@@ -17,6 +25,7 @@ from typing import Any
 
 from shardgate.api.client import GateClient
 from shardgate.api.server import serve
+from shardgate.api.tablet_service import serve_tablet
 from shardgate.cli.common import (
     CLUSTER_FILE_NAME,
     DEFAULT_DATA_DIR,
@@ -24,6 +33,8 @@ from shardgate.cli.common import (
     format_result,
 )
 from shardgate.gate import Gate
+from shardgate.queues.router import queue_options_of
+from shardgate.tablet import Tablet
 from shardgate.topo import load_cluster_file, write_cluster_file
 from shardgate.topo.embedded import (
     COMMERCE_DDL,
@@ -34,10 +45,11 @@ from shardgate.topo.embedded import (
 
 #: Seconds in-flight RPCs get to finish on shutdown.
 SHUTDOWN_GRACE_S = 5.0
+DEFAULT_TABLET_PORT = 15999
 
 
 def add_parsers(commands: Any) -> None:
-    """Add the ``up`` and ``gate`` subcommands to the ``shardgate`` parser."""
+    """Add the ``up``, ``gate`` and ``tablet`` subcommands to the ``shardgate`` parser."""
     up = commands.add_parser(
         "up", help="run gate and tablets in one process (default: an embedded SQLite cluster)"
     )
@@ -54,12 +66,24 @@ def add_parsers(commands: Any) -> None:
     gate.add_argument("--cluster", required=True, help="cluster file (YAML)")
     add_listen_args(gate)
 
+    tablet = commands.add_parser("tablet", help="serve one shard's tablet over gRPC")
+    tablet.add_argument("--cluster", required=True, help="cluster file (YAML)")
+    tablet.add_argument("--keyspace", required=True)
+    tablet.add_argument("--shard", required=True)
+    tablet.add_argument("--host", default="127.0.0.1")
+    tablet.add_argument("--port", type=int, default=DEFAULT_TABLET_PORT)
+    tablet.add_argument("--metrics-port", type=int, default=0,
+                        help="serve Prometheus metrics on this port (0: off)")
+
 
 def run(args: argparse.Namespace) -> int:
-    """Run ``up`` or ``gate``."""
-    if args.command == "up":
-        return asyncio.run(_up(args))
-    return asyncio.run(_gate(args))
+    """Run ``up``, ``gate`` or ``tablet``."""
+    match args.command:
+        case "up":
+            return asyncio.run(_up(args))
+        case "gate":
+            return asyncio.run(_gate(args))
+    return asyncio.run(_tablet(args))
 
 
 async def _up(args: argparse.Namespace) -> int:
@@ -167,3 +191,35 @@ async def _serve_until_signal(gate: Gate, host: str, port: int) -> None:
             loop.remove_signal_handler(sig)
         await server.stop(SHUTDOWN_GRACE_S)
     print("stopped", flush=True)
+
+
+async def _tablet(args: argparse.Namespace) -> int:
+    topo = load_cluster_file(args.cluster)
+    shard = topo.keyspace(args.keyspace).shard(args.shard)
+    tablet = Tablet.open(args.keyspace, args.shard, shard.url)
+    try:
+        vschema = topo.build_vschema()
+
+        class _G:  # queue_options_of needs only .vschema
+            pass
+
+        g: Any = _G()
+        g.vschema = vschema
+        tablet.queues.configure(queue_options_of(g, args.keyspace))
+        tablet.queues.start()
+        if args.metrics_port:
+            from prometheus_client import start_http_server
+
+            start_http_server(args.metrics_port, addr=args.host)
+        server, port = await serve_tablet(tablet, args.host, args.port)
+        print(f"shardgate tablet {args.keyspace}/{args.shard} listening on "
+              f"grpc://{args.host}:{port}", flush=True)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        await stop.wait()
+        await server.stop(2.0)
+        return 0
+    finally:
+        await tablet.close()
