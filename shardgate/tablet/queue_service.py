@@ -32,8 +32,9 @@ import asyncio
 import contextlib
 import logging
 import re
+import time
 from collections.abc import AsyncIterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from shardgate.backends.base import LeaseHandle
 from shardgate.errors import InvalidArgument, NotFound, ShardgateError, Unavailable
@@ -65,6 +66,14 @@ _WRITE = re.compile(
     re.IGNORECASE,
 )
 
+
+
+class QueueWrite(NamedTuple):
+    """A statement writing a queue table: which, how, and when it started (ns)."""
+
+    queue: str
+    kind: str
+    since_ns: int
 
 class QueueService:
     """The queues of one tablet (see the module docstring)."""
@@ -228,8 +237,8 @@ class QueueService:
 
     # -- the tablet's hooks ------------------------------------------------------------
 
-    def touched(self, sql: str) -> tuple[str, str] | None:
-        """``(queue, kind)`` if ``sql`` writes a queue table, else None."""
+    def touched(self, sql: str) -> QueueWrite | None:
+        """The queue write ``sql`` makes (stamped now, before it runs), else None."""
         if not self.options:
             return None
         m = _WRITE.match(sql)
@@ -238,13 +247,20 @@ class QueueService:
         name = m.group(2).lower()
         if name not in self.options or self.is_segmented(name):
             return None
-        return name, "insert" if m.group(1).lower() in ("insert", "replace") else "update"
+        kind = "insert" if m.group(1).lower() in ("insert", "replace") else "update"
+        return QueueWrite(name, kind, time.time_ns())
 
-    def committed(self, touched: Sequence[tuple[str, str]]) -> None:
-        for name, kind in touched:
-            m = self.managers.get(name)
+    def committed(self, touched: Sequence[QueueWrite]) -> None:
+        """The transaction holding ``touched`` committed: wake their managers.
+
+        Each manager's next new-event scan reaches back to the earliest write's
+        stamp, so an event inserted early in a long transaction (its
+        ``time_scheduled`` is its insert time) is found at once on commit.
+        """
+        for w in touched:
+            m = self.managers.get(w.queue)
             if m is not None:
-                m.notify(kind)
+                m.notify(w.kind, since_ns=w.since_ns)
 
     # -- receivers and acks ------------------------------------------------------------
 
