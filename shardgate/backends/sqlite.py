@@ -54,6 +54,7 @@ from shardgate.backends._pool import (
 )
 from shardgate.backends.base import LeaseHandle
 from shardgate.backends.changes_sqlite import CaptureConnection, end_of_statement
+from shardgate.backends.missing import missing
 from shardgate.backends.urls import DatabaseURL, parse_url
 from shardgate.errors import (
     Aborted,
@@ -62,7 +63,6 @@ from shardgate.errors import (
     FailedPrecondition,
     Internal,
     InvalidArgument,
-    NotFound,
     ShardgateError,
     Unavailable,
 )
@@ -129,7 +129,7 @@ def translate(exc: BaseException, safe_url: str) -> ShardgateError:
         if primary == _SQLITE_ERROR:
             lowered = text.lower()
             if lowered.startswith("no such "):  # table, column, index, function...
-                return NotFound(f"not found in {where}")
+                return missing(text, safe_url)
             if "already exists" in lowered:
                 return AlreadyExists(f"already exists in {where}")
             return InvalidArgument(f"bad statement for {where}")
