@@ -36,7 +36,7 @@ import sqlglot
 from sqlglot import TokenType
 from sqlglot.errors import SqlglotError
 
-from shardgate import cli_inbox, cli_queue, cli_spark, cli_stream
+from shardgate import cli_doctor, cli_inbox, cli_queue, cli_spark, cli_stream
 from shardgate.api.client import GateClient
 from shardgate.api.server import serve
 from shardgate.errors import InvalidArgument, NotFound, ShardgateError
@@ -125,6 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_stream.add_parsers(commands)
     cli_spark.add_parsers(commands)
     cli_inbox.add_parsers(commands)
+    cli_doctor.add_parsers(commands)
     return parser
 
 
@@ -179,6 +180,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return cli_spark.run(args)
             case "inbox":
                 return cli_inbox.run(args)
+            case "doctor":
+                local = _local_topology(args) if args.cluster or args.data_dir else None
+                return cli_doctor.run(args, local)
     except ShardgateError as exc:
         print(f"error {exc.code.value}: {exc.message}", file=sys.stderr)
         return 1

@@ -39,3 +39,17 @@ def test_unknown_column_names_the_column_not_the_shard_file(tmp_path: Path) -> N
     done = shardgate("sql", "--data-dir", "data", "SELECT nosuchcol FROM customer", cwd=tmp_path)
     assert done.returncode == 1
     assert done.stderr.startswith("error NOT_FOUND: unknown column 'nosuchcol' (shard database ")
+
+
+def test_doctor_on_this_machine_and_with_a_server_down(tmp_path: Path) -> None:
+    done = shardgate("doctor", cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    for name in ("python", "postgresql 127.0.0.1:5432", "mariadb 127.0.0.1:3306", "redis "):
+        assert any(line.startswith(f"ok    {name}") for line in lines), (name, done.stdout)
+    assert "wal_level=logical" in done.stdout and "binlog_format=ROW" in done.stdout
+    down = shardgate("doctor", "--postgres", f"postgresql://postgres@127.0.0.1:{free_port()}/x",
+                     cwd=tmp_path)
+    assert down.returncode == 1
+    assert "FAIL  postgresql 127.0.0.1:" in down.stdout and "not reachable" in down.stdout
+    assert "fix: start the server" in down.stdout
