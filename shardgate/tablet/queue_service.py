@@ -31,7 +31,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import re
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -49,6 +48,7 @@ from shardgate.queues.segmented_served import (
 )
 from shardgate.queues.segmented_store import SegmentedStore, ShardProducer
 from shardgate.queues.table_store import QueueStore
+from shardgate.sql.classify import write_target
 from shardgate.tablet.lease import ShardLease
 
 if TYPE_CHECKING:
@@ -58,12 +58,6 @@ log = logging.getLogger(__name__)
 
 #: A segmented queue ``q`` carries its comment marker on its catalog ``q_datasets``.
 SEGMENTED_CATALOG_SUFFIX = "_datasets"
-
-_WRITE = re.compile(
-    r"^\s*(insert|update|delete|replace)\s+(?:or\s+\w+\s+)?(?:ignore\s+)?(?:into\s+|from\s+)?"
-    r"[`\"]?(\w+)",
-    re.IGNORECASE,
-)
 
 
 class QueueService:
@@ -232,13 +226,14 @@ class QueueService:
         """``(queue, kind)`` if ``sql`` writes a queue table, else None."""
         if not self.options:
             return None
-        m = _WRITE.match(sql)
-        if m is None:
+        target = write_target(sql)
+        if target is None:
             return None
-        name = m.group(2).lower()
+        verb, table = target
+        name = table.lower()
         if name not in self.options or self.is_segmented(name):
             return None
-        return name, "insert" if m.group(1).lower() in ("insert", "replace") else "update"
+        return name, "insert" if verb in ("insert", "replace") else "update"
 
     def committed(self, touched: Sequence[tuple[str, str]]) -> None:
         for name, kind in touched:
