@@ -261,9 +261,13 @@ def _use(head: _Head) -> Use:
     at = head.pos
     if head.char() == "`":
         target = head.quoted()
-        head.end("USE target")
-    else:
-        target = head.rest()
+    else:  # unquoted: up to the next space, comment or ';'
+        end = at
+        while end < len(head.sql) and not head.sql[end].isspace() and head.sql[end] != ";" \
+                and not head.sql.startswith("/*", end):
+            end += 1
+        target, head.pos = head.sql[at:end], end
+    head.end("USE target")
     return _use_target(target, head, at)
 
 

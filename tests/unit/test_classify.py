@@ -42,6 +42,8 @@ from shardgate.sql.statements import (
         ("USE `commerce@replica`", Use("commerce", tablet_type="replica")),
         ("  /* leading */ use -- a comment\n `commerce:-80` ; ", Use("commerce", shard="-80")),
         ("# mysql comment\nUSE commerce", Use("commerce")),
+        ("USE commerce:-80 -- trailing comment", Use("commerce", shard="-80")),
+        ("USE commerce/* c */;", Use("commerce")),
         ("SAVEPOINT a", Savepoint("a")),
         ("savepoint `Before_More`;", Savepoint("before_more")),
         ("RELEASE SAVEPOINT a", ReleaseSavepoint("a")),
@@ -100,7 +102,9 @@ def test_create_queue() -> None:
     assert [c.name for c in stmt.columns] == ["user_id", "body"]
     assert stmt.options == (("ack_wait", "2"), ("ordering_key", "user_id"))
     plain = classify("create queue q (a int)")
-    assert plain == CreateQueueStatement(name="q", keyspace=None, columns=plain.columns)  # type: ignore[union-attr]
+    assert isinstance(plain, CreateQueueStatement)
+    assert (plain.keyspace, plain.if_not_exists, plain.shard_column, plain.vindex,
+            plain.options) == (None, False, None, None, ())
 
 
 @pytest.mark.parametrize(
@@ -112,7 +116,7 @@ def test_create_queue() -> None:
         ("USE commerce@-80", "not a tablet type"),
         ("USE `commerce:-80@fast`", "not a tablet type"),
         ("USE 1commerce", "bad keyspace name"),
-        ("USE commerce extra", "bad keyspace name"),
+        ("USE commerce extra", "unexpected text after the USE target"),
         ("USE `commerce:`", "bad shard name"),
         ("USE `commerce:-80;drop`", "bad shard name"),
         ("USE `commerce[40-80]`", "key range targets are not supported"),
