@@ -31,7 +31,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import re
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -50,6 +49,7 @@ from shardgate.queues.segmented_served import (
 )
 from shardgate.queues.segmented_store import SegmentedStore, ShardProducer
 from shardgate.queues.table_store import QueueStore
+from shardgate.sql.classify import write_target
 from shardgate.tablet.lease import ShardLease
 
 if TYPE_CHECKING:
@@ -60,12 +60,6 @@ log = logging.getLogger(__name__)
 #: A segmented queue ``q`` carries its comment marker on its catalog ``q_datasets``.
 SEGMENTED_CATALOG_SUFFIX = "_datasets"
 
-_WRITE = re.compile(
-    r"^\s*(insert|update|delete|replace)\s+(?:or\s+\w+\s+)?(?:ignore\s+)?(?:into\s+|from\s+)?"
-    r"[`\"]?(\w+)",
-    re.IGNORECASE,
-)
-
 
 
 class QueueWrite(NamedTuple):
@@ -74,6 +68,7 @@ class QueueWrite(NamedTuple):
     queue: str
     kind: str
     since_ns: int
+
 
 class QueueService:
     """The queues of one tablet (see the module docstring)."""
@@ -241,13 +236,14 @@ class QueueService:
         """The queue write ``sql`` makes (stamped now, before it runs), else None."""
         if not self.options:
             return None
-        m = _WRITE.match(sql)
-        if m is None:
+        target = write_target(sql)
+        if target is None:
             return None
-        name = m.group(2).lower()
+        verb, table = target
+        name = table.lower()
         if name not in self.options or self.is_segmented(name):
             return None
-        kind = "insert" if m.group(1).lower() in ("insert", "replace") else "update"
+        kind = "insert" if verb in ("insert", "replace") else "update"
         return QueueWrite(name, kind, time.time_ns())
 
     def committed(self, touched: Sequence[QueueWrite]) -> None:
