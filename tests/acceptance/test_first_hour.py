@@ -53,3 +53,13 @@ def test_doctor_on_this_machine_and_with_a_server_down(tmp_path: Path) -> None:
     assert down.returncode == 1
     assert "FAIL  postgresql 127.0.0.1:" in down.stdout and "not reachable" in down.stdout
     assert "fix: start the server" in down.stdout
+
+
+def test_syntax_error_names_position_and_token_in_the_users_words(tmp_path: Path) -> None:
+    assert shardgate("up", "--check", "--data-dir", "data", cwd=tmp_path).returncode == 0
+    done = shardgate("sql", "--data-dir", "data", "SELECT * FROM customer WHERE name = 1 *",
+                     cwd=tmp_path)
+    assert done.returncode == 1
+    assert done.stderr.strip() == (
+        "error INVALID_ARGUMENT: syntax error at line 1, column 39 near '*': incomplete expression"
+    )
