@@ -5,20 +5,36 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed-stamp
+# `make up` needs only the package (SQLite shards); tests, lint and benches need the extras.
+BASE := $(VENV)/.installed-base
+STAMP := $(VENV)/.installed-dev
 
-.PHONY: up test install servers lint bench-smoke bench clean
+.PHONY: up test install install-base servers lint bench-smoke bench doctor clean
 
-$(STAMP): pyproject.toml
+$(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
-	touch $(STAMP)
+
+$(BASE): pyproject.toml | $(BIN)/python
+	$(BIN)/pip install --disable-pip-version-check -e .
+	touch $(BASE)
+
+$(STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/pip install --disable-pip-version-check -e '.[dev]'
+	touch $(STAMP) $(BASE)
+
+install-base: $(BASE)
 
 install: $(STAMP)
 
-up: $(STAMP)
+up: $(BASE)
+	@echo
+	@echo "shardgate is installed in $(VENV). In another shell, from this directory:"
+	@echo "    . $(VENV)/bin/activate && shardgate sql \"select * from customer\""
+	@echo
 	$(BIN)/shardgate up
+
+doctor: $(BASE)
+	$(BIN)/shardgate doctor
 
 servers:
 	bash scripts/setup-servers.sh

@@ -48,15 +48,36 @@ def parse_target(target: str) -> str:
     return address.rstrip("/")
 
 
-def error_from_rpc(exc: grpc.aio.AioRpcError) -> ShardgateError:
-    """The shardgate error a failed RPC reports (gRPC codes map by name)."""
+#: what to do when no gate answers (the CLI's and the library's users alike)
+GATE_HINT = (
+    "start one with `shardgate up` (the embedded cluster) or `shardgate gate --cluster FILE`, "
+    "or point at a running gate with --target grpc://HOST:PORT"
+)
+
+
+def error_from_rpc(
+    exc: grpc.aio.AioRpcError, target: str | None = None, *, hint: str = GATE_HINT
+) -> ShardgateError:
+    """The shardgate error a failed RPC reports (gRPC codes map by name).
+
+    A call that reached no server at all (``target`` refused or unreachable)
+    says which address was tried and ``hint``, not gRPC's channel internals.
+    """
     status: grpc.StatusCode = exc.code()
     try:
         code = Code(status.name)
     except ValueError:
         code = Code.UNKNOWN
     details: str = exc.details() or status.name
+    if target is not None and code is Code.UNAVAILABLE and _unreachable(details):
+        reason = details.rsplit(":", 1)[-1].strip().lower() or "unreachable"
+        return error_for_code(code, f"nothing answers at {target} ({reason}): {hint}")
     return error_for_code(code, details)
+
+
+def _unreachable(details: str) -> bool:
+    low = details.lower()
+    return "failed to connect" in low or "connection refused" in low or "dns resolution" in low
 
 
 class GateClient:
@@ -113,7 +134,7 @@ class GateClient:
         try:
             response: pb.ExecuteResponse = await self._stub.Execute(request, timeout=self.timeout)
         except grpc.aio.AioRpcError as exc:
-            raise error_from_rpc(exc) from None
+            raise error_from_rpc(exc, self.target) from None
         self.session_id = response.session_id
         return convert.to_result(response)
 
@@ -136,7 +157,7 @@ class GateClient:
                 request, timeout=self.timeout
             )
         except grpc.aio.AioRpcError as exc:
-            raise error_from_rpc(exc) from None
+            raise error_from_rpc(exc, self.target) from None
         self.session_id = response.session_id
         out: list[Result | ShardgateError] = []
         for r in response.results:
@@ -165,7 +186,7 @@ class GateClient:
                 self.session_id = response.session_id
                 yield convert.to_result(response)
         except grpc.aio.AioRpcError as exc:
-            raise error_from_rpc(exc) from None
+            raise error_from_rpc(exc, self.target) from None
         finally:
             call.cancel()  # no-op once the stream is done; stops the server if abandoned
 
@@ -177,7 +198,7 @@ class GateClient:
                 request, timeout=self.timeout
             )
         except grpc.aio.AioRpcError as exc:
-            raise error_from_rpc(exc) from None
+            raise error_from_rpc(exc, self.target) from None
         plan: dict[str, Any] = json.loads(response.plan_json)
         return plan
 
@@ -204,7 +225,7 @@ class GateClient:
                 batch.fields = fields
                 yield batch
         except grpc.aio.AioRpcError as exc:
-            raise error_from_rpc(exc) from None
+            raise error_from_rpc(exc, self.target) from None
         finally:
             call.cancel()
 
@@ -232,7 +253,7 @@ class GateClient:
                 response: pb.QueueAckResponse = await self._stub.QueueAck(
                     request, timeout=self.timeout)
             except grpc.aio.AioRpcError as exc:
-                raise error_from_rpc(exc) from None
+                raise error_from_rpc(exc, self.target) from None
             total += response.acked
         return total
 
@@ -243,7 +264,7 @@ class GateClient:
             response: pb.QueueStatsResponse = await self._stub.QueueStats(
                 request, timeout=self.timeout)
         except grpc.aio.AioRpcError as exc:
-            raise error_from_rpc(exc) from None
+            raise error_from_rpc(exc, self.target) from None
         stats: list[Any] = json.loads(response.stats_json)
         return stats
 
@@ -266,7 +287,7 @@ class GateClient:
             async for response in call:
                 yield stream_convert.event_of(response)
         except grpc.aio.AioRpcError as exc:
-            raise error_from_rpc(exc) from None
+            raise error_from_rpc(exc, self.target) from None
         finally:
             call.cancel()
 

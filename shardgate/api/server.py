@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import socket
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
@@ -193,15 +194,53 @@ async def serve(gate: Gate, host: str = "127.0.0.1", port: int = 0) -> tuple[grp
 
     The caller owns both: ``await server.stop(grace)`` then ``await gate.close()``.
     """
-    # No SO_REUSEPORT: a second gate on a busy port must fail, not share the port.
-    server = grpc.aio.server(options=[*GRPC_OPTIONS, ("grpc.so_reuseport", 0)])
+    server = new_server()
     pb_grpc.add_GateServicer_to_server(GateServicer(gate), server)  # type: ignore[no-untyped-call]
+    bound = listen(server, host, port)
+    await server.start()
+    return server, bound
+
+
+def new_server() -> grpc.aio.Server:
+    """A gRPC server with shardgate's options.
+
+    No SO_REUSEPORT: a second process on a busy port must fail, not share it.
+    """
+    return grpc.aio.server(options=[*GRPC_OPTIONS, ("grpc.so_reuseport", 0)])
+
+
+def listen(server: grpc.aio.Server, host: str, port: int) -> int:
+    """Bind ``server`` to ``host:port`` (0: a free port) and return the port.
+
+    A port already taken is one clear ``UNAVAILABLE`` error, found before gRPC
+    tries (gRPC would print its own C++ log line to stderr first).
+    """
     address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    if port:
+        _check_free(host, port, address)
     try:
         bound = server.add_insecure_port(address)
     except RuntimeError as exc:
         raise Unavailable(f"cannot listen on {address}: {exc}; is the port in use?") from exc
     if bound == 0:
         raise Unavailable(f"cannot listen on {address}; is the port in use?")
-    await server.start()
-    return server, bound
+    return int(bound)
+
+
+def _check_free(host: str, port: int, address: str) -> None:
+    try:
+        family, kind, proto, _name, sockaddr = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM
+        )[0]
+    except OSError as exc:
+        raise Unavailable(f"cannot listen on {address}: {exc.strerror or exc}") from None
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(sockaddr)
+        except OSError as exc:
+            reason = (exc.strerror or str(exc)).lower()
+            raise Unavailable(
+                f"cannot listen on {address}: {reason}; another process (a running "
+                "`shardgate up`?) holds it: stop that one or pass --port N"
+            ) from None

@@ -17,6 +17,9 @@ from shardgate.queues.options import QueueOptions
 from shardgate.result import ExecuteOptions, Result, Row
 from shardgate.tablet.client import TabletClient
 
+#: what to do when no tablet answers
+_TABLET_HINT = "start it with `shardgate tablet --keyspace K --shard S ...` or check its address"
+
 
 class GrpcTabletClient(TabletClient):
     """Reaches one ``shardgate tablet`` process. Create it with :meth:`connect`."""
@@ -41,7 +44,7 @@ class GrpcTabletClient(TabletClient):
                                                                  timeout=timeout)
         except grpc.aio.AioRpcError as exc:
             await probe.close()
-            raise error_from_rpc(exc) from None
+            raise error_from_rpc(exc, target, hint=_TABLET_HINT) from None
         probe.keyspace, probe.shard = info.keyspace, info.shard
         probe.dialect, probe.placeholder = info.dialect, info.placeholder
         return probe
@@ -55,7 +58,7 @@ class GrpcTabletClient(TabletClient):
         try:
             response = await self._stub.Execute(request, timeout=self.timeout)
         except grpc.aio.AioRpcError as exc:
-            raise error_from_rpc(exc) from None
+            raise error_from_rpc(exc, self.target, hint=_TABLET_HINT) from None
         return convert.to_result(response)
 
     async def stream_execute(
@@ -70,7 +73,7 @@ class GrpcTabletClient(TabletClient):
                 fields = res.fields or fields
                 yield fields, res.rows
         except grpc.aio.AioRpcError as exc:
-            raise error_from_rpc(exc) from None
+            raise error_from_rpc(exc, self.target, hint=_TABLET_HINT) from None
         finally:
             call.cancel()
 
@@ -79,7 +82,7 @@ class GrpcTabletClient(TabletClient):
             response = await method(pb.TabletTransactionRequest(transaction_id=tid),
                                     timeout=self.timeout)
         except grpc.aio.AioRpcError as exc:
-            raise error_from_rpc(exc) from None
+            raise error_from_rpc(exc, self.target, hint=_TABLET_HINT) from None
         return int(response.transaction_id)
 
     async def begin(self) -> int:
@@ -99,7 +102,7 @@ class GrpcTabletClient(TabletClient):
             async for response in call:
                 yield queue_convert.batch_of(self.keyspace, queue, response)
         except grpc.aio.AioRpcError as exc:
-            raise error_from_rpc(exc) from None
+            raise error_from_rpc(exc, self.target, hint=_TABLET_HINT) from None
         finally:
             call.cancel()
 
@@ -108,7 +111,7 @@ class GrpcTabletClient(TabletClient):
             response = await self._stub.QueueAck(pb.QueueAckRequest(queue=queue, ids=list(ids)),
                                                  timeout=self.timeout)
         except grpc.aio.AioRpcError as exc:
-            raise error_from_rpc(exc) from None
+            raise error_from_rpc(exc, self.target, hint=_TABLET_HINT) from None
         return int(response.acked)
 
     async def queue_stats(self, queue: str) -> dict[str, Any]:
@@ -118,7 +121,7 @@ class GrpcTabletClient(TabletClient):
             response = await self._stub.QueueStats(pb.QueueStatsRequest(queue=queue),
                                                    timeout=self.timeout)
         except grpc.aio.AioRpcError as exc:
-            raise error_from_rpc(exc) from None
+            raise error_from_rpc(exc, self.target, hint=_TABLET_HINT) from None
         stats: dict[str, Any] = json.loads(response.stats_json)
         return stats
 

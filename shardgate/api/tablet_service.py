@@ -16,8 +16,7 @@ from shardgate.api import convert, queue_convert
 from shardgate.api import shardgate_pb2 as pb
 from shardgate.api import shardgate_pb2_grpc as pb_grpc
 from shardgate.api.handlers import Ctx, relay, streaming, unary
-from shardgate.api.server import GRPC_OPTIONS
-from shardgate.errors import Unavailable
+from shardgate.api.server import listen, new_server
 from shardgate.result import Row
 from shardgate.tablet import Tablet
 from shardgate.tablet.queue_service import receive_batches
@@ -103,14 +102,8 @@ class TabletServicer(pb_grpc.TabletServicer):
 async def serve_tablet(tablet: Tablet, host: str = "127.0.0.1",
                        port: int = 0) -> tuple[grpc.aio.Server, int]:
     """Serve ``tablet`` on ``host:port`` (0: a free port); return the server and port."""
-    server = grpc.aio.server(options=[*GRPC_OPTIONS, ("grpc.so_reuseport", 0)])
+    server = new_server()
     pb_grpc.add_TabletServicer_to_server(TabletServicer(tablet), server)  # type: ignore[no-untyped-call]
-    address = f"{host}:{port}"
-    try:
-        bound = server.add_insecure_port(address)
-    except RuntimeError as exc:
-        raise Unavailable(f"cannot listen on {address}: {exc}; is the port in use?") from exc
-    if bound == 0:
-        raise Unavailable(f"cannot listen on {address}; is the port in use?")
+    bound = listen(server, host, port)
     await server.start()
     return server, bound

@@ -128,8 +128,21 @@ class ChangeLog(ABC):
     purged_by_tablet = True
 
     @abstractmethod
-    async def purge(self, up_to: str) -> None:
-        """Forget the log up to and including ``up_to`` (retention); later starts there fail."""
+    async def purge(self, up_to: str, *, through: float | None = None) -> None:
+        """Forget the log up to and including ``up_to`` (retention); later starts there fail.
+
+        ``through``: a time no forgotten commit is later than (None: now); see
+        :meth:`purged_through`.
+        """
+
+    async def purged_through(self) -> float | None:
+        """A time no purged commit is later than, or None if nothing was ever purged.
+
+        A start from a timestamp at or before it may have lost changes: the
+        tablet refuses it (``OUT_OF_RANGE``) rather than starting at the oldest
+        change it still holds.
+        """
+        return None
 
     @abstractmethod
     async def drop(self) -> None:

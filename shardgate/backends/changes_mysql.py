@@ -222,8 +222,34 @@ class MySQLChangeLog(ThreadedChangeLog):
         finally:
             stream.close()
 
-    async def purge(self, up_to: str) -> None:
-        """Purge the binlog (server-wide!) up to at least ``up_to``.
+    async def purged_through(self) -> float | None:
+        """The first commit time of the oldest binlog file, if older files were purged.
+
+        An oldest file whose ``Gtid_list`` is empty starts the server's history:
+        nothing was purged. Otherwise every purged commit is no later than the
+        oldest file's first commit (whole seconds; now if the file holds none yet).
+        """
+
+        def first_file(cur: Any) -> str | None:
+            cur.execute("SHOW BINARY LOGS")
+            row = cur.fetchone()
+            cur.fetchall()
+            return None if row is None else str(row[0])
+
+        name: str | None = await self._sql(first_file)
+        if name is None:
+            return None
+        start = await self._file_start(name)
+        if start == EMPTY_POSITION:
+            return None
+        first = await asyncio.get_running_loop().run_in_executor(
+            None, self._first_commit_time, start
+        )
+        return time.time() if first is None else first
+
+    async def purge(self, up_to: str, *, through: float | None = None) -> None:
+        """Purge the binlog (server-wide!) up to at least ``up_to`` (``through`` is
+        not needed: :meth:`purged_through` reads the binlog itself).
 
         The binlog is purged in whole files: the current file is closed and all
         before it go, so the log then starts at the end as of the purge.

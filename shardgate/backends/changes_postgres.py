@@ -34,6 +34,7 @@ Invariants and traps (see FIELD-NOTES, "Change capture"):
 from __future__ import annotations
 
 import hashlib
+import logging
 import re
 import secrets
 import select
@@ -61,7 +62,11 @@ from shardgate.backends.urls import parse_url
 from shardgate.errors import Code, Internal, ShardgateError, Unavailable
 from shardgate.event_token import EventToken
 
+log = logging.getLogger(__name__)
+
 PUBLICATION = "sg_changes"
+#: the publication's comment: "changes committed at or before <unix time> were purged"
+_PURGED_MARK = "shardgate purged through "
 _PG_EPOCH = 946684800.0
 _FEEDBACK_S = 5.0
 #: while the consumer is busy: transactions gathered into one hand-over at most, and
@@ -325,10 +330,38 @@ class PostgresChangeLog(ThreadedChangeLog):
             " WHERE slot_name = %s AND wal_status = 'lost' AND NOT active",
             (self.anchor,),
         )
+        if cur.fetchall():
+            self._mark_purged(cur, time.time())
         cur.execute("SELECT 1 FROM pg_replication_slots WHERE slot_name = %s", (self.anchor,))
         if cur.fetchone() is None:
+            self._warn_blockers(cur)
             cur.execute(
                 "SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (self.anchor,)
+            )
+
+    def _warn_blockers(self, cur: Any) -> None:
+        """Name the transactions the anchor slot's creation will wait for.
+
+        PostgreSQL creates a logical slot only once every transaction that holds
+        a transaction id anywhere on the server (any database, and prepared
+        ones) has ended: one long or forgotten transaction stalls the first
+        change stream of a shard with no error. Say which, so it can be ended.
+        """
+        cur.execute(
+            "SELECT pid::text, datname, state, (now() - xact_start)::text FROM pg_stat_activity"
+            " WHERE backend_xid IS NOT NULL AND pid <> pg_backend_pid()"
+            " UNION ALL SELECT 'prepared ' || gid, database, 'prepared',"
+            " (now() - prepared)::text FROM pg_prepared_xacts"
+        )
+        rows = cur.fetchall()
+        if rows:
+            log.warning(
+                "change capture on %s waits for %d transaction(s) open on the server to end "
+                "before its replication slot exists: %s",
+                self._safe,
+                len(rows),
+                "; ".join(f"{who} (database {db}, {state}, open {age})"
+                          for who, db, state, age in rows),
             )
 
     async def prepare(self) -> None:
@@ -357,12 +390,39 @@ class PostgresChangeLog(ThreadedChangeLog):
     async def oldest_position(self) -> str:
         return str(await self._sql(self._oldest))
 
-    async def purge(self, up_to: str) -> None:
-        await self._sql(
-            lambda cur: cur.execute(
-                "SELECT pg_replication_slot_advance(%s, %s::pg_lsn)", (self.anchor, up_to)
+    async def purge(self, up_to: str, *, through: float | None = None) -> None:
+        """Advance the anchor to ``up_to``; remember ``through`` (the newest purged time).
+
+        The time is kept in the publication's comment (the database holds one
+        anchor), so a restarted tablet still refuses starts the log lost.
+        """
+        stamp = time.time() if through is None else through
+
+        def q(cur: Any) -> None:
+            cur.execute("SELECT pg_replication_slot_advance(%s, %s::pg_lsn)", (self.anchor, up_to))
+            self._mark_purged(cur, stamp)
+
+        await self._sql(q)
+
+    def _mark_purged(self, cur: Any, stamp: float) -> None:
+        old = self._purged_ts(cur)
+        if old is None or stamp > old:
+            cur.execute(
+                f"COMMENT ON PUBLICATION \"{self.publication}\" IS '{_PURGED_MARK}{stamp!r}'"
             )
+
+    def _purged_ts(self, cur: Any) -> float | None:
+        cur.execute(
+            "SELECT obj_description(oid, 'pg_publication') FROM pg_publication WHERE pubname = %s",
+            (self.publication,),
         )
+        row = cur.fetchone()
+        text = str(row[0]) if row and row[0] else ""
+        return float(text[len(_PURGED_MARK):]) if text.startswith(_PURGED_MARK) else None
+
+    async def purged_through(self) -> float | None:
+        ts: float | None = await self._sql(self._purged_ts)
+        return ts
 
     async def drop(self) -> None:
         def q(cur: Any) -> None:

@@ -305,12 +305,17 @@ class SQLiteChangeLog(ChangeLog):
         db = self._conn()
         db.execute("BEGIN IMMEDIATE")
         try:
+            (newest,) = db.execute(
+                f"SELECT max(ts) FROM {CHANGE_TABLE} WHERE seq <= ?", (up_to,)
+            ).fetchone()
             db.execute(f"DELETE FROM {CHANGE_TABLE} WHERE seq <= ?", (up_to,))
-            db.execute(
-                f"INSERT INTO {META_TABLE} (k, v) VALUES ('purged', ?) "
-                "ON CONFLICT (k) DO UPDATE SET v = max(v, excluded.v)",
-                (up_to,),
-            )
+            for k, v in (("purged", up_to), ("purged_ts", newest)):
+                if v is not None:
+                    db.execute(
+                        f"INSERT INTO {META_TABLE} (k, v) VALUES (?, ?) "
+                        "ON CONFLICT (k) DO UPDATE SET v = max(v, excluded.v)",
+                        (k, v),
+                    )
             db.execute("COMMIT")
         except BaseException:
             db.execute("ROLLBACK")
@@ -345,8 +350,19 @@ class SQLiteChangeLog(ChangeLog):
         await self._run(self._ensure_sync)
         return str(await self._run(self._purged_sync))
 
-    async def purge(self, up_to: str) -> None:
+    async def purge(self, up_to: str, *, through: float | None = None) -> None:
+        # The exact newest commit time purged is taken from the rows themselves.
         await self._run(self._purge_sync, int(up_to))
+
+    def _purged_ts_sync(self) -> float | None:
+        row = self._conn().execute(
+            f"SELECT v FROM {META_TABLE} WHERE k = 'purged_ts'"
+        ).fetchone()
+        return float(row[0]) if row else None
+
+    async def purged_through(self) -> float | None:
+        await self._run(self._ensure_sync)
+        return await self._run(self._purged_ts_sync)
 
     async def drop(self) -> None:
         await self._run(self._drop_sync)

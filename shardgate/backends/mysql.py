@@ -56,6 +56,7 @@ from shardgate.backends._pool import (
     socket_looks_alive,
 )
 from shardgate.backends.base import LeaseHandle, check_xid
+from shardgate.backends.missing import missing
 from shardgate.backends.urls import DatabaseURL, parse_url
 from shardgate.errors import (
     Aborted,
@@ -98,7 +99,7 @@ def translate(exc: BaseException, safe_url: str) -> ShardgateError:
     if errno in _ALREADY_EXISTS:
         return AlreadyExists(f"duplicate in {where}")
     if errno in _NOT_FOUND:
-        return NotFound(f"not found in {where}")
+        return missing(text, safe_url)
     if errno in _ABORTED:
         return Aborted(f"transaction aborted by {where}; retry it")
     if errno in _UNAVAILABLE or (errno == 0 and isinstance(exc, pymysql.err.InterfaceError)):

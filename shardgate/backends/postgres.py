@@ -54,6 +54,7 @@ from shardgate.backends._pool import (
     socket_looks_alive,
 )
 from shardgate.backends.base import LeaseHandle, check_xid
+from shardgate.backends.missing import missing
 from shardgate.backends.urls import parse_url
 from shardgate.errors import (
     Aborted,
@@ -62,7 +63,6 @@ from shardgate.errors import (
     FailedPrecondition,
     Internal,
     InvalidArgument,
-    NotFound,
     ResourceExhausted,
     ShardgateError,
     Unavailable,
@@ -97,7 +97,7 @@ def translate(exc: psycopg.Error, safe_url: str) -> ShardgateError:
     if state in _ALREADY_EXISTS:
         return AlreadyExists(f"duplicate in {where}")
     if state in _NOT_FOUND:
-        return NotFound(f"not found in {where}")
+        return missing(text, safe_url)
     if state in _ABORTED:
         return Aborted(f"transaction aborted by {where}; retry it")
     if state == "42501" or state.startswith("28"):

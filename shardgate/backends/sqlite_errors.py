@@ -9,6 +9,7 @@ from __future__ import annotations
 import sqlite3
 
 from shardgate.backends._pool import WorkerStopped
+from shardgate.backends.missing import missing
 from shardgate.errors import (
     Aborted,
     AlreadyExists,
@@ -16,7 +17,6 @@ from shardgate.errors import (
     FailedPrecondition,
     Internal,
     InvalidArgument,
-    NotFound,
     ShardgateError,
     Unavailable,
 )
@@ -80,7 +80,7 @@ def translate(exc: BaseException, safe_url: str) -> ShardgateError:
         if primary == _SQLITE_ERROR:
             lowered = text.lower()
             if lowered.startswith("no such "):  # table, column, index, function...
-                return NotFound(f"not found in {where}")
+                return missing(text, safe_url)
             if "already exists" in lowered:
                 return AlreadyExists(f"already exists in {where}")
             return InvalidArgument(f"bad statement for {where}")

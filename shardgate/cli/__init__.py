@@ -8,7 +8,8 @@
 * :mod:`~shardgate.cli.queue` - ``queue ...``;
 * :mod:`~shardgate.cli.stream` - ``stream``;
 * :mod:`~shardgate.cli.spark` - ``spark dump|archive``;
-* :mod:`~shardgate.cli.inbox` - ``inbox ...``.
+* :mod:`~shardgate.cli.inbox` - ``inbox ...``;
+* :mod:`~shardgate.cli.doctor` - ``doctor``.
 """
 
 from shardgate.cli.app import build_parser, main

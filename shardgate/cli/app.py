@@ -28,7 +28,8 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from shardgate.cli import inbox, queue, serve, spark, sql, stream
+from shardgate.cli import doctor, inbox, queue, serve, spark, sql, stream
+from shardgate.cli.common import local_topology
 from shardgate.errors import ShardgateError
 
 # -- argument parsing ------------------------------------------------------------------------
@@ -48,6 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
     stream.add_parsers(commands)
     spark.add_parsers(commands)
     inbox.add_parsers(commands)
+    doctor.add_parsers(commands)
     return parser
 
 
@@ -79,6 +81,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return spark.run(args)
             case "inbox":
                 return inbox.run(args)
+            case "doctor":
+                local = local_topology(args) if args.cluster or args.data_dir else None
+                return doctor.run(args, local)
     except ShardgateError as exc:
         print(f"error {exc.code.value}: {exc.message}", file=sys.stderr)
         return 1

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import re
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
@@ -55,18 +54,33 @@ from shardgate.gate.stats import QueryStats, Stats
 from shardgate.keys import KeyRange, ShardMap
 from shardgate.planner.build import Plan, build_plan, normalize
 from shardgate.queues import router as queue_router
-from shardgate.queues.ddl import is_create_queue, parse_create_queue
+from shardgate.queues.ddl import create_queue_from
 from shardgate.queues.events import QueueBatch
 from shardgate.result import ExecuteOptions, Result, Row
+from shardgate.sql.classify import classify
 from shardgate.sql.dialect import strip_qualifiers
-from shardgate.sql.parse import parse
+from shardgate.sql.statements import (
+    AlterVSchema,
+    Begin,
+    Commit,
+    CreateQueueStatement,
+    GateStatement,
+    ReleaseSavepoint,
+    Rollback,
+    RollbackToSavepoint,
+    Savepoint,
+    SetTransactionMode,
+    ShowVitessKeyspaces,
+    ShowVitessShards,
+    ShowVitessTablets,
+    Use,
+    like_match,
+)
 from shardgate.streams.merge import StartPoint, StreamEvent, update_stream
 from shardgate.tablet import LocalTabletClient, Tablet, TabletClient
 from shardgate.topo.model import Topology
 from shardgate.vindexes import VCursor
 from shardgate.vschema import VSchema
-
-_CONTROL = {"begin", "commit", "rollback"}
 
 
 class Gate:
@@ -86,7 +100,7 @@ class Gate:
             for shard in ks.shards:
                 if (ks.name, shard.name) not in self.tablets:
                     raise NotFound(f"no tablet for shard {ks.name}/{shard.name}")
-        self.plans: PlanCache[Plan | str] = PlanCache(plan_cache_size)
+        self.plans: PlanCache[Plan | GateStatement] = PlanCache(plan_cache_size)
         self.stats = Stats()
         self.sequences = Sequences(self._allocate_sequence)
         queue_router.configure_local(self)
@@ -152,57 +166,62 @@ class Gate:
 
     # -- planning ---------------------------------------------------------------
 
-    def plan(self, sql: str, keyspace: str | None) -> Plan | str:
-        """The cached plan of ``sql`` (a string for session-control statements)."""
+    def plan(self, sql: str, keyspace: str | None) -> Plan | GateStatement:
+        """The cached plan of ``sql``, or the statement the gate answers itself.
+
+        The one path from text to plan: :func:`~shardgate.sql.classify.classify`,
+        then session control and gate statements (resolved against the
+        topology) or a routed :class:`Plan`.
+        """
         key = (sql, keyspace)
         found = self.plans.get(key)
         if found is not None:
             return found
-        if is_create_queue(sql):  # not SQL sqlglot knows; not cached (it changes the VSchema)
-            cq = parse_create_queue(sql)
-            ks = self.vschema.keyspace(cq.keyspace or keyspace or "").name
-            return Plan("DDL", sql, queue_router.CreateQueuePrimitive(cq, ks, self))
-        control = _savepoint_control(sql) or self._use_target(sql)
-        if control is not None:
-            self.plans.put(key, control)
-            return control
-        stmt = parse(sql)
-        planned: Plan | str
-        if isinstance(stmt, exp.Transaction):
-            planned = "begin"
-        elif isinstance(stmt, exp.Commit):
-            planned = "commit"
-        elif isinstance(stmt, exp.Rollback):
-            if stmt.args.get("savepoint"):
-                raise InvalidArgument("ROLLBACK TO SAVEPOINT is not supported yet")
-            planned = "rollback"
-        elif isinstance(stmt, exp.Use):
-            name = stmt.this.name if stmt.this is not None else ""
-            self.vschema.keyspace(name)
-            planned = "use:" + name
-        elif isinstance(stmt, exp.Set) and (mode := twopc.mode_from_set(stmt)) is not None:
-            planned = "transaction_mode:" + mode
-        elif keyspace is not None and ":" in keyspace:
-            planned = self._targeted(stmt, sql, keyspace)
-        else:
-            planned = build_plan(stmt, sql, self.vschema, keyspace)
+        stmt = classify(sql)
+        planned: Plan | GateStatement
+        match stmt:
+            case CreateQueueStatement():  # not cached: it changes the VSchema
+                cq = create_queue_from(stmt)
+                ks = self.vschema.keyspace(cq.keyspace or keyspace or "").name
+                return Plan("DDL", sql, queue_router.CreateQueuePrimitive(cq, ks, self))
+            case Use():
+                planned = self._resolve_use(stmt)
+            case SetTransactionMode(mode=mode):
+                planned = SetTransactionMode(twopc.check_mode(mode))
+            case AlterVSchema():
+                raise Unsupported(
+                    "ALTER VSCHEMA is not implemented yet (it comes with the topo store); "
+                    "change the keyspace's VSchema in the topology and reload it"
+                )
+            case ShowVitessTablets():
+                raise Unsupported(
+                    "SHOW VITESS_TABLETS is not implemented yet (it comes with the topo "
+                    "store); SHOW VITESS_SHARDS lists the shards, one primary tablet each"
+                )
+            case exp.Expression() if keyspace is not None and ":" in keyspace:
+                planned = self._targeted(stmt, sql, keyspace)
+            case exp.Expression():
+                planned = build_plan(stmt, sql, self.vschema, keyspace)
+            case _:
+                planned = stmt
         self.plans.put(key, planned)
         return planned
 
-    def _use_target(self, sql: str) -> str | None:
-        """``USE ks``, ``USE `ks:-80``` (a shard) or ``USE `ks[<hex ksid>]``` (its shard)."""
-        m = _USE_RE.match(sql)
-        if m is None or not (m.group(2) or m.group(3)):
-            return None
-        ks = self.topology.keyspace(m.group(1))
-        if m.group(2):
-            ks.shard(m.group(2))
-            return f"use:{ks.name}@{m.group(2)}"
-        try:
-            ksid = bytes.fromhex(m.group(3))
-        except ValueError:
-            raise InvalidArgument(f"bad keyspace id {m.group(3)!r}: give it in hex") from None
-        return f"use:{ks.name}@{ks.shard_map.find(ksid)}"
+    def _resolve_use(self, use: Use) -> Use:
+        """``USE`` with its target checked, and a keyspace id resolved to its shard."""
+        if use.tablet_type not in (None, "primary"):
+            raise Unsupported(
+                f"USE {use.keyspace}@{use.tablet_type}: shardgate serves each shard from its "
+                "primary only; there are no replica or rdonly tablets"
+            )
+        if use.shard is None and use.keyspace_id is None:
+            return Use(self.vschema.keyspace(use.keyspace).name)
+        ks = self.topology.keyspace(use.keyspace)
+        if use.shard is not None:
+            ks.shard(use.shard)
+            return Use(ks.name, shard=use.shard)
+        assert use.keyspace_id is not None
+        return Use(ks.name, shard=ks.shard_map.find(use.keyspace_id))
 
     def _targeted(self, stmt: exp.Expression, sql: str, key: str) -> Plan:
         """A statement sent as is to the shard the session targets (no routing)."""
@@ -222,7 +241,7 @@ class Gate:
         """Split a scatter SELECT into about ``n`` key-range parts covering it exactly once."""
         planned = self.plan(sql, keyspace if keyspace is not None else
                             self.topology.default_keyspace)
-        if isinstance(planned, str) or not isinstance(planned.instructions, Route):
+        if not isinstance(planned, Plan) or not isinstance(planned.instructions, Route):
             raise Unsupported(
                 "split_query takes a single-table SELECT without aggregates, ORDER BY or LIMIT"
             )
@@ -235,8 +254,8 @@ class Gate:
     def explain(self, sql: str, keyspace: str | None = None) -> dict[str, Any]:
         """The plan of ``sql`` as JSON-able data (Vitess planbuilder test shape)."""
         planned = self.plan(sql, keyspace)
-        if isinstance(planned, str):
-            return {"QueryType": planned.split(":")[0].upper(), "Original": sql}
+        if not isinstance(planned, Plan):
+            return {"QueryType": planned.query_type, "Original": sql}
         return planned.describe()
 
     # -- execution --------------------------------------------------------------
@@ -256,7 +275,7 @@ class Gate:
             )
         bv = bind_vars or {}
         planned = self.plan(sql, session.plan_key)  # errors here change nothing
-        if isinstance(planned, str):
+        if not isinstance(planned, Plan):
             return await self._control(session, planned)
         start, calls = time.perf_counter(), session.shard_calls
         try:
@@ -350,7 +369,7 @@ class Gate:
         bv = bind_vars or {}
         planned = self.plan(sql, session.keyspace)
         if (
-            isinstance(planned, str)
+            not isinstance(planned, Plan)
             or session.in_transaction
             or not isinstance(planned.instructions, Route)
         ):
@@ -390,49 +409,64 @@ class Gate:
         if txs:
             await asyncio.gather(*(self.tablets[k].execute(sql, [], tid) for k, tid in txs))
 
-    async def _savepoint_statement(self, session: Session, what: str) -> Result:
+    async def _savepoint_statement(
+        self, session: Session, stmt: Savepoint | RollbackToSavepoint | ReleaseSavepoint
+    ) -> Result:
         """User savepoints: sent to every shard in the transaction and replayed on joiners."""
-        verb, name = what.split(":", 1)
+        name = stmt.name
         if not session.in_transaction:
-            raise FailedPrecondition(f"{verb.upper()} {name} needs an open transaction (BEGIN)")
+            raise FailedPrecondition(
+                f"{_SAVEPOINT_VERBS[type(stmt)]} {name} needs an open transaction (BEGIN)"
+            )
         ident = f"sgu_{name}"
         txs = list(session.shard_txs.items())
-        if verb == "savepoint":
+        if isinstance(stmt, Savepoint):
             await self._broadcast(txs, f"SAVEPOINT {ident}")
             session.savepoints.append(name)
         else:
             if name not in session.savepoints:
                 raise NotFound(f"savepoint {name} does not exist in this transaction")
-            sql = ("ROLLBACK TO SAVEPOINT " if verb == "rollback_to" else "RELEASE SAVEPOINT ")
+            rollback_to = isinstance(stmt, RollbackToSavepoint)
+            sql = "ROLLBACK TO SAVEPOINT " if rollback_to else "RELEASE SAVEPOINT "
             await self._broadcast(txs, sql + ident)
-            keep = session.savepoints.index(name) + (1 if verb == "rollback_to" else 0)
+            keep = session.savepoints.index(name) + (1 if rollback_to else 0)
             session.savepoints = session.savepoints[:keep]
         return Result()
 
-    async def _control(self, session: Session, what: str) -> Result:
-        if what == "begin":
-            if session.in_transaction:
-                await self.commit(session)  # MySQL semantics: BEGIN commits the open one
-            session.in_transaction = True
-        elif what == "commit":
-            await self.commit(session)
-        elif what == "rollback":
-            await self.rollback(session)
-        elif what.startswith("use:"):
-            session.keyspace, _, target = what[4:].partition("@")
-            session.target = target or None
-        elif what.startswith("transaction_mode:"):
-            if session.shard_txs:
-                raise FailedPrecondition(
-                    "SET transaction_mode inside a transaction: commit or roll back first"
-                )
-            session.transaction_mode = what.split(":", 1)[1]
-        elif what.split(":", 1)[0] in ("savepoint", "rollback_to", "release"):
-            return await self._savepoint_statement(session, what)
+    async def _control(self, session: Session, stmt: GateStatement) -> Result:
+        """Run a statement the gate answers itself (session control, SHOW VITESS_*)."""
+        match stmt:
+            case Begin():
+                if session.in_transaction:
+                    await self.commit(session)  # MySQL semantics: BEGIN commits the open one
+                session.in_transaction = True
+            case Commit():
+                await self.commit(session)
+            case Rollback():
+                await self.rollback(session)
+            case Use(keyspace=keyspace, shard=shard):
+                session.keyspace, session.target = keyspace, shard
+            case SetTransactionMode(mode=mode):
+                if session.shard_txs:
+                    raise FailedPrecondition(
+                        "SET transaction_mode inside a transaction: commit or roll back first"
+                    )
+                session.transaction_mode = mode
+            case Savepoint() | RollbackToSavepoint() | ReleaseSavepoint():
+                return await self._savepoint_statement(session, stmt)
+            case ShowVitessShards(like=like):
+                shards = [f"{ks.name}/{shard.name}" for ks in self.topology.keyspaces.values()
+                          for shard in ks.shards]
+                return Result.of_rows(["Shards"], [(n,) for n in _like(shards, like)])
+            case ShowVitessKeyspaces(like=like):
+                names = sorted(self.topology.keyspaces)
+                return Result.of_rows(["Database"], [(n,) for n in _like(names, like)])
+            case _:
+                raise Internal(f"the gate cannot run {stmt.query_type} statements here")
         return Result()
 
     async def begin(self, session: Session) -> None:
-        await self._control(session, "begin")
+        await self._control(session, Begin())
 
     async def commit(self, session: Session) -> None:
         """Commit every shard of the session's transaction, in the order they joined."""
@@ -512,28 +546,15 @@ class Gate:
         return end - max(cache, count), end
 
 
-_USE_RE = re.compile(
-    r"^\s*use\s+`?([A-Za-z_][A-Za-z0-9_]*)(?::([0-9a-fA-F]*-[0-9a-fA-F]*|0)|\[([0-9a-fA-F]+)\])?`?"
-    r"\s*;?\s*$",
-    re.IGNORECASE,
-)
-
-_SAVEPOINT_RE = re.compile(
-    r"^\s*(savepoint|rollback\s+(?:work\s+)?to\s+(?:savepoint\s+)?|release\s+savepoint)"
-    r"\s*([A-Za-z_][A-Za-z0-9_]*)\s*;?\s*$",
-    re.IGNORECASE,
-)
+_SAVEPOINT_VERBS = {Savepoint: "SAVEPOINT", RollbackToSavepoint: "ROLLBACK TO",
+                   ReleaseSavepoint: "RELEASE SAVEPOINT"}
 
 
-def _savepoint_control(sql: str) -> str | None:
-    """``savepoint:x``, ``rollback_to:x`` or ``release:x`` for savepoint statements."""
-    m = _SAVEPOINT_RE.match(sql)
-    if m is None:
-        return None
-    verb = m.group(1).lower()
-    kind = "savepoint" if verb == "savepoint" else "release" if verb.startswith("release") \
-        else "rollback_to"
-    return f"{kind}:{m.group(2).lower()}"
+def _like(names: Sequence[str], pattern: str | None) -> list[str]:
+    """``names`` matching a MySQL LIKE ``pattern`` (``%``, ``_``; case-insensitive)."""
+    if pattern is None:
+        return list(names)
+    return [n for n in names if like_match(n, pattern)]
 
 
 def _writes(prim: object) -> bool:
@@ -682,8 +703,8 @@ class _LookupCursor:
         self, sql: str, bind_vars: Mapping[str, Any], *, autocommit: bool = False
     ) -> Result:
         planned = self.gate.plan(sql, self.session.keyspace)
-        if isinstance(planned, str):
-            raise InvalidArgument(f"lookup vindexes cannot run {planned.upper()}")
+        if not isinstance(planned, Plan):
+            raise InvalidArgument(f"lookup vindexes cannot run {planned.query_type}")
         if autocommit and not self._holds_sqlite(planned.instructions):
             return await self.gate.execute(Session(keyspace=self.session.keyspace), sql, bind_vars)
         # Inside the caller's statement: its transaction handling applies.

@@ -103,6 +103,7 @@ from shardgate.errors import (
     error_for_code,
 )
 from shardgate.gate.session import Session
+from shardgate.sql.classify import transaction_mode_of
 from shardgate.tablet import TabletClient
 
 log = logging.getLogger(__name__)
@@ -151,23 +152,8 @@ def check_mode(mode: str) -> str:
 
 def mode_from_set(stmt: exp.Set) -> str | None:
     """The mode of ``SET [SESSION] transaction_mode = 'm'``; None for any other SET."""
-    items = stmt.expressions
-    named = [
-        item
-        for item in items
-        if isinstance(item, exp.SetItem)
-        and isinstance(item.this, exp.EQ)
-        and isinstance(item.this.this, exp.Column | exp.SessionParameter)
-        and item.this.this.name.lower() == "transaction_mode"
-    ]
-    if not named:
-        return None
-    if len(items) != 1:
-        raise InvalidArgument("SET transaction_mode must be a statement of its own")
-    value = named[0].this.expression
-    if not isinstance(value, exp.Literal | exp.Var):
-        raise InvalidArgument("SET transaction_mode takes a string: 'best_effort' or 'twopc'")
-    return check_mode(value.name)
+    mode = transaction_mode_of(stmt)
+    return None if mode is None else check_mode(mode)
 
 
 # -- names -----------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """``CREATE QUEUE`` and the per-dialect DDL of a queue table.
 
-Gate syntax (sqlglot does not know it, so the gate recognises it before
-parsing)::
+Gate syntax (sqlglot does not know it: :func:`shardgate.sql.classify.classify`
+reads it into a :class:`~shardgate.sql.statements.CreateQueueStatement`)::
 
     CREATE QUEUE [IF NOT EXISTS] [keyspace.]name (user column definitions, ...)
         [SHARD BY column [USING vindex]] [WITH (option = value, ...)]
@@ -38,22 +38,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sqlglot import exp
-from sqlglot.errors import SqlglotError
 
 from shardgate.errors import InvalidArgument
 from shardgate.queues.events import MANDATORY_COLUMNS
 from shardgate.queues.options import QueueOptions
-
-_HEAD = re.compile(
-    r"^\s*create\s+queue\s+(?P<ine>if\s+not\s+exists\s+)?"
-    r"(?:(?P<ks>[A-Za-z_][\w]*)\s*\.\s*)?(?P<name>[A-Za-z_][\w]*)\s*\(",
-    re.IGNORECASE | re.DOTALL,
-)
-_SHARD_BY = re.compile(
-    r"^\s*shard\s+by\s+(?P<col>[A-Za-z_]\w*)(?:\s+using\s+(?P<vindex>[A-Za-z_]\w*))?",
-    re.IGNORECASE,
-)
-_WITH = re.compile(r"^\s*with\s*\((?P<opts>.*)\)\s*;?\s*$", re.IGNORECASE | re.DOTALL)
+from shardgate.sql.classify import create_queue_statement, head_words
+from shardgate.sql.statements import CreateQueueStatement
 
 _NOW_NS = {
     "sqlite": "(CAST((julianday('now') - 2440587.5) * 86400000000000.0 AS INTEGER))",
@@ -69,9 +59,8 @@ _RANDOM_ID = {
 
 
 def is_create_queue(sql: str) -> bool:
-    """Whether ``sql`` is a ``CREATE QUEUE`` statement (cheap prefix test)."""
-    head = sql.lstrip()[:40].lower()
-    return head.startswith("create") and re.match(r"create\s+queue\b", head) is not None
+    """Whether ``sql`` is a ``CREATE QUEUE`` statement (cheap: reads two words)."""
+    return head_words(sql, 2) == ("create", "queue")
 
 
 @dataclass
@@ -107,79 +96,30 @@ class CreateQueue:
                                if_not_exists=self.if_not_exists)
 
 
-def _close_paren(text: str, start: int) -> int:
-    depth = 0
-    quote: str | None = None
-    for i in range(start, len(text)):
-        c = text[i]
-        if quote:
-            if c == quote:
-                quote = None
-            continue
-        if c in "'\"`":
-            quote = c
-        elif c == "(":
-            depth += 1
-        elif c == ")":
-            depth -= 1
-            if depth == 0:
-                return i
-    raise InvalidArgument("CREATE QUEUE: unbalanced parentheses in the column list")
-
-
 def parse_create_queue(sql: str) -> CreateQueue:
     """Parse ``CREATE QUEUE``; raise ``InvalidArgument`` naming what is wrong."""
-    m = _HEAD.match(sql)
-    if m is None:
-        raise InvalidArgument(
-            "CREATE QUEUE syntax: CREATE QUEUE [IF NOT EXISTS] [keyspace.]name "
-            "(column type, ...) [SHARD BY column [USING vindex]] [WITH (option = value, ...)]"
-        )
-    open_at = m.end() - 1
-    close_at = _close_paren(sql, open_at)
-    body = sql[open_at + 1 : close_at]
-    try:
-        parsed: exp.Expression = exp.maybe_parse(f"CREATE TABLE t ({body})", dialect="mysql")
-    except SqlglotError as exc:
-        raise InvalidArgument(f"CREATE QUEUE: bad column list: {exc}") from exc
-    schema = parsed.this if isinstance(parsed, exp.Create) else None
-    if not isinstance(schema, exp.Schema):
-        raise InvalidArgument("CREATE QUEUE: expected a column list")
-    columns = [c for c in schema.expressions if isinstance(c, exp.ColumnDef)]
-    if len(columns) != len(schema.expressions):
-        raise InvalidArgument("CREATE QUEUE: only column definitions are allowed in the list")
+    return create_queue_from(create_queue_statement(sql))
+
+
+def create_queue_from(stmt: CreateQueueStatement) -> CreateQueue:
+    """The queue a classified ``CREATE QUEUE`` declares, its columns and options checked."""
+    columns = list(stmt.columns)
     for c in columns:
         if c.name.lower() in MANDATORY_COLUMNS:
             raise InvalidArgument(
                 f"CREATE QUEUE: column {c.name!r} is a mandatory queue column; "
                 f"user columns may not be named {list(MANDATORY_COLUMNS)}"
             )
-    cq = CreateQueue(name=m.group("name"), keyspace=m.group("ks"), columns=columns,
-                     if_not_exists=bool(m.group("ine")))
-    rest = sql[close_at + 1 :]
-    sm = _SHARD_BY.match(rest)
-    if sm:
-        cq.shard_column = sm.group("col").lower()
-        cq.vindex = sm.group("vindex") or "hash"
-        rest = rest[sm.end() :]
-        if cq.shard_column not in {c.name.lower() for c in columns}:
-            raise InvalidArgument(
-                f"CREATE QUEUE: SHARD BY column {cq.shard_column!r} is not in the column list"
-            )
-    if rest.strip().strip(";").strip():
-        wm = _WITH.match(rest)
-        if wm is None:
-            raise InvalidArgument(f"CREATE QUEUE: unexpected text {rest.strip()[:40]!r}")
-        for part in wm.group("opts").split(","):
-            if not part.strip():
-                continue
-            key, sep, value = part.partition("=")
-            if not sep:
-                raise InvalidArgument(f"CREATE QUEUE: option {part.strip()!r} is not key = value")
-            v = value.strip().strip("'\"")
-            cq.raw_options[key.strip().lower()] = _number(v)
-    cq.options = QueueOptions.from_mapping(cq.raw_options, path=f"queue {cq.name}")
     names = {c.name.lower() for c in columns}
+    if stmt.shard_column is not None and stmt.shard_column not in names:
+        raise InvalidArgument(
+            f"CREATE QUEUE: SHARD BY column {stmt.shard_column!r} is not in the column list"
+        )
+    cq = CreateQueue(name=stmt.name, keyspace=stmt.keyspace, columns=columns,
+                     if_not_exists=stmt.if_not_exists, shard_column=stmt.shard_column,
+                     vindex=stmt.vindex or "hash")
+    cq.raw_options = {key: _number(value) for key, value in stmt.options}
+    cq.options = QueueOptions.from_mapping(cq.raw_options, path=f"queue {cq.name}")
     if cq.segmented:
         _check_segmented(cq)
     for opt in ("ordering_key", "group_key"):

@@ -55,6 +55,7 @@ from pyspark.sql.types import StructType
 from shardgate.backends import bulk
 from shardgate.errors import InvalidArgument, Unsupported
 from shardgate.keys import KeyRange
+from shardgate.planner.build import Plan
 from shardgate.spark import types as sgtypes
 from shardgate.spark._worker import settle
 from shardgate.spark.ksids import KsidMapper, VindexSpec
@@ -100,7 +101,7 @@ def _plan_split(gate: Gate, sql: str, keyspace: str) -> Route:
     from shardgate.engine.primitives import Route
 
     planned = gate.plan(sql, keyspace)
-    if isinstance(planned, str) or not isinstance(planned.instructions, Route):
+    if not isinstance(planned, Plan) or not isinstance(planned.instructions, Route):
         raise Unsupported("the Spark reader takes a single-table SELECT")
     return planned.instructions
 

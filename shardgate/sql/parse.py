@@ -1,7 +1,10 @@
 """Parsing gate SQL.
 
 Gate SQL is MySQL-flavoured (as Vitess's), with ``:name`` bind variables.
-Parse errors become :class:`shardgate.errors.SyntaxError_` with the position.
+Parse errors become :class:`shardgate.errors.SyntaxError_` naming the line,
+the column and the offending token in the user's words (never sqlglot's
+class names): ``syntax error at line 1, column 29 near '*': incomplete
+expression``.
 """
 
 from __future__ import annotations
@@ -10,31 +13,33 @@ import re
 
 import sqlglot
 from sqlglot import exp
-from sqlglot.errors import ParseError, TokenError
+from sqlglot.errors import ParseError, SqlglotError, TokenError
 
 from shardgate.errors import InvalidArgument, SyntaxError_
 
 GATE_DIALECT = "mysql"
+
+# sqlglot's messages, rewritten for people (patterns over the error text, not SQL).
 _TOKEN = re.compile(r"<Token token_type: [^,]+, text: (.*?), line: \d+.*?>")
+_CLASS = re.compile(r"<class '(?:[\w.]+\.)?(\w+)'>")
+_MISSING = re.compile(r"^Required keyword: '\w+' missing for <class '(?:[\w.]+\.)?(\w+)'>")
+_UNCLOSED = re.compile(r"Missing (.) from (\d+):(\d+)")
+#: what a user calls the part sqlglot found incomplete (by expression class)
+_PARTS = {
+    "Where": "WHERE clause", "Having": "HAVING clause", "Group": "GROUP BY clause",
+    "Order": "ORDER BY clause", "Limit": "LIMIT clause", "Values": "VALUES list",
+    "Join": "join", "Table": "table name", "Select": "SELECT", "Insert": "INSERT",
+    "Update": "UPDATE", "Delete": "DELETE", "In": "IN list", "Between": "BETWEEN",
+    "Case": "CASE expression", "Anonymous": "function call",
+}
 
 
 def parse(sql: str) -> exp.Expression:
     """Parse exactly one statement of gate SQL."""
     try:
         statements = sqlglot.parse(sql, read=GATE_DIALECT)
-    except ParseError as exc:
-        first = exc.errors[0] if exc.errors else {}
-        where = ""
-        if first.get("line"):
-            where = f" at line {first['line']}, column {first.get('col')}"
-        near = first.get("highlight") or ""
-        detail = first.get("description") or str(exc).splitlines()[0]
-        detail = _TOKEN.sub(lambda m: repr(m.group(1)), detail)
-        raise SyntaxError_(
-            f"syntax error{where}{f' near {near!r}' if near else ''}: {detail}"
-        ) from exc
-    except TokenError as exc:
-        raise SyntaxError_(f"syntax error: {exc}") from exc
+    except SqlglotError as exc:
+        raise SyntaxError_(_located(sql, exc)) from exc
     statements = [s for s in statements if s is not None]
     if not statements:
         raise InvalidArgument("empty statement: send one SQL statement")
@@ -49,3 +54,63 @@ def parse(sql: str) -> exp.Expression:
         # sqlglot falls back to Command for statements it does not model.
         raise SyntaxError_(f"unsupported or malformed statement: {sql.strip()[:80]!r}")
     return stmt
+
+
+def describe_error(exc: SqlglotError) -> str:
+    """What is wrong, in the user's words, without the position."""
+    if isinstance(exc, ParseError) and exc.errors:
+        return _detail(exc.errors[0].get("description") or "")
+    if isinstance(exc, TokenError):
+        m = _UNCLOSED.search(_token_message(exc))
+        if m:
+            return _unclosed(m.group(1))
+        return "the statement could not be read (an unterminated comment or string?)"
+    return _detail(str(exc).splitlines()[0] if str(exc) else "")
+
+
+def _located(sql: str, exc: SqlglotError) -> str:
+    """``syntax error at line L, column C near 'token': detail``."""
+    detail = describe_error(exc)
+    if isinstance(exc, ParseError) and exc.errors and exc.errors[0].get("line"):
+        first = exc.errors[0]
+        near = str(first.get("highlight") or "")
+        end_col = int(first.get("col") or 1)
+        col = max(1, end_col - len(near) + 1) if "\n" not in near else end_col
+        near_text = f" near {near!r}" if near else ""
+        return f"syntax error at line {first['line']}, column {col}{near_text}: {detail}"
+    if isinstance(exc, TokenError):
+        m = _UNCLOSED.search(_token_message(exc))
+        if m:
+            offset = int(m.group(3))
+            line = sql.count("\n", 0, offset) + 1
+            col = offset - (sql.rfind("\n", 0, offset) + 1) + 1
+            return f"syntax error at line {line}, column {col} near {m.group(1)!r}: {detail}"
+    return f"syntax error: {detail}"
+
+
+def _token_message(exc: TokenError) -> str:
+    """The tokenizer's own message (sqlglot wraps it in "Error tokenizing ...")."""
+    cause = exc.__cause__ or exc.__context__
+    return f"{exc} {cause}" if isinstance(cause, TokenError) else str(exc)
+
+
+def _unclosed(quote: str) -> str:
+    if quote == "`":
+        return "unterminated quoted identifier"
+    return "unterminated string" if quote in "'\"" else f"missing {quote!r}"
+
+
+def _detail(description: str) -> str:
+    m = _MISSING.match(description)
+    if m:
+        return f"incomplete {_PARTS.get(m.group(1), 'expression')}"
+    if description.startswith("Invalid expression / Unexpected token"):
+        return "unexpected token"
+    if description.startswith("Expecting "):
+        return f"expected {description[len('Expecting '):]!r}"
+    text = _TOKEN.sub(
+        lambda t: "the end of the statement" if t.group(1) == "SENTINEL" else repr(t.group(1)),
+        description,
+    )
+    text = _CLASS.sub(lambda c: _PARTS.get(c.group(1), c.group(1).lower()), text)
+    return (text[:1].lower() + text[1:]) or "the statement could not be parsed"

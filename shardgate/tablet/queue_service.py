@@ -31,9 +31,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import re
+import time
 from collections.abc import AsyncIterator, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from shardgate.backends.base import Backend, LeaseHandle
 from shardgate.errors import InvalidArgument, NotFound, ShardgateError, Unavailable
@@ -50,6 +50,7 @@ from shardgate.queues.segmented.served import (
 from shardgate.queues.segmented.store import SegmentedStore, ShardProducer
 from shardgate.queues.table.manager import QueueManager, Writer
 from shardgate.queues.table.store import QueueStore
+from shardgate.sql.classify import write_target
 from shardgate.tablet.lease import ShardLease
 
 log = logging.getLogger(__name__)
@@ -57,11 +58,14 @@ log = logging.getLogger(__name__)
 #: A segmented queue ``q`` carries its comment marker on its catalog ``q_datasets``.
 SEGMENTED_CATALOG_SUFFIX = "_datasets"
 
-_WRITE = re.compile(
-    r"^\s*(insert|update|delete|replace)\s+(?:or\s+\w+\s+)?(?:ignore\s+)?(?:into\s+|from\s+)?"
-    r"[`\"]?(\w+)",
-    re.IGNORECASE,
-)
+
+
+class QueueWrite(NamedTuple):
+    """A statement writing a queue table: which, how, and when it started (ns)."""
+
+    queue: str
+    kind: str
+    since_ns: int
 
 
 class QueueService:
@@ -228,23 +232,31 @@ class QueueService:
 
     # -- the tablet's hooks ------------------------------------------------------------
 
-    def touched(self, sql: str) -> tuple[str, str] | None:
-        """``(queue, kind)`` if ``sql`` writes a queue table, else None."""
+    def touched(self, sql: str) -> QueueWrite | None:
+        """The queue write ``sql`` makes (stamped now, before it runs), else None."""
         if not self.options:
             return None
-        m = _WRITE.match(sql)
-        if m is None:
+        target = write_target(sql)
+        if target is None:
             return None
-        name = m.group(2).lower()
+        verb, table = target
+        name = table.lower()
         if name not in self.options or self.is_segmented(name):
             return None
-        return name, "insert" if m.group(1).lower() in ("insert", "replace") else "update"
+        kind = "insert" if verb in ("insert", "replace") else "update"
+        return QueueWrite(name, kind, time.time_ns())
 
-    def committed(self, touched: Sequence[tuple[str, str]]) -> None:
-        for name, kind in touched:
-            m = self.managers.get(name)
+    def committed(self, touched: Sequence[QueueWrite]) -> None:
+        """The transaction holding ``touched`` committed: wake their managers.
+
+        Each manager's next new-event scan reaches back to the earliest write's
+        stamp, so an event inserted early in a long transaction (its
+        ``time_scheduled`` is its insert time) is found at once on commit.
+        """
+        for w in touched:
+            m = self.managers.get(w.queue)
             if m is not None:
-                m.notify(kind)
+                m.notify(w.kind, since_ns=w.since_ns)
 
     # -- receivers and acks ------------------------------------------------------------
 

@@ -43,6 +43,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import contextlib
+import datetime
 import logging
 import math
 import time
@@ -138,8 +139,24 @@ class TabletStream:
         self.time_map.compact(now)
         if cut is None or not self.log.purged_by_tablet:
             return None
-        await self.log.purge(cut)
+        await self.log.purge(cut, through=now - self.retention_s)
         return cut
+
+    async def _refuse_purged(self, timestamp: float) -> None:
+        """``OUT_OF_RANGE`` if changes committed at or after ``timestamp`` may be purged.
+
+        (A start from the time map is checked by the log itself: a purged position
+        fails to read.) Without this, a start older than the retained log would
+        begin at the oldest change held and silently skip the purged ones.
+        """
+        purged = await self.log.purged_through()
+        if purged is not None and timestamp <= purged:
+            raise ShardgateError(
+                f"changes of {self.shard} committed up to {_iso(purged)} were purged from "
+                f"the log (retention {self.retention_s:g} s): a start at {_iso(timestamp)} "
+                "would miss them; start after that time, or from a saved position still held",
+                code=Code.OUT_OF_RANGE,
+            )
 
     async def _retention_loop(self) -> None:
         period = min(60.0, max(1.0, self.retention_s / 10))
@@ -236,6 +253,7 @@ class TabletStream:
             not_before = timestamp
             position = self.time_map.lookup(timestamp)
             if position is None:
+                await self._refuse_purged(timestamp)
                 position = await self.log.position_at(timestamp)
             if position is None:
                 position = await self.log.oldest_position()
@@ -336,3 +354,7 @@ class TabletStream:
                     await task
         self._task = self._retention_task = None
         await self.log.close()
+
+
+def _iso(ts: float) -> str:
+    return datetime.datetime.fromtimestamp(ts, datetime.UTC).isoformat(timespec="seconds")

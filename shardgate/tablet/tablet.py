@@ -25,7 +25,7 @@ from shardgate.backends.change_log import open_change_log
 from shardgate.errors import FailedPrecondition
 from shardgate.event_token import is_fresher
 from shardgate.result import ExecuteOptions, Result, Row
-from shardgate.tablet.queue_service import QueueService
+from shardgate.tablet.queue_service import QueueService, QueueWrite
 from shardgate.tablet.stream import TabletStream
 
 #: how long an ``include_event_token`` read waits for the log reader to catch up
@@ -47,7 +47,7 @@ class Tablet:
         #: the shard's queues (lease, managers, receivers)
         self.queues = QueueService(keyspace, shard, backend)
         #: queue tables each open transaction wrote, to wake their managers on commit
-        self._tx_queues: dict[int, list[tuple[str, str]]] = {}
+        self._tx_queues: dict[int, list[QueueWrite]] = {}
 
     @classmethod
     def open(cls, keyspace: str, shard: str, url: str, *, pool_size: int = 4) -> Tablet:

@@ -74,6 +74,15 @@ async def streams_cluster(
 
     c = await open_cluster(backend_kind, make_database)
     try:
+        # Capture is set up before the test's timed waits: a PostgreSQL slot is created
+        # only once every transaction open on the server has ended (the log names them).
+        for ks in c.topology.keyspaces.values():
+            for shard in ks.shards:
+                log = open_change_log(shard.url, f"{ks.name}/{shard.name}")
+                try:
+                    await log.prepare()
+                finally:
+                    await log.close()
         yield c
     finally:
         await c.gate.close()

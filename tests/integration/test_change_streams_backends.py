@@ -30,6 +30,7 @@ from shardgate.backends.changes import (
 from shardgate.errors import Code, ShardgateError
 from shardgate.event_token import position_key
 from shardgate.tablet import Tablet
+from tests.conftest import require_server
 
 SHARD = "ks/-"
 WRITERS = 4
@@ -272,6 +273,8 @@ async def test_start_from_timestamp_and_too_old(
         # Too old: after purging the log up to (at least) its end, starting before
         # that is refused, never silently moved forward; the new start still works.
         await stream.log.purge(end)
+        await tablet.execute(f"INSERT INTO t (id, v, n) VALUES ({ph}, 'spacer', 0)", [99])
+        await asyncio.sleep(1.1)  # MariaDB: the purge point is known to the second only
         for i in range(6, 8):
             await tablet.execute(f"INSERT INTO t (id, v, n) VALUES ({ph}, 'c', 0)", [i])
         end2 = await stream.log.current_position()
@@ -280,10 +283,31 @@ async def test_start_from_timestamp_and_too_old(
             with pytest.raises(ShardgateError) as err:
                 await _read_log(log, all_txs[1].token.position, end2)
             assert err.value.code is Code.OUT_OF_RANGE
-            rest = await _read_log(log, await log.oldest_position(), end2)
-            assert [int(t.changes[0].pk[0]) for t in rest if t.changes] == [6, 7]
+            rest = [t for t in await _read_log(log, await log.oldest_position(), end2)
+                    if t.changes]
+            assert [int(t.changes[0].pk[0]) for t in rest] == [99, 6, 7]
         finally:
             await log.close()
+
+        # A timestamp start older than the retained log is refused too (a fresh
+        # stream: no time map), never started at the oldest change still held;
+        # a start after the purge point still works.
+        fresh = TabletStream(open_change_log(stream.log.url, SHARD))
+        try:
+            with pytest.raises(ShardgateError) as err:
+                sub = fresh.subscribe(timestamp=cut, heartbeat_s=0.2)
+                await anext(sub)
+            assert err.value.code is Code.OUT_OF_RANGE
+            assert "purged" in str(err.value)
+            sub = fresh.subscribe(timestamp=rest[1].token.timestamp, heartbeat_s=0.2)
+            got = []
+            try:
+                await _collect_until(sub, end2, got)
+            finally:
+                await sub.aclose()  # type: ignore[attr-defined]
+            assert [int(t.changes[0].pk[0]) for t in got if t.changes] == [6, 7]
+        finally:
+            await fresh.close()
 
 
 async def test_retention_purges_old_changes(
@@ -418,3 +442,37 @@ async def _backend_write(url: str, sql: str) -> None:
         await backend.execute(sql, [])
     finally:
         await backend.close()
+
+
+@pytest.mark.postgres
+async def test_postgres_capture_names_the_transactions_it_waits_for(
+    make_database: Callable[..., str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A logical slot is created only after every transaction holding an xid on the
+    server ended (the cause of a stream that seemed to hang at its start): the
+    change log says which ones it waits for, and goes on once they end."""
+    import psycopg
+
+    require_server("postgres")
+    url = make_database("postgres", "blk")
+    other = make_database("postgres", "other")
+    holder = psycopg.connect(other)
+    holder.execute("CREATE TABLE held (x INT)")
+    holder.commit()
+    holder.execute("INSERT INTO held VALUES (1)")  # an open write transaction elsewhere
+    pid = holder.info.backend_pid
+    loop = asyncio.get_running_loop()
+    loop.call_later(1.0, holder.rollback)
+    log = open_change_log(url, SHARD)
+    began = time.monotonic()
+    try:
+        with caplog.at_level("WARNING", logger="shardgate.backends.changes_postgres"):
+            await log.prepare()
+    finally:
+        await log.drop()
+        await log.close()
+        holder.close()
+    waited = time.monotonic() - began
+    assert waited >= 0.8, "the slot did not wait for the open transaction"
+    text = " ".join(r.getMessage() for r in caplog.records)
+    assert "waits for 1 transaction(s)" in text and f"{pid} (database " in text

@@ -292,13 +292,13 @@ async def test_same_text_is_parsed_once(cluster: Cluster, monkeypatch: pytest.Mo
     import shardgate.gate.gate as gate_module
 
     calls: list[str] = []
-    real_parse = gate_module.parse
+    real_parse = gate_module.classify  # the gate's one entry from text to statement
 
     def counting_parse(sql: str) -> Any:
         calls.append(sql)
         return real_parse(sql)
 
-    monkeypatch.setattr(gate_module, "parse", counting_parse)
+    monkeypatch.setattr(gate_module, "classify", counting_parse)
     g = cluster.gate
     s = g.session()
     sql = "SELECT customer_id FROM customer WHERE customer_id = :id"
@@ -453,3 +453,41 @@ async def test_explain_stats_batch_and_targeting(cluster: Cluster) -> None:
     with pytest.raises(ShardgateError) as err:
         await g.execute(t, "USE `commerce:-77`")
     assert err.value.code is Code.NOT_FOUND
+
+
+async def test_gate_statements_are_typed_and_answered(cluster: Cluster) -> None:
+    g = cluster.gate
+    s = g.session()
+    r = await g.execute(s, "SHOW VITESS_SHARDS")
+    assert r.fields == ["Shards"]
+    assert r.rows == [("commerce/-40",), ("commerce/40-80",), ("commerce/80-c0",),
+                      ("commerce/c0-",), ("lookup/0",)]
+    r = await g.execute(s, "show vitess_shards like '%/_0-_%'")
+    assert r.rows == [("commerce/40-80",), ("commerce/80-c0",)]
+    r = await g.execute(s, "SHOW VITESS_KEYSPACES")
+    assert (r.fields, r.rows) == (["Database"], [("commerce",), ("lookup",)])
+    assert (await g.execute(s, "SHOW KEYSPACES LIKE 'LOOK%'")).rows == [("lookup",)]
+    for sql in ("SHOW VITESS_TABLETS", "ALTER VSCHEMA ADD TABLE t", "USE commerce@replica"):
+        with pytest.raises(ShardgateError) as err:
+            await g.execute(s, sql)
+        assert err.value.code is Code.UNIMPLEMENTED, sql
+
+    # USE: comments, the Vitess '/' separator and '@primary'; a bad target changes nothing.
+    await g.execute(s, "/* pin */ USE `commerce/80-c0@primary`")
+    assert (s.keyspace, s.target) == ("commerce", "80-c0")
+    with pytest.raises(ShardgateError) as err:
+        await g.execute(s, "USE commerce@-80")
+    assert err.value.code is Code.INVALID_ARGUMENT and "tablet type" in err.value.message
+    assert (s.keyspace, s.target) == ("commerce", "80-c0")
+    await g.execute(s, "use lookup;")
+    assert (s.keyspace, s.target) == ("lookup", None)
+    with pytest.raises(ShardgateError) as err:
+        await g.execute(s, "USE nosuch")
+    assert err.value.code is Code.NOT_FOUND
+
+    # EXPLAIN of statements the gate answers itself names their type.
+    assert g.explain("BEGIN") == {"QueryType": "BEGIN", "Original": "BEGIN"}
+    assert g.explain("SAVEPOINT a")["QueryType"] == "SAVEPOINT"
+    assert g.explain("ROLLBACK TO a")["QueryType"] == "ROLLBACK_TO"
+    assert g.explain("SET transaction_mode = 'twopc'")["QueryType"] == "TRANSACTION_MODE"
+    assert g.explain("USE `commerce:-40`")["QueryType"] == "USE"

@@ -13,9 +13,10 @@ import pytest
 from shardgate.gate import Gate
 from shardgate.keys import KeyRange
 from shardgate.queues.events import QueueEvent
-from shardgate.queues.table.manager import followup_id
+from shardgate.queues.table.manager import SCAN_SLACK_NS, followup_id
 from shardgate.tablet import LocalTabletClient, Tablet
 from shardgate.topo import Topology
+from tests.conftest import require_server
 
 VSCHEMA = {"sharded": True, "vindexes": {"hash": {"type": "hash"}}, "tables": {}}
 
@@ -313,5 +314,39 @@ async def test_comment_marker_detection_and_purge(backend_kind: str,
         while (await states(gate))["acked"]:
             assert time.monotonic() < deadline, "acked events were not purged"
             await asyncio.sleep(0.2)
+    finally:
+        await gate.close()
+
+
+@pytest.mark.parametrize("kind", [pytest.param("postgres", marks=pytest.mark.postgres),
+                                  pytest.param("mysql", marks=pytest.mark.mysql)])
+async def test_event_of_a_long_transaction_fires_at_its_commit(
+        kind: str, make_database: Callable[..., str]) -> None:
+    """An event inserted early in a transaction that commits seconds later fires at once.
+
+    Its ``time_scheduled`` is its insert time; meanwhile a short transaction on the
+    same shard commits an event that fires, moving the manager's watermark past
+    the long one's by more than the scan slack. The commit's wake-up must reach
+    back to the long transaction's writes (before: found only by the next full
+    scan, a whole window later).
+    """
+    require_server(kind)
+    gate = await open_gate(kind, make_database, shards=1)
+    try:
+        await create(gate, "ack_wait = 30, window = 60")
+        got: list[QueueEvent] = []
+        receiving = asyncio.create_task(receive(gate, 2, timeout=40, received=got))
+        long_tx = gate.session()
+        await gate.execute(long_tx, "begin")
+        await gate.execute(long_tx, "INSERT INTO jobs (user_id, body) VALUES (1, 'long')")
+        await asyncio.sleep(SCAN_SLACK_NS / 1e9 + 1.0)
+        await insert(gate, [(2, "short")], tx=False)
+        await wait_for_condition(lambda: len(got) == 1, 10)
+        await asyncio.sleep(0.5)  # the short event's scan moved the watermark
+        await gate.execute(long_tx, "commit")
+        committed = time.monotonic()
+        await receiving
+        assert [e.values[1] for e in got] == ["short", "long"]
+        assert time.monotonic() - committed < 2.0
     finally:
         await gate.close()

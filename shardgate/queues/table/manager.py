@@ -15,11 +15,13 @@ Parts
   or a wake-up. Only this task fires and scans, so scans and fires never race.
 * **Scans.** *New*: after the tablet committed a write to this table
   (:meth:`notify`, an in-process wake-up: no polling, no NOTIFY), one scan
-  reads ``to_be_fired`` events scheduled since the watermark (less a slack)
-  up to now + window, LIMIT the free room of the window; wake-ups that arrive
-  during a scan coalesce into one more scan. *Full*: once per window (and at
-  start, and when a scan filled the window, "pending mode", as soon as it
-  drains), new events up to now + window. *Collector*: every
+  reads ``to_be_fired`` events scheduled since the watermark (less a slack),
+  or since the start of the earliest write of the transactions committed since
+  the last scan if that is older (a long transaction's events carry their insert
+  time, not their commit time), up to now + window, LIMIT the free room of
+  the window; wake-ups that arrive during a scan coalesce into one more
+  scan. *Full*: once per window (and at start, and when a scan filled the
+  window, "pending mode", as soon as it drains), new events up to now + window. *Collector*: every
   ``collector_interval``, fired-but-unacked events whose retry time falls in
   the window; retries due beyond the window are left to it, so the fast path
   stays on fresh events.
@@ -154,6 +156,8 @@ class QueueManager:
         self._collect_at = 0
         self._pending_mode = False
         self._watermark = 0
+        #: earliest start of a committed transaction's writes not scanned for yet
+        self._rescan_from: int | None = None
         self._tokens = float(options.batch_size)
         self._tokens_at = time.monotonic()
         self._key_owner: dict[Any, int] = {}
@@ -216,10 +220,19 @@ class QueueManager:
 
     # -- inputs ------------------------------------------------------------------------
 
-    def notify(self, kind: str = "insert") -> None:
-        """The tablet committed a write to this table: look for new events soon."""
+    def notify(self, kind: str = "insert", since_ns: int | None = None) -> None:
+        """The tablet committed a write to this table: look for new events soon.
+
+        ``since_ns`` is when the committed transaction's first write to the table
+        started: the next new-event scan reaches back to it, however long ago the
+        transaction began (its events' ``time_scheduled`` are at least that).
+        """
         if kind == "insert":
             self._new_pending = True
+            if since_ns is not None:
+                self._rescan_from = (
+                    since_ns if self._rescan_from is None else min(self._rescan_from, since_ns)
+                )
         self._wake.set()
 
     def wake(self) -> None:
@@ -372,6 +385,9 @@ class QueueManager:
             self._pending_mode = True
             return
         since = 0 if full else max(0, self._watermark - SCAN_SLACK_NS)
+        rescan_from, self._rescan_from = self._rescan_from, None
+        if rescan_from is not None:
+            since = min(since, max(0, rescan_from - SCAN_SLACK_NS))
         conn = await self.reader.acquire()
         try:
             rows = await self.store.scan_new(conn, since, horizon, room)

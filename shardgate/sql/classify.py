@@ -1,0 +1,496 @@
+"""One entry from SQL text to a typed statement.
+
+:func:`classify` reads the first words of a statement (comments and case
+ignored) and takes the statements sqlglot does not model itself (``USE``
+targets, savepoints, ``CREATE QUEUE``, ``SHOW VITESS_*``, ``ALTER VSCHEMA``);
+everything else is parsed by sqlglot, and transaction control and
+``SET transaction_mode`` become the dataclasses of
+:mod:`shardgate.sql.statements`. Malformed statements raise coded
+``InvalidArgument`` / ``SyntaxError_`` errors naming the position.
+
+:func:`write_target` is the tablet's cheap look at a shard statement's head
+(which table an INSERT/UPDATE/DELETE writes), on the same reader.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from sqlglot import exp
+from sqlglot.errors import SqlglotError
+
+from shardgate.errors import InvalidArgument, SyntaxError_
+from shardgate.sql.parse import describe_error, parse
+from shardgate.sql.statements import (
+    AlterVSchema,
+    Begin,
+    Commit,
+    CreateQueueStatement,
+    ReleaseSavepoint,
+    Rollback,
+    RollbackToSavepoint,
+    Savepoint,
+    SetTransactionMode,
+    ShowVitessKeyspaces,
+    ShowVitessShards,
+    ShowVitessTablets,
+    Statement,
+    Use,
+)
+
+#: Vitess tablet types a ``USE ks@type`` may name (shardgate serves primaries only).
+TABLET_TYPES = {"primary": "primary", "master": "primary", "replica": "replica",
+                "rdonly": "rdonly"}
+
+_USE_FORMS = "USE ks, USE `ks:-80` or USE `ks[<hex keyspace id>]`"
+_CREATE_QUEUE_FORM = (
+    "CREATE QUEUE syntax: CREATE QUEUE [IF NOT EXISTS] [keyspace.]name "
+    "(column type, ...) [SHARD BY column [USING vindex]] [WITH (option = value, ...)]"
+)
+
+
+class _Head:
+    """A reader over the head of a statement: words, identifiers, strings.
+
+    Whitespace and comments (``/* */``, ``-- ``, ``#``) between tokens are skipped.
+    """
+
+    __slots__ = ("pos", "sql")
+
+    def __init__(self, sql: str) -> None:
+        self.sql = sql
+        self.pos = 0
+
+    def skip(self) -> None:
+        s, n = self.sql, len(self.sql)
+        while self.pos < n:
+            c = s[self.pos]
+            if c.isspace():
+                self.pos += 1
+            elif s.startswith("/*", self.pos):
+                end = s.find("*/", self.pos + 2)
+                if end < 0:
+                    raise self.error("unterminated comment")
+                self.pos = end + 2
+            elif c == "#" or (s.startswith("--", self.pos)
+                              and (self.pos + 2 == n or s[self.pos + 2].isspace())):
+                end = s.find("\n", self.pos)
+                self.pos = n if end < 0 else end + 1
+            else:
+                return
+
+    def at_end(self) -> bool:
+        self.skip()
+        return self.pos >= len(self.sql)
+
+    def char(self) -> str:
+        """The next character after whitespace and comments ('' at the end)."""
+        self.skip()
+        return self.sql[self.pos : self.pos + 1]
+
+    def word(self) -> str | None:
+        """The next bare word (letters, digits, ``_``, ``$``) lower-cased, or None."""
+        self.skip()
+        start = self.pos
+        s = self.sql
+        while self.pos < len(s) and (s[self.pos].isalnum() or s[self.pos] in "_$"):
+            self.pos += 1
+        return s[start : self.pos].lower() or None
+
+    def accept(self, word: str) -> bool:
+        """Consume ``word`` if it comes next."""
+        start = self.pos
+        if self.word() == word:
+            return True
+        self.pos = start
+        return False
+
+    def expect(self, word: str, usage: str) -> None:
+        if not self.accept(word):
+            raise self.error(f"expected {word.upper()}; {usage}")
+
+    def quoted(self) -> str:
+        """The quoted text starting here (``'``, ``"`` or backtick; doubling escapes)."""
+        quote, start = self.sql[self.pos], self.pos
+        out: list[str] = []
+        i = self.pos + 1
+        while i < len(self.sql):
+            c = self.sql[i]
+            if c == "\\" and quote != "`" and i + 1 < len(self.sql):
+                out.append(self.sql[i + 1])
+                i += 2
+            elif c == quote:
+                if self.sql[i + 1 : i + 2] == quote:
+                    out.append(quote)
+                    i += 2
+                else:
+                    self.pos = i + 1
+                    return "".join(out)
+            else:
+                out.append(c)
+                i += 1
+        self.pos = start
+        kind = "quoted identifier" if quote == "`" else "string"
+        raise self.error(f"unterminated {kind}")
+
+    def ident(self, quotes: str = "`") -> str | None:
+        """The next identifier as written (bare, or quoted with one of ``quotes``)."""
+        if self.char() and self.char() in quotes:
+            return self.quoted()
+        start = self.pos
+        found = self.word()
+        return self.sql[start:self.pos].strip() if found else None
+
+    def rest(self) -> str:
+        """What is left of the statement, without a final ``;``."""
+        self.skip()
+        text = self.sql[self.pos :].rstrip()
+        return text[:-1].rstrip() if text.endswith(";") else text
+
+    def end(self, what: str = "statement") -> None:
+        """Require the end of the statement (a final ``;`` allowed)."""
+        if self.char() == ";":
+            self.pos += 1
+        if not self.at_end():
+            raise self.error(f"unexpected text after the {what}")
+
+    def error(self, detail: str, at: int | None = None) -> SyntaxError_:
+        pos = self.pos if at is None else at
+        line = self.sql.count("\n", 0, pos) + 1
+        col = pos - (self.sql.rfind("\n", 0, pos) + 1) + 1
+        near = self.sql[pos : pos + 20].split("\n", 1)[0].strip()
+        near_text = f" near {near!r}" if near else " at the end of the statement"
+        return SyntaxError_(f"syntax error at line {line}, column {col}{near_text}: {detail}")
+
+
+def classify(sql: str) -> Statement:
+    """``sql`` as a typed statement: a sqlglot expression or a :mod:`statements` dataclass."""
+    head = _Head(sql)
+    reader = _OWN.get(head.word() or "")
+    if reader is not None:
+        own = reader(head)
+        if own is not None:
+            return own
+    return _standard(parse(sql))
+
+
+def head_words(sql: str, n: int) -> tuple[str, ...]:
+    """The first ``n`` bare words of ``sql``, lower-cased (fewer if something else comes)."""
+    head, words = _Head(sql), list[str]()
+    try:
+        while len(words) < n and (word := head.word()) is not None:
+            words.append(word)
+    except SyntaxError_:
+        pass
+    return tuple(words)
+
+
+def create_queue_statement(sql: str) -> CreateQueueStatement:
+    """``sql`` read as ``CREATE QUEUE``; InvalidArgument if it is not one or is malformed."""
+    stmt = classify(sql)
+    if not isinstance(stmt, CreateQueueStatement):
+        raise InvalidArgument(_CREATE_QUEUE_FORM)
+    return stmt
+
+
+def write_target(sql: str) -> tuple[str, str] | None:
+    """``(verb, table)`` of an INSERT/REPLACE/UPDATE/DELETE statement, else None.
+
+    ``verb`` is lower-cased; ``table`` is the first table named, as written.
+    Only the statement's head is read, so this is cheap on large statements.
+    """
+    head = _Head(sql)
+    try:
+        verb = head.word()
+        if verb not in ("insert", "replace", "update", "delete"):
+            return None
+        if head.accept("or"):  # SQLite's INSERT OR IGNORE / OR REPLACE
+            head.word()
+        head.accept("ignore")
+        if not head.accept("into"):
+            head.accept("from")
+        table = head.ident(quotes="`\"")
+    except SyntaxError_:
+        return None
+    return (verb, table) if table else None
+
+
+def transaction_mode_of(stmt: exp.Set) -> str | None:
+    """The mode of ``SET [SESSION] transaction_mode = 'm'`` as written; None for any other SET."""
+    items = stmt.expressions
+    named = [
+        item
+        for item in items
+        if isinstance(item, exp.SetItem)
+        and isinstance(item.this, exp.EQ)
+        and isinstance(item.this.this, exp.Column | exp.SessionParameter)
+        and item.this.this.name.lower() == "transaction_mode"
+    ]
+    if not named:
+        return None
+    if len(items) != 1:
+        raise InvalidArgument("SET transaction_mode must be a statement of its own")
+    value = named[0].this.expression
+    if not isinstance(value, exp.Literal | exp.Var):
+        raise InvalidArgument("SET transaction_mode takes a string: 'best_effort' or 'twopc'")
+    return str(value.name)
+
+
+def _standard(stmt: exp.Expression) -> Statement:
+    """Transaction control and ``SET transaction_mode`` as dataclasses; other SQL as is."""
+    if isinstance(stmt, exp.Transaction):
+        return Begin()
+    if isinstance(stmt, exp.Commit):
+        return Commit()
+    if isinstance(stmt, exp.Rollback):
+        savepoint = stmt.args.get("savepoint")
+        if savepoint is not None:
+            return RollbackToSavepoint(_savepoint_name(savepoint.name))
+        return Rollback()
+    if isinstance(stmt, exp.Set) and (mode := transaction_mode_of(stmt)) is not None:
+        return SetTransactionMode(mode)
+    return stmt
+
+
+# -- USE ----------------------------------------------------------------------------------------
+
+
+def _use(head: _Head) -> Use:
+    if head.at_end() or head.char() == ";":
+        raise head.error(f"USE needs a keyspace: {_USE_FORMS}")
+    at = head.pos
+    if head.char() == "`":
+        target = head.quoted()
+    else:  # unquoted: up to the next space, comment or ';'
+        end = at
+        while end < len(head.sql) and not head.sql[end].isspace() and head.sql[end] != ";" \
+                and not head.sql.startswith("/*", end):
+            end += 1
+        target, head.pos = head.sql[at:end], end
+    head.end("USE target")
+    return _use_target(target, head, at)
+
+
+def _use_target(target: str, head: _Head, at: int) -> Use:
+    """``ks``, ``ks:shard``, ``ks/shard`` or ``ks[<hex>]``, each with an optional ``@type``."""
+    body, sep, tablet = target.partition("@")
+    tablet_type: str | None = None
+    if sep:
+        tablet_type = TABLET_TYPES.get(tablet.strip().lower())
+        if tablet_type is None:
+            raise head.error(
+                f"'@{tablet}' is not a tablet type: '@' names one (primary, replica, "
+                f"rdonly), a shard is named with ':' as in USE `ks:-80`", at)
+    keyspace_id: bytes | None = None
+    shard: str | None = None
+    if body.endswith("]") and "[" in body:
+        ks, _, inner = body[:-1].partition("[")
+        if "-" in inner:
+            raise head.error(
+                f"USE {ks}[{inner}]: key range targets are not supported; "
+                f"name the shard (USE `{ks}:{inner}`) or a keyspace id in hex", at)
+        try:
+            keyspace_id = bytes.fromhex(inner)
+        except ValueError:
+            raise InvalidArgument(f"bad keyspace id {inner!r}: give it in hex") from None
+        if not keyspace_id:
+            raise InvalidArgument("empty keyspace id in USE ks[]: give it in hex")
+    else:
+        ks, sep, shard_name = _split_shard(body)
+        if sep:
+            if not shard_name or not all(c.isalnum() or c in "-_" for c in shard_name):
+                raise head.error(f"bad shard name {shard_name!r}; {_USE_FORMS}", at)
+            shard = shard_name
+    if not _is_name(ks):
+        raise head.error(f"bad keyspace name {ks!r}; {_USE_FORMS}", at)
+    return Use(ks, shard=shard, keyspace_id=keyspace_id, tablet_type=tablet_type)
+
+
+def _split_shard(body: str) -> tuple[str, str, str]:
+    for sep in (":", "/"):
+        if sep in body:
+            return body.partition(sep)
+    return body, "", ""
+
+
+def _is_name(text: str) -> bool:
+    return bool(text) and (text[0].isalpha() or text[0] == "_") and all(
+        c.isalnum() or c == "_" for c in text)
+
+
+# -- savepoints ---------------------------------------------------------------------------------
+
+
+def _savepoint_name(name: str) -> str:
+    """Savepoint names are spliced into shard SQL: plain identifiers only, lower-cased."""
+    if not _is_name(name) or not name.isascii():
+        raise InvalidArgument(
+            f"bad savepoint name {name!r}: use letters, digits and '_' (not starting with a digit)")
+    return name.lower()
+
+
+def _named(head: _Head, verb: str) -> str:
+    at = head.pos
+    name = head.ident()
+    if name is None:
+        raise head.error(f"{verb} needs a savepoint name")
+    head.end(f"{verb} statement")
+    try:
+        return _savepoint_name(name)
+    except InvalidArgument as exc:
+        raise head.error(exc.message, at) from None
+
+
+def _savepoint(head: _Head) -> Savepoint:
+    return Savepoint(_named(head, "SAVEPOINT"))
+
+
+def _release(head: _Head) -> ReleaseSavepoint | None:
+    if not head.accept("savepoint"):
+        return None
+    return ReleaseSavepoint(_named(head, "RELEASE SAVEPOINT"))
+
+
+def _rollback(head: _Head) -> RollbackToSavepoint | None:
+    head.accept("work")
+    if not head.accept("to"):
+        return None  # ROLLBACK [WORK]: sqlglot's
+    head.accept("savepoint")
+    return RollbackToSavepoint(_named(head, "ROLLBACK TO"))
+
+
+# -- SHOW VITESS_*, ALTER VSCHEMA ----------------------------------------------------------------
+
+_SHOWS: dict[str, type[ShowVitessShards | ShowVitessKeyspaces | ShowVitessTablets]] = {
+    "vitess_shards": ShowVitessShards,
+    "vitess_keyspaces": ShowVitessKeyspaces,
+    "keyspaces": ShowVitessKeyspaces,
+    "vitess_tablets": ShowVitessTablets,
+}
+
+
+def _show(head: _Head) -> ShowVitessShards | ShowVitessKeyspaces | ShowVitessTablets | None:
+    kind = _SHOWS.get(head.word() or "")
+    if kind is None:
+        return None
+    like: str | None = None
+    if head.accept("like"):
+        if head.char() not in ("'", '"'):
+            raise head.error("LIKE takes a quoted pattern")
+        like = head.quoted()
+    head.end("SHOW statement")
+    return kind(like)
+
+
+def _alter(head: _Head) -> AlterVSchema | None:
+    if not head.accept("vschema"):
+        return None
+    return AlterVSchema(head.rest())
+
+
+# -- CREATE QUEUE -------------------------------------------------------------------------------
+
+
+def _create_queue(head: _Head) -> CreateQueueStatement | None:
+    if not head.accept("queue"):
+        return None
+    ine = head.accept("if")
+    if ine:
+        head.expect("not", _CREATE_QUEUE_FORM)
+        head.expect("exists", _CREATE_QUEUE_FORM)
+    first = head.ident()
+    if first is None:
+        raise InvalidArgument(_CREATE_QUEUE_FORM)
+    keyspace, name = None, first
+    if head.char() == ".":
+        head.pos += 1
+        keyspace, second = first, head.ident()
+        if second is None:
+            raise InvalidArgument(_CREATE_QUEUE_FORM)
+        name = second
+    if head.char() != "(":
+        raise InvalidArgument(_CREATE_QUEUE_FORM)
+    columns = _column_defs(_parenthesized(head, "column list"))
+    shard_column = vindex = None
+    if head.accept("shard"):
+        head.expect("by", _CREATE_QUEUE_FORM)
+        col = head.ident()
+        if col is None:
+            raise head.error(f"SHARD BY needs a column; {_CREATE_QUEUE_FORM}")
+        shard_column = col.lower()
+        if head.accept("using"):
+            vindex = head.ident()
+            if vindex is None:
+                raise head.error("USING needs a vindex name")
+    options: tuple[tuple[str, str], ...] = ()
+    if head.accept("with"):
+        if head.char() != "(":
+            raise head.error("WITH takes (option = value, ...)")
+        options = _options(_parenthesized(head, "WITH options"))
+    if head.char() == ";":
+        head.pos += 1
+    if not head.at_end():
+        raise InvalidArgument(f"CREATE QUEUE: unexpected text {head.rest()[:40]!r}")
+    return CreateQueueStatement(name=name, keyspace=keyspace, columns=columns,
+                                if_not_exists=ine, shard_column=shard_column, vindex=vindex,
+                                options=options)
+
+
+def _parenthesized(head: _Head, what: str) -> str:
+    """The text inside the parentheses opening here; the reader moves past them."""
+    depth = 0
+    quote: str | None = None
+    text = head.sql
+    for i in range(head.pos, len(text)):
+        c = text[i]
+        if quote:
+            if c == quote:
+                quote = None
+        elif c in "'\"`":
+            quote = c
+        elif c == "(":
+            depth += 1
+        elif c == ")":
+            depth -= 1
+            if depth == 0:
+                body = text[head.pos + 1 : i]
+                head.pos = i + 1
+                return body
+    raise InvalidArgument(f"CREATE QUEUE: unbalanced parentheses in the {what}")
+
+
+def _column_defs(body: str) -> tuple[exp.ColumnDef, ...]:
+    try:
+        parsed: exp.Expression = exp.maybe_parse(f"CREATE TABLE t ({body})", dialect="mysql")
+    except SqlglotError as exc:
+        raise SyntaxError_(f"CREATE QUEUE: bad column list: {describe_error(exc)}") from exc
+    schema = parsed.this if isinstance(parsed, exp.Create) else None
+    if not isinstance(schema, exp.Schema):
+        raise InvalidArgument("CREATE QUEUE: expected a column list")
+    columns = tuple(c for c in schema.expressions if isinstance(c, exp.ColumnDef))
+    if len(columns) != len(schema.expressions):
+        raise InvalidArgument("CREATE QUEUE: only column definitions are allowed in the list")
+    return columns
+
+
+def _options(body: str) -> tuple[tuple[str, str], ...]:
+    out: list[tuple[str, str]] = []
+    for part in body.split(","):
+        if not part.strip():
+            continue
+        key, sep, value = part.partition("=")
+        if not sep:
+            raise InvalidArgument(f"CREATE QUEUE: option {part.strip()!r} is not key = value")
+        out.append((key.strip().lower(), value.strip().strip("'\"")))
+    return tuple(out)
+
+
+_OWN: dict[str, Callable[[_Head], Statement | None]] = {
+    "use": _use,
+    "savepoint": _savepoint,
+    "release": _release,
+    "rollback": _rollback,
+    "show": _show,
+    "alter": _alter,
+    "create": _create_queue,
+}

@@ -1,0 +1,172 @@
+"""shardgate's and Vitess's own statements, as small frozen dataclasses.
+
+:func:`shardgate.sql.classify.classify` turns SQL text into either a sqlglot
+expression (standard SQL the planner routes) or one of these. They are
+syntax only: whether a keyspace or shard exists is the gate's business.
+
+``query_type`` is what ``EXPLAIN`` reports for a statement the gate answers
+itself (Vitess's ``QueryType``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from sqlglot import exp
+
+
+@dataclass(frozen=True, slots=True)
+class Begin:
+    """``BEGIN`` / ``START TRANSACTION``."""
+
+    query_type: ClassVar[str] = "BEGIN"
+
+
+@dataclass(frozen=True, slots=True)
+class Commit:
+    """``COMMIT``."""
+
+    query_type: ClassVar[str] = "COMMIT"
+
+
+@dataclass(frozen=True, slots=True)
+class Rollback:
+    """``ROLLBACK`` (of the whole transaction)."""
+
+    query_type: ClassVar[str] = "ROLLBACK"
+
+
+@dataclass(frozen=True, slots=True)
+class Savepoint:
+    """``SAVEPOINT name`` (``name`` lower-cased: savepoint names ignore case)."""
+
+    name: str
+    query_type: ClassVar[str] = "SAVEPOINT"
+
+
+@dataclass(frozen=True, slots=True)
+class RollbackToSavepoint:
+    """``ROLLBACK [WORK] TO [SAVEPOINT] name``."""
+
+    name: str
+    query_type: ClassVar[str] = "ROLLBACK_TO"
+
+
+@dataclass(frozen=True, slots=True)
+class ReleaseSavepoint:
+    """``RELEASE SAVEPOINT name``."""
+
+    name: str
+    query_type: ClassVar[str] = "RELEASE"
+
+
+@dataclass(frozen=True, slots=True)
+class Use:
+    """``USE ks``, ``USE `ks:-80``` / ``ks/-80`` (a shard), ``USE `ks[<hex>]```.
+
+    ``keyspace_id`` is the keyspace id of the bracket form (the gate resolves
+    it to the shard owning it); ``tablet_type`` is Vitess's ``@primary`` suffix.
+    """
+
+    keyspace: str
+    shard: str | None = None
+    keyspace_id: bytes | None = None
+    tablet_type: str | None = None
+    query_type: ClassVar[str] = "USE"
+
+
+@dataclass(frozen=True, slots=True)
+class SetTransactionMode:
+    """``SET [SESSION] transaction_mode = 'twopc'`` (the mode as written)."""
+
+    mode: str
+    query_type: ClassVar[str] = "TRANSACTION_MODE"
+
+
+@dataclass(frozen=True, slots=True)
+class ShowVitessShards:
+    """``SHOW VITESS_SHARDS [LIKE 'pattern']``: one ``ks/shard`` row per shard."""
+
+    like: str | None = None
+    query_type: ClassVar[str] = "SHOW"
+
+
+@dataclass(frozen=True, slots=True)
+class ShowVitessKeyspaces:
+    """``SHOW VITESS_KEYSPACES [LIKE 'pattern']`` (also ``SHOW KEYSPACES``)."""
+
+    like: str | None = None
+    query_type: ClassVar[str] = "SHOW"
+
+
+@dataclass(frozen=True, slots=True)
+class ShowVitessTablets:
+    """``SHOW VITESS_TABLETS [LIKE 'pattern']`` (classified; not answered yet)."""
+
+    like: str | None = None
+    query_type: ClassVar[str] = "SHOW"
+
+
+@dataclass(frozen=True, slots=True)
+class AlterVSchema:
+    """``ALTER VSCHEMA ...``; ``text`` is what follows ``ALTER VSCHEMA``."""
+
+    text: str
+    query_type: ClassVar[str] = "DDL"
+
+
+@dataclass(frozen=True, slots=True)
+class CreateQueueStatement:
+    """``CREATE QUEUE`` as written (see :mod:`shardgate.queues.ddl` for its meaning).
+
+    ``options`` are the ``WITH (key = value, ...)`` pairs in order, keys
+    lower-cased and values unquoted but otherwise as written.
+    """
+
+    name: str
+    keyspace: str | None
+    columns: tuple[exp.ColumnDef, ...]
+    if_not_exists: bool = False
+    shard_column: str | None = None
+    vindex: str | None = None
+    options: tuple[tuple[str, str], ...] = ()
+    query_type: ClassVar[str] = "DDL"
+
+
+#: Statements that change the session or the transaction, answered by the gate.
+SessionControl = (
+    Begin | Commit | Rollback | Savepoint | RollbackToSavepoint | ReleaseSavepoint | Use
+    | SetTransactionMode
+)
+
+#: Statements the gate answers from its topology, or refuses until their feature comes.
+GateStatement = (
+    SessionControl | ShowVitessShards | ShowVitessKeyspaces | ShowVitessTablets | AlterVSchema
+)
+
+#: What :func:`shardgate.sql.classify.classify` returns.
+Statement = exp.Expression | GateStatement | CreateQueueStatement
+
+
+def like_match(text: str, pattern: str) -> bool:
+    """Whether ``text`` matches the SQL LIKE ``pattern`` (``%``, ``_``, ``\\`` escapes;
+    case-insensitive, as MySQL's default collation)."""
+    parts: list[str | None] = []  # None is '%', '' is '_', else one literal character
+    chars = iter(pattern.lower())
+    for c in chars:
+        if c == "\\":
+            parts.append(next(chars, "\\"))
+        else:
+            parts.append(None if c == "%" else "" if c == "_" else c)
+    text = text.lower()
+    # reach[i]: the pattern parts seen so far can match text[:i]
+    reach = [True] + [False] * len(text)
+    for part in parts:
+        if part is None:
+            for i in range(1, len(text) + 1):
+                reach[i] = reach[i] or reach[i - 1]
+        else:
+            reach = [False] + [reach[i] and (part == "" or text[i] == part)
+                               for i in range(len(text))]
+    return reach[len(text)]
