@@ -7,9 +7,11 @@ the code under test.
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 import pytest
+import xxhash
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -24,6 +26,7 @@ from shardgate.vindexes import (
     known_types,
     register,
 )
+from shardgate.vindexes.cfc import CFC, like_prefix, prefix_range
 from shardgate.vindexes.hash import Hash
 from shardgate.vindexes.multicol import MultiCol
 
@@ -280,6 +283,8 @@ def test_prefix_range_all_ff() -> None:
         ("binary", 0, True, True),
         ("binary_md5", 1, True, False),
         ("unicode_loose_md5", 1, True, False),
+        ("unicode_loose_xxhash", 1, True, False),
+        ("cfc", 1, True, False),
         ("reverse_bits", 1, True, True),
         ("null", 0, True, False),
     ],
@@ -321,6 +326,13 @@ def test_known_types() -> None:
         "lookup_unique",
         "consistent_lookup",
         "consistent_lookup_unique",
+        "unicode_loose_xxhash",
+        "lookup_hash",
+        "lookup_hash_unique",
+        "lookup_unicodeloosemd5_hash",
+        "lookup_unicodeloosemd5_hash_unique",
+        "region_json",
+        "cfc",
     }
 
 
@@ -382,3 +394,156 @@ def test_hash_blocks_single_des_agrees_with_reference() -> None:
     buf = bytearray(plain)
     h.hash_inplace(buf)
     assert bytes(buf) == expected
+
+
+# -- unicode_loose_xxhash: go/vt/vtgate/vindexes/unicodeloosexxhash_test.go
+#    (vitessio/vitess@0c8f043adacc75328c39952f8ab8edd2fa00a01a). Only NULL's keyspace id
+#    is Vitess's (its collation key is empty); the others are checked as equalities, since
+#    our key is normalized text, not CLDR 23 primary weights (see shardgate/vindexes/unicode.py).
+
+
+def test_unicode_loose_xxhash_vitess_null_vector_and_equalities() -> None:
+    u = single("unicode_loose_xxhash")
+    assert (u.cost, u.unique, u.needs_cursor) == (1, True, False)
+    assert u.map([None]) == [[b"\x99\xe9\xd8Q7\xdb\x46\xef"]]  # Vitess: sqltypes.NULL
+    same = u.map(["Test", "TEst", "Te\u0301st", "Tést", "Test "])
+    assert all(m == same[0] for m in same) and len(same[0][0]) == 8
+    for other in ["Bést", " Test", "Test\t", "TéstLooong", "T"]:
+        assert u.map([other]) != [same[0]], other
+    assert u.verify(["Test", "TEst", "different"], [same[0][0]] * 3) == [True, True, False]
+    assert u.map([b"\xff\xfe"]) == [[]]
+    with pytest.raises(InvalidArgument, match="hello"):
+        create_vindex("unicode_loose_xxhash", "u", {"hello": "world"})
+
+
+def test_unicode_loose_md5_vitess_null_vector() -> None:
+    # Vitess maps NULL to md5("") (the collation key of "" is empty).
+    assert single("unicode_loose_md5").map([None]) == [
+        [bytes.fromhex("d41d8cd98f00b204e9800998ecf8427e")]
+    ]
+
+
+# -- cfc: go/vt/vtgate/vindexes/cfc_test.go
+#    (vitessio/vitess@0c8f043adacc75328c39952f8ab8edd2fa00a01a)
+
+
+def _md5cut(part: bytes) -> bytes:
+    # cfc.go md5hash: the MD5 digest cut to the component's length (at most 16 bytes)
+    return hashlib.md5(part).digest()[: len(part)]
+
+
+def test_cfc_create_params() -> None:
+    for params in [{}, {"offsets": "[1,2]"}]:
+        v = create_vindex("cfc", "cfc", params)
+        assert (v.cost, v.unique, v.needs_cursor) == (1, True, False)
+    assert create_vindex("cfc", "cfc", {"hash": "md5", "offsets": "[3, 7]"}).offsets == [3, 7]
+    for bad, match in [
+        ({"hash": "md5"}, "offsets are required"),
+        ({"hash": "md5", "offsets": "10,12"}, "invalid offsets 10,12"),
+        ({"hash": "md5", "offsets": "xxx"}, "invalid offsets xxx"),
+        ({"hash": "md5", "offsets": "[]"}, r"invalid offsets \[\]"),
+        ({"hash": "md5", "offsets": "[10,3]"}, r"invalid offsets \[10,3\]"),
+        ({"hash": "md5", "offsets": "[-1,3]"}, r"invalid offsets \[-1,3\]"),
+        ({"hash": "md5", "offsets": "[4,4,6]"}, r"invalid offsets \[4,4,6\]"),
+        ({"hash": "sha1", "offsets": "[1]"}, "invalid hash 'sha1'"),
+        ({"hash": "md5", "offsets": "[3, 7]", "hello": "world"}, "hello"),
+    ]:
+        with pytest.raises(InvalidArgument, match=match):
+            create_vindex("cfc", "cfc", bad)
+
+
+def test_cfc_compute_ksid_vectors() -> None:
+    plain = create_vindex("cfc", "cfc", {})
+    assert isinstance(plain, CFC)
+    ident = bytes([3, 6, 20, 7, 60, 1])
+    assert plain.compute_ksid(ident, prefix=True) == ident
+    cfc = create_vindex("cfc", "cfc", {"hash": "md5", "offsets": "[3,5]"})
+    assert isinstance(cfc, CFC)
+    h = _md5cut
+    assert cfc.compute_ksid(bytes([3, 4, 5])) is None  # "insufficient size ... need 5, got 3"
+    assert cfc.compute_ksid(bytes([3, 4, 5]), prefix=True) == h(bytes([3, 4, 5]))
+    assert cfc.compute_ksid(bytes([3, 4, 5, 1]), prefix=True) == h(bytes([3, 4, 5]))
+    assert cfc.compute_ksid(bytes([3, 4]), prefix=True) == b""
+    key = bytes([12, 234, 2, 7, 1, 6])
+    assert cfc.compute_ksid(key) == h(key[:3]) + h(key[3:5]) + h(key[5:])
+    long_tail = bytes(range(1, 19))
+    key = bytes([5, 21, 124, 75, 5]) + long_tail
+    assert cfc.compute_ksid(key, prefix=True) == h(key[:3]) + h(key[3:5]) + h(long_tail)[:16]
+    xx = create_vindex("cfc", "cfc", {"hash": "xxhash64", "offsets": "[3,5]"})
+    assert isinstance(xx, CFC)
+    six = bytes([1, 2, 3, 4, 5, 6])
+    # cfc.go xxhash64: the 8-byte little-endian xxHash64 cut to the component's length
+    def xcut(part: bytes) -> bytes:
+        return xxhash.xxh64_intdigest(part).to_bytes(8, "little")[: len(part)]
+
+    key = bytes([5, 21, 124, 75, 5]) + six
+    assert xx.compute_ksid(key) == xcut(key[:3]) + xcut(key[3:5]) + xcut(six)
+    # TestCFCMap: "abc" cannot be mapped, "12345567" maps and verifies
+    assert cfc.map(["abc"]) == [[]]
+    [[ksid]] = cfc.map(["12345567"])
+    assert cfc.verify(["12345567", "foobar"], [ksid, ksid]) == [True, False]
+    # TestCFCVerifyNoHash
+    ident = bytes([3, 10, 7, 200])
+    assert plain.verify([ident, b"foobar"], [ident, ident]) == [True, False]
+
+
+def test_cfc_like_prefix_and_key_range() -> None:
+    for pattern, prefix in [
+        ("ab%", "ab"), ("abc", "abc"), ("a%%", "a"), ("%ab", ""), ("\\%a%", "%a"),
+        ("\\%%", "%"), ("\\%", "%"), ("\\\\%a", "\\"), ("a\\\\%a", "a\\"), ("\\\\\\%", "\\%"),
+        ("\\\\\\%a%", "\\%a"), ("\\_\\\\\\%a_", "_\\%a"), ("_%a%", ""), ("\\i\\j\\k", "ijk"),
+        ("\\0\\'\\\"\\b\\n\\r\\t\\Z\\\\", "\x00'\"\b\n\r\t\x1a\\"),
+        ("\\\\0\\\\'\\\\\"\\\\b\\\\n\\\\r\\\\t\\\\Z", "\\0\\'\\\"\\b\\n\\r\\t\\Z"), ("\\", "\\"),
+    ]:
+        assert like_prefix(pattern.encode()) == prefix.encode(), pattern
+    assert prefix_range(bytes([3, 123, 255])) == KeyRange(bytes([3, 123, 255]), bytes([3, 124, 0]))
+    assert prefix_range(bytes([3, 123, 255, 6, 7])) == KeyRange(
+        bytes([3, 123, 255, 6, 7]), bytes([3, 123, 255, 6, 8])
+    )
+    assert prefix_range(b"\xff\xff\xff") == KeyRange(b"\xff\xff\xff", b"")
+    assert prefix_range(b"").is_full
+    cfc = create_vindex("cfc", "cfc", {"hash": "md5", "offsets": "[3,5]"})
+    assert isinstance(cfc, CFC)
+    h = _md5cut
+    assert cfc.prefix_key_range("abcdef") == prefix_range(h(b"abc") + h(b"de") + h(b"f"))
+    assert cfc.prefix_key_range("abcd") == prefix_range(h(b"abc"))
+    assert cfc.prefix_key_range("ab") is not None and cfc.prefix_key_range("ab").is_full  # type: ignore[union-attr]
+    plain = create_vindex("cfc", "cfc", {})
+    assert isinstance(plain, CFC)
+    assert plain.prefix_key_range(bytes([3, 123, 255]) + b"%") == KeyRange(
+        bytes([3, 123, 255]), bytes([3, 124, 0])
+    )
+
+
+# -- region_json: go/vt/vtgate/vindexes/region_json.go, vectors of region_experimental_test.go
+#    (vitessio/vitess@0c8f043adacc75328c39952f8ab8edd2fa00a01a), the region taken from the map.
+
+
+def test_region_json(tmp_path: Any) -> None:
+    path = tmp_path / "regions.json"
+    path.write_text('{"US": 1, "CA": 255, "UK": 256, "FR": 65536}')
+    one = create_vindex("region_json", "r", {"region_map": str(path), "region_bytes": "1"})
+    assert isinstance(one, MultiColumn)
+    assert (one.cost, one.unique, one.needs_cursor) == (1, True, False)
+    k1 = b"\x16k@\xb4J\xbaK\xd6"  # hash(1)
+    assert one.map_multi([[1, "US"], [1, "CA"], [1, "UK"], [1], ["abcd", "US"], [1, "ZZ"]]) == [
+        [b"\x01" + k1], [b"\xff" + k1], [b"\x00" + k1], [], [], []
+    ]
+    two = create_vindex("region_json", "r", {"region_map": str(path), "region_bytes": "2"})
+    assert isinstance(two, MultiColumn)
+    assert two.map_multi([[1, "US"], [1, "CA"], [1, "UK"], [1, "FR"]]) == [
+        [b"\x00\x01" + k1], [b"\x00\xff" + k1], [b"\x01\x00" + k1], [b"\x00\x00" + k1]
+    ]
+    for bad, match in [
+        ({"region_map": str(path), "region_bytes": "3"}, "region_bytes must be 1 or 2"),
+        ({"region_map": str(path), "region_bytes": "0"}, "region_bytes must be 1 or 2"),
+        ({"region_bytes": "1"}, "region_map"),
+        ({"region_map": str(tmp_path / "nope.json"), "region_bytes": "1"}, "cannot read"),
+        ({"region_map": str(path), "region_bytes": "1", "hello": "x"}, "hello"),
+    ]:
+        with pytest.raises(InvalidArgument, match=match):
+            create_vindex("region_json", "r", bad)
+    bad_map = tmp_path / "bad.json"
+    bad_map.write_text('{"US": "one"}')
+    with pytest.raises(InvalidArgument, match="unsigned integer"):
+        create_vindex("region_json", "r", {"region_map": str(bad_map), "region_bytes": "1"})
