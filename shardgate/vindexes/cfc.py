@@ -27,6 +27,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable, Mapping
+from itertools import pairwise
 from typing import Any
 
 import xxhash
@@ -117,7 +118,7 @@ class CFC(Hashing):
             and offsets
             and all(isinstance(o, int) and not isinstance(o, bool) for o in offsets)
             and offsets[0] > 0
-            and all(b > a for a, b in zip(offsets, offsets[1:], strict=False))
+            and all(b > a for a, b in pairwise(offsets))
         )
         if not good:
             raise InvalidArgument(
