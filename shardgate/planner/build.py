@@ -38,7 +38,7 @@ from shardgate.planner.join import (
     table_refs,
     wrap_pulled,
 )
-from shardgate.planner.routing import RouteChoice, choose, extract_keyrange
+from shardgate.planner.routing import RouteChoice, choose, extract_keyrange, pinned_choice
 from shardgate.planner.select import (
     RouteTarget,
     find_selected,
@@ -196,7 +196,9 @@ def _keyrange_select(
             "(rows are filtered by keyspace id after the shards answer)"
         )
     primary = table.primary
-    assert primary is not None
+    if primary is None:
+        raise Unsupported(f"keyrange(...) on {table.qualified}, which has no primary vindex "
+                          "(a pinned table), is not supported")
     tree = strip_qualifiers(stmt)
     assert isinstance(tree, exp.Select)
     tree = tree.copy()
@@ -410,6 +412,14 @@ def _plan_insert(stmt: exp.Insert, vschema: VSchema, default_ks: str | None) -> 
             )
         return Route(Opcode.UNSHARDED, ks.name, False, ShardQuery(tree), table=table.name,
                      write=True)
+    pinned = pinned_choice(table)
+    if pinned is not None:
+        if table.auto_increment is not None or table.column_vindexes:
+            raise Unsupported(
+                f"INSERT into pinned table {table.qualified} with column vindexes or an "
+                "auto_increment sequence is not supported"
+            )
+        return _route(pinned, ks.name, tree, table.name, write=True)
     if not isinstance(source, exp.Values):
         raise Unsupported(f"INSERT ... SELECT into sharded table {table.name} is not supported")
     if stmt.args.get("conflict") is not None:
@@ -417,6 +427,8 @@ def _plan_insert(stmt: exp.Insert, vschema: VSchema, default_ks: str | None) -> 
             f"INSERT ... ON DUPLICATE KEY UPDATE into sharded table {table.name} "
             "is not supported yet"
         )
+    if columns_given is None and table.authoritative_columns is not None:
+        columns_given = list(table.authoritative_columns)
     if columns_given is None:
         raise InvalidArgument(
             f"INSERT into {table.qualified} must list its columns: "
