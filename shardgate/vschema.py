@@ -47,8 +47,10 @@ spellings of one field is refused. As in Vitess (``go/vt/vtgate/vindexes/vschema
   global (unqualified) name space: they are found qualified, through the
   default keyspace, or through a routing rule;
 * routing rules (:func:`parse_routing_rules`): ``{"rules": [{"from_table":
-  "t" or "ks.t", "to_tables": ["ks2.t2"]}]}`` make a table name resolve to
-  another table; an empty ``to_tables`` disables the name (Vitess's
+  "t" or "ks.t", "to_tables": ["ks2.t2"]}]}`` make a table name of a SQL
+  statement resolve to another table (the planner rewrites the statement,
+  :mod:`shardgate.planner.rules`; :meth:`VSchema.find_table` itself does not
+  apply them); an empty ``to_tables`` disables the name (Vitess's
   "table ... has been disabled"), more than one target is refused, as are
   tablet-type rules (``ks@replica.t``: shardgate has no tablet types).
 
@@ -227,18 +229,9 @@ class VSchema:
         ``keyspace`` is the qualifier written in the SQL (or None). Unqualified
         names look in the default keyspace first, then globally; a name found
         in several keyspaces must be qualified. Tables of an unsharded keyspace
-        need not be listed in its VSchema. A routing rule for ``keyspace.name``
-        (the written or else the default keyspace), or for an unqualified
-        ``name``, wins over all of this.
+        need not be listed in its VSchema. Routing rules are not applied here:
+        the planner rewrites table names with :meth:`routing_target` first.
         """
-        rule = self._routing_rule(name, keyspace, default_keyspace)
-        if rule is not None:
-            if rule.target is None:
-                raise FailedPrecondition(
-                    f"table {name!r} has been disabled by routing rule {rule.from_table!r}"
-                )
-            target_ks, target_table = rule.target
-            return _table_in(self.keyspace(target_ks), target_table)
         if keyspace is not None:
             ks = self.keyspace(keyspace)
             return _table_in(ks, name)
@@ -273,20 +266,30 @@ class VSchema:
             + ": add it to the keyspace's vschema or qualify it as keyspace.table"
         )
 
-    def _routing_rule(
+    def routing_target(
         self, name: str, keyspace: str | None, default_keyspace: str | None
-    ) -> RoutingRule | None:
+    ) -> tuple[str, str] | None:
+        """Where a routing rule sends the table reference ``[keyspace.]name``, if one does.
+
+        As Vitess's ``FindRoutedTable``: the rule for ``keyspace.name`` applies,
+        ``keyspace`` being the written one, else the default one; only with
+        neither does the rule for the bare ``name`` apply (so, as in Vitess, a
+        rule meant for every session is written for ``t`` and ``ks.t``). One
+        rule applies, once (no chains). A rule with no target raises
+        :class:`FailedPrecondition` ("table ... has been disabled").
+        """
         if not self.routing_rules:
             return None
         qualifier = keyspace if keyspace is not None else default_keyspace
-        keys = [f"{qualifier}.{name}"] if qualifier else []
-        if keyspace is None:
-            keys.append(name)
-        for key in keys:
-            rule = self.routing_rules.get(key) or self.routing_rules.get(key.lower())
-            if rule is not None:
-                return rule
-        return None
+        key = f"{qualifier}.{name}" if qualifier else name
+        rule = self.routing_rules.get(key) or self.routing_rules.get(key.lower())
+        if rule is None:
+            return None
+        if rule.target is None:
+            raise FailedPrecondition(
+                f"table {name!r} has been disabled by routing rule {rule.from_table!r}"
+            )
+        return rule.target
 
     def to_json(self) -> dict[str, dict[str, Any]]:
         return {name: ks.source for name, ks in self.keyspaces.items()}

@@ -39,6 +39,7 @@ from shardgate.planner.join import (
     wrap_pulled,
 )
 from shardgate.planner.routing import RouteChoice, choose, extract_keyrange, pinned_choice
+from shardgate.planner.rules import apply_routing_rules
 from shardgate.planner.select import (
     RouteTarget,
     find_selected,
@@ -85,7 +86,8 @@ def build_plan(
             "send SELECT, INSERT, UPDATE, DELETE or DDL"
         )
     kind, fn = builder
-    return Plan(kind, sql, fn(stmt, vschema, default_keyspace), normalize(stmt))
+    routed = apply_routing_rules(stmt, vschema, default_keyspace)
+    return Plan(kind, sql, fn(routed, vschema, default_keyspace), normalize(stmt))
 
 
 def normalize(stmt: exp.Expr) -> str:

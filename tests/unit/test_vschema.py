@@ -212,18 +212,22 @@ def _routed(rules: dict[str, Any]) -> VSchema:
     )
 
 
-def test_routing_rules_rewrite_table_names() -> None:
+def test_routing_rules_name_a_target() -> None:
     vs = _routed({"rules": [
         {"from_table": "user", "to_tables": ["main.user"]},
         {"fromTable": "user.old", "toTables": ["user.user"]},
         {"from_table": "gone", "to_tables": []},
     ]})
-    assert vs.find_table("user", None, None).qualified == "main.user"
-    assert vs.find_table("old", "user", None).qualified == "user.user"
-    assert vs.find_table("old", None, "user").qualified == "user.user"  # default keyspace
-    assert vs.find_table("user", "user", None).qualified == "user.user"  # no rule for user.user
+    # The bare name's rule applies only with neither a qualifier nor a default keyspace
+    assert vs.routing_target("user", None, None) == ("main", "user")
+    assert vs.routing_target("user", None, "user") is None
+    assert vs.routing_target("old", "user", None) == ("user", "user")
+    assert vs.routing_target("old", None, "user") == ("user", "user")  # default keyspace
+    assert vs.routing_target("old", None, None) is None
+    assert vs.routing_target("user", "user", None) is None  # no rule for user.user
+    assert vs.find_table("old", "user", None).qualified == "user.old"  # find_table: no rules
     with pytest.raises(ShardgateError) as err:
-        vs.find_table("gone", None, None)
+        vs.routing_target("gone", None, None)
     assert err.value.code is Code.FAILED_PRECONDITION and "disabled" in err.value.message
 
 
@@ -266,4 +270,4 @@ def test_topology_carries_routing_rules() -> None:
     }
     topo = Topology.from_dict(doc)
     assert topo.to_dict()["routing_rules"] == doc["routing_rules"]
-    assert topo.build_vschema().find_table("user", None, None).keyspace == "main"
+    assert topo.build_vschema().routing_target("user", None, None) == ("main", "user")
