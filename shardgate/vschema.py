@@ -393,6 +393,7 @@ def _build_keyspace(name: str, source: Mapping[str, Any]) -> Keyspace:
     sharded = bool(_expect(doc.get("sharded", False), bool, f"{name}.sharded", "true or false"))
     explicit = _expect(doc.get("require_explicit_routing", False), bool,
                        f"{name}.require_explicit_routing", "true or false")
+    _check_foreign_key_mode(doc.get("foreign_key_mode", "unspecified"), name)
     ks = Keyspace(name=name, sharded=sharded, source=dict(source),
                   require_explicit_routing=explicit)
 
@@ -521,6 +522,23 @@ def _build_table(
     return table
 
 
+#: Vitess's ``ForeignKeyMode`` names and numbers; ``managed`` (3) is refused
+_FK_MODES = {"unspecified": 0, "disallow": 1, "unmanaged": 2, "managed": 3}
+#: the fields of Vitess's ``vschema.Column`` (only ``name`` and ``type`` are used)
+_COLUMN_FIELDS = ("name", "type", "invisible", "default", "collation_name", "collationName",
+                  "size", "scale", "nullable", "values")
+
+
+def _check_foreign_key_mode(mode: Any, keyspace: str) -> None:
+    path = f"{keyspace}.foreign_key_mode"
+    if isinstance(mode, bool) or mode not in (*_FK_MODES, *_FK_MODES.values()):
+        raise VSchemaError(path, f"must be one of {list(_FK_MODES)}, got {mode!r}")
+    if mode in ("managed", _FK_MODES["managed"]):
+        raise VSchemaError(path, "foreign_key_mode 'managed' (foreign keys whose cascades "
+                           "the gate carries out) is not supported; use 'unmanaged' to let "
+                           "each shard's database enforce them, or 'disallow'")
+
+
 def _table_extras(table: Table, spec: Mapping[str, Any], path: str) -> None:
     """``pinned``, ``columns`` and ``column_list_authoritative`` of a table."""
     if "pinned" in spec:
@@ -536,6 +554,7 @@ def _table_extras(table: Table, spec: Mapping[str, Any], path: str) -> None:
     for i, col in enumerate(cols):
         cpath = f"{path}.columns[{i}]"
         _expect(col, dict, cpath, "an object with 'name' (and 'type')")
+        _check_keys(col, _COLUMN_FIELDS, cpath)
         cname = _expect(col.get("name"), str, f"{cpath}.name", "a column name")
         ctype = _expect(col.get("type", ""), str, f"{cpath}.type", "a type name")
         if not cname or cname.lower() in seen:

@@ -271,3 +271,17 @@ def test_topology_carries_routing_rules() -> None:
     topo = Topology.from_dict(doc)
     assert topo.to_dict()["routing_rules"] == doc["routing_rules"]
     assert topo.build_vschema().routing_target("user", None, None) == ("main", "user")
+
+
+def test_foreign_key_mode_and_column_fields() -> None:
+    for mode in ("unspecified", "disallow", "unmanaged", 2):
+        VSchema.from_json({"ks": {"sharded": False, "foreignKeyMode": mode}})
+    err = bad({"ks": {"sharded": False, "foreign_key_mode": "managed"}})
+    assert err.path == "ks.foreign_key_mode" and "not supported" in err.message
+    err = bad({"ks": {"sharded": False, "foreign_key_mode": "sometimes"}})
+    assert "must be one of" in err.message
+    base: dict[str, Any] = {"column_vindexes": [{"column": "id", "name": "hash"}]}
+    VSchema.from_json({"ks": ks(t={**base, "columns": [
+        {"name": "a", "type": "VARCHAR", "collation_name": "utf8mb4_bin", "nullable": True}]})})
+    err = bad({"ks": ks(t={**base, "columns": [{"name": "a", "bogus": 1}]})})
+    assert err.path == "ks.tables.t.columns[0]" and "unknown field" in err.message
