@@ -421,6 +421,11 @@ def _plan_insert(stmt: exp.Insert, vschema: VSchema, default_ks: str | None) -> 
                 f"INSERT into pinned table {table.qualified} with column vindexes or an "
                 "auto_increment sequence is not supported"
             )
+        if not isinstance(source, exp.Values) or source.find(exp.Query) is not None:
+            raise Unsupported(
+                f"INSERT into pinned table {table.qualified} takes a VALUES list without "
+                "subqueries (a SELECT would read the pinned shard only)"
+            )
         return _route(pinned, ks.name, tree, table.name, write=True)
     if not isinstance(source, exp.Values):
         raise Unsupported(f"INSERT ... SELECT into sharded table {table.name} is not supported")

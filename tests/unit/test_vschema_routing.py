@@ -73,6 +73,15 @@ async def test_pinned_writes_go_to_the_shard_of_the_pin() -> None:
     assert vc.log == ["ExecuteShard user/80-c0: UPDATE pin_test SET a = 5 WHERE b = 2 []"]
     vc = await run("delete from low_pin where a = 1")
     assert vc.log == ["ExecuteShard user/-40: DELETE FROM low_pin WHERE a = 1 []"]
+    vc = await run("insert into pin_test (a) values (1) on duplicate key update a = 2")
+    assert vc.log == ["ExecuteShard user/80-c0: INSERT INTO pin_test (a) VALUES (1) "
+                      "ON DUPLICATE KEY UPDATE a = 2 []"]
+    # A SELECT source (or a subquery in VALUES) would read the pinned shard only: refused.
+    for sql in ["insert into pin_test (a) select id from user",
+                "insert into pin_test (a) values ((select count(*) from user))"]:
+        with pytest.raises(ShardgateError) as err:
+            await run(sql)
+        assert err.value.code is Code.UNIMPLEMENTED, sql
 
 
 async def test_pinned_table_joined_with_a_sharded_one_runs_at_the_gate() -> None:
