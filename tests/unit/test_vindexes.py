@@ -7,7 +7,10 @@ the code under test.
 
 from __future__ import annotations
 
+import base64
 import hashlib
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -27,6 +30,7 @@ from shardgate.vindexes import (
     register,
 )
 from shardgate.vindexes.cfc import CFC, like_prefix, prefix_range
+from shardgate.vindexes.collation import collation_key
 from shardgate.vindexes.hash import Hash
 from shardgate.vindexes.multicol import MultiCol
 
@@ -192,20 +196,77 @@ def test_binary_identity() -> None:
     assert b.reverse_map([b"\x01\x02"]) == [b"\x01\x02"]
 
 
-# -- unicode_loose_md5: equalities from go/vt/vtgate/vindexes/unicodeloosemd5_test.go;
-#    our keyspace ids are md5 of the normalized text, not Vitess's (see its docstring).
+# -- unicode_loose_md5 / unicode_loose_xxhash: go/vt/vtgate/vindexes/unicodeloosemd5_test.go
+#    (vitessio/vitess@067528aa57396c781e3917066d16c26276690b90), unicodeloosexxhash_test.go
+#    (@0c8f043adacc75328c39952f8ab8edd2fa00a01a), unicode_test.go TestNormalization
+#    (@372d5d0b7898fa516ccf7697fd60aa8a512d2924) and four entries of
+#    testdata/unicode_hash_golden.json (@a0af48ec4ec30153d9ba6e5f71fa2cbf27dbc22e).
+#    Go string literals are written here as bytes (e.g. "۴" is db b4).
+
+TEST_KEY = b"\x18\x16\x16L\x17\xf3\x18\x16"
+NORMALIZATION = {
+    "Test": TEST_KEY, "TEST": TEST_KEY, "Te\u0301st": TEST_KEY, "Tést": TEST_KEY,
+    "Bést": b"\x16\x05\x16L\x17\xf3\x18\x16", "Test ": TEST_KEY,
+    " Test": b"\x01\t" + TEST_KEY, "Test\t": TEST_KEY + b"\x01\x00",
+    "TéstLooong": TEST_KEY + b"\x17\x11\x17q\x17q\x17q\x17O\x16\x91", "T": b"\x18\x16",
+}
+MD5_TEST = bytes.fromhex("0b5edbb401fd7524393690491d64f1f5")
+MD5_VECTORS = {
+    "Test": MD5_TEST, "TEST": MD5_TEST, "Te\u0301st": MD5_TEST, "Tést": MD5_TEST,
+    "Bést": bytes.fromhex("c2b2332e4f73d00741026249706f2fb6"),
+    "Test ": MD5_TEST,
+    " Test": bytes.fromhex("a2e3515c7e8df1ffd2ccfc11c6b19dd1"),
+    "Test\t": bytes.fromhex("82456dd87a9c7a02b1c2056b5abaa272"),
+    "TéstLooong": bytes.fromhex("9683e12b80430cd453f5dfdfba81c9a5"),
+    "T": bytes.fromhex("ac0f9179f51db87fe8ecc0cf40cab97a"),
+}
+XX_TEST = bytes.fromhex("42d21361087a4c07")
+XX_VECTORS: dict[Any, bytes] = {
+    "Test": XX_TEST, "TEst": XX_TEST, "Te\u0301st": XX_TEST, "Tést": XX_TEST,
+    "Bést": bytes.fromhex("926975b9ce2ec316"), "Test ": XX_TEST,
+    " Test": bytes.fromhex("4fcb8be34ec05775"), "Test\t": bytes.fromhex("20af87fc36e3fd51"),
+    "TéstLooong": bytes.fromhex("d3ea873942b484a7"), "T": bytes.fromhex("f81c3be2d501fe18"),
+    None: bytes.fromhex("99e9d85137db46ef"),
+}
 
 
-def test_unicode_loose_md5_equalities() -> None:
+def test_collation_keys_are_vitess_normalization() -> None:
+    for text, key in NORMALIZATION.items():
+        assert collation_key(text.encode()) == key, text
+    assert collation_key(b"\xff\xfe") is None  # not UTF-8 (Vitess: an error)
+    for bad in [b"\x99\xeb\x9d\x18\xa4G\x84\x04]\x87\xf3\xc6|\xf2'F",
+                b"D\x86\x15\xbb\xda\x081?j\x8e\xb6h\xd2\x0b\xf5\x05"]:
+        assert collation_key(bad) is None  # TestInvalidUnicodeNormalization's inputs
+
+
+def test_unicode_loose_md5_vitess_vectors() -> None:
     u = single("unicode_loose_md5")
-    test_ksid = bytes.fromhex("098f6bcd4621d373cade4e832627b4f6")  # md5(b"test")
-    for same in ["Test", "TEST", "Te\u0301st", "Tést", "Test ", b"T\xc3\xa9st"]:
-        assert u.map([same]) == [[test_ksid]], same
-    for other in ["Bést", " Test", "Test\t", "TéstLooong", "T"]:
-        assert u.map([other]) != [[test_ksid]], other
-    assert u.map(["Straße"]) == u.map(["STRASSE"])
-    assert u.map([b"\xff\xfe"]) == [[]]  # not UTF-8
-    assert u.verify(["Test", "TEst", "different"], [test_ksid] * 3) == [True, True, False]
+    for text, ksid in MD5_VECTORS.items():
+        assert u.map([text]) == [[ksid]], text
+    assert u.map([None]) == [[bytes.fromhex("d41d8cd98f00b204e9800998ecf8427e")]]  # md5("")
+    assert u.verify(["Test", "TEst", "different"], [MD5_TEST] * 3) == [True, True, False]
+    assert u.map([b"\xff\xfe"]) == [[]]
+
+
+def test_unicode_loose_xxhash_vitess_vectors() -> None:
+    u = single("unicode_loose_xxhash")
+    assert (u.cost, u.unique, u.needs_cursor) == (1, True, False)
+    for text, ksid in XX_VECTORS.items():
+        assert u.map([text]) == [[ksid]], text
+    assert u.verify(["Test", "TEst", "different"], [XX_TEST, XX_TEST,
+                    bytes.fromhex("20af87fc36e3fd51")]) == [True, True, False]
+    with pytest.raises(InvalidArgument, match="hello"):
+        create_vindex("unicode_loose_xxhash", "u", {"hello": "world"})
+
+
+def test_unicode_hash_golden_texts() -> None:
+    doc = json.loads((Path(__file__).parent / "data" / "unicode_hash_golden.json").read_text())
+    md5 = single("unicode_loose_md5")
+    xx = single("unicode_loose_xxhash")
+    for case in doc["cases"]:
+        text = base64.b64decode(case["Input"])
+        assert md5.map([text]) == [[base64.b64decode(case["MD5"])]], text[:40]
+        assert xx.map([text]) == [[base64.b64decode(case["XXHash"])]], text[:40]
 
 
 # -- null: go/vt/vtgate/vindexes/null.go
@@ -394,33 +455,6 @@ def test_hash_blocks_single_des_agrees_with_reference() -> None:
     buf = bytearray(plain)
     h.hash_inplace(buf)
     assert bytes(buf) == expected
-
-
-# -- unicode_loose_xxhash: go/vt/vtgate/vindexes/unicodeloosexxhash_test.go
-#    (vitessio/vitess@0c8f043adacc75328c39952f8ab8edd2fa00a01a). Only NULL's keyspace id
-#    is Vitess's (its collation key is empty); the others are checked as equalities, since
-#    our key is normalized text, not CLDR 23 primary weights (see shardgate/vindexes/unicode.py).
-
-
-def test_unicode_loose_xxhash_vitess_null_vector_and_equalities() -> None:
-    u = single("unicode_loose_xxhash")
-    assert (u.cost, u.unique, u.needs_cursor) == (1, True, False)
-    assert u.map([None]) == [[b"\x99\xe9\xd8Q7\xdb\x46\xef"]]  # Vitess: sqltypes.NULL
-    same = u.map(["Test", "TEst", "Te\u0301st", "Tést", "Test "])
-    assert all(m == same[0] for m in same) and len(same[0][0]) == 8
-    for other in ["Bést", " Test", "Test\t", "TéstLooong", "T"]:
-        assert u.map([other]) != [same[0]], other
-    assert u.verify(["Test", "TEst", "different"], [same[0][0]] * 3) == [True, True, False]
-    assert u.map([b"\xff\xfe"]) == [[]]
-    with pytest.raises(InvalidArgument, match="hello"):
-        create_vindex("unicode_loose_xxhash", "u", {"hello": "world"})
-
-
-def test_unicode_loose_md5_vitess_null_vector() -> None:
-    # Vitess maps NULL to md5("") (the collation key of "" is empty).
-    assert single("unicode_loose_md5").map([None]) == [
-        [bytes.fromhex("d41d8cd98f00b204e9800998ecf8427e")]
-    ]
 
 
 # -- cfc: go/vt/vtgate/vindexes/cfc_test.go
