@@ -13,7 +13,8 @@ costs: 20 non-unique, 10 unique) except for what the table holds:
   than 8 cannot be stored: :class:`InvalidArgument`.
 * ``lookup_unicodeloosemd5_hash*`` also store the ``from`` values hashed: the
   first 8 bytes, big-endian, of the value's ``unicode_loose_md5`` keyspace id,
-  as a uint64 (so ``'Test'`` and ``'TEST '`` share a row). NULL stays NULL
+  as a uint64 (so ``'Test'`` and ``'TEST '`` share a row; Vitess's numbers).
+  NULL stays NULL
   (Vitess hashes NULL as the empty string; shardgate keeps ``ignore_nulls``
   meaningful), and a value that cannot be hashed (not UTF-8, a float) is
   refused on writes and maps nowhere on reads.
