@@ -199,7 +199,7 @@ def test_binary_identity() -> None:
 # -- unicode_loose_md5 / unicode_loose_xxhash: go/vt/vtgate/vindexes/unicodeloosemd5_test.go
 #    (vitessio/vitess@067528aa57396c781e3917066d16c26276690b90), unicodeloosexxhash_test.go
 #    (@0c8f043adacc75328c39952f8ab8edd2fa00a01a), unicode_test.go TestNormalization
-#    (@372d5d0b7898fa516ccf7697fd60aa8a512d2924) and four entries of
+#    (@372d5d0b7898fa516ccf7697fd60aa8a512d2924) and six entries of
 #    testdata/unicode_hash_golden.json (@a0af48ec4ec30153d9ba6e5f71fa2cbf27dbc22e).
 #    Go string literals are written here as bytes (e.g. "۴" is db b4).
 
