@@ -19,7 +19,9 @@ planner's one-keyspace-id check. NULL is ``b""``; ints are their decimal digits.
 What Vitess adds and shardgate does not do (yet): ``col LIKE 'prefix%'`` routed
 to the key range of the prefix (``PrefixVindex``). :meth:`CFC.prefix_key_range`
 computes that range (Vitess's ``findPrefix`` unescaping and ``[prefix,
-prefix+1)``), but the planner routes LIKE on a ``cfc`` column as a scatter.
+prefix+1)``), but the planner routes LIKE on a ``cfc`` column as a scatter: the
+range is right only where LIKE compares bytes (SQLite's LIKE ignores ASCII case,
+MariaDB's ``_ci`` collations case and accents).
 """
 
 from __future__ import annotations
