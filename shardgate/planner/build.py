@@ -86,7 +86,7 @@ def build_plan(
             "send SELECT, INSERT, UPDATE, DELETE or DDL"
         )
     kind, fn = builder
-    routed = apply_routing_rules(stmt, vschema, default_keyspace)
+    routed = stmt if kind == "DDL" else apply_routing_rules(stmt, vschema, default_keyspace)
     return Plan(kind, sql, fn(routed, vschema, default_keyspace), normalize(stmt))
 
 

@@ -5,7 +5,7 @@ rewritten to the rule's ``keyspace.table``; a reference that had no alias keeps
 its written name as alias, so ``legacy.id`` still resolves, as Vitess plans
 ``select * from route1`` as ``select * from ks.t1 as route1``. The target of an
 INSERT gets no alias (SQL has none there). The statement is copied only when a
-rule matches.
+rule matches. DDL is not rewritten (it names the table it creates or drops).
 """
 
 from __future__ import annotations

@@ -107,6 +107,9 @@ async def test_routing_rule_rewrites_the_table() -> None:
     assert vc.log == ["ExecuteShard main/0: UPDATE unsharded AS legacy SET a = 1 WHERE id = 2 []"]
     vc = await run("delete from legacy where id = 3", keyspace=None)
     assert vc.log == ["ExecuteShard main/0: DELETE FROM unsharded AS legacy WHERE id = 3 []"]
+    # DDL names the table it changes: not rewritten (nor refused by a disabling rule)
+    plan = build_plan(parse("create table retired (id int)"), "", VSCHEMA, "user")
+    assert "retired" in plan.instructions.describe()["Query"]
 
 
 async def test_disabled_table_and_explicit_routing() -> None:
