@@ -556,11 +556,12 @@ def _table_extras(table: Table, spec: Mapping[str, Any], path: str) -> None:
         _expect(col, dict, cpath, "an object with 'name' (and 'type')")
         _check_keys(col, _COLUMN_FIELDS, cpath)
         cname = _expect(col.get("name"), str, f"{cpath}.name", "a column name")
-        ctype = _expect(col.get("type", ""), str, f"{cpath}.type", "a type name")
+        ctype = _expect(col.get("type", ""), (str, int), f"{cpath}.type",
+                        "a type name (or its query.Type number)")
         if not cname or cname.lower() in seen:
             raise VSchemaError(f"{cpath}.name", f"duplicate column name {cname!r}")
         seen.add(cname.lower())
-        out.append(Column(cname.lower(), ctype))
+        out.append(Column(cname.lower(), str(ctype)))
     table.columns = tuple(out)
     table.column_list_authoritative = _expect(
         spec.get("column_list_authoritative", False), bool,

@@ -281,7 +281,9 @@ def test_foreign_key_mode_and_column_fields() -> None:
     err = bad({"ks": {"sharded": False, "foreign_key_mode": "sometimes"}})
     assert "must be one of" in err.message
     base: dict[str, Any] = {"column_vindexes": [{"column": "id", "name": "hash"}]}
-    VSchema.from_json({"ks": ks(t={**base, "columns": [
-        {"name": "a", "type": "VARCHAR", "collation_name": "utf8mb4_bin", "nullable": True}]})})
+    vs = VSchema.from_json({"ks": ks(t={**base, "columns": [
+        {"name": "a", "type": "VARCHAR", "collation_name": "utf8mb4_bin", "nullable": True},
+        {"name": "b", "type": 265}]})})  # protobuf JSON may give query.Type as a number
+    assert [c.type for c in vs.keyspaces["ks"].tables["t"].columns] == ["VARCHAR", "265"]
     err = bad({"ks": ks(t={**base, "columns": [{"name": "a", "bogus": 1}]})})
     assert err.path == "ks.tables.t.columns[0]" and "unknown field" in err.message
