@@ -31,6 +31,7 @@ VSCHEMA = VSchema.from_json(
             "vindexes": {"hash": {"type": "hash"}},
             "tables": {
                 "pin_test": {"pinned": "80"},
+                "pin_too": {"pinned": "80"},
                 "low_pin": {"pinned": "3f"},
                 "user": {"columnVindexes": [{"column": "id", "name": "hash"}],
                          "columns": [{"name": "id"}, {"name": "name"}],
@@ -92,6 +93,14 @@ async def test_pinned_table_joined_with_a_sharded_one_runs_at_the_gate() -> None
     await plan.instructions.execute(vc, {})
     assert vc.log[0].startswith("ExecuteShard user/80-c0: SELECT")
     assert len(vc.log) == 2 and "user/" in vc.log[1]  # then the user row's one shard
+
+
+async def test_tables_pinned_to_one_keyspace_id_join_on_their_shard() -> None:
+    vc = await run("select a.x, b.y from pin_test a join pin_too b on a.k = b.k")
+    assert vc.log == ["ExecuteShard user/80-c0: SELECT a.x, b.y FROM pin_test AS a "
+                      "JOIN pin_too AS b ON a.k = b.k []"]
+    vc = await run("select a.x from pin_test a join low_pin b on a.k = b.k")
+    assert [line.split(":")[0] for line in vc.log] == ["ExecuteShard user/80-c0"]  # b: none
 
 
 async def test_routing_rule_rewrites_the_table() -> None:
