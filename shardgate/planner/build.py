@@ -38,6 +38,7 @@ from shardgate.planner.join import (
     table_refs,
     wrap_pulled,
 )
+from shardgate.planner.columns import expand_stars
 from shardgate.planner.routing import RouteChoice, choose, extract_keyrange, pinned_choice
 from shardgate.planner.rules import apply_routing_rules
 from shardgate.planner.select import (
@@ -156,6 +157,9 @@ def _plan_select(stmt: exp.Expression, vschema: VSchema, default_ks: str | None)
     if len(keyspaces) > 1 or not colocated(trefs, stmt.args.get("where")):
         if len(trefs) < 2:
             raise Unsupported("this query cannot be routed across keyspaces")
+        expanded = expand_stars(stmt, trefs)
+        if expanded is not stmt:
+            stmt, trefs = expanded, table_refs(expanded, vschema, default_ks)
         return plan_nested_loop(stmt, trefs, plan)
     ks_name = next(iter(keyspaces))
     query_tree = strip_qualifiers(stmt)

@@ -32,6 +32,8 @@ VSCHEMA = VSchema.from_json(
             "tables": {
                 "pin_test": {"pinned": "80"},
                 "pin_too": {"pinned": "80"},
+                "pin_auth": {"pinned": "3f", "columns": [{"name": "k"}, {"name": "uid"}],
+                             "column_list_authoritative": True},
                 "low_pin": {"pinned": "3f"},
                 "user": {"columnVindexes": [{"column": "id", "name": "hash"}],
                          "columns": [{"name": "id"}, {"name": "name"}],
@@ -101,6 +103,26 @@ async def test_tables_pinned_to_one_keyspace_id_join_on_their_shard() -> None:
                       "JOIN pin_too AS b ON a.k = b.k []"]
     vc = await run("select a.x from pin_test a join low_pin b on a.k = b.k")
     assert [line.split(":")[0] for line in vc.log] == ["ExecuteShard user/80-c0"]  # b: none
+
+
+async def test_authoritative_columns_expand_star_in_a_gate_join() -> None:
+    vc = RecordingCursor({"user": FOUR, "main": ONE, "secret": ONE})
+    # pin_auth lives on -40 (pin 3f); user 3 (hash 4eb1...) on 40-80.
+    vc.results = {"-40": Result(["k", "uid"], [("a", 3)]),
+                  "40-80": Result(["id", "name"], [(3, "x")])}
+    sql = "select * from pin_auth p join user u on u.id = p.uid"
+    plan = build_plan(parse(sql), sql, VSCHEMA, "user")
+    result = await plan.instructions.execute(vc, {})
+    assert vc.log[0] == "ExecuteShard user/-40: SELECT p.k, p.uid FROM pin_auth AS p []"
+    assert vc.log[1].startswith("ExecuteShard user/40-80: SELECT u.id, u.name FROM user AS u")
+    assert result.fields == ["k", "uid", "id", "name"] and result.rows == [("a", 3, 3, "x")]
+    sql = "select u.*, p.k from pin_auth p join user u on u.id = p.uid"
+    plan = build_plan(parse(sql), sql, VSCHEMA, "user")
+    assert (await plan.instructions.execute(vc, {})).rows == [(3, "x", "a")]
+    # A star over a table without an authoritative list is still refused.
+    with pytest.raises(ShardgateError) as err:
+        await run("select * from pin_test a join user u on u.id = a.uid")
+    assert err.value.code is Code.UNIMPLEMENTED
 
 
 async def test_routing_rule_rewrites_the_table() -> None:
