@@ -30,6 +30,7 @@ from shardgate.engine.primitives import (
 from shardgate.engine.values import SQLExpr, Value, from_expression
 from shardgate.errors import InvalidArgument, Unsupported
 from shardgate.keys import KeyRange
+from shardgate.planner.columns import expand_stars
 from shardgate.planner.join import (
     best_route,
     colocated,
@@ -38,7 +39,6 @@ from shardgate.planner.join import (
     table_refs,
     wrap_pulled,
 )
-from shardgate.planner.columns import expand_stars
 from shardgate.planner.routing import RouteChoice, choose, extract_keyrange, pinned_choice
 from shardgate.planner.rules import apply_routing_rules
 from shardgate.planner.select import (
