@@ -30,6 +30,7 @@ from shardgate.engine.primitives import (
 from shardgate.engine.values import SQLExpr, Value, from_expression
 from shardgate.errors import InvalidArgument, Unsupported
 from shardgate.keys import KeyRange
+from shardgate.planner.columns import expand_stars
 from shardgate.planner.join import (
     best_route,
     colocated,
@@ -38,7 +39,8 @@ from shardgate.planner.join import (
     table_refs,
     wrap_pulled,
 )
-from shardgate.planner.routing import RouteChoice, choose, extract_keyrange
+from shardgate.planner.routing import RouteChoice, choose, extract_keyrange, pinned_choice
+from shardgate.planner.rules import apply_routing_rules
 from shardgate.planner.select import (
     RouteTarget,
     find_selected,
@@ -85,7 +87,8 @@ def build_plan(
             "send SELECT, INSERT, UPDATE, DELETE or DDL"
         )
     kind, fn = builder
-    return Plan(kind, sql, fn(stmt, vschema, default_keyspace), normalize(stmt))
+    routed = stmt if kind == "DDL" else apply_routing_rules(stmt, vschema, default_keyspace)
+    return Plan(kind, sql, fn(routed, vschema, default_keyspace), normalize(stmt))
 
 
 def normalize(stmt: exp.Expr) -> str:
@@ -154,6 +157,9 @@ def _plan_select(stmt: exp.Expression, vschema: VSchema, default_ks: str | None)
     if len(keyspaces) > 1 or not colocated(trefs, stmt.args.get("where")):
         if len(trefs) < 2:
             raise Unsupported("this query cannot be routed across keyspaces")
+        expanded = expand_stars(stmt, trefs)
+        if expanded is not stmt:
+            stmt, trefs = expanded, table_refs(expanded, vschema, default_ks)
         return plan_nested_loop(stmt, trefs, plan)
     ks_name = next(iter(keyspaces))
     query_tree = strip_qualifiers(stmt)
@@ -196,7 +202,9 @@ def _keyrange_select(
             "(rows are filtered by keyspace id after the shards answer)"
         )
     primary = table.primary
-    assert primary is not None
+    if primary is None:
+        raise Unsupported(f"keyrange(...) on {table.qualified}, which has no primary vindex "
+                          "(a pinned table), is not supported")
     tree = strip_qualifiers(stmt)
     assert isinstance(tree, exp.Select)
     tree = tree.copy()
@@ -410,6 +418,19 @@ def _plan_insert(stmt: exp.Insert, vschema: VSchema, default_ks: str | None) -> 
             )
         return Route(Opcode.UNSHARDED, ks.name, False, ShardQuery(tree), table=table.name,
                      write=True)
+    pinned = pinned_choice(table)
+    if pinned is not None:
+        if table.auto_increment is not None or table.column_vindexes:
+            raise Unsupported(
+                f"INSERT into pinned table {table.qualified} with column vindexes or an "
+                "auto_increment sequence is not supported"
+            )
+        if not isinstance(source, exp.Values) or source.find(exp.Query) is not None:
+            raise Unsupported(
+                f"INSERT into pinned table {table.qualified} takes a VALUES list without "
+                "subqueries (a SELECT would read the pinned shard only)"
+            )
+        return _route(pinned, ks.name, tree, table.name, write=True)
     if not isinstance(source, exp.Values):
         raise Unsupported(f"INSERT ... SELECT into sharded table {table.name} is not supported")
     if stmt.args.get("conflict") is not None:
@@ -417,6 +438,8 @@ def _plan_insert(stmt: exp.Insert, vschema: VSchema, default_ks: str | None) -> 
             f"INSERT ... ON DUPLICATE KEY UPDATE into sharded table {table.name} "
             "is not supported yet"
         )
+    if columns_given is None and table.authoritative_columns is not None:
+        columns_given = list(table.authoritative_columns)
     if columns_given is None:
         raise InvalidArgument(
             f"INSERT into {table.qualified} must list its columns: "

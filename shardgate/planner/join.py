@@ -147,6 +147,9 @@ def colocated(refs: list[TableRef], where: exp.Expr | None) -> bool:
     sharded = [r for r in refs if r.table.type != "reference"]
     if len(sharded) <= 1:
         return True
+    pins = {r.table.pinned for r in sharded}
+    if len(pins) == 1 and None not in pins:  # tables pinned to one keyspace id: one shard
+        return True
     by_alias = {r.alias: r for r in sharded}
     parent = {r.alias: r.alias for r in sharded}
 

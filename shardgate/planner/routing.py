@@ -21,6 +21,7 @@ from shardgate.engine.values import Literal, Value, from_expression, is_constant
 from shardgate.errors import InvalidArgument
 from shardgate.keys import KeyRange, parse_key_range
 from shardgate.vindexes import Lookup, MultiColumn, Vindex
+from shardgate.vindexes.binary import Binary
 from shardgate.vschema import Table
 
 
@@ -149,8 +150,22 @@ def _or_of_equalities(
     return (col, tuple(values)) if col is not None else None
 
 
+#: the identity vindex pinned tables route by (Vitess does the same: ``binary``)
+PINNED_VINDEX = Binary("binary", {})
+
+
+def pinned_choice(table: Table) -> RouteChoice | None:
+    """A pinned table's route: EqualUnique on its pinned keyspace id, or None if not pinned."""
+    if table.pinned is None:
+        return None
+    return RouteChoice(Opcode.EQUAL_UNIQUE, PINNED_VINDEX, (Literal(table.pinned),))
+
+
 def choose(table: Table, where: exp.Expr | None, names: set[str]) -> RouteChoice:
     """The best route for a statement on ``table`` given its WHERE clause."""
+    pinned = pinned_choice(table)
+    if pinned is not None:
+        return pinned
     eqs, ins = constraints(where, names)
     best: RouteChoice = RouteChoice(Opcode.SCATTER)
     best_key = (Opcode.SCATTER.rank, 1 << 30)

@@ -53,6 +53,8 @@ class Topology:
 
     keyspaces: dict[str, KeyspaceTopo]
     default_keyspace: str | None = None
+    #: Vitess's ``RoutingRules`` JSON (``{"rules": [...]}``), checked by :meth:`build_vschema`
+    routing_rules: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def from_dict(cls, doc: Mapping[str, Any], *, path: str = "cluster") -> Topology:
@@ -95,7 +97,10 @@ class Topology:
         default = doc.get("default_keyspace")
         if default is not None and default not in keyspaces:
             raise InvalidArgument(f"{path}.default_keyspace: {default!r} is not a keyspace")
-        return cls(keyspaces=keyspaces, default_keyspace=default)
+        rules = doc.get("routing_rules", {})
+        if not isinstance(rules, Mapping):
+            raise InvalidArgument(f"{path}.routing_rules: must be an object with 'rules'")
+        return cls(keyspaces=keyspaces, default_keyspace=default, routing_rules=dict(rules))
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -109,6 +114,8 @@ class Topology:
         }
         if self.default_keyspace:
             out["default_keyspace"] = self.default_keyspace
+        if self.routing_rules:
+            out["routing_rules"] = self.routing_rules
         return out
 
     def keyspace(self, name: str) -> KeyspaceTopo:
@@ -121,4 +128,6 @@ class Topology:
 
     def build_vschema(self) -> VSchema:
         """Validate and build the VSchema of every keyspace."""
-        return VSchema.from_json({ks.name: ks.vschema for ks in self.keyspaces.values()})
+        return VSchema.from_json(
+            {ks.name: ks.vschema for ks in self.keyspaces.values()}, self.routing_rules
+        )

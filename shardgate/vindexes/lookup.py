@@ -139,10 +139,18 @@ class LookupBase(Lookup):
             if key is None:
                 continue
             ksids = found.setdefault(key, [])
-            ksid = as_ksid(self, row[1])
-            if ksid not in ksids:
+            ksid = self._from_stored(row[1])
+            if ksid is not None and ksid not in ksids:
                 ksids.append(ksid)
         return found
+
+    def _to_stored(self, ksid: KeyspaceId) -> Any:
+        """What the ``to`` column stores for ``ksid``: the keyspace id itself here."""
+        return ksid
+
+    def _from_stored(self, value: Any) -> KeyspaceId | None:
+        """The keyspace id a ``to`` value read back stands for (None: it maps nowhere)."""
+        return as_ksid(self, value)
 
     async def map(self, cursor: VCursor, values: Sequence[Any]) -> list[list[KeyspaceId]]:
         if self.write_only:
@@ -222,7 +230,7 @@ class LookupBase(Lookup):
             for col, value in zip(self._from, row, strict=True):
                 binds[f"{col}_{i}"] = value
                 names.append(f":{col}_{i}")
-            binds[f"{self._to}_{i}"] = ksid
+            binds[f"{self._to}_{i}"] = self._to_stored(ksid)
             names.append(f":{self._to}_{i}")
             tuples.append(f"({', '.join(names)})")
         verb = "insert ignore into" if ignore else "insert into"
@@ -307,7 +315,7 @@ class LookupBase(Lookup):
         if not live:
             return None
         sql, binds = self._delete_sql(live)
-        binds[self._to] = ksid
+        binds[self._to] = self._to_stored(ksid)
         return await cursor.execute(sql, binds, autocommit=False)
 
 
