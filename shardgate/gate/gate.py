@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import re
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -485,31 +486,50 @@ class Gate:
     # -- sequences --------------------------------------------------------------
 
     async def _allocate_sequence(self, sequence: str, count: int) -> tuple[int, int]:
-        ks_name, table = sequence.split(".", 1)
-        ks = self.topology.keyspace(ks_name)
-        tablet = self.tablets[(ks_name, ks.shards[0].name)]
-        ident = exp.to_identifier(table).sql(dialect=tablet.dialect)
-        ph = tablet.placeholder
+        """Reserve a block of ``max(cache, count)`` values in a transaction of its own."""
+        tablet, table = self._sequence_tablet(sequence)
         tid = await tablet.begin()
         try:
-            await tablet.execute(
-                f"UPDATE {ident} SET next_id = next_id + "
-                f"CASE WHEN cache > {ph} THEN cache ELSE {ph} END WHERE id = 0",
-                [count, count],
-                tid,
-            )
-            res = await tablet.execute(f"SELECT next_id, cache FROM {ident} WHERE id = 0", [], tid)
+            end, cache = await self._reserve(tablet, sequence, table, tid, count, cached=True)
             await tablet.commit(tid)
         except BaseException:
             await _quiet_rollback(tablet, tid)
             raise
+        return end - max(cache, count), end
+
+    async def _allocate_in_transaction(
+        self, tid: int, sequence: str, count: int
+    ) -> tuple[int, int]:
+        """Reserve exactly ``count`` values inside the session's transaction ``tid``."""
+        tablet, table = self._sequence_tablet(sequence)
+        end, _ = await self._reserve(tablet, sequence, table, tid, count, cached=False)
+        return end - count, end
+
+    def _sequence_tablet(self, sequence: str) -> tuple[TabletClient, str]:
+        ks_name, table = sequence.split(".", 1)
+        ks = self.topology.keyspace(ks_name)
+        return self.tablets[(ks_name, ks.shards[0].name)], table
+
+    async def _reserve(
+        self, tablet: TabletClient, sequence: str, table: str, tid: int, count: int,
+        *, cached: bool,
+    ) -> tuple[int, int]:
+        """Move ``next_id`` on (UPDATE first: the row lock serialises gates); its new value."""
+        ident = exp.to_identifier(table).sql(dialect=tablet.dialect)
+        ph = tablet.placeholder
+        step = f"CASE WHEN cache > {ph} THEN cache ELSE {ph} END" if cached else ph
+        await tablet.execute(
+            f"UPDATE {ident} SET next_id = next_id + {step} WHERE id = 0",
+            [count, count] if cached else [count],
+            tid,
+        )
+        res = await tablet.execute(f"SELECT next_id, cache FROM {ident} WHERE id = 0", [], tid)
         if not res.rows:
             raise FailedPrecondition(
                 f"sequence {sequence} has no row with id = 0: "
                 f"INSERT INTO {table} (id, next_id, cache) VALUES (0, 1, 1000)"
             )
-        end, cache = int(res.rows[0][0]), int(res.rows[0][1])
-        return end - max(cache, count), end
+        return int(res.rows[0][0]), int(res.rows[0][1])
 
 
 _USE_RE = re.compile(
@@ -581,6 +601,15 @@ class _SessionCursor(ExecCursor):
         return self.gate.tablets[(keyspace, ks.shards[0].name)].dialect
 
     async def next_sequence_values(self, sequence: str, count: int) -> int:
+        # SQLite has one writer: if this session's transaction holds the sequence's
+        # database, a transaction of the allocator's own would wait for it forever.
+        ks_name = sequence.split(".", 1)[0]
+        shard = self.gate.topology.keyspace(ks_name).shards[0].name
+        tid = self.session.shard_txs.get((ks_name, shard))
+        if tid is not None and self.gate.tablets[(ks_name, shard)].dialect == "sqlite":
+            return await self.gate.sequences.next_values(
+                sequence, count, in_transaction=functools.partial(
+                    self.gate._allocate_in_transaction, tid))
         return await self.gate.sequences.next_values(sequence, count)
 
     async def _one(
