@@ -28,7 +28,7 @@ from shardgate.engine.primitives import (
     ShardQuery,
 )
 from shardgate.engine.values import SQLExpr, Value, from_expression
-from shardgate.errors import InvalidArgument, Unsupported
+from shardgate.errors import InvalidArgument, ShardgateError, Unsupported
 from shardgate.keys import KeyRange
 from shardgate.planner.join import (
     best_route,
@@ -399,9 +399,13 @@ def _plan_insert(stmt: exp.Insert, vschema: VSchema, default_ks: str | None) -> 
     if not isinstance(target, exp.Table):
         raise InvalidArgument("INSERT needs a table")
     table = vschema.find_table(target.name, target.db or None, default_ks)
+    if columns_given is not None:
+        _refuse_duplicates(columns_given, table)
     ks = vschema.keyspace(table.keyspace)
     tree = strip_qualifiers(stmt)
     source = stmt.expression
+    if not ks.sharded:
+        _refuse_subqueries(source, table, vschema)
     simple = isinstance(source, exp.Values) and stmt.args.get("conflict") is None
     if not ks.sharded and (table.auto_increment is None or not simple):
         if table.auto_increment is not None:
@@ -422,6 +426,7 @@ def _plan_insert(stmt: exp.Insert, vschema: VSchema, default_ks: str | None) -> 
             f"INSERT into {table.qualified} must list its columns: "
             f"INSERT INTO {table.name} (col, ...) VALUES (...)"
         )
+    _refuse_subqueries(source, table, vschema)
     rows: list[tuple[Value, ...]] = []
     for i, row in enumerate(source.expressions):
         items = row.expressions if isinstance(row, exp.Tuple) else [row]
@@ -436,6 +441,12 @@ def _plan_insert(stmt: exp.Insert, vschema: VSchema, default_ks: str | None) -> 
         for cv in table.owned_vindexes
         if isinstance(cv.vindex, Lookup)
     )
+    if stmt.args.get("ignore") and owned and ks.sharded:
+        raise Unsupported(
+            f"INSERT IGNORE into {table.name}, which owns lookup vindex(es) "
+            f"{[lk.vindex.name for lk in owned]}, is not supported: a row the shard skips "
+            "would leave its lookup rows behind; check for the row first and use a plain INSERT"
+        )
     ai = table.auto_increment
     secondary = tuple(
         (cv.columns, cv.vindex)
@@ -457,6 +468,41 @@ def _plan_insert(stmt: exp.Insert, vschema: VSchema, default_ks: str | None) -> 
         ignore=bool(stmt.args.get("ignore")),
         broadcast=ks.sharded and table.type == "reference",
     )
+
+
+def _refuse_duplicates(columns: list[str], table: Table) -> None:
+    """A column named twice: the row would be routed by one value and store the other."""
+    seen: set[str] = set()
+    for c in columns:
+        if c in seen:
+            raise InvalidArgument(f"INSERT into {table.name} names column {c!r} twice")
+        seen.add(c)
+
+
+def _refuse_subqueries(source: exp.Expr, table: Table, vschema: VSchema) -> None:
+    """Subqueries in VALUES run where the row goes: only right within one unsharded keyspace.
+
+    Into a sharded table the subquery would see one shard's rows; in an
+    unsharded keyspace it must not read tables of another keyspace.
+    """
+    ks = vschema.keyspace(table.keyspace)
+    for sub in source.find_all(exp.Select):
+        if ks.sharded:
+            raise Unsupported(
+                f"a subquery in the VALUES of an INSERT into sharded table {table.name} is "
+                "not supported: it would run on one shard only; run it first and insert "
+                "its result"
+            )
+        for t in sub.find_all(exp.Table):
+            try:
+                found = vschema.find_table(t.name, t.db or None, ks.name)
+            except ShardgateError:
+                continue  # not in the VSchema: the unsharded database resolves it
+            if found.keyspace != ks.name:
+                raise Unsupported(
+                    f"a subquery in the VALUES of an INSERT into {table.qualified} reads "
+                    f"{found.qualified} of another keyspace: run it first and insert its result"
+                )
 
 
 def _plan_ddl(stmt: exp.Expression, vschema: VSchema, default_ks: str | None) -> Primitive:
