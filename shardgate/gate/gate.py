@@ -27,6 +27,7 @@ from typing import Any
 
 from sqlglot import exp
 
+from shardgate.engine.coerce import COLUMN_TYPES_SQL, Kind, kind_of_type
 from shardgate.engine.dml import LookupDML
 from shardgate.engine.primitives import (
     ExecCursor,
@@ -90,6 +91,8 @@ class Gate:
         self.plans: PlanCache[Plan | str] = PlanCache(plan_cache_size)
         self.stats = Stats()
         self.sequences = Sequences(self._allocate_sequence)
+        #: (keyspace, table) -> column kinds, read from the first shard (DDL clears it)
+        self._kinds: dict[tuple[str, str], dict[str, Kind]] = {}
         queue_router.configure_local(self)
 
     @classmethod
@@ -260,6 +263,8 @@ class Gate:
         if isinstance(planned, str):
             return await self._control(session, planned)
         start, calls = time.perf_counter(), session.shard_calls
+        if planned.statement_type == "DDL":
+            self._kinds.clear()
         try:
             result = await self._run(session, planned.instructions, bv)
         except ShardgateError:
@@ -483,6 +488,25 @@ class Gate:
         """
         return await twopc.resolve(self.tablets, grace_s=grace_s)
 
+    async def column_kinds(self, keyspace: str, table: str) -> Mapping[str, Kind]:
+        """How each column of ``table`` converts values, from its first shard's schema.
+
+        Cached until the next DDL through the gate; a table the shard does not
+        know (yet) gives an empty mapping, which is not cached.
+        """
+        key = (keyspace, table.lower())
+        found = self._kinds.get(key)
+        if found is not None:
+            return found
+        ks = self.topology.keyspace(keyspace)
+        tablet = self.tablets[(keyspace, ks.shards[0].name)]
+        res = await tablet.execute(COLUMN_TYPES_SQL[tablet.dialect], [table])
+        found = {str(r[0]).lower(): kind_of_type(str(r[1] or ""), tablet.dialect)
+                 for r in res.rows}
+        if found:
+            self._kinds[key] = found
+        return found
+
     # -- sequences --------------------------------------------------------------
 
     async def _allocate_sequence(self, sequence: str, count: int) -> tuple[int, int]:
@@ -599,6 +623,9 @@ class _SessionCursor(ExecCursor):
     def dialect(self, keyspace: str) -> str:
         ks = self.gate.topology.keyspace(keyspace)
         return self.gate.tablets[(keyspace, ks.shards[0].name)].dialect
+
+    async def column_kinds(self, keyspace: str, table: str) -> Mapping[str, Kind]:
+        return await self.gate.column_kinds(keyspace, table)
 
     async def next_sequence_values(self, sequence: str, count: int) -> int:
         # SQLite has one writer: if this session's transaction holds the sequence's

@@ -182,7 +182,7 @@ def _plan_select(stmt: exp.Expression, vschema: VSchema, default_ks: str | None)
     split_tree, in_var = _split_in(stmt, choice)
     assert isinstance(split_tree, exp.Select)
     target = RouteTarget(choice.opcode, ks_name, table_name, choice.vindex, choice.values,
-                         in_var)
+                         in_var, choice.columns)
     return plan_multi_shard(stmt, split_tree, target)
 
 
@@ -228,13 +228,14 @@ def _keyrange_select(
     return Route(choice.opcode, table.keyspace, True, ShardQuery(tree), table=table.name,
                  vindex=choice.vindex, values=choice.values, order_by=order,
                  key_range=key_range, ksid_columns=tuple(ksid_columns),
-                 ksid_vindex=primary.vindex, hidden=hidden)
+                 ksid_vindex=primary.vindex, hidden=hidden, columns=choice.columns)
 
 
 def _route(choice: RouteChoice, ks: str, tree: exp.Expr, table: str,
            write: bool = False, in_var: str | None = None) -> Route:
     return Route(choice.opcode, ks, True, ShardQuery(tree), table=table,
-                 vindex=choice.vindex, values=choice.values, write=write, in_var=in_var)
+                 vindex=choice.vindex, values=choice.values, write=write, in_var=in_var,
+                 columns=choice.columns)
 
 
 IN_VAR = "__sg_vals"
@@ -328,7 +329,7 @@ def _plan_update_delete(
             positions.append(len(columns))
             columns.append(c)
         assert isinstance(cv.vindex, Lookup)
-        lookup_changes.append(LookupChange(cv.vindex, tuple(positions), new_values))
+        lookup_changes.append(LookupChange(cv.vindex, tuple(positions), new_values, cv.columns))
     table_node = tree.this
     select = exp.Select(
         expressions=[exp.column(c) for c in columns],

@@ -12,6 +12,7 @@ equality can match no row: the route goes nowhere (opcode None).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -33,6 +34,8 @@ class RouteChoice:
     #: for IN routes on one column: the WHERE term (IN list or OR of
     #: equalities) the planner may rewrite to send each shard only its values
     term: exp.Expr | None = None
+    #: the vindex's columns, which ``values`` are compared with
+    columns: tuple[str, ...] = ()
 
 
 def conjuncts(where: exp.Expr | None) -> Iterator[exp.Expr]:
@@ -199,6 +202,7 @@ def choose(table: Table, where: exp.Expr | None, names: set[str]) -> RouteChoice
                 choice = RouteChoice(Opcode.IN, v, ins[col][0], term=ins[col][1])
         if choice is None:
             continue
+        choice = dataclasses.replace(choice, columns=cv.columns)
         key = (choice.opcode.rank, v.cost)
         if key < best_key:
             best, best_key = choice, key
