@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import decimal
 import json
 from pathlib import Path
 
 import pytest
+from Crypto.Cipher import DES
 
+from shardgate.engine.coerce import NO_MATCH, SCATTER, Kind, kind_of_type, stored_value
 from shardgate.errors import Code, ShardgateError
 from shardgate.keys import KeyRange, ShardMap
 from shardgate.planner import build_plan
@@ -138,3 +141,117 @@ async def test_subquery_in_values_within_one_unsharded_keyspace_runs_there() -> 
               keyspace="main")
     assert vc.log == ["ExecuteShard main/0: INSERT INTO unsharded (a, b) VALUES "
                       "(1, (SELECT COUNT(*) FROM unsharded_b)) []"]
+
+
+# -- item 1: vindex values from the value the column stores ----------------------
+
+INT, TEXT = Kind.INTEGER, Kind.TEXT
+
+
+@pytest.mark.parametrize(("value", "kind", "dialect", "write", "expected"), [
+    (5.0, INT, "mysql", True, 5),
+    (True, INT, "sqlite", True, 1),
+    ("03", INT, "postgres", True, 3),
+    ("-7", INT, "mysql", False, -7),
+    ("5e0", INT, "mysql", True, 5),
+    ("5.0", INT, "sqlite", False, 5),
+    (decimal.Decimal("12345678901234567890"), INT, "mysql", True, 12345678901234567890),
+    (5.5, INT, "mysql", False, NO_MATCH),
+    ("5.5", INT, "sqlite", False, NO_MATCH),
+    ("abc", INT, "sqlite", False, NO_MATCH),
+    (7, TEXT, "postgres", True, "7"),
+    (7, TEXT, "sqlite", False, "7"),
+    (7, TEXT, "mysql", False, SCATTER),
+    (7.0, TEXT, "sqlite", False, SCATTER),
+    ("07", TEXT, "mysql", True, "07"),
+    (None, INT, "mysql", True, None),
+    (b"03", INT, "mysql", True, b"03"),
+    (5.0, Kind.OTHER, "mysql", True, 5.0),
+    (5.0, None, "mysql", True, 5.0),
+])
+def test_stored_value(value: object, kind: Kind | None, dialect: str, write: bool,
+                      expected: object) -> None:
+    got = stored_value(value, kind, dialect, write=write, column="c")
+    assert got == expected and type(got) is type(expected)
+
+
+@pytest.mark.parametrize(("value", "kind", "dialect", "write"), [
+    (5.5, INT, "mysql", True),          # rounded by MySQL/PostgreSQL, kept REAL by SQLite
+    ("abc", INT, "mysql", False),       # MySQL compares it as 0
+    ("abc", INT, "sqlite", True),
+    (" 7", INT, "sqlite", True),
+    ("5.0", INT, "postgres", True),     # invalid input syntax for type bigint
+    (True, INT, "postgres", False),     # bigint = boolean does not exist
+    (float(1 << 60), INT, "mysql", True),
+    (float("nan"), INT, "mysql", False),
+    (7.0, TEXT, "mysql", True),         # '7.0' or '7' depending on the backend
+    (True, TEXT, "postgres", True),     # 'true' on PostgreSQL, '1' elsewhere
+])
+def test_stored_value_refuses_what_backends_would_do_differently(
+    value: object, kind: Kind, dialect: str, write: bool
+) -> None:
+    with pytest.raises(ShardgateError) as err:
+        stored_value(value, kind, dialect, write=write, column="c")
+    assert err.value.code is Code.INVALID_ARGUMENT
+
+
+@pytest.mark.parametrize(("declared", "dialect", "kind"), [
+    ("BIGINT", "sqlite", INT), ("unsigned big int", "sqlite", INT),
+    ("VARCHAR(16)", "sqlite", TEXT), ("CLOB", "sqlite", TEXT), ("", "sqlite", Kind.OTHER),
+    ("bigint", "mysql", INT), ("varchar", "mysql", TEXT), ("decimal", "mysql", Kind.OTHER),
+    ("integer", "postgres", INT), ("character varying", "postgres", TEXT),
+    ("numeric", "postgres", Kind.OTHER),
+])
+def test_kind_of_type(declared: str, dialect: str, kind: Kind) -> None:
+    assert kind_of_type(declared, dialect) is kind
+
+
+def des_shard(n: int) -> str:
+    return FOUR.find(DES.new(bytes(8), DES.MODE_ECB).encrypt(n.to_bytes(8, "big")))
+
+
+async def test_where_on_an_integer_vindex_column_maps_the_compared_integer() -> None:
+    vc = cursor()
+    vc.column_types = {"user_extra": {"user_id": INT}}
+    await run(vc, "select v from user_extra where user_id = 5.0")
+    assert vc.log == [f"ExecuteShard user/{des_shard(5)}: SELECT v FROM user_extra "
+                      "WHERE user_id = 5.0 []"]
+    vc.log.clear()
+    await run(vc, "select v from user_extra where user_id in (5.0, 6, 7.5)")
+    expected: dict[str, list[object]] = {}
+    for original, n in ((5.0, 5), (6, 6)):  # 7.5: no integer equals it
+        expected.setdefault(des_shard(n), []).append(original)
+    assert sorted(vc.log) == sorted(
+        f"ExecuteShard user/{shard}: SELECT v FROM user_extra WHERE user_id IN "
+        f"({', '.join(['%s'] * len(vals))}) {vals}" for shard, vals in expected.items())
+
+
+async def test_insert_hashes_and_sends_the_stored_integer() -> None:
+    vc = cursor()
+    vc.column_types = {"user_extra": {"user_id": INT, "v": TEXT}}
+    await run(vc, "insert into user_extra (user_id, v) values (:id, 'a')", {"id": "03"})
+    assert vc.log == [f"ExecuteShard user/{des_shard(3)}: INSERT INTO user_extra "
+                      "(user_id, v) VALUES (%s, %s) [3, 'a']"]
+    with pytest.raises(ShardgateError) as err:
+        await run(vc, "insert into user_extra (user_id, v) values (5.5, 'a')")
+    assert err.value.code is Code.INVALID_ARGUMENT
+
+
+async def test_lookup_rows_and_updates_record_the_stored_value() -> None:
+    vc = cursor()
+    vc.column_types = {"user": {"id": INT, "name": INT, "email": TEXT}}
+    await run(vc, "insert into user (id, name, email) values (1, '042', 'a@x')")
+    assert vc.lookup.query("select name from name_user_map") == [("42",)]
+    vc.results = {des_shard(1): Result(["id", "name"], [(1, 42)])}
+    await run(vc, "update user set name = '043' where id = 1")
+    assert vc.lookup.query("select name from name_user_map") == [("43",)]
+
+
+async def test_mysql_text_column_compared_with_numbers_reads_every_shard() -> None:
+    vc = cursor()
+    vc.column_types = {"num_tbl": {"id": INT, "x": TEXT}}
+    await run(vc, "select id from num_tbl where x in (7, 8)")
+    assert len(vc.log) == 4 and all(line.endswith("[7, 8]") for line in vc.log)
+    with pytest.raises(ShardgateError) as err:
+        await run(vc, "update num_tbl set y = 1 where x = 7")
+    assert err.value.code is Code.INVALID_ARGUMENT

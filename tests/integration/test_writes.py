@@ -1,0 +1,178 @@
+"""Writes that must not lose or misplace rows (issue 13 items 1 and 4), on real backends.
+
+A small keyspace of 4 shards: ``t1`` (BIGINT ``id`` under ``hash``, BIGINT ``tag``
+under an owned lookup with ``ignore_nulls``), ``t2`` (BIGINT ``k`` under
+``xxhash``: the keyspace id depends on the value's text) and ``t3`` (VARCHAR
+``s`` under ``xxhash``). Placement is checked by reading every shard directly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+
+from shardgate.errors import Code, ShardgateError
+from shardgate.gate import Gate
+from shardgate.keys import KeyRange
+from shardgate.topo import Topology
+
+VSCHEMA: dict[str, Any] = {
+    "sharded": True,
+    "vindexes": {
+        "hash": {"type": "hash"},
+        "xxhash": {"type": "xxhash"},
+        "tag_idx": {"type": "lookup", "owner": "t1",
+                    "params": {"table": "lk.tag_idx", "from": "tag", "to": "keyspace_id",
+                               "ignore_nulls": "true"}},
+    },
+    "tables": {
+        "t1": {"column_vindexes": [{"column": "id", "name": "hash"},
+                                   {"column": "tag", "name": "tag_idx"}]},
+        "t2": {"column_vindexes": [{"column": "k", "name": "xxhash"}]},
+        "t3": {"column_vindexes": [{"column": "s", "name": "xxhash"}]},
+    },
+}
+DDL = [
+    "CREATE TABLE t1 (id BIGINT PRIMARY KEY, tag BIGINT, n BIGINT)",
+    "CREATE TABLE t2 (k BIGINT PRIMARY KEY, v VARCHAR(16))",
+    "CREATE TABLE t3 (s VARCHAR(16) PRIMARY KEY, v VARCHAR(16))",
+]
+
+
+@pytest.fixture
+async def gate(backend_kind: str, make_database: Callable[..., str]) -> AsyncIterator[Gate]:
+    shards = {kr.name: make_database(backend_kind, f"w{i}")
+              for i, kr in enumerate(KeyRange(b"", b"").split(4))}
+    topo = Topology.from_dict({
+        "default_keyspace": "ks",
+        "keyspaces": {
+            "ks": {"shards": shards, "vschema": VSCHEMA},
+            "lk": {"shards": {"0": make_database(backend_kind, "wl")},
+                   "vschema": {"sharded": False, "tables": {"tag_idx": {}}}},
+        },
+    })
+    g = Gate.open(topo)
+    s = g.session()
+    for ddl in DDL:
+        await g.execute(s, ddl)
+    await g.execute(g.session("lk"),
+                    "CREATE TABLE tag_idx (tag BIGINT, keyspace_id VARBINARY(16))")
+    try:
+        yield g
+    finally:
+        await g.close()
+
+
+async def rows(gate: Gate, sql: str, bv: dict[str, Any] | None = None) -> list[tuple[Any, ...]]:
+    return sorted((await gate.execute(gate.session(), sql, bv)).rows)
+
+
+async def placed(gate: Gate, table: str, column: str) -> dict[str, list[Any]]:
+    """Each shard's values of ``column``, read on the shard itself."""
+    out: dict[str, list[Any]] = {}
+    for shard in gate.topology.keyspace("ks").shards:
+        res = await gate.tablets[("ks", shard.name)].execute(f"SELECT {column} FROM {table}", [])
+        if res.rows:
+            out[shard.name] = sorted(r[0] for r in res.rows)
+    return out
+
+
+def shard_of(gate: Gate, vindex: str, value: Any) -> str:
+    ks = gate.topology.keyspace("ks")
+    v = gate.vschema.keyspace("ks").vindexes[vindex]
+    ksid = v.map([value])[0][0]  # type: ignore[attr-defined]
+    return ks.shard_map.find(ksid)
+
+
+async def refused(gate: Gate, sql: str) -> ShardgateError:
+    with pytest.raises(ShardgateError) as err:
+        await gate.execute(gate.session(), sql)
+    return err.value
+
+
+async def test_reads_find_rows_by_the_value_an_integer_column_compares(
+    gate: Gate, backend_kind: str
+) -> None:
+    s = gate.session()
+    await gate.execute(s, "INSERT INTO t1 (id, tag, n) VALUES (5, NULL, 0), (6, NULL, 0), "
+                          "(1, NULL, 0)")
+    for where in ("id = 5.0", "id = 5e0", "id = '05'", "id = :v"):
+        assert await rows(gate, f"SELECT id FROM t1 WHERE {where}", {"v": 5.0}) == [(5,)], where
+    assert await rows(gate, "SELECT id FROM t1 WHERE id IN (5.0, 6)") == [(5,), (6,)]
+    assert await rows(gate, "SELECT id FROM t1 WHERE id = 5.5") == []
+    res = await gate.execute(s, "UPDATE t1 SET n = 7 WHERE id = 5.0")
+    assert res.rows_affected == 1
+    assert await rows(gate, "SELECT n FROM t1 WHERE id = 5") == [(7,)]
+    if backend_kind == "postgres":  # bigint = boolean is an error on PostgreSQL
+        assert (await refused(gate, "SELECT id FROM t1 WHERE id = TRUE")).code \
+            is Code.INVALID_ARGUMENT
+    else:
+        assert await rows(gate, "SELECT id FROM t1 WHERE id = TRUE") == [(1,)]
+
+
+async def test_inserts_place_rows_by_the_stored_integer(gate: Gate, backend_kind: str) -> None:
+    s = gate.session()
+    await gate.execute(s, "INSERT INTO t2 (k, v) VALUES ('03', 'a'), (5.0, 'b'), (6e0, 'c')")
+    assert await placed(gate, "t2", "k") == _by_shard(gate, "xxhash", [3, 5, 6])
+    assert await rows(gate, "SELECT k, v FROM t2 WHERE k = 3") == [(3, "a")]
+    assert await rows(gate, "SELECT k FROM t2 WHERE k IN (5, 6)") == [(5,), (6,)]
+    for bad in ("5.5", "'abc'", "' 7'", "'7.5'"):
+        err = await refused(gate, f"INSERT INTO t2 (k, v) VALUES ({bad}, 'x')")
+        assert err.code is Code.INVALID_ARGUMENT, bad
+    if backend_kind == "postgres":
+        assert (await refused(gate, "INSERT INTO t2 (k, v) VALUES (TRUE, 'x')")).code \
+            is Code.INVALID_ARGUMENT
+    else:
+        await gate.execute(s, "INSERT INTO t2 (k, v) VALUES (TRUE, 'x')")
+        assert await rows(gate, "SELECT v FROM t2 WHERE k = 1") == [("x",)]
+    assert sum(len(v) for v in (await placed(gate, "t2", "k")).values()) == \
+        3 + (backend_kind != "postgres")
+
+
+async def test_numbers_into_a_varchar_column(gate: Gate, backend_kind: str) -> None:
+    s = gate.session()
+    await gate.execute(s, "INSERT INTO t3 (s, v) VALUES (7, 'int'), ('07', 'text')")
+    assert await placed(gate, "t3", "s") == _by_shard(gate, "xxhash", ["07", "7"])
+    assert await rows(gate, "SELECT v FROM t3 WHERE s = '7'") == [("int",)]
+    for bad in ("7.0", "TRUE"):
+        err = await refused(gate, f"INSERT INTO t3 (s, v) VALUES ({bad}, 'x')")
+        assert err.code is Code.INVALID_ARGUMENT, bad
+    if backend_kind == "mysql":  # MySQL compares text with a number as numbers
+        assert await rows(gate, "SELECT v FROM t3 WHERE s = 7") == [("int",), ("text",)]
+        err = await refused(gate, "UPDATE t3 SET v = 'y' WHERE s = 7")
+        assert err.code is Code.INVALID_ARGUMENT
+    elif backend_kind == "sqlite":  # the number takes the column's TEXT affinity
+        assert await rows(gate, "SELECT v FROM t3 WHERE s = 7") == [("int",)]
+
+
+async def test_lookup_values_are_the_stored_ones(gate: Gate) -> None:
+    s = gate.session()
+    await gate.execute(s, "INSERT INTO t1 (id, tag, n) VALUES (9, '03', 0)")
+    lookup = gate.tablets[("lk", "0")]
+    assert [r[0] for r in (await lookup.execute("SELECT tag FROM tag_idx", [])).rows] == [3]
+    assert await rows(gate, "SELECT id FROM t1 WHERE tag = 3") == [(9,)]
+    assert await rows(gate, "SELECT id FROM t1 WHERE tag = 3.0") == [(9,)]
+    await gate.execute(s, "UPDATE t1 SET tag = '04' WHERE id = 9")
+    assert [r[0] for r in (await lookup.execute("SELECT tag FROM tag_idx", [])).rows] == [4]
+    assert await rows(gate, "SELECT id FROM t1 WHERE tag = 4") == [(9,)]
+
+
+async def test_is_null_on_a_lookup_column_finds_and_deletes_rows(gate: Gate) -> None:
+    s = gate.session()
+    await gate.execute(s, "INSERT INTO t1 (id, tag, n) VALUES (1, NULL, 0), (2, 5, 0), "
+                          "(3, NULL, 0), (4, NULL, 0)")
+    assert await rows(gate, "SELECT id FROM t1 WHERE tag IS NULL") == [(1,), (3,), (4,)]
+    assert await rows(gate, "SELECT COUNT(*) FROM t1 WHERE tag IS NULL") == [(3,)]
+    res = await gate.execute(s, "DELETE FROM t1 WHERE tag IS NULL")
+    assert res.rows_affected == 3
+    assert await rows(gate, "SELECT id FROM t1") == [(2,)]
+    assert await rows(gate, "SELECT id FROM t1 WHERE tag = 5") == [(2,)]
+
+
+def _by_shard(gate: Gate, vindex: str, values: list[Any]) -> dict[str, list[Any]]:
+    out: dict[str, list[Any]] = {}
+    for v in values:
+        out.setdefault(shard_of(gate, vindex, v), []).append(v)
+    return {k: sorted(v) for k, v in out.items()}
