@@ -28,6 +28,7 @@ from typing import Any, Protocol
 from sqlglot import exp
 
 from shardgate.engine.coerce import NO_MATCH, SCATTER, Kind, convert_row, stored_value
+from shardgate.engine.insert_ignore import insert_ignoring
 from shardgate.engine.values import BindVar, Literal, SQLExpr, Value, resolve
 from shardgate.errors import InvalidArgument, NotFound
 from shardgate.keys import KeyRange, ShardMap
@@ -42,6 +43,7 @@ from shardgate.vindexes import (
     VCursor,
     Vindex,
 )
+from shardgate.vindexes.lookup import LookupBase
 
 
 class Opcode(enum.Enum):
@@ -540,6 +542,9 @@ class Insert(Primitive):
             ksids = await self._keyspace_ids(vc, columns, rows, bind_vars)
             for cols, vindex in self.secondary:
                 await self._verify_or_generate(vc, cols, vindex, columns, rows, ksids, bind_vars)
+            if self.ignore and self.owned_lookups:
+                inserted = await self._insert_ignoring(vc, columns, rows, ksids, bind_vars)
+                return Result(rows_affected=inserted, insert_id=insert_id)
             for lookup in self.owned_lookups:
                 await self._create_lookup(vc, lookup, columns, rows, ksids, bind_vars)
             per_shard = {}
@@ -674,6 +679,37 @@ class Insert(Primitive):
                     f"{list(cols)} does not map to the row's keyspace id under vindex "
                     f"{vindex.name!r}"
                 )
+
+    async def _insert_ignoring(
+        self,
+        vc: ExecCursor,
+        columns: list[str],
+        rows: list[list[Value]],
+        ksids: list[KeyspaceId],
+        bind_vars: Mapping[str, Any],
+    ) -> int:
+        """INSERT IGNORE row by row, lookups kept exact (:mod:`shardgate.engine.insert_ignore`)."""
+        lookups: list[LookupBase] = []
+        positions: list[int] = []
+        for lookup in self.owned_lookups:
+            assert isinstance(lookup.vindex, LookupBase) and len(lookup.columns) == 1
+            if lookup.columns[0] not in columns:
+                raise InvalidArgument(
+                    f"insert into {self.table} must give the column {lookup.columns[0]!r} "
+                    f"of its owned lookup vindex {lookup.vindex.name!r}"
+                )
+            lookups.append(lookup.vindex)
+            positions.append(columns.index(lookup.columns[0]))
+        values = [[resolve(r[p], bind_vars) for p in positions] for r in rows]
+        smap = vc.shard_map(self.keyspace)
+
+        async def insert_row(i: int) -> int:
+            shard = smap.find(ksids[i])
+            query = _InsertQuery(self, columns, {shard: [rows[i]]})
+            done = await vc.execute_shards(self.keyspace, [shard], query, bind_vars, write=True)
+            return done[0].rows_affected
+
+        return await insert_ignoring(vc.lookup_cursor(), lookups, values, ksids, insert_row)
 
     async def _create_lookup(
         self,

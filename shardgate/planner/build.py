@@ -47,6 +47,8 @@ from shardgate.planner.select import (
 )
 from shardgate.sql.dialect import strip_qualifiers
 from shardgate.vindexes import Lookup
+from shardgate.vindexes.consistent_lookup import ConsistentLookupBase
+from shardgate.vindexes.lookup import LookupBase
 from shardgate.vschema import ColumnVindex, Table, VSchema
 
 
@@ -442,12 +444,8 @@ def _plan_insert(stmt: exp.Insert, vschema: VSchema, default_ks: str | None) -> 
         for cv in table.owned_vindexes
         if isinstance(cv.vindex, Lookup)
     )
-    if stmt.args.get("ignore") and owned and ks.sharded:
-        raise Unsupported(
-            f"INSERT IGNORE into {table.name}, which owns lookup vindex(es) "
-            f"{[lk.vindex.name for lk in owned]}, is not supported: a row the shard skips "
-            "would leave its lookup rows behind; check for the row first and use a plain INSERT"
-        )
+    if stmt.args.get("ignore") and ks.sharded:
+        _check_ignorable(table, owned)
     ai = table.auto_increment
     secondary = tuple(
         (cv.columns, cv.vindex)
@@ -469,6 +467,21 @@ def _plan_insert(stmt: exp.Insert, vschema: VSchema, default_ks: str | None) -> 
         ignore=bool(stmt.args.get("ignore")),
         broadcast=ks.sharded and table.type == "reference",
     )
+
+
+def _check_ignorable(table: Table, owned: tuple[OwnedLookup, ...]) -> None:
+    """INSERT IGNORE keeps owned lookups exact only if their writes join the statement's
+    transaction (see shardgate.engine.insert_ignore)."""
+    for lk in owned:
+        v = lk.vindex
+        if (not isinstance(v, LookupBase) or isinstance(v, ConsistentLookupBase)
+                or v.autocommit or len(lk.columns) != 1):
+            raise Unsupported(
+                f"INSERT IGNORE into {table.name} is not supported with its lookup vindex "
+                f"{v.name!r} ({v.type_name}{', autocommit' if v.autocommit else ''}, "
+                f"{len(lk.columns)} column(s)): a skipped row's lookup rows could not be "
+                "removed in the same transaction; use a plain INSERT"
+            )
 
 
 def _refuse_duplicates(columns: list[str], table: Table) -> None:

@@ -163,6 +163,13 @@ class LookupBase(Lookup):
             out.append(ksids)
         return out
 
+    async def existing(self, cursor: VCursor, value: Any) -> list[KeyspaceId]:
+        """The keyspace ids the table holds for one value, read in the caller's
+        transaction (``write_only`` too: for maintaining it, not routing)."""
+        found = await self._lookup(cursor, [value], autocommit=False)
+        key = match_key(value)
+        return sorted(found.get(key, [])) if key is not None else []
+
     async def verify(
         self, cursor: VCursor, values: Sequence[Any], ksids: Sequence[KeyspaceId]
     ) -> list[bool]:

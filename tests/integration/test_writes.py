@@ -3,7 +3,7 @@
 A small keyspace of 4 shards: ``t1`` (BIGINT ``id`` under ``hash``, BIGINT ``tag``
 under an owned lookup with ``ignore_nulls``), ``t2`` (BIGINT ``k`` under
 ``xxhash``: the keyspace id depends on the value's text) and ``t3`` (VARCHAR
-``s`` under ``xxhash``). Placement is checked by reading every shard directly.
+``s`` under ``xxhash``) and ``t4`` (an owned ``lookup_unique`` on ``email``). Placement is checked by reading every shard directly.
 """
 
 from __future__ import annotations
@@ -23,6 +23,8 @@ VSCHEMA: dict[str, Any] = {
     "vindexes": {
         "hash": {"type": "hash"},
         "xxhash": {"type": "xxhash"},
+        "email_idx": {"type": "lookup_unique", "owner": "t4",
+                      "params": {"table": "lk.email_idx", "from": "email", "to": "keyspace_id"}},
         "tag_idx": {"type": "lookup", "owner": "t1",
                     "params": {"table": "lk.tag_idx", "from": "tag", "to": "keyspace_id",
                                "ignore_nulls": "true"}},
@@ -32,12 +34,15 @@ VSCHEMA: dict[str, Any] = {
                                    {"column": "tag", "name": "tag_idx"}]},
         "t2": {"column_vindexes": [{"column": "k", "name": "xxhash"}]},
         "t3": {"column_vindexes": [{"column": "s", "name": "xxhash"}]},
+        "t4": {"column_vindexes": [{"column": "id", "name": "hash"},
+                                   {"column": "email", "name": "email_idx"}]},
     },
 }
 DDL = [
     "CREATE TABLE t1 (id BIGINT PRIMARY KEY, tag BIGINT, n BIGINT)",
     "CREATE TABLE t2 (k BIGINT PRIMARY KEY, v VARCHAR(16))",
     "CREATE TABLE t3 (s VARCHAR(16) PRIMARY KEY, v VARCHAR(16))",
+    "CREATE TABLE t4 (id BIGINT PRIMARY KEY, email VARCHAR(32))",
 ]
 
 
@@ -50,15 +55,17 @@ async def gate(backend_kind: str, make_database: Callable[..., str]) -> AsyncIte
         "keyspaces": {
             "ks": {"shards": shards, "vschema": VSCHEMA},
             "lk": {"shards": {"0": make_database(backend_kind, "wl")},
-                   "vschema": {"sharded": False, "tables": {"tag_idx": {}}}},
+                   "vschema": {"sharded": False, "tables": {"tag_idx": {}, "email_idx": {}}}},
         },
     })
     g = Gate.open(topo)
     s = g.session()
     for ddl in DDL:
         await g.execute(s, ddl)
-    await g.execute(g.session("lk"),
-                    "CREATE TABLE tag_idx (tag BIGINT, keyspace_id VARBINARY(16))")
+    # no unique key on the lookup tables: the gate alone must keep them exact
+    for ddl in ("CREATE TABLE tag_idx (tag BIGINT, keyspace_id VARBINARY(16))",
+                "CREATE TABLE email_idx (email VARCHAR(32), keyspace_id VARBINARY(16))"):
+        await g.execute(g.session("lk"), ddl)
     try:
         yield g
     finally:
@@ -169,6 +176,41 @@ async def test_is_null_on_a_lookup_column_finds_and_deletes_rows(gate: Gate) -> 
     assert res.rows_affected == 3
     assert await rows(gate, "SELECT id FROM t1") == [(2,)]
     assert await rows(gate, "SELECT id FROM t1 WHERE tag = 5") == [(2,)]
+
+
+async def test_insert_ignore_keeps_lookups_exact(gate: Gate) -> None:
+    s = gate.session()
+    lookup = gate.tablets[("lk", "0")]
+
+    async def emails() -> list[tuple[Any, ...]]:
+        res = await lookup.execute("SELECT email, keyspace_id FROM email_idx", [])
+        return sorted((r[0], shard_of_ksid(gate, bytes(r[1]))) for r in res.rows)
+
+    await gate.execute(s, "INSERT INTO t4 (id, email) VALUES (1, 'a')")
+    # the id exists: the row is skipped, and so is its lookup row
+    r = await gate.execute(s, "INSERT IGNORE INTO t4 (id, email) VALUES (1, 'z')")
+    assert r.rows_affected == 0
+    # the unique value is taken: skipped, no second row for 'a'
+    r = await gate.execute(s, "INSERT IGNORE INTO t4 (id, email) VALUES (2, 'a')")
+    assert r.rows_affected == 0
+    r = await gate.execute(s, "INSERT IGNORE INTO t4 (id, email) VALUES (3, 'c'), (4, 'c'), "
+                              "(1, 'q'), (5, 'e')")
+    assert r.rows_affected == 2
+    assert await rows(gate, "SELECT id, email FROM t4") == [(1, "a"), (3, "c"), (5, "e")]
+    assert await emails() == sorted([("a", shard_of(gate, "hash", 1)),
+                                     ("c", shard_of(gate, "hash", 3)),
+                                     ("e", shard_of(gate, "hash", 5))])
+    assert await rows(gate, "SELECT id FROM t4 WHERE email = 'c'") == [(3,)]
+    # a non-unique lookup: the skipped re-insert leaves exactly one lookup row
+    await gate.execute(s, "INSERT IGNORE INTO t1 (id, tag, n) VALUES (9, 7, 0)")
+    r = await gate.execute(s, "INSERT IGNORE INTO t1 (id, tag, n) VALUES (9, 8, 0), (9, 7, 0)")
+    assert r.rows_affected == 0
+    res = await lookup.execute("SELECT tag FROM tag_idx", [])
+    assert [row[0] for row in res.rows] == [7]
+
+
+def shard_of_ksid(gate: Gate, ksid: bytes) -> str:
+    return gate.topology.keyspace("ks").shard_map.find(ksid)
 
 
 def _by_shard(gate: Gate, vindex: str, values: list[Any]) -> dict[str, list[Any]]:

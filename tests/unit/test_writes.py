@@ -64,10 +64,59 @@ def test_insert_naming_a_column_twice_is_refused(sql: str) -> None:
 # -- item 3: INSERT IGNORE and owned lookups -------------------------------------
 
 
-def test_insert_ignore_into_an_owner_of_lookups_is_refused() -> None:
-    err = refused("insert ignore into user (id, name, email) values (1, 'a', 'a@x')")
-    assert err.code is Code.UNIMPLEMENTED
-    assert "name_user_map" in err.message and "email_user_map" in err.message
+def ksid(n: int) -> bytes:
+    return bytes(DES.new(bytes(8), DES.MODE_ECB).encrypt(n.to_bytes(8, "big")))
+
+
+def lookup_rows(vc: RecordingCursor) -> tuple[list[tuple[object, ...]], list[tuple[object, ...]]]:
+    return (vc.lookup.query("select name, keyspace_id from name_user_map order by 1"),
+            vc.lookup.query("select email, keyspace_id from email_user_map order by 1"))
+
+
+async def test_insert_ignore_skipped_by_the_shard_leaves_no_lookup_rows() -> None:
+    vc = cursor()
+    vc.results = {s: Result(rows_affected=0) for s in FOUR.names}  # a duplicate id
+    r = await run(vc, "insert ignore into user (id, name, email) values (1, 'a', 'a@x')")
+    assert r.rows_affected == 0
+    assert lookup_rows(vc) == ([], [])
+    assert [line for line in vc.log if "INSERT IGNORE INTO user" in line]
+
+
+async def test_insert_ignore_skips_a_row_whose_unique_lookup_value_is_taken() -> None:
+    vc = cursor()
+    vc.lookup.script(f"insert into email_user_map values ('b@x', x'{ksid(2).hex()}')")
+    vc.results = {s: Result(rows_affected=1) for s in FOUR.names}
+    r = await run(vc, "insert ignore into user (id, name, email) values (1, 'n', 'b@x'), "
+                      "(3, 'c', 'c@x'), (4, 'd', 'c@x')")
+    assert r.rows_affected == 1
+    assert lookup_rows(vc) == ([("c", ksid(3))], [("b@x", ksid(2)), ("c@x", ksid(3))])
+    inserts = [line for line in vc.log if "INSERT IGNORE INTO user" in line]
+    assert len(inserts) == 1 and inserts[0].endswith("[3, 'c', 'c@x']")
+
+
+async def test_insert_ignore_keeps_lookup_rows_it_did_not_create() -> None:
+    vc = cursor()
+    vc.lookup.script(f"insert into email_user_map values ('a@x', x'{ksid(1).hex()}');"
+                     f"insert into name_user_map values ('a', x'{ksid(1).hex()}')")
+    vc.results = {s: Result(rows_affected=0) for s in FOUR.names}
+    await run(vc, "insert ignore into user (id, name, email) values (1, 'a', 'a@x')")
+    assert lookup_rows(vc) == ([("a", ksid(1))], [("a@x", ksid(1))])
+
+
+def test_insert_ignore_with_lookups_outside_the_transaction_is_refused() -> None:
+    vs = VSchema.from_json({"s": {
+        "sharded": True,
+        "vindexes": {"hash": {"type": "hash"},
+                     "auto": {"type": "lookup_unique", "owner": "t",
+                              "params": {"table": "m", "from": "e", "to": "k",
+                                         "autocommit": "true"}}},
+        "tables": {"t": {"column_vindexes": [{"column": "id", "name": "hash"},
+                                             {"column": "e", "name": "auto"}]}},
+    }})
+    sql = "insert ignore into t (id, e) values (1, 'a')"
+    with pytest.raises(ShardgateError) as err:
+        build_plan(parse(sql), sql, vs, "s")
+    assert err.value.code is Code.UNIMPLEMENTED and "'auto'" in err.value.message
 
 
 async def test_insert_ignore_without_owned_lookups_still_runs() -> None:
