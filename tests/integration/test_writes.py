@@ -2,8 +2,9 @@
 
 A small keyspace of 4 shards: ``t1`` (BIGINT ``id`` under ``hash``, BIGINT ``tag``
 under an owned lookup with ``ignore_nulls``), ``t2`` (BIGINT ``k`` under
-``xxhash``: the keyspace id depends on the value's text) and ``t3`` (VARCHAR
-``s`` under ``xxhash``) and ``t4`` (an owned ``lookup_unique`` on ``email``). Placement is checked by reading every shard directly.
+``xxhash``: the keyspace id depends on the value's text), ``t3`` (VARCHAR
+``s`` under ``xxhash``) and ``t4`` (an owned ``lookup_unique`` on ``email``).
+Placement is checked by reading every shard directly.
 """
 
 from __future__ import annotations
