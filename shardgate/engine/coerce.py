@@ -67,14 +67,18 @@ _MYSQL_TEXTS = frozenset({"char", "varchar", "tinytext", "text", "mediumtext", "
 _PG_INTEGERS = frozenset({"smallint", "integer", "bigint"})
 _PG_TEXTS = frozenset({"character varying", "character", "text"})
 
-#: per dialect: the query listing ``(column, declared type)`` of the table bound once
-COLUMN_TYPES_SQL = {
-    "sqlite": "SELECT name, type FROM pragma_table_info(?)",
+_COLUMN_TYPES_SQL = {
+    "sqlite": "SELECT name, type FROM pragma_table_info({ph})",
     "mysql": "SELECT column_name, data_type FROM information_schema.columns "
-             "WHERE table_schema = DATABASE() AND table_name = %s",
+             "WHERE table_schema = DATABASE() AND table_name = {ph}",
     "postgres": "SELECT column_name, data_type FROM information_schema.columns "
-                "WHERE table_schema = current_schema() AND table_name = %s",
+                "WHERE table_schema = current_schema() AND table_name = {ph}",
 }
+
+
+def column_types_sql(dialect: str, placeholder: str) -> str:
+    """The query listing ``(column, declared type)`` of the table bound to ``placeholder``."""
+    return _COLUMN_TYPES_SQL[dialect].format(ph=placeholder)
 
 
 def kind_of_type(declared: str, dialect: str) -> Kind:

@@ -27,7 +27,7 @@ from typing import Any
 
 from sqlglot import exp
 
-from shardgate.engine.coerce import COLUMN_TYPES_SQL, Kind, kind_of_type
+from shardgate.engine.coerce import Kind, column_types_sql, kind_of_type
 from shardgate.engine.dml import LookupDML
 from shardgate.engine.primitives import (
     ExecCursor,
@@ -500,7 +500,7 @@ class Gate:
             return found
         ks = self.topology.keyspace(keyspace)
         tablet = self.tablets[(keyspace, ks.shards[0].name)]
-        res = await tablet.execute(COLUMN_TYPES_SQL[tablet.dialect], [table])
+        res = await tablet.execute(column_types_sql(tablet.dialect, tablet.placeholder), [table])
         found = {str(r[0]).lower(): kind_of_type(str(r[1] or ""), tablet.dialect)
                  for r in res.rows}
         if found:
