@@ -19,7 +19,8 @@ affinity):
   it: refused); anything else (``'abc'``, spaces) is refused, except that a
   SQLite read can match no row with it (MySQL would compare it as 0).
 
-For a TEXT column (CHAR, VARCHAR, TEXT; SQLite: TEXT affinity):
+For a TEXT column (VARCHAR, TEXT; SQLite: any TEXT affinity; CHAR too, whose
+trailing spaces do not count on MySQL and PostgreSQL: strings lose them):
 
 * ``str`` stays; an ``int`` is written as its decimal text; in a read, MySQL
   compares a number with text *as numbers* (``'05' = 5``), so no single value
@@ -46,6 +47,9 @@ class Kind(enum.Enum):
 
     INTEGER = "integer"
     TEXT = "text"
+    #: CHAR(n): text whose trailing spaces do not count (MySQL drops them,
+    #: PostgreSQL pads to n and ignores them in comparisons)
+    CHAR = "char"
     OTHER = "other"
 
 
@@ -63,9 +67,9 @@ _INT_RE = re.compile(r"[+-]?[0-9]+")
 _NUMBER_RE = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
 _EXACT_FLOAT = 1 << 53
 _MYSQL_INTEGERS = frozenset({"tinyint", "smallint", "mediumint", "int", "integer", "bigint"})
-_MYSQL_TEXTS = frozenset({"char", "varchar", "tinytext", "text", "mediumtext", "longtext"})
+_MYSQL_TEXTS = frozenset({"varchar", "tinytext", "text", "mediumtext", "longtext"})
 _PG_INTEGERS = frozenset({"smallint", "integer", "bigint"})
-_PG_TEXTS = frozenset({"character varying", "character", "text"})
+_PG_TEXTS = frozenset({"character varying", "text"})
 
 _COLUMN_TYPES_SQL = {
     "sqlite": "SELECT name, type FROM pragma_table_info({ph})",
@@ -96,6 +100,8 @@ def kind_of_type(declared: str, dialect: str) -> Kind:
         return Kind.INTEGER
     if t in texts:
         return Kind.TEXT
+    if t == ("character" if dialect == "postgres" else "char"):
+        return Kind.CHAR
     return Kind.OTHER
 
 
@@ -114,7 +120,10 @@ def stored_value(
         return value
     if kind is Kind.INTEGER:
         return _to_integer(value, dialect, write, column)
-    return _to_text(value, dialect, write, column)
+    text = _to_text(value, dialect, write, column)
+    if kind is Kind.CHAR and isinstance(text, str):
+        return text.rstrip(" ")  # the value without the spaces that do not count
+    return text
 
 
 def _refuse(value: Any, column: str, why: str) -> InvalidArgument:

@@ -37,6 +37,7 @@ VSCHEMA: dict[str, Any] = {
         "t3": {"column_vindexes": [{"column": "s", "name": "xxhash"}]},
         "t4": {"column_vindexes": [{"column": "id", "name": "hash"},
                                    {"column": "email", "name": "email_idx"}]},
+        "t5": {"column_vindexes": [{"column": "c", "name": "xxhash"}]},
     },
 }
 DDL = [
@@ -44,6 +45,7 @@ DDL = [
     "CREATE TABLE t2 (k BIGINT PRIMARY KEY, v VARCHAR(16))",
     "CREATE TABLE t3 (s VARCHAR(16) PRIMARY KEY, v VARCHAR(16))",
     "CREATE TABLE t4 (id BIGINT PRIMARY KEY, email VARCHAR(32))",
+    "CREATE TABLE t5 (c CHAR(4) PRIMARY KEY, v VARCHAR(16))",
 ]
 
 
@@ -208,6 +210,20 @@ async def test_insert_ignore_keeps_lookups_exact(gate: Gate) -> None:
     assert r.rows_affected == 0
     res = await lookup.execute("SELECT tag FROM tag_idx", [])
     assert [row[0] for row in res.rows] == [7]
+
+
+async def test_char_columns_route_without_the_spaces_that_do_not_count(
+    gate: Gate, backend_kind: str
+) -> None:
+    s = gate.session()
+    await gate.execute(s, "INSERT INTO t5 (c, v) VALUES ('ab  ', 'x'), ('cd', 'y')")
+    padded = backend_kind != "sqlite"  # SQLite's CHAR is plain text: spaces count
+    assert await rows(gate, "SELECT v FROM t5 WHERE c = 'ab'") == ([("x",)] if padded else [])
+    assert await rows(gate, "SELECT v FROM t5 WHERE c = 'cd '") == ([("y",)] if padded else [])
+    assert await rows(gate, "SELECT v FROM t5 WHERE c = 'ab  '") == [("x",)]
+    stored = await placed(gate, "t5", "c")
+    if backend_kind == "mysql":
+        assert stored == _by_shard(gate, "xxhash", ["ab", "cd"])
 
 
 def shard_of_ksid(gate: Gate, ksid: bytes) -> str:

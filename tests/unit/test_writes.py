@@ -217,6 +217,9 @@ INT, TEXT = Kind.INTEGER, Kind.TEXT
     (b"03", INT, "mysql", True, b"03"),
     (5.0, Kind.OTHER, "mysql", True, 5.0),
     (5.0, None, "mysql", True, 5.0),
+    ("ab  ", Kind.CHAR, "mysql", True, "ab"),
+    ("ab ", Kind.CHAR, "postgres", False, "ab"),
+    (7, Kind.CHAR, "postgres", True, "7"),
 ])
 def test_stored_value(value: object, kind: Kind | None, dialect: str, write: bool,
                       expected: object) -> None:
@@ -249,7 +252,8 @@ def test_stored_value_refuses_what_backends_would_do_differently(
     ("VARCHAR(16)", "sqlite", TEXT), ("CLOB", "sqlite", TEXT), ("", "sqlite", Kind.OTHER),
     ("bigint", "mysql", INT), ("varchar", "mysql", TEXT), ("decimal", "mysql", Kind.OTHER),
     ("integer", "postgres", INT), ("character varying", "postgres", TEXT),
-    ("numeric", "postgres", Kind.OTHER),
+    ("numeric", "postgres", Kind.OTHER), ("char", "mysql", Kind.CHAR),
+    ("character", "postgres", Kind.CHAR), ("CHAR(4)", "sqlite", TEXT),
 ])
 def test_kind_of_type(declared: str, dialect: str, kind: Kind) -> None:
     assert kind_of_type(declared, dialect) is kind
