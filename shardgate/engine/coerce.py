@@ -19,8 +19,9 @@ affinity):
   it: refused); anything else (``'abc'``, spaces) is refused, except that a
   SQLite read can match no row with it (MySQL would compare it as 0).
 
-For a TEXT column (VARCHAR, TEXT; SQLite: any TEXT affinity; CHAR too, whose
-trailing spaces do not count on MySQL and PostgreSQL: strings lose them):
+For a TEXT column (VARCHAR, TEXT; SQLite: any TEXT affinity; MySQL CHAR too,
+whose trailing spaces MySQL drops: strings lose them). PostgreSQL's CHAR(n)
+pads to n, which would need the length: it is left as given.
 
 * ``str`` stays; an ``int`` is written as its decimal text; in a read, MySQL
   compares a number with text *as numbers* (``'05' = 5``), so no single value
@@ -47,8 +48,8 @@ class Kind(enum.Enum):
 
     INTEGER = "integer"
     TEXT = "text"
-    #: CHAR(n): text whose trailing spaces do not count (MySQL drops them,
-    #: PostgreSQL pads to n and ignores them in comparisons)
+    #: MySQL CHAR: text whose trailing spaces are dropped (read back and compared
+    #: without them)
     CHAR = "char"
     OTHER = "other"
 
@@ -100,7 +101,7 @@ def kind_of_type(declared: str, dialect: str) -> Kind:
         return Kind.INTEGER
     if t in texts:
         return Kind.TEXT
-    if t == ("character" if dialect == "postgres" else "char"):
+    if t == "char" and dialect == "mysql":
         return Kind.CHAR
     return Kind.OTHER
 

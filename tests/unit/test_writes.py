@@ -218,8 +218,8 @@ INT, TEXT = Kind.INTEGER, Kind.TEXT
     (5.0, Kind.OTHER, "mysql", True, 5.0),
     (5.0, None, "mysql", True, 5.0),
     ("ab  ", Kind.CHAR, "mysql", True, "ab"),
-    ("ab ", Kind.CHAR, "postgres", False, "ab"),
-    (7, Kind.CHAR, "postgres", True, "7"),
+    ("ab ", Kind.CHAR, "mysql", False, "ab"),
+    (7, Kind.CHAR, "mysql", True, "7"),
 ])
 def test_stored_value(value: object, kind: Kind | None, dialect: str, write: bool,
                       expected: object) -> None:
@@ -253,7 +253,7 @@ def test_stored_value_refuses_what_backends_would_do_differently(
     ("bigint", "mysql", INT), ("varchar", "mysql", TEXT), ("decimal", "mysql", Kind.OTHER),
     ("integer", "postgres", INT), ("character varying", "postgres", TEXT),
     ("numeric", "postgres", Kind.OTHER), ("char", "mysql", Kind.CHAR),
-    ("character", "postgres", Kind.CHAR), ("CHAR(4)", "sqlite", TEXT),
+    ("character", "postgres", Kind.OTHER), ("CHAR(4)", "sqlite", TEXT),
 ])
 def test_kind_of_type(declared: str, dialect: str, kind: Kind) -> None:
     assert kind_of_type(declared, dialect) is kind
