@@ -38,6 +38,7 @@ from shardgate.engine.primitives import (
     ShardQuery,
     _InsertQuery,
 )
+from shardgate.engine.scalar import ScalarSubqueries
 from shardgate.errors import (
     Aborted,
     FailedPrecondition,
@@ -581,12 +582,16 @@ def _savepoint_control(sql: str) -> str | None:
 
 
 def _writes(prim: object) -> bool:
+    if isinstance(prim, ScalarSubqueries):
+        return _writes(prim.outer)
     if isinstance(prim, Insert | LookupDML):
         return True
     return isinstance(prim, Route) and prim.write
 
 
 def _needs_implicit_tx(prim: object) -> bool:
+    if isinstance(prim, ScalarSubqueries):
+        return _needs_implicit_tx(prim.outer)
     if isinstance(prim, Insert):
         return len(prim.rows) > 1 or bool(prim.owned_lookups) or prim.broadcast
     if isinstance(prim, Route):

@@ -27,6 +27,7 @@ from shardgate.engine.primitives import (
     Route,
     ShardQuery,
 )
+from shardgate.engine.scalar import ScalarSubqueries
 from shardgate.engine.values import SQLExpr, Value, from_expression
 from shardgate.errors import InvalidArgument, ShardgateError, Unsupported
 from shardgate.keys import KeyRange
@@ -405,10 +406,11 @@ def _plan_insert(stmt: exp.Insert, vschema: VSchema, default_ks: str | None) -> 
     if columns_given is not None:
         _refuse_duplicates(columns_given, table)
     ks = vschema.keyspace(table.keyspace)
+    pulled = _value_subqueries(stmt, table, vschema, default_ks)
+    if pulled is not None:
+        return pulled
     tree = strip_qualifiers(stmt)
     source = stmt.expression
-    if not ks.sharded:
-        _refuse_subqueries(source, table, vschema)
     simple = isinstance(source, exp.Values) and stmt.args.get("conflict") is None
     if not ks.sharded and (table.auto_increment is None or not simple):
         if table.auto_increment is not None:
@@ -429,7 +431,6 @@ def _plan_insert(stmt: exp.Insert, vschema: VSchema, default_ks: str | None) -> 
             f"INSERT into {table.qualified} must list its columns: "
             f"INSERT INTO {table.name} (col, ...) VALUES (...)"
         )
-    _refuse_subqueries(source, table, vschema)
     rows: list[tuple[Value, ...]] = []
     for i, row in enumerate(source.expressions):
         items = row.expressions if isinstance(row, exp.Tuple) else [row]
@@ -493,30 +494,49 @@ def _refuse_duplicates(columns: list[str], table: Table) -> None:
         seen.add(c)
 
 
-def _refuse_subqueries(source: exp.Expr, table: Table, vschema: VSchema) -> None:
-    """Subqueries in VALUES run where the row goes: only right within one unsharded keyspace.
+VALUE_SUBQUERY_VAR = "__sg_vsq{}"
 
-    Into a sharded table the subquery would see one shard's rows; in an
-    unsharded keyspace it must not read tables of another keyspace.
+
+def _value_subqueries(
+    stmt: exp.Insert, table: Table, vschema: VSchema, default_ks: str | None
+) -> Primitive | None:
+    """Plan subqueries in VALUES that cannot run where the row goes (engine/scalar.py).
+
+    Into a sharded table a subquery would see one shard's rows; in an unsharded
+    keyspace it may stay inline unless it reads another keyspace. Each pulled
+    subquery is planned as a SELECT of its own and becomes a bind variable of
+    the insert. None when there is nothing to pull.
     """
+    source = stmt.expression
+    if not isinstance(source, exp.Values) or source.find(exp.Subquery) is None:
+        return None
     ks = vschema.keyspace(table.keyspace)
-    for sub in source.find_all(exp.Select):
-        if ks.sharded:
+    if not ks.sharded and not _reads_other_keyspace(source, ks.name, vschema):
+        return None
+    stmt = stmt.copy()
+    values = stmt.expression
+    subqueries: list[tuple[str, Primitive]] = []
+    while (sub := values.find(exp.Subquery)) is not None:
+        if ks.sharded and not isinstance(sub.parent, exp.Tuple | exp.Values):
             raise Unsupported(
-                f"a subquery in the VALUES of an INSERT into sharded table {table.name} is "
-                "not supported: it would run on one shard only; run it first and insert "
-                "its result"
+                f"a subquery inside an expression in the VALUES of an INSERT into {table.name} "
+                "is not supported: use the subquery alone as the value"
             )
-        for t in sub.find_all(exp.Table):
-            try:
-                found = vschema.find_table(t.name, t.db or None, ks.name)
-            except ShardgateError:
-                continue  # not in the VSchema: the unsharded database resolves it
-            if found.keyspace != ks.name:
-                raise Unsupported(
-                    f"a subquery in the VALUES of an INSERT into {table.qualified} reads "
-                    f"{found.qualified} of another keyspace: run it first and insert its result"
-                )
+        var = VALUE_SUBQUERY_VAR.format(len(subqueries))
+        subqueries.append((var, build_plan(sub.this, "", vschema, default_ks).instructions))
+        sub.replace(exp.Placeholder(this=var))
+    return ScalarSubqueries(tuple(subqueries), _plan_insert(stmt, vschema, default_ks))
+
+
+def _reads_other_keyspace(source: exp.Expr, keyspace: str, vschema: VSchema) -> bool:
+    for t in source.find_all(exp.Table):
+        try:
+            found = vschema.find_table(t.name, t.db or None, keyspace)
+        except ShardgateError:
+            continue  # not in the VSchema: the unsharded database resolves it
+        if found.keyspace != keyspace:
+            return True
+    return False
 
 
 def _plan_ddl(stmt: exp.Expression, vschema: VSchema, default_ks: str | None) -> Primitive:

@@ -224,6 +224,21 @@ async def test_mysql_char_columns_route_without_the_trailing_spaces_mysql_drops(
         assert await placed(gate, "t5", "c") == _by_shard(gate, "xxhash", ["ab", "cd"])
 
 
+async def test_subquery_in_values_is_computed_over_all_shards(gate: Gate) -> None:
+    s = gate.session()
+    await gate.execute(s, "INSERT INTO t1 (id, tag, n) VALUES (1, NULL, 0), (2, NULL, 0), "
+                          "(3, NULL, 0), (4, NULL, 0), (5, NULL, 0)")
+    assert len(await placed(gate, "t1", "id")) > 1  # the rows span shards
+    await gate.execute(s, "INSERT INTO t1 (id, tag, n) VALUES (100, NULL, "
+                          "(SELECT COUNT(*) FROM t1))")
+    assert await rows(gate, "SELECT n FROM t1 WHERE id = 100") == [(5,)]
+    await gate.execute(s, "INSERT INTO t2 (k, v) VALUES ((SELECT MAX(id) FROM t1), 'max')")
+    assert await placed(gate, "t2", "k") == _by_shard(gate, "xxhash", [100])
+    assert (await refused(gate, "INSERT INTO t2 (k, v) VALUES (7, (SELECT id FROM t1))")).code \
+        is Code.INVALID_ARGUMENT
+    assert await rows(gate, "SELECT k FROM t2") == [(100,)]
+
+
 def shard_of_ksid(gate: Gate, ksid: bytes) -> str:
     return gate.topology.keyspace("ks").shard_map.find(ksid)
 

@@ -163,25 +163,50 @@ def test_is_null_on_the_primary_vindex_still_routes_nowhere() -> None:
 # -- item 6: subqueries in VALUES ------------------------------------------------
 
 
-@pytest.mark.parametrize("sql", [
-    "insert into user_extra (user_id, v) values (5, (select count(*) from user_extra))",
-    "insert into user_extra (user_id, v) values (5, (select max(id) from main.unsharded))",
-    "insert into user (id, name) values ((select 5), 'a')",
-    "insert into countries (id, n) values (1, (select count(*) from user_extra))",
-])
-def test_subquery_in_values_of_a_sharded_insert_is_refused(sql: str) -> None:
-    err = refused(sql)
-    assert err.code is Code.UNIMPLEMENTED, err
-    assert "subquery" in err.message
+async def test_subquery_in_values_of_a_sharded_insert_is_computed_over_all_shards() -> None:
+    vc = cursor()
+    vc.results = {s: Result(["count(*)"], [(n,)]) for s, n in zip(FOUR.names, (1, 2, 3, 4),
+                                                                   strict=True)}
+    await run(vc, "insert into user_extra (user_id, v) values (5, (select count(*) from "
+                  "user_extra))")
+    counts = [line for line in vc.log if "COUNT(*)" in line]
+    assert len(counts) == 4  # every shard counted
+    assert vc.log[-1].endswith("INSERT INTO user_extra (user_id, v) VALUES (%s, %s) [5, 10]")
 
 
-def test_subquery_in_values_of_an_unsharded_insert_reading_another_keyspace_is_refused() -> None:
-    err = refused("insert into unsharded (a, b) values (1, (select count(*) from user_extra))",
-                  keyspace="main")
-    assert err.code is Code.UNIMPLEMENTED and "user.user_extra" in err.message
-    err = refused("insert into unsharded (a, b) values (1, (select count(*) from "
-                  "lookup.user_seq))", keyspace="main")
-    assert err.code is Code.UNIMPLEMENTED
+async def test_subquery_giving_the_vindex_value_routes_the_row_by_its_result() -> None:
+    vc = cursor()
+    vc.results = {"0": Result(["max(id)"], [(7,)])}
+    await run(vc, "insert into user_extra (user_id, v) values ((select max(id) from "
+                  "main.unsharded), 'a')")
+    assert vc.log[0] == "ExecuteShard main/0: SELECT MAX(id) FROM unsharded []"
+    assert vc.log[1] == (f"ExecuteShard user/{des_shard(7)}: INSERT INTO user_extra "
+                         "(user_id, v) VALUES (%s, %s) [7, 'a']")
+
+
+async def test_subquery_in_values_returning_several_rows_is_refused() -> None:
+    vc = cursor()
+    vc.results = {"0": Result(["a"], [(1,), (2,)])}
+    with pytest.raises(ShardgateError) as err:
+        await run(vc, "insert into user_extra (user_id, v) values (5, (select a from "
+                      "main.unsharded))")
+    assert err.value.code is Code.INVALID_ARGUMENT and "2 rows" in err.value.message
+    assert not any("INSERT" in line for line in vc.log)
+
+
+def test_subquery_inside_an_expression_in_sharded_values_is_refused() -> None:
+    err = refused("insert into user_extra (user_id, v) values (5, (select count(*) from "
+                  "user_extra) + 1)")
+    assert err.code is Code.UNIMPLEMENTED and "subquery" in err.message
+
+
+async def test_unsharded_insert_reading_another_keyspace_computes_it_first() -> None:
+    vc = cursor()
+    vc.results = {s: Result(["count(*)"], [(2,)]) for s in FOUR.names}
+    await run(vc, "insert into unsharded (a, b) values (1, (select count(*) from user_extra) "
+                  "+ 1)", keyspace="main")
+    assert vc.log[-1] == ("ExecuteShard main/0: INSERT INTO unsharded (a, b) VALUES "
+                          "(1, %s + 1) [8]")
 
 
 async def test_subquery_in_values_within_one_unsharded_keyspace_runs_there() -> None:
