@@ -239,6 +239,21 @@ async def test_subquery_in_values_is_computed_over_all_shards(gate: Gate) -> Non
     assert await rows(gate, "SELECT k FROM t2") == [(100,)]
 
 
+async def test_lookup_rows_the_lookup_table_collation_matches_are_followed(
+    gate: Gate, backend_kind: str
+) -> None:
+    s = gate.session()
+    await gate.execute(s, "INSERT INTO t4 (id, email) VALUES (1, 'red'), (2, 'blue ')")
+    ci = backend_kind == "mysql"  # MariaDB's default collation: case and trailing spaces ignored
+    assert await rows(gate, "SELECT id FROM t4 WHERE email = 'RED'") == ([(1,)] if ci else [])
+    assert await rows(gate, "SELECT id FROM t4 WHERE email IN ('Red', 'blue')") == (
+        [(1,), (2,)] if ci else [])
+    res = await gate.execute(s, "DELETE FROM t4 WHERE email = 'BLUE'")
+    assert res.rows_affected == (1 if ci else 0)
+    left = await gate.tablets[("lk", "0")].execute("SELECT email FROM email_idx", [])
+    assert sorted(r[0] for r in left.rows) == (["red"] if ci else ["blue ", "red"])
+
+
 def shard_of_ksid(gate: Gate, ksid: bytes) -> str:
     return gate.topology.keyspace("ks").shard_map.find(ksid)
 

@@ -333,3 +333,27 @@ async def test_mysql_text_column_compared_with_numbers_reads_every_shard() -> No
     with pytest.raises(ShardgateError) as err:
         await run(vc, "update num_tbl set y = 1 where x = 7")
     assert err.value.code is Code.INVALID_ARGUMENT
+
+
+# -- lookup rows the lookup table's collation matches ----------------------------
+
+
+async def test_lookup_rows_matched_by_the_lookup_tables_collation_are_routed_to() -> None:
+    vc = RecordingCursor({"user": FOUR, "lookup": ONE})
+    vc.lookup.script(
+        "create table name_user_map (name text collate nocase, keyspace_id blob);"
+        "create table email_user_map (email text collate nocase primary key, keyspace_id blob);"
+        f"insert into name_user_map values ('red', x'{ksid(3).hex()}'), "
+        f"('BLUE', x'{ksid(11).hex()}');"
+        f"insert into email_user_map values ('A@x', x'{ksid(3).hex()}'), "
+        f"('b@X', x'{ksid(4).hex()}');"
+    )
+    await run(vc, "select id from user where name in ('RED', 'blue')")
+    reached = {line.split(":")[0].split("/")[1] for line in vc.log}
+    assert reached == {des_shard(3), des_shard(11)} == {"40-80", "80-c0"}
+    vc.log.clear()
+    await run(vc, "select id from user where email = 'a@X'")
+    assert [line.split(":")[0] for line in vc.log] == [f"ExecuteShard user/{des_shard(3)}"]
+    vc.log.clear()
+    await run(vc, "select id from user where email in ('a@x', 'B@x')")  # no INTERNAL error
+    assert {line.split(":")[0].split("/")[1] for line in vc.log} == {des_shard(3), des_shard(4)}
