@@ -508,7 +508,7 @@ def _value_subqueries(
     the insert. None when there is nothing to pull.
     """
     source = stmt.expression
-    if not isinstance(source, exp.Values) or source.find(exp.Subquery) is None:
+    if not isinstance(source, exp.Values) or source.find(exp.Query) is None:
         return None
     ks = vschema.keyspace(table.keyspace)
     if not ks.sharded and not _reads_other_keyspace(source, ks.name, vschema):
@@ -517,14 +517,17 @@ def _value_subqueries(
     values = stmt.expression
     subqueries: list[tuple[str, Primitive]] = []
     while (sub := values.find(exp.Subquery)) is not None:
-        if ks.sharded and not isinstance(sub.parent, exp.Tuple | exp.Values):
-            raise Unsupported(
-                f"a subquery inside an expression in the VALUES of an INSERT into {table.name} "
-                "is not supported: use the subquery alone as the value"
-            )
+        alone = isinstance(sub.parent, exp.Tuple | exp.Values)
+        if (ks.sharded and not alone) or not isinstance(sub.this, exp.Query):
+            break  # refused below
         var = VALUE_SUBQUERY_VAR.format(len(subqueries))
         subqueries.append((var, build_plan(sub.this, "", vschema, default_ks).instructions))
         sub.replace(exp.Placeholder(this=var))
+    if values.find(exp.Query) is not None:
+        raise Unsupported(
+            f"this subquery in the VALUES of an INSERT into {table.qualified} cannot be "
+            "computed across shards: only a subquery alone as a value, (SELECT ...), is"
+        )
     return ScalarSubqueries(tuple(subqueries), _plan_insert(stmt, vschema, default_ks))
 
 

@@ -194,9 +194,13 @@ async def test_subquery_in_values_returning_several_rows_is_refused() -> None:
     assert not any("INSERT" in line for line in vc.log)
 
 
-def test_subquery_inside_an_expression_in_sharded_values_is_refused() -> None:
-    err = refused("insert into user_extra (user_id, v) values (5, (select count(*) from "
-                  "user_extra) + 1)")
+@pytest.mark.parametrize("value", [
+    "(select count(*) from user_extra) + 1",
+    "exists (select 1 from user_extra)",
+    "5 in (select v from user_extra)",
+])
+def test_subquery_inside_an_expression_in_sharded_values_is_refused(value: str) -> None:
+    err = refused(f"insert into user_extra (user_id, v) values (5, {value})")
     assert err.code is Code.UNIMPLEMENTED and "subquery" in err.message
 
 
