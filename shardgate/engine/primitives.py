@@ -27,6 +27,8 @@ from typing import Any, Protocol
 
 from sqlglot import exp
 
+from shardgate.engine.coerce import NO_MATCH, SCATTER, Kind, convert_row, stored_value
+from shardgate.engine.insert_ignore import insert_ignoring
 from shardgate.engine.values import BindVar, Literal, SQLExpr, Value, resolve
 from shardgate.errors import InvalidArgument, NotFound
 from shardgate.keys import KeyRange, ShardMap
@@ -41,6 +43,7 @@ from shardgate.vindexes import (
     VCursor,
     Vindex,
 )
+from shardgate.vindexes.lookup import LookupBase
 
 
 class Opcode(enum.Enum):
@@ -114,6 +117,10 @@ class ExecCursor(Protocol):
 
     async def next_sequence_values(self, sequence: str, count: int) -> int:
         """Reserve ``count`` consecutive values of ``sequence``; return the first."""
+        ...
+
+    async def column_kinds(self, keyspace: str, table: str) -> Mapping[str, Kind]:
+        """The kind of each (lowercase) column of ``table``; empty when unknown."""
         ...
 
 
@@ -213,6 +220,9 @@ class Route(Primitive):
     ksid_vindex: Vindex | None = None
     #: trailing result columns the gate added (ksid or sort columns) to drop
     hidden: int = 0
+    #: the columns of ``table`` that ``values`` are compared with (the vindex's):
+    #: values are mapped as those columns would store them (shardgate.engine.coerce)
+    columns: tuple[str, ...] = ()
 
     async def shards(self, vc: ExecCursor, bind_vars: Mapping[str, Any]) -> list[str]:
         """Which shards this route must reach, in key order."""
@@ -256,7 +266,22 @@ class Route(Primitive):
                 else:
                     flat.append(v)
             resolved = flat
-        mapped = await vindex_map(vc, self.vindex, resolved)
+        keys = await self._stored(vc, resolved)
+        if any(k is SCATTER for k in keys):
+            if self.write:
+                raise InvalidArgument(
+                    f"{self.table}.{', '.join(self.columns)} holds text, which MySQL compares "
+                    "with a number as numbers ('05' = 5): several stored values match, so "
+                    "this write cannot be routed; compare with a string"
+                )
+            if self.in_var is None:
+                return list(smap.names), None
+            return list(smap.names), {n: {self.in_var: resolved} for n in smap.names}
+        live = [i for i, k in enumerate(keys) if k is not NO_MATCH]
+        found = await vindex_map(vc, self.vindex, [keys[i] for i in live])
+        mapped: list[list[KeyspaceId]] = [[] for _ in keys]
+        for i, ksids in zip(live, found, strict=True):
+            mapped[i] = ksids
         if self.in_var is None:
             names = {smap.find(ksid) for ksids in mapped for ksid in ksids}
             return [n for n in smap.names if n in names], None
@@ -266,6 +291,24 @@ class Route(Primitive):
                 per_shard.setdefault(shard, []).append(value)
         shards = [n for n in smap.names if n in per_shard]
         return shards, {n: {self.in_var: per_shard[n]} for n in shards}
+
+    async def _stored(self, vc: ExecCursor, values: list[Any]) -> list[Any]:
+        """Each value as the vindex column compares it: a value, NO_MATCH or SCATTER."""
+        if not self.columns or self.table is None:
+            return values
+        kinds = await vc.column_kinds(self.keyspace, self.table)
+        if not any(c in kinds for c in self.columns):
+            return values
+        dialect = vc.dialect(self.keyspace)
+        out: list[Any] = []
+        for v in values:
+            if isinstance(v, tuple | list) and len(self.columns) > 1:
+                row = convert_row(tuple(v), self.columns[: len(v)], kinds, dialect, write=False)
+                out.append(SCATTER if SCATTER in row else NO_MATCH if NO_MATCH in row else row)
+            else:
+                col = self.columns[0]
+                out.append(stored_value(v, kinds.get(col), dialect, write=False, column=col))
+        return out
 
     async def execute(self, vc: ExecCursor, bind_vars: Mapping[str, Any]) -> Result:
         shards, shard_vars = await self.targets(vc, bind_vars)
@@ -495,9 +538,13 @@ class Insert(Primitive):
         elif not self.sharded:
             per_shard = {smap.names[0]: rows}
         else:
+            await self._store_vindex_values(vc, columns, rows, bind_vars)
             ksids = await self._keyspace_ids(vc, columns, rows, bind_vars)
             for cols, vindex in self.secondary:
                 await self._verify_or_generate(vc, cols, vindex, columns, rows, ksids, bind_vars)
+            if self.ignore and self.owned_lookups:
+                inserted = await self._insert_ignoring(vc, columns, rows, ksids, bind_vars)
+                return Result(rows_affected=inserted, insert_id=insert_id)
             for lookup in self.owned_lookups:
                 await self._create_lookup(vc, lookup, columns, rows, ksids, bind_vars)
             per_shard = {}
@@ -532,6 +579,38 @@ class Insert(Primitive):
         for n, r in enumerate(missing):
             r[i] = Literal(first + n)
         return first
+
+    async def _store_vindex_values(
+        self,
+        vc: ExecCursor,
+        columns: list[str],
+        rows: list[list[Value]],
+        bind_vars: Mapping[str, Any],
+    ) -> None:
+        """Replace each vindex column's value by what the column will store.
+
+        Vindexes then map, lookups record and the shard receives one same value
+        (``'03'`` into a BIGINT column is 3 everywhere); what the backends would
+        convert differently or lossily is refused (:mod:`shardgate.engine.coerce`).
+        """
+        vindex_columns = {*self.primary_columns}
+        for lookup in self.owned_lookups:
+            vindex_columns.update(lookup.columns)
+        for cols, _vindex in self.secondary:
+            vindex_columns.update(cols)
+        present = [(i, c) for i, c in enumerate(columns) if c in vindex_columns]
+        if not present:
+            return
+        kinds = await vc.column_kinds(self.keyspace, self.table)
+        if not any(c in kinds for _, c in present):
+            return
+        dialect = vc.dialect(self.keyspace)
+        for row in rows:
+            for i, c in present:
+                if not isinstance(row[i], SQLExpr):
+                    value = resolve(row[i], bind_vars)
+                    row[i] = Literal(stored_value(value, kinds.get(c), dialect, write=True,
+                                                  column=c))
 
     async def _keyspace_ids(
         self,
@@ -600,6 +679,37 @@ class Insert(Primitive):
                     f"{list(cols)} does not map to the row's keyspace id under vindex "
                     f"{vindex.name!r}"
                 )
+
+    async def _insert_ignoring(
+        self,
+        vc: ExecCursor,
+        columns: list[str],
+        rows: list[list[Value]],
+        ksids: list[KeyspaceId],
+        bind_vars: Mapping[str, Any],
+    ) -> int:
+        """INSERT IGNORE row by row, lookups kept exact (:mod:`shardgate.engine.insert_ignore`)."""
+        lookups: list[LookupBase] = []
+        positions: list[int] = []
+        for lookup in self.owned_lookups:
+            assert isinstance(lookup.vindex, LookupBase) and len(lookup.columns) == 1
+            if lookup.columns[0] not in columns:
+                raise InvalidArgument(
+                    f"insert into {self.table} must give the column {lookup.columns[0]!r} "
+                    f"of its owned lookup vindex {lookup.vindex.name!r}"
+                )
+            lookups.append(lookup.vindex)
+            positions.append(columns.index(lookup.columns[0]))
+        values = [[resolve(r[p], bind_vars) for p in positions] for r in rows]
+        smap = vc.shard_map(self.keyspace)
+
+        async def insert_row(i: int) -> int:
+            shard = smap.find(ksids[i])
+            query = _InsertQuery(self, columns, {shard: [rows[i]]})
+            done = await vc.execute_shards(self.keyspace, [shard], query, bind_vars, write=True)
+            return done[0].rows_affected
+
+        return await insert_ignoring(vc.lookup_cursor(), lookups, values, ksids, insert_row)
 
     async def _create_lookup(
         self,

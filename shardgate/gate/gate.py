@@ -19,12 +19,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 from sqlglot import exp
 
+from shardgate.engine.coerce import Kind, column_types_sql, kind_of_type
 from shardgate.engine.dml import LookupDML
 from shardgate.engine.primitives import (
     ExecCursor,
@@ -35,6 +37,7 @@ from shardgate.engine.primitives import (
     ShardQuery,
     _InsertQuery,
 )
+from shardgate.engine.scalar import ScalarSubqueries
 from shardgate.errors import (
     Aborted,
     FailedPrecondition,
@@ -103,6 +106,8 @@ class Gate:
         self.plans: PlanCache[Plan | GateStatement] = PlanCache(plan_cache_size)
         self.stats = Stats()
         self.sequences = Sequences(self._allocate_sequence)
+        #: (keyspace, table) -> column kinds, read from the first shard (DDL clears it)
+        self._kinds: dict[tuple[str, str], dict[str, Kind]] = {}
         queue_router.configure_local(self)
 
     @classmethod
@@ -278,6 +283,8 @@ class Gate:
         if not isinstance(planned, Plan):
             return await self._control(session, planned)
         start, calls = time.perf_counter(), session.shard_calls
+        if planned.statement_type == "DDL":
+            self._kinds.clear()
         try:
             result = await self._run(session, planned.instructions, bv)
         except ShardgateError:
@@ -516,34 +523,72 @@ class Gate:
         """
         return await twopc.resolve(self.tablets, grace_s=grace_s)
 
+    async def column_kinds(self, keyspace: str, table: str) -> Mapping[str, Kind]:
+        """How each column of ``table`` converts values, from its first shard's schema.
+
+        Cached until the next DDL through the gate; a table the shard does not
+        know (yet) gives an empty mapping, which is not cached.
+        """
+        key = (keyspace, table.lower())
+        found = self._kinds.get(key)
+        if found is not None:
+            return found
+        ks = self.topology.keyspace(keyspace)
+        tablet = self.tablets[(keyspace, ks.shards[0].name)]
+        res = await tablet.execute(column_types_sql(tablet.dialect, tablet.placeholder), [table])
+        found = {str(r[0]).lower(): kind_of_type(str(r[1] or ""), tablet.dialect)
+                 for r in res.rows}
+        if found:
+            self._kinds[key] = found
+        return found
+
     # -- sequences --------------------------------------------------------------
 
     async def _allocate_sequence(self, sequence: str, count: int) -> tuple[int, int]:
-        ks_name, table = sequence.split(".", 1)
-        ks = self.topology.keyspace(ks_name)
-        tablet = self.tablets[(ks_name, ks.shards[0].name)]
-        ident = exp.to_identifier(table).sql(dialect=tablet.dialect)
-        ph = tablet.placeholder
+        """Reserve a block of ``max(cache, count)`` values in a transaction of its own."""
+        tablet, table = self._sequence_tablet(sequence)
         tid = await tablet.begin()
         try:
-            await tablet.execute(
-                f"UPDATE {ident} SET next_id = next_id + "
-                f"CASE WHEN cache > {ph} THEN cache ELSE {ph} END WHERE id = 0",
-                [count, count],
-                tid,
-            )
-            res = await tablet.execute(f"SELECT next_id, cache FROM {ident} WHERE id = 0", [], tid)
+            end, cache = await self._reserve(tablet, sequence, table, tid, count, cached=True)
             await tablet.commit(tid)
         except BaseException:
             await _quiet_rollback(tablet, tid)
             raise
+        return end - max(cache, count), end
+
+    async def _allocate_in_transaction(
+        self, tid: int, sequence: str, count: int
+    ) -> tuple[int, int]:
+        """Reserve exactly ``count`` values inside the session's transaction ``tid``."""
+        tablet, table = self._sequence_tablet(sequence)
+        end, _ = await self._reserve(tablet, sequence, table, tid, count, cached=False)
+        return end - count, end
+
+    def _sequence_tablet(self, sequence: str) -> tuple[TabletClient, str]:
+        ks_name, table = sequence.split(".", 1)
+        ks = self.topology.keyspace(ks_name)
+        return self.tablets[(ks_name, ks.shards[0].name)], table
+
+    async def _reserve(
+        self, tablet: TabletClient, sequence: str, table: str, tid: int, count: int,
+        *, cached: bool,
+    ) -> tuple[int, int]:
+        """Move ``next_id`` on (UPDATE first: the row lock serialises gates); its new value."""
+        ident = exp.to_identifier(table).sql(dialect=tablet.dialect)
+        ph = tablet.placeholder
+        step = f"CASE WHEN cache > {ph} THEN cache ELSE {ph} END" if cached else ph
+        await tablet.execute(
+            f"UPDATE {ident} SET next_id = next_id + {step} WHERE id = 0",
+            [count, count] if cached else [count],
+            tid,
+        )
+        res = await tablet.execute(f"SELECT next_id, cache FROM {ident} WHERE id = 0", [], tid)
         if not res.rows:
             raise FailedPrecondition(
                 f"sequence {sequence} has no row with id = 0: "
                 f"INSERT INTO {table} (id, next_id, cache) VALUES (0, 1, 1000)"
             )
-        end, cache = int(res.rows[0][0]), int(res.rows[0][1])
-        return end - max(cache, count), end
+        return int(res.rows[0][0]), int(res.rows[0][1])
 
 
 _SAVEPOINT_VERBS = {Savepoint: "SAVEPOINT", RollbackToSavepoint: "ROLLBACK TO",
@@ -558,12 +603,16 @@ def _like(names: Sequence[str], pattern: str | None) -> list[str]:
 
 
 def _writes(prim: object) -> bool:
+    if isinstance(prim, ScalarSubqueries):
+        return _writes(prim.outer)
     if isinstance(prim, Insert | LookupDML):
         return True
     return isinstance(prim, Route) and prim.write
 
 
 def _needs_implicit_tx(prim: object) -> bool:
+    if isinstance(prim, ScalarSubqueries):
+        return _needs_implicit_tx(prim.outer)
     if isinstance(prim, Insert):
         return len(prim.rows) > 1 or bool(prim.owned_lookups) or prim.broadcast
     if isinstance(prim, Route):
@@ -601,7 +650,19 @@ class _SessionCursor(ExecCursor):
         ks = self.gate.topology.keyspace(keyspace)
         return self.gate.tablets[(keyspace, ks.shards[0].name)].dialect
 
+    async def column_kinds(self, keyspace: str, table: str) -> Mapping[str, Kind]:
+        return await self.gate.column_kinds(keyspace, table)
+
     async def next_sequence_values(self, sequence: str, count: int) -> int:
+        # SQLite has one writer: if this session's transaction holds the sequence's
+        # database, a transaction of the allocator's own would wait for it forever.
+        ks_name = sequence.split(".", 1)[0]
+        shard = self.gate.topology.keyspace(ks_name).shards[0].name
+        tid = self.session.shard_txs.get((ks_name, shard))
+        if tid is not None and self.gate.tablets[(ks_name, shard)].dialect == "sqlite":
+            return await self.gate.sequences.next_values(
+                sequence, count, in_transaction=functools.partial(
+                    self.gate._allocate_in_transaction, tid))
         return await self.gate.sequences.next_values(sequence, count)
 
     async def _one(

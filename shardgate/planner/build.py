@@ -27,8 +27,9 @@ from shardgate.engine.primitives import (
     Route,
     ShardQuery,
 )
+from shardgate.engine.scalar import ScalarSubqueries
 from shardgate.engine.values import SQLExpr, Value, from_expression
-from shardgate.errors import InvalidArgument, Unsupported
+from shardgate.errors import InvalidArgument, ShardgateError, Unsupported
 from shardgate.keys import KeyRange
 from shardgate.planner.columns import expand_stars
 from shardgate.planner.join import (
@@ -49,6 +50,8 @@ from shardgate.planner.select import (
 )
 from shardgate.sql.dialect import strip_qualifiers
 from shardgate.vindexes import Lookup
+from shardgate.vindexes.consistent_lookup import ConsistentLookupBase
+from shardgate.vindexes.lookup import LookupBase
 from shardgate.vschema import ColumnVindex, Table, VSchema
 
 
@@ -188,7 +191,7 @@ def _plan_select(stmt: exp.Expression, vschema: VSchema, default_ks: str | None)
     split_tree, in_var = _split_in(stmt, choice)
     assert isinstance(split_tree, exp.Select)
     target = RouteTarget(choice.opcode, ks_name, table_name, choice.vindex, choice.values,
-                         in_var)
+                         in_var, choice.columns)
     return plan_multi_shard(stmt, split_tree, target)
 
 
@@ -236,13 +239,14 @@ def _keyrange_select(
     return Route(choice.opcode, table.keyspace, True, ShardQuery(tree), table=table.name,
                  vindex=choice.vindex, values=choice.values, order_by=order,
                  key_range=key_range, ksid_columns=tuple(ksid_columns),
-                 ksid_vindex=primary.vindex, hidden=hidden)
+                 ksid_vindex=primary.vindex, hidden=hidden, columns=choice.columns)
 
 
 def _route(choice: RouteChoice, ks: str, tree: exp.Expr, table: str,
            write: bool = False, in_var: str | None = None) -> Route:
     return Route(choice.opcode, ks, True, ShardQuery(tree), table=table,
-                 vindex=choice.vindex, values=choice.values, write=write, in_var=in_var)
+                 vindex=choice.vindex, values=choice.values, write=write, in_var=in_var,
+                 columns=choice.columns)
 
 
 IN_VAR = "__sg_vals"
@@ -336,7 +340,7 @@ def _plan_update_delete(
             positions.append(len(columns))
             columns.append(c)
         assert isinstance(cv.vindex, Lookup)
-        lookup_changes.append(LookupChange(cv.vindex, tuple(positions), new_values))
+        lookup_changes.append(LookupChange(cv.vindex, tuple(positions), new_values, cv.columns))
     table_node = tree.this
     select = exp.Select(
         expressions=[exp.column(c) for c in columns],
@@ -407,7 +411,12 @@ def _plan_insert(stmt: exp.Insert, vschema: VSchema, default_ks: str | None) -> 
     if not isinstance(target, exp.Table):
         raise InvalidArgument("INSERT needs a table")
     table = vschema.find_table(target.name, target.db or None, default_ks)
+    if columns_given is not None:
+        _refuse_duplicates(columns_given, table)
     ks = vschema.keyspace(table.keyspace)
+    pulled = _value_subqueries(stmt, table, vschema, default_ks)
+    if pulled is not None:
+        return pulled
     tree = strip_qualifiers(stmt)
     source = stmt.expression
     simple = isinstance(source, exp.Values) and stmt.args.get("conflict") is None
@@ -459,6 +468,8 @@ def _plan_insert(stmt: exp.Insert, vschema: VSchema, default_ks: str | None) -> 
         for cv in table.owned_vindexes
         if isinstance(cv.vindex, Lookup)
     )
+    if stmt.args.get("ignore") and ks.sharded:
+        _check_ignorable(table, owned)
     ai = table.auto_increment
     secondary = tuple(
         (cv.columns, cv.vindex)
@@ -480,6 +491,78 @@ def _plan_insert(stmt: exp.Insert, vschema: VSchema, default_ks: str | None) -> 
         ignore=bool(stmt.args.get("ignore")),
         broadcast=ks.sharded and table.type == "reference",
     )
+
+
+def _check_ignorable(table: Table, owned: tuple[OwnedLookup, ...]) -> None:
+    """INSERT IGNORE keeps owned lookups exact only if their writes join the statement's
+    transaction (see shardgate.engine.insert_ignore)."""
+    for lk in owned:
+        v = lk.vindex
+        if (not isinstance(v, LookupBase) or isinstance(v, ConsistentLookupBase)
+                or v.autocommit or len(lk.columns) != 1):
+            raise Unsupported(
+                f"INSERT IGNORE into {table.name} is not supported with its lookup vindex "
+                f"{v.name!r} ({v.type_name}{', autocommit' if v.autocommit else ''}, "
+                f"{len(lk.columns)} column(s)): a skipped row's lookup rows could not be "
+                "removed in the same transaction; use a plain INSERT"
+            )
+
+
+def _refuse_duplicates(columns: list[str], table: Table) -> None:
+    """A column named twice: the row would be routed by one value and store the other."""
+    seen: set[str] = set()
+    for c in columns:
+        if c in seen:
+            raise InvalidArgument(f"INSERT into {table.name} names column {c!r} twice")
+        seen.add(c)
+
+
+VALUE_SUBQUERY_VAR = "__sg_vsq{}"
+
+
+def _value_subqueries(
+    stmt: exp.Insert, table: Table, vschema: VSchema, default_ks: str | None
+) -> Primitive | None:
+    """Plan subqueries in VALUES that cannot run where the row goes (engine/scalar.py).
+
+    Into a sharded table a subquery would see one shard's rows; in an unsharded
+    keyspace it may stay inline unless it reads another keyspace. Each pulled
+    subquery is planned as a SELECT of its own and becomes a bind variable of
+    the insert. None when there is nothing to pull.
+    """
+    source = stmt.expression
+    if not isinstance(source, exp.Values) or source.find(exp.Query) is None:
+        return None
+    ks = vschema.keyspace(table.keyspace)
+    if not ks.sharded and not _reads_other_keyspace(source, ks.name, vschema):
+        return None
+    stmt = stmt.copy()
+    values = stmt.expression
+    subqueries: list[tuple[str, Primitive]] = []
+    while (sub := values.find(exp.Subquery)) is not None:
+        alone = isinstance(sub.parent, exp.Tuple | exp.Values)
+        if (ks.sharded and not alone) or not isinstance(sub.this, exp.Query):
+            break  # refused below
+        var = VALUE_SUBQUERY_VAR.format(len(subqueries))
+        subqueries.append((var, build_plan(sub.this, "", vschema, default_ks).instructions))
+        sub.replace(exp.Placeholder(this=var))
+    if values.find(exp.Query) is not None:
+        raise Unsupported(
+            f"this subquery in the VALUES of an INSERT into {table.qualified} cannot be "
+            "computed across shards: only a subquery alone as a value, (SELECT ...), is"
+        )
+    return ScalarSubqueries(tuple(subqueries), _plan_insert(stmt, vschema, default_ks))
+
+
+def _reads_other_keyspace(source: exp.Expr, keyspace: str, vschema: VSchema) -> bool:
+    for t in source.find_all(exp.Table):
+        try:
+            found = vschema.find_table(t.name, t.db or None, keyspace)
+        except ShardgateError:
+            continue  # not in the VSchema: the unsharded database resolves it
+        if found.keyspace != keyspace:
+            return True
+    return False
 
 
 def _plan_ddl(stmt: exp.Expression, vschema: VSchema, default_ks: str | None) -> Primitive:

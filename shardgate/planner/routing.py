@@ -1,8 +1,9 @@
 """Choosing a route: which vindex a WHERE clause lets us use, and with what values.
 
 The rules (V3 design): split the WHERE into its top-level AND terms; a term
-``col = const``, ``col IN (consts)``, ``col IS NULL`` or an OR of equalities on
-one column constrains ``col``. Each column vindex of the table whose columns
+``col = const``, ``col IN (consts)`` or an OR of equalities on one column
+constrains ``col``; ``col IS NULL`` only on the primary vindex (whose column
+no row can have NULL: the route goes nowhere). Each column vindex of the table whose columns
 are all constrained gives a candidate route; the best opcode wins
 (None < EqualUnique < Equal < IN < Scatter), then the lowest vindex cost.
 ``write_only`` lookups are never used for routing. A value that is NULL in an
@@ -11,6 +12,7 @@ equality can match no row: the route goes nowhere (opcode None).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -33,6 +35,8 @@ class RouteChoice:
     #: for IN routes on one column: the WHERE term (IN list or OR of
     #: equalities) the planner may rewrite to send each shard only its values
     term: exp.Expr | None = None
+    #: the vindex's columns, which ``values`` are compared with
+    columns: tuple[str, ...] = ()
 
 
 def conjuncts(where: exp.Expr | None) -> Iterator[exp.Expr]:
@@ -87,11 +91,8 @@ def constraints(
         if eq is not None:
             eqs.setdefault(eq[0], eq[1])
             continue
-        if isinstance(term, exp.Is) and isinstance(term.expression, exp.Null):
-            col = _column_of(term.this, names)
-            if col is not None:
-                eqs.setdefault(col, Literal(None))
-            continue
+        if isinstance(term, exp.Is):
+            continue  # IS NULL is not "= NULL": see null_columns
         if isinstance(term, exp.In) and not term.args.get("query") and not term.args.get("not"):
             col = _column_of(term.this, names)
             items = term.expressions
@@ -105,6 +106,17 @@ def constraints(
             if found is not None:
                 ins.setdefault(found[0], (found[1], term))
     return eqs, ins
+
+
+def null_columns(where: exp.Expr | None, names: set[str]) -> set[str]:
+    """Columns of the table named by ``names`` that a top-level ``col IS NULL`` constrains."""
+    out: set[str] = set()
+    for term in conjuncts(where):
+        if isinstance(term, exp.Is) and isinstance(term.expression, exp.Null):
+            col = _column_of(term.this, names)
+            if col is not None:
+                out.add(col)
+    return out
 
 
 def _tuple_in(
@@ -167,6 +179,12 @@ def choose(table: Table, where: exp.Expr | None, names: set[str]) -> RouteChoice
     if pinned is not None:
         return pinned
     eqs, ins = constraints(where, names)
+    primary = table.primary
+    if primary is not None and null_columns(where, names) & set(primary.columns):
+        # Inserts refuse a NULL primary vindex value and updates cannot change
+        # it: no row has one. Other vindex columns may well hold NULL (a lookup
+        # with ignore_nulls has no row for it), so there IS NULL routes nothing.
+        return RouteChoice(Opcode.NONE, primary.vindex)
     best: RouteChoice = RouteChoice(Opcode.SCATTER)
     best_key = (Opcode.SCATTER.rank, 1 << 30)
     for cv in table.column_vindexes:
@@ -199,6 +217,7 @@ def choose(table: Table, where: exp.Expr | None, names: set[str]) -> RouteChoice
                 choice = RouteChoice(Opcode.IN, v, ins[col][0], term=ins[col][1])
         if choice is None:
             continue
+        choice = dataclasses.replace(choice, columns=cv.columns)
         key = (choice.opcode.rank, v.cost)
         if key < best_key:
             best, best_key = choice, key

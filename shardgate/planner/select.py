@@ -55,6 +55,8 @@ class RouteTarget:
     vindex: Vindex | None
     values: tuple[Value | tuple[Value, ...], ...]
     in_var: str | None = None
+    #: the vindex's columns, which ``values`` are compared with
+    columns: tuple[str, ...] = ()
 
 
 def needs_aggregation(stmt: exp.Select) -> bool:
@@ -126,7 +128,7 @@ def _plain(tree: exp.Select, target: RouteTarget) -> Primitive:
     route: Primitive = Route(
         target.opcode, target.keyspace, True, ShardQuery(tree), table=target.table,
         vindex=target.vindex, values=target.values, order_by=tuple(keys), limit=limit,
-        offset=offset, upper_limit_var=upper, in_var=target.in_var,
+        offset=offset, upper_limit_var=upper, in_var=target.in_var, columns=target.columns,
     )
     if hidden:
         route = Projection(route, tuple(slot(i) for i in range(len(names))), tuple(names))
@@ -187,7 +189,7 @@ def _aggregating(tree: exp.Select, target: RouteTarget) -> Primitive:
         shard.set("group", exp.Group(expressions=groups) if groups else None)
         return Route(target.opcode, target.keyspace, True, ShardQuery(shard),
                      table=target.table, vindex=target.vindex, values=target.values,
-                     in_var=target.in_var)
+                     in_var=target.in_var, columns=target.columns)
 
     return plan_aggregation(tree, shard_query, target.keyspace)
 
