@@ -50,6 +50,8 @@ class Opcode(enum.Enum):
     EQUAL_UNIQUE = "EqualUnique"
     EQUAL = "Equal"
     IN = "IN"
+    #: a tuple IN naming a vindex column: each tuple's value routes like an equality
+    MULTI_EQUAL = "MultiEqual"
     SCATTER = "Scatter"
     NONE = "None"
     REFERENCE = "Reference"
@@ -69,6 +71,7 @@ _RANK = {
     Opcode.EQUAL_UNIQUE: 2,
     Opcode.EQUAL: 3,
     Opcode.IN: 4,
+    Opcode.MULTI_EQUAL: 4,
     Opcode.SCATTER: 5,
 }
 
@@ -248,7 +251,7 @@ class Route(Primitive):
             else resolve(value, bind_vars)
             for value in self.values
         ]
-        if op is Opcode.IN:
+        if op is Opcode.IN or op is Opcode.MULTI_EQUAL:
             flat: list[Any] = []
             for v in resolved:
                 if isinstance(v, list | tuple) and not isinstance(self.vindex, MultiColumn):

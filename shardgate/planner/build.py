@@ -27,7 +27,7 @@ from shardgate.engine.primitives import (
     Route,
     ShardQuery,
 )
-from shardgate.engine.values import SQLExpr, Value, from_expression
+from shardgate.engine.values import Literal, SQLExpr, Value, from_expression
 from shardgate.errors import InvalidArgument, Unsupported
 from shardgate.keys import KeyRange
 from shardgate.planner.join import (
@@ -38,6 +38,7 @@ from shardgate.planner.join import (
     table_refs,
     wrap_pulled,
 )
+from shardgate.planner.merge import colocated_subqueries, is_dual, single_shard
 from shardgate.planner.routing import RouteChoice, choose, extract_keyrange
 from shardgate.planner.select import (
     RouteTarget,
@@ -109,7 +110,7 @@ def _refs(stmt: exp.Expression, vschema: VSchema, default_keyspace: str | None) 
     refs = []
     ctes = {c.alias_or_name.lower() for c in stmt.find_all(exp.CTE)}
     for t in stmt.find_all(exp.Table):
-        if not t.name or t.name.lower() in ctes:
+        if not t.name or t.name.lower() in ctes or is_dual(t):
             continue
         table = vschema.find_table(t.name, t.db or None, default_keyspace)
         refs.append(_Ref(table, (t.alias or t.name).lower()))
@@ -136,8 +137,18 @@ def _plan_select(stmt: exp.Expression, vschema: VSchema, default_ks: str | None)
         if not ks.sharded:  # one unsharded database takes anything
             return Route(Opcode.UNSHARDED, ks.name, False, ShardQuery(strip_qualifiers(stmt)),
                          table=refs[0].table.name)
+    nested = any(n is not stmt for n in stmt.find_all(exp.Select))
+    if len(keyspaces) == 1 and (nested or not isinstance(stmt, exp.Select)) and \
+            not stmt.find(exp.CTE):
+        merged = _merged_route(stmt, refs, vschema, default_ks)
+        if merged is not None:
+            return merged
     if not isinstance(stmt, exp.Select):
-        raise Unsupported("UNION and other set operations across shards are not supported yet")
+        raise Unsupported(
+            "this UNION cannot run as one query on the shards: UNION ALL of single-table "
+            "selects without LIMIT, ORDER BY or aggregates, or selects that all target "
+            "the same shard, are supported"
+        )
 
     def plan(sub: exp.Expression) -> Primitive:
         return _plan_select(sub, vschema, default_ks)
@@ -145,12 +156,24 @@ def _plan_select(stmt: exp.Expression, vschema: VSchema, default_ks: str | None)
     outer, pulled = pull_out_subqueries(stmt, plan)
     if pulled:
         return wrap_pulled(plan(outer), pulled)
-    if any(n is not stmt for n in stmt.find_all(exp.Select)):
+    derived = _derived_select(stmt, vschema, default_ks) if nested else None
+    if derived is not None:
+        return derived
+    trefs = table_refs(stmt, vschema, default_ks) if nested else []
+    if nested and not (
+        len(keyspaces) == 1 and colocated(trefs, stmt.args.get("where"))
+        and colocated_subqueries(stmt, vschema, default_ks)
+    ):
         raise Unsupported(
             "this subquery cannot be routed across shards: only uncorrelated "
-            "'col IN (SELECT ...)' subqueries are, or any subquery within one unsharded keyspace"
+            "'col IN (SELECT ...)' subqueries, subqueries joined to the outer table on "
+            "its primary vindex, subqueries that target the outer query's one shard, "
+            "or any subquery within one unsharded keyspace are"
         )
-    trefs = table_refs(stmt, vschema, default_ks)
+    if nested:  # the subqueries run where their outer rows are: route by the outer tables
+        refs = [_Ref(t.table, t.alias) for t in trefs]
+    else:
+        trefs = table_refs(stmt, vschema, default_ks)
     if len(keyspaces) > 1 or not colocated(trefs, stmt.args.get("where")):
         if len(trefs) < 2:
             raise Unsupported("this query cannot be routed across keyspaces")
@@ -184,6 +207,94 @@ def _plan_select(stmt: exp.Expression, vschema: VSchema, default_ks: str | None)
     target = RouteTarget(choice.opcode, ks_name, table_name, choice.vindex, choice.values,
                          in_var)
     return plan_multi_shard(stmt, split_tree, target)
+
+
+def _derived_select(
+    stmt: exp.Select, vschema: VSchema, default_ks: str | None
+) -> Primitive | None:
+    """``SELECT ... FROM (SELECT ... FROM t WHERE ...) AS d``, one sharded table inside.
+
+    When the derived table is row-wise (no aggregates, DISTINCT, ORDER BY or
+    LIMIT), each shard's derived rows are its share of all derived rows, so the
+    outer query is planned like a select over ``t``: routed by the inner WHERE,
+    with the outer ORDER BY, LIMIT and aggregates merged at the gate.
+    """
+    frm = stmt.args.get("from_")
+    if frm is None or stmt.args.get("joins") or not isinstance(frm.this, exp.Subquery):
+        return None
+    inner = frm.this.this
+    if not isinstance(inner, exp.Select) or needs_aggregation(inner) or inner.args.get("joins"):
+        return None
+    if any(inner.args.get(a) is not None for a in ("order", "limit", "offset")):
+        return None
+    if any(n is not inner for n in inner.find_all(exp.Select)) or any(
+        n is not stmt and n is not inner for n in stmt.find_all(exp.Select)
+    ):
+        return None
+    node = inner.args["from_"].this if inner.args.get("from_") else None
+    if not isinstance(node, exp.Table):
+        return None
+    table = vschema.find_table(node.name, node.db or None, default_ks)
+    if table.type == "reference":
+        return None
+    names = {(node.alias or node.name).lower(), table.name.lower(), ""}
+    choice = choose(table, inner.args.get("where"), names)
+    if choice.opcode in (Opcode.EQUAL_UNIQUE, Opcode.NONE) and not needs_aggregation(stmt):
+        return _route(choice, table.keyspace, strip_qualifiers(stmt), table.name)
+    split_tree, in_var = _split_in(stmt, choice)
+    assert isinstance(split_tree, exp.Select)
+    target = RouteTarget(choice.opcode, table.keyspace, table.name, choice.vindex,
+                         choice.values, in_var)
+    return plan_multi_shard(stmt, split_tree, target)
+
+
+def _merged_route(
+    stmt: exp.Expression, refs: list[_Ref], vschema: VSchema, default_ks: str | None
+) -> Route | None:
+    """One route for a statement of several scopes (UNION, derived tables, subqueries).
+
+    Either every sharded table targets the same shard, or (UNION ALL) every
+    part is a row-wise select of one sharded table, so each shard's share of
+    the union is the union of its shares.
+    """
+    ks_name = refs[0].table.keyspace
+    tree = strip_qualifiers(stmt)
+    if all(r.table.type == "reference" for r in refs):
+        return Route(Opcode.REFERENCE, ks_name, True, ShardQuery(tree), table=refs[0].table.name)
+    choice = single_shard(stmt, vschema, default_ks)
+    if choice is not None:
+        return _route(choice, ks_name, tree, refs[0].table.name)
+    if isinstance(stmt, exp.Union) and _scatter_union_all(stmt, refs):
+        return Route(Opcode.SCATTER, ks_name, True, ShardQuery(tree), table=refs[0].table.name)
+    return None
+
+
+def _scatter_union_all(stmt: exp.Union, refs: list[_Ref]) -> bool:
+    """UNION ALL of row-wise single-table selects, each over a sharded table."""
+    if any(r.table.type == "reference" for r in refs):
+        return False
+
+    def parts(node: exp.Expr) -> list[exp.Expr] | None:
+        if isinstance(node, exp.Union):
+            if node.args.get("distinct") or any(
+                node.args.get(a) is not None for a in ("order", "limit", "offset")
+            ):
+                return None
+            left, right = parts(node.left), parts(node.right)
+            return None if left is None or right is None else left + right
+        return [node]
+
+    found = parts(stmt)
+    if found is None:
+        return False
+    for part in found:
+        if not isinstance(part, exp.Select) or needs_aggregation(part) or part.args.get("joins"):
+            return False
+        if any(part.args.get(a) is not None for a in ("order", "limit", "offset")):
+            return False
+        if any(n is not part for n in part.find_all(exp.Select)):
+            return False
+    return True
 
 
 def _keyrange_select(
@@ -274,7 +385,41 @@ def _no_table_route(stmt: exp.Expression, vschema: VSchema, default_ks: str | No
         ks_name = pool[0].name
     ks = vschema.keyspace(ks_name)
     opcode = Opcode.REFERENCE if ks.sharded else Opcode.UNSHARDED
-    return Route(opcode, ks_name, ks.sharded, ShardQuery(strip_qualifiers(stmt)))
+    tree = strip_qualifiers(stmt)
+    frm = tree.args.get("from_")
+    if isinstance(tree, exp.Select) and frm is not None and isinstance(frm.this, exp.Table) \
+            and is_dual(frm.this) and not tree.args.get("joins"):
+        tree = tree.copy()
+        tree.set("from_", None)  # SQLite and PostgreSQL have no dual
+    return Route(opcode, ks_name, ks.sharded, ShardQuery(tree))
+
+
+def _plan_parenthesized(
+    stmt: exp.Subquery, vschema: VSchema, default_ks: str | None
+) -> Primitive:
+    """``(SELECT ...) ORDER BY ... LIMIT ...``: the ORDER BY and LIMIT apply to the select."""
+    inner = stmt.this
+    while isinstance(inner, exp.Subquery) and not any(
+        inner.args.get(a) is not None for a in ("order", "limit", "offset")
+    ):
+        inner = inner.this
+    if stmt.alias or not isinstance(inner, exp.Query):
+        raise Unsupported("a parenthesized statement must be a SELECT or UNION")
+    outer_args = {a: stmt.args.get(a) for a in ("order", "limit", "offset")}
+    if isinstance(inner, exp.Select) and any(v is not None for v in outer_args.values()):
+        if any(inner.args.get(a) is not None for a in outer_args):
+            raise Unsupported(
+                "ORDER BY / LIMIT both inside and outside parentheses is not supported"
+            )
+        inner = inner.copy()
+        for arg, value in outer_args.items():
+            if value is not None:
+                inner.set(arg, value.copy())
+        return _plan_select(inner, vschema, default_ks)
+    if any(v is not None for v in outer_args.values()):
+        return _plan_select(stmt, vschema, default_ks)
+    assert isinstance(inner, exp.Expression)
+    return _plan_select(inner, vschema, default_ks)
 
 
 def _dml_target(
@@ -293,10 +438,45 @@ def _dml_target(
     return refs, target
 
 
+def _single_table_form(stmt: exp.Expression) -> exp.Expression:
+    """``DELETE u FROM t AS u ...`` / ``UPDATE t AS u SET u.c ...`` without the alias.
+
+    A one-table statement naming its table by an alias is rewritten to name
+    the table itself, in the form every shard's engine accepts (SQLite takes
+    neither ``DELETE u FROM`` nor qualified SET columns).
+    """
+    table = stmt.this
+    targets = stmt.args.get("tables") or []
+    if not isinstance(table, exp.Table) or stmt.args.get("joins") or \
+            stmt.args.get("from_") or stmt.find(exp.Subquery) is not None:
+        return stmt
+    alias = table.alias.lower() if table.alias else ""
+    names = {table.name.lower()} | ({alias} if alias else set())
+    if any(not isinstance(t, exp.Table) or t.db or t.name.lower() not in names
+           for t in targets):
+        return stmt
+    if not alias and not targets:
+        return stmt
+    out = stmt.copy()
+    out.set("tables", None)
+    bare = out.this
+    bare.set("alias", None)
+
+    def unqualify(node: exp.Expr) -> exp.Expr:
+        if isinstance(node, exp.Column) and node.table.lower() in names and not node.args.get("db"):
+            return exp.column(node.name, quoted=node.this.quoted if node.this else None)
+        return node
+
+    rewritten = out.transform(unqualify)
+    assert isinstance(rewritten, exp.Expression)
+    return rewritten
+
+
 def _plan_update_delete(
     stmt: exp.Expression, vschema: VSchema, default_ks: str | None
 ) -> Primitive:
     verb = "UPDATE" if isinstance(stmt, exp.Update) else "DELETE"
+    stmt = _single_table_form(stmt)
     _, target = _dml_target(stmt, vschema, default_ks, verb)
     table = target.table
     ks = vschema.keyspace(table.keyspace)
@@ -417,26 +597,38 @@ def _plan_insert(stmt: exp.Insert, vschema: VSchema, default_ks: str | None) -> 
             f"INSERT ... ON DUPLICATE KEY UPDATE into sharded table {table.name} "
             "is not supported yet"
         )
+    if columns_given is None and all(
+        isinstance(row, exp.Tuple) and not row.expressions for row in source.expressions
+    ):
+        columns_given = []  # INSERT INTO t VALUES (): every column takes its default
     if columns_given is None:
         raise InvalidArgument(
             f"INSERT into {table.qualified} must list its columns: "
             f"INSERT INTO {table.name} (col, ...) VALUES (...)"
         )
-    rows: list[tuple[Value, ...]] = []
+    raw_rows: list[list[exp.Expr]] = []
     for i, row in enumerate(source.expressions):
         items = row.expressions if isinstance(row, exp.Tuple) else [row]
         if len(items) != len(columns_given):
             raise InvalidArgument(
                 f"INSERT row {i + 1} has {len(items)} values for {len(columns_given)} columns"
             )
-        rows.append(tuple(from_expression(x) for x in items))
+        raw_rows.append(list(items))
+    columns_given, rows = _without_defaults(table, columns_given, raw_rows)
     primary = table.primary
+    ai = table.auto_increment
+    if ks.sharded and table.type != "reference" and primary is not None and any(
+        c not in columns_given and (ai is None or ai.column != c) for c in primary.columns
+    ):
+        raise InvalidArgument(
+            f"insert into {table.name} must give the primary vindex column(s) "
+            f"{list(primary.columns)}"
+        )
     owned = tuple(
         OwnedLookup(cv.columns, cv.vindex)
         for cv in table.owned_vindexes
         if isinstance(cv.vindex, Lookup)
     )
-    ai = table.auto_increment
     secondary = tuple(
         (cv.columns, cv.vindex)
         for cv in table.column_vindexes[1:]
@@ -459,6 +651,45 @@ def _plan_insert(stmt: exp.Insert, vschema: VSchema, default_ks: str | None) -> 
     )
 
 
+def _is_default(node: exp.Expr) -> bool:
+    return isinstance(node, exp.Var) and node.name.upper() == "DEFAULT"
+
+
+def _without_defaults(
+    table: Table, columns: list[str], rows: list[list[exp.Expr]]
+) -> tuple[list[str], list[tuple[Value, ...]]]:
+    """Row values with ``DEFAULT`` resolved where the gate must know them.
+
+    ``DEFAULT`` in the auto-increment column asks for the next sequence value
+    (NULL does the same); a column that is ``DEFAULT`` in every row is left
+    out (its default applies, and SQLite has no ``DEFAULT`` keyword in VALUES).
+    ``DEFAULT`` in a vindex column otherwise is refused: the gate cannot route
+    by a value only the shard knows.
+    """
+    ai = table.auto_increment.column if table.auto_increment is not None else None
+    vindex_columns = {c for cv in table.column_vindexes for c in cv.columns}
+    keep = [
+        i for i, c in enumerate(columns)
+        if c == ai or not rows or not all(_is_default(r[i]) for r in rows)
+    ]
+    out_rows: list[tuple[Value, ...]] = []
+    for r in rows:
+        values: list[Value] = []
+        for i in keep:
+            if _is_default(r[i]):
+                if columns[i] == ai:
+                    values.append(Literal(None))
+                    continue
+                if columns[i] in vindex_columns:
+                    raise InvalidArgument(
+                        f"DEFAULT for vindex column {table.name}.{columns[i]} cannot be "
+                        "routed: give its value"
+                    )
+            values.append(from_expression(r[i]))
+        out_rows.append(tuple(values))
+    return [columns[i] for i in keep], out_rows
+
+
 def _plan_ddl(stmt: exp.Expression, vschema: VSchema, default_ks: str | None) -> Primitive:
     table = stmt.find(exp.Table)
     ks_name = (table.db if table is not None and table.db else None) or default_ks
@@ -474,6 +705,7 @@ _Builder = Callable[[Any, VSchema, str | None], Primitive]
 _BUILDERS: dict[type[exp.Expr], tuple[str, _Builder]] = {
     exp.Select: ("SELECT", _plan_select),
     exp.Union: ("SELECT", _plan_select),
+    exp.Subquery: ("SELECT", _plan_parenthesized),
     exp.Insert: ("INSERT", _plan_insert),
     exp.Update: ("UPDATE", _plan_update_delete),
     exp.Delete: ("DELETE", _plan_update_delete),

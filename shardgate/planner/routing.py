@@ -6,7 +6,11 @@ one column constrains ``col``. Each column vindex of the table whose columns
 are all constrained gives a candidate route; the best opcode wins
 (None < EqualUnique < Equal < IN < Scatter), then the lowest vindex cost.
 ``write_only`` lookups are never used for routing. A value that is NULL in an
-equality can match no row: the route goes nowhere (opcode None).
+equality can match no row: the route goes nowhere (opcode None), as does a
+statement with an always-false AND term (``col = NULL``, ``1 IN ('aa')``).
+Integer arithmetic of literals is folded (``id = 5+5`` routes by 10). A
+column of a single-column vindex inside a tuple IN (``(name, col) IN
+(('a', 1), ('b', 2))``) routes by that column's values (opcode MultiEqual).
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from shardgate.engine.primitives import Opcode
 from shardgate.engine.values import Literal, Value, from_expression, is_constant
 from shardgate.errors import InvalidArgument
 from shardgate.keys import KeyRange, parse_key_range
+from shardgate.planner.fold import always_false, folded_literal
 from shardgate.vindexes import Lookup, MultiColumn, Vindex
 from shardgate.vschema import Table
 
@@ -32,6 +37,10 @@ class RouteChoice:
     #: for IN routes on one column: the WHERE term (IN list or OR of
     #: equalities) the planner may rewrite to send each shard only its values
     term: exp.Expr | None = None
+
+
+#: column -> (values, the IN/OR term, or None when it cannot be rewritten per shard)
+InLists = dict[str, tuple[tuple[Value | tuple[Value, ...], ...], exp.Expr | None]]
 
 
 def conjuncts(where: exp.Expr | None) -> Iterator[exp.Expr]:
@@ -61,26 +70,36 @@ def _column_of(node: exp.Expr, names: set[str]) -> str | None:
     return node.name.lower()
 
 
+def constant_value(node: exp.Expr) -> Value | None:
+    """The routing value of a constant (folding integer arithmetic), or None."""
+    if is_constant(node):
+        return from_expression(node)
+    return folded_literal(node)
+
+
 def _equality(node: exp.Expr, names: set[str]) -> tuple[str, Value] | None:
     if not isinstance(node, exp.EQ):
         return None
     for col_side, val_side in ((node.left, node.right), (node.right, node.left)):
         col = _column_of(col_side, names)
-        if col is not None and is_constant(val_side):
-            return col, from_expression(val_side)
+        if col is None:
+            continue
+        value = constant_value(val_side)
+        if value is not None:
+            return col, value
     return None
 
 
 def constraints(
     where: exp.Expr | None, names: set[str]
-) -> tuple[dict[str, Value], dict[str, tuple[tuple[Value, ...], exp.Expr]]]:
+) -> tuple[dict[str, Value], InLists]:
     """Equalities and IN lists on columns of the table named by ``names``.
 
     ``names`` holds the table's name and alias, and ``""`` when unqualified
     columns belong to it (single-table statements).
     """
     eqs: dict[str, Value] = {}
-    ins: dict[str, tuple[tuple[Value, ...], exp.Expr]] = {}
+    ins: InLists = {}
     for term in conjuncts(where):
         eq = _equality(term, names)
         if eq is not None:
@@ -93,9 +112,9 @@ def constraints(
             continue
         if isinstance(term, exp.In) and not term.args.get("query") and not term.args.get("not"):
             col = _column_of(term.this, names)
-            items = term.expressions
-            if col is not None and items and all(is_constant(i) for i in items):
-                ins.setdefault(col, (tuple(from_expression(i) for i in items), term))
+            values = [constant_value(i) for i in term.expressions]
+            if col is not None and values and all(v is not None for v in values):
+                ins.setdefault(col, (tuple(v for v in values if v is not None), term))
             elif isinstance(term.this, exp.Tuple):
                 _tuple_in(term, names, ins)
             continue
@@ -106,10 +125,12 @@ def constraints(
     return eqs, ins
 
 
-def _tuple_in(
-    term: exp.In, names: set[str], ins: dict[str, tuple[tuple[Value, ...], exp.Expr]]
-) -> None:
-    """``(a, b) IN ((1, 2), (3, 4))``: recorded under the key ``"a,b"``."""
+def _tuple_in(term: exp.In, names: set[str], ins: InLists) -> None:
+    """``(a, b) IN ((1, 2), (3, 4))``: recorded under the key ``"a,b"``.
+
+    Each column of the tuple is also recorded on its own (``a`` with ``1, 3``)
+    with no rewritable term: a single-column vindex on it routes MultiEqual.
+    """
     cols = [_column_of(c, names) for c in term.this.expressions]
     if any(c is None for c in cols):
         return
@@ -120,7 +141,11 @@ def _tuple_in(
         if not all(is_constant(x) for x in item.expressions):
             return
         rows.append(tuple(from_expression(x) for x in item.expressions))
-    ins.setdefault(",".join(c for c in cols if c is not None), (tuple(rows), term))  # type: ignore[arg-type]
+    named = [c for c in cols if c is not None]
+    ins.setdefault(",".join(named), (tuple(rows), term))
+    if len(named) > 1:
+        for i, col in enumerate(named):
+            ins.setdefault(col, (tuple(row[i] for row in rows), None))
 
 
 def _or_of_equalities(
@@ -151,6 +176,8 @@ def _or_of_equalities(
 
 def choose(table: Table, where: exp.Expr | None, names: set[str]) -> RouteChoice:
     """The best route for a statement on ``table`` given its WHERE clause."""
+    if any(always_false(t) for t in conjuncts(where)):
+        return RouteChoice(Opcode.NONE)
     eqs, ins = constraints(where, names)
     best: RouteChoice = RouteChoice(Opcode.SCATTER)
     best_key = (Opcode.SCATTER.rank, 1 << 30)
@@ -181,7 +208,9 @@ def choose(table: Table, where: exp.Expr | None, names: set[str]) -> RouteChoice
                         Opcode.EQUAL_UNIQUE if v.unique else Opcode.EQUAL, v, (val,)
                     )
             elif col in ins:
-                choice = RouteChoice(Opcode.IN, v, ins[col][0], term=ins[col][1])
+                values, term = ins[col]
+                opcode = Opcode.IN if term is not None else Opcode.MULTI_EQUAL
+                choice = RouteChoice(opcode, v, values, term=term)
         if choice is None:
             continue
         key = (choice.opcode.rank, v.cost)

@@ -62,8 +62,19 @@ def needs_aggregation(stmt: exp.Select) -> bool:
         stmt.args.get("group")
         or stmt.args.get("having")
         or stmt.args.get("distinct")
-        or any(e.find(exp.AggFunc) for e in stmt.expressions)
+        or any(_own_aggregate(e, stmt) for e in stmt.expressions)
     )
+
+
+def _own_aggregate(node: exp.Expr, stmt: exp.Select) -> bool:
+    """An aggregate of ``stmt`` itself (not of a subquery inside ``node``)."""
+    for agg in node.find_all(exp.AggFunc):
+        scope = agg.parent
+        while scope is not None and not isinstance(scope, exp.Select):
+            scope = scope.parent
+        if scope is stmt or scope is None:
+            return True
+    return False
 
 
 def plan_multi_shard(stmt: exp.Select, tree: exp.Select, target: RouteTarget) -> Primitive:
