@@ -177,6 +177,10 @@ def _plan_select(stmt: exp.Expression, vschema: VSchema, default_ks: str | None)
     if len(keyspaces) > 1 or not colocated(trefs, stmt.args.get("where")):
         if len(trefs) < 2:
             raise Unsupported("this query cannot be routed across keyspaces")
+        same_shard = single_shard(stmt, vschema, default_ks) if len(keyspaces) == 1 else None
+        if same_shard is not None:  # every table pinned to one shard: join there
+            return _route(same_shard, trefs[0].table.keyspace, strip_qualifiers(stmt),
+                          trefs[0].table.name)
         return plan_nested_loop(stmt, trefs, plan)
     ks_name = next(iter(keyspaces))
     query_tree = strip_qualifiers(stmt)

@@ -125,6 +125,14 @@ def always_false(term: exp.Expr) -> bool:
             return True
         outcomes = [_constant_equal(term.this, i) for i in items if not _is_null(i)]
         return all(o is False for o in outcomes)
+    if isinstance(term, exp.Not):
+        inner = term.this
+        while isinstance(inner, exp.Paren):
+            inner = inner.this
+        # x NOT IN (..., NULL, ...) is false or NULL: never true
+        if isinstance(inner, exp.In) and not inner.args.get("query"):
+            return any(_is_null(i) for i in inner.expressions)
+        return False
     if isinstance(term, exp.And):
         return always_false(term.left) or always_false(term.right)
     if isinstance(term, exp.Or):

@@ -220,6 +220,7 @@ def plan_nested_loop(
     on_terms = list(conjuncts(join.args.get("on")))
     keys: list[tuple[exp.Column, exp.Column]] = []
     right_only: list[exp.Expr] = []
+    mixed_on: list[exp.Expr] = []
     for t in on_terms:
         sides = {c.table.lower() for c in t.find_all(exp.Column)}
         if sides <= {right.alias}:
@@ -236,12 +237,15 @@ def plan_nested_loop(
         if sides <= left_aliases and not outer:
             right_only.append(t)  # a left-only ON term of an inner join filters like WHERE
             continue
+        if not outer:
+            mixed_on.append(t)  # an inner join's ON term filters like WHERE: at the gate
+            continue
         raise Unsupported(
             f"join condition {t.sql(dialect='mysql')!r} cannot be split across shards: "
             "use equalities between columns of the two tables"
         )
-    if not keys:
-        raise Unsupported("a join across shards needs an equality between the two tables")
+    if not keys and outer:
+        raise Unsupported("a LEFT JOIN across shards needs an equality between the two tables")
 
     left_where: list[exp.Expr] = []
     right_where: list[exp.Expr] = []
@@ -252,8 +256,11 @@ def plan_nested_loop(
             left_where.append(t)
         elif sides <= {right.alias} and not outer:
             right_where.append(t)
+        elif not outer and not keys and _join_key(t, right.alias, left_aliases) is not None:
+            keys.append(_join_key(t, right.alias, left_aliases))  # type: ignore[arg-type]
         else:
             gate_where.append(t)
+    gate_where = mixed_on + gate_where
 
     # Columns each side must return: everything the statement uses above the join.
     needed: dict[str, exp.Column] = {}
@@ -288,16 +295,19 @@ def plan_nested_loop(
     if left_where:
         left_stmt.set("where", exp.Where(this=exp.and_(*[t.copy() for t in left_where])))
     join_var = JOIN_VAR.format(len(refs) - 1)
-    first_key = keys[0][1]
     right_terms = [t.copy() for t in right_only + right_where]
-    right_terms.append(exp.In(this=first_key.copy(),
-                              expressions=[exp.Placeholder(this=join_var)]))
-    right_stmt = exp.Select(expressions=[c.copy() for c in right_cols]).from_(right.node.copy())
-    right_stmt.set("where", exp.Where(this=exp.and_(*right_terms)))
+    if keys:  # without keys (a cross join) the right side runs once, unfiltered
+        right_terms.append(exp.In(this=keys[0][1].copy(),
+                                  expressions=[exp.Placeholder(this=join_var)]))
+    # A cross join that reads no right column still needs one per right row.
+    right_items: list[exp.Expr] = [c.copy() for c in right_cols] or [exp.Literal.number(1)]
+    right_stmt = exp.Select(expressions=right_items).from_(right.node.copy())
+    if right_terms:
+        right_stmt.set("where", exp.Where(this=exp.and_(*right_terms)))
 
     joined: Primitive = NestedLoopJoin(
         plan(left_stmt), plan(right_stmt), tuple(left_key_pos), tuple(right_key_pos),
-        join_var, len(right_cols), outer,
+        join_var, len(right_items), outer,
     )
     slots = {canonical(c): i for i, c in enumerate(left_cols)}
     slots.update({canonical(c): len(left_cols) + i for i, c in enumerate(right_cols)})
@@ -323,6 +333,21 @@ def plan_nested_loop(
                     for e in stmt.expressions)
     return Projection(joined, columns, names, tuple(e.sql(dialect="mysql")
                                                      for e in stmt.expressions))
+
+
+def _join_key(
+    term: exp.Expr, right: str, left: set[str]
+) -> tuple[exp.Column, exp.Column] | None:
+    """``left.a = right.b`` as (left column, right column), for a join given in WHERE."""
+    if not (isinstance(term, exp.EQ) and isinstance(term.left, exp.Column)
+            and isinstance(term.right, exp.Column)):
+        return None
+    a, b = term.left, term.right
+    if a.table.lower() == right and b.table.lower() in left:
+        a, b = b, a
+    if b.table.lower() == right and a.table.lower() in left:
+        return a, b
+    return None
 
 
 def is_pushdown_opcode(op: Opcode) -> bool:

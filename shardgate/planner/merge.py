@@ -160,8 +160,13 @@ def _tied(scope: exp.Select, alias: str, anchored: set[str], tables: dict[str, T
         if not (isinstance(term, exp.EQ) and isinstance(term.left, exp.Column)
                 and isinstance(term.right, exp.Column)):
             continue
+        single = len(scope_tables(scope)) == 1
         for mine, other in ((term.left, term.right), (term.right, term.left)):
-            if mine.table.lower() != alias or other.table.lower() not in anchored:
+            # an unqualified column of a one-table subquery naming that table's
+            # vindex column is that table's (the innermost scope wins in SQL)
+            if not (mine.table.lower() == alias or (single and not mine.table)):
+                continue
+            if other.table.lower() not in anchored:
                 continue
             other_table = tables.get(other.table.lower())
             if other_table is None or other_table.primary is None:

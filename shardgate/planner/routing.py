@@ -130,22 +130,48 @@ def _tuple_in(term: exp.In, names: set[str], ins: InLists) -> None:
 
     Each column of the tuple is also recorded on its own (``a`` with ``1, 3``)
     with no rewritable term: a single-column vindex on it routes MultiEqual.
+    Nested tuples (``((a, b), c) IN (((1, 2), 3))``) pair up position by
+    position; a row whose shape differs makes the term unusable for routing.
     """
-    cols = [_column_of(c, names) for c in term.this.expressions]
-    if any(c is None for c in cols):
-        return
-    rows: list[tuple[Value, ...]] = []
+    rows: list[list[tuple[exp.Expr, exp.Expr]]] = []
     for item in term.expressions:
-        if not isinstance(item, exp.Tuple) or len(item.expressions) != len(cols):
+        pairs: list[tuple[exp.Expr, exp.Expr]] = []
+        if not _pair_up(term.this, item, pairs):
             return
-        if not all(is_constant(x) for x in item.expressions):
-            return
-        rows.append(tuple(from_expression(x) for x in item.expressions))
-    named = [c for c in cols if c is not None]
-    ins.setdefault(",".join(named), (tuple(rows), term))
-    if len(named) > 1:
-        for i, col in enumerate(named):
-            ins.setdefault(col, (tuple(row[i] for row in rows), None))
+        rows.append(pairs)
+    if not rows:
+        return
+    leaves = [left for left, _ in rows[0]]
+    cols = [_column_of(c, names) for c in leaves]
+    values = [[constant_value(right) for _, right in row] for row in rows]
+    flat = all(not isinstance(e, exp.Tuple) for e in term.this.expressions)
+    if flat and all(c is not None for c in cols) and all(
+        v is not None for row in values for v in row
+    ):
+        key = ",".join(c for c in cols if c is not None)
+        ins.setdefault(key, (tuple(tuple(v for v in row if v is not None) for row in values),
+                             term))
+    if len(cols) < 2:
+        return
+    for i, col in enumerate(cols):
+        column_values = [row[i] for row in values]
+        if col is not None and all(v is not None for v in column_values):
+            ins.setdefault(col, (tuple(v for v in column_values if v is not None), None))
+
+
+def _pair_up(
+    left: exp.Expr, right: exp.Expr, out: list[tuple[exp.Expr, exp.Expr]]
+) -> bool:
+    """Pair each leaf of the tuple ``left`` with the value at its place in ``right``."""
+    if isinstance(left, exp.Tuple):
+        if not isinstance(right, exp.Tuple) or len(right.expressions) != len(left.expressions):
+            return False
+        return all(_pair_up(a, b, out) for a, b in zip(left.expressions, right.expressions,
+                                                       strict=True))
+    if isinstance(right, exp.Tuple):
+        return False
+    out.append((left, right))
+    return True
 
 
 def _or_of_equalities(
@@ -211,12 +237,73 @@ def choose(table: Table, where: exp.Expr | None, names: set[str]) -> RouteChoice
                 values, term = ins[col]
                 opcode = Opcode.IN if term is not None else Opcode.MULTI_EQUAL
                 choice = RouteChoice(opcode, v, values, term=term)
+        if choice is None and len(cv.columns) == 1 and not isinstance(v, MultiColumn):
+            choice = _or_choice(v, cv.columns[0], where, names)
         if choice is None:
             continue
         key = (choice.opcode.rank, v.cost)
         if key < best_key:
             best, best_key = choice, key
     return best
+
+
+def _disjuncts(node: exp.Expr) -> Iterator[exp.Expr]:
+    while isinstance(node, exp.Paren):
+        node = node.this
+    if isinstance(node, exp.Or):
+        yield from _disjuncts(node.left)
+        yield from _disjuncts(node.right)
+    else:
+        yield node
+
+
+def _branch_values(branch: exp.Expr, col: str, names: set[str]) -> list[Value] | None:
+    """The values ``col`` may take in rows matching ``branch`` ([] for none), or None."""
+    if any(always_false(t) for t in conjuncts(branch)):
+        return []
+    eqs, ins = constraints(branch, names)
+    if col in eqs:
+        value = eqs[col]
+        return [] if isinstance(value, Literal) and value.value is None else [value]
+    if col in ins:
+        return [v for v in ins[col][0] if not isinstance(v, tuple)]
+    ors = [t for t in conjuncts(branch) if isinstance(t, exp.Or)]
+    for term in ors:
+        found = _or_values(term, col, names)
+        if found is not None:
+            return found
+    return None
+
+
+def _or_values(term: exp.Or, col: str, names: set[str]) -> list[Value] | None:
+    out: dict[str, Value] = {}
+    for branch in _disjuncts(term):
+        values = _branch_values(branch, col, names)
+        if values is None:
+            return None
+        for v in values:
+            out.setdefault(v.describe(), v)
+    return list(out.values())
+
+
+def _or_choice(
+    v: Vindex, col: str, where: exp.Expr | None, names: set[str]
+) -> RouteChoice | None:
+    """OR/AND mixes: ``id = 1 OR (name = 'a' AND id IN (1, 2))`` routes by ``id`` 1, 2.
+
+    A top-level OR term constrains a column when every branch does (by an
+    equality, an IN list, or a nested OR); the route takes all their values.
+    """
+    for term in conjuncts(where):
+        if not isinstance(term, exp.Or):
+            continue
+        values = _or_values(term, col, names)
+        if values is None:
+            continue
+        if not values:
+            return RouteChoice(Opcode.NONE, v)
+        return RouteChoice(Opcode.IN, v, tuple(values))
+    return None
 
 
 def extract_keyrange(stmt: exp.Select) -> tuple[exp.Select, KeyRange | None]:
