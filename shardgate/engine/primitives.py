@@ -28,7 +28,7 @@ from typing import Any, Protocol
 from sqlglot import exp
 
 from shardgate.engine.values import BindVar, Literal, SQLExpr, Value, resolve
-from shardgate.errors import InvalidArgument, NotFound
+from shardgate.errors import InvalidArgument, NotFound, Unsupported
 from shardgate.keys import KeyRange, ShardMap
 from shardgate.result import Result, Row
 from shardgate.sql.dialect import ShardSQL, render
@@ -485,6 +485,8 @@ class Insert(Primitive):
     ignore: bool = False
     #: reference table of a sharded keyspace: every shard gets every row
     broadcast: bool = False
+    #: ``ON DUPLICATE KEY UPDATE col = expr, ...`` (never a vindex column)
+    on_duplicate: tuple[tuple[str, SQLExpr], ...] = ()
 
     async def execute(self, vc: ExecCursor, bind_vars: Mapping[str, Any]) -> Result:
         columns = list(self.columns)
@@ -649,6 +651,8 @@ class Insert(Primitive):
                                     "Sequence": self.auto_increment[1]}
         if self.ignore:
             out["Ignore"] = True
+        if self.on_duplicate:
+            out["OnDuplicate"] = [f"{c} = {e.describe()}" for c, e in self.on_duplicate]
         return out
 
 
@@ -667,6 +671,38 @@ def _insert_head(table: str, columns: tuple[str, ...], dialect: str, ignore: boo
     if ignore:
         verb = {"sqlite": "INSERT OR IGNORE INTO", "mysql": "INSERT IGNORE INTO"}.get(dialect, verb)
     return f"{verb} {quoted} ({cols}) VALUES "
+
+
+def on_duplicate_clause(assignments: tuple[tuple[str, SQLExpr], ...], dialect: str) -> str:
+    """``ON DUPLICATE KEY UPDATE`` in the shard's dialect.
+
+    SQLite's upsert without a conflict target, like MySQL's clause, fires on
+    any unique constraint; ``VALUES(col)`` there is ``excluded.col``.
+    PostgreSQL needs the conflicting constraint named, which the gate does not
+    know, so it is refused there.
+    """
+    if dialect == "mysql":
+        body = ", ".join(f"{exp.to_identifier(c).sql(dialect=dialect)} = {e.render(dialect)}"
+                         for c, e in assignments)
+        return f" ON DUPLICATE KEY UPDATE {body}"
+    if dialect != "sqlite":
+        raise Unsupported(
+            f"INSERT ... ON DUPLICATE KEY UPDATE is not supported on {dialect} shards "
+            "(it needs the conflicting key named): use INSERT ... ON CONFLICT on the shard"
+        )
+
+    def excluded(node: exp.Expr) -> exp.Expr:
+        if isinstance(node, exp.Anonymous) and str(node.this).upper() == "VALUES" and \
+                len(node.expressions) == 1:
+            return exp.column(node.expressions[0].name, table="excluded")
+        return node
+
+    body = ", ".join(
+        f"{exp.to_identifier(c).sql(dialect=dialect)} = "
+        f"{e.expr.transform(excluded).sql(dialect=dialect)}"
+        for c, e in assignments
+    )
+    return f" ON CONFLICT DO UPDATE SET {body}"
 
 
 class _InsertQuery(ShardQuery):
@@ -702,6 +738,8 @@ class _InsertQuery(ShardQuery):
                     parts.append(placeholder)
             tuples.append("(" + ", ".join(parts) + ")")
         tail = " ON CONFLICT DO NOTHING" if self.insert.ignore and dialect == "postgres" else ""
+        if self.insert.on_duplicate:
+            tail = on_duplicate_clause(self.insert.on_duplicate, dialect)
         return head + ", ".join(tuples) + tail, args
 
     @property

@@ -596,11 +596,7 @@ def _plan_insert(stmt: exp.Insert, vschema: VSchema, default_ks: str | None) -> 
                      write=True)
     if not isinstance(source, exp.Values):
         raise Unsupported(f"INSERT ... SELECT into sharded table {table.name} is not supported")
-    if stmt.args.get("conflict") is not None:
-        raise Unsupported(
-            f"INSERT ... ON DUPLICATE KEY UPDATE into sharded table {table.name} "
-            "is not supported yet"
-        )
+    on_duplicate = _on_duplicate(stmt, table)
     if columns_given is None and all(
         isinstance(row, exp.Tuple) and not row.expressions for row in source.expressions
     ):
@@ -652,7 +648,43 @@ def _plan_insert(stmt: exp.Insert, vschema: VSchema, default_ks: str | None) -> 
         auto_increment=(ai.column, ai.sequence) if ai else None,
         ignore=bool(stmt.args.get("ignore")),
         broadcast=ks.sharded and table.type == "reference",
+        on_duplicate=on_duplicate,
     )
+
+
+def _on_duplicate(stmt: exp.Insert, table: Table) -> tuple[tuple[str, SQLExpr], ...]:
+    """The ``ON DUPLICATE KEY UPDATE`` assignments of an insert into a sharded table.
+
+    The existing row stays on its shard, so the clause runs there as written,
+    provided it changes no vindex column (that would move the row or stale a
+    lookup) and the table owns no lookup (its rows would be created for a
+    row that is then not inserted).
+    """
+    conflict = stmt.args.get("conflict")
+    if conflict is None:
+        return ()
+    if not conflict.args.get("duplicate"):
+        raise Unsupported("INSERT ... ON CONFLICT is not supported: use ON DUPLICATE KEY UPDATE")
+    if table.owned_vindexes:
+        raise Unsupported(
+            f"INSERT ... ON DUPLICATE KEY UPDATE into {table.name}, which owns lookup "
+            "vindexes, is not supported"
+        )
+    vindex_columns = {c for cv in table.column_vindexes for c in cv.columns}
+    out: list[tuple[str, SQLExpr]] = []
+    for a in conflict.expressions:
+        if not (isinstance(a, exp.EQ) and isinstance(a.this, exp.Column)):
+            raise InvalidArgument("ON DUPLICATE KEY UPDATE takes col = expr assignments")
+        col = a.this.name.lower()
+        if col in vindex_columns:
+            raise Unsupported(
+                f"ON DUPLICATE KEY UPDATE of vindex column {table.name}.{col} is not "
+                "supported: it would move the row to another shard"
+            )
+        if a.expression.find(exp.Select) is not None:
+            raise Unsupported("a subquery in ON DUPLICATE KEY UPDATE is not supported")
+        out.append((a.this.name, SQLExpr(strip_qualifiers(a.expression))))
+    return tuple(out)
 
 
 def _is_default(node: exp.Expr) -> bool:
