@@ -29,7 +29,7 @@ from sqlglot import exp
 
 from shardgate.engine.values import BindVar, Literal, SQLExpr, Value, resolve
 from shardgate.errors import InvalidArgument, NotFound, Unsupported
-from shardgate.keys import KeyRange, ShardMap
+from shardgate.keys import KeyRange, ShardMap, parse_key_range
 from shardgate.result import Result, Row
 from shardgate.sql.dialect import ShardSQL, render
 from shardgate.vindexes import (
@@ -243,7 +243,7 @@ class Route(Primitive):
         if op is Opcode.NONE:
             return [], None
         if op is Opcode.BY_DESTINATION:
-            return list(self.target_shards), None
+            return _destinations(smap, self.target_shards), None
         assert self.vindex is not None
         resolved = [
             tuple(resolve(v, bind_vars) for v in value)
@@ -654,6 +654,17 @@ class Insert(Primitive):
         if self.on_duplicate:
             out["OnDuplicate"] = [f"{c} = {e.describe()}" for c, e in self.on_duplicate]
         return out
+
+
+def _destinations(smap: ShardMap, targets: tuple[str, ...]) -> list[str]:
+    """Shard names for targets given as shard names or key ranges (``-`` is all)."""
+    out: dict[str, None] = {}
+    for t in targets:
+        if t in smap.names:
+            out.setdefault(t)
+        else:
+            out.update(dict.fromkeys(smap.shards_for_range(parse_key_range(t))))
+    return [n for n in smap.names if n in out]
 
 
 def resolve_or_none(v: Value, bind_vars: Mapping[str, Any]) -> Any:

@@ -46,6 +46,7 @@ from shardgate.planner.select import (
     needs_aggregation,
     plan_multi_shard,
 )
+from shardgate.planner.target import Target, parse_target, statement_target, without_target
 from shardgate.sql.dialect import strip_qualifiers
 from shardgate.vindexes import Lookup
 from shardgate.vschema import ColumnVindex, Table, VSchema
@@ -86,7 +87,28 @@ def build_plan(
             "send SELECT, INSERT, UPDATE, DELETE or DDL"
         )
     kind, fn = builder
+    if isinstance(stmt, _TARGETABLE):
+        target = statement_target(stmt) or parse_target(default_keyspace)
+        if target is not None:
+            return Plan(kind, sql, _targeted_route(stmt, vschema, target), normalize(stmt))
     return Plan(kind, sql, fn(stmt, vschema, default_keyspace), normalize(stmt))
+
+
+_TARGETABLE = (exp.Select, exp.Union, exp.Subquery, exp.Insert, exp.Update, exp.Delete)
+
+
+def _targeted_route(stmt: exp.Expression, vschema: VSchema, target: Target) -> Route:
+    """A statement sent as written to the shards of a ``ks[range]`` / ``ks:shard`` target."""
+    ks = vschema.keyspace(target.keyspace)
+    if isinstance(stmt, exp.Insert) and target.key_range:
+        raise Unsupported(
+            "INSERT is not supported when targeting a key range: target one shard "
+            "(keyspace:shard) or let the gate route the rows"
+        )
+    write = isinstance(stmt, exp.Insert | exp.Update | exp.Delete)
+    tree = strip_qualifiers(without_target(stmt, target))
+    return Route(Opcode.BY_DESTINATION, ks.name, ks.sharded, ShardQuery(tree), write=write,
+                 target_shards=(target.destination,))
 
 
 def normalize(stmt: exp.Expr) -> str:
