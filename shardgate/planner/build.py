@@ -17,6 +17,7 @@ from sqlglot import exp
 
 from shardgate.engine.dml import LookupChange, LookupDML
 from shardgate.engine.explain import Explain
+from shardgate.engine.postprocess import Aggregate
 from shardgate.engine.primitives import (
     DDL,
     Insert,
@@ -276,12 +277,14 @@ def _derived_select(
 
 def _merged_route(
     stmt: exp.Expression, refs: list[_Ref], vschema: VSchema, default_ks: str | None
-) -> Route | None:
+) -> Primitive | None:
     """One route for a statement of several scopes (UNION, derived tables, subqueries).
 
-    Either every sharded table targets the same shard, or (UNION ALL) every
+    Either every sharded table targets the same shard; or (UNION ALL) every
     part is a row-wise select of one sharded table, so each shard's share of
-    the union is the union of its shares.
+    the union is the union of its shares; or (UNION, all distinct) every part
+    is row-wise: the shards run the UNION and the gate removes the duplicates
+    between shards.
     """
     ks_name = refs[0].table.keyspace
     tree = strip_qualifiers(stmt)
@@ -290,37 +293,66 @@ def _merged_route(
     choice = single_shard(stmt, vschema, default_ks)
     if choice is not None:
         return _route(choice, ks_name, tree, refs[0].table.name)
-    if isinstance(stmt, exp.Union) and _scatter_union_all(stmt, refs):
+    if not isinstance(stmt, exp.Union):
+        return None
+    parts = _union_parts(stmt, distinct=False)
+    if parts is not None and not any(r.table.type == "reference" for r in refs) and all(
+        not p.args.get("joins") and not _is_dual_select(p) for p in parts
+    ):
         return Route(Opcode.SCATTER, ks_name, True, ShardQuery(tree), table=refs[0].table.name)
-    return None
+    parts = _union_parts(stmt, distinct=True)
+    if parts is None or any(
+        isinstance(e, exp.Star) or (isinstance(e, exp.Column) and e.is_star)
+        for e in parts[0].expressions
+    ):
+        return None
+    # UNION is associative: flat, without the parentheses SQLite does not accept
+    flat = [strip_qualifiers(p).transform(_drop_dual) for p in parts]
+    shard_tree: exp.Expr = flat[0]
+    for part in flat[1:]:
+        shard_tree = exp.union(shard_tree, part, distinct=True)
+    route = Route(Opcode.SCATTER, ks_name, True, ShardQuery(shard_tree), table=refs[0].table.name)
+    return Aggregate(route, tuple(range(len(parts[0].expressions))), (), keyspace=ks_name)
 
 
-def _scatter_union_all(stmt: exp.Union, refs: list[_Ref]) -> bool:
-    """UNION ALL of row-wise single-table selects, each over a sharded table."""
-    if any(r.table.type == "reference" for r in refs):
-        return False
+def _union_parts(stmt: exp.Union, distinct: bool) -> list[exp.Select] | None:
+    """The row-wise selects of a UNION whose every level is (``distinct``) UNION or UNION ALL."""
 
-    def parts(node: exp.Expr) -> list[exp.Expr] | None:
+    def walk(node: exp.Expr) -> list[exp.Select] | None:
+        if isinstance(node, exp.Subquery) and not any(
+            node.args.get(a) is not None for a in ("order", "limit", "offset")
+        ):
+            return walk(node.this)
         if isinstance(node, exp.Union):
-            if node.args.get("distinct") or any(
+            if bool(node.args.get("distinct")) != distinct or any(
                 node.args.get(a) is not None for a in ("order", "limit", "offset")
             ):
                 return None
-            left, right = parts(node.left), parts(node.right)
+            left, right = walk(node.left), walk(node.right)
             return None if left is None or right is None else left + right
+        if not isinstance(node, exp.Select) or needs_aggregation(node):
+            return None
+        if any(node.args.get(a) is not None for a in ("order", "limit", "offset")):
+            return None
+        if any(n is not node for n in node.find_all(exp.Select)):
+            return None
         return [node]
 
-    found = parts(stmt)
-    if found is None:
-        return False
-    for part in found:
-        if not isinstance(part, exp.Select) or needs_aggregation(part) or part.args.get("joins"):
-            return False
-        if any(part.args.get(a) is not None for a in ("order", "limit", "offset")):
-            return False
-        if any(n is not part for n in part.find_all(exp.Select)):
-            return False
-    return True
+    return walk(stmt)
+
+
+def _is_dual_select(node: exp.Select) -> bool:
+    frm = node.args.get("from_")
+    return frm is None or (isinstance(frm.this, exp.Table) and is_dual(frm.this))
+
+
+def _drop_dual(node: exp.Expr) -> exp.Expr:
+    """``SELECT 1 FROM dual`` as ``SELECT 1`` (SQLite and PostgreSQL have no dual)."""
+    if isinstance(node, exp.Select) and not node.args.get("joins") and node.args.get("from_") \
+            is not None and _is_dual_select(node):
+        node = node.copy()
+        node.set("from_", None)
+    return node
 
 
 def _keyrange_select(
@@ -411,13 +443,8 @@ def _no_table_route(stmt: exp.Expression, vschema: VSchema, default_ks: str | No
         ks_name = pool[0].name
     ks = vschema.keyspace(ks_name)
     opcode = Opcode.REFERENCE if ks.sharded else Opcode.UNSHARDED
-    tree = strip_qualifiers(stmt)
-    frm = tree.args.get("from_")
-    if isinstance(tree, exp.Select) and frm is not None and isinstance(frm.this, exp.Table) \
-            and is_dual(frm.this) and not tree.args.get("joins"):
-        tree = tree.copy()
-        tree.set("from_", None)  # SQLite and PostgreSQL have no dual
-    return Route(opcode, ks_name, ks.sharded, ShardQuery(tree))
+    return Route(opcode, ks_name, ks.sharded,
+                 ShardQuery(strip_qualifiers(stmt).transform(_drop_dual)))
 
 
 def _plan_parenthesized(
