@@ -40,6 +40,7 @@ from shardgate.planner.join import (
     wrap_pulled,
 )
 from shardgate.planner.merge import colocated_subqueries, is_dual, single_shard
+from shardgate.planner.pullout import pull_out_values, wrap_values
 from shardgate.planner.routing import RouteChoice, choose, extract_keyrange
 from shardgate.planner.select import (
     RouteTarget,
@@ -98,6 +99,29 @@ def build_plan(
 _TARGETABLE = (exp.Select, exp.Union, exp.Subquery, exp.Insert, exp.Update, exp.Delete)
 
 
+def _check_targeted_write(stmt: exp.Expression, vschema: VSchema, ks_name: str) -> None:
+    """A targeted write bypasses routing, so it must not need lookup maintenance.
+
+    Refused: INSERT or DELETE on a table owning lookup vindexes, and UPDATE of
+    a vindex column (the lookup rows or the row's placement would go stale).
+    """
+    node = stmt.this.this if isinstance(stmt.this, exp.Schema) else stmt.this
+    if not isinstance(node, exp.Table):
+        return
+    table = vschema.find_table(node.name, ks_name, ks_name)
+    vindex_columns = {c for cv in table.column_vindexes for c in cv.columns}
+    changed: set[str] = set()
+    if isinstance(stmt, exp.Update):
+        changed = {a.this.name.lower() for a in stmt.expressions
+                   if isinstance(a, exp.EQ) and isinstance(a.this, exp.Column)}
+    owns = any(isinstance(cv.vindex, Lookup) for cv in table.owned_vindexes)
+    if (owns and not isinstance(stmt, exp.Update)) or changed & vindex_columns:
+        raise Unsupported(
+            f"a shard-targeted {stmt.key.upper()} on {table.name} would bypass its vindexes "
+            "(lookup rows or row placement): send it without a shard target"
+        )
+
+
 def _targeted_route(stmt: exp.Expression, vschema: VSchema, target: Target) -> Route:
     """A statement sent as written to the shards of a ``ks[range]`` / ``ks:shard`` target."""
     ks = vschema.keyspace(target.keyspace)
@@ -107,6 +131,8 @@ def _targeted_route(stmt: exp.Expression, vschema: VSchema, target: Target) -> R
             "(keyspace:shard) or let the gate route the rows"
         )
     write = isinstance(stmt, exp.Insert | exp.Update | exp.Delete)
+    if write and ks.sharded:
+        _check_targeted_write(stmt, vschema, ks.name)
     tree = strip_qualifiers(without_target(stmt, target))
     return Route(Opcode.BY_DESTINATION, ks.name, ks.sharded, ShardQuery(tree), write=write,
                  target_shards=(target.destination,))
@@ -179,6 +205,9 @@ def _plan_select(stmt: exp.Expression, vschema: VSchema, default_ks: str | None)
     outer, pulled = pull_out_subqueries(stmt, plan)
     if pulled:
         return wrap_pulled(plan(outer), pulled)
+    outer, values = pull_out_values(stmt, plan)
+    if values:
+        return wrap_values(plan(outer), values)
     derived = _derived_select(stmt, vschema, default_ks) if nested else None
     if derived is not None:
         return derived

@@ -283,13 +283,18 @@ def plan_aggregation(tree: exp.Select, make_input: InputFactory, keyspace: str) 
                     picked.this if isinstance(picked, exp.Alias) else picked
                 ).copy()
                 return chosen
+            raise InvalidArgument(f"unknown column '{n}' in GROUP BY / ORDER BY: the select "
+                                  f"list has {len(items)} columns")
         return node
 
     group_node = tree.args.get("group")
     groups: list[exp.Expr] = (
         [item(g).transform(unalias) for g in group_node.expressions] if group_node else []
     )
-    if tree.args.get("distinct"):
+    if any(g.find(exp.AggFunc) for g in groups):
+        raise InvalidArgument("cannot GROUP BY an aggregate: group by columns or expressions")
+    one_row = group_node is None and any(_own_aggregate(e, tree) for e in items)
+    if tree.args.get("distinct") and not one_row:  # one aggregate row is already distinct
         if group_node is not None:
             raise Unsupported("SELECT DISTINCT with GROUP BY across shards is not supported")
         groups = [(e.this if isinstance(e, exp.Alias) else e).copy() for e in items]

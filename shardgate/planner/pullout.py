@@ -1,0 +1,70 @@
+"""Pulling out uncorrelated scalar and EXISTS subqueries (Vitess's PulloutValue/Exists).
+
+``x = (SELECT MAX(a) FROM t)``, ``(SELECT ...)`` in the select list and
+``EXISTS (SELECT ...)`` are planned on their own and run first; the outer
+query reads the result from a bind variable (``x = :__sg_sv0``,
+``:__sg_sv1 = 1``), so it can also route by it when ``x`` is a vindex column.
+Correlated subqueries and subqueries in FROM are left in place.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from sqlglot import exp
+
+from shardgate.engine.primitives import Primitive
+from shardgate.engine.pullout import PulloutExists, PulloutValue
+
+VALUE_VAR = "__sg_sv{}"
+
+PlanFn = Callable[[exp.Expression], Primitive]
+Pulled = tuple[str, Primitive, bool]  # (var, subquery plan, is EXISTS)
+
+
+def _correlated(inner: exp.Expr) -> bool:
+    aliases = {(t.alias or t.name).lower() for t in inner.find_all(exp.Table)}
+    return any(c.table and c.table.lower() not in aliases for c in inner.find_all(exp.Column))
+
+
+def _own_scope(node: exp.Expr, stmt: exp.Select) -> bool:
+    """True if ``node`` lies in ``stmt``'s WHERE or select list, not deeper."""
+    parent = node.parent
+    while parent is not None and parent is not stmt:
+        if isinstance(parent, exp.Select | exp.From | exp.Join):
+            return False
+        parent = parent.parent
+    return parent is stmt
+
+
+def pull_out_values(stmt: exp.Select, plan: PlanFn) -> tuple[exp.Select, list[Pulled]]:
+    """Replace uncorrelated scalar and EXISTS subqueries by bind variables."""
+    out = stmt.copy()
+    pulled: list[Pulled] = []
+    for node in list(out.find_all(exp.Exists, exp.Subquery)):
+        if not _own_scope(node, out):
+            continue
+        if isinstance(node, exp.Exists):
+            inner = node.this
+            if not isinstance(inner, exp.Select) or _correlated(inner):
+                continue
+            var = VALUE_VAR.format(len(pulled))
+            pulled.append((var, plan(inner.copy().limit(1)), True))
+            node.replace(exp.EQ(this=exp.Placeholder(this=var), expression=exp.Literal.number(1)))
+            continue
+        if isinstance(node.parent, exp.In | exp.Exists):
+            continue
+        inner = node.this
+        if not isinstance(inner, exp.Select) or _correlated(inner):
+            continue
+        var = VALUE_VAR.format(len(pulled))
+        pulled.append((var, plan(inner), False))
+        node.replace(exp.Placeholder(this=var))
+    return out, pulled
+
+
+def wrap_values(outer: Primitive, pulled: list[Pulled]) -> Primitive:
+    """The outer plan behind the pulled-out subqueries, run first to last."""
+    for var, sub, exists in reversed(pulled):
+        outer = PulloutExists(sub, outer, var) if exists else PulloutValue(sub, outer, var)
+    return outer
