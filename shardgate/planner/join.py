@@ -289,7 +289,8 @@ def plan_nested_loop(
         right_key_pos.append([canonical(c) for c in right_cols].index(canonical(b)))
 
     # Left side: the tables before, with their joins and WHERE terms.
-    left_stmt = exp.Select(expressions=[c.copy() for c in left_cols])
+    left_items: list[exp.Expr] = [c.copy() for c in left_cols] or [exp.Literal.number(1)]
+    left_stmt = exp.Select(expressions=left_items)
     left_stmt.set("from_", stmt.args["from_"].copy())
     left_stmt.set("joins", [r.join.copy() for r in left_refs if r.join is not None] or None)
     if left_where:
@@ -310,7 +311,7 @@ def plan_nested_loop(
         join_var, len(right_items), outer,
     )
     slots = {canonical(c): i for i, c in enumerate(left_cols)}
-    slots.update({canonical(c): len(left_cols) + i for i, c in enumerate(right_cols)})
+    slots.update({canonical(c): len(left_items) + i for i, c in enumerate(right_cols)})
     if gate_where:
         predicate = exp.and_(*[t.copy() for t in gate_where])
         joined = Filter(joined, compile_expr(predicate, slots), predicate.sql(dialect="mysql"))

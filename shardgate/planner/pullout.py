@@ -59,7 +59,11 @@ def pull_out_values(stmt: exp.Select, plan: PlanFn) -> tuple[exp.Select, list[Pu
             continue
         var = VALUE_VAR.format(len(pulled))
         pulled.append((var, plan(inner), False))
-        node.replace(exp.Placeholder(this=var))
+        value: exp.Expr = exp.Placeholder(this=var)
+        if node.parent is out and node.arg_key == "expressions":
+            # a select-list item keeps the name the database gives it: its text
+            value = exp.alias_(value, node.sql(dialect="mysql"), quoted=True)
+        node.replace(value)
     return out, pulled
 
 
