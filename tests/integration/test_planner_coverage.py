@@ -18,7 +18,7 @@ import pytest
 from shardgate.engine.primitives import Opcode, Route
 from shardgate.errors import ShardgateError
 
-from .test_differential import Dataset, Harness, compare, normalised, open_harness
+from .test_differential import Dataset, Harness, normalised, open_harness
 
 CUSTOMER = (
     (1, 1, 5, "ann"), (2, 1, -3, "bob"), (3, 2, 5, None), (4, None, 0, "cy"),
