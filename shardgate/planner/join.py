@@ -221,6 +221,7 @@ def plan_nested_loop(
     keys: list[tuple[exp.Column, exp.Column]] = []
     right_only: list[exp.Expr] = []
     mixed_on: list[exp.Expr] = []
+    left_on: list[exp.Expr] = []
     for t in on_terms:
         sides = {c.table.lower() for c in t.find_all(exp.Column)}
         if sides <= {right.alias}:
@@ -235,7 +236,7 @@ def plan_nested_loop(
                 keys.append((a, b))
                 continue
         if sides <= left_aliases and not outer:
-            right_only.append(t)  # a left-only ON term of an inner join filters like WHERE
+            left_on.append(t)  # a left-only ON term of an inner join filters like WHERE
             continue
         if not outer:
             mixed_on.append(t)  # an inner join's ON term filters like WHERE: at the gate
@@ -247,7 +248,7 @@ def plan_nested_loop(
     if not keys and outer:
         raise Unsupported("a LEFT JOIN across shards needs an equality between the two tables")
 
-    left_where: list[exp.Expr] = []
+    left_where: list[exp.Expr] = list(left_on)
     right_where: list[exp.Expr] = []
     gate_where: list[exp.Expr] = []  # both sides, or the optional side: after the join
     for t in conjuncts(stmt.args.get("where")):

@@ -111,6 +111,9 @@ QUERIES: dict[str, list[Query]] = {
         Query("SELECT c.id, o.id FROM customer c JOIN orders o ON c.score < o.amount"),
         Query("SELECT c.id, o.id FROM customer c JOIN orders o WHERE c.score = o.amount"),
         Query("SELECT COUNT(*) FROM customer c, orders o"),
+        # a left-only ON term filters the left side (it once went to the right query)
+        Query("SELECT c.id, o.id FROM customer c JOIN orders o ON c.score = o.amount "
+              "AND c.region = 1"),
     ],
     "aggregates beside non-grouped columns and MIN(DISTINCT)": [
         Query("SELECT id, name, COUNT(*) FROM customer GROUP BY id"),
