@@ -65,7 +65,7 @@ def pull_out_subqueries(stmt: exp.Select, plan: PlanFn) -> tuple[exp.Select, lis
         if query is None or isinstance(node.parent, exp.Not):
             continue
         inner = query.this if isinstance(query, exp.Subquery) else query
-        if not isinstance(inner, exp.Select) or _correlated(inner):
+        if not isinstance(inner, exp.Select) or correlated(inner):
             continue
         var = SUBQUERY_VAR.format(len(pulled))
         pulled.append((var, plan(inner)))
@@ -79,7 +79,8 @@ def wrap_pulled(outer: Primitive, pulled: list[tuple[str, Primitive]]) -> Primit
     return outer
 
 
-def _correlated(inner: exp.Select) -> bool:
+def correlated(inner: exp.Select) -> bool:
+    """Whether ``inner`` names a table alias it does not define (an outer one)."""
     aliases = {(t.alias or t.name).lower() for t in inner.find_all(exp.Table)}
     return any(c.table and c.table.lower() not in aliases for c in inner.find_all(exp.Column))
 

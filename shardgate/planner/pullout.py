@@ -15,16 +15,12 @@ from sqlglot import exp
 
 from shardgate.engine.primitives import Primitive
 from shardgate.engine.pullout import PulloutExists, PulloutValue
+from shardgate.planner.join import correlated
 
 VALUE_VAR = "__sg_sv{}"
 
 PlanFn = Callable[[exp.Expression], Primitive]
 Pulled = tuple[str, Primitive, bool]  # (var, subquery plan, is EXISTS)
-
-
-def _correlated(inner: exp.Expr) -> bool:
-    aliases = {(t.alias or t.name).lower() for t in inner.find_all(exp.Table)}
-    return any(c.table and c.table.lower() not in aliases for c in inner.find_all(exp.Column))
 
 
 def _own_scope(node: exp.Expr, stmt: exp.Select) -> bool:
@@ -46,7 +42,7 @@ def pull_out_values(stmt: exp.Select, plan: PlanFn) -> tuple[exp.Select, list[Pu
             continue
         if isinstance(node, exp.Exists):
             inner = node.this
-            if not isinstance(inner, exp.Select) or _correlated(inner):
+            if not isinstance(inner, exp.Select) or correlated(inner):
                 continue
             var = VALUE_VAR.format(len(pulled))
             pulled.append((var, plan(inner.copy().limit(1)), True))
@@ -55,7 +51,7 @@ def pull_out_values(stmt: exp.Select, plan: PlanFn) -> tuple[exp.Select, list[Pu
         if isinstance(node.parent, exp.In | exp.Exists):
             continue
         inner = node.this
-        if not isinstance(inner, exp.Select) or _correlated(inner):
+        if not isinstance(inner, exp.Select) or correlated(inner):
             continue
         var = VALUE_VAR.format(len(pulled))
         pulled.append((var, plan(inner), False))
