@@ -45,11 +45,12 @@ def pull_out_values(stmt: exp.Select, plan: PlanFn) -> tuple[exp.Select, list[Pu
             if not isinstance(inner, exp.Select) or correlated(inner):
                 continue
             var = VALUE_VAR.format(len(pulled))
-            pulled.append((var, plan(inner.copy().limit(1)), True))
+            probe = inner if inner.args.get("limit") is not None else inner.copy().limit(1)
+            pulled.append((var, plan(probe), True))
             node.replace(exp.EQ(this=exp.Placeholder(this=var), expression=exp.Literal.number(1)))
             continue
-        if isinstance(node.parent, exp.In | exp.Exists):
-            continue
+        if isinstance(node.parent, exp.In | exp.Exists | exp.Any | exp.All):
+            continue  # list or quantified comparisons are not scalar
         inner = node.this
         if not isinstance(inner, exp.Select) or correlated(inner):
             continue

@@ -104,6 +104,8 @@ QUERIES: dict[str, list[Query]] = {
         Query("SELECT id FROM customer WHERE NOT EXISTS "
               "(SELECT 1 FROM orders WHERE amount > 1000)"),
         Query("SELECT id, (SELECT COUNT(*) FROM orders) FROM customer WHERE region = 2"),
+        Query("SELECT id FROM customer WHERE EXISTS (SELECT 1 FROM orders LIMIT 0)"),
+        Query("SELECT id FROM customer WHERE score = (SELECT score FROM customer WHERE id = 99)"),
     ],
     "cross joins and joins with the equality in WHERE": [
         Query("SELECT c.id, o.id FROM customer c, orders o "
