@@ -31,6 +31,7 @@ from shardgate.engine.primitives import (
 from shardgate.engine.values import Literal, SQLExpr, Value, from_expression
 from shardgate.errors import InvalidArgument, Unsupported
 from shardgate.keys import KeyRange
+from shardgate.planner.derived import plan_derived_at_gate
 from shardgate.planner.join import (
     best_route,
     colocated,
@@ -209,6 +210,8 @@ def _plan_select(stmt: exp.Expression, vschema: VSchema, default_ks: str | None)
     if values:
         return wrap_values(plan(outer), values)
     derived = _derived_select(stmt, vschema, default_ks) if nested else None
+    if derived is None and nested and len(keyspaces) == 1:
+        derived = plan_derived_at_gate(stmt, plan, next(iter(keyspaces)))
     if derived is not None:
         return derived
     trefs = table_refs(stmt, vschema, default_ks) if nested else []

@@ -90,6 +90,14 @@ QUERIES: dict[str, list[Query]] = {
         Query("SELECT COUNT(*) AS n, SUM(t.score) AS s FROM "
               "(SELECT id, score FROM customer WHERE region = 1) AS t"),
         Query("SELECT t.id FROM (SELECT id FROM customer WHERE id = 7) AS t"),
+        # derived tables the gate finishes: aggregating, sorted with LIMIT, nested
+        Query("SELECT t.n FROM (SELECT COUNT(*) AS n FROM customer) AS t"),
+        Query("SELECT t.r, COUNT(*) AS k FROM (SELECT region AS r, id FROM customer "
+              "ORDER BY id LIMIT 6) AS t GROUP BY t.r"),
+        Query("SELECT id FROM (SELECT id FROM (SELECT id FROM customer) AS u) AS t "
+              "WHERE id = 5"),
+        Query("SELECT * FROM (SELECT region, COUNT(*) AS n FROM customer GROUP BY region) AS t "
+              "WHERE t.n > 1 ORDER BY t.region", ordered=True),
     ],
     "semi-joins and correlated subqueries merged on the vindex": [
         Query("SELECT c.id FROM customer c WHERE EXISTS "

@@ -1,0 +1,92 @@
+"""Derived tables the gate finishes itself (Vitess's SimpleProjection over a plan).
+
+``SELECT ... FROM (SELECT ...) AS d`` whose derived table cannot be sent whole
+to the shards (it aggregates, sorts with LIMIT, or is itself a gate-side plan)
+is planned on its own; the outer query then runs at the gate over its rows:
+WHERE as a filter, aggregates from per-row partials, ORDER BY in memory, LIMIT,
+and the select list. Outer columns name the derived table's output columns
+(``d.a`` or ``a``), which must be distinct and not ``*``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from sqlglot import exp
+
+from shardgate.engine.evaluate import compile_expr
+from shardgate.engine.postprocess import Filter, Limit, MemorySort, Projection, SortKey
+from shardgate.engine.primitives import Primitive
+from shardgate.engine.values import from_expression
+from shardgate.errors import Unsupported
+from shardgate.planner.select import needs_aggregation, plan_aggregation, row_partials
+
+PlanFn = Callable[[exp.Expression], Primitive]
+
+
+def _output_names(query: exp.Expr) -> list[str] | None:
+    """The derived table's column names, or None when they are not known here."""
+    while isinstance(query, exp.Union):
+        query = query.left
+    if isinstance(query, exp.Subquery):
+        return _output_names(query.this)
+    if not isinstance(query, exp.Select):
+        return None
+    names = []
+    for e in query.expressions:
+        if isinstance(e, exp.Star) or (isinstance(e, exp.Column) and e.is_star):
+            return None
+        names.append((e.alias_or_name or e.sql(dialect="mysql")).lower())
+    return names if len(set(names)) == len(names) else None
+
+
+def _inside(node: exp.Expr, ancestor: exp.Expr) -> bool:
+    parent = node.parent
+    while parent is not None:
+        if parent is ancestor:
+            return True
+        parent = parent.parent
+    return False
+
+
+def plan_derived_at_gate(stmt: exp.Select, plan: PlanFn, keyspace: str) -> Primitive | None:
+    """The outer query over a planned derived table, evaluated at the gate."""
+    frm = stmt.args.get("from_")
+    if frm is None or stmt.args.get("joins") or not isinstance(frm.this, exp.Subquery):
+        return None
+    derived = frm.this
+    inner = derived.this
+    names = _output_names(inner)
+    if names is None or not isinstance(inner, exp.Expression):
+        return None
+    if any(n is not stmt and not _inside(n, derived) for n in stmt.find_all(exp.Select)):
+        return None  # other subqueries of the outer query
+    slots = {n: i for i, n in enumerate(names)}
+    rows = plan(inner)
+    if stmt.args.get("where") is not None:
+        where = stmt.args["where"].this
+        rows = Filter(rows, compile_expr(where, slots), where.sql(dialect="mysql"))
+    if needs_aggregation(stmt):
+        return plan_aggregation(stmt, row_partials(rows, slots), keyspace)
+    items = list(stmt.expressions)
+    if len(items) == 1 and isinstance(items[0], exp.Star):
+        items = [exp.column(n) for n in names]
+    order = stmt.args.get("order")
+    if order is not None:
+        rows = MemorySort(rows, tuple(
+            SortKey(compile_expr(o.this, slots), bool(o.args.get("desc")),
+                    bool(o.args.get("nulls_first")), o.this.sql(dialect="mysql"))
+            for o in order.expressions))
+    lim, off = stmt.args.get("limit"), stmt.args.get("offset")
+    if lim is not None or off is not None:
+        rows = Limit(rows, from_expression(lim.expression) if lim is not None else None,
+                     from_expression(off.expression) if off is not None else None)
+    if any(isinstance(e, exp.Star) for e in items):
+        raise Unsupported("SELECT *, ... over a derived table across shards is not supported")
+    return Projection(
+        rows,
+        tuple(compile_expr(e.this if isinstance(e, exp.Alias) else e, slots) for e in items),
+        tuple(e.alias if isinstance(e, exp.Alias) else
+              (e.name if isinstance(e, exp.Column) else e.sql(dialect="mysql")) for e in items),
+        tuple(e.sql(dialect="mysql") for e in items),
+    )
