@@ -15,11 +15,10 @@ from collections.abc import Callable
 from sqlglot import exp
 
 from shardgate.engine.evaluate import compile_expr
-from shardgate.engine.postprocess import Filter, Limit, MemorySort, Projection, SortKey
+from shardgate.engine.postprocess import Filter
 from shardgate.engine.primitives import Primitive
-from shardgate.engine.values import from_expression
 from shardgate.errors import Unsupported
-from shardgate.planner.select import needs_aggregation, plan_aggregation, row_partials
+from shardgate.planner.finish import finish_at_gate
 
 PlanFn = Callable[[exp.Expression], Primitive]
 
@@ -66,27 +65,9 @@ def plan_derived_at_gate(stmt: exp.Select, plan: PlanFn, keyspace: str) -> Primi
     if stmt.args.get("where") is not None:
         where = stmt.args["where"].this
         rows = Filter(rows, compile_expr(where, slots), where.sql(dialect="mysql"))
-    if needs_aggregation(stmt):
-        return plan_aggregation(stmt, row_partials(rows, slots), keyspace)
     items = list(stmt.expressions)
     if len(items) == 1 and isinstance(items[0], exp.Star):
         items = [exp.column(n) for n in names]
-    order = stmt.args.get("order")
-    if order is not None:
-        rows = MemorySort(rows, tuple(
-            SortKey(compile_expr(o.this, slots), bool(o.args.get("desc")),
-                    bool(o.args.get("nulls_first")), o.this.sql(dialect="mysql"))
-            for o in order.expressions))
-    lim, off = stmt.args.get("limit"), stmt.args.get("offset")
-    if lim is not None or off is not None:
-        rows = Limit(rows, from_expression(lim.expression) if lim is not None else None,
-                     from_expression(off.expression) if off is not None else None)
-    if any(isinstance(e, exp.Star) for e in items):
+    elif any(isinstance(e, exp.Star) for e in items):
         raise Unsupported("SELECT *, ... over a derived table across shards is not supported")
-    return Projection(
-        rows,
-        tuple(compile_expr(e.this if isinstance(e, exp.Alias) else e, slots) for e in items),
-        tuple(e.alias if isinstance(e, exp.Alias) else
-              (e.name if isinstance(e, exp.Column) else e.sql(dialect="mysql")) for e in items),
-        tuple(e.sql(dialect="mysql") for e in items),
-    )
+    return finish_at_gate(stmt, rows, slots, keyspace, items)

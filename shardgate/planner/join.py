@@ -28,12 +28,11 @@ from sqlglot import exp
 
 from shardgate.engine.evaluate import canonical, compile_expr
 from shardgate.engine.join import NestedLoopJoin, PulloutSubquery
-from shardgate.engine.postprocess import Filter, Limit, MemorySort, Projection, SortKey
+from shardgate.engine.postprocess import Filter
 from shardgate.engine.primitives import Opcode, Primitive
-from shardgate.engine.values import from_expression
 from shardgate.errors import Unsupported
+from shardgate.planner.finish import finish_at_gate
 from shardgate.planner.routing import RouteChoice, choose, conjuncts
-from shardgate.planner.select import needs_aggregation, plan_aggregation, row_partials
 from shardgate.vindexes import Lookup
 from shardgate.vschema import Table, VSchema
 
@@ -317,25 +316,7 @@ def plan_nested_loop(
     if gate_where:
         predicate = exp.and_(*[t.copy() for t in gate_where])
         joined = Filter(joined, compile_expr(predicate, slots), predicate.sql(dialect="mysql"))
-    if needs_aggregation(stmt):
-        return plan_aggregation(stmt, row_partials(joined, slots), refs[0].table.keyspace)
-    order = stmt.args.get("order")
-    if order is not None:
-        joined = MemorySort(joined, tuple(
-            SortKey(compile_expr(o.this, slots), bool(o.args.get("desc")),
-                    bool(o.args.get("nulls_first")), o.this.sql(dialect="mysql"))
-            for o in order.expressions))
-    lim, off = stmt.args.get("limit"), stmt.args.get("offset")
-    if lim is not None or off is not None:
-        joined = Limit(joined, from_expression(lim.expression) if lim is not None else None,
-                       from_expression(off.expression) if off is not None else None)
-    names = tuple(e.alias if isinstance(e, exp.Alias) else
-                  (e.name if isinstance(e, exp.Column) else e.sql(dialect="mysql"))
-                  for e in stmt.expressions)
-    columns = tuple(compile_expr(e.this if isinstance(e, exp.Alias) else e, slots)
-                    for e in stmt.expressions)
-    return Projection(joined, columns, names, tuple(e.sql(dialect="mysql")
-                                                     for e in stmt.expressions))
+    return finish_at_gate(stmt, joined, slots, refs[0].table.keyspace)
 
 
 def _join_key(
