@@ -32,6 +32,7 @@ from shardgate.engine.values import Literal, SQLExpr, Value, from_expression
 from shardgate.errors import InvalidArgument, Unsupported
 from shardgate.keys import KeyRange
 from shardgate.planner.derived import plan_derived_at_gate
+from shardgate.planner.dml_join import join_dml_as_exists
 from shardgate.planner.join import (
     best_route,
     colocated,
@@ -507,8 +508,33 @@ def _plan_parenthesized(
     return _plan_select(inner, vschema, default_ks)
 
 
+def _joined_dml(
+    stmt: exp.Expression, vschema: VSchema, default_ks: str | None
+) -> exp.Expression | None:
+    """A multi-table DELETE/UPDATE on a sharded table, as one co-located statement."""
+    target = stmt.this
+    if not isinstance(target, exp.Table) or not target.args.get("joins"):
+        return None
+    table = vschema.find_table(target.name, target.db or None, default_ks)
+    if not vschema.keyspace(table.keyspace).sharded:
+        return None
+    rewritten = join_dml_as_exists(stmt)
+    if rewritten is None:
+        return None
+    probe = exp.Select(expressions=[exp.Literal.number(1)]).from_(rewritten.this.copy())
+    probe.set("where", rewritten.args["where"].copy())
+    if single_shard(probe, vschema, default_ks) is None and not \
+            colocated_subqueries(probe, vschema, default_ks):
+        raise Unsupported(
+            "a multi-table DELETE/UPDATE across shards must join the target on its primary "
+            "vindex (so matching rows share a shard) or pin every table to one shard"
+        )
+    return rewritten
+
+
 def _dml_target(
-    stmt: exp.Expression, vschema: VSchema, default_ks: str | None, verb: str
+    stmt: exp.Expression, vschema: VSchema, default_ks: str | None, verb: str,
+    colocated_subquery: bool = False,
 ) -> tuple[list[_Ref], _Ref]:
     refs = _refs(stmt, vschema, default_ks)
     if not refs:
@@ -516,7 +542,9 @@ def _dml_target(
     _single_keyspace(refs, verb)
     target = refs[0]
     ks = vschema.keyspace(target.table.keyspace)
-    if ks.sharded and (len(refs) > 1 or stmt.find(exp.Subquery) is not None):
+    if ks.sharded and not colocated_subquery and (
+        len(refs) > 1 or stmt.find(exp.Subquery) is not None
+    ):
         raise Unsupported(
             f"{verb} with joins or subqueries on a sharded keyspace is not supported yet"
         )
@@ -532,7 +560,7 @@ def _single_table_form(stmt: exp.Expression) -> exp.Expression:
     """
     table = stmt.this
     targets = stmt.args.get("tables") or []
-    if not isinstance(table, exp.Table) or stmt.args.get("joins") or \
+    if not isinstance(table, exp.Table) or table.args.get("joins") or \
             stmt.args.get("from_") or stmt.find(exp.Subquery) is not None:
         return stmt
     alias = table.alias.lower() if table.alias else ""
@@ -562,7 +590,10 @@ def _plan_update_delete(
 ) -> Primitive:
     verb = "UPDATE" if isinstance(stmt, exp.Update) else "DELETE"
     stmt = _single_table_form(stmt)
-    _, target = _dml_target(stmt, vschema, default_ks, verb)
+    merged = _joined_dml(stmt, vschema, default_ks)
+    if merged is not None:
+        stmt = merged
+    _, target = _dml_target(stmt, vschema, default_ks, verb, merged is not None)
     table = target.table
     ks = vschema.keyspace(table.keyspace)
     tree = strip_qualifiers(stmt)

@@ -216,6 +216,25 @@ def test_aliased_single_table_delete_and_update(harness: Harness) -> None:
     assert _rows(harness, "sharded", "SELECT id FROM orders WHERE customer_id = 3") == []
 
 
+def test_multi_table_delete_and_update(harness: Harness, backend_kind: str) -> None:
+    # MariaDB's plain database runs the multi-table statements as written; SQLite
+    # and PostgreSQL have no such syntax, so theirs gets the EXISTS form.
+    delete = ("DELETE o FROM orders o JOIN customer c ON o.customer_id = c.id "
+              "WHERE c.score < 6 AND o.amount > 0")
+    update = ("UPDATE orders o JOIN customer c ON o.customer_id = c.id "
+              "SET o.status = 'vip', o.amount = o.amount + 1 WHERE c.name = 'ann'")
+    mysql = backend_kind == "mysql"
+    _both(harness, delete, delete if mysql else
+          "DELETE FROM orders WHERE orders.amount > 0 AND EXISTS (SELECT 1 FROM customer c "
+          "WHERE orders.customer_id = c.id AND c.score < 6)")
+    _both(harness, update, update if mysql else
+          "UPDATE orders SET status = 'vip', amount = amount + 1 WHERE EXISTS "
+          "(SELECT 1 FROM customer c WHERE orders.customer_id = c.id AND c.name = 'ann')")
+    _same_tables(harness)
+    assert _rows(harness, "sharded", "SELECT id FROM orders WHERE status = 'vip'") != []
+    assert _rows(harness, "sharded", "SELECT id FROM orders WHERE id IN (1, 2)") == []
+
+
 def test_insert_with_default_values(harness: Harness) -> None:
     # SQLite has no DEFAULT keyword in VALUES: the gate leaves a column that is
     # DEFAULT in every row out; the single database gets the column list without it.
