@@ -178,7 +178,32 @@ def _single_keyspace(refs: list[_Ref], what: str) -> str:
     return keyspaces.pop()
 
 
+def _without_dual_joins(stmt: exp.Expression) -> exp.Expression:
+    """``FROM dual, t`` is ``FROM t``: a cross join with dual's one row changes nothing."""
+    if not isinstance(stmt, exp.Select) or not stmt.args.get("joins"):
+        return stmt
+    frm = stmt.args.get("from_")
+    sources = [frm.this if frm is not None else None] + [j.this for j in stmt.args["joins"]]
+    duals = [i for i, t in enumerate(sources) if isinstance(t, exp.Table) and is_dual(t)]
+    joins = stmt.args["joins"]
+    if not duals or len(duals) == len(sources) or any(
+        joins[i - 1].args.get("on") or joins[i - 1].args.get("using") or joins[i - 1].side
+        for i in duals if i > 0
+    ):
+        return stmt
+    out = stmt.copy()
+    keep = [j for i, j in enumerate(out.args["joins"], 1) if i not in duals]
+    if 0 in duals:
+        first = keep.pop(0)
+        if first.args.get("on") or first.args.get("using") or first.side:
+            return stmt
+        out.set("from_", exp.From(this=first.this))
+    out.set("joins", keep or None)
+    return out
+
+
 def _plan_select(stmt: exp.Expression, vschema: VSchema, default_ks: str | None) -> Primitive:
+    stmt = _without_dual_joins(stmt)
     refs = _refs(stmt, vschema, default_ks)
     if not refs:
         return _no_table_route(stmt, vschema, default_ks)

@@ -75,6 +75,8 @@ QUERIES: dict[str, list[Query]] = {
     ],
     "dual": [
         Query("SELECT 1 + 1 FROM dual"),
+        # only MariaDB has a dual table to join with
+        Query("SELECT 42, id FROM dual, customer", backends=frozenset({"mysql"})),
     ],
     "same-shard UNION and parenthesized ORDER BY/LIMIT": [
         Query("SELECT id, name FROM customer WHERE id = 3 "
