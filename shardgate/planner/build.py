@@ -28,11 +28,13 @@ from shardgate.engine.primitives import (
     Route,
     ShardQuery,
 )
-from shardgate.engine.values import Literal, SQLExpr, Value, from_expression
+from shardgate.engine.values import SQLExpr, Value, from_expression
 from shardgate.errors import InvalidArgument, Unsupported
 from shardgate.keys import KeyRange
 from shardgate.planner.derived import plan_derived_at_gate
 from shardgate.planner.dml_join import join_dml_as_exists
+from shardgate.planner.insert import on_duplicate as on_duplicate_assignments
+from shardgate.planner.insert import without_defaults
 from shardgate.planner.join import (
     best_route,
     colocated,
@@ -50,7 +52,8 @@ from shardgate.planner.select import (
     needs_aggregation,
     plan_multi_shard,
 )
-from shardgate.planner.target import Target, parse_target, statement_target, without_target
+from shardgate.planner.target import parse_target, statement_target, targeted_route
+from shardgate.planner.union import drop_dual, is_dual_select, union_parts, without_dual_joins
 from shardgate.sql.dialect import strip_qualifiers
 from shardgate.vindexes import Lookup
 from shardgate.vschema import ColumnVindex, Table, VSchema
@@ -94,50 +97,11 @@ def build_plan(
     if isinstance(stmt, _TARGETABLE):
         target = statement_target(stmt) or parse_target(default_keyspace)
         if target is not None:
-            return Plan(kind, sql, _targeted_route(stmt, vschema, target), normalize(stmt))
+            return Plan(kind, sql, targeted_route(stmt, vschema, target), normalize(stmt))
     return Plan(kind, sql, fn(stmt, vschema, default_keyspace), normalize(stmt))
 
 
 _TARGETABLE = (exp.Select, exp.Union, exp.Subquery, exp.Insert, exp.Update, exp.Delete)
-
-
-def _check_targeted_write(stmt: exp.Expression, vschema: VSchema, ks_name: str) -> None:
-    """A targeted write bypasses routing, so it must not need lookup maintenance.
-
-    Refused: INSERT or DELETE on a table owning lookup vindexes, and UPDATE of
-    a vindex column (the lookup rows or the row's placement would go stale).
-    """
-    node = stmt.this.this if isinstance(stmt.this, exp.Schema) else stmt.this
-    if not isinstance(node, exp.Table):
-        return
-    table = vschema.find_table(node.name, ks_name, ks_name)
-    vindex_columns = {c for cv in table.column_vindexes for c in cv.columns}
-    changed: set[str] = set()
-    if isinstance(stmt, exp.Update):
-        changed = {a.this.name.lower() for a in stmt.expressions
-                   if isinstance(a, exp.EQ) and isinstance(a.this, exp.Column)}
-    owns = any(isinstance(cv.vindex, Lookup) for cv in table.owned_vindexes)
-    if (owns and not isinstance(stmt, exp.Update)) or changed & vindex_columns:
-        raise Unsupported(
-            f"a shard-targeted {stmt.key.upper()} on {table.name} would bypass its vindexes "
-            "(lookup rows or row placement): send it without a shard target"
-        )
-
-
-def _targeted_route(stmt: exp.Expression, vschema: VSchema, target: Target) -> Route:
-    """A statement sent as written to the shards of a ``ks[range]`` / ``ks:shard`` target."""
-    ks = vschema.keyspace(target.keyspace)
-    if isinstance(stmt, exp.Insert) and target.key_range:
-        raise Unsupported(
-            "INSERT is not supported when targeting a key range: target one shard "
-            "(keyspace:shard) or let the gate route the rows"
-        )
-    write = isinstance(stmt, exp.Insert | exp.Update | exp.Delete)
-    if write and ks.sharded:
-        _check_targeted_write(stmt, vschema, ks.name)
-    tree = strip_qualifiers(without_target(stmt, target))
-    return Route(Opcode.BY_DESTINATION, ks.name, ks.sharded, ShardQuery(tree), write=write,
-                 target_shards=(target.destination,))
 
 
 def normalize(stmt: exp.Expr) -> str:
@@ -178,32 +142,8 @@ def _single_keyspace(refs: list[_Ref], what: str) -> str:
     return keyspaces.pop()
 
 
-def _without_dual_joins(stmt: exp.Expression) -> exp.Expression:
-    """``FROM dual, t`` is ``FROM t``: a cross join with dual's one row changes nothing."""
-    if not isinstance(stmt, exp.Select) or not stmt.args.get("joins"):
-        return stmt
-    frm = stmt.args.get("from_")
-    sources = [frm.this if frm is not None else None] + [j.this for j in stmt.args["joins"]]
-    duals = [i for i, t in enumerate(sources) if isinstance(t, exp.Table) and is_dual(t)]
-    joins = stmt.args["joins"]
-    if not duals or len(duals) == len(sources) or any(
-        joins[i - 1].args.get("on") or joins[i - 1].args.get("using") or joins[i - 1].side
-        for i in duals if i > 0
-    ):
-        return stmt
-    out = stmt.copy()
-    keep = [j for i, j in enumerate(out.args["joins"], 1) if i not in duals]
-    if 0 in duals:
-        first = keep.pop(0)
-        if first.args.get("on") or first.args.get("using") or first.side:
-            return stmt
-        out.set("from_", exp.From(this=first.this))
-    out.set("joins", keep or None)
-    return out
-
-
 def _plan_select(stmt: exp.Expression, vschema: VSchema, default_ks: str | None) -> Primitive:
-    stmt = _without_dual_joins(stmt)
+    stmt = without_dual_joins(stmt)
     refs = _refs(stmt, vschema, default_ks)
     if not refs:
         return _no_table_route(stmt, vschema, default_ks)
@@ -353,64 +293,24 @@ def _merged_route(
         return _route(choice, ks_name, tree, refs[0].table.name)
     if not isinstance(stmt, exp.Union):
         return None
-    parts = _union_parts(stmt, distinct=False)
+    parts = union_parts(stmt, distinct=False)
     if parts is not None and not any(r.table.type == "reference" for r in refs) and all(
-        not p.args.get("joins") and not _is_dual_select(p) for p in parts
+        not p.args.get("joins") and not is_dual_select(p) for p in parts
     ):
         return Route(Opcode.SCATTER, ks_name, True, ShardQuery(tree), table=refs[0].table.name)
-    parts = _union_parts(stmt, distinct=True)
+    parts = union_parts(stmt, distinct=True)
     if parts is None or any(
         isinstance(e, exp.Star) or (isinstance(e, exp.Column) and e.is_star)
         for e in parts[0].expressions
     ):
         return None
     # UNION is associative: flat, without the parentheses SQLite does not accept
-    flat = [strip_qualifiers(p).transform(_drop_dual) for p in parts]
+    flat = [strip_qualifiers(p).transform(drop_dual) for p in parts]
     shard_tree: exp.Expr = flat[0]
     for part in flat[1:]:
         shard_tree = exp.union(shard_tree, part, distinct=True)
     route = Route(Opcode.SCATTER, ks_name, True, ShardQuery(shard_tree), table=refs[0].table.name)
     return Aggregate(route, tuple(range(len(parts[0].expressions))), (), keyspace=ks_name)
-
-
-def _union_parts(stmt: exp.Union, distinct: bool) -> list[exp.Select] | None:
-    """The row-wise selects of a UNION whose every level is (``distinct``) UNION or UNION ALL."""
-
-    def walk(node: exp.Expr) -> list[exp.Select] | None:
-        if isinstance(node, exp.Subquery) and not any(
-            node.args.get(a) is not None for a in ("order", "limit", "offset")
-        ):
-            return walk(node.this)
-        if isinstance(node, exp.Union):
-            if bool(node.args.get("distinct")) != distinct or any(
-                node.args.get(a) is not None for a in ("order", "limit", "offset")
-            ):
-                return None
-            left, right = walk(node.left), walk(node.right)
-            return None if left is None or right is None else left + right
-        if not isinstance(node, exp.Select) or needs_aggregation(node):
-            return None
-        if any(node.args.get(a) is not None for a in ("order", "limit", "offset")):
-            return None
-        if any(n is not node for n in node.find_all(exp.Select)):
-            return None
-        return [node]
-
-    return walk(stmt)
-
-
-def _is_dual_select(node: exp.Select) -> bool:
-    frm = node.args.get("from_")
-    return frm is None or (isinstance(frm.this, exp.Table) and is_dual(frm.this))
-
-
-def _drop_dual(node: exp.Expr) -> exp.Expr:
-    """``SELECT 1 FROM dual`` as ``SELECT 1`` (SQLite and PostgreSQL have no dual)."""
-    if isinstance(node, exp.Select) and not node.args.get("joins") and node.args.get("from_") \
-            is not None and _is_dual_select(node):
-        node = node.copy()
-        node.set("from_", None)
-    return node
 
 
 def _keyrange_select(
@@ -502,7 +402,7 @@ def _no_table_route(stmt: exp.Expression, vschema: VSchema, default_ks: str | No
     ks = vschema.keyspace(ks_name)
     opcode = Opcode.REFERENCE if ks.sharded else Opcode.UNSHARDED
     return Route(opcode, ks_name, ks.sharded,
-                 ShardQuery(strip_qualifiers(stmt).transform(_drop_dual)))
+                 ShardQuery(strip_qualifiers(stmt).transform(drop_dual)))
 
 
 def _plan_parenthesized(
@@ -733,7 +633,7 @@ def _plan_insert(stmt: exp.Insert, vschema: VSchema, default_ks: str | None) -> 
                      write=True)
     if not isinstance(source, exp.Values):
         raise Unsupported(f"INSERT ... SELECT into sharded table {table.name} is not supported")
-    on_duplicate = _on_duplicate(stmt, table)
+    on_duplicate = on_duplicate_assignments(stmt, table)
     if columns_given is None and all(
         isinstance(row, exp.Tuple) and not row.expressions for row in source.expressions
     ):
@@ -751,7 +651,7 @@ def _plan_insert(stmt: exp.Insert, vschema: VSchema, default_ks: str | None) -> 
                 f"INSERT row {i + 1} has {len(items)} values for {len(columns_given)} columns"
             )
         raw_rows.append(list(items))
-    columns_given, rows = _without_defaults(table, columns_given, raw_rows)
+    columns_given, rows = without_defaults(table, columns_given, raw_rows)
     primary = table.primary
     ai = table.auto_increment
     if ks.sharded and table.type != "reference" and primary is not None and any(
@@ -787,80 +687,6 @@ def _plan_insert(stmt: exp.Insert, vschema: VSchema, default_ks: str | None) -> 
         broadcast=ks.sharded and table.type == "reference",
         on_duplicate=on_duplicate,
     )
-
-
-def _on_duplicate(stmt: exp.Insert, table: Table) -> tuple[tuple[str, SQLExpr], ...]:
-    """The ``ON DUPLICATE KEY UPDATE`` assignments of an insert into a sharded table.
-
-    The existing row stays on its shard, so the clause runs there as written,
-    provided it changes no vindex column (that would move the row or stale a
-    lookup) and the table owns no lookup (its rows would be created for a
-    row that is then not inserted).
-    """
-    conflict = stmt.args.get("conflict")
-    if conflict is None:
-        return ()
-    if not conflict.args.get("duplicate"):
-        raise Unsupported("INSERT ... ON CONFLICT is not supported: use ON DUPLICATE KEY UPDATE")
-    if table.owned_vindexes:
-        raise Unsupported(
-            f"INSERT ... ON DUPLICATE KEY UPDATE into {table.name}, which owns lookup "
-            "vindexes, is not supported"
-        )
-    vindex_columns = {c for cv in table.column_vindexes for c in cv.columns}
-    out: list[tuple[str, SQLExpr]] = []
-    for a in conflict.expressions:
-        if not (isinstance(a, exp.EQ) and isinstance(a.this, exp.Column)):
-            raise InvalidArgument("ON DUPLICATE KEY UPDATE takes col = expr assignments")
-        col = a.this.name.lower()
-        if col in vindex_columns:
-            raise Unsupported(
-                f"ON DUPLICATE KEY UPDATE of vindex column {table.name}.{col} is not "
-                "supported: it would move the row to another shard"
-            )
-        if a.expression.find(exp.Select) is not None:
-            raise Unsupported("a subquery in ON DUPLICATE KEY UPDATE is not supported")
-        out.append((a.this.name, SQLExpr(strip_qualifiers(a.expression))))
-    return tuple(out)
-
-
-def _is_default(node: exp.Expr) -> bool:
-    return isinstance(node, exp.Var) and node.name.upper() == "DEFAULT"
-
-
-def _without_defaults(
-    table: Table, columns: list[str], rows: list[list[exp.Expr]]
-) -> tuple[list[str], list[tuple[Value, ...]]]:
-    """Row values with ``DEFAULT`` resolved where the gate must know them.
-
-    ``DEFAULT`` in the auto-increment column asks for the next sequence value
-    (NULL does the same); a column that is ``DEFAULT`` in every row is left
-    out (its default applies, and SQLite has no ``DEFAULT`` keyword in VALUES).
-    ``DEFAULT`` in a vindex column otherwise is refused: the gate cannot route
-    by a value only the shard knows.
-    """
-    ai = table.auto_increment.column if table.auto_increment is not None else None
-    vindex_columns = {c for cv in table.column_vindexes for c in cv.columns}
-    keep = [
-        i for i, c in enumerate(columns)
-        if c == ai or not rows or not all(_is_default(r[i]) for r in rows)
-    ]
-    out_rows: list[tuple[Value, ...]] = []
-    for r in rows:
-        values: list[Value] = []
-        for i in keep:
-            if _is_default(r[i]):
-                if columns[i] == ai:
-                    values.append(Literal(None))
-                    continue
-                if columns[i] in vindex_columns:
-                    raise InvalidArgument(
-                        f"DEFAULT for vindex column {table.name}.{columns[i]} cannot be "
-                        "routed: give its value"
-                    )
-            values.append(from_expression(r[i]))
-        out_rows.append(tuple(values))
-    return [columns[i] for i in keep], out_rows
 
 
 def _plan_ddl(stmt: exp.Expression, vschema: VSchema, default_ks: str | None) -> Primitive:

@@ -17,8 +17,12 @@ from dataclasses import dataclass
 
 from sqlglot import exp
 
-from shardgate.errors import InvalidArgument
+from shardgate.engine.primitives import Opcode, Route, ShardQuery
+from shardgate.errors import InvalidArgument, Unsupported
 from shardgate.keys import parse_key_range
+from shardgate.sql.dialect import strip_qualifiers
+from shardgate.vindexes import Lookup
+from shardgate.vschema import VSchema
 
 _RANGE = re.compile(r"^([A-Za-z0-9_]+)\[([0-9A-Fa-f]*-[0-9A-Fa-f]*)\]$")
 _SHARD = re.compile(r"^([A-Za-z0-9_]+):([0-9A-Fa-f]*-?[0-9A-Fa-f]*)$")
@@ -72,3 +76,42 @@ def without_target(stmt: exp.Expression, target: Target) -> exp.Expression:
     out = stmt.transform(fix)
     assert isinstance(out, exp.Expression)
     return out
+
+
+def check_targeted_write(stmt: exp.Expression, vschema: VSchema, ks_name: str) -> None:
+    """A targeted write bypasses routing, so it must not need lookup maintenance.
+
+    Refused: INSERT or DELETE on a table owning lookup vindexes, and UPDATE of
+    a vindex column (the lookup rows or the row's placement would go stale).
+    """
+    node = stmt.this.this if isinstance(stmt.this, exp.Schema) else stmt.this
+    if not isinstance(node, exp.Table):
+        return
+    table = vschema.find_table(node.name, ks_name, ks_name)
+    vindex_columns = {c for cv in table.column_vindexes for c in cv.columns}
+    changed: set[str] = set()
+    if isinstance(stmt, exp.Update):
+        changed = {a.this.name.lower() for a in stmt.expressions
+                   if isinstance(a, exp.EQ) and isinstance(a.this, exp.Column)}
+    owns = any(isinstance(cv.vindex, Lookup) for cv in table.owned_vindexes)
+    if (owns and not isinstance(stmt, exp.Update)) or changed & vindex_columns:
+        raise Unsupported(
+            f"a shard-targeted {stmt.key.upper()} on {table.name} would bypass its vindexes "
+            "(lookup rows or row placement): send it without a shard target"
+        )
+
+
+def targeted_route(stmt: exp.Expression, vschema: VSchema, target: Target) -> Route:
+    """A statement sent as written to the shards of a ``ks[range]`` / ``ks:shard`` target."""
+    ks = vschema.keyspace(target.keyspace)
+    if isinstance(stmt, exp.Insert) and target.key_range:
+        raise Unsupported(
+            "INSERT is not supported when targeting a key range: target one shard "
+            "(keyspace:shard) or let the gate route the rows"
+        )
+    write = isinstance(stmt, exp.Insert | exp.Update | exp.Delete)
+    if write and ks.sharded:
+        check_targeted_write(stmt, vschema, ks.name)
+    tree = strip_qualifiers(without_target(stmt, target))
+    return Route(Opcode.BY_DESTINATION, ks.name, ks.sharded, ShardQuery(tree), write=write,
+                 target_shards=(target.destination,))
