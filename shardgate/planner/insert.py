@@ -46,6 +46,7 @@ def on_duplicate(stmt: exp.Insert, table: Table) -> tuple[tuple[str, SQLExpr], .
 
 
 def is_default(node: exp.Expr) -> bool:
+    """Whether a VALUES item is the ``DEFAULT`` keyword."""
     return isinstance(node, exp.Var) and node.name.upper() == "DEFAULT"
 
 

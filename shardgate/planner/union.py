@@ -44,6 +44,7 @@ def union_parts(stmt: exp.Union, distinct: bool) -> list[exp.Select] | None:
 
 
 def is_dual_select(node: exp.Select) -> bool:
+    """A SELECT with no FROM or ``FROM dual``."""
     frm = node.args.get("from_")
     return frm is None or (isinstance(frm.this, exp.Table) and is_dual(frm.this))
 
