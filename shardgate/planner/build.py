@@ -43,7 +43,12 @@ from shardgate.planner.join import (
     table_refs,
     wrap_pulled,
 )
-from shardgate.planner.merge import colocated_subqueries, is_dual, single_shard
+from shardgate.planner.merge import (
+    colocated_subqueries,
+    is_dual,
+    only_derived_tables,
+    single_shard,
+)
 from shardgate.planner.pullout import pull_out_values, wrap_values
 from shardgate.planner.routing import RouteChoice, choose, extract_keyrange
 from shardgate.planner.select import (
@@ -181,7 +186,7 @@ def _plan_select(stmt: exp.Expression, vschema: VSchema, default_ks: str | None)
     if derived is not None:
         return derived
     trefs = table_refs(stmt, vschema, default_ks) if nested else []
-    if nested and not (
+    if nested and not only_derived_tables(stmt) and not (
         len(keyspaces) == 1 and colocated(trefs, stmt.args.get("where"))
         and colocated_subqueries(stmt, vschema, default_ks)
     ):

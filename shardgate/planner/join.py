@@ -33,6 +33,7 @@ from shardgate.engine.primitives import Opcode, Primitive
 from shardgate.errors import Unsupported
 from shardgate.planner.finish import finish_at_gate
 from shardgate.planner.routing import RouteChoice, choose, conjuncts
+from shardgate.planner.select import needs_aggregation
 from shardgate.vindexes import Lookup
 from shardgate.vschema import Table, VSchema
 
@@ -46,8 +47,10 @@ PlanFn = Callable[[exp.Expression], Primitive]
 class TableRef:
     alias: str
     table: Table
-    node: exp.Table
+    node: exp.Table | exp.Subquery
     join: exp.Join | None  # None for the FROM table
+    #: a row-wise derived table over ``table``: its WHERE, which also routes it
+    inner_where: exp.Expr | None = None
 
 
 def pull_out_subqueries(stmt: exp.Select, plan: PlanFn) -> tuple[exp.Select, list[tuple[str,
@@ -87,18 +90,56 @@ def correlated(inner: exp.Select) -> bool:
 def table_refs(stmt: exp.Select, vschema: VSchema, default_ks: str | None) -> list[TableRef]:
     """The FROM table and each joined table, in order."""
     frm = stmt.args.get("from_")
-    if frm is None or not isinstance(frm.this, exp.Table):
+    if frm is None:
         raise Unsupported("joins over derived tables are not supported across shards")
-    nodes: list[tuple[exp.Table, exp.Join | None]] = [(frm.this, None)]
-    for j in stmt.args.get("joins") or []:
-        if not isinstance(j.this, exp.Table):
-            raise Unsupported("joins with derived tables are not supported across shards")
-        nodes.append((j.this, j))
+    nodes: list[tuple[exp.Expr, exp.Join | None]] = [(frm.this, None)]
+    nodes.extend((j.this, j) for j in stmt.args.get("joins") or [])
     refs = []
     for node, join in nodes:
+        if isinstance(node, exp.Subquery):
+            refs.append(_derived_ref(node, join, vschema, default_ks))
+            continue
+        if not isinstance(node, exp.Table):
+            raise Unsupported("joins with derived tables are not supported across shards")
         table = vschema.find_table(node.name, node.db or None, default_ks)
         refs.append(TableRef((node.alias or node.name).lower(), table, node, join))
     return refs
+
+
+def _derived_ref(
+    node: exp.Subquery, join: exp.Join | None, vschema: VSchema, default_ks: str | None
+) -> TableRef:
+    """A row-wise derived table over one table, joined like that table.
+
+    Its output columns named like a vindex column of the table must be that
+    column, so routing and co-location read them as the table's own.
+    """
+    inner = node.this
+    refused = Unsupported(
+        "joins with derived tables across shards need a row-wise derived table over one "
+        "table (no aggregates, DISTINCT, ORDER BY, LIMIT, joins or subqueries)"
+    )
+    if not node.alias or not isinstance(inner, exp.Select) or needs_aggregation(inner) or \
+            inner.args.get("joins") or any(n is not inner for n in inner.find_all(exp.Select)):
+        raise refused
+    if any(inner.args.get(a) is not None for a in ("order", "limit", "offset")):
+        raise refused
+    base = inner.args["from_"].this if inner.args.get("from_") else None
+    if not isinstance(base, exp.Table):
+        raise refused
+    table = vschema.find_table(base.name, base.db or None, default_ks)
+    vindex_columns = {c for cv in table.column_vindexes for c in cv.columns}
+    for item in inner.expressions:
+        name = item.alias_or_name.lower()
+        source = item.this if isinstance(item, exp.Alias) else item
+        if name in vindex_columns and not (
+            isinstance(source, exp.Column) and source.name.lower() == name
+        ):
+            raise Unsupported(
+                f"derived column {name!r} is named like a vindex column of {table.name} "
+                "but is not that column: rename it to join across shards"
+            )
+    return TableRef(node.alias.lower(), table, node, join, inner.args.get("where"))
 
 
 def _equalities(terms: list[exp.Expr]) -> list[tuple[exp.Column, exp.Column]]:
@@ -181,6 +222,12 @@ def best_route(refs: list[TableRef], stmt: exp.Select) -> tuple[RouteChoice, Tab
         if r.join is not None and (r.join.side or "").upper() == "LEFT":
             continue  # the optional side: its WHERE terms (IS NULL) do not filter rows
         choice = choose(r.table, where, {r.alias, r.table.name.lower()})
+        if r.inner_where is not None and isinstance(r.node, exp.Subquery):
+            base = r.node.this.args["from_"].this
+            inside = choose(r.table, r.inner_where,
+                            {"", r.table.name.lower(), (base.alias or base.name).lower()})
+            if inside.opcode.rank < choice.opcode.rank:
+                choice = inside
         if best is None or (choice.opcode.rank, _cost(choice)) < (best[0].opcode.rank,
                                                                    _cost(best[0])):
             best = (choice, r)
@@ -198,6 +245,8 @@ def plan_nested_loop(
     """Join the last table to the plan of the tables before it, at the gate."""
     aliases = {e.alias.lower() for e in stmt.expressions if isinstance(e, exp.Alias)}
     for e in stmt.find_all(exp.Column, exp.Star):
+        if e.find_ancestor(exp.Select) is not stmt:
+            continue  # inside a derived table, which its own plan resolves
         if isinstance(e, exp.Star) and isinstance(e.parent, exp.Count):
             continue  # COUNT(*)
         if isinstance(e, exp.Column) and not e.table and e.name.lower() in aliases:

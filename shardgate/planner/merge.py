@@ -104,6 +104,24 @@ def single_shard(stmt: exp.Expr, vschema: VSchema, default_ks: str | None) -> Ro
     return found
 
 
+def only_derived_tables(stmt: exp.Select) -> bool:
+    """True when every nested SELECT lies in a derived table of ``stmt``'s FROM/JOINs."""
+    sources = [j.this for j in stmt.args.get("joins") or []]
+    frm = stmt.args.get("from_")
+    if frm is not None:
+        sources.append(frm.this)
+    derived = [s for s in sources if isinstance(s, exp.Subquery)]
+    for node in stmt.find_all(exp.Select):
+        if node is stmt:
+            continue
+        parent = node.parent
+        while parent is not None and parent is not stmt and not any(parent is d for d in derived):
+            parent = parent.parent
+        if parent is None or parent is stmt:
+            return False
+    return True
+
+
 def _same_function(a: Table, b: Table) -> bool:
     pa, pb = a.primary, b.primary
     if pa is None or pb is None or len(pa.columns) != 1 or len(pb.columns) != 1:
@@ -134,6 +152,9 @@ def colocated_subqueries(
         if isinstance(scope.parent, exp.Subquery) and isinstance(
             scope.parent.parent, exp.From | exp.Join
         ):
+            if scope.parent.parent.parent is stmt:
+                anchored.add(_alias(node))  # a derived table of the outer query: a join side
+                continue
             return False
         if table.type == "reference":
             anchored.add(_alias(node))

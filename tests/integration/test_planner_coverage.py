@@ -92,6 +92,13 @@ QUERIES: dict[str, list[Query]] = {
         Query("SELECT COUNT(*) AS n, SUM(t.score) AS s FROM "
               "(SELECT id, score FROM customer WHERE region = 1) AS t"),
         Query("SELECT t.id FROM (SELECT id FROM customer WHERE id = 7) AS t"),
+        # derived tables joined like their table: pinned, co-located, at the gate
+        Query("SELECT t.id, o.id FROM (SELECT id FROM customer WHERE id = 7) AS t "
+              "JOIN orders o ON t.id = o.customer_id"),
+        Query("SELECT t.id, o.id FROM (SELECT id, region FROM customer WHERE region = 1) AS t "
+              "JOIN orders o ON t.id = o.customer_id"),
+        Query("SELECT t.id, o.id FROM (SELECT id, score FROM customer WHERE score > 0) AS t "
+              "JOIN orders o ON t.score = o.amount"),
         # derived tables the gate finishes: aggregating, sorted with LIMIT, nested
         Query("SELECT t.n FROM (SELECT COUNT(*) AS n FROM customer) AS t"),
         Query("SELECT t.r, COUNT(*) AS k FROM (SELECT region AS r, id FROM customer "
