@@ -186,9 +186,12 @@ def _plan_select(stmt: exp.Expression, vschema: VSchema, default_ks: str | None)
     if derived is not None:
         return derived
     trefs = table_refs(stmt, vschema, default_ks) if nested else []
-    if nested and not only_derived_tables(stmt) and not (
-        len(keyspaces) == 1 and colocated(trefs, stmt.args.get("where"))
-        and colocated_subqueries(stmt, vschema, default_ks)
+    pushdown = len(keyspaces) == 1 and colocated(trefs, stmt.args.get("where"))
+    # A gate-side join plans each side alone: a subquery naming one side goes
+    # with it (and must be answerable there); one naming both sides is refused.
+    gate_join = len(trefs) > 1 and not pushdown
+    if nested and not only_derived_tables(stmt) and not gate_join and not (
+        pushdown and colocated_subqueries(stmt, vschema, default_ks)
     ):
         raise Unsupported(
             "this subquery cannot be routed across shards: only uncorrelated "

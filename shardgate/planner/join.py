@@ -259,6 +259,7 @@ def plan_nested_loop(
     right = refs[-1]
     left_refs = refs[:-1]
     left_aliases = {r.alias for r in left_refs}
+    all_aliases = left_aliases | {right.alias}
     join = right.join
     assert join is not None
     outer = join.side.upper() == "LEFT" if join.side else False
@@ -272,7 +273,7 @@ def plan_nested_loop(
     mixed_on: list[exp.Expr] = []
     left_on: list[exp.Expr] = []
     for t in on_terms:
-        sides = {c.table.lower() for c in t.find_all(exp.Column)}
+        sides = _sides(t, all_aliases)
         if sides <= {right.alias}:
             right_only.append(t)
             continue
@@ -301,7 +302,7 @@ def plan_nested_loop(
     right_where: list[exp.Expr] = []
     gate_where: list[exp.Expr] = []  # both sides, or the optional side: after the join
     for t in conjuncts(stmt.args.get("where")):
-        sides = {c.table.lower() for c in t.find_all(exp.Column)}
+        sides = _sides(t, all_aliases)
         if sides <= left_aliases:
             left_where.append(t)
         elif sides <= {right.alias} and not outer:
@@ -366,6 +367,13 @@ def plan_nested_loop(
         predicate = exp.and_(*[t.copy() for t in gate_where])
         joined = Filter(joined, compile_expr(predicate, slots), predicate.sql(dialect="mysql"))
     return finish_at_gate(stmt, joined, slots, refs[0].table.keyspace)
+
+
+def _sides(term: exp.Expr, aliases: set[str]) -> set[str]:
+    """The join's tables a term names (not the tables of a subquery inside it)."""
+    scope = term.find_ancestor(exp.Select)
+    return {c.table.lower() for c in term.find_all(exp.Column)
+            if c.find_ancestor(exp.Select) is scope or c.table.lower() in aliases}
 
 
 def _join_key(

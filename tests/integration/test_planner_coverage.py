@@ -119,6 +119,13 @@ QUERIES: dict[str, list[Query]] = {
               "FROM customer c"),
         Query("SELECT c.id FROM customer c WHERE c.id = 3 AND EXISTS "
               "(SELECT 1 FROM orders o WHERE o.customer_id = 3 AND o.status = 'paid')"),
+        # a correlated subquery on one side of a gate-side join goes with that side
+        Query("SELECT c.id, o.id FROM orders o JOIN customer c ON o.amount = c.score "
+              "WHERE EXISTS (SELECT 1 FROM orders o2 WHERE o2.customer_id = c.id "
+              "AND o2.status = 'paid')"),
+        Query("SELECT c.id, o.id FROM customer c JOIN orders o ON c.score = o.amount "
+              "WHERE c.id IN (SELECT o2.customer_id FROM orders o2 WHERE o2.customer_id = c.id "
+              "AND o2.amount > 4)"),
     ],
     "scalar and EXISTS pull-outs": [
         Query("SELECT id FROM customer WHERE score = (SELECT MAX(score) FROM customer)"),
