@@ -33,6 +33,7 @@ from shardgate.errors import InvalidArgument, Unsupported
 from shardgate.keys import KeyRange
 from shardgate.planner.derived import plan_derived_at_gate
 from shardgate.planner.dml_join import join_dml_as_exists
+from shardgate.planner.finish import finish_at_gate
 from shardgate.planner.insert import on_duplicate as on_duplicate_assignments
 from shardgate.planner.insert import without_defaults
 from shardgate.planner.join import (
@@ -58,7 +59,13 @@ from shardgate.planner.select import (
     plan_multi_shard,
 )
 from shardgate.planner.target import parse_target, statement_target, targeted_route
-from shardgate.planner.union import drop_dual, is_dual_select, union_parts, without_dual_joins
+from shardgate.planner.union import (
+    drop_dual,
+    is_dual_select,
+    union_parts,
+    union_tail,
+    without_dual_joins,
+)
 from shardgate.sql.dialect import strip_qualifiers
 from shardgate.vindexes import Lookup
 from shardgate.vschema import ColumnVindex, Table, VSchema
@@ -164,6 +171,12 @@ def _plan_select(stmt: exp.Expression, vschema: VSchema, default_ks: str | None)
         merged = _merged_route(stmt, refs, vschema, default_ks)
         if merged is not None:
             return merged
+    split = union_tail(stmt) if isinstance(stmt, exp.Union) else None
+    if split is not None and len(keyspaces) == 1:
+        bare, tail = split
+        columns = {e.name: i for i, e in enumerate(tail.expressions)}
+        return finish_at_gate(tail, _plan_select(bare, vschema, default_ks), columns,
+                              next(iter(keyspaces)))
     if not isinstance(stmt, exp.Select):
         raise Unsupported(
             "this UNION cannot run as one query on the shards: UNION ALL of single-table "
@@ -305,20 +318,26 @@ def _merged_route(
     if parts is not None and not any(r.table.type == "reference" for r in refs) and all(
         not p.args.get("joins") and not is_dual_select(p) for p in parts
     ):
-        return Route(Opcode.SCATTER, ks_name, True, ShardQuery(tree), table=refs[0].table.name)
+        return Route(Opcode.SCATTER, ks_name, True, ShardQuery(_flat_union(parts, False)),
+                     table=refs[0].table.name)
     parts = union_parts(stmt, distinct=True)
     if parts is None or any(
         isinstance(e, exp.Star) or (isinstance(e, exp.Column) and e.is_star)
         for e in parts[0].expressions
     ):
         return None
-    # UNION is associative: flat, without the parentheses SQLite does not accept
-    flat = [strip_qualifiers(p).transform(drop_dual) for p in parts]
-    shard_tree: exp.Expr = flat[0]
-    for part in flat[1:]:
-        shard_tree = exp.union(shard_tree, part, distinct=True)
-    route = Route(Opcode.SCATTER, ks_name, True, ShardQuery(shard_tree), table=refs[0].table.name)
+    route = Route(Opcode.SCATTER, ks_name, True, ShardQuery(_flat_union(parts, True)),
+                  table=refs[0].table.name)
     return Aggregate(route, tuple(range(len(parts[0].expressions))), (), keyspace=ks_name)
+
+
+def _flat_union(parts: list[exp.Select], distinct: bool) -> exp.Expr:
+    """UNION [ALL] is associative: flat, without the parentheses SQLite does not accept."""
+    flat = [strip_qualifiers(p).transform(drop_dual) for p in parts]
+    tree: exp.Expr = flat[0]
+    for part in flat[1:]:
+        tree = exp.union(tree, part, distinct=distinct)
+    return tree
 
 
 def _keyrange_select(

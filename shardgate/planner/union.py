@@ -80,3 +80,44 @@ def without_dual_joins(stmt: exp.Expression) -> exp.Expression:
         out.set("from_", exp.From(this=first.this))
     out.set("joins", keep or None)
     return out
+
+
+def output_names(query: exp.Expr) -> list[str] | None:
+    """The column names a query returns (its first SELECT's), or None if unknown (``*``)."""
+    while isinstance(query, exp.Union | exp.Subquery):
+        query = query.left if isinstance(query, exp.Union) else query.this
+    if not isinstance(query, exp.Select):
+        return None
+    names = []
+    for e in query.expressions:
+        if isinstance(e, exp.Star) or (isinstance(e, exp.Column) and e.is_star):
+            return None
+        names.append((e.alias_or_name or e.sql(dialect="mysql")).lower())
+    return names if len(set(names)) == len(names) else None
+
+
+def union_tail(stmt: exp.Union) -> tuple[exp.Union, exp.Select] | None:
+    """A UNION with ORDER BY/LIMIT split into the bare UNION and a gate-side tail.
+
+    The tail is ``SELECT <columns> ORDER BY ... LIMIT ...`` over the union's
+    output columns (positions in ORDER BY become the columns they name).
+    """
+    if all(stmt.args.get(a) is None for a in ("order", "limit", "offset")):
+        return None
+    names = output_names(stmt)
+    if names is None:
+        return None
+    bare = stmt.copy()
+    tail = exp.Select(expressions=[exp.column(n) for n in names])
+    for arg in ("order", "limit", "offset"):
+        value = bare.args.get(arg)
+        bare.set(arg, None)
+        if value is not None:
+            tail.set(arg, value)
+    order = tail.args.get("order")
+    if order is not None:
+        for o in order.expressions:
+            if isinstance(o.this, exp.Literal) and o.this.is_int and \
+                    1 <= int(o.this.this) <= len(names):
+                o.set("this", exp.column(names[int(o.this.this) - 1]))
+    return bare, tail

@@ -85,6 +85,15 @@ QUERIES: dict[str, list[Query]] = {
         Query("SELECT region FROM customer UNION SELECT amount FROM orders"),
         Query("(SELECT id, score FROM customer) ORDER BY score DESC, id LIMIT 3", ordered=True),
         Query("(SELECT id, score FROM customer WHERE id = 5) ORDER BY id LIMIT 1", ordered=True),
+        # ORDER BY / LIMIT over a UNION across shards: finished at the gate
+        Query("SELECT id FROM customer UNION SELECT customer_id FROM orders "
+              "ORDER BY id DESC LIMIT 5", ordered=True),
+        # SQLite takes no parenthesized UNION parts (the shards get them flattened)
+        Query("(SELECT id FROM customer) UNION ALL (SELECT customer_id FROM orders) "
+              "ORDER BY id DESC LIMIT 5", ordered=True,
+              backends=frozenset({"postgres", "mysql"})),
+        Query("SELECT id FROM customer UNION ALL SELECT customer_id FROM orders "
+              "ORDER BY 1 LIMIT 7 OFFSET 2", ordered=True),
     ],
     "derived tables": [
         Query("SELECT t.id, t.score FROM (SELECT id, score FROM customer WHERE score > 0) AS t "
