@@ -19,24 +19,9 @@ from shardgate.engine.postprocess import Filter
 from shardgate.engine.primitives import Primitive
 from shardgate.errors import Unsupported
 from shardgate.planner.finish import finish_at_gate
+from shardgate.planner.union import output_names
 
 PlanFn = Callable[[exp.Expression], Primitive]
-
-
-def _output_names(query: exp.Expr) -> list[str] | None:
-    """The derived table's column names, or None when they are not known here."""
-    while isinstance(query, exp.Union):
-        query = query.left
-    if isinstance(query, exp.Subquery):
-        return _output_names(query.this)
-    if not isinstance(query, exp.Select):
-        return None
-    names = []
-    for e in query.expressions:
-        if isinstance(e, exp.Star) or (isinstance(e, exp.Column) and e.is_star):
-            return None
-        names.append((e.alias_or_name or e.sql(dialect="mysql")).lower())
-    return names if len(set(names)) == len(names) else None
 
 
 def _inside(node: exp.Expr, ancestor: exp.Expr) -> bool:
@@ -55,7 +40,7 @@ def plan_derived_at_gate(stmt: exp.Select, plan: PlanFn, keyspace: str) -> Primi
         return None
     derived = frm.this
     inner = derived.this
-    names = _output_names(inner)
+    names = output_names(inner)
     if names is None or not isinstance(inner, exp.Expression):
         return None
     if any(n is not stmt and not _inside(n, derived) for n in stmt.find_all(exp.Select)):
