@@ -15,6 +15,7 @@ from typing import Any
 
 from sqlglot import exp
 
+from shardgate.engine.concat import Concatenate
 from shardgate.engine.dml import LookupChange, LookupDML
 from shardgate.engine.explain import Explain
 from shardgate.engine.postprocess import Aggregate
@@ -62,6 +63,7 @@ from shardgate.planner.target import parse_target, statement_target, targeted_ro
 from shardgate.planner.union import (
     drop_dual,
     is_dual_select,
+    output_names,
     union_parts,
     union_tail,
     without_dual_joins,
@@ -177,12 +179,10 @@ def _plan_select(stmt: exp.Expression, vschema: VSchema, default_ks: str | None)
         columns = {e.name: i for i, e in enumerate(tail.expressions)}
         return finish_at_gate(tail, _plan_select(bare, vschema, default_ks), columns,
                               next(iter(keyspaces)))
+    if isinstance(stmt, exp.Union):
+        return _concatenated(stmt, vschema, default_ks)
     if not isinstance(stmt, exp.Select):
-        raise Unsupported(
-            "this UNION cannot run as one query on the shards: UNION ALL of single-table "
-            "selects without LIMIT, ORDER BY or aggregates, or selects that all target "
-            "the same shard, are supported"
-        )
+        raise Unsupported("this statement cannot run across shards: send a SELECT or UNION")
 
     def plan(sub: exp.Expression) -> Primitive:
         return _plan_select(sub, vschema, default_ks)
@@ -315,20 +315,36 @@ def _merged_route(
     if not isinstance(stmt, exp.Union):
         return None
     parts = union_parts(stmt, distinct=False)
+    if parts is not None and all(single_shard(p, vschema, default_ks) for p in parts):
+        return _concatenated(stmt, vschema, default_ks)  # each part on its one shard
     if parts is not None and not any(r.table.type == "reference" for r in refs) and all(
         not p.args.get("joins") and not is_dual_select(p) for p in parts
     ):
         return Route(Opcode.SCATTER, ks_name, True, ShardQuery(_flat_union(parts, False)),
                      table=refs[0].table.name)
     parts = union_parts(stmt, distinct=True)
-    if parts is None or any(
+    if parts is None or any(p.args.get("joins") for p in parts) or any(
         isinstance(e, exp.Star) or (isinstance(e, exp.Column) and e.is_star)
         for e in parts[0].expressions
     ):
-        return None
+        return None  # a join in a part could match rows of different shards
     route = Route(Opcode.SCATTER, ks_name, True, ShardQuery(_flat_union(parts, True)),
                   table=refs[0].table.name)
     return Aggregate(route, tuple(range(len(parts[0].expressions))), (), keyspace=ks_name)
+
+
+def _concatenated(stmt: exp.Union, vschema: VSchema, default_ks: str | None) -> Primitive:
+    """A UNION whose parts are planned apart: concatenated, UNION's duplicates removed."""
+    width = output_names(stmt)
+    if width is None:
+        raise Unsupported("a UNION across shards needs named columns, not *, in its first part")
+    left, right = stmt.left, stmt.right
+    assert isinstance(left, exp.Expression) and isinstance(right, exp.Expression)
+    both = Concatenate((_plan_select(left, vschema, default_ks),
+                        _plan_select(right, vschema, default_ks)))
+    if not stmt.args.get("distinct"):
+        return both
+    return Aggregate(both, tuple(range(len(width))), (), keyspace="")
 
 
 def _flat_union(parts: list[exp.Select], distinct: bool) -> exp.Expr:

@@ -83,6 +83,11 @@ QUERIES: dict[str, list[Query]] = {
               "UNION SELECT customer_id, status FROM orders WHERE customer_id = 3"),
         Query("SELECT id FROM customer UNION ALL SELECT customer_id FROM orders"),
         Query("SELECT region FROM customer UNION SELECT amount FROM orders"),
+        Query("SELECT id, name FROM customer WHERE id = 1 UNION ALL "
+              "SELECT id, name FROM customer WHERE id = 5"),
+        # a join inside a UNION part may match rows of two shards: parts planned apart
+        Query("SELECT c.id FROM customer c JOIN orders o ON c.score = o.amount "
+              "UNION SELECT id FROM regions"),
         Query("(SELECT id, score FROM customer) ORDER BY score DESC, id LIMIT 3", ordered=True),
         Query("(SELECT id, score FROM customer WHERE id = 5) ORDER BY id LIMIT 1", ordered=True),
         # ORDER BY / LIMIT over a UNION across shards: finished at the gate
