@@ -45,7 +45,11 @@ class NestedLoopJoin(Primitive):
                 keys.setdefault(k)
         matches: dict[tuple[Any, ...], list[Row]] = {}
         right_fields: list[str] = []
-        firsts = list(dict.fromkeys(k[0] for k in keys))
+        if not self.left_keys and left.rows:  # a cross join: every right row, once
+            res = await self.right.execute(vc, bind_vars)
+            right_fields = res.fields
+            matches[()] = list(res.rows)
+        firsts = list(dict.fromkeys(k[0] for k in keys)) if self.left_keys else []
         for start in range(0, len(firsts), self.batch):
             chunk = firsts[start : start + self.batch]
             res = await self.right.execute(vc, {**bind_vars, self.join_var: chunk})

@@ -30,8 +30,8 @@ from sqlglot import exp
 from shardgate.engine.coerce import NO_MATCH, SCATTER, Kind, convert_row, stored_value
 from shardgate.engine.insert_ignore import insert_ignoring
 from shardgate.engine.values import BindVar, Literal, SQLExpr, Value, resolve
-from shardgate.errors import InvalidArgument, NotFound
-from shardgate.keys import KeyRange, ShardMap
+from shardgate.errors import InvalidArgument, NotFound, Unsupported
+from shardgate.keys import KeyRange, ShardMap, parse_key_range
 from shardgate.result import Result, Row
 from shardgate.sql.dialect import ShardSQL, render
 from shardgate.vindexes import (
@@ -53,6 +53,8 @@ class Opcode(enum.Enum):
     EQUAL_UNIQUE = "EqualUnique"
     EQUAL = "Equal"
     IN = "IN"
+    #: a tuple IN naming a vindex column: each tuple's value routes like an equality
+    MULTI_EQUAL = "MultiEqual"
     SCATTER = "Scatter"
     NONE = "None"
     REFERENCE = "Reference"
@@ -72,6 +74,7 @@ _RANK = {
     Opcode.EQUAL_UNIQUE: 2,
     Opcode.EQUAL: 3,
     Opcode.IN: 4,
+    Opcode.MULTI_EQUAL: 4,
     Opcode.SCATTER: 5,
 }
 
@@ -250,7 +253,7 @@ class Route(Primitive):
         if op is Opcode.NONE:
             return [], None
         if op is Opcode.BY_DESTINATION:
-            return list(self.target_shards), None
+            return _destinations(smap, self.target_shards), None
         assert self.vindex is not None
         resolved = [
             tuple(resolve(v, bind_vars) for v in value)
@@ -258,7 +261,7 @@ class Route(Primitive):
             else resolve(value, bind_vars)
             for value in self.values
         ]
-        if op is Opcode.IN:
+        if op is Opcode.IN or op is Opcode.MULTI_EQUAL:
             flat: list[Any] = []
             for v in resolved:
                 if isinstance(v, list | tuple) and not isinstance(self.vindex, MultiColumn):
@@ -525,6 +528,8 @@ class Insert(Primitive):
     ignore: bool = False
     #: reference table of a sharded keyspace: every shard gets every row
     broadcast: bool = False
+    #: ``ON DUPLICATE KEY UPDATE col = expr, ...`` (never a vindex column)
+    on_duplicate: tuple[tuple[str, SQLExpr], ...] = ()
 
     async def execute(self, vc: ExecCursor, bind_vars: Mapping[str, Any]) -> Result:
         columns = list(self.columns)
@@ -756,7 +761,20 @@ class Insert(Primitive):
                                     "Sequence": self.auto_increment[1]}
         if self.ignore:
             out["Ignore"] = True
+        if self.on_duplicate:
+            out["OnDuplicate"] = [f"{c} = {e.describe()}" for c, e in self.on_duplicate]
         return out
+
+
+def _destinations(smap: ShardMap, targets: tuple[str, ...]) -> list[str]:
+    """Shard names for targets given as shard names or key ranges (``-`` is all)."""
+    out: dict[str, None] = {}
+    for t in targets:
+        if t in smap.names:
+            out.setdefault(t)
+        else:
+            out.update(dict.fromkeys(smap.shards_for_range(parse_key_range(t))))
+    return [n for n in smap.names if n in out]
 
 
 def resolve_or_none(v: Value, bind_vars: Mapping[str, Any]) -> Any:
@@ -774,6 +792,38 @@ def _insert_head(table: str, columns: tuple[str, ...], dialect: str, ignore: boo
     if ignore:
         verb = {"sqlite": "INSERT OR IGNORE INTO", "mysql": "INSERT IGNORE INTO"}.get(dialect, verb)
     return f"{verb} {quoted} ({cols}) VALUES "
+
+
+def on_duplicate_clause(assignments: tuple[tuple[str, SQLExpr], ...], dialect: str) -> str:
+    """``ON DUPLICATE KEY UPDATE`` in the shard's dialect.
+
+    SQLite's upsert without a conflict target, like MySQL's clause, fires on
+    any unique constraint; ``VALUES(col)`` there is ``excluded.col``.
+    PostgreSQL needs the conflicting constraint named, which the gate does not
+    know, so it is refused there.
+    """
+    if dialect == "mysql":
+        body = ", ".join(f"{exp.to_identifier(c).sql(dialect=dialect)} = {e.render(dialect)}"
+                         for c, e in assignments)
+        return f" ON DUPLICATE KEY UPDATE {body}"
+    if dialect != "sqlite":
+        raise Unsupported(
+            f"INSERT ... ON DUPLICATE KEY UPDATE is not supported on {dialect} shards "
+            "(it needs the conflicting key named): use INSERT ... ON CONFLICT on the shard"
+        )
+
+    def excluded(node: exp.Expr) -> exp.Expr:
+        if isinstance(node, exp.Anonymous) and str(node.this).upper() == "VALUES" and \
+                len(node.expressions) == 1:
+            return exp.column(node.expressions[0].name, table="excluded")
+        return node
+
+    body = ", ".join(
+        f"{exp.to_identifier(c).sql(dialect=dialect)} = "
+        f"{e.expr.transform(excluded).sql(dialect=dialect)}"
+        for c, e in assignments
+    )
+    return f" ON CONFLICT DO UPDATE SET {body}"
 
 
 class _InsertQuery(ShardQuery):
@@ -809,6 +859,8 @@ class _InsertQuery(ShardQuery):
                     parts.append(placeholder)
             tuples.append("(" + ", ".join(parts) + ")")
         tail = " ON CONFLICT DO NOTHING" if self.insert.ignore and dialect == "postgres" else ""
+        if self.insert.on_duplicate:
+            tail = on_duplicate_clause(self.insert.on_duplicate, dialect)
         return head + ", ".join(tuples) + tail, args
 
     @property

@@ -616,7 +616,8 @@ def _needs_implicit_tx(prim: object) -> bool:
     if isinstance(prim, Insert):
         return len(prim.rows) > 1 or bool(prim.owned_lookups) or prim.broadcast
     if isinstance(prim, Route):
-        return prim.write and prim.opcode.value in ("Scatter", "IN", "Equal", "Reference")
+        return prim.write and prim.opcode.value in (
+            "Scatter", "IN", "MultiEqual", "Equal", "Reference", "ByDestination")
     return isinstance(prim, LookupDML)
 
 

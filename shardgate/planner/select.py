@@ -64,8 +64,19 @@ def needs_aggregation(stmt: exp.Select) -> bool:
         stmt.args.get("group")
         or stmt.args.get("having")
         or stmt.args.get("distinct")
-        or any(e.find(exp.AggFunc) for e in stmt.expressions)
+        or any(_own_aggregate(e, stmt) for e in stmt.expressions)
     )
+
+
+def _own_aggregate(node: exp.Expr, stmt: exp.Select) -> bool:
+    """An aggregate of ``stmt`` itself (not of a subquery inside ``node``)."""
+    for agg in node.find_all(exp.AggFunc):
+        scope = agg.parent
+        while scope is not None and not isinstance(scope, exp.Select):
+            scope = scope.parent
+        if scope is stmt or scope is None:
+            return True
+    return False
 
 
 def plan_multi_shard(stmt: exp.Select, tree: exp.Select, target: RouteTarget) -> Primitive:
@@ -172,7 +183,7 @@ def find_selected(tree: exp.Select, node: exp.Expr) -> int | None:
     return None
 
 
-_PARTIALS = (exp.Count, exp.Sum, exp.Min, exp.Max, exp.Avg)
+_PARTIALS = (exp.Count, exp.Sum, exp.Min, exp.Max, exp.Avg, exp.AnyValue)
 
 
 InputFactory = Callable[[list[exp.Expr], list[exp.Expr]], Primitive]
@@ -218,6 +229,34 @@ def _counts(value: Evaluator) -> Evaluator:
     return lambda row: 0 if value(row) is None else 1
 
 
+def _any_values(items: list[exp.Expr], groups: list[exp.Expr]) -> list[exp.Expr]:
+    """Select-list columns neither grouped nor aggregated read as ``ANY_VALUE(col)``.
+
+    MySQL (without ONLY_FULL_GROUP_BY), SQLite and Vitess return a value of
+    some row of the group for such a column.
+    """
+    keys = {canonical(g) for g in groups}
+    keys |= {g.name.lower() for g in groups if isinstance(g, exp.Column)}
+
+    def wrap(node: exp.Expr) -> exp.Expr:
+        if not isinstance(node, exp.Column) or node.find_ancestor(exp.AggFunc, exp.Select):
+            return node
+        if canonical(node) in keys or node.name.lower() in keys:
+            return node
+        return exp.AnyValue(this=node.copy())
+
+    out: list[exp.Expr] = []
+    for e in items:
+        body = e.this if isinstance(e, exp.Alias) else e
+        if isinstance(body, exp.Star) or (isinstance(body, exp.Column) and body.is_star):
+            out.append(e)
+            continue
+        new = body.copy().transform(wrap)
+        out.append(exp.alias_(new, e.alias, quoted=e.args["alias"].quoted)
+                   if isinstance(e, exp.Alias) else new)
+    return out
+
+
 def plan_aggregation(tree: exp.Select, make_input: InputFactory, keyspace: str) -> Primitive:
     """GROUP BY / aggregates / HAVING / DISTINCT over partial rows from ``make_input``.
 
@@ -246,16 +285,22 @@ def plan_aggregation(tree: exp.Select, make_input: InputFactory, keyspace: str) 
                     picked.this if isinstance(picked, exp.Alias) else picked
                 ).copy()
                 return chosen
+            raise InvalidArgument(f"unknown column '{n}' in GROUP BY / ORDER BY: the select "
+                                  f"list has {len(items)} columns")
         return node
 
     group_node = tree.args.get("group")
     groups: list[exp.Expr] = (
         [item(g).transform(unalias) for g in group_node.expressions] if group_node else []
     )
-    if tree.args.get("distinct"):
+    if any(g.find(exp.AggFunc) for g in groups):
+        raise InvalidArgument("cannot GROUP BY an aggregate: group by columns or expressions")
+    one_row = group_node is None and any(_own_aggregate(e, tree) for e in items)
+    if tree.args.get("distinct") and not one_row:  # one aggregate row is already distinct
         if group_node is not None:
             raise Unsupported("SELECT DISTINCT with GROUP BY across shards is not supported")
         groups = [(e.this if isinstance(e, exp.Alias) else e).copy() for e in items]
+    items = _any_values(items, groups)
     having = tree.args.get("having")
     having_expr = having.this.copy() if having is not None else None
     order = tree.args.get("order")
@@ -287,6 +332,10 @@ def plan_aggregation(tree: exp.Select, make_input: InputFactory, keyspace: str) 
     distinct_exprs: list[exp.Expr] = []
     for text, a in aggs.items():
         inner = a.this
+        if isinstance(inner, exp.Distinct) and isinstance(a, exp.Min | exp.Max) and \
+                len(inner.expressions) == 1:
+            inner = inner.expressions[0]  # MIN(DISTINCT x) is MIN(x)
+            a = type(a)(this=inner.copy())
         if isinstance(inner, exp.Distinct):
             if not isinstance(a, exp.Count | exp.Sum):
                 raise Unsupported(f"{a.sql(dialect='mysql')} across shards is not supported")
@@ -307,9 +356,11 @@ def plan_aggregation(tree: exp.Select, make_input: InputFactory, keyspace: str) 
             shard_items.append(exp.Count(this=inner.copy()))
             specs.append(AggSpec(AggOp.AVG, col, col + 1, name=text))
             continue
-        shard_items.append(a.copy())
+        # ANY_VALUE(x) may return any value of its group: the least one will do.
+        shard_items.append(exp.Min(this=inner.copy()) if isinstance(a, exp.AnyValue)
+                           else a.copy())
         op = {exp.Count: AggOp.COUNT, exp.Sum: AggOp.SUM, exp.Min: AggOp.MIN,
-              exp.Max: AggOp.MAX}[type(a)]
+              exp.Max: AggOp.MAX, exp.AnyValue: AggOp.MIN}[type(a)]
         specs.append(AggSpec(op, col, name=text))
 
     shard_groups = [g.copy() for g in groups] + distinct_exprs
