@@ -43,6 +43,10 @@ from shardgate.vindexes import (
 )
 
 
+#: the largest LIMIT a shard is sent: BIGINT's maximum (SQLite and PostgreSQL)
+MAX_LIMIT = 2**63 - 1
+
+
 class Opcode(enum.Enum):
     """How a Route picks its shards (Vitess's route opcodes)."""
 
@@ -273,13 +277,15 @@ class Route(Primitive):
         if not shards:
             if self.write:
                 return Result()
-            # No shard can hold a row: ask one shard for the fields only.
+            # No shard can hold a row: one shard runs the query over no rows,
+            # which gives the fields, and the one row an aggregate without
+            # GROUP BY returns over an empty table (COUNT(*) = 0).
             smap = vc.shard_map(self.keyspace)
             field_query = ShardQuery(_impossible(self.query.tree))
             results = await vc.execute_shards(
                 self.keyspace, smap.names[:1], field_query, bind_vars, write=False
             )
-            return Result(fields=results[0].fields)
+            return self._merge(results[:1], bind_vars)
         results = await vc.execute_shards(
             self.keyspace, shards, self.query, bind_vars, write=self.write,
             shard_vars=shard_vars,
@@ -307,7 +313,8 @@ class Route(Primitive):
         if self.upper_limit_var is None:
             return bind_vars
         upper = _int_of(self.limit, bind_vars, "LIMIT") + _int_of(self.offset, bind_vars, "OFFSET")
-        return {**bind_vars, self.upper_limit_var: upper}
+        # LIMIT n + OFFSET m may pass the largest LIMIT every backend takes.
+        return {**bind_vars, self.upper_limit_var: min(upper, MAX_LIMIT)}
 
     def _merge(self, results: list[Result], bind_vars: Mapping[str, Any]) -> Result:
         fields = results[0].fields
@@ -397,13 +404,15 @@ def _int_of(v: Value | None, bind_vars: Mapping[str, Any], what: str) -> int:
 
 
 def _impossible(tree: exp.Expr) -> exp.Expr:
-    """The same SELECT with ``WHERE 1 != 1``: returns the fields and no rows."""
+    """The same SELECT with ``WHERE 1 != 1``: the fields, and rows only for aggregates.
+
+    GROUP BY, HAVING and LIMIT stay, so an aggregate without GROUP BY answers
+    its one row over no rows, as one database would.
+    """
     t = tree.copy()
     if isinstance(t, exp.Select):
         t.set("where", exp.Where(this=exp.NEQ(this=exp.Literal.number(1),
                                               expression=exp.Literal.number(1))))
-        t.set("limit", None)
-        t.set("offset", None)
     return t
 
 
@@ -482,6 +491,8 @@ class Insert(Primitive):
     ignore: bool = False
     #: reference table of a sharded keyspace: every shard gets every row
     broadcast: bool = False
+    #: table and column names quoted in the statement (`select`): quoted for the shards too
+    quoted: frozenset[str] = frozenset()
 
     async def execute(self, vc: ExecCursor, bind_vars: Mapping[str, Any]) -> Result:
         columns = list(self.columns)
@@ -656,10 +667,16 @@ def resolve_or_none(v: Value, bind_vars: Mapping[str, Any]) -> Any:
 
 
 @functools.lru_cache(maxsize=4096)
-def _insert_head(table: str, columns: tuple[str, ...], dialect: str, ignore: bool) -> str:
-    """``INSERT INTO t (a, b) VALUES `` quoted for ``dialect``."""
-    cols = ", ".join(exp.to_identifier(c).sql(dialect=dialect) for c in columns)
-    quoted = exp.to_identifier(table).sql(dialect=dialect)
+def _insert_head(
+    table: str, columns: tuple[str, ...], dialect: str, ignore: bool, quote: frozenset[str]
+) -> str:
+    """``INSERT INTO t (a, b) VALUES `` for ``dialect``, quoting the names in ``quote``."""
+
+    def name(n: str) -> str:
+        return exp.to_identifier(n, quoted=n in quote or None).sql(dialect=dialect)
+
+    cols = ", ".join(name(c) for c in columns)
+    quoted = name(table)
     verb = "INSERT INTO"
     if ignore:
         verb = {"sqlite": "INSERT OR IGNORE INTO", "mysql": "INSERT IGNORE INTO"}.get(dialect, verb)
@@ -686,7 +703,8 @@ class _InsertQuery(ShardQuery):
     def for_shard(
         self, shard: str, dialect: str, placeholder: str, bind_vars: Mapping[str, Any]
     ) -> tuple[str, list[Any]]:
-        head = _insert_head(self.insert.table, tuple(self.columns), dialect, self.insert.ignore)
+        head = _insert_head(self.insert.table, tuple(self.columns), dialect, self.insert.ignore,
+                            self.insert.quoted)
         args: list[Any] = []
         tuples: list[str] = []
         for row in self.per_shard[shard]:

@@ -85,7 +85,22 @@ def build_plan(
             "send SELECT, INSERT, UPDATE, DELETE or DDL"
         )
     kind, fn = builder
+    _refuse_reserved_binds(stmt)
     return Plan(kind, sql, fn(stmt, vschema, default_keyspace), normalize(stmt))
+
+
+#: the prefix of the gate's own bind variables and hidden column aliases
+RESERVED_PREFIX = "__sg_"
+
+
+def _refuse_reserved_binds(stmt: exp.Expr) -> None:
+    """Refuse user bind variables named like the gate's internal ones (``:__sg_vals``)."""
+    for node in stmt.find_all(exp.Placeholder):
+        if node.name.lower().startswith(RESERVED_PREFIX):
+            raise InvalidArgument(
+                f"bind variable :{node.name} uses the prefix {RESERVED_PREFIX!r} reserved for "
+                "the gate's own bind variables: rename it"
+            )
 
 
 def normalize(stmt: exp.Expr) -> str:
@@ -393,8 +408,10 @@ def _lookup_changes(
 def _plan_insert(stmt: exp.Insert, vschema: VSchema, default_ks: str | None) -> Primitive:
     target = stmt.this
     columns_given: list[str] | None = None
+    quoted: set[str] = set()
     if isinstance(target, exp.Schema):
         columns_given = [c.name.lower() for c in target.expressions]
+        quoted = {c.name.lower() for c in target.expressions if c.args.get("quoted")}
         target = target.this
     if not isinstance(target, exp.Table):
         raise InvalidArgument("INSERT needs a table")
@@ -456,6 +473,7 @@ def _plan_insert(stmt: exp.Insert, vschema: VSchema, default_ks: str | None) -> 
         auto_increment=(ai.column, ai.sequence) if ai else None,
         ignore=bool(stmt.args.get("ignore")),
         broadcast=ks.sharded and table.type == "reference",
+        quoted=frozenset(quoted | ({table.name} if target.this.args.get("quoted") else set())),
     )
 
 

@@ -37,7 +37,7 @@ from shardgate.engine.postprocess import (
     slot,
 )
 from shardgate.engine.primitives import Opcode, OrderKey, Primitive, Route, ShardQuery
-from shardgate.engine.values import BindVar, Value, from_expression
+from shardgate.engine.values import BindVar, Value, from_expression, is_constant
 from shardgate.errors import InvalidArgument, Unsupported
 from shardgate.vindexes import Vindex
 
@@ -192,6 +192,17 @@ def _aggregating(tree: exp.Select, target: RouteTarget) -> Primitive:
     return plan_aggregation(tree, shard_query, target.keyspace)
 
 
+def _position_if_constant(node: exp.Expr, index: int) -> exp.Expr:
+    """A shard GROUP BY term: a constant travels as its select-list position.
+
+    ``GROUP BY 5`` would name the fifth column, and PostgreSQL refuses
+    ``GROUP BY 'a'``; the shard select list holds the constant at ``index``.
+    """
+    if is_constant(node):
+        return exp.Literal.number(index + 1)
+    return node.copy()
+
+
 def row_partials(source: Primitive, slots: Mapping[str, int]) -> InputFactory:
     """Partial-aggregate rows computed at the gate, one per input row (gate-side joins)."""
 
@@ -310,7 +321,9 @@ def plan_aggregation(tree: exp.Select, make_input: InputFactory, keyspace: str) 
               exp.Max: AggOp.MAX}[type(a)]
         specs.append(AggSpec(op, col, name=text))
 
-    shard_groups = [g.copy() for g in groups] + distinct_exprs
+    shard_groups = [
+        _position_if_constant(g, i) for i, g in enumerate(groups)
+    ] + [_position_if_constant(d, distinct_cols[canonical(d)]) for d in distinct_exprs]
     source = make_input(shard_items, shard_groups)
 
     agg = Aggregate(source, tuple(range(len(groups))), tuple(specs), scalar=not groups,

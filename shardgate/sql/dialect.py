@@ -102,11 +102,30 @@ def _fix_for_dialect(node: exp.Expression, dialect: str) -> exp.Expression:
         node.set("ignore", None)
         node.set("conflict", exp.OnConflict(action=exp.var("DO NOTHING")))
         return node
+    if dialect == "postgres" and isinstance(node, exp.Delete | exp.Update) and (
+        node.args.get("limit") is not None or node.args.get("order") is not None
+    ):
+        return _pg_limited_dml(node)
     if dialect == "sqlite" and isinstance(node, exp.Select) and node.args.get("locks"):
         # SQLite has no row locks: a transaction already holds the database lock.
         node = node.copy()
         node.set("locks", None)
         return node
+    return node
+
+
+def _pg_limited_dml(node: exp.Delete | exp.Update) -> exp.Expression:
+    """PostgreSQL has no ``DELETE/UPDATE ... ORDER BY ... LIMIT``: pick the rows by ctid.
+
+    ``DELETE FROM t WHERE w ORDER BY o LIMIT n`` becomes
+    ``DELETE FROM t WHERE ctid IN (SELECT ctid FROM t WHERE w ORDER BY o LIMIT n)``.
+    """
+    node = node.copy()
+    pick = exp.Select(expressions=[exp.column("ctid")]).from_(node.this.copy())
+    for arg in ("where", "order", "limit"):
+        pick.set(arg, node.args.get(arg))
+        node.set(arg, None)
+    node.set("where", exp.Where(this=exp.In(this=exp.column("ctid"), query=pick.subquery())))
     return node
 
 

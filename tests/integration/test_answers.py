@@ -1,0 +1,186 @@
+"""Wrong answers of issue 13 (items 7-12): the 4-shard keyspace must answer like one database.
+
+One gate serves ``sh`` (4 shards, ``hash(id)``, an owned unique lookup on
+``email``) and ``one`` (one database) on the same backend kind, holding the
+same rows: NULLs, duplicates, mixed case, trailing spaces, negative and large
+numbers. Each query runs in both and the answers must be equal (as multisets,
+or as lists when the query orders totally). Expected values are never written
+from the gate's output: the ``one`` keyspace is the database's own answer.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+import pytest
+
+from shardgate.errors import ShardgateError
+from shardgate.gate import Gate
+from shardgate.keys import KeyRange
+from shardgate.topo import Topology
+
+DDL = [
+    "CREATE TABLE t (id BIGINT PRIMARY KEY, k INT, n BIGINT, s VARCHAR(20), "
+    "email VARCHAR(40))",
+    "CREATE TABLE u (id BIGINT PRIMARY KEY, t_id BIGINT, v INT, w VARCHAR(20))",
+    "CREATE TABLE q (id BIGINT PRIMARY KEY, `select` INT)",
+]
+LOOKUP_DDL = ["CREATE TABLE t_email_idx (email VARCHAR(40) PRIMARY KEY, "
+              "keyspace_id VARBINARY(16) NOT NULL)"]
+SHARDED: dict[str, Any] = {
+    "sharded": True,
+    "vindexes": {
+        "hash": {"type": "hash"},
+        "t_email_idx": {"type": "lookup_unique", "owner": "t",
+                        "params": {"table": "lk.t_email_idx", "from": "email",
+                                   "to": "keyspace_id"}},
+    },
+    "tables": {
+        "t": {"column_vindexes": [{"column": "id", "name": "hash"},
+                                  {"column": "email", "name": "t_email_idx"}]},
+        "u": {"column_vindexes": [{"column": "id", "name": "hash"}]},
+        "q": {"column_vindexes": [{"column": "id", "name": "hash"}]},
+    },
+}
+SINGLE: dict[str, Any] = {"sharded": False, "tables": {"t": {}, "u": {}, "q": {}}}
+LOOKUP: dict[str, Any] = {"sharded": False, "tables": {"t_email_idx": {}}}
+
+BIG = 9_000_000_000_000_000_000
+T_ROWS = [
+    (1, 1, 5, "a", "a@x"),
+    (2, 1, None, "A", "b@x"),
+    (3, 2, -7, "a ", "c@x"),
+    (4, 2, 0, "b", "d@x"),
+    (5, None, 3, None, "e@x"),
+    (6, 3, 5, "B ", "f@x"),
+    (7, 3, BIG, "12x", "g@x"),
+    (8, 4, BIG, "c", "h@x"),
+    (9, None, None, "", "i@x"),
+    (10, 1, -3, "b", "j@x"),
+    (11, 5, 1, "ab", "k@x"),
+    (12, 5, 2, "AB", "l@x"),
+]
+U_ROWS = [
+    (1, 1, 1, "x"), (2, 2, 2, "y"), (3, 3, None, "x"), (4, 4, 5, None),
+    (5, 9, 1, "z"), (6, 11, 3, "y"), (7, 12, 2, "x"),
+]
+
+
+def _lit(v: Any) -> str:
+    if v is None:
+        return "NULL"
+    if isinstance(v, str):
+        return "'" + v + "'"
+    return str(v)
+
+
+@dataclass
+class Pair:
+    gate: Gate
+    sh: Any
+    one: Any
+
+    async def both(self, sql: str) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+        want = await self.gate.execute(self.one, sql)
+        got = await self.gate.execute(self.sh, sql)
+        return [tuple(r) for r in got.rows], [tuple(r) for r in want.rows]
+
+    async def same(self, sql: str, ordered: bool = False) -> list[tuple[Any, ...]]:
+        """Assert the sharded answer equals the single database's; return it."""
+        got, want = await self.both(sql)
+        g, w = _norm(got), _norm(want)
+        if ordered:
+            assert g == w, f"{sql}\n gate: {got}\n one:  {want}"
+        else:
+            assert Counter(g) == Counter(w), f"{sql}\n gate: {got}\n one:  {want}"
+        return want
+
+
+def _norm(rows: Sequence[Sequence[Any]]) -> list[tuple[Any, ...]]:
+    def one(v: Any) -> Any:
+        if isinstance(v, bool):
+            return Decimal(int(v))
+        if isinstance(v, int | float | Decimal):
+            return Decimal(str(v))
+        if isinstance(v, bytes | bytearray | memoryview):
+            return bytes(v).decode()
+        return v
+
+    return [tuple(one(v) for v in r) for r in rows]
+
+
+@pytest.fixture
+async def pair(backend_kind: str, make_database: Callable[..., str]) -> AsyncIterator[Pair]:
+    shards = {kr.name: make_database(backend_kind, f"ans{i}")
+              for i, kr in enumerate(KeyRange(b"", b"").split(4))}
+    topo = Topology.from_dict({"keyspaces": {
+        "sh": {"shards": shards, "vschema": SHARDED},
+        "one": {"shards": {"0": make_database(backend_kind, "ansone")}, "vschema": SINGLE},
+        "lk": {"shards": {"0": make_database(backend_kind, "anslk")}, "vschema": LOOKUP},
+    }})
+    gate = Gate.open(topo)
+    try:
+        p = Pair(gate, gate.session("sh"), gate.session("one"))
+        for ddl in LOOKUP_DDL:
+            await gate.execute(gate.session("lk"), ddl)
+        for s in (p.sh, p.one):
+            for ddl in DDL:
+                await gate.execute(s, ddl)
+            rows = ", ".join("(" + ", ".join(_lit(v) for v in r) + ")" for r in T_ROWS)
+            await gate.execute(s, f"INSERT INTO t (id, k, n, s, email) VALUES {rows}")
+            rows = ", ".join("(" + ", ".join(_lit(v) for v in r) + ")" for r in U_ROWS)
+            await gate.execute(s, f"INSERT INTO u (id, t_id, v, w) VALUES {rows}")
+        yield p
+    finally:
+        await gate.close()
+
+
+# ------------------------------------------------------------------ item 8 --
+
+
+async def test_aggregate_without_group_by_answers_one_row_when_no_shard_is_targeted(
+    pair: Pair,
+) -> None:
+    assert await pair.same("SELECT COUNT(*) FROM t WHERE email = 'nope'") == [(0,)]
+    await pair.same("SELECT COUNT(*), MAX(n), SUM(k) FROM t WHERE email = 'nope'")
+    await pair.same("SELECT k, COUNT(*) FROM t WHERE email = 'nope' GROUP BY k")
+    await pair.same("SELECT COUNT(*) FROM t WHERE email = 'nope' HAVING COUNT(*) > 0")
+
+
+# ----------------------------------------------------------------- item 12 --
+
+
+async def test_constants_in_group_by_and_distinct(pair: Pair) -> None:
+    await pair.same("SELECT DISTINCT 5 FROM t")
+    await pair.same("SELECT 7, COUNT(*) FROM t GROUP BY 1")
+    await pair.same("SELECT 'z', k, COUNT(*) FROM t GROUP BY 1, 2")
+    await pair.same("SELECT COUNT(DISTINCT k), 3 FROM t")
+
+
+async def test_huge_limit_with_offset(pair: Pair) -> None:
+    await pair.same("SELECT id FROM t ORDER BY id LIMIT 9223372036854775807 OFFSET 5",
+                    ordered=True)
+
+
+async def test_delete_and_update_with_limit_on_one_shard(pair: Pair) -> None:
+    for s in (pair.sh, pair.one):
+        await pair.gate.execute(s, "UPDATE t SET k = 42 WHERE id = 3 LIMIT 1")
+        await pair.gate.execute(s, "DELETE FROM t WHERE id = 4 ORDER BY id LIMIT 1")
+    await pair.same("SELECT id, k FROM t ORDER BY id", ordered=True)
+
+
+async def test_quoted_identifiers_insert_and_select(pair: Pair) -> None:
+    for s in (pair.sh, pair.one):
+        await pair.gate.execute(s, "INSERT INTO q (id, `select`) VALUES (1, 10), (2, 20)")
+    await pair.same("SELECT id, `select` FROM q ORDER BY `select` DESC", ordered=True)
+
+
+async def test_reserved_bind_variable_names_are_refused(pair: Pair) -> None:
+    with pytest.raises(ShardgateError) as err:
+        await pair.gate.execute(pair.sh, "SELECT id FROM t WHERE id IN (1, 2) AND k = :__sg_vals",
+                                {"__sg_vals": 1})
+    assert err.value.code.name == "INVALID_ARGUMENT" and "reserved" in str(err.value)
