@@ -184,3 +184,22 @@ async def test_reserved_bind_variable_names_are_refused(pair: Pair) -> None:
         await pair.gate.execute(pair.sh, "SELECT id FROM t WHERE id IN (1, 2) AND k = :__sg_vals",
                                 {"__sg_vals": 1})
     assert err.value.code.name == "INVALID_ARGUMENT" and "reserved" in str(err.value)
+
+
+# ------------------------------------------------------------------ item 7 --
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT id FROM t WHERE NOT (k IN (SELECT v FROM u))",
+    "SELECT id FROM t WHERE k NOT IN (SELECT v FROM u)",
+    "SELECT id FROM t WHERE k NOT IN (SELECT v FROM u WHERE v IS NOT NULL)",
+    "SELECT id FROM t WHERE k NOT IN (SELECT v FROM u WHERE v > 100)",
+    "SELECT id FROM t WHERE NOT (k IN (SELECT v FROM u WHERE v > 100))",
+    "SELECT id FROM t WHERE k IN (SELECT v FROM u WHERE v > 100) OR n = 5",
+    "SELECT id, k IN (SELECT v FROM u) FROM t",
+    "SELECT id, k IN (SELECT v FROM u WHERE v > 100) FROM t",
+    "SELECT id FROM t WHERE id IN (SELECT t_id FROM u WHERE v IS NOT NULL)",
+    "SELECT COUNT(*) FROM t WHERE k NOT IN (SELECT v FROM u WHERE v IS NOT NULL)",
+])
+async def test_in_subquery_pull_outs_keep_null_and_empty_semantics(pair: Pair, sql: str) -> None:
+    await pair.same(sql)
