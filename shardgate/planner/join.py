@@ -31,9 +31,14 @@ from shardgate.engine.join import NestedLoopJoin, PulloutSubquery
 from shardgate.engine.postprocess import Filter, Limit, MemorySort, Projection, SortKey
 from shardgate.engine.primitives import Opcode, Primitive
 from shardgate.engine.values import from_expression
-from shardgate.errors import Unsupported
+from shardgate.errors import InvalidArgument, Unsupported
 from shardgate.planner.routing import RouteChoice, choose, conjuncts
-from shardgate.planner.select import needs_aggregation, plan_aggregation, row_partials
+from shardgate.planner.select import (
+    find_selected,
+    needs_aggregation,
+    plan_aggregation,
+    row_partials,
+)
 from shardgate.vindexes import Lookup
 from shardgate.vschema import Table, VSchema
 
@@ -337,7 +342,7 @@ def plan_nested_loop(
     order = stmt.args.get("order")
     if order is not None:
         joined = MemorySort(joined, tuple(
-            SortKey(compile_expr(o.this, slots), bool(o.args.get("desc")),
+            SortKey(compile_expr(_order_term(stmt, o.this), slots), bool(o.args.get("desc")),
                     bool(o.args.get("nulls_first")), o.this.sql(dialect="mysql"))
             for o in order.expressions))
     lim, off = stmt.args.get("limit"), stmt.args.get("offset")
@@ -351,6 +356,18 @@ def plan_nested_loop(
                     for e in stmt.expressions)
     return Projection(joined, columns, names, tuple(e.sql(dialect="mysql")
                                                      for e in stmt.expressions))
+
+
+def _order_term(stmt: exp.Select, node: exp.Expr) -> exp.Expr:
+    """What an ORDER BY term sorts on: a position or an alias names a select expression."""
+    index = find_selected(stmt, node)
+    if index is None:
+        if isinstance(node, exp.Literal) and node.is_int:
+            raise InvalidArgument(f"ORDER BY position {node.this} is not in the select list")
+        return node
+    picked = stmt.expressions[index]
+    term: exp.Expr = picked.this if isinstance(picked, exp.Alias) else picked
+    return term
 
 
 def is_pushdown_opcode(op: Opcode) -> bool:

@@ -20,7 +20,7 @@ columns with aggregates outside GROUP BY.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from sqlglot import exp
 
@@ -99,18 +99,30 @@ def _plain(tree: exp.Select, target: RouteTarget) -> Primitive:
     keys: list[OrderKey] = []
     hidden = 0
     order = tree.args.get("order")
-    for o in order.expressions if order is not None else []:
+    order_terms = order.expressions if order is not None else []
+    for n, o in enumerate(order_terms):
         node = o.this
         desc, nulls_first = bool(o.args.get("desc")), bool(o.args.get("nulls_first"))
-        if star:  # positions are unknown before the shards answer: match by name
-            if not isinstance(node, exp.Column):
+        if star:
+            # Positions are unknown before the shards answer, and names may repeat
+            # (``SELECT *`` over a join): every sort term travels as a trailing
+            # hidden column, read from the end of the row.
+            if isinstance(node, exp.Literal) and node.is_int:
                 raise Unsupported(
-                    "ORDER BY an expression that is not selected, together with SELECT *, "
-                    "is not supported across shards: select the expression"
+                    "ORDER BY a position together with SELECT * is not supported across "
+                    "shards: order by the column's name"
                 )
-            keys.append(OrderKey(node.name, desc, nulls_first))
+            found = find_selected(tree, node)
+            picked = tree.expressions[found] if found is not None else node
+            term = picked.this if isinstance(picked, exp.Alias) else picked
+            tree.append("expressions", exp.alias_(term.copy(), _HIDDEN.format(hidden)))
+            hidden += 1
+            keys.append(OrderKey(_HIDDEN.format(hidden - 1), desc, nulls_first,
+                                 n - len(order_terms)))
             continue
         index = find_selected(tree, node)
+        if index is None and isinstance(node, exp.Literal) and node.is_int:
+            raise InvalidArgument(f"ORDER BY position {node.this} is not in the select list")
         if index is None:
             index = len(tree.expressions)
             tree.append("expressions", exp.alias_(node.copy(), _HIDDEN.format(hidden)))
@@ -128,6 +140,8 @@ def _plain(tree: exp.Select, target: RouteTarget) -> Primitive:
         vindex=target.vindex, values=target.values, order_by=tuple(keys), limit=limit,
         offset=offset, upper_limit_var=upper, in_var=target.in_var,
     )
+    if star:
+        return replace(route, hidden=hidden)
     if hidden:
         route = Projection(route, tuple(slot(i) for i in range(len(names))), tuple(names))
     return route
@@ -151,22 +165,24 @@ def find_selected(tree: exp.Select, node: exp.Expr) -> int | None:
     A bare column name matches a selected column of that name only when exactly
     one does (``c.id`` and ``r.id`` are both named ``id``).
     """
-    text = canonical(node)
     exprs = tree.expressions
+    if isinstance(node, exp.Literal) and node.is_int:  # always a position in ORDER BY
+        n = int(node.this)
+        return n - 1 if 1 <= n <= len(exprs) else None
+    if isinstance(node, exp.Column) and not node.table:  # an alias first, as SQL resolves it
+        for i, e in enumerate(exprs):
+            if isinstance(e, exp.Alias) and e.alias.lower() == node.name.lower():
+                return i
+    text = canonical(node)
     for i, e in enumerate(exprs):
         inner = e.this if isinstance(e, exp.Alias) else e
         if canonical(inner) == text:
-            return i
-        if isinstance(e, exp.Alias) and isinstance(node, exp.Column) and not node.table \
-                and e.alias.lower() == node.name.lower():
             return i
     if isinstance(node, exp.Column):
         same = [i for i, e in enumerate(exprs) if isinstance(e, exp.Column)
                 and e.name.lower() == node.name.lower() and (not node.table or not e.table)]
         if len(same) == 1:
             return same[0]
-    if isinstance(node, exp.Literal) and node.is_int and 1 <= int(node.this) <= len(exprs):
-        return int(node.this) - 1
     return None
 
 
@@ -237,6 +253,11 @@ def plan_aggregation(tree: exp.Select, make_input: InputFactory, keyspace: str) 
         raise Unsupported("SELECT * with GROUP BY or aggregates across shards is not supported")
     items = list(tree.expressions)
     aliases = {e.alias.lower(): e.this for e in items if isinstance(e, exp.Alias)}
+    # Names the statement uses as columns of its tables: GROUP BY resolves a
+    # name to such a column before a select alias of the same name (SQL's rule).
+    where = tree.args.get("where")
+    columns = {c.name.lower() for e in items + ([where] if where is not None else [])
+               for c in e.find_all(exp.Column)}
 
     def unalias(node: exp.Expr) -> exp.Expr:
         """Replace references to select aliases by their expressions."""
@@ -244,6 +265,11 @@ def plan_aggregation(tree: exp.Select, make_input: InputFactory, keyspace: str) 
             found: exp.Expr = aliases[node.name.lower()].copy()
             return found
         return node
+
+    def unalias_group(node: exp.Expr) -> exp.Expr:
+        if isinstance(node, exp.Column) and node.name.lower() in columns:
+            return node
+        return unalias(node)
 
     def item(node: exp.Expr) -> exp.Expr:
         """A whole GROUP BY / ORDER BY item: an ordinal names a select expression."""
@@ -259,7 +285,7 @@ def plan_aggregation(tree: exp.Select, make_input: InputFactory, keyspace: str) 
 
     group_node = tree.args.get("group")
     groups: list[exp.Expr] = (
-        [item(g).transform(unalias) for g in group_node.expressions] if group_node else []
+        [item(g).transform(unalias_group) for g in group_node.expressions] if group_node else []
     )
     if tree.args.get("distinct"):
         if group_node is not None:

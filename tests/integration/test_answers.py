@@ -26,7 +26,7 @@ from shardgate.topo import Topology
 DDL = [
     "CREATE TABLE t (id BIGINT PRIMARY KEY, k INT, n BIGINT, s VARCHAR(20), "
     "email VARCHAR(40))",
-    "CREATE TABLE u (id BIGINT PRIMARY KEY, t_id BIGINT, v INT, w VARCHAR(20))",
+    "CREATE TABLE u (id BIGINT PRIMARY KEY, t_id BIGINT, v INT, w VARCHAR(20), n INT)",
     "CREATE TABLE q (id BIGINT PRIMARY KEY, `select` INT)",
 ]
 LOOKUP_DDL = ["CREATE TABLE t_email_idx (email VARCHAR(40) PRIMARY KEY, "
@@ -65,8 +65,8 @@ T_ROWS = [
     (12, 5, 2, "AB", "l@x"),
 ]
 U_ROWS = [
-    (1, 1, 1, "x"), (2, 2, 2, "y"), (3, 3, None, "x"), (4, 4, 5, None),
-    (5, 9, 1, "z"), (6, 11, 3, "y"), (7, 12, 2, "x"),
+    (1, 1, 1, "x", 30), (2, 2, 2, "y", 20), (3, 3, None, "x", 10), (4, 4, 5, None, 40),
+    (5, 9, 1, "z", 0), (6, 11, 3, "y", -10), (7, 12, 2, "x", None),
 ]
 
 
@@ -133,7 +133,7 @@ async def pair(backend_kind: str, make_database: Callable[..., str]) -> AsyncIte
             rows = ", ".join("(" + ", ".join(_lit(v) for v in r) + ")" for r in T_ROWS)
             await gate.execute(s, f"INSERT INTO t (id, k, n, s, email) VALUES {rows}")
             rows = ", ".join("(" + ", ".join(_lit(v) for v in r) + ")" for r in U_ROWS)
-            await gate.execute(s, f"INSERT INTO u (id, t_id, v, w) VALUES {rows}")
+            await gate.execute(s, f"INSERT INTO u (id, t_id, v, w, n) VALUES {rows}")
         yield p
     finally:
         await gate.close()
@@ -203,3 +203,26 @@ async def test_reserved_bind_variable_names_are_refused(pair: Pair) -> None:
 ])
 async def test_in_subquery_pull_outs_keep_null_and_empty_semantics(pair: Pair, sql: str) -> None:
     await pair.same(sql)
+
+
+# ------------------------------------------------------------------ item 9 --
+
+
+@pytest.mark.parametrize("sql", [
+    # a gate-side join (t.k = u.v is not the vindex) ordered by positions and aliases
+    "SELECT t.id, u.id FROM t JOIN u ON t.k = u.v ORDER BY 2 DESC, 1",
+    "SELECT t.id AS a, u.id AS b FROM t JOIN u ON t.k = u.v ORDER BY b, a DESC",
+    # a position whose number is also a selected constant
+    "SELECT 2, id FROM t ORDER BY 2 DESC",
+    # aliases that shadow columns: ORDER BY takes the alias
+    "SELECT id AS k, k AS id FROM t ORDER BY id, k",
+    "SELECT id AS k, k AS id FROM t ORDER BY id DESC, k LIMIT 3",
+    # SELECT * over a co-located join: both tables have n
+    "SELECT * FROM t JOIN u ON t.id = u.id ORDER BY u.n DESC, t.id",
+])
+async def test_order_by_positions_aliases_and_star(pair: Pair, sql: str) -> None:
+    await pair.same(sql, ordered=True)
+
+
+async def test_group_by_name_of_a_column_and_an_alias_groups_by_the_column(pair: Pair) -> None:
+    await pair.same("SELECT MAX(n) AS k, k, COUNT(*) FROM t GROUP BY k")
