@@ -119,9 +119,11 @@ class RecordingCursor:
         dialect: str = "mysql",
         placeholder: str = "%s",
         lookup: SQLiteVCursor | None = None,
+        collation: str | None = None,
     ) -> None:
         self.shard_maps = dict(shard_maps)
         self.dialect_name = dialect
+        self.collation_name = collation
         self.placeholder = placeholder
         self.lookup = lookup or SQLiteVCursor()
         self.results: dict[str, Result] = {}
@@ -136,6 +138,9 @@ class RecordingCursor:
 
     def dialect(self, keyspace: str) -> str:
         return self.dialect_name
+
+    def collation(self, keyspace: str) -> str | None:
+        return self.collation_name
 
     async def next_sequence_values(self, sequence: str, count: int) -> int:
         first = self.next_sequence

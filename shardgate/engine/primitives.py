@@ -27,6 +27,7 @@ from typing import Any, Protocol
 
 from sqlglot import exp
 
+from shardgate.engine.sqlsem import Semantics, semantics
 from shardgate.engine.values import BindVar, Literal, SQLExpr, Value, resolve
 from shardgate.errors import InvalidArgument, NotFound
 from shardgate.keys import KeyRange, ShardMap
@@ -41,7 +42,6 @@ from shardgate.vindexes import (
     VCursor,
     Vindex,
 )
-
 
 #: the largest LIMIT a shard is sent: BIGINT's maximum (SQLite and PostgreSQL)
 MAX_LIMIT = 2**63 - 1
@@ -86,6 +86,10 @@ class ExecCursor(Protocol):
 
     def dialect(self, keyspace: str) -> str:
         """The SQL dialect of the keyspace's shards (its first shard's)."""
+        ...
+
+    def collation(self, keyspace: str) -> str | None:
+        """The collation of the keyspace's strings; None: the dialect's default."""
         ...
 
     async def execute_shards(
@@ -285,7 +289,7 @@ class Route(Primitive):
             results = await vc.execute_shards(
                 self.keyspace, smap.names[:1], field_query, bind_vars, write=False
             )
-            return self._merge(results[:1], bind_vars)
+            return self._merge(results[:1], bind_vars, semantics_of(vc, self.keyspace))
         results = await vc.execute_shards(
             self.keyspace, shards, self.query, bind_vars, write=self.write,
             shard_vars=shard_vars,
@@ -294,7 +298,7 @@ class Route(Primitive):
             results = [await self._in_range(vc, r) for r in results]
         if len(results) == 1 and self.upper_limit_var is None and not self.hidden:
             return results[0]
-        return self._merge(results, bind_vars)
+        return self._merge(results, bind_vars, semantics_of(vc, self.keyspace))
 
     async def _in_range(self, vc: ExecCursor, res: Result) -> Result:
         """Keep the rows whose keyspace id lies in ``key_range``."""
@@ -316,7 +320,8 @@ class Route(Primitive):
         # LIMIT n + OFFSET m may pass the largest LIMIT every backend takes.
         return {**bind_vars, self.upper_limit_var: min(upper, MAX_LIMIT)}
 
-    def _merge(self, results: list[Result], bind_vars: Mapping[str, Any]) -> Result:
+    def _merge(self, results: list[Result], bind_vars: Mapping[str, Any],
+               sem: Semantics) -> Result:
         fields = results[0].fields
         if self.write:
             return Result(
@@ -325,7 +330,7 @@ class Route(Primitive):
                 insert_id=next((r.insert_id for r in results if r.insert_id), None),
             )
         if self.order_by:
-            key = _sort_key(fields, self.order_by)
+            key = _sort_key(fields, self.order_by, sem)
             rows: list[Row] = list(heapq.merge(*(r.rows for r in results), key=key))
         else:
             rows = [row for r in results for row in r.rows]
@@ -416,24 +421,24 @@ def _impossible(tree: exp.Expr) -> exp.Expr:
     return t
 
 
-def compare_values(a: Any, b: Any) -> int:
-    """-1, 0 or 1 for two non-NULL values."""
-    if a < b:
-        return -1
-    return 1 if a > b else 0
-
-
-def order_compare(a: Any, b: Any, descending: bool, nulls_first: bool) -> int:
+def order_compare(a: Any, b: Any, descending: bool, nulls_first: bool, sem: Semantics) -> int:
     """Compare two sort-key values; ``nulls_first`` places NULLs first in the output."""
     if a is None or b is None:
         if a is None and b is None:
             return 0
         return (-1 if a is None else 1) * (1 if nulls_first else -1)
-    c = compare_values(a, b)
+    c = sem.compare(a, b)
     return -c if descending else c
 
 
-def _sort_key(fields: Sequence[str], order: Sequence[OrderKey]) -> Any:
+def semantics_of(vc: ExecCursor, keyspace: str) -> Semantics:
+    """How the keyspace's database compares, sorts and computes values."""
+    if not keyspace:
+        return semantics("mysql")
+    return semantics(vc.dialect(keyspace), vc.collation(keyspace))
+
+
+def _sort_key(fields: Sequence[str], order: Sequence[OrderKey], sem: Semantics) -> Any:
     lowered = [f.lower() for f in fields]
     idx: list[tuple[int, OrderKey]] = []
     for k in order:
@@ -450,7 +455,7 @@ def _sort_key(fields: Sequence[str], order: Sequence[OrderKey]) -> Any:
 
     def cmp(r1: Row, r2: Row) -> int:
         for i, k in idx:
-            c = order_compare(r1[i], r2[i], k.descending, k.nulls_first)
+            c = order_compare(r1[i], r2[i], k.descending, k.nulls_first, sem)
             if c:
                 return c
         return 0

@@ -580,6 +580,9 @@ class _SessionCursor(ExecCursor):
         ks = self.gate.topology.keyspace(keyspace)
         return self.gate.tablets[(keyspace, ks.shards[0].name)].dialect
 
+    def collation(self, keyspace: str) -> str | None:
+        return self.gate.topology.keyspace(keyspace).collation
+
     async def next_sequence_values(self, sequence: str, count: int) -> int:
         return await self.gate.sequences.next_values(sequence, count)
 

@@ -332,19 +332,22 @@ def plan_nested_loop(
         plan(left_stmt), plan(right_stmt), tuple(left_key_pos), tuple(right_key_pos),
         join_var, len(right_cols), outer,
     )
+    # Values computed at the gate follow the database of the first table's keyspace.
+    keyspace = refs[0].table.keyspace
     slots = {canonical(c): i for i, c in enumerate(left_cols)}
     slots.update({canonical(c): len(left_cols) + i for i, c in enumerate(right_cols)})
     if gate_where:
         predicate = exp.and_(*[t.copy() for t in gate_where])
-        joined = Filter(joined, compile_expr(predicate, slots), predicate.sql(dialect="mysql"))
+        joined = Filter(joined, compile_expr(predicate, slots), predicate.sql(dialect="mysql"),
+                        keyspace)
     if needs_aggregation(stmt):
-        return plan_aggregation(stmt, row_partials(joined, slots), refs[0].table.keyspace)
+        return plan_aggregation(stmt, row_partials(joined, slots, keyspace), keyspace)
     order = stmt.args.get("order")
     if order is not None:
         joined = MemorySort(joined, tuple(
             SortKey(compile_expr(_order_term(stmt, o.this), slots), bool(o.args.get("desc")),
                     bool(o.args.get("nulls_first")), o.this.sql(dialect="mysql"))
-            for o in order.expressions))
+            for o in order.expressions), keyspace)
     lim, off = stmt.args.get("limit"), stmt.args.get("offset")
     if lim is not None or off is not None:
         joined = Limit(joined, from_expression(lim.expression) if lim is not None else None,
@@ -355,7 +358,7 @@ def plan_nested_loop(
     columns = tuple(compile_expr(e.this if isinstance(e, exp.Alias) else e, slots)
                     for e in stmt.expressions)
     return Projection(joined, columns, names, tuple(e.sql(dialect="mysql")
-                                                     for e in stmt.expressions))
+                                                     for e in stmt.expressions), keyspace)
 
 
 def _order_term(stmt: exp.Select, node: exp.Expr) -> exp.Expr:

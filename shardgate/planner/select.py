@@ -20,7 +20,7 @@ columns with aggregates outside GROUP BY.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from sqlglot import exp
 
@@ -39,6 +39,7 @@ from shardgate.engine.postprocess import (
 from shardgate.engine.primitives import Opcode, OrderKey, Primitive, Route, ShardQuery
 from shardgate.engine.values import BindVar, Value, from_expression, is_constant
 from shardgate.errors import InvalidArgument, Unsupported
+from shardgate.sql.dialect import AVG_SUM
 from shardgate.vindexes import Vindex
 
 UPPER_LIMIT_VAR = "__sg_upper_limit"
@@ -135,15 +136,15 @@ def _plain(tree: exp.Select, target: RouteTarget) -> Primitive:
         tree.set("limit", exp.Limit(expression=exp.Placeholder(this=UPPER_LIMIT_VAR)))
         tree.set("offset", None)
         upper = UPPER_LIMIT_VAR
-    route: Primitive = Route(
+    route = Route(
         target.opcode, target.keyspace, True, ShardQuery(tree), table=target.table,
         vindex=target.vindex, values=target.values, order_by=tuple(keys), limit=limit,
         offset=offset, upper_limit_var=upper, in_var=target.in_var,
+        hidden=hidden if star else 0,
     )
-    if star:
-        return replace(route, hidden=hidden)
-    if hidden:
-        route = Projection(route, tuple(slot(i) for i in range(len(names))), tuple(names))
+    if hidden and not star:
+        return Projection(route, tuple(slot(i) for i in range(len(names))), tuple(names),
+                          keyspace=target.keyspace)
     return route
 
 
@@ -219,28 +220,29 @@ def _position_if_constant(node: exp.Expr, index: int) -> exp.Expr:
     return node.copy()
 
 
-def row_partials(source: Primitive, slots: Mapping[str, int]) -> InputFactory:
+def row_partials(source: Primitive, slots: Mapping[str, int], keyspace: str) -> InputFactory:
     """Partial-aggregate rows computed at the gate, one per input row (gate-side joins)."""
 
     def make(items: list[exp.Expr], _groups: list[exp.Expr]) -> Primitive:
         columns: list[Evaluator] = []
         for e in items:
             if isinstance(e, exp.Count) and isinstance(e.this, exp.Star):
-                columns.append(lambda row: 1)
+                columns.append(lambda row, sem: 1)
             elif isinstance(e, exp.Count):
                 columns.append(_counts(compile_expr(e.this, slots)))
             elif isinstance(e, exp.Sum | exp.Min | exp.Max):
                 columns.append(compile_expr(e.this, slots))
             else:
                 columns.append(compile_expr(e, slots))
-        return Projection(source, tuple(columns), tuple(e.sql(dialect="mysql") for e in items))
+        return Projection(source, tuple(columns), tuple(e.sql(dialect="mysql") for e in items),
+                          keyspace=keyspace)
 
     return make
 
 
 def _counts(value: Evaluator) -> Evaluator:
     """COUNT(x)'s partial for one row: 1 unless x is NULL."""
-    return lambda row: 0 if value(row) is None else 1
+    return lambda row, sem: 0 if value(row, sem) is None else 1
 
 
 def plan_aggregation(tree: exp.Select, make_input: InputFactory, keyspace: str) -> Primitive:
@@ -256,8 +258,8 @@ def plan_aggregation(tree: exp.Select, make_input: InputFactory, keyspace: str) 
     # Names the statement uses as columns of its tables: GROUP BY resolves a
     # name to such a column before a select alias of the same name (SQL's rule).
     where = tree.args.get("where")
-    columns = {c.name.lower() for e in items + ([where] if where is not None else [])
-               for c in e.find_all(exp.Column)}
+    column_names = {c.name.lower() for e in items + ([where] if where is not None else [])
+                    for c in e.find_all(exp.Column)}
 
     def unalias(node: exp.Expr) -> exp.Expr:
         """Replace references to select aliases by their expressions."""
@@ -267,7 +269,7 @@ def plan_aggregation(tree: exp.Select, make_input: InputFactory, keyspace: str) 
         return node
 
     def unalias_group(node: exp.Expr) -> exp.Expr:
-        if isinstance(node, exp.Column) and node.name.lower() in columns:
+        if isinstance(node, exp.Column) and node.name.lower() in column_names:
             return node
         return unalias(node)
 
@@ -338,7 +340,9 @@ def plan_aggregation(tree: exp.Select, make_input: InputFactory, keyspace: str) 
             continue
         col = len(shard_items)
         if isinstance(a, exp.Avg):
-            shard_items.append(exp.Sum(this=inner.copy()))
+            total = exp.Sum(this=inner.copy())
+            total.meta[AVG_SUM] = True  # SQLite sums it as TOTAL(x): no integer overflow
+            shard_items.append(total)
             shard_items.append(exp.Count(this=inner.copy()))
             specs.append(AggSpec(AggOp.AVG, col, col + 1, name=text))
             continue
@@ -373,17 +377,17 @@ def plan_aggregation(tree: exp.Select, make_input: InputFactory, keyspace: str) 
 
     out: Primitive = agg
     if having_expr is not None:
-        out = Filter(out, compile_(having_expr), having_expr.sql(dialect="mysql"))
+        out = Filter(out, compile_(having_expr), having_expr.sql(dialect="mysql"), keyspace)
     if order_items:
         keys = tuple(
             SortKey(compile_(e), bool(o.args.get("desc")), bool(o.args.get("nulls_first")),
                     e.sql(dialect="mysql"))
             for o, e in zip(order_items, order_exprs, strict=True)
         )
-        out = MemorySort(out, keys)
+        out = MemorySort(out, keys, keyspace)
     limit, offset = _limits(tree)
     if limit is not None or offset is not None:
         out = Limit(out, limit, offset)
     columns = tuple(compile_(e.this if isinstance(e, exp.Alias) else e) for e in items)
     return Projection(out, columns, tuple(_select_names(tree)),
-                      tuple(e.sql(dialect="mysql") for e in items))
+                      tuple(e.sql(dialect="mysql") for e in items), keyspace)

@@ -19,6 +19,8 @@ from sqlglot import exp
 from shardgate.errors import InvalidArgument
 
 _MARK = "\x00sgp{}\x00"
+#: meta flag of a SUM that is AVG's partial sum
+AVG_SUM = "sg_avg_sum"
 _MARK_RE = re.compile("\x00sgp(\\d+)\x00")
 
 
@@ -106,6 +108,9 @@ def _fix_for_dialect(node: exp.Expression, dialect: str) -> exp.Expression:
         node.args.get("limit") is not None or node.args.get("order") is not None
     ):
         return _pg_limited_dml(node)
+    if dialect == "sqlite" and isinstance(node, exp.Sum) and node.meta.get(AVG_SUM):
+        # AVG's partial sum: SQLite's AVG sums in floating point past BIGINT, SUM fails.
+        return exp.Anonymous(this="TOTAL", expressions=[node.this.copy()])
     if dialect == "sqlite" and isinstance(node, exp.Select) and node.args.get("locks"):
         # SQLite has no row locks: a transaction already holds the database lock.
         node = node.copy()
