@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from shardgate.engine.primitives import ExecCursor, Primitive
+from shardgate.engine.primitives import ExecCursor, Primitive, semantics_of
 from shardgate.errors import InvalidArgument
 from shardgate.result import Result, Row
 
@@ -36,9 +36,12 @@ class NestedLoopJoin(Primitive):
     right_width: int
     outer: bool = False
     batch: int = JOIN_BATCH
+    #: the keyspace whose collation decides which keys are equal ('a' = 'A ' on MariaDB)
+    keyspace: str = ""
 
     async def execute(self, vc: ExecCursor, bind_vars: Mapping[str, Any]) -> Result:
         left = await self.left.execute(vc, bind_vars)
+        sem = semantics_of(vc, self.keyspace)
         keys: dict[tuple[Any, ...], None] = {}
         for row in left.rows:
             k = tuple(row[i] for i in self.left_keys)
@@ -52,12 +55,12 @@ class NestedLoopJoin(Primitive):
             res = await self.right.execute(vc, {**bind_vars, self.join_var: chunk})
             right_fields = right_fields or res.fields
             for row in res.rows:
-                k = tuple(row[i] for i in self.right_keys)
+                k = tuple(sem.key(row[i]) for i in self.right_keys)
                 matches.setdefault(k, []).append(row)
         pad = (None,) * self.right_width
         rows: list[Row] = []
         for row in left.rows:
-            k = tuple(row[i] for i in self.left_keys)
+            k = tuple(sem.key(row[i]) for i in self.left_keys)
             found = matches.get(k) if None not in k else None
             if found:
                 rows.extend(row + r for r in found)

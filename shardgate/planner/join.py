@@ -328,12 +328,12 @@ def plan_nested_loop(
     right_stmt = exp.Select(expressions=[c.copy() for c in right_cols]).from_(right.node.copy())
     right_stmt.set("where", exp.Where(this=exp.and_(*right_terms)))
 
-    joined: Primitive = NestedLoopJoin(
-        plan(left_stmt), plan(right_stmt), tuple(left_key_pos), tuple(right_key_pos),
-        join_var, len(right_cols), outer,
-    )
     # Values computed at the gate follow the database of the first table's keyspace.
     keyspace = refs[0].table.keyspace
+    joined: Primitive = NestedLoopJoin(
+        plan(left_stmt), plan(right_stmt), tuple(left_key_pos), tuple(right_key_pos),
+        join_var, len(right_cols), outer, keyspace=keyspace,
+    )
     slots = {canonical(c): i for i, c in enumerate(left_cols)}
     slots.update({canonical(c): len(left_cols) + i for i, c in enumerate(right_cols)})
     if gate_where:

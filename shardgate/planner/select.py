@@ -21,10 +21,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from sqlglot import exp
 
-from shardgate.engine.evaluate import Evaluator, canonical, compile_expr
+from shardgate.engine.evaluate import Evaluator, Row, canonical, compile_expr
 from shardgate.engine.postprocess import (
     AggOp,
     Aggregate,
@@ -37,6 +38,7 @@ from shardgate.engine.postprocess import (
     slot,
 )
 from shardgate.engine.primitives import Opcode, OrderKey, Primitive, Route, ShardQuery
+from shardgate.engine.sqlsem import Semantics
 from shardgate.engine.values import BindVar, Value, from_expression, is_constant
 from shardgate.errors import InvalidArgument, Unsupported
 from shardgate.sql.dialect import AVG_SUM
@@ -230,7 +232,9 @@ def row_partials(source: Primitive, slots: Mapping[str, int], keyspace: str) -> 
                 columns.append(lambda row, sem: 1)
             elif isinstance(e, exp.Count):
                 columns.append(_counts(compile_expr(e.this, slots)))
-            elif isinstance(e, exp.Sum | exp.Min | exp.Max):
+            elif isinstance(e, exp.Sum):
+                columns.append(_summand(compile_expr(e.this, slots)))
+            elif isinstance(e, exp.Min | exp.Max):
                 columns.append(compile_expr(e.this, slots))
             else:
                 columns.append(compile_expr(e, slots))
@@ -238,6 +242,18 @@ def row_partials(source: Primitive, slots: Mapping[str, int], keyspace: str) -> 
                           keyspace=keyspace)
 
     return make
+
+
+def _summand(value: Evaluator) -> Evaluator:
+    """SUM(x)'s partial for one row: x as a number (a string sums as a double)."""
+
+    def number(row: Row, sem: Semantics) -> Any:
+        v = value(row, sem)
+        if v is None:
+            return None
+        return float(sem.number(v)) if isinstance(v, str | bytes) else sem.number(v)
+
+    return number
 
 
 def _counts(value: Evaluator) -> Evaluator:

@@ -65,8 +65,8 @@ T_ROWS = [
     (12, 5, 2, "AB", "l@x"),
 ]
 U_ROWS = [
-    (1, 1, 1, "x", 30), (2, 2, 2, "y", 20), (3, 3, None, "x", 10), (4, 4, 5, None, 40),
-    (5, 9, 1, "z", 0), (6, 11, 3, "y", -10), (7, 12, 2, "x", None),
+    (1, 1, 1, "a", 30), (2, 2, 2, "B", 20), (3, 3, None, "x", 10), (4, 4, 5, None, 40),
+    (5, 9, 1, "ab ", 0), (6, 11, 3, "7y", -10), (7, 12, 2, "A", None),
 ]
 
 
@@ -306,6 +306,17 @@ async def test_division_matches_mariadb_div_precision_increment(pair: Pair) -> N
 ])
 async def test_strings_group_and_compare_by_the_shards_collation(pair: Pair, sql: str) -> None:
     await pair.alike(sql, ordered="ORDER BY" in sql, fold=True)
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT t.id, u.id FROM t JOIN u ON t.s = u.w",
+    "SELECT t.id, u.id FROM t LEFT JOIN u ON t.s = u.w",
+    "SELECT SUM(u.w), MIN(u.w), COUNT(DISTINCT u.w) FROM t JOIN u ON t.k = u.v",
+])
+async def test_gate_side_joins_match_and_aggregate_strings_like_the_engine(
+    pair: Pair, sql: str
+) -> None:
+    await pair.alike(sql, fold=True)
 
 
 async def test_scatter_merge_sorts_by_the_shards_collation(pair: Pair) -> None:
