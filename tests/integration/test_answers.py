@@ -85,21 +85,12 @@ class Pair:
     one: Any
     kind: str = ""
 
-    async def both(self, sql: str) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
-        want = await self.gate.execute(self.one, sql)
-        got = await self.gate.execute(self.sh, sql)
-        return [tuple(r) for r in got.rows], [tuple(r) for r in want.rows]
-
     async def same(self, sql: str, ordered: bool = False) -> list[tuple[Any, ...]]:
         """Assert the sharded answer equals the single database's; return it."""
-        got, want = await self.both(sql)
-        g, w = _norm(got), _norm(want)
-        if ordered:
-            assert g == w, f"{sql}\n gate: {got}\n one:  {want}"
-        else:
-            assert Counter(g) == Counter(w), f"{sql}\n gate: {got}\n one:  {want}"
+        want = [tuple(r) for r in (await self.gate.execute(self.one, sql)).rows]
+        got = [tuple(r) for r in (await self.gate.execute(self.sh, sql)).rows]
+        _assert_equal(sql, got, want, ordered, fold=False)
         return want
-
 
     async def alike(self, sql: str, ordered: bool = False, fold: bool = False) -> None:
         """Like :meth:`same`, or both refuse it with a coded error (the database errs).
@@ -114,12 +105,32 @@ class Pair:
                 await self.gate.execute(self.sh, sql)
             return
         got = await self.gate.execute(self.sh, sql)
-        fold = fold and self.kind == "mysql"
-        g, w = _norm(got.rows, fold), _norm(want.rows, fold)
-        if ordered:
-            assert g == w, f"{sql}\n gate: {got.rows}\n one:  {want.rows}"
-        else:
-            assert Counter(g) == Counter(w), f"{sql}\n gate: {got.rows}\n one:  {want.rows}"
+        _assert_equal(sql, got.rows, want.rows, ordered, fold and self.kind == "mysql")
+
+
+async def check_all(pair: Pair, sqls: Sequence[str], *, alike: bool = False,
+                    fold: bool = False, ordered: bool | None = None) -> None:
+    """Check every query (``ordered`` None: ordered when it has ORDER BY); report all."""
+    failures = []
+    for sql in sqls:
+        order = ("ORDER BY" in sql) if ordered is None else ordered
+        try:
+            if alike:
+                await pair.alike(sql, ordered=order, fold=fold)
+            else:
+                await pair.same(sql, ordered=order)
+        except (AssertionError, ShardgateError, pytest.fail.Exception) as exc:
+            failures.append(f"{sql}: {exc}")
+    assert not failures, "\n".join(failures)
+
+
+def _assert_equal(sql: str, got: Sequence[Sequence[Any]], want: Sequence[Sequence[Any]],
+                  ordered: bool, fold: bool) -> None:
+    g, w = _norm(got, fold), _norm(want, fold)
+    if ordered:
+        assert g == w, f"{sql}\n gate: {got}\n one:  {want}"
+    else:
+        assert Counter(g) == Counter(w), f"{sql}\n gate: {got}\n one:  {want}"
 
 
 def _norm(rows: Sequence[Sequence[Any]], fold: bool = False) -> list[tuple[Any, ...]]:
@@ -213,7 +224,7 @@ async def test_reserved_bind_variable_names_are_refused(pair: Pair) -> None:
 # ------------------------------------------------------------------ item 7 --
 
 
-@pytest.mark.parametrize("sql", [
+PULL_OUTS = [
     "SELECT id FROM t WHERE NOT (k IN (SELECT v FROM u))",
     "SELECT id FROM t WHERE k NOT IN (SELECT v FROM u)",
     "SELECT id FROM t WHERE k NOT IN (SELECT v FROM u WHERE v IS NOT NULL)",
@@ -224,15 +235,17 @@ async def test_reserved_bind_variable_names_are_refused(pair: Pair) -> None:
     "SELECT id, k IN (SELECT v FROM u WHERE v > 100) FROM t",
     "SELECT id FROM t WHERE id IN (SELECT t_id FROM u WHERE v IS NOT NULL)",
     "SELECT COUNT(*) FROM t WHERE k NOT IN (SELECT v FROM u WHERE v IS NOT NULL)",
-])
-async def test_in_subquery_pull_outs_keep_null_and_empty_semantics(pair: Pair, sql: str) -> None:
-    await pair.same(sql)
+]
+
+
+async def test_in_subquery_pull_outs_keep_null_and_empty_semantics(pair: Pair) -> None:
+    await check_all(pair, PULL_OUTS)
 
 
 # ------------------------------------------------------------------ item 9 --
 
 
-@pytest.mark.parametrize("sql", [
+ORDERS = [
     # a gate-side join (t.k = u.v is not the vindex) ordered by positions and aliases
     "SELECT t.id, u.id FROM t JOIN u ON t.k = u.v ORDER BY 2 DESC, 1",
     "SELECT t.id AS a, u.id AS b FROM t JOIN u ON t.k = u.v ORDER BY b, a DESC",
@@ -243,9 +256,11 @@ async def test_in_subquery_pull_outs_keep_null_and_empty_semantics(pair: Pair, s
     "SELECT id AS k, k AS id FROM t ORDER BY id DESC, k LIMIT 3",
     # SELECT * over a co-located join: both tables have n
     "SELECT * FROM t JOIN u ON t.id = u.id ORDER BY u.n DESC, t.id",
-])
-async def test_order_by_positions_aliases_and_star(pair: Pair, sql: str) -> None:
-    await pair.same(sql, ordered=True)
+]
+
+
+async def test_order_by_positions_aliases_and_star(pair: Pair) -> None:
+    await check_all(pair, ORDERS, ordered=True)
 
 
 async def test_group_by_name_of_a_column_and_an_alias_groups_by_the_column(pair: Pair) -> None:
@@ -255,7 +270,7 @@ async def test_group_by_name_of_a_column_and_an_alias_groups_by_the_column(pair:
 # ----------------------------------------------------------------- item 10 --
 
 
-@pytest.mark.parametrize("sql", [
+EXPRESSIONS = [
     # strings as numbers (MySQL, SQLite) or an error (PostgreSQL)
     "SELECT SUM(DISTINCT s) FROM t",
     "SELECT MIN(s) * 2 FROM t",
@@ -279,9 +294,11 @@ async def test_group_by_name_of_a_column_and_an_alias_groups_by_the_column(pair:
     # AVG of large integers: the sum passes BIGINT
     "SELECT AVG(n) FROM t",
     "SELECT k, AVG(n) FROM t GROUP BY k",
-])
-async def test_gate_expressions_follow_the_engine(pair: Pair, sql: str) -> None:
-    await pair.alike(sql, fold=True)
+]
+
+
+async def test_gate_expressions_follow_the_engine(pair: Pair) -> None:
+    await check_all(pair, EXPRESSIONS, alike=True, fold=True)
 
 
 async def test_division_matches_mariadb_div_precision_increment(pair: Pair) -> None:
@@ -296,27 +313,29 @@ async def test_division_matches_mariadb_div_precision_increment(pair: Pair) -> N
 # ----------------------------------------------------------------- item 11 --
 
 
-@pytest.mark.parametrize("sql", [
+COLLATED = [
     "SELECT DISTINCT s FROM t",
     "SELECT s, COUNT(*) FROM t GROUP BY s",
     "SELECT COUNT(DISTINCT s) FROM t",
     "SELECT MIN(s), MAX(s) FROM t",
     "SELECT k, MIN(s), MAX(s) FROM t GROUP BY k",
     "SELECT s, COUNT(*) FROM t GROUP BY s ORDER BY s",
-])
-async def test_strings_group_and_compare_by_the_shards_collation(pair: Pair, sql: str) -> None:
-    await pair.alike(sql, ordered="ORDER BY" in sql, fold=True)
+]
 
 
-@pytest.mark.parametrize("sql", [
+async def test_strings_group_and_compare_by_the_shards_collation(pair: Pair) -> None:
+    await check_all(pair, COLLATED, alike=True, fold=True)
+
+
+JOINED = [
     "SELECT t.id, u.id FROM t JOIN u ON t.s = u.w",
     "SELECT t.id, u.id FROM t LEFT JOIN u ON t.s = u.w",
     "SELECT SUM(u.w), MIN(u.w), COUNT(DISTINCT u.w) FROM t JOIN u ON t.k = u.v",
-])
-async def test_gate_side_joins_match_and_aggregate_strings_like_the_engine(
-    pair: Pair, sql: str
-) -> None:
-    await pair.alike(sql, fold=True)
+]
+
+
+async def test_gate_side_joins_match_and_aggregate_strings_like_the_engine(pair: Pair) -> None:
+    await check_all(pair, JOINED, alike=True, fold=True)
 
 
 async def test_scatter_merge_sorts_by_the_shards_collation(pair: Pair) -> None:
