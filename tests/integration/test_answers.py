@@ -341,3 +341,20 @@ async def test_gate_side_joins_match_and_aggregate_strings_like_the_engine(pair:
 async def test_scatter_merge_sorts_by_the_shards_collation(pair: Pair) -> None:
     await pair.same("SELECT id, s FROM t ORDER BY s, id", ordered=True)
     await pair.same("SELECT id, s FROM t ORDER BY s DESC, id LIMIT 5", ordered=True)
+
+
+async def test_sqlite_merges_columns_of_mixed_storage_classes(pair: Pair) -> None:
+    """SQLite keeps 'zz' as TEXT in an INTEGER column: numbers sort before text."""
+    if pair.kind != "sqlite":
+        pytest.skip("only SQLite stores text in an INTEGER column")
+    for s in (pair.sh, pair.one):
+        await pair.gate.execute(s, "INSERT INTO t (id, k, n, s, email) VALUES "
+                                   "(20, 'zz', 1, 'q', 'z1'), (21, 'ab', 2, 'q', 'z2'), "
+                                   "(22, X'00', 3, 'q', 'z3')")
+    await check_all(pair, [
+        "SELECT id, k FROM t ORDER BY k, id",
+        "SELECT id, k FROM t ORDER BY k DESC, id LIMIT 6",
+        "SELECT k, COUNT(*) FROM t GROUP BY k ORDER BY k",
+        "SELECT MIN(k), MAX(k) FROM t",
+        "SELECT s, MAX(k) FROM t GROUP BY s HAVING MAX(k) > 3",
+    ])
