@@ -43,11 +43,24 @@ _COMPARE: dict[type[exp.Expr], Callable[[int], bool]] = {
 }
 
 
+_PREDICATES = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.And, exp.Or, exp.Not,
+               exp.Is, exp.Between, exp.In)
+
+
 def compile_expr(node: exp.Expr, slots: Mapping[str, int]) -> Evaluator:
     """Compile ``node`` into a function of a result row and the shards' semantics.
 
-    ``slots`` maps canonical texts (and lower-case aliases) to row indexes.
+    ``slots`` maps canonical texts (and lower-case aliases) to row indexes. A
+    condition's value is the database's: 1/0 on MySQL and SQLite, a boolean on
+    PostgreSQL, NULL when unknown.
     """
+    f = _compile(node, slots)
+    if isinstance(node, _PREDICATES) and canonical(node) not in slots:
+        return lambda row, sem: sem.boolean(f(row, sem))
+    return f
+
+
+def _compile(node: exp.Expr, slots: Mapping[str, int]) -> Evaluator:
     key = canonical(node)
     if key in slots:
         i = slots[key]

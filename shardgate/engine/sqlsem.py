@@ -269,6 +269,12 @@ class Semantics:
             )
         return bool(self.number(v) != 0)
 
+    def boolean(self, v: bool | None) -> Any:
+        """A condition's value as the database returns it: 1/0, or a PostgreSQL boolean."""
+        if v is None or self.dialect == "postgres":
+            return v
+        return int(v)
+
     # ----------------------------------------------------------- comparison --
 
     def compare(self, a: Any, b: Any) -> int:

@@ -13,6 +13,7 @@ from decimal import Decimal
 
 import pytest
 
+from shardgate.engine.evaluate import compile_expr
 from shardgate.engine.sqlsem import collation, semantics
 from shardgate.errors import Code, ShardgateError
 from shardgate.result import Result
@@ -140,3 +141,12 @@ async def test_not_in_pullout_keeps_null_and_flags_emptiness() -> None:
     outer = [line for line in vc.log if "FROM user" in line]
     assert outer and all("NOT (%s = 1 AND id IN (%s))" in line for line in outer), outer
     assert all(line.endswith("[1, None]") for line in outer), outer
+
+
+def test_conditions_evaluate_to_the_databases_values() -> None:
+    f = compile_expr(parse("SELECT a > 1 OR NULL").expressions[0], {"a": 0})
+    assert f((2,), semantics("mysql")) == 1 and type(f((2,), semantics("mysql"))) is int
+    assert f((2,), semantics("postgres")) is True
+    assert f((0,), semantics("sqlite")) is None  # FALSE OR NULL
+    g = compile_expr(parse("SELECT a IN (1, NULL)").expressions[0], {"a": 0})
+    assert g((1,), semantics("sqlite")) == 1 and g((2,), semantics("sqlite")) is None
