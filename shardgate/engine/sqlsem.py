@@ -63,6 +63,15 @@ class Collation:
     pad_space: bool = False
     weights: Mapping[int, int] | None = None
     supplementary: int | None = None
+    #: a collation the gate does not know: comparing or grouping strings is refused
+    unknown: bool = False
+
+    def _refuse(self) -> None:
+        raise Unsupported(
+            f"the shards' collation {self.name!r} is not supported by the gate, so it cannot "
+            f"merge, group or sort their strings the way the database does; supported: "
+            f"{_SUPPORTED}; set the keyspace's 'collation' if the columns use one of them"
+        )
 
     def _weigh(self, s: str) -> tuple[int, ...]:
         table = self.weights or {}
@@ -78,6 +87,8 @@ class Collation:
 
     def key(self, s: str) -> Hashable:
         """Equal keys exactly for the strings the collation holds equal."""
+        if self.unknown:
+            self._refuse()
         if self.pad_space:
             s = s.rstrip(" ")
         if self.weights is None and self.supplementary is None:
@@ -86,6 +97,8 @@ class Collation:
 
     def compare(self, a: str, b: str) -> int:
         """-1, 0 or 1."""
+        if self.unknown:
+            self._refuse()
         if not self.pad_space and self.weights is None:
             return (a > b) - (a < b)
         wa = self._weigh(a.rstrip(" ") if self.pad_space else a)
@@ -113,23 +126,25 @@ COLLATIONS: dict[str, Collation] = {
 }
 #: other names of the binary collation (PostgreSQL's)
 _BINARY_NAMES = ("c", "c.utf-8", "c.utf8", "posix", "ucs_basic")
-#: each dialect's collation when the topology names none
+_SUPPORTED = [*sorted(COLLATIONS), "C", "POSIX", "ucs_basic"]
+#: each dialect's collation when neither the topology nor the database names one
 DEFAULT_COLLATION = {"sqlite": "binary", "postgres": "binary", "mysql": "utf8mb4_general_ci"}
 
 
 def collation(name: str) -> Collation:
     """The supported collation called ``name``; refuses the others."""
-    key = name.lower()
-    if key in _BINARY_NAMES:
-        return BINARY
-    found = COLLATIONS.get(key)
+    found = _known(name)
     if found is None:
         raise InvalidArgument(
             f"collation {name!r} is not supported by the gate (it could not merge shards' "
-            f"strings the way the database compares them); supported: "
-            f"{[*sorted(COLLATIONS), 'C', 'POSIX', 'ucs_basic']}"
+            f"strings the way the database compares them); supported: {_SUPPORTED}"
         )
     return found
+
+
+def _known(name: str) -> Collation | None:
+    key = name.lower()
+    return BINARY if key in _BINARY_NAMES else COLLATIONS.get(key)
 
 
 _NUMERIC_PREFIX = re.compile(r"\s*([+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)")
@@ -346,6 +361,10 @@ def _as_bytes(v: Any) -> bytes:
 
 @functools.lru_cache(maxsize=64)
 def semantics(dialect: str, collation_name: str | None = None) -> Semantics:
-    """The semantics of ``dialect`` with ``collation_name`` (default: the dialect's)."""
-    return Semantics(dialect, collation(collation_name or DEFAULT_COLLATION.get(dialect,
-                                                                                "binary")))
+    """The semantics of ``dialect`` with ``collation_name`` (default: the dialect's).
+
+    An unsupported collation (a database's own, read from it) gives semantics
+    that refuse string comparisons, and only those.
+    """
+    name = collation_name or DEFAULT_COLLATION.get(dialect, "binary")
+    return Semantics(dialect, _known(name) or Collation(name, unknown=True))

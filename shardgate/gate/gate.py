@@ -581,7 +581,10 @@ class _SessionCursor(ExecCursor):
         return self.gate.tablets[(keyspace, ks.shards[0].name)].dialect
 
     def collation(self, keyspace: str) -> str | None:
-        return self.gate.topology.keyspace(keyspace).collation
+        ks = self.gate.topology.keyspace(keyspace)
+        if ks.collation:
+            return ks.collation
+        return self.gate.tablets[(keyspace, ks.shards[0].name)].collation
 
     async def next_sequence_values(self, sequence: str, count: int) -> int:
         return await self.gate.sequences.next_values(sequence, count)

@@ -15,13 +15,17 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
+from urllib.parse import urlparse
 
+import pymysql
 import pytest
 
-from shardgate.errors import ShardgateError
+from shardgate.errors import Code, ShardgateError
 from shardgate.gate import Gate
 from shardgate.keys import KeyRange
 from shardgate.topo import Topology
+
+from ..conftest import require_server
 
 DDL = [
     "CREATE TABLE t (id BIGINT PRIMARY KEY, k INT, n BIGINT, s VARCHAR(20), "
@@ -148,18 +152,40 @@ def _norm(rows: Sequence[Sequence[Any]], fold: bool = False) -> list[tuple[Any, 
     return [tuple(one(v) for v in r) for r in rows]
 
 
+def _mariadb_collate(url: str, collation: str) -> None:
+    """Set a MariaDB test database's default collation (before its tables exist)."""
+    u = urlparse(url)
+    conn = pymysql.connect(host=u.hostname, port=u.port or 3306, user=u.username or "root",
+                           password=u.password or "")
+    try:
+        with conn.cursor() as cur:
+            cur.execute(f"ALTER DATABASE `{u.path.lstrip('/')}` CHARACTER SET utf8mb4 "
+                        f"COLLATE {collation}")
+    finally:
+        conn.close()
+
+
 @pytest.fixture
 async def pair(backend_kind: str, make_database: Callable[..., str]) -> AsyncIterator[Pair]:
-    shards = {kr.name: make_database(backend_kind, f"ans{i}")
-              for i, kr in enumerate(KeyRange(b"", b"").split(4))}
+    async for p in _open_pair(backend_kind, make_database):
+        yield p
+
+
+async def _open_pair(kind: str, make_database: Callable[..., str],
+                     collation: str | None = None) -> AsyncIterator[Pair]:
+    urls = {name: make_database(kind, f"ans{name}") for name in ("0", "1", "2", "3", "one", "lk")}
+    if collation is not None:
+        for url in urls.values():
+            _mariadb_collate(url, collation)
+    shards = {kr.name: urls[str(i)] for i, kr in enumerate(KeyRange(b"", b"").split(4))}
     topo = Topology.from_dict({"keyspaces": {
         "sh": {"shards": shards, "vschema": SHARDED},
-        "one": {"shards": {"0": make_database(backend_kind, "ansone")}, "vschema": SINGLE},
-        "lk": {"shards": {"0": make_database(backend_kind, "anslk")}, "vschema": LOOKUP},
+        "one": {"shards": {"0": urls["one"]}, "vschema": SINGLE},
+        "lk": {"shards": {"0": urls["lk"]}, "vschema": LOOKUP},
     }})
     gate = Gate.open(topo)
     try:
-        p = Pair(gate, gate.session("sh"), gate.session("one"), backend_kind)
+        p = Pair(gate, gate.session("sh"), gate.session("one"), kind)
         for ddl in LOOKUP_DDL:
             await gate.execute(gate.session("lk"), ddl)
         for s in (p.sh, p.one):
@@ -358,3 +384,30 @@ async def test_sqlite_merges_columns_of_mixed_storage_classes(pair: Pair) -> Non
         "SELECT MIN(k), MAX(k) FROM t",
         "SELECT s, MAX(k) FROM t GROUP BY s HAVING MAX(k) > 3",
     ])
+
+
+@pytest.mark.mysql
+@pytest.mark.parametrize("collation", ["utf8mb4_bin", "utf8mb4_general_ci"])
+async def test_mariadb_database_collation_is_read_from_the_server(
+    make_database: Callable[..., str], collation: str
+) -> None:
+    """No collation in the topology: the gate compares as the database's default does."""
+    require_server("mysql")
+    async for pair in _open_pair("mysql", make_database, collation):
+        await check_all(pair, [
+            *COLLATED, "SELECT id, s FROM t ORDER BY s, id",
+            "SELECT id, s FROM t ORDER BY s DESC, id",
+        ], alike=True, fold=collation.endswith("_ci"))
+
+
+@pytest.mark.mysql
+async def test_unsupported_collation_refuses_only_string_merges(
+    make_database: Callable[..., str]
+) -> None:
+    require_server("mysql")
+    async for pair in _open_pair("mysql", make_database, "utf8mb4_unicode_ci"):
+        await pair.same("SELECT k, COUNT(*), SUM(n) FROM t GROUP BY k")
+        await pair.same("SELECT id FROM t ORDER BY n, id", ordered=True)
+        with pytest.raises(ShardgateError) as err:
+            await pair.gate.execute(pair.sh, "SELECT DISTINCT s FROM t")
+        assert err.value.code is Code.UNIMPLEMENTED and "utf8mb4_unicode_ci" in str(err.value)
