@@ -299,6 +299,7 @@ def plan_aggregation(tree: exp.Select, make_input: InputFactory, keyspace: str) 
                     picked.this if isinstance(picked, exp.Alias) else picked
                 ).copy()
                 return chosen
+            raise InvalidArgument(f"position {n} is not in the select list")
         return node
 
     group_node = tree.args.get("group")

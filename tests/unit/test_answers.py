@@ -150,3 +150,14 @@ def test_conditions_evaluate_to_the_databases_values() -> None:
     assert f((0,), semantics("sqlite")) is None  # FALSE OR NULL
     g = compile_expr(parse("SELECT a IN (1, NULL)").expressions[0], {"a": 0})
     assert g((1,), semantics("sqlite")) == 1 and g((2,), semantics("sqlite")) is None
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT col, COUNT(*) FROM user GROUP BY 3",
+    "SELECT col, COUNT(*) FROM user GROUP BY col ORDER BY 3",
+    "SELECT col FROM user ORDER BY 2",
+])
+async def test_positions_outside_the_select_list_are_refused(sql: str) -> None:
+    with pytest.raises(ShardgateError) as err:
+        await run(cursor(), sql)
+    assert err.value.code is Code.INVALID_ARGUMENT
