@@ -28,6 +28,7 @@ from shardgate.engine.sqlsem import EXACT, INT64_MAX, INT64_MIN, Semantics
 from shardgate.engine.values import Value
 from shardgate.errors import InvalidArgument
 from shardgate.result import Result, Row
+from shardgate.sql.dialect import avg_partial
 
 
 class AggOp(enum.Enum):
@@ -85,6 +86,14 @@ def _avg(total: Any, count: Any, sem: Semantics) -> Any:
     return sem.decimal_divide(Decimal(total), Decimal(int(count)))
 
 
+def _checked_sum(total: Any, sem: Semantics) -> Any:
+    """A combined SUM: past BIGINT on SQLite, its SUM would have failed too."""
+    if sem.dialect == "sqlite" and isinstance(total, int) and \
+            not INT64_MIN <= total <= INT64_MAX:
+        raise InvalidArgument("integer overflow in SUM")
+    return total
+
+
 def _sum_distinct(values: Sequence[Any], sem: Semantics) -> Any:
     """SUM(DISTINCT x) of the distinct values: strings count as numbers (a double)."""
     total: Any = None
@@ -96,9 +105,7 @@ def _sum_distinct(values: Sequence[Any], sem: Semantics) -> Any:
     if total is not None and (as_double or (
             sem.dialect == "sqlite" and not isinstance(total, int))):
         return float(total)
-    if sem.dialect == "sqlite" and isinstance(total, int) and not INT64_MIN <= total <= INT64_MAX:
-        raise InvalidArgument("integer overflow in SUM")
-    return total
+    return _checked_sum(total, sem)
 
 
 @dataclass(frozen=True)
@@ -146,6 +153,8 @@ class Aggregate(Primitive):
         match spec.op:
             case AggOp.COUNT:
                 return int(acc.n)
+            case AggOp.SUM:
+                return _checked_sum(acc.value, sem)
             case AggOp.AVG:
                 return _avg(acc.value, acc.n, sem)
             case AggOp.COUNT_DISTINCT:
@@ -184,7 +193,7 @@ def _accumulate(spec: AggSpec, acc: _Acc, row: Row, sem: Semantics) -> None:
                 acc.value = v
         case AggOp.AVG:
             assert spec.column2 is not None
-            acc.value = _add(acc.value, v)
+            acc.value = _add(acc.value, avg_partial(v))
             acc.n = _add(acc.n, row[spec.column2] or 0)
         case AggOp.COUNT_DISTINCT | AggOp.SUM_DISTINCT:
             if v is not None:

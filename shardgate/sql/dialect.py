@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import sqlglot
 from sqlglot import exp
 
 from shardgate.errors import InvalidArgument
@@ -109,14 +110,42 @@ def _fix_for_dialect(node: exp.Expression, dialect: str) -> exp.Expression:
     ):
         return _pg_limited_dml(node)
     if dialect == "sqlite" and isinstance(node, exp.Sum) and node.meta.get(AVG_SUM):
-        # AVG's partial sum: SQLite's AVG sums in floating point past BIGINT, SUM fails.
-        return exp.Anonymous(this="TOTAL", expressions=[node.this.copy()])
+        return _sqlite_avg_sum(node.this)
     if dialect == "sqlite" and isinstance(node, exp.Select) and node.args.get("locks"):
         # SQLite has no row locks: a transaction already holds the database lock.
         node = node.copy()
         node.set("locks", None)
         return node
     return node
+
+
+_AVG_SUM_SQLITE = sqlglot.parse_one(
+    "CASE WHEN COUNT(__sg_x) = SUM(typeof(__sg_x) = 'integer') "
+    "THEN CAST(SUM(__sg_x >> 32) AS TEXT) || ':' || CAST(SUM(__sg_x & 4294967295) AS TEXT) "
+    "ELSE TOTAL(__sg_x) END",
+    dialect="sqlite",
+)
+
+
+def _sqlite_avg_sum(x: exp.Expression) -> exp.Expression:
+    """AVG's partial sum on SQLite, which SUM would overflow on large integers.
+
+    Integers: the exact sum as text ``'hi:lo'`` (the sums of their high and low
+    32 bits, which cannot overflow; :func:`avg_partial` reads it); otherwise
+    ``TOTAL(x)``, a double, as SQLite's AVG sums.
+    """
+    return _AVG_SUM_SQLITE.transform(
+        lambda n: exp.Paren(this=x.copy())
+        if isinstance(n, exp.Column) and n.name == "__sg_x" else n
+    )
+
+
+def avg_partial(value: Any) -> Any:
+    """The number an AVG partial sum stands for (``'hi:lo'`` from SQLite: an exact int)."""
+    if isinstance(value, str):
+        hi, _, lo = value.partition(":")
+        return (int(hi) << 32) + int(lo)
+    return value
 
 
 def _pg_limited_dml(node: exp.Delete | exp.Update) -> exp.Expression:

@@ -317,8 +317,10 @@ EXPRESSIONS = [
     "SELECT k, SUM(n) / 0 FROM t GROUP BY k",
     "SELECT k, MAX(n) * 1.5 FROM t GROUP BY k",
     "SELECT k, AVG(k) FROM t GROUP BY k",
-    # AVG of large integers: the sum passes BIGINT
+    # AVG of large integers: the sum passes BIGINT (SUM fails on SQLite, AVG does not)
     "SELECT AVG(n) FROM t",
+    "SELECT SUM(n) FROM t",
+    "SELECT AVG(n), AVG(n - 1) FROM t WHERE n > 0",
     "SELECT k, AVG(n) FROM t GROUP BY k",
 ]
 

@@ -9,16 +9,18 @@ e.g. ``SELECT 'a' < 'a\\t' COLLATE utf8mb4_general_ci`` is 0 and
 
 from __future__ import annotations
 
+import sqlite3
 from decimal import Decimal
 
 import pytest
+from sqlglot import exp
 
 from shardgate.engine.evaluate import compile_expr
 from shardgate.engine.sqlsem import collation, semantics
 from shardgate.errors import Code, ShardgateError
 from shardgate.result import Result
 from shardgate.sql import parse
-from shardgate.sql.dialect import render
+from shardgate.sql.dialect import AVG_SUM, avg_partial, render
 
 from .test_engine import cursor, run
 
@@ -161,3 +163,20 @@ async def test_positions_outside_the_select_list_are_refused(sql: str) -> None:
     with pytest.raises(ShardgateError) as err:
         await run(cursor(), sql)
     assert err.value.code is Code.INVALID_ARGUMENT
+
+
+def test_sqlite_avg_partial_sums_integers_exactly_without_overflow() -> None:
+    tree = parse("SELECT AVG(n) FROM t")
+    plan_sql = render(tree, "sqlite", "?").sql
+    assert plan_sql == "SELECT AVG(n) FROM t"  # one database: SQLite's own AVG
+    db = sqlite3.connect(":memory:")
+    db.execute("CREATE TABLE t (n INTEGER)")
+    db.executemany("INSERT INTO t VALUES (?)", [(2**62,), (2**62,), (2**62,), (-5,), (None,)])
+    total = exp.Sum(this=exp.column("n"))
+    total.meta[AVG_SUM] = True
+    partial_sql = render(exp.select(total).from_("t"), "sqlite", "?").sql
+    (partial,) = db.execute(partial_sql).fetchone()
+    assert avg_partial(partial) == 3 * 2**62 - 5  # SUM(n) would raise "integer overflow"
+    db.execute("INSERT INTO t VALUES (0.5)")
+    (partial,) = db.execute(partial_sql).fetchone()
+    assert partial == float(3 * 2**62 - 5) + 0.5  # not all integers: TOTAL(n)
