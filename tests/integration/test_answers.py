@@ -17,6 +17,7 @@ from decimal import Decimal
 from typing import Any
 from urllib.parse import urlparse
 
+import psycopg
 import pymysql
 import pytest
 
@@ -25,7 +26,7 @@ from shardgate.gate import Gate
 from shardgate.keys import KeyRange
 from shardgate.topo import Topology
 
-from ..conftest import require_server
+from ..conftest import POSTGRES_ADMIN_URL, require_server
 
 DDL = [
     "CREATE TABLE t (id BIGINT PRIMARY KEY, k INT, n BIGINT, s VARCHAR(20), "
@@ -171,12 +172,24 @@ async def pair(backend_kind: str, make_database: Callable[..., str]) -> AsyncIte
         yield p
 
 
+def _postgres_icu(url: str, locale: str) -> None:
+    """Re-create a PostgreSQL test database (same name) sorting by ICU's ``locale``."""
+    name = urlparse(url).path.lstrip("/")
+    with psycopg.connect(POSTGRES_ADMIN_URL, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE "{name}"')
+        conn.execute(f"CREATE DATABASE \"{name}\" TEMPLATE template0 LOCALE_PROVIDER icu "
+                     f"ICU_LOCALE '{locale}' LOCALE 'C.UTF-8'")
+
+
 async def _open_pair(kind: str, make_database: Callable[..., str],
                      collation: str | None = None) -> AsyncIterator[Pair]:
     urls = {name: make_database(kind, f"ans{name}") for name in ("0", "1", "2", "3", "one", "lk")}
     if collation is not None:
         for url in urls.values():
-            _mariadb_collate(url, collation)
+            if kind == "postgres":
+                _postgres_icu(url, collation)
+            else:
+                _mariadb_collate(url, collation)
     shards = {kr.name: urls[str(i)] for i, kr in enumerate(KeyRange(b"", b"").split(4))}
     topo = Topology.from_dict({"keyspaces": {
         "sh": {"shards": shards, "vschema": SHARDED},
@@ -413,3 +426,16 @@ async def test_unsupported_collation_refuses_only_string_merges(
         with pytest.raises(ShardgateError) as err:
             await pair.gate.execute(pair.sh, "SELECT DISTINCT s FROM t")
         assert err.value.code is Code.UNIMPLEMENTED and "utf8mb4_unicode_ci" in str(err.value)
+
+
+@pytest.mark.postgres
+async def test_postgres_icu_collation_refuses_only_string_merges(
+    make_database: Callable[..., str]
+) -> None:
+    """An ICU-sorted PostgreSQL database: the gate cannot sort its strings, so it refuses."""
+    require_server("postgres")
+    async for pair in _open_pair("postgres", make_database, "en-US"):
+        await pair.same("SELECT id FROM t ORDER BY n, id", ordered=True)
+        with pytest.raises(ShardgateError) as err:
+            await pair.gate.execute(pair.sh, "SELECT id, s FROM t ORDER BY s, id")
+        assert err.value.code is Code.UNIMPLEMENTED and "icu:en-US" in str(err.value)
