@@ -285,7 +285,12 @@ def plan_aggregation(tree: exp.Select, make_input: InputFactory, keyspace: str) 
         return node
 
     def unalias_group(node: exp.Expr) -> exp.Expr:
-        if isinstance(node, exp.Column) and node.name.lower() in column_names:
+        # A column the statement uses, or an alias of an aggregate (nothing groups
+        # by an aggregate): the name is the table's column.
+        if isinstance(node, exp.Column) and not node.table and (
+            node.name.lower() in column_names
+            or aliases.get(node.name.lower(), node).find(exp.AggFunc) is not None
+        ):
             return node
         return unalias(node)
 
@@ -318,7 +323,11 @@ def plan_aggregation(tree: exp.Select, make_input: InputFactory, keyspace: str) 
     # Every aggregate the gate must compute, from select list, HAVING and ORDER BY.
     exprs: list[exp.Expr] = [(e.this if isinstance(e, exp.Alias) else e) for e in items]
     if having_expr is not None:
-        having_expr = having_expr.transform(unalias)
+        # HAVING takes a name GROUP BY uses as a column before a select alias.
+        grouped = {g.name.lower() for g in groups if isinstance(g, exp.Column) and not g.table}
+        having_expr = having_expr.transform(
+            lambda n: n if isinstance(n, exp.Column) and n.name.lower() in grouped
+            else unalias(n))
         exprs.append(having_expr)
     order_exprs = [item(o.this).transform(unalias) for o in order_items]
     exprs.extend(order_exprs)

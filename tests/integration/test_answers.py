@@ -303,7 +303,12 @@ async def test_order_by_positions_aliases_and_star(pair: Pair) -> None:
 
 
 async def test_group_by_name_of_a_column_and_an_alias_groups_by_the_column(pair: Pair) -> None:
-    await pair.same("SELECT MAX(n) AS k, k, COUNT(*) FROM t GROUP BY k")
+    await check_all(pair, [
+        "SELECT MAX(n) AS k, k, COUNT(*) FROM t GROUP BY k",
+        "SELECT COUNT(n) AS k, COUNT(*) FROM t GROUP BY k",
+        "SELECT COUNT(n) AS k, COUNT(*) FROM t GROUP BY k HAVING k > 1",
+        "SELECT k + 1 AS j, COUNT(*) FROM t GROUP BY j",
+    ], alike=True)
 
 
 # ----------------------------------------------------------------- item 10 --
