@@ -584,7 +584,12 @@ class _SessionCursor(ExecCursor):
         ks = self.gate.topology.keyspace(keyspace)
         if ks.collation:
             return ks.collation
-        return self.gate.tablets[(keyspace, ks.shards[0].name)].collation
+        # Read by each shard's first connection: any shard already reached tells.
+        for shard in ks.shards:
+            found = self.gate.tablets[(keyspace, shard.name)].collation
+            if found:
+                return found
+        return None
 
     async def next_sequence_values(self, sequence: str, count: int) -> int:
         return await self.gate.sequences.next_values(sequence, count)

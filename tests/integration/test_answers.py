@@ -418,6 +418,16 @@ async def test_mariadb_database_collation_is_read_from_the_server(
             *COLLATED, "SELECT id, s FROM t ORDER BY s, id",
             "SELECT id, s FROM t ORDER BY s DESC, id",
         ], alike=True, fold=collation.endswith("_ci"))
+        # A fresh gate whose first query never reaches the first shard (ids 11
+        # and 12, 'ab' and 'AB', live on 80-c0 and c0-) still knows the collation.
+        fresh = Gate.open(pair.gate.topology)
+        try:
+            sql = "SELECT s, COUNT(*) FROM t WHERE id IN (11, 12) GROUP BY s"
+            got = await fresh.execute(fresh.session("sh"), sql)
+            want = await fresh.execute(fresh.session("one"), sql)
+            assert len(got.rows) == len(want.rows) == (2 if collation == "utf8mb4_bin" else 1)
+        finally:
+            await fresh.close()
 
 
 @pytest.mark.mysql
