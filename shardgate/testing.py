@@ -121,9 +121,11 @@ class RecordingCursor:
         dialect: str = "mysql",
         placeholder: str = "%s",
         lookup: SQLiteVCursor | None = None,
+        collation: str | None = None,
     ) -> None:
         self.shard_maps = dict(shard_maps)
         self.dialect_name = dialect
+        self.collation_name = collation
         self.placeholder = placeholder
         self.lookup = lookup or SQLiteVCursor()
         self.results: dict[str, Result] = {}
@@ -143,6 +145,9 @@ class RecordingCursor:
 
     async def column_kinds(self, keyspace: str, table: str) -> Mapping[str, Kind]:
         return self.column_types.get(table, {})
+
+    def collation(self, keyspace: str) -> str | None:
+        return self.collation_name
 
     async def next_sequence_values(self, sequence: str, count: int) -> int:
         first = self.next_sequence

@@ -29,6 +29,7 @@ from sqlglot import exp
 
 from shardgate.engine.coerce import NO_MATCH, SCATTER, Kind, convert_row, stored_value
 from shardgate.engine.insert_ignore import insert_ignoring
+from shardgate.engine.sqlsem import Semantics, semantics
 from shardgate.engine.values import BindVar, Literal, SQLExpr, Value, resolve
 from shardgate.errors import InvalidArgument, NotFound, Unsupported
 from shardgate.keys import KeyRange, ShardMap, parse_key_range
@@ -44,6 +45,9 @@ from shardgate.vindexes import (
     Vindex,
 )
 from shardgate.vindexes.lookup import LookupBase
+
+#: the largest LIMIT a shard is sent: BIGINT's maximum (SQLite and PostgreSQL)
+MAX_LIMIT = 2**63 - 1
 
 
 class Opcode(enum.Enum):
@@ -88,6 +92,10 @@ class ExecCursor(Protocol):
 
     def dialect(self, keyspace: str) -> str:
         """The SQL dialect of the keyspace's shards (its first shard's)."""
+        ...
+
+    def collation(self, keyspace: str) -> str | None:
+        """The collation of the keyspace's strings; None: the dialect's default."""
         ...
 
     async def execute_shards(
@@ -319,13 +327,15 @@ class Route(Primitive):
         if not shards:
             if self.write:
                 return Result()
-            # No shard can hold a row: ask one shard for the fields only.
+            # No shard can hold a row: one shard runs the query over no rows,
+            # which gives the fields, and the one row an aggregate without
+            # GROUP BY returns over an empty table (COUNT(*) = 0).
             smap = vc.shard_map(self.keyspace)
             field_query = ShardQuery(_impossible(self.query.tree))
             results = await vc.execute_shards(
                 self.keyspace, smap.names[:1], field_query, bind_vars, write=False
             )
-            return Result(fields=results[0].fields)
+            return self._merge(results[:1], bind_vars, semantics_of(vc, self.keyspace))
         results = await vc.execute_shards(
             self.keyspace, shards, self.query, bind_vars, write=self.write,
             shard_vars=shard_vars,
@@ -334,7 +344,7 @@ class Route(Primitive):
             results = [await self._in_range(vc, r) for r in results]
         if len(results) == 1 and self.upper_limit_var is None and not self.hidden:
             return results[0]
-        return self._merge(results, bind_vars)
+        return self._merge(results, bind_vars, semantics_of(vc, self.keyspace))
 
     async def _in_range(self, vc: ExecCursor, res: Result) -> Result:
         """Keep the rows whose keyspace id lies in ``key_range``."""
@@ -353,9 +363,11 @@ class Route(Primitive):
         if self.upper_limit_var is None:
             return bind_vars
         upper = _int_of(self.limit, bind_vars, "LIMIT") + _int_of(self.offset, bind_vars, "OFFSET")
-        return {**bind_vars, self.upper_limit_var: upper}
+        # LIMIT n + OFFSET m may pass the largest LIMIT every backend takes.
+        return {**bind_vars, self.upper_limit_var: min(upper, MAX_LIMIT)}
 
-    def _merge(self, results: list[Result], bind_vars: Mapping[str, Any]) -> Result:
+    def _merge(self, results: list[Result], bind_vars: Mapping[str, Any],
+               sem: Semantics) -> Result:
         fields = results[0].fields
         if self.write:
             return Result(
@@ -364,7 +376,7 @@ class Route(Primitive):
                 insert_id=next((r.insert_id for r in results if r.insert_id), None),
             )
         if self.order_by:
-            key = _sort_key(fields, self.order_by)
+            key = _sort_key(fields, self.order_by, sem)
             rows: list[Row] = list(heapq.merge(*(r.rows for r in results), key=key))
         else:
             rows = [row for r in results for row in r.rows]
@@ -443,34 +455,36 @@ def _int_of(v: Value | None, bind_vars: Mapping[str, Any], what: str) -> int:
 
 
 def _impossible(tree: exp.Expr) -> exp.Expr:
-    """The same SELECT with ``WHERE 1 != 1``: returns the fields and no rows."""
+    """The same SELECT with ``WHERE 1 != 1``: the fields, and rows only for aggregates.
+
+    GROUP BY, HAVING and LIMIT stay, so an aggregate without GROUP BY answers
+    its one row over no rows, as one database would.
+    """
     t = tree.copy()
     if isinstance(t, exp.Select):
         t.set("where", exp.Where(this=exp.NEQ(this=exp.Literal.number(1),
                                               expression=exp.Literal.number(1))))
-        t.set("limit", None)
-        t.set("offset", None)
     return t
 
 
-def compare_values(a: Any, b: Any) -> int:
-    """-1, 0 or 1 for two non-NULL values."""
-    if a < b:
-        return -1
-    return 1 if a > b else 0
-
-
-def order_compare(a: Any, b: Any, descending: bool, nulls_first: bool) -> int:
+def order_compare(a: Any, b: Any, descending: bool, nulls_first: bool, sem: Semantics) -> int:
     """Compare two sort-key values; ``nulls_first`` places NULLs first in the output."""
     if a is None or b is None:
         if a is None and b is None:
             return 0
         return (-1 if a is None else 1) * (1 if nulls_first else -1)
-    c = compare_values(a, b)
+    c = sem.compare(a, b)
     return -c if descending else c
 
 
-def _sort_key(fields: Sequence[str], order: Sequence[OrderKey]) -> Any:
+def semantics_of(vc: ExecCursor, keyspace: str) -> Semantics:
+    """How the keyspace's database compares, sorts and computes values."""
+    if not keyspace:
+        return semantics("mysql")
+    return semantics(vc.dialect(keyspace), vc.collation(keyspace))
+
+
+def _sort_key(fields: Sequence[str], order: Sequence[OrderKey], sem: Semantics) -> Any:
     lowered = [f.lower() for f in fields]
     idx: list[tuple[int, OrderKey]] = []
     for k in order:
@@ -487,7 +501,7 @@ def _sort_key(fields: Sequence[str], order: Sequence[OrderKey]) -> Any:
 
     def cmp(r1: Row, r2: Row) -> int:
         for i, k in idx:
-            c = order_compare(r1[i], r2[i], k.descending, k.nulls_first)
+            c = order_compare(r1[i], r2[i], k.descending, k.nulls_first, sem)
             if c:
                 return c
         return 0
@@ -530,6 +544,8 @@ class Insert(Primitive):
     broadcast: bool = False
     #: ``ON DUPLICATE KEY UPDATE col = expr, ...`` (never a vindex column)
     on_duplicate: tuple[tuple[str, SQLExpr], ...] = ()
+    #: table and column names quoted in the statement (`select`): quoted for the shards too
+    quoted: frozenset[str] = frozenset()
 
     async def execute(self, vc: ExecCursor, bind_vars: Mapping[str, Any]) -> Result:
         columns = list(self.columns)
@@ -784,10 +800,16 @@ def resolve_or_none(v: Value, bind_vars: Mapping[str, Any]) -> Any:
 
 
 @functools.lru_cache(maxsize=4096)
-def _insert_head(table: str, columns: tuple[str, ...], dialect: str, ignore: bool) -> str:
-    """``INSERT INTO t (a, b) VALUES `` quoted for ``dialect``."""
-    cols = ", ".join(exp.to_identifier(c).sql(dialect=dialect) for c in columns)
-    quoted = exp.to_identifier(table).sql(dialect=dialect)
+def _insert_head(
+    table: str, columns: tuple[str, ...], dialect: str, ignore: bool, quote: frozenset[str]
+) -> str:
+    """``INSERT INTO t (a, b) VALUES `` for ``dialect``, quoting the names in ``quote``."""
+
+    def name(n: str) -> str:
+        return exp.to_identifier(n, quoted=n in quote or None).sql(dialect=dialect)
+
+    cols = ", ".join(name(c) for c in columns)
+    quoted = name(table)
     verb = "INSERT INTO"
     if ignore:
         verb = {"sqlite": "INSERT OR IGNORE INTO", "mysql": "INSERT IGNORE INTO"}.get(dialect, verb)
@@ -846,7 +868,8 @@ class _InsertQuery(ShardQuery):
     def for_shard(
         self, shard: str, dialect: str, placeholder: str, bind_vars: Mapping[str, Any]
     ) -> tuple[str, list[Any]]:
-        head = _insert_head(self.insert.table, tuple(self.columns), dialect, self.insert.ignore)
+        head = _insert_head(self.insert.table, tuple(self.columns), dialect, self.insert.ignore,
+                            self.insert.quoted)
         args: list[Any] = []
         tuples: list[str] = []
         for row in self.per_shard[shard]:

@@ -654,6 +654,17 @@ class _SessionCursor(ExecCursor):
     async def column_kinds(self, keyspace: str, table: str) -> Mapping[str, Kind]:
         return await self.gate.column_kinds(keyspace, table)
 
+    def collation(self, keyspace: str) -> str | None:
+        ks = self.gate.topology.keyspace(keyspace)
+        if ks.collation:
+            return ks.collation
+        # Read by each shard's first connection: any shard already reached tells.
+        for shard in ks.shards:
+            found = self.gate.tablets[(keyspace, shard.name)].collation
+            if found:
+                return found
+        return None
+
     async def next_sequence_values(self, sequence: str, count: int) -> int:
         # SQLite has one writer: if this session's transaction holds the sequence's
         # database, a transaction of the allocator's own would wait for it forever.

@@ -113,6 +113,7 @@ def build_plan(
             "send SELECT, INSERT, UPDATE, DELETE or DDL"
         )
     kind, fn = builder
+    _refuse_reserved_binds(stmt)
     if isinstance(stmt, _TARGETABLE):
         target = statement_target(stmt) or parse_target(default_keyspace)
         if target is not None:
@@ -122,6 +123,20 @@ def build_plan(
 
 
 _TARGETABLE = (exp.Select, exp.Union, exp.Subquery, exp.Insert, exp.Update, exp.Delete)
+
+
+#: the prefix of the gate's own bind variables and hidden column aliases
+RESERVED_PREFIX = "__sg_"
+
+
+def _refuse_reserved_binds(stmt: exp.Expr) -> None:
+    """Refuse user bind variables named like the gate's internal ones (``:__sg_vals``)."""
+    for node in stmt.find_all(exp.Placeholder):
+        if node.name.lower().startswith(RESERVED_PREFIX):
+            raise InvalidArgument(
+                f"bind variable :{node.name} uses the prefix {RESERVED_PREFIX!r} reserved for "
+                "the gate's own bind variables: rename it"
+            )
 
 
 def normalize(stmt: exp.Expr) -> str:
@@ -669,8 +684,10 @@ def _lookup_changes(
 def _plan_insert(stmt: exp.Insert, vschema: VSchema, default_ks: str | None) -> Primitive:
     target = stmt.this
     columns_given: list[str] | None = None
+    quoted: set[str] = set()
     if isinstance(target, exp.Schema):
         columns_given = [c.name.lower() for c in target.expressions]
+        quoted = {c.name.lower() for c in target.expressions if c.args.get("quoted")}
         target = target.this
     if not isinstance(target, exp.Table):
         raise InvalidArgument("INSERT needs a table")
@@ -763,6 +780,7 @@ def _plan_insert(stmt: exp.Insert, vschema: VSchema, default_ks: str | None) -> 
         ignore=bool(stmt.args.get("ignore")),
         broadcast=ks.sharded and table.type == "reference",
         on_duplicate=on_duplicate,
+        quoted=frozenset(quoted | ({table.name} if target.this.args.get("quoted") else set())),
     )
 
 

@@ -39,8 +39,18 @@ from shardgate.vschema import Table, VSchema
 
 JOIN_VAR = "__sg_join{}"
 SUBQUERY_VAR = "__sg_sq{}"
+HAS_VALUES_VAR = "__sg_sq{}_has"
 
 PlanFn = Callable[[exp.Expression], Primitive]
+
+
+@dataclass(frozen=True)
+class Pulled:
+    """A pulled-out subquery: its plan, its values' variable, and its emptiness flag."""
+
+    var: str
+    plan: Primitive
+    has_values: str | None = None
 
 
 @dataclass(frozen=True)
@@ -53,31 +63,49 @@ class TableRef:
     inner_where: exp.Expr | None = None
 
 
-def pull_out_subqueries(stmt: exp.Select, plan: PlanFn) -> tuple[exp.Select, list[tuple[str,
-                                                                                           Primitive]]]:
+def pull_out_subqueries(stmt: exp.Select, plan: PlanFn) -> tuple[exp.Select, list[Pulled]]:
     """Replace uncorrelated ``x IN (SELECT ...)`` by list bind variables.
 
-    Returns the rewritten statement and ``(var, subquery plan)`` pairs, in the
-    order they must run.
+    A WHERE conjunct becomes ``x IN (:__sg_sqN)`` (which can route by ``x``);
+    anywhere else, ``(:__sg_sqN_has = 1 AND x IN (:__sg_sqN))``, with the
+    subquery's NULL kept, so NOT, OR and the select list see SQL's value.
+    Returns the rewritten statement and the subqueries, in the order they run.
     """
-    pulled: list[tuple[str, Primitive]] = []
+    pulled: list[Pulled] = []
     stmt = stmt.copy()
     for node in list(stmt.find_all(exp.In)):
         query = node.args.get("query")
-        if query is None or isinstance(node.parent, exp.Not):
+        if query is None:
             continue
         inner = query.this if isinstance(query, exp.Subquery) else query
         if not isinstance(inner, exp.Select) or correlated(inner):
             continue
         var = SUBQUERY_VAR.format(len(pulled))
-        pulled.append((var, plan(inner)))
-        node.replace(exp.In(this=node.this.copy(), expressions=[exp.Placeholder(this=var)]))
+        member = exp.In(this=node.this.copy(), expressions=[exp.Placeholder(this=var)])
+        if _filters_rows(node):
+            pulled.append(Pulled(var, plan(inner)))
+            node.replace(member)
+            continue
+        # Anywhere else (NOT, OR, the select list) IN's value matters, NULL
+        # included: ``x IN (empty)`` is FALSE, ``2 IN (1, NULL)`` is NULL.
+        has = HAS_VALUES_VAR.format(len(pulled))
+        pulled.append(Pulled(var, plan(inner), has))
+        node.replace(exp.Paren(this=exp.and_(
+            exp.EQ(this=exp.Placeholder(this=has), expression=exp.Literal.number(1)), member)))
     return stmt, pulled
 
 
-def wrap_pulled(outer: Primitive, pulled: list[tuple[str, Primitive]]) -> Primitive:
-    for var, sub in reversed(pulled):
-        outer = PulloutSubquery(sub, outer, var)
+def _filters_rows(node: exp.Expr) -> bool:
+    """Whether ``node`` is a conjunct of WHERE: only its truth decides, NULL is FALSE."""
+    parent = node.parent
+    while isinstance(parent, exp.And | exp.Paren):
+        parent = parent.parent
+    return isinstance(parent, exp.Where)
+
+
+def wrap_pulled(outer: Primitive, pulled: list[Pulled]) -> Primitive:
+    for p in reversed(pulled):
+        outer = PulloutSubquery(p.plan, outer, p.var, p.has_values)
     return outer
 
 
@@ -360,16 +388,19 @@ def plan_nested_loop(
     if right_terms:
         right_stmt.set("where", exp.Where(this=exp.and_(*right_terms)))
 
+    # Values computed at the gate follow the database of the first table's keyspace.
+    keyspace = refs[0].table.keyspace
     joined: Primitive = NestedLoopJoin(
         plan(left_stmt), plan(right_stmt), tuple(left_key_pos), tuple(right_key_pos),
-        join_var, len(right_items), outer,
+        join_var, len(right_items), outer, keyspace=keyspace,
     )
     slots = {canonical(c): i for i, c in enumerate(left_cols)}
     slots.update({canonical(c): len(left_items) + i for i, c in enumerate(right_cols)})
     if gate_where:
         predicate = exp.and_(*[t.copy() for t in gate_where])
-        joined = Filter(joined, compile_expr(predicate, slots), predicate.sql(dialect="mysql"))
-    return finish_at_gate(stmt, joined, slots, refs[0].table.keyspace)
+        joined = Filter(joined, compile_expr(predicate, slots), predicate.sql(dialect="mysql"),
+                        keyspace)
+    return finish_at_gate(stmt, joined, slots, keyspace)
 
 
 def _sides(term: exp.Expr, aliases: set[str]) -> set[str]:

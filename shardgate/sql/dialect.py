@@ -14,11 +14,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import sqlglot
 from sqlglot import exp
 
 from shardgate.errors import InvalidArgument
 
 _MARK = "\x00sgp{}\x00"
+#: meta flag of a SUM that is AVG's partial sum
+AVG_SUM = "sg_avg_sum"
 _MARK_RE = re.compile("\x00sgp(\\d+)\x00")
 
 
@@ -102,11 +105,61 @@ def _fix_for_dialect(node: exp.Expression, dialect: str) -> exp.Expression:
         node.set("ignore", None)
         node.set("conflict", exp.OnConflict(action=exp.var("DO NOTHING")))
         return node
+    if dialect == "postgres" and isinstance(node, exp.Delete | exp.Update) and (
+        node.args.get("limit") is not None or node.args.get("order") is not None
+    ):
+        return _pg_limited_dml(node)
+    if dialect == "sqlite" and isinstance(node, exp.Sum) and node.meta.get(AVG_SUM):
+        return _sqlite_avg_sum(node.this)
     if dialect == "sqlite" and isinstance(node, exp.Select) and node.args.get("locks"):
         # SQLite has no row locks: a transaction already holds the database lock.
         node = node.copy()
         node.set("locks", None)
         return node
+    return node
+
+
+_AVG_SUM_SQLITE = sqlglot.parse_one(
+    "CASE WHEN COUNT(__sg_x) = SUM(typeof(__sg_x) = 'integer') "
+    "THEN CAST(SUM(__sg_x >> 32) AS TEXT) || ':' || CAST(SUM(__sg_x & 4294967295) AS TEXT) "
+    "ELSE TOTAL(__sg_x) END",
+    dialect="sqlite",
+)
+
+
+def _sqlite_avg_sum(x: exp.Expression) -> exp.Expression:
+    """AVG's partial sum on SQLite, which SUM would overflow on large integers.
+
+    Integers: the exact sum as text ``'hi:lo'`` (the sums of their high and low
+    32 bits, which cannot overflow; :func:`avg_partial` reads it); otherwise
+    ``TOTAL(x)``, a double, as SQLite's AVG sums.
+    """
+    return _AVG_SUM_SQLITE.transform(
+        lambda n: exp.Paren(this=x.copy())
+        if isinstance(n, exp.Column) and n.name == "__sg_x" else n
+    )
+
+
+def avg_partial(value: Any) -> Any:
+    """The number an AVG partial sum stands for (``'hi:lo'`` from SQLite: an exact int)."""
+    if isinstance(value, str):
+        hi, _, lo = value.partition(":")
+        return (int(hi) << 32) + int(lo)
+    return value
+
+
+def _pg_limited_dml(node: exp.Delete | exp.Update) -> exp.Expression:
+    """PostgreSQL has no ``DELETE/UPDATE ... ORDER BY ... LIMIT``: pick the rows by ctid.
+
+    ``DELETE FROM t WHERE w ORDER BY o LIMIT n`` becomes
+    ``DELETE FROM t WHERE ctid IN (SELECT ctid FROM t WHERE w ORDER BY o LIMIT n)``.
+    """
+    node = node.copy()
+    pick = exp.Select(expressions=[exp.column("ctid")]).from_(node.this.copy())
+    for arg in ("where", "order", "limit"):
+        pick.set(arg, node.args.get(arg))
+        node.set(arg, None)
+    node.set("where", exp.Where(this=exp.In(this=exp.column("ctid"), query=pick.subquery())))
     return node
 
 

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from shardgate.engine.sqlsem import collation
 from shardgate.errors import InvalidArgument, NotFound
 from shardgate.keys import KeyRange, ShardMap, parse_shard_name
 from shardgate.vschema import VSchema
@@ -28,6 +29,9 @@ class KeyspaceTopo:
     name: str
     shards: list[ShardTopo]
     vschema: dict[str, Any] = field(default_factory=dict)
+    #: the collation of the shards' strings, which the gate follows when it
+    #: merges, groups and sorts them (None: the dialect's default)
+    collation: str | None = None
 
     def __post_init__(self) -> None:
         self.shards.sort(key=lambda s: s.key_range.start)
@@ -90,8 +94,16 @@ class Topology:
                     f"{kpath}: an unsharded keyspace has exactly one shard ('0'), "
                     f"got {len(shards)}; set vschema.sharded: true to shard it"
                 )
+            coll = spec.get("collation")
+            if coll is not None:
+                if not isinstance(coll, str):
+                    raise InvalidArgument(f"{kpath}.collation: must be a collation name")
+                try:
+                    collation(coll)
+                except InvalidArgument as exc:
+                    raise InvalidArgument(f"{kpath}.collation: {exc.message}") from exc
             try:
-                keyspaces[ks_name] = KeyspaceTopo(ks_name, shards, vs)
+                keyspaces[ks_name] = KeyspaceTopo(ks_name, shards, vs, coll)
             except InvalidArgument as exc:
                 raise InvalidArgument(f"{kpath}.shards: {exc.message}") from exc
         default = doc.get("default_keyspace")
@@ -108,6 +120,7 @@ class Topology:
                 ks.name: {
                     "shards": {s.name: s.url for s in ks.shards},
                     "vschema": ks.vschema,
+                    **({"collation": ks.collation} if ks.collation else {}),
                 }
                 for ks in self.keyspaces.values()
             }
