@@ -389,10 +389,16 @@ async def test_scatter_merge_sorts_by_the_shards_collation(pair: Pair) -> None:
     await pair.same("SELECT id, s FROM t ORDER BY s DESC, id LIMIT 5", ordered=True)
 
 
-async def test_sqlite_merges_columns_of_mixed_storage_classes(pair: Pair) -> None:
-    """SQLite keeps 'zz' as TEXT in an INTEGER column: numbers sort before text."""
-    if pair.kind != "sqlite":
-        pytest.skip("only SQLite stores text in an INTEGER column")
+async def test_sqlite_merges_columns_of_mixed_storage_classes(
+    make_database: Callable[..., str],
+) -> None:
+    """SQLite keeps 'zz' as TEXT in an INTEGER column: numbers sort before text (only
+    SQLite stores text in an INTEGER column)."""
+    async for pair in _open_pair("sqlite", make_database, None):
+        await _mixed_storage_classes(pair)
+
+
+async def _mixed_storage_classes(pair: Pair) -> None:
     for s in (pair.sh, pair.one):
         await pair.gate.execute(s, "INSERT INTO t (id, k, n, s, email) VALUES "
                                    "(20, 'zz', 1, 'q', 'z1'), (21, 'ab', 2, 'q', 'z2'), "
