@@ -46,6 +46,7 @@ from shardgate.planner.select import (
     plan_multi_shard,
 )
 from shardgate.sql.dialect import strip_qualifiers
+from shardgate.sql.rewrite import swapped, transform
 from shardgate.vindexes import Lookup
 from shardgate.vschema import ColumnVindex, Table, VSchema
 
@@ -95,7 +96,7 @@ def normalize(stmt: exp.Expr) -> str:
             return exp.Placeholder()
         return node
 
-    return stmt.transform(lit).sql(dialect="mysql")
+    return transform(stmt, lit).sql(dialect="mysql", copy=False)  # (a copy already)
 
 
 def _plan_explain(stmt: exp.Describe, vschema: VSchema, default_ks: str | None) -> Primitive:
@@ -107,9 +108,10 @@ def _plan_explain(stmt: exp.Describe, vschema: VSchema, default_ks: str | None) 
 
 def _refs(stmt: exp.Expression, vschema: VSchema, default_keyspace: str | None) -> list[_Ref]:
     refs = []
-    ctes = {c.alias_or_name.lower() for c in stmt.find_all(exp.CTE)}
-    for t in stmt.find_all(exp.Table):
-        if not t.name or t.name.lower() in ctes:
+    nodes = list(stmt.find_all(exp.CTE, exp.Table))  # one walk (long IN lists)
+    ctes = {c.alias_or_name.lower() for c in nodes if isinstance(c, exp.CTE)}
+    for t in nodes:
+        if not isinstance(t, exp.Table) or not t.name or t.name.lower() in ctes:
             continue
         table = vschema.find_table(t.name, t.db or None, default_keyspace)
         refs.append(_Ref(table, (t.alias or t.name).lower()))
@@ -156,10 +158,9 @@ def _plan_select(stmt: exp.Expression, vschema: VSchema, default_ks: str | None)
             raise Unsupported("this query cannot be routed across keyspaces")
         return plan_nested_loop(stmt, trefs, plan)
     ks_name = next(iter(keyspaces))
-    query_tree = strip_qualifiers(stmt)
     sharded = [r for r in refs if r.table.type != "reference"]
     if not sharded:
-        return Route(Opcode.REFERENCE, ks_name, True, ShardQuery(query_tree),
+        return Route(Opcode.REFERENCE, ks_name, True, ShardQuery(strip_qualifiers(stmt)),
                      table=refs[0].table.name)
     if len(sharded) > 1:
         choice, ref = best_route(trefs, stmt)
@@ -178,7 +179,7 @@ def _plan_select(stmt: exp.Expression, vschema: VSchema, default_ks: str | None)
         choice.opcode is Opcode.NONE and not needs_aggregation(stmt)
     )
     if single:
-        return _route(choice, ks_name, query_tree, table_name)
+        return _route(choice, ks_name, strip_qualifiers(stmt), table_name)
     split_tree, in_var = _split_in(stmt, choice)
     assert isinstance(split_tree, exp.Select)
     target = RouteTarget(choice.opcode, ks_name, table_name, choice.vindex, choice.values,
@@ -249,19 +250,27 @@ def _split_in(tree: exp.Expression, choice: RouteChoice) -> tuple[exp.Expr, str 
     term = choice.term
     if choice.opcode is not Opcode.IN or term is None:
         return strip_qualifiers(tree), None
+    if term.root() is tree:
+        # Copy the statement with the short term in place of the long one (a
+        # 10,000-value list is then never copied).
+        with swapped(term, _in_var_term(term)):
+            return strip_qualifiers(tree), IN_VAR
     term.meta["sg_in"] = True
     try:
         def swap(node: exp.Expr) -> exp.Expr:
-            if not node.meta.get("sg_in"):
-                return node
-            col = node.this if isinstance(node, exp.In) else node.find(exp.Column)
-            assert col is not None
-            return exp.In(this=col.copy(), expressions=[exp.Placeholder(this=IN_VAR)])
+            return _in_var_term(node) if node.meta.get("sg_in") else node
 
-        rewritten = strip_qualifiers(tree).transform(swap)
+        rewritten = transform(strip_qualifiers(tree), swap, copy=False)
     finally:
         term.meta.pop("sg_in", None)
     return rewritten, IN_VAR
+
+
+def _in_var_term(term: exp.Expr) -> exp.In:
+    """``col IN (:__sg_vals)`` for the IN list or OR of equalities ``term`` on ``col``."""
+    col = term.this if isinstance(term, exp.In) else term.find(exp.Column)
+    assert col is not None
+    return exp.In(this=col.copy(), expressions=[exp.Placeholder(this=IN_VAR)])
 
 
 def _no_table_route(stmt: exp.Expression, vschema: VSchema, default_ks: str | None) -> Route:

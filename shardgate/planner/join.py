@@ -21,7 +21,8 @@ computed from per-row partials. Correlated subqueries are refused.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from sqlglot import exp
@@ -59,10 +60,16 @@ def pull_out_subqueries(stmt: exp.Select, plan: PlanFn) -> tuple[exp.Select, lis
     order they must run.
     """
     pulled: list[tuple[str, Primitive]] = []
+    # Only this statement's own IN terms: each subquery pulls out its own nested
+    # ones when it is planned (visiting them here too made planning exponential).
+    candidates = [n for n in own_nodes(stmt) if isinstance(n, exp.In) and n.args.get("query")]
+    if not candidates:
+        return stmt, pulled
     stmt = stmt.copy()
-    for node in list(stmt.find_all(exp.In)):
+    candidates = [n for n in own_nodes(stmt) if isinstance(n, exp.In) and n.args.get("query")]
+    for node in candidates:
         query = node.args.get("query")
-        if query is None or isinstance(node.parent, exp.Not):
+        if isinstance(node.parent, exp.Not):
             continue
         inner = query.this if isinstance(query, exp.Subquery) else query
         if not isinstance(inner, exp.Select) or _correlated(inner):
@@ -71,6 +78,17 @@ def pull_out_subqueries(stmt: exp.Select, plan: PlanFn) -> tuple[exp.Select, lis
         pulled.append((var, plan(inner)))
         node.replace(exp.In(this=node.this.copy(), expressions=[exp.Placeholder(this=var)]))
     return stmt, pulled
+
+
+def own_nodes(stmt: exp.Expr) -> Iterator[exp.Expr]:
+    """The nodes of ``stmt`` outside its subqueries, breadth first (as ``find_all``)."""
+    queue: deque[exp.Expr] = deque([stmt])
+    while queue:
+        node = queue.popleft()
+        yield node
+        for child in node.iter_expressions():
+            if not isinstance(child, exp.Query | exp.Subquery):
+                queue.append(child)
 
 
 def wrap_pulled(outer: Primitive, pulled: list[tuple[str, Primitive]]) -> Primitive:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from sqlglot import exp
 
 from shardgate.engine.primitives import Opcode
-from shardgate.engine.values import Literal, Value, from_expression, is_constant
+from shardgate.engine.values import Literal, SQLExpr, Value, from_expression, is_constant
 from shardgate.errors import InvalidArgument
 from shardgate.keys import KeyRange, parse_key_range
 from shardgate.vindexes import Lookup, MultiColumn, Vindex
@@ -93,9 +93,9 @@ def constraints(
             continue
         if isinstance(term, exp.In) and not term.args.get("query") and not term.args.get("not"):
             col = _column_of(term.this, names)
-            items = term.expressions
-            if col is not None and items and all(is_constant(i) for i in items):
-                ins.setdefault(col, (tuple(from_expression(i) for i in items), term))
+            values = _constants(term.expressions) if col is not None else None
+            if col is not None and values:
+                ins.setdefault(col, (values, term))
             elif isinstance(term.this, exp.Tuple):
                 _tuple_in(term, names, ins)
             continue
@@ -104,6 +104,20 @@ def constraints(
             if found is not None:
                 ins.setdefault(found[0], (found[1], term))
     return eqs, ins
+
+
+def _constants(items: list[exp.Expr]) -> tuple[Value, ...] | None:
+    """The values of ``items`` if every one is a constant (each converted once)."""
+    out = []
+    for item in items:
+        try:
+            v = from_expression(item)
+        except InvalidArgument:
+            return None
+        if isinstance(v, SQLExpr):
+            return None
+        out.append(v)
+    return tuple(out)
 
 
 def _tuple_in(

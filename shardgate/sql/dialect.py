@@ -17,6 +17,7 @@ from typing import Any
 from sqlglot import exp
 
 from shardgate.errors import InvalidArgument
+from shardgate.sql.rewrite import transform
 
 _MARK = "\x00sgp{}\x00"
 _MARK_RE = re.compile("\x00sgp(\\d+)\x00")
@@ -67,14 +68,14 @@ class ShardSQL:
 def strip_qualifiers(tree: exp.Expr) -> exp.Expr:
     """Drop ``keyspace.`` from table references (shards hold tables unqualified)."""
 
-    def fix(node: exp.Expression) -> exp.Expression:
+    def fix(node: exp.Expr) -> exp.Expr:
         if isinstance(node, exp.Table | exp.Column) and node.args.get("db") is not None:
             node = node.copy()
             node.set("db", None)
             node.set("catalog", None)
         return node
 
-    return tree.transform(fix)
+    return transform(tree, fix)
 
 
 _BINARY_TYPES = {
@@ -87,7 +88,7 @@ _BINARY_TYPES = {
 }
 
 
-def _fix_for_dialect(node: exp.Expression, dialect: str) -> exp.Expression:
+def _fix_for_dialect(node: exp.Expr, dialect: str) -> exp.Expr:
     """Patch what sqlglot's generator gets wrong for a target dialect."""
     if (
         dialect == "postgres"
@@ -114,7 +115,7 @@ def render(tree: exp.Expr, dialect: str, placeholder: str) -> ShardSQL:
     """Generate ``tree`` for ``dialect`` with positional placeholders."""
     names: list[str] = []
 
-    def mark(node: exp.Expression) -> exp.Expression:
+    def mark(node: exp.Expr) -> exp.Expr:
         if isinstance(node, exp.Placeholder):
             name = node.name
             if not name:
@@ -125,9 +126,9 @@ def render(tree: exp.Expr, dialect: str, placeholder: str) -> ShardSQL:
             return exp.Var(this=_MARK.format(len(names) - 1))
         return node
 
-    fixed = tree.transform(lambda n: _fix_for_dialect(n, dialect))
-    marked = fixed.transform(mark)
-    sql = marked.sql(dialect=dialect)
+    fixed = transform(tree, lambda n: _fix_for_dialect(n, dialect))
+    marked = transform(fixed, mark, copy=False)
+    sql = marked.sql(dialect=dialect, copy=False)  # ``marked`` is our own copy
     if dialect == "mysql" and sql.endswith(" FOR SHARE"):
         sql = sql[: -len(" FOR SHARE")] + " LOCK IN SHARE MODE"  # MariaDB's spelling
     if placeholder == "%s":
