@@ -110,6 +110,10 @@ STATEMENTS = [
     "update user set col = 'q' where id in (4, 5, -6)",
     "insert into user (id, name) values (1, 'a'), (2, 'b')",
     "select id from main.unsharded where x = 'ks.t' order by 1 limit 10 offset 2",
+    # long lists are set aside by normalize: literals only, or not
+    "select 'a' from user where col in (" + ", ".join(f"'{i}'" for i in range(40)) +
+    ") and id in (" + ", ".join(map(str, range(30))) + ", id + 1) and name not in (" +
+    ", ".join(map(str, range(20))) + ") limit 5",
 ]
 
 
