@@ -59,7 +59,8 @@ from shardgate.queues.ddl import is_create_queue, parse_create_queue
 from shardgate.queues.events import QueueBatch
 from shardgate.result import ExecuteOptions, Result, Row
 from shardgate.sql.dialect import strip_qualifiers
-from shardgate.sql.parse import parse
+from shardgate.sql.inputs import check_bind_vars, check_sql
+from shardgate.sql.parse import parse, too_deep
 from shardgate.streams.merge import StartPoint, StreamEvent, update_stream
 from shardgate.tablet import LocalTabletClient, Tablet, TabletClient
 from shardgate.topo.model import Topology
@@ -154,7 +155,7 @@ class Gate:
 
     def plan(self, sql: str, keyspace: str | None) -> Plan | str:
         """The cached plan of ``sql`` (a string for session-control statements)."""
-        key = (sql, keyspace)
+        key = (check_sql(sql), keyspace)
         found = self.plans.get(key)
         if found is not None:
             return found
@@ -185,7 +186,10 @@ class Gate:
         elif keyspace is not None and ":" in keyspace:
             planned = self._targeted(stmt, sql, keyspace)
         else:
-            planned = build_plan(stmt, sql, self.vschema, keyspace)
+            try:
+                planned = build_plan(stmt, sql, self.vschema, keyspace)
+            except RecursionError:
+                raise too_deep() from None
         self.plans.put(key, planned)
         return planned
 
@@ -254,7 +258,7 @@ class Gate:
             return await exec_options.with_options(
                 lambda: self.execute(session, sql, bind_vars), options
             )
-        bv = bind_vars or {}
+        bv = check_bind_vars(bind_vars)
         planned = self.plan(sql, session.plan_key)  # errors here change nothing
         if isinstance(planned, str):
             return await self._control(session, planned)
@@ -347,7 +351,7 @@ class Gate:
         Outside a transaction a scatter SELECT streams shard by shard with
         bounded memory; everything else yields one chunk.
         """
-        bv = bind_vars or {}
+        bv = check_bind_vars(bind_vars)
         planned = self.plan(sql, session.keyspace)
         if (
             isinstance(planned, str)

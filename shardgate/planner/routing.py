@@ -35,16 +35,27 @@ class RouteChoice:
 
 
 def conjuncts(where: exp.Expr | None) -> Iterator[exp.Expr]:
+    """The top-level AND terms of ``where``, left to right (without recursion)."""
     if where is None:
         return
-    node = where.this if isinstance(where, exp.Where) else where
-    while isinstance(node, exp.Paren):
-        node = node.this
-    if isinstance(node, exp.And):
-        yield from conjuncts(node.left)
-        yield from conjuncts(node.right)
-    else:
-        yield node
+    yield from _flatten(where.this if isinstance(where, exp.Where) else where, exp.And)
+
+
+def _flatten(node: exp.Expr, kind: type[exp.Connector]) -> Iterator[exp.Expr]:
+    """The terms of a chain of ``kind`` (AND or OR), parentheses dropped, left to right.
+
+    Iterative: a chain of 1,000 terms is a tree 1,000 levels deep.
+    """
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        while isinstance(n, exp.Paren):
+            n = n.this
+        if isinstance(n, kind):
+            stack.append(n.right)
+            stack.append(n.left)
+        else:
+            yield n
 
 
 def _column_of(node: exp.Expr, names: set[str]) -> str | None:
@@ -140,18 +151,7 @@ def _tuple_in(
 def _or_of_equalities(
     node: exp.Expr, names: set[str]
 ) -> tuple[str, tuple[Value, ...]] | None:
-    terms: list[exp.Expr] = []
-
-    def walk(n: exp.Expr) -> None:
-        while isinstance(n, exp.Paren):
-            n = n.this
-        if isinstance(n, exp.Or):
-            walk(n.left)
-            walk(n.right)
-        else:
-            terms.append(n)
-
-    walk(node)
+    terms = list(_flatten(node, exp.Or))
     col: str | None = None
     values: list[Value] = []
     for t in terms:

@@ -36,6 +36,8 @@ class ShardSQL:
     params: tuple[str, ...]
     parts: tuple[str, ...] = ()
     placeholder: str = "?"
+    #: the bind variables that stand in an IN list, where a list value may go
+    list_params: frozenset[str] = frozenset()
 
     def args(self, bind_vars: Mapping[str, Any]) -> list[Any]:
         return self.bind(bind_vars)[1]
@@ -54,6 +56,11 @@ class ShardSQL:
         args: list[Any] = []
         for name, value, part in zip(self.params, values, self.parts[1:], strict=True):
             if isinstance(value, list | tuple):
+                if name not in self.list_params:
+                    raise InvalidArgument(
+                        f"bind variable :{name} is a list, but it is not an IN list "
+                        f"('col IN (:{name})'): bind one value"
+                    )
                 if not value:
                     raise InvalidArgument(f"bind variable :{name} is an empty list")
                 out.append(", ".join([self.placeholder] * len(value)))
@@ -114,6 +121,7 @@ def _fix_for_dialect(node: exp.Expr, dialect: str) -> exp.Expr:
 def render(tree: exp.Expr, dialect: str, placeholder: str) -> ShardSQL:
     """Generate ``tree`` for ``dialect`` with positional placeholders."""
     names: list[str] = []
+    lists: set[str] = set()
 
     def mark(node: exp.Expr) -> exp.Expr:
         if isinstance(node, exp.Placeholder):
@@ -123,6 +131,8 @@ def render(tree: exp.Expr, dialect: str, placeholder: str) -> ShardSQL:
                     "positional '?' bind variables are not supported: use :name bind variables"
                 )
             names.append(name)
+            if isinstance(node.parent, exp.In) and node.arg_key == "expressions":
+                lists.add(name)
             return exp.Var(this=_MARK.format(len(names) - 1))
         return node
 
@@ -139,4 +149,4 @@ def render(tree: exp.Expr, dialect: str, placeholder: str) -> ShardSQL:
     parts = tuple(pieces[0::2])
     params = tuple(names[int(i)] for i in pieces[1::2])
     return ShardSQL(sql=placeholder.join(parts), params=params, parts=parts,
-                    placeholder=placeholder)
+                    placeholder=placeholder, list_params=frozenset(lists))
