@@ -31,6 +31,7 @@ from typing import Any
 from shardgate.api import shardgate_pb2 as pb
 from shardgate.errors import InvalidArgument
 from shardgate.result import ExecuteOptions, Result
+from shardgate.sql.inputs import check_bind_vars
 from shardgate.streams.token import EventToken
 
 _INT64_MIN = -(2**63)
@@ -95,12 +96,15 @@ def to_bind_vars(bind_vars: Mapping[str, Any] | None) -> dict[str, pb.Value]:
     """Bind variables as the request's ``bind_vars`` map."""
     if not bind_vars:
         return {}
+    if not isinstance(bind_vars, Mapping):
+        check_bind_vars(bind_vars)  # refuses it, naming the type
     out: dict[str, pb.Value] = {}
     for name, v in bind_vars.items():
         try:
             out[name] = to_value(v)
         except InvalidArgument as exc:
             raise InvalidArgument(f"bind variable {name!r}: {exc.message}") from exc
+    check_bind_vars(bind_vars)  # names are str, text is valid Unicode
     return out
 
 

@@ -44,6 +44,7 @@ from shardgate.errors import (
     NotFound,
     ShardgateError,
     Unsupported,
+    error_for_code,
 )
 from shardgate.gate import options as exec_options
 from shardgate.gate import twopc
@@ -188,8 +189,15 @@ class Gate:
         else:
             try:
                 planned = build_plan(stmt, sql, self.vschema, keyspace)
+            except ShardgateError:
+                raise
             except RecursionError:
                 raise too_deep() from None
+            except Exception as exc:  # a bug: still a coded error for the caller
+                raise Internal(
+                    f"planning failed with {type(exc).__name__}: {exc} (a shardgate bug: "
+                    "please report the statement)"
+                ) from exc
         self.plans.put(key, planned)
         return planned
 
@@ -281,23 +289,23 @@ class Gate:
             if _writes(prim):
                 return await self._statement_savepoint(session, prim, bv)
             try:
-                return await prim.execute(cursor, bv)
+                return await _execute(prim, cursor, bv)
             except ShardgateError as exc:
                 # A failed read may have aborted a shard's transaction (PostgreSQL).
                 await self.rollback(session)
                 raise _with_note(exc, "the transaction was rolled back") from exc
         if session.in_transaction:  # an implicit transaction: its owner handles errors
-            return await prim.execute(cursor, bv)
+            return await _execute(prim, cursor, bv)
         if _needs_implicit_tx(prim):
             session.in_transaction = session.implicit = True
             try:
-                result = await prim.execute(cursor, bv)
+                result = await _execute(prim, cursor, bv)
             except BaseException:
                 await self.rollback(session)
                 raise
             await self.commit(session)
             return result
-        return await prim.execute(cursor, bv)
+        return await _execute(prim, cursor, bv)
 
     async def execute_batch(
         self,
@@ -375,7 +383,7 @@ class Gate:
         before = list(session.shard_txs.items())
         await self._broadcast(before, "SAVEPOINT sg_stmt")
         try:
-            result = await prim.execute(_SessionCursor(self, session), bind_vars)
+            result = await _execute(prim, _SessionCursor(self, session), bind_vars)
         except ShardgateError as exc:
             joined = [k for k in session.shard_txs if k not in dict(before)]
             for key in joined:
@@ -504,6 +512,10 @@ class Gate:
             )
             res = await tablet.execute(f"SELECT next_id, cache FROM {ident} WHERE id = 0", [], tid)
             await tablet.commit(tid)
+        except ShardgateError as exc:
+            await _quiet_rollback(tablet, tid)
+            raise internal_failure(exc, f"{ks_name}/{ks.shards[0].name}",
+                                   f"allocating values of sequence {sequence}") from exc
         except BaseException:
             await _quiet_rollback(tablet, tid)
             raise
@@ -540,6 +552,26 @@ def _savepoint_control(sql: str) -> str | None:
     return f"{kind}:{m.group(2).lower()}"
 
 
+async def _execute(prim: Primitive, cursor: _SessionCursor, bv: Mapping[str, Any]) -> Result:
+    """``prim.execute``, where an exception that is not a ShardgateError becomes one.
+
+    Such an exception is a bug (user input is checked before), but the caller
+    still gets a coded error, and the transaction handling around this call
+    (which reacts to ShardgateError) still undoes the statement.
+    """
+    try:
+        return await prim.execute(cursor, bv)
+    except ShardgateError:
+        raise
+    except RecursionError:
+        raise too_deep() from None
+    except Exception as exc:
+        raise Internal(
+            f"running the statement failed with {type(exc).__name__}: {exc} "
+            "(a shardgate bug: please report the statement)"
+        ) from exc
+
+
 def _writes(prim: object) -> bool:
     if isinstance(prim, Insert | LookupDML):
         return True
@@ -554,6 +586,15 @@ def _needs_implicit_tx(prim: object) -> bool:
     return isinstance(prim, LookupDML)
 
 
+def internal_failure(exc: ShardgateError, shard: str, purpose: str) -> ShardgateError:
+    """``exc`` (same class and code) saying the gate's own query on ``shard`` failed."""
+    if exc.message.startswith("internal query"):
+        return exc  # already said by an inner layer
+    return error_for_code(
+        exc.code, f"internal query for shard {shard} failed ({purpose}): {exc.message}"
+    )
+
+
 def _with_note(exc: ShardgateError, note: str) -> ShardgateError:
     exc.args = (f"{exc.message} ({note})",)
     return exc
@@ -566,13 +607,19 @@ async def _quiet_rollback(tablet: TabletClient, tid: int) -> None:
 
 
 class _SessionCursor(ExecCursor):
-    """Executes primitives for one session: shard targeting and transactions."""
+    """Executes primitives for one session: shard targeting and transactions.
 
-    __slots__ = ("gate", "session")
+    ``internal`` (or the session's) says what the SQL is for when the gate
+    wrote it itself (lookup vindex queries): a shard error then names that
+    query and the shard, instead of reading as a fault of the user's statement.
+    """
 
-    def __init__(self, gate: Gate, session: Session) -> None:
+    __slots__ = ("gate", "internal", "session")
+
+    def __init__(self, gate: Gate, session: Session, internal: str | None = None) -> None:
         self.gate = gate
         self.session = session
+        self.internal = internal or session.internal
 
     def shard_map(self, keyspace: str) -> ShardMap:
         return self.gate.topology.keyspace(keyspace).shard_map
@@ -612,7 +659,12 @@ class _SessionCursor(ExecCursor):
                 self.session.shard_txs[key] = tid
                 for name in self.session.savepoints:  # replay user savepoints on a joiner
                     await tablet.execute(f"SAVEPOINT sgu_{name}", [], tid)
-        return await exec_options.shard_execute(tablet, sql, args, tid)
+        if self.internal is None:
+            return await exec_options.shard_execute(tablet, sql, args, tid)
+        try:
+            return await exec_options.shard_execute(tablet, sql, args, tid)
+        except ShardgateError as exc:
+            raise internal_failure(exc, f"{keyspace}/{shard}", self.internal) from exc
 
     async def execute_shards(
         self,
@@ -688,10 +740,12 @@ class _LookupCursor:
         planned = self.gate.plan(sql, self.session.keyspace)
         if isinstance(planned, str):
             raise InvalidArgument(f"lookup vindexes cannot run {planned.upper()}")
+        purpose = f"the lookup vindex query {' '.join(sql.split())[:100]!r}"
         if autocommit and not self._holds_sqlite(planned.instructions):
-            return await self.gate.execute(Session(keyspace=self.session.keyspace), sql, bind_vars)
+            own = Session(keyspace=self.session.keyspace, internal=purpose)
+            return await self.gate.execute(own, sql, bind_vars)
         # Inside the caller's statement: its transaction handling applies.
-        cursor = _SessionCursor(self.gate, self.session)
+        cursor = _SessionCursor(self.gate, self.session, internal=purpose)
         return await planned.instructions.execute(cursor, bind_vars)
 
     def _holds_sqlite(self, prim: object) -> bool:
