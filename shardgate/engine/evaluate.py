@@ -18,6 +18,7 @@ from sqlglot import exp
 
 from shardgate.engine.values import Literal, from_expression
 from shardgate.errors import Unsupported
+from shardgate.sql.rewrite import flatten
 
 Row = Sequence[Any]
 Evaluator = Callable[[Row], Any]
@@ -105,10 +106,19 @@ def compile_expr(node: exp.Expr, slots: Mapping[str, int]) -> Evaluator:
 
         return compare
     if isinstance(node, exp.And | exp.Or):
-        left, right = compile_expr(node.left, slots), compile_expr(node.right, slots)
-        if isinstance(node, exp.And):
-            return lambda row: _and(left(row), right(row))
-        return lambda row: _or(left(row), right(row))
+        # A chain of one connector is compiled flat (AND and OR are associative in
+        # SQL's three-valued logic): 1,000 OR terms are neither 1,000 nested calls
+        # nor 1,000 re-renderings of ever shorter chains.
+        terms = [compile_expr(t, slots) for t in flatten(node, type(node))]
+        combine = _and if isinstance(node, exp.And) else _or
+
+        def chain(row: Row) -> Any:
+            acc = terms[0](row)
+            for term in terms[1:]:
+                acc = combine(acc, term(row))
+            return acc
+
+        return chain
     if isinstance(node, exp.Not):
         inner = compile_expr(node.this, slots)
 

@@ -20,6 +20,7 @@ from shardgate.engine.primitives import Opcode
 from shardgate.engine.values import Literal, SQLExpr, Value, from_expression, is_constant
 from shardgate.errors import InvalidArgument
 from shardgate.keys import KeyRange, parse_key_range
+from shardgate.sql.rewrite import flatten
 from shardgate.vindexes import Lookup, MultiColumn, Vindex
 from shardgate.vschema import Table
 
@@ -38,24 +39,7 @@ def conjuncts(where: exp.Expr | None) -> Iterator[exp.Expr]:
     """The top-level AND terms of ``where``, left to right (without recursion)."""
     if where is None:
         return
-    yield from _flatten(where.this if isinstance(where, exp.Where) else where, exp.And)
-
-
-def _flatten(node: exp.Expr, kind: type[exp.Connector]) -> Iterator[exp.Expr]:
-    """The terms of a chain of ``kind`` (AND or OR), parentheses dropped, left to right.
-
-    Iterative: a chain of 1,000 terms is a tree 1,000 levels deep.
-    """
-    stack = [node]
-    while stack:
-        n = stack.pop()
-        while isinstance(n, exp.Paren):
-            n = n.this
-        if isinstance(n, kind):
-            stack.append(n.right)
-            stack.append(n.left)
-        else:
-            yield n
+    yield from flatten(where.this if isinstance(where, exp.Where) else where, exp.And)
 
 
 def _column_of(node: exp.Expr, names: set[str]) -> str | None:
@@ -151,7 +135,7 @@ def _tuple_in(
 def _or_of_equalities(
     node: exp.Expr, names: set[str]
 ) -> tuple[str, tuple[Value, ...]] | None:
-    terms = list(_flatten(node, exp.Or))
+    terms = list(flatten(node, exp.Or))
     col: str | None = None
     values: list[Value] = []
     for t in terms:

@@ -18,6 +18,23 @@ from contextlib import contextmanager
 from sqlglot import exp
 
 
+def flatten(node: exp.Expr, kind: type[exp.Connector]) -> Iterator[exp.Expr]:
+    """The terms of a chain of ``kind`` (AND or OR), parentheses dropped, left to right.
+
+    Iterative: a chain of 1,000 terms is a tree 1,000 levels deep.
+    """
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        while isinstance(n, exp.Paren):
+            n = n.this
+        if isinstance(n, kind):
+            stack.append(n.right)
+            stack.append(n.left)
+        else:
+            yield n
+
+
 def transform(
     tree: exp.Expr, fun: Callable[[exp.Expr], exp.Expr | None], *, copy: bool = True
 ) -> exp.Expr:
