@@ -231,8 +231,12 @@ _sql = st.one_of(
         st.sampled_from(_COLS), st.sampled_from(_OPS), st.sampled_from(_VALUES),
     ),
 )
-_text = st.text(alphabet=st.characters(codec=None, categories=("L", "N", "P", "Zs", "Cs")),
-                max_size=8)
+_text = st.one_of(
+    st.text(alphabet=st.characters(codec=None, categories=("L", "N", "P", "Zs", "Cs")),
+            max_size=8),
+    st.builds(lambda a, n: a + chr(n), st.text(max_size=3),
+              st.integers(min_value=0xD800, max_value=0xDFFF)),  # a lone surrogate
+)
 _scalar = st.one_of(
     st.none(), st.booleans(), st.integers(min_value=-(2**70), max_value=2**70),
     st.floats(allow_nan=True, allow_infinity=True), _text, st.binary(max_size=8),
@@ -292,6 +296,22 @@ def test_only_coded_errors_escape_for_any_bind_value_on_a_lookup_column(
             h.run(sql, {"e": value, "id": value, "n": value})
         except ShardgateError as exc:
             assert not _is_bug(exc), f"{sql!r} {value!r}: {exc}"
+        else:
+            # Never matched against nothing: such values must be refused.
+            assert _acceptable(value), f"{sql!r} accepted {value!r}"
+
+
+def _acceptable(value: Any) -> bool:
+    """A value the docs allow (a list only of scalars), as text that is valid UTF-8."""
+    scalars = (type(None), bool, int, float, str, bytes, bytearray, decimal.Decimal,
+               datetime.date, datetime.time, datetime.timedelta, uuid.UUID)
+    items = value if isinstance(value, list | tuple) else [value]
+    for v in items:
+        if not isinstance(v, scalars):
+            return False
+        if isinstance(v, str) and any(0xD800 <= ord(c) <= 0xDFFF for c in v):
+            return False
+    return True
 
 
 _HARNESS: list[Harness] = []
