@@ -262,7 +262,10 @@ class Route(Primitive):
             for value in self.values
         ]
         if op is not Opcode.IN:
-            _single_values(self.values, resolved)
+            for x in resolved:
+                if isinstance(x, list | tuple):  # (a multi-column value is a tuple)
+                    _single_values(self.values, resolved)
+                    break
         else:
             flat: list[Any] = []
             for v in resolved:

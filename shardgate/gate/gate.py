@@ -305,7 +305,12 @@ class Gate:
                 raise
             await self.commit(session)
             return result
-        return await _execute(prim, cursor, bv)
+        try:  # (inline: the common path, a statement on its own)
+            return await prim.execute(cursor, bv)
+        except ShardgateError:
+            raise
+        except Exception as exc:
+            raise _unexpected(exc) from exc
 
     async def execute_batch(
         self,
@@ -563,13 +568,18 @@ async def _execute(prim: Primitive, cursor: _SessionCursor, bv: Mapping[str, Any
         return await prim.execute(cursor, bv)
     except ShardgateError:
         raise
-    except RecursionError:
-        raise too_deep() from None
     except Exception as exc:
-        raise Internal(
-            f"running the statement failed with {type(exc).__name__}: {exc} "
-            "(a shardgate bug: please report the statement)"
-        ) from exc
+        raise _unexpected(exc) from exc
+
+
+def _unexpected(exc: Exception) -> ShardgateError:
+    """The coded error for an exception that escaped execution."""
+    if isinstance(exc, RecursionError):
+        return too_deep()
+    return Internal(
+        f"running the statement failed with {type(exc).__name__}: {exc} "
+        "(a shardgate bug: please report the statement)"
+    )
 
 
 def _writes(prim: object) -> bool:
