@@ -31,7 +31,7 @@ from typing import Any
 from shardgate.api import shardgate_pb2 as pb
 from shardgate.errors import InvalidArgument
 from shardgate.result import ExecuteOptions, Result
-from shardgate.sql.inputs import check_bind_vars
+from shardgate.sql.inputs import check_bind_vars, check_text
 from shardgate.streams.token import EventToken
 
 _INT64_MIN = -(2**63)
@@ -57,6 +57,8 @@ def to_value(v: Any) -> pb.Value:
         case float():
             return pb.Value(double_value=v)
         case str():
+            if not v.isascii():
+                check_text(v, "the text")
             return pb.Value(string_value=v)
         case bytes() | bytearray() | memoryview():
             return pb.Value(bytes_value=bytes(v))

@@ -41,7 +41,7 @@ def check_sql(sql: object) -> str:
             + (": decode it first" if isinstance(sql, bytes | bytearray) else "")
         )
     if not sql.isascii():
-        _check_text(sql, "the SQL statement")
+        check_text(sql, "the SQL statement")
     return sql
 
 
@@ -66,7 +66,7 @@ def check_bind_vars(bind_vars: object) -> Mapping[str, Any]:
             continue
         if t is str:
             if not value.isascii():
-                _check_text(value, f"bind variable :{name}")
+                check_text(value, f"bind variable :{name}")
         elif isinstance(value, list | tuple):
             for item in value:
                 _check_scalar(name, item, "an element of list ")
@@ -78,7 +78,7 @@ def check_bind_vars(bind_vars: object) -> Mapping[str, Any]:
 def _check_scalar(name: str, value: object, where: str) -> None:
     if isinstance(value, str):
         if not value.isascii():
-            _check_text(value, f"{where}bind variable :{name}")
+            check_text(value, f"{where}bind variable :{name}")
         return
     if isinstance(value, list | tuple | dict | set | frozenset) or \
             not isinstance(value, _SCALARS):
@@ -88,7 +88,8 @@ def _check_scalar(name: str, value: object, where: str) -> None:
         )
 
 
-def _check_text(text: str, what: str) -> None:
+def check_text(text: str, what: str) -> None:
+    """Refuse ``text`` (``what`` names it) unless it encodes as UTF-8 (no lone surrogates)."""
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as exc:

@@ -23,6 +23,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from shardgate.api.client import GateClient
 from shardgate.client import dbapi
 from shardgate.errors import Code, ShardgateError
 from shardgate.gate import Gate, Session
@@ -338,3 +339,20 @@ def test_accepted_scalar_types_pass_the_check(h: Harness) -> None:
             h.run(BY_NAME, {"n": value})
         except ShardgateError as exc:  # the shard's own refusal is fine, never the gate's
             assert "bind variable :n has type" not in exc.message
+
+
+async def test_grpc_client_refuses_bad_sql_and_binds_before_sending() -> None:
+    # Nothing listens on the port: a refusal must come from the checks, not the network.
+    client = GateClient("grpc://127.0.0.1:9", timeout=5)
+    try:
+        for sql, bind_vars in ((b"SELECT 1", None), (None, None), (7, None),
+                               ("SELECT '\ud800'", None), ("SELECT :a", {"a": "\udc00"}),
+                               ("SELECT :a", {"a": {"k": 1}}), ("SELECT :a", [1])):
+            with pytest.raises(ShardgateError) as err:
+                await client.execute(sql, bind_vars)  # type: ignore[arg-type]
+            assert err.value.code is Code.INVALID_ARGUMENT, err.value
+        with pytest.raises(ShardgateError) as err:
+            await client.execute_batch([(b"SELECT 1", None)])  # type: ignore[list-item]
+        assert err.value.code is Code.INVALID_ARGUMENT
+    finally:
+        await client.close()
