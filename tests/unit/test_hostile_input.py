@@ -6,7 +6,9 @@ of which escaped as ``TypeError``, ``AttributeError``, ``RecursionError`` or
 ``UnicodeEncodeError``, or was silently matched against nothing, before the
 fix; then a hypothesis battery of garbage SQL and bind values asserting that
 only :class:`ShardgateError` escapes ``Gate.execute``, and never the INTERNAL
-"shardgate bug" safety net.
+"shardgate bug" safety net. The batteries are derandomized (the same examples
+on every run), so CI does not flake; a longer random run is a matter of
+raising ``max_examples`` and dropping ``derandomize``.
 """
 
 from __future__ import annotations
@@ -265,7 +267,7 @@ def _is_bug(exc: ShardgateError) -> bool:
 def test_only_coded_errors_escape_for_garbage(h: Harness) -> None:
     seen = {"ok": 0, "refused": 0}
 
-    @settings(max_examples=300, deadline=None, database=None,
+    @settings(max_examples=300, deadline=None, database=None, derandomize=True,
               suppress_health_check=[HealthCheck.too_slow])
     @given(sql=_sql, bind_vars=_binds)
     def one(sql: str, bind_vars: Any) -> None:
@@ -283,7 +285,7 @@ def test_only_coded_errors_escape_for_garbage(h: Harness) -> None:
     assert seen["ok"] and seen["refused"]  # the battery reaches both outcomes
 
 
-@settings(max_examples=150, deadline=None, database=None)
+@settings(max_examples=150, deadline=None, database=None, derandomize=True)
 @given(value=_value)
 def test_only_coded_errors_escape_for_any_bind_value_on_a_lookup_column(
     tmp_path_factory: pytest.TempPathFactory, value: Any
