@@ -17,11 +17,11 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-import sqlglot
 from sqlglot import exp
 from sqlglot.errors import ParseError, TokenError
 
 from shardgate.errors import InvalidArgument, SyntaxError_
+from shardgate.sql.long_lists import parse_statements
 
 GATE_DIALECT = "mysql"
 #: the recursion limit while parsing (CPython 3.11+ keeps Python-to-Python
@@ -57,7 +57,7 @@ def parse(sql: str) -> exp.Expression:
     """Parse exactly one statement of gate SQL."""
     try:
         with _deep_recursion():
-            statements = sqlglot.parse(sql, read=GATE_DIALECT)
+            statements = parse_statements(sql, GATE_DIALECT)
     except RecursionError:
         raise too_deep() from None
     except ParseError as exc:

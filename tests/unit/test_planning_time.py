@@ -15,11 +15,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import sqlglot
 from sqlglot import exp
 
 from shardgate.planner import build_plan
 from shardgate.planner.build import Plan, normalize
 from shardgate.sql import parse
+from shardgate.sql.long_lists import parse_statements
 from shardgate.sql.rewrite import swapped, transform
 from shardgate.vschema import VSchema
 
@@ -140,3 +142,41 @@ def test_swapped_puts_the_node_back() -> None:
         assert tree.sql(dialect="mysql") == "SELECT id FROM user WHERE :v AND col = 3"
     assert tree.sql(dialect="mysql") == before
     assert term.parent is not None and tree.find(exp.In) is term
+
+
+def _nums(n: int, fmt: str = "{}") -> str:
+    return ", ".join(fmt.format(i) for i in range(n))
+
+
+PARSE_CASES = [
+    f"select id from user where id in ({_nums(100)})",
+    f"select id from user where id not in ({_nums(100, repr('{}'))}) and x in (1, 2)",
+    f"select id from user where id in ({_nums(100)}, -1)",  # not only literals
+    f"select id from user where id in ({_nums(100)} ) or a in ({_nums(70, '{}.5e3')})",
+    f"select id from user where id in ({_nums(100)} 'a' 'b')",  # a syntax error
+    f"select id from user where id in ({_nums(100)} /* c */)",  # a comment
+    f"select id from user where id in ({_nums(100)}) garbage (",
+    f"select '\x00sg_list0\x00' from user where id in ({_nums(100)})",  # a look-alike
+    f"select id from user where id in ({_nums(100)}); select 1",
+    f"insert into t (a) values (1) on duplicate key update a = a in ({_nums(100)})",
+    f"select id from user where (a, b) in ({_nums(100)})",
+    f"select id from user where id in (\"a\", {_nums(100)}, 'b')",
+    f"select id from user where id in ({_nums(63)})",  # shorter than LIST_MIN
+]
+
+
+@pytest.mark.parametrize("sql", PARSE_CASES)
+def test_long_literal_lists_parse_exactly_as_sqlglot_does(sql: str) -> None:
+    def outcome(fn: Callable[[], list[exp.Expr | None]]) -> object:
+        try:
+            trees = fn()
+        except sqlglot.errors.ParseError as exc:
+            return str(exc)
+        return [(t, t.sql(dialect="mysql")) if t is not None else None for t in trees]
+
+    ours = outcome(lambda: parse_statements(sql, "mysql"))
+    assert ours == outcome(lambda: sqlglot.parse(sql, read="mysql"))
+    if isinstance(ours, list) and ours[0] is not None:
+        tree = ours[0][0]
+        assert isinstance(tree, exp.Expr)
+        assert all(n.parent is not None for n in tree.walk() if n is not tree)
