@@ -404,8 +404,15 @@ class Gate:
         return result
 
     async def _broadcast(self, txs: list[tuple[tuple[str, str], int]], sql: str) -> None:
+        """Run the gate's own ``sql`` (savepoints) in each transaction of ``txs``."""
         if txs:
-            await asyncio.gather(*(self.tablets[k].execute(sql, [], tid) for k, tid in txs))
+            await asyncio.gather(*(self._internal(k, tid, sql) for k, tid in txs))
+
+    async def _internal(self, key: tuple[str, str], tid: int, sql: str) -> None:
+        try:
+            await self.tablets[key].execute(sql, [], tid)
+        except ShardgateError as exc:
+            raise internal_failure(exc, f"{key[0]}/{key[1]}", sql) from exc
 
     async def _savepoint_statement(self, session: Session, what: str) -> Result:
         """User savepoints: sent to every shard in the transaction and replayed on joiners."""

@@ -27,9 +27,10 @@ from hypothesis import strategies as st
 
 from shardgate.api.client import GateClient
 from shardgate.client import dbapi
-from shardgate.errors import Code, ShardgateError
+from shardgate.errors import Code, InvalidArgument, ShardgateError
 from shardgate.gate import Gate, Session
 from shardgate.result import Result
+from shardgate.topo import Topology
 from shardgate.topo.embedded import (
     COMMERCE_DDL,
     LOOKUP_DDL,
@@ -358,3 +359,41 @@ async def test_grpc_client_refuses_bad_sql_and_binds_before_sending() -> None:
         assert err.value.code is Code.INVALID_ARGUMENT
     finally:
         await client.close()
+
+
+class _NoSavepoints:
+    """A fake shard whose database refuses SAVEPOINT (as a broken or foreign backend would)."""
+
+    dialect, placeholder, keyspace, shard = "postgres", "%s", "bench", "-"
+
+    async def execute(self, sql: str, args: Any, tid: int | None = None,
+                      options: Any = None) -> Result:
+        if sql.startswith("SAVEPOINT"):
+            raise InvalidArgument("bad statement for shard database fake: syntax error")
+        return Result(["id"], [(1,)])
+
+    async def begin(self) -> int:
+        return 1
+
+    async def rollback(self, tid: int) -> None:
+        return None
+
+    async def close(self) -> None:
+        return None
+
+
+async def test_errors_in_the_gates_own_savepoints_say_so() -> None:
+    topo = Topology.from_dict({"keyspaces": {"bench": {
+        "shards": {"-": "postgresql://nobody@127.0.0.1/none"},
+        "vschema": {"sharded": True, "vindexes": {"hash": {"type": "hash"}},
+                    "tables": {"t": {"column_vindexes": [{"column": "id", "name": "hash"}]}}},
+    }}})
+    gate = Gate(topo, {("bench", "-"): _NoSavepoints()})  # type: ignore[dict-item]
+    s = gate.session("bench")
+    await gate.execute(s, "BEGIN")
+    await gate.execute(s, "SELECT id FROM t WHERE id = 1")  # the shard joins the transaction
+    with pytest.raises(ShardgateError) as err:
+        await gate.execute(s, "UPDATE t SET v = 2 WHERE id = 1")
+    assert err.value.code is Code.INVALID_ARGUMENT
+    assert err.value.message.startswith(
+        "internal query for shard bench/- failed (SAVEPOINT sg_stmt)"), err.value.message
