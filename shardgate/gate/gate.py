@@ -373,8 +373,13 @@ class Gate:
         ):
             yield await self.execute(session, sql, bv)
             return
-        async for chunk in planned.instructions.stream(_SessionCursor(self, session), bv):
-            yield chunk
+        try:
+            async for chunk in planned.instructions.stream(_SessionCursor(self, session), bv):
+                yield chunk
+        except ShardgateError:
+            raise
+        except Exception as exc:
+            raise _unexpected(exc) from exc
 
     async def _statement_savepoint(
         self, session: Session, prim: Primitive, bind_vars: Mapping[str, Any]
