@@ -191,13 +191,8 @@ class Gate:
                 planned = build_plan(stmt, sql, self.vschema, keyspace)
             except ShardgateError:
                 raise
-            except RecursionError:
-                raise too_deep() from None
             except Exception as exc:  # a bug: still a coded error for the caller
-                raise Internal(
-                    f"planning failed with {type(exc).__name__}: {exc} (a shardgate bug: "
-                    "please report the statement)"
-                ) from exc
+                raise _unexpected(exc, "planning") from exc
         self.plans.put(key, planned)
         return planned
 
@@ -584,12 +579,12 @@ async def _execute(prim: Primitive, cursor: _SessionCursor, bv: Mapping[str, Any
         raise _unexpected(exc) from exc
 
 
-def _unexpected(exc: Exception) -> ShardgateError:
-    """The coded error for an exception that escaped execution."""
+def _unexpected(exc: Exception, doing: str = "running the statement") -> ShardgateError:
+    """The coded error for an exception that escaped planning or execution."""
     if isinstance(exc, RecursionError):
         return too_deep()
     return Internal(
-        f"running the statement failed with {type(exc).__name__}: {exc} "
+        f"{doing} failed with {type(exc).__name__}: {exc} "
         "(a shardgate bug: please report the statement)"
     )
 

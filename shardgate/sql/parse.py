@@ -73,6 +73,10 @@ def parse(sql: str) -> exp.Expression:
         ) from exc
     except TokenError as exc:
         raise SyntaxError_(f"syntax error: {exc}") from exc
+    except Exception as exc:  # sqlglot failing otherwise: still the statement's text at fault
+        raise SyntaxError_(
+            f"the statement could not be parsed ({type(exc).__name__}: {exc})"
+        ) from exc
     statements = [s for s in statements if s is not None]
     if not statements:
         raise InvalidArgument("empty statement: send one SQL statement")

@@ -27,8 +27,10 @@ from hypothesis import strategies as st
 
 from shardgate.api.client import GateClient
 from shardgate.client import dbapi
+from shardgate.engine.primitives import Route
 from shardgate.errors import Code, InvalidArgument, ShardgateError
 from shardgate.gate import Gate, Session
+from shardgate.gate import gate as gate_module
 from shardgate.result import Result
 from shardgate.topo import Topology
 from shardgate.topo.embedded import (
@@ -413,3 +415,31 @@ def test_stream_execute_lets_only_coded_errors_escape(h: Harness) -> None:
     except ShardgateError:
         return
     assert sum(len(c.rows) for c in chunks) == 4
+
+
+def test_a_bug_in_planning_or_execution_is_still_a_coded_error(
+    h: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken_plan(*args: Any) -> Any:
+        raise AttributeError("'NoneType' object has no attribute 'name'")
+
+    monkeypatch.setattr(gate_module, "build_plan", broken_plan)
+    err = h.error("SELECT name FROM customer WHERE customer_id = 99")
+    assert err.code is Code.INTERNAL
+    assert err.message.startswith("planning failed with AttributeError"), err.message
+    monkeypatch.undo()
+
+    async def broken_execute(self: Any, vc: Any, bind_vars: Any) -> Result:
+        raise TypeError("'<' not supported")
+
+    monkeypatch.setattr(Route, "execute", broken_execute)
+    err = h.error("SELECT name FROM customer WHERE customer_id = 98")
+    assert err.code is Code.INTERNAL and "running the statement failed with TypeError" in \
+        err.message
+    # Inside a transaction: the same coded error, and the transaction handling goes on.
+    h.run("BEGIN")
+    with pytest.raises(ShardgateError):
+        h.run("UPDATE customer SET name = 'zz' WHERE customer_id = 1")
+    monkeypatch.undo()
+    h.run("COMMIT")
+    assert h.run("SELECT name FROM customer WHERE customer_id = 1").rows == [("a",)]
