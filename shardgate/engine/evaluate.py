@@ -21,6 +21,7 @@ from sqlglot import exp
 from shardgate.engine.sqlsem import Semantics
 from shardgate.engine.values import Literal, from_expression
 from shardgate.errors import Unsupported
+from shardgate.sql.rewrite import flatten
 
 Row = Sequence[Any]
 #: a compiled expression: its value for a result row, under the shard database's semantics
@@ -101,9 +102,19 @@ def _compile(node: exp.Expr, slots: Mapping[str, int]) -> Evaluator:
 
         return compare
     if isinstance(node, exp.And | exp.Or):
-        left, right = compile_expr(node.left, slots), compile_expr(node.right, slots)
+        # A chain of one connector is compiled flat (AND and OR are associative in
+        # SQL's three-valued logic): 1,000 OR terms are neither 1,000 nested calls
+        # nor 1,000 re-renderings of ever shorter chains.
+        terms = [compile_expr(t, slots) for t in flatten(node, type(node))]
         combine = _and if isinstance(node, exp.And) else _or
-        return lambda row, sem: combine(sem.truth(left(row, sem)), sem.truth(right(row, sem)))
+
+        def chain(row: Row, sem: Semantics) -> Any:
+            acc = sem.truth(terms[0](row, sem))
+            for term in terms[1:]:
+                acc = combine(acc, sem.truth(term(row, sem)))
+            return acc
+
+        return chain
     if isinstance(node, exp.Not):
         inner = compile_expr(node.this, slots)
 

@@ -203,6 +203,19 @@ async def vindex_map(
     raise InvalidArgument(f"vindex {vindex.name!r} cannot map values")
 
 
+def _single_values(values: Sequence[Value | tuple[Value, ...]], resolved: Sequence[Any]) -> None:
+    """Refuse a list bound where an equality needs one value (it would match nothing)."""
+    for value, got in zip(values, resolved, strict=True):
+        pairs = zip(value, got, strict=True) if isinstance(value, tuple) else ((value, got),)
+        for v, x in pairs:
+            if isinstance(x, list | tuple):
+                name = v.describe() if isinstance(v, BindVar) else "a value"
+                raise InvalidArgument(
+                    f"bind variable {name} is a list, but it is compared with '=': "
+                    "bind one value, or use IN (:list)"
+                )
+
+
 @dataclass(frozen=True)
 class Route(Primitive):
     """Send one query to the shards selected by ``opcode`` and merge the results."""
@@ -269,7 +282,12 @@ class Route(Primitive):
             else resolve(value, bind_vars)
             for value in self.values
         ]
-        if op is Opcode.IN or op is Opcode.MULTI_EQUAL:
+        if op is not Opcode.IN and op is not Opcode.MULTI_EQUAL:
+            for x in resolved:
+                if isinstance(x, list | tuple):  # (a multi-column value is a tuple)
+                    _single_values(self.values, resolved)
+                    break
+        else:
             flat: list[Any] = []
             for v in resolved:
                 if isinstance(v, list | tuple) and not isinstance(self.vindex, MultiColumn):

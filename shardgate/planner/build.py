@@ -72,6 +72,7 @@ from shardgate.planner.union import (
     without_dual_joins,
 )
 from shardgate.sql.dialect import strip_qualifiers
+from shardgate.sql.rewrite import swapped, transform
 from shardgate.vindexes import Lookup
 from shardgate.vindexes.consistent_lookup import ConsistentLookupBase
 from shardgate.vindexes.lookup import LookupBase
@@ -140,13 +141,35 @@ def _refuse_reserved_binds(stmt: exp.Expr) -> None:
 
 
 def normalize(stmt: exp.Expr) -> str:
-    """The statement with every literal replaced by ``?`` (statistics group by it)."""
+    """The statement with every literal replaced by ``?`` (statistics group by it).
+
+    Long IN lists of literals only are set aside while the statement is copied
+    and generated, and written back as text: a 10,000-value list costs a join
+    of strings, not 10,000 copied and generated nodes.
+    """
     def lit(node: exp.Expr) -> exp.Expr:
         if isinstance(node, exp.Literal):
             return exp.Placeholder()
         return node
 
-    return stmt.transform(lit).sql(dialect="mysql")
+    aside: list[tuple[exp.In, list[exp.Expr]]] = []
+    try:
+        for node in stmt.find_all(exp.In):
+            items = node.expressions
+            if len(items) > _ASIDE_MIN and all(type(x) is exp.Literal for x in items):
+                aside.append((node, items))
+                node.set("expressions", [exp.Var(this=_ASIDE.format(len(aside) - 1))])
+        text = transform(stmt, lit).sql(dialect="mysql", copy=False)  # (a copy already)
+    finally:
+        for node, items in aside:
+            node.set("expressions", items)
+    for i, (_node, items) in enumerate(aside):
+        text = text.replace(_ASIDE.format(i), ", ".join(["?"] * len(items)), 1)
+    return text
+
+
+_ASIDE = "\x00sgn{}\x00"
+_ASIDE_MIN = 16
 
 
 def _plan_explain(stmt: exp.Describe, vschema: VSchema, default_ks: str | None) -> Primitive:
@@ -158,9 +181,10 @@ def _plan_explain(stmt: exp.Describe, vschema: VSchema, default_ks: str | None) 
 
 def _refs(stmt: exp.Expression, vschema: VSchema, default_keyspace: str | None) -> list[_Ref]:
     refs = []
-    ctes = {c.alias_or_name.lower() for c in stmt.find_all(exp.CTE)}
-    for t in stmt.find_all(exp.Table):
-        if not t.name or t.name.lower() in ctes or is_dual(t):
+    nodes = list(stmt.find_all(exp.CTE, exp.Table))  # one walk (long IN lists)
+    ctes = {c.alias_or_name.lower() for c in nodes if isinstance(c, exp.CTE)}
+    for t in nodes:
+        if not isinstance(t, exp.Table) or not t.name or t.name.lower() in ctes or is_dual(t):
             continue
         table = vschema.find_table(t.name, t.db or None, default_keyspace)
         refs.append(_Ref(table, (t.alias or t.name).lower()))
@@ -249,10 +273,9 @@ def _plan_select(stmt: exp.Expression, vschema: VSchema, default_ks: str | None)
             stmt, trefs = expanded, table_refs(expanded, vschema, default_ks)
         return plan_nested_loop(stmt, trefs, plan)
     ks_name = next(iter(keyspaces))
-    query_tree = strip_qualifiers(stmt)
     sharded = [r for r in refs if r.table.type != "reference"]
     if not sharded:
-        return Route(Opcode.REFERENCE, ks_name, True, ShardQuery(query_tree),
+        return Route(Opcode.REFERENCE, ks_name, True, ShardQuery(strip_qualifiers(stmt)),
                      table=refs[0].table.name)
     if len(sharded) > 1:
         choice, ref = best_route(trefs, stmt)
@@ -271,7 +294,7 @@ def _plan_select(stmt: exp.Expression, vschema: VSchema, default_ks: str | None)
         choice.opcode is Opcode.NONE and not needs_aggregation(stmt)
     )
     if single:
-        return _route(choice, ks_name, query_tree, table_name)
+        return _route(choice, ks_name, strip_qualifiers(stmt), table_name)
     split_tree, in_var = _split_in(stmt, choice)
     assert isinstance(split_tree, exp.Select)
     target = RouteTarget(choice.opcode, ks_name, table_name, choice.vindex, choice.values,
@@ -446,19 +469,27 @@ def _split_in(tree: exp.Expression, choice: RouteChoice) -> tuple[exp.Expr, str 
     term = choice.term
     if choice.opcode is not Opcode.IN or term is None:
         return strip_qualifiers(tree), None
+    if term.root() is tree:
+        # Copy the statement with the short term in place of the long one (a
+        # 10,000-value list is then never copied).
+        with swapped(term, _in_var_term(term)):
+            return strip_qualifiers(tree), IN_VAR
     term.meta["sg_in"] = True
     try:
         def swap(node: exp.Expr) -> exp.Expr:
-            if not node.meta.get("sg_in"):
-                return node
-            col = node.this if isinstance(node, exp.In) else node.find(exp.Column)
-            assert col is not None
-            return exp.In(this=col.copy(), expressions=[exp.Placeholder(this=IN_VAR)])
+            return _in_var_term(node) if node.meta.get("sg_in") else node
 
-        rewritten = strip_qualifiers(tree).transform(swap)
+        rewritten = transform(strip_qualifiers(tree), swap, copy=False)
     finally:
         term.meta.pop("sg_in", None)
     return rewritten, IN_VAR
+
+
+def _in_var_term(term: exp.Expr) -> exp.In:
+    """``col IN (:__sg_vals)`` for the IN list or OR of equalities ``term`` on ``col``."""
+    col = term.this if isinstance(term, exp.In) else term.find(exp.Column)
+    assert col is not None
+    return exp.In(this=col.copy(), expressions=[exp.Placeholder(this=IN_VAR)])
 
 
 def _no_table_route(stmt: exp.Expression, vschema: VSchema, default_ks: str | None) -> Route:

@@ -21,6 +21,7 @@ from __future__ import annotations
 from sqlglot import exp
 
 from shardgate.engine.values import Literal
+from shardgate.sql.rewrite import flatten
 
 _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 _COMPARISONS = (exp.EQ, exp.NEQ, exp.LT, exp.LTE, exp.GT, exp.GTE)
@@ -133,8 +134,8 @@ def always_false(term: exp.Expr) -> bool:
         if isinstance(inner, exp.In) and not inner.args.get("query"):
             return any(_is_null(i) for i in inner.expressions)
         return False
-    if isinstance(term, exp.And):
-        return always_false(term.left) or always_false(term.right)
+    if isinstance(term, exp.And):  # (flat: a chain of 1,000 terms is 1,000 levels deep)
+        return any(always_false(t) for t in flatten(term, exp.And))
     if isinstance(term, exp.Or):
-        return always_false(term.left) and always_false(term.right)
+        return all(always_false(t) for t in flatten(term, exp.Or))
     return False

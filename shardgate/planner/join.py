@@ -21,7 +21,8 @@ computed from per-row partials. Correlated subqueries are refused.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from sqlglot import exp
@@ -72,8 +73,13 @@ def pull_out_subqueries(stmt: exp.Select, plan: PlanFn) -> tuple[exp.Select, lis
     Returns the rewritten statement and the subqueries, in the order they run.
     """
     pulled: list[Pulled] = []
+    # Only this statement's own IN terms: each subquery pulls out its own nested
+    # ones when it is planned (visiting them here too made planning exponential).
+    if not any(isinstance(n, exp.In) and n.args.get("query") for n in own_nodes(stmt)):
+        return stmt, pulled
     stmt = stmt.copy()
-    for node in list(stmt.find_all(exp.In)):
+    candidates = [n for n in own_nodes(stmt) if isinstance(n, exp.In) and n.args.get("query")]
+    for node in candidates:
         query = node.args.get("query")
         if query is None:
             continue
@@ -101,6 +107,17 @@ def _filters_rows(node: exp.Expr) -> bool:
     while isinstance(parent, exp.And | exp.Paren):
         parent = parent.parent
     return isinstance(parent, exp.Where)
+
+
+def own_nodes(stmt: exp.Expr) -> Iterator[exp.Expr]:
+    """The nodes of ``stmt`` outside its subqueries, breadth first (as ``find_all``)."""
+    queue: deque[exp.Expr] = deque([stmt])
+    while queue:
+        node = queue.popleft()
+        yield node
+        for child in node.iter_expressions():
+            if not isinstance(child, exp.Query | exp.Subquery):
+                queue.append(child)
 
 
 def wrap_pulled(outer: Primitive, pulled: list[Pulled]) -> Primitive:

@@ -27,6 +27,7 @@ from shardgate.engine.values import Literal, Value, from_expression, is_constant
 from shardgate.errors import InvalidArgument
 from shardgate.keys import KeyRange, parse_key_range
 from shardgate.planner.fold import always_false, folded_literal
+from shardgate.sql.rewrite import flatten
 from shardgate.vindexes import Lookup, MultiColumn, Vindex
 from shardgate.vindexes.binary import Binary
 from shardgate.vschema import Table
@@ -49,16 +50,10 @@ InLists = dict[str, tuple[tuple[Value | tuple[Value, ...], ...], exp.Expr | None
 
 
 def conjuncts(where: exp.Expr | None) -> Iterator[exp.Expr]:
+    """The top-level AND terms of ``where``, left to right (without recursion)."""
     if where is None:
         return
-    node = where.this if isinstance(where, exp.Where) else where
-    while isinstance(node, exp.Paren):
-        node = node.this
-    if isinstance(node, exp.And):
-        yield from conjuncts(node.left)
-        yield from conjuncts(node.right)
-    else:
-        yield node
+    yield from flatten(where.this if isinstance(where, exp.Where) else where, exp.And)
 
 
 def _column_of(node: exp.Expr, names: set[str]) -> str | None:
@@ -190,18 +185,7 @@ def _pair_up(
 def _or_of_equalities(
     node: exp.Expr, names: set[str]
 ) -> tuple[str, tuple[Value, ...]] | None:
-    terms: list[exp.Expr] = []
-
-    def walk(n: exp.Expr) -> None:
-        while isinstance(n, exp.Paren):
-            n = n.this
-        if isinstance(n, exp.Or):
-            walk(n.left)
-            walk(n.right)
-        else:
-            terms.append(n)
-
-    walk(node)
+    terms = list(flatten(node, exp.Or))
     col: str | None = None
     values: list[Value] = []
     for t in terms:
@@ -281,16 +265,6 @@ def choose(table: Table, where: exp.Expr | None, names: set[str]) -> RouteChoice
     return best
 
 
-def _disjuncts(node: exp.Expr) -> Iterator[exp.Expr]:
-    while isinstance(node, exp.Paren):
-        node = node.this
-    if isinstance(node, exp.Or):
-        yield from _disjuncts(node.left)
-        yield from _disjuncts(node.right)
-    else:
-        yield node
-
-
 def _branch_values(branch: exp.Expr, col: str, names: set[str]) -> list[Value] | None:
     """The values ``col`` may take in rows matching ``branch`` ([] for none), or None."""
     if any(always_false(t) for t in conjuncts(branch)):
@@ -311,7 +285,7 @@ def _branch_values(branch: exp.Expr, col: str, names: set[str]) -> list[Value] |
 
 def _or_values(term: exp.Or, col: str, names: set[str]) -> list[Value] | None:
     out: dict[str, Value] = {}
-    for branch in _disjuncts(term):
+    for branch in flatten(term, exp.Or):  # (iterative: 1,000 terms are 1,000 levels)
         values = _branch_values(branch, col, names)
         if values is None:
             return None

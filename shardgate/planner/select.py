@@ -83,7 +83,10 @@ def _own_aggregate(node: exp.Expr, stmt: exp.Select) -> bool:
 
 
 def plan_multi_shard(stmt: exp.Select, tree: exp.Select, target: RouteTarget) -> Primitive:
-    """Plan ``stmt`` (original) whose shard form is ``tree`` (qualifiers stripped)."""
+    """Plan ``stmt`` (original) whose shard form is ``tree`` (qualifiers stripped).
+
+    ``tree`` must be a fresh copy: the plan owns it and may edit it.
+    """
     if any(e.find(exp.Window) for e in stmt.expressions):
         raise Unsupported("window functions across shards are not supported")
     if stmt.args.get("locks"):
@@ -109,7 +112,7 @@ def _is_star(e: exp.Expr) -> bool:
 
 
 def _plain(tree: exp.Select, target: RouteTarget) -> Primitive:
-    tree = tree.copy()
+    # ``tree`` is the caller's fresh shard form (plan_multi_shard's contract): edited in place.
     names = _select_names(tree)
     star = any(_is_star(e) for e in tree.expressions)
     keys: list[OrderKey] = []

@@ -18,6 +18,7 @@ import sqlglot
 from sqlglot import exp
 
 from shardgate.errors import InvalidArgument
+from shardgate.sql.rewrite import transform
 
 _MARK = "\x00sgp{}\x00"
 #: meta flag of a SUM that is AVG's partial sum
@@ -38,6 +39,8 @@ class ShardSQL:
     params: tuple[str, ...]
     parts: tuple[str, ...] = ()
     placeholder: str = "?"
+    #: the bind variables that stand in an IN list, where a list value may go
+    list_params: frozenset[str] = frozenset()
 
     def args(self, bind_vars: Mapping[str, Any]) -> list[Any]:
         return self.bind(bind_vars)[1]
@@ -56,6 +59,11 @@ class ShardSQL:
         args: list[Any] = []
         for name, value, part in zip(self.params, values, self.parts[1:], strict=True):
             if isinstance(value, list | tuple):
+                if name not in self.list_params:
+                    raise InvalidArgument(
+                        f"bind variable :{name} is a list, but it is not an IN list "
+                        f"('col IN (:{name})'): bind one value"
+                    )
                 if not value:
                     raise InvalidArgument(f"bind variable :{name} is an empty list")
                 out.append(", ".join([self.placeholder] * len(value)))
@@ -70,14 +78,14 @@ class ShardSQL:
 def strip_qualifiers(tree: exp.Expr) -> exp.Expr:
     """Drop ``keyspace.`` from table references (shards hold tables unqualified)."""
 
-    def fix(node: exp.Expression) -> exp.Expression:
+    def fix(node: exp.Expr) -> exp.Expr:
         if isinstance(node, exp.Table | exp.Column) and node.args.get("db") is not None:
             node = node.copy()
             node.set("db", None)
             node.set("catalog", None)
         return node
 
-    return tree.transform(fix)
+    return transform(tree, fix)
 
 
 _BINARY_TYPES = {
@@ -90,7 +98,7 @@ _BINARY_TYPES = {
 }
 
 
-def _fix_for_dialect(node: exp.Expression, dialect: str) -> exp.Expression:
+def _fix_for_dialect(node: exp.Expr, dialect: str) -> exp.Expr:
     """Patch what sqlglot's generator gets wrong for a target dialect."""
     if (
         dialect == "postgres"
@@ -166,8 +174,9 @@ def _pg_limited_dml(node: exp.Delete | exp.Update) -> exp.Expression:
 def render(tree: exp.Expr, dialect: str, placeholder: str) -> ShardSQL:
     """Generate ``tree`` for ``dialect`` with positional placeholders."""
     names: list[str] = []
+    lists: set[str] = set()
 
-    def mark(node: exp.Expression) -> exp.Expression:
+    def mark(node: exp.Expr) -> exp.Expr:
         if isinstance(node, exp.Placeholder):
             name = node.name
             if not name:
@@ -175,12 +184,14 @@ def render(tree: exp.Expr, dialect: str, placeholder: str) -> ShardSQL:
                     "positional '?' bind variables are not supported: use :name bind variables"
                 )
             names.append(name)
+            if isinstance(node.parent, exp.In) and node.arg_key == "expressions":
+                lists.add(name)
             return exp.Var(this=_MARK.format(len(names) - 1))
         return node
 
-    fixed = tree.transform(lambda n: _fix_for_dialect(n, dialect))
-    marked = fixed.transform(mark)
-    sql = marked.sql(dialect=dialect)
+    fixed = transform(tree, lambda n: _fix_for_dialect(n, dialect))
+    marked = transform(fixed, mark, copy=False)
+    sql = marked.sql(dialect=dialect, copy=False)  # ``marked`` is our own copy
     if dialect == "mysql" and sql.endswith(" FOR SHARE"):
         sql = sql[: -len(" FOR SHARE")] + " LOCK IN SHARE MODE"  # MariaDB's spelling
     if placeholder == "%s":
@@ -191,4 +202,4 @@ def render(tree: exp.Expr, dialect: str, placeholder: str) -> ShardSQL:
     parts = tuple(pieces[0::2])
     params = tuple(names[int(i)] for i in pieces[1::2])
     return ShardSQL(sql=placeholder.join(parts), params=params, parts=parts,
-                    placeholder=placeholder)
+                    placeholder=placeholder, list_params=frozenset(lists))
