@@ -1,0 +1,87 @@
+"""Differential tester (issue 13): a 4-shard keyspace answers like one database.
+
+Random data (NULLs, duplicates, mixed case, trailing spaces, negative and huge
+numbers, floats), random SELECTs covering the constructs listed in
+:data:`tests.integration.difftest.queries.CONSTRUCTS` and random writes
+(:data:`tests.integration.difftest.dml.DML_CONSTRUCTS`) run through the gate
+and on one plain database of the same engine. After every write the shard
+databases are read directly: their rows must equal the reference's, every row
+must be on the shard its keyspace id names, and the lookup tables must be
+exactly what the owner rows imply. See the package docstrings for the schema
+and the comparison rules (floats: tolerance only for SUM/AVG over doubles;
+MariaDB: collation keys only where the SQL collapses equal strings).
+
+Seeds are fixed. ``SG_DIFF_ROUNDS`` (default 1) runs more rounds of fresh
+data, queries and writes (round ``r`` uses seed ``1000 * r + engine``);
+``SG_DIFF_ALL=1`` also generates the constructs of
+:data:`tests.integration.difftest.known_open.KNOWN_OPEN`. Any mismatch fails
+the test; refusals (coded ``ShardgateError`` where the database answers) are
+counted and printed per class.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+from collections.abc import Callable
+
+import pytest
+
+from .difftest.dml import DML_CONSTRUCTS, DmlGen
+from .difftest.harness import Harness, Tally
+from .difftest.known_open import KNOWN_OPEN
+from .difftest.queries import CONSTRUCTS, Gen
+from .difftest.schema import random_rows
+
+ROUNDS = int(os.environ.get("SG_DIFF_ROUNDS", "1"))
+ALL = os.environ.get("SG_DIFF_ALL") == "1"
+QUERIES_PER_ROUND = int(os.environ.get("SG_DIFF_QUERIES", "250"))
+WRITES_PER_ROUND = int(os.environ.get("SG_DIFF_WRITES", "60"))
+ENGINE_SEED = {"sqlite": 1, "postgres": 2, "mysql": 3}
+
+
+def report(kind: str, tally: Tally, seconds: float, disabled: frozenset[str]) -> str:
+    lines = [f"difftest[{kind}]: {tally.agreed} agreed, {tally.both_rejected} rejected by both, "
+             f"{sum(tally.refusals.values())} refused, {len(tally.mismatches)} mismatches "
+             f"in {seconds:.1f}s"]
+    if disabled:
+        lines.append(f"  known-open constructs not generated: {sorted(disabled)}")
+    for cls, n in tally.refusals.most_common():
+        lines.append(f"  refused {n:4d}x {cls}")
+    never = sorted(set(CONSTRUCTS) | set(DML_CONSTRUCTS) - set(tally.constructs) - disabled)
+    never = [c for c in never if c not in tally.constructs and c not in disabled]
+    if never:
+        lines.append(f"  constructs never generated: {never}")
+    for m in tally.mismatches[:40]:
+        lines.append(f"  MISMATCH [{m.what}] {m.sql}\n    {m.detail}\n"
+                     f"    constructs {sorted(m.constructs)}")
+    return "\n".join(lines)
+
+
+async def test_sharded_answers_like_one_database(
+    backend_kind: str, make_database: Callable[..., str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    disabled = frozenset() if ALL else frozenset(KNOWN_OPEN)
+    h = Harness(backend_kind, make_database)
+    start = time.monotonic()
+    try:
+        await h.create()
+        for rnd in range(ROUNDS):
+            rng = random.Random(1000 * rnd + ENGINE_SEED[backend_kind])
+            await h.load(random_rows(rng, backend_kind))
+            gen = Gen(rng, backend_kind, disabled)
+            for _ in range(QUERIES_PER_ROUND // 2):
+                await h.check_query(gen.generate())
+            writes = DmlGen(rng, backend_kind, disabled)
+            for _ in range(WRITES_PER_ROUND):
+                await h.check_write(writes.generate())
+            for _ in range(QUERIES_PER_ROUND - QUERIES_PER_ROUND // 2):
+                await h.check_query(gen.generate())
+    finally:
+        await h.close()
+    text = report(backend_kind, h.tally, time.monotonic() - start, disabled)
+    with capsys.disabled():
+        print("\n" + text)
+    if h.tally.mismatches:
+        pytest.fail(text, pytrace=False)
