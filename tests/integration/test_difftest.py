@@ -11,7 +11,7 @@ exactly what the owner rows imply. See the package docstrings for the schema
 and the comparison rules (floats: tolerance only for SUM/AVG over doubles;
 MariaDB: collation keys only where the SQL collapses equal strings).
 
-Seeds are fixed. ``SG_DIFF_ROUNDS`` (default 1) runs more rounds of fresh
+Seeds are fixed. ``SG_DIFF_ROUNDS`` (default 4) runs more rounds of fresh
 data, queries and writes (round ``r`` uses seed ``1000 * r + engine``);
 ``SG_DIFF_ALL=1`` also generates the constructs of
 :data:`tests.integration.difftest.known_open.KNOWN_OPEN`. Any mismatch fails
@@ -21,6 +21,7 @@ counted and printed per class.
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import time
@@ -30,15 +31,17 @@ import pytest
 
 from .difftest.dml import DML_CONSTRUCTS, DmlGen
 from .difftest.harness import Harness, Tally
-from .difftest.known_open import KNOWN_OPEN
+from .difftest.known_open import disabled_on
 from .difftest.queries import CONSTRUCTS, Gen
 from .difftest.schema import random_rows
 
-ROUNDS = int(os.environ.get("SG_DIFF_ROUNDS", "1"))
+ROUNDS = int(os.environ.get("SG_DIFF_ROUNDS", "4"))
 ALL = os.environ.get("SG_DIFF_ALL") == "1"
 QUERIES_PER_ROUND = int(os.environ.get("SG_DIFF_QUERIES", "250"))
 WRITES_PER_ROUND = int(os.environ.get("SG_DIFF_WRITES", "60"))
 ENGINE_SEED = {"sqlite": 1, "postgres": 2, "mysql": 3}
+#: file to append every mismatch to as JSON lines (for triage), if set
+DUMP = os.environ.get("SG_DIFF_DUMP")
 
 
 def report(kind: str, tally: Tally, seconds: float, disabled: frozenset[str]) -> str:
@@ -48,7 +51,7 @@ def report(kind: str, tally: Tally, seconds: float, disabled: frozenset[str]) ->
     if disabled:
         lines.append(f"  known-open constructs not generated: {sorted(disabled)}")
     for cls, n in tally.refusals.most_common():
-        lines.append(f"  refused {n:4d}x {cls}")
+        lines.append(f"  refused {n:4d}x {cls}\n      e.g. {tally.refusal_examples[cls][:150]}")
     never = sorted(set(CONSTRUCTS) | set(DML_CONSTRUCTS) - set(tally.constructs) - disabled)
     never = [c for c in never if c not in tally.constructs and c not in disabled]
     if never:
@@ -62,7 +65,7 @@ def report(kind: str, tally: Tally, seconds: float, disabled: frozenset[str]) ->
 async def test_sharded_answers_like_one_database(
     backend_kind: str, make_database: Callable[..., str], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    disabled = frozenset() if ALL else frozenset(KNOWN_OPEN)
+    disabled = frozenset() if ALL else disabled_on(backend_kind)
     h = Harness(backend_kind, make_database)
     start = time.monotonic()
     try:
@@ -73,7 +76,7 @@ async def test_sharded_answers_like_one_database(
             gen = Gen(rng, backend_kind, disabled)
             for _ in range(QUERIES_PER_ROUND // 2):
                 await h.check_query(gen.generate())
-            writes = DmlGen(rng, backend_kind, disabled)
+            writes = DmlGen(rng, backend_kind, disabled, t2_keys=h.t2_keys)
             for _ in range(WRITES_PER_ROUND):
                 await h.check_write(writes.generate())
             for _ in range(QUERIES_PER_ROUND - QUERIES_PER_ROUND // 2):
@@ -81,6 +84,12 @@ async def test_sharded_answers_like_one_database(
     finally:
         await h.close()
     text = report(backend_kind, h.tally, time.monotonic() - start, disabled)
+    if DUMP:
+        with open(DUMP, "a") as f:
+            for m in h.tally.mismatches:
+                f.write(json.dumps({"kind": backend_kind, "what": m.what, "sql": m.sql,
+                                    "detail": m.detail[:600],
+                                    "constructs": sorted(m.constructs)}) + "\n")
     with capsys.disabled():
         print("\n" + text)
     if h.tally.mismatches:

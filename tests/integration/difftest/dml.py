@@ -56,14 +56,27 @@ class DmlGen:
     kind: str
     disabled: frozenset[str] = frozenset()
     used: set[str] = field(default_factory=set)
+    #: id -> k of the t2 rows the reference holds now (kept current by the harness).
+    #: t2's primary key ``id`` is not its vindex column, so an id reused with another
+    #: ``k`` would land on another shard where no constraint can see it (as in
+    #: Vitess); the generator reuses an id only with its own ``k`` (a real duplicate)
+    t2_keys: dict[int, int] = field(default_factory=dict)
+    fresh: int = 1000
+
+    def _t2_id(self) -> tuple[int, int]:
+        if self.t2_keys and self.rng.random() < 0.2:
+            i = self.rng.choice(sorted(self.t2_keys))
+            return i, self.t2_keys[i]
+        self.fresh += 1
+        return self.fresh, any_k(self.rng)
 
     def _row(self, table: str) -> dict[str, Any]:
         r = self.rng
         if table == "t1":
             return {"id": any_id(r), "n": any_n(r), "s": maybe(r, WORDS),
                     "f": maybe(r, FLOATS), "tag": maybe(r, TAGS, 0.25)}
-        return {"id": r.randrange(1, 300), "k": any_k(r), "email": maybe(r, EMAILS, 0.3),
-                "n": any_n(r)}
+        i, k = self._t2_id()
+        return {"id": i, "k": k, "email": maybe(r, EMAILS, 0.3), "n": any_n(r)}
 
     def _values(self, table: str, rows: list[dict[str, Any]]) -> str:
         return ", ".join("(" + ", ".join(literal(row[c]) for c in COLUMNS[table]) + ")"
@@ -105,6 +118,8 @@ class DmlGen:
         r = self.rng
         if r.random() < 0.5:
             row = self._row("t2")
+            self.fresh += 1
+            row["id"] = self.fresh
             k = r.randrange(0, 20)
             text = r.choice((f"'0{k}'", f"'{k}'", f"{k}.0"))
             sql = (f"INSERT INTO t2 (id, k, email, n) VALUES ({row['id']}, {text}, "

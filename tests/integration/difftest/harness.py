@@ -62,12 +62,16 @@ class Tally:
     agreed: int = 0
     both_rejected: int = 0
     refusals: Counter[str] = field(default_factory=Counter)
+    #: refusal class -> the first statement refused that way
+    refusal_examples: dict[str, str] = field(default_factory=dict)
     mismatches: list[Mismatch] = field(default_factory=list)
     constructs: Counter[str] = field(default_factory=Counter)
 
-    def refused(self, exc: ShardgateError) -> None:
+    def refused(self, exc: ShardgateError, sql: str) -> None:
         msg = re.sub(r"'[^']*'|\"[^\"]*\"|`[^`]*`|-?\d+(\.\d+)?", "…", exc.message)
-        self.refusals[f"{exc.code.value}: {msg[:90]}"] += 1
+        key = f"{exc.code.value}: {msg[:90]}"
+        self.refusals[key] += 1
+        self.refusal_examples.setdefault(key, sql)
 
 
 def _plain(value: Any) -> Any:
@@ -95,10 +99,17 @@ class Harness:
         self.lookup: Backend = open_backend(self.lookup_url, pool_size=1)
         self.plain: Backend = open_backend(self.plain_url, pool_size=1)
         self.tally = Tally()
+        #: id -> k of the reference's t2 rows (shared with the write generator)
+        self.t2_keys: dict[int, int] = {}
 
     @property
     def mark(self) -> str:
         return "?" if self.kind == "sqlite" else "%s"
+
+    def raw(self, sql: str) -> str:
+        """``sql`` for the reference driver: psycopg and PyMySQL format ``%`` even
+        without parameters, so a literal ``%`` is doubled there."""
+        return sql if self.kind == "sqlite" else sql.replace("%", "%%")
 
     async def close(self) -> None:
         await self.gate.close()
@@ -136,6 +147,8 @@ class Harness:
                 await b.execute(f"DELETE FROM {t}")
         for t in ("tag_idx", "email_idx"):
             await self.lookup.execute(f"DELETE FROM {t}")
+        self.t2_keys.clear()
+        self.t2_keys.update((r["id"], r["k"]) for r in data["t2"])
         for t in ("t1", "t2", "t3"):
             rows = [tuple(r[c] for c in COLUMNS[t]) for r in data[t]]
             await self._insert(self.plain, t, COLUMNS[t], rows)
@@ -163,16 +176,17 @@ class Harness:
         """Run ``q`` on both sides and tally the outcome."""
         self.tally.constructs.update(q.constructs)
         try:
-            want = await self.plain.execute(q.plain_sql)
-        except Exception:  # the engine rejects it: the gate must not answer
-            want = None
+            want = await self.plain.execute(self.raw(q.plain_sql))
+            db_error = ""
+        except Exception as exc:  # the engine rejects it: the gate must not answer
+            want, db_error = None, str(exc)[:160]
         try:
             got = await self.gate.execute(self.session, q.sql)
         except ShardgateError as exc:
             if want is None:
                 self.tally.both_rejected += 1
             else:
-                self.tally.refused(exc)
+                self.tally.refused(exc, q.sql)
             return
         except Exception as exc:  # not a coded error: a crash (item 13)
             self.tally.mismatches.append(Mismatch(
@@ -180,7 +194,7 @@ class Harness:
             return
         if want is None:
             self.tally.mismatches.append(Mismatch(
-                "select", q.sql, "the database rejects it, the gate answered "
+                "select", q.sql, f"the database rejects it ({db_error}), the gate answered "
                 f"{got.rows[:5]}", q.constructs))
             return
         fold = self.kind == "mysql" and bool(q.constructs & COLLAPSING)
@@ -198,9 +212,10 @@ class Harness:
         try:
             await conn.begin()
             try:
-                want = await conn.execute(w.plain_sql)
-            except Exception:
-                want = None
+                want = await conn.execute(self.raw(w.plain_sql))
+                db_error = ""
+            except Exception as exc:
+                want, db_error = None, str(exc)[:160]
                 await conn.rollback()
             try:
                 got = await self.gate.execute(self.session, w.sql)
@@ -208,7 +223,7 @@ class Harness:
                 if want is None:
                     self.tally.both_rejected += 1
                 else:
-                    self.tally.refused(exc)
+                    self.tally.refused(exc, w.sql)
                     await conn.rollback()
                 return
             except Exception as exc:
@@ -219,7 +234,7 @@ class Harness:
             else:
                 if want is None:
                     self.tally.mismatches.append(Mismatch(
-                        "write", w.sql, "the database rejects it, the gate applied it "
+                        "write", w.sql, f"the database rejects it ({db_error}), the gate applied it "
                         f"({got.rows_affected} rows)", w.constructs))
                 else:
                     await conn.commit()
@@ -252,6 +267,9 @@ class Harness:
                         problems.append(("placement", f"{t} {row} is on shard {i}, "
                                          f"its keyspace id says {shard_of(row_ksid(t, row))}"))
             ref = (await self.plain.execute(f"SELECT {', '.join(cols)} FROM {t}")).rows
+            if t == "t2":
+                self.t2_keys.clear()
+                self.t2_keys.update((r[0], r[1]) for r in ref)
             got = Counter(tuple(r[c] for c in cols) for r in owners[t])
             want = Counter(tuple(r) for r in ref)
             if got != want:

@@ -17,7 +17,7 @@ import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from .schema import COLUMNS, EMAILS, FLOATS, HUGE, INT32, TAGS, WORDS, literal
+from .schema import COLUMNS, EMAILS, TEXT_COLUMNS, FLOATS, HUGE, INT32, TAGS, WORDS, literal
 
 #: every construct the generator knows, with what it covers (issue 13 item)
 CONSTRUCTS: dict[str, str] = {
@@ -56,7 +56,11 @@ CONSTRUCTS: dict[str, str] = {
     "constant_column": "a constant in DISTINCT / GROUP BY / select list (item 12)",
     "order_name": "ORDER BY column name",
     "order_position": "ORDER BY position (item 9)",
-    "order_alias": "ORDER BY / GROUP BY select alias, incl. shadowing a column (item 9)",
+    "order_alias": "ORDER BY / GROUP BY a select alias",
+    "order_alias_shadow": "a select alias that shadows a column name (item 9)",
+    "join_order_position": "ORDER BY position over a join (item 9)",
+    "aggregate_arith": "arithmetic on an aggregate merged at the gate (item 10)",
+    "aggregate_huge": "SUM/AVG/MIN/MAX over BIGINT columns holding huge values (item 10)",
     "order_text": "ORDER BY text columns (collation, item 11)",
     "limit": "LIMIT / OFFSET",
     "limit_huge": "LIMIT 9223372036854775807 OFFSET n (item 12)",
@@ -90,6 +94,9 @@ class Col:
         return f"{self.alias}.{self.name}" if self.alias else self.name
 
 
+#: ORDER BY direction marks, rendered by Gen.generate for each side
+ASC, DESC = "\x01", "\x02"
+
 INT_COLS = {"t1": ("id", "n"), "t2": ("id", "k", "n"), "t3": ("id", "w")}
 TEXT_COLS = {"t1": ("s", "tag"), "t2": ("email",), "t3": ("label",)}
 VINDEX = {"t1": "id", "t2": "k"}
@@ -108,6 +115,10 @@ class Gen:
     approx: bool = False
 
     # -------------------------------------------------------------- helpers --
+
+    def direction(self) -> str:
+        """An ORDER BY direction, marked so :meth:`generate` can render it per side."""
+        return self.rng.choice((ASC, DESC))
 
     def on(self, construct: str, p: float = 1.0) -> bool:
         """Whether to use ``construct`` now (with probability ``p``), recording it."""
@@ -180,6 +191,8 @@ class Gen:
             return f"{lcol.sql()} IS {r.choice(('', 'NOT '))}NULL"
 
         def is_null() -> str:
+            if other.name == LOOKUP.get(t):
+                self.used.add("lookup_is_null")
             return f"{other.sql()} IS {r.choice(('', 'NOT '))}NULL"
 
         def cmp() -> str:
@@ -202,15 +215,20 @@ class Gen:
             return f"{other.sql()} NOT IN ({', '.join(vals)})"
 
         def nonbool_where() -> str:
-            return r.choice((f"{Col(t, 'id', a).sql()}", f"{Col(t, 'id', a).sql()} - 3",
+            return r.choice((f"{Col(t, 'id', a).sql()}", f"({Col(t, 'id', a).sql()} % 1000) - 3",
                              f"{Col(t, TEXT_COLS[t][0], a).sql()}"))
 
         def arith() -> str:
+            # reduced first: the gate may rightly evaluate the term on fewer rows than
+            # one database does (a join's inner side), so it must never overflow
             ic = Col(t, r.choice(INT_COLS[t]), a)
-            return f"{ic.sql()} {r.choice(('+', '-', '*'))} {r.randrange(1, 4)} > {r.randrange(-5, 20)}"
+            return (f"({ic.sql()} % 1000) {r.choice(('+', '-', '*'))} {r.randrange(1, 4)} "
+                    f"> {r.randrange(-5, 20)}")
 
         def mixed() -> str:
             ic = Col(t, r.choice(INT_COLS[t]), a)
+            if ic.name == VINDEX.get(t):
+                self.used.add("vindex_literal_type")
             return f"{ic.sql()} {r.choice(('=', '<', '>'))} {literal(r.choice(('3', 'abc', '1e1', ' 4')))}"
 
         options: list[tuple[str, Callable[[], str]]] = [
@@ -250,9 +268,23 @@ class Gen:
             ("subquery", self.q_subquery), ("subquery", self.q_subquery),
             ("expr", self.q_expr),
         ]
-        _, build = self.rng.choice(kinds)
-        sql, ordered = build()
-        plain = sql.replace("`", '"') if self.kind == "postgres" else sql
+        for _ in range(200):  # a query using a disabled construct is drawn again
+            self.used = set()
+            self.approx = False
+            _, build = self.rng.choice(kinds)
+            sql, ordered = build()
+            if not self.used & self.disabled:
+                break
+        else:
+            raise RuntimeError(f"no query avoids the disabled constructs {self.disabled}")
+        plain = sql
+        if self.kind == "postgres":
+            # gate SQL orders NULLs as MySQL does (first ascending, last descending;
+            # docs/routing.md); PostgreSQL needs it spelled out
+            plain = plain.replace("`", '"').replace(ASC, " NULLS FIRST").replace(
+                DESC, " DESC NULLS LAST")
+        sql = sql.replace(ASC, "").replace(DESC, " DESC")
+        plain = plain.replace(ASC, "").replace(DESC, " DESC")
         return Query(sql, plain, ordered, self.approx, frozenset(self.used))
 
     def where(self, cols: Sequence[Col], p: float = 0.8) -> str:
@@ -269,27 +301,31 @@ class Gen:
         return f"SELECT {items} FROM {t}{self.where(cols, 1.0)}", False
 
     def order_tail(self, items: list[tuple[str, str | None]], keys: list[str],
-                   pk_items: list[int], by_position: bool = False) -> tuple[str, bool]:
+                   pk_items: list[int], by_position: bool = False,
+                   join: bool = False) -> tuple[str, bool]:
         """ORDER BY over some of ``keys`` then the primary keys (by name, position or
         alias; ``by_position``: by position only, when an alias shadows a column name),
         optional LIMIT/OFFSET; ``items`` are (expression, alias)."""
         r = self.rng
         parts: list[str] = []
         for k in r.sample(keys, min(len(keys), r.randrange(0, 3))):
-            parts.append(k + r.choice(("", " DESC")))
+            if k.rsplit(".", 1)[-1] in TEXT_COLUMNS:
+                self.used.add("order_text")
+            parts.append(k + self.direction())
         for i in pk_items:
             expr, alias = items[i]
             ref = expr
+            position = "join_order_position" if join else "order_position"
             if by_position:
                 ref = str(i + 1)
-                self.used.add("order_position")
+                self.used.add(position)
             elif alias and self.on("order_alias", 0.3):
                 ref = alias
-            elif self.on("order_position", 0.3):
+            elif self.on(position, 0.3):
                 ref = str(i + 1)
             else:
                 self.used.add("order_name")
-            parts.append(ref + r.choice(("", " DESC")))
+            parts.append(ref + self.direction())
         tail = " ORDER BY " + ", ".join(parts)
         if self.on("limit", 0.6):
             if self.on("limit_huge", 0.15):
@@ -312,8 +348,9 @@ class Gen:
         for c in shown:
             alias = None
             if self.on("order_alias", 0.25):
-                # an alias that shadows another column's name, or a fresh one
-                alias = r.choice([o.name for o in cols if o.name != c.name] + [f"a_{c.name}"])
+                alias = f"a_{c.name}"
+                if self.on("order_alias_shadow", 0.5):  # shadows another column's name
+                    alias = r.choice([o.name for o in cols if o.name != c.name])
             items.append((c.sql(), alias))
         keys = [c.sql() for c in shown if c.name != PK]
         if any(c.name in ("s", "tag", "email") for c in shown):
@@ -323,6 +360,10 @@ class Gen:
         tail, ordered = self.order_tail(items, keys, pk_at, by_position=shadow)
         sel = ", ".join(e + (f" AS {a}" if a else "") for e, a in items)
         return f"SELECT {sel} FROM {t}{self.where(cols, 0.6)}{tail}", ordered
+
+    def count_distinct_text(self, column: str) -> str:
+        self.used.add("distinct_text")  # collapses equal strings (collation)
+        return f"COUNT(DISTINCT {column})"
 
     def aggregate_expr(self, t: str, alias: str = "") -> str:
         r = self.rng
@@ -335,7 +376,8 @@ class Gen:
             ("aggregate", lambda: f"{r.choice(('MIN', 'MAX'))}({ic})"),
             ("aggregate_text", lambda: f"{r.choice(('MIN', 'MAX'))}({tc})"),
             ("avg", lambda: f"AVG({ic})"),
-            ("distinct_aggregate", lambda: f"COUNT(DISTINCT {r.choice((ic, tc))})"),
+            ("distinct_aggregate", lambda: f"COUNT(DISTINCT {ic})"),
+            ("distinct_aggregate", lambda: self.count_distinct_text(tc)),
             ("distinct_aggregate", lambda: f"SUM(DISTINCT {ic})"),
         ]
         if t == "t1":
@@ -344,7 +386,10 @@ class Gen:
         expr = self.choose(options)
         if "(f)" in expr or ".f)" in expr:
             self.approx = True
-        if self.on("expr_arith", 0.1):
+        if ("(id)" in expr or "(k)" in expr or " id)" in expr or " k)" in expr) and (
+                "COUNT" not in expr):
+            self.used.add("aggregate_huge")
+        if self.on("aggregate_arith", 0.1):
             expr = f"{expr} * 2"
         return expr
 
@@ -357,6 +402,8 @@ class Gen:
             where = self.where(cols, 0.7)
             if self.on("agg_no_shard", 0.2):
                 where = f" WHERE {LOOKUP[t]} = 'nope'"
+            elif "lookup_eq" in self.used:  # a lookup value no row holds: no shard
+                self.used.add("agg_no_shard")
             return f"SELECT {', '.join(aggs)} FROM {t}{where}", False
         self.used.add("aggregate")
         group = r.sample([c for c in cols if c.name != "f"], r.randrange(1, 3))
@@ -365,7 +412,9 @@ class Gen:
         items: list[tuple[str, str | None]] = [(c.sql(), None) for c in group]
         group_refs = [c.sql() for c in group]
         if self.on("order_alias", 0.2):
-            alias = r.choice([f"g_{group[0].name}"] + [c.name for c in cols if c not in group])
+            alias = f"g_{group[0].name}"
+            if self.on("order_alias_shadow", 0.5):
+                alias = r.choice([c.name for c in cols if c not in group])
             items[0] = (group[0].sql(), alias)
             if alias.startswith("g_") and r.random() < 0.5:
                 # a shadowing alias in GROUP BY would name the column in MySQL
@@ -398,7 +447,7 @@ class Gen:
                     else:
                         self.used.add("order_name")
                         refs.append(e)
-            sql += " ORDER BY " + ", ".join(x + r.choice(("", " DESC")) for x in refs)
+            sql += " ORDER BY " + ", ".join(x + self.direction() for x in refs)
             ordered = True
             if self.on("limit", 0.5):
                 sql += f" LIMIT {r.randrange(0, 6)} OFFSET {r.randrange(0, 3)}"
@@ -422,7 +471,7 @@ class Gen:
             refs = []
             for i, e in enumerate(items):
                 refs.append(str(i + 1) if self.on("order_position", 0.3) else e)
-            sql += " ORDER BY " + ", ".join(x + r.choice(("", " DESC")) for x in refs)
+            sql += " ORDER BY " + ", ".join(x + self.direction() for x in refs)
             if any(c.name in TEXT_COLS[t] for c in shown):
                 self.used.add("order_text")
             # NULLs sort first or last per engine, but both sides are the same engine
@@ -470,7 +519,7 @@ class Gen:
         if r.random() < 0.5:
             pk_at = [i for i, c in enumerate(shown) if c.name == "id"]
             keys = [c.sql() for c in shown if c.name != "id"]
-            tail, ordered = self.order_tail(items, keys, pk_at)
+            tail, ordered = self.order_tail(items, keys, pk_at, join=True)
             return sql + tail, ordered
         return sql, False
 
