@@ -181,7 +181,7 @@ class DmlGen:
             return f"{lcol} = {literal(r.choice(TAGS if t == 't1' else EMAILS))}"
         if "update_lookup_is_null" in self.used or "delete_lookup_is_null" in self.used:
             return f"{lcol} IS NULL"
-        return r.choice((f"n > {r.randrange(0, 10)}", f"n IS NULL", f"id < {r.randrange(0, 40)}"))
+        return r.choice((f"n > {r.randrange(0, 10)}", "n IS NULL", f"id < {r.randrange(0, 40)}"))
 
     def update(self) -> tuple[str, str]:
         r = self.rng

@@ -234,8 +234,8 @@ class Harness:
             else:
                 if want is None:
                     self.tally.mismatches.append(Mismatch(
-                        "write", w.sql, f"the database rejects it ({db_error}), the gate applied it "
-                        f"({got.rows_affected} rows)", w.constructs))
+                        "write", w.sql, f"the database rejects it ({db_error}), "
+                        f"the gate applied it ({got.rows_affected} rows)", w.constructs))
                 else:
                     await conn.commit()
                     if got.rows_affected != want.rows_affected:

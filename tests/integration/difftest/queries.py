@@ -17,7 +17,7 @@ import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from .schema import COLUMNS, EMAILS, TEXT_COLUMNS, FLOATS, HUGE, INT32, TAGS, WORDS, literal
+from .schema import COLUMNS, EMAILS, FLOATS, HUGE, INT32, TAGS, TEXT_COLUMNS, WORDS, literal
 
 #: every construct the generator knows, with what it covers (issue 13 item)
 CONSTRUCTS: dict[str, str] = {
@@ -229,7 +229,8 @@ class Gen:
             ic = Col(t, r.choice(INT_COLS[t]), a)
             if ic.name == VINDEX.get(t):
                 self.used.add("vindex_literal_type")
-            return f"{ic.sql()} {r.choice(('=', '<', '>'))} {literal(r.choice(('3', 'abc', '1e1', ' 4')))}"
+            text = literal(r.choice(("3", "abc", "1e1", " 4")))
+            return f"{ic.sql()} {r.choice(('=', '<', '>'))} {text}"
 
         options: list[tuple[str, Callable[[], str]]] = [
             ("vindex_eq", vindex_eq), ("vindex_eq", vindex_eq), ("vindex_in", vindex_in),
@@ -515,7 +516,8 @@ class Gen:
         where = (" WHERE " + " AND ".join(where_parts)) if where_parts else ""
         items: list[tuple[str, str | None]] = [
             (c.sql(), f"{c.alias}_{c.name}" if r.random() < 0.3 else None) for c in shown]
-        sql = f"SELECT {', '.join(e + (f' AS {al}' if al else '') for e, al in items)} FROM {src}{where}"
+        sel = ", ".join(e + (f" AS {al}" if al else "") for e, al in items)
+        sql = f"SELECT {sel} FROM {src}{where}"
         if r.random() < 0.5:
             pk_at = [i for i, c in enumerate(shown) if c.name == "id"]
             keys = [c.sql() for c in shown if c.name != "id"]
