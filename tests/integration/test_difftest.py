@@ -11,7 +11,7 @@ exactly what the owner rows imply. See the package docstrings for the schema
 and the comparison rules (floats: tolerance only for SUM/AVG over doubles;
 MariaDB: collation keys only where the SQL collapses equal strings).
 
-Seeds are fixed. ``SG_DIFF_ROUNDS`` (default 4) runs more rounds of fresh
+Seeds are fixed. ``SG_DIFF_ROUNDS`` (default 6) runs more rounds of fresh
 data, queries and writes (round ``r`` uses seed ``1000 * r + engine``);
 ``SG_DIFF_ALL=1`` also generates the constructs of
 :data:`tests.integration.difftest.known_open.KNOWN_OPEN`. Any mismatch fails
@@ -35,7 +35,7 @@ from .difftest.known_open import disabled_on
 from .difftest.queries import CONSTRUCTS, Gen
 from .difftest.schema import random_rows
 
-ROUNDS = int(os.environ.get("SG_DIFF_ROUNDS", "4"))
+ROUNDS = int(os.environ.get("SG_DIFF_ROUNDS", "6"))
 ALL = os.environ.get("SG_DIFF_ALL") == "1"
 QUERIES_PER_ROUND = int(os.environ.get("SG_DIFF_QUERIES", "250"))
 WRITES_PER_ROUND = int(os.environ.get("SG_DIFF_WRITES", "60"))

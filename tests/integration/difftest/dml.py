@@ -163,7 +163,9 @@ class DmlGen:
 
     def insert_subquery(self) -> tuple[str, str]:
         i = any_id(self.rng)
-        sql = f"INSERT INTO t1 (id, n) VALUES ({i}, (SELECT COUNT(*) FROM t2))"
+        tag = literal(maybe(self.rng, TAGS, 0.3))
+        sql = (f"INSERT INTO t1 (id, n, s, f, tag) VALUES "
+               f"({i}, (SELECT COUNT(*) FROM t2), NULL, NULL, {tag})")
         return sql, sql
 
     # ------------------------------------------------------ updates, deletes --

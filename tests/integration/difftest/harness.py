@@ -7,10 +7,12 @@ rows computed by :mod:`.schema`, independently of the gate), so a state that
 diverged after a wrong write can be reset to the reference's.
 
 Outcomes are tallied in :class:`Tally`: agreements, refusals (a coded
-``ShardgateError`` where the database answers) per class, and mismatches
-(wrong rows, a write the database refuses but the gate does, an exception
-that is not a ``ShardgateError``, a misplaced row, an inexact lookup table)
-with the constructs of the query that showed them.
+``ShardgateError`` of the gate itself where the database answers) per class,
+and mismatches (wrong rows, a statement the database rejects but the gate
+answers or applies, a shard error on SQL the gate generated for a statement
+the database answers, an exception that is not a ``ShardgateError``, a
+misplaced row, an inexact lookup table) with the constructs of the statement
+that showed them.
 """
 
 from __future__ import annotations
@@ -40,6 +42,11 @@ from .schema import (
     shard_of,
     table_ddl,
 )
+
+#: in the message of an error a shard database raised: when one database answers the
+#: same statement, the gate sent SQL (or values) the shard cannot take, which is a
+#: bug, not a refusal
+SHARD_ERROR = "shard database"
 
 #: constructs whose text results collapse equal values (MariaDB: compare by collation key)
 COLLAPSING = {"distinct", "distinct_text", "aggregate_text", "distinct_aggregate", "aggregate"}
@@ -185,6 +192,9 @@ class Harness:
         except ShardgateError as exc:
             if want is None:
                 self.tally.both_rejected += 1
+            elif SHARD_ERROR in exc.message:
+                self.tally.mismatches.append(Mismatch("shard-error", q.sql, str(exc)[:300],
+                                                      q.constructs))
             else:
                 self.tally.refused(exc, q.sql)
             return
@@ -223,7 +233,11 @@ class Harness:
                 if want is None:
                     self.tally.both_rejected += 1
                 else:
-                    self.tally.refused(exc, w.sql)
+                    if SHARD_ERROR in exc.message:
+                        self.tally.mismatches.append(Mismatch(
+                            "shard-error", w.sql, str(exc)[:300], w.constructs))
+                    else:
+                        self.tally.refused(exc, w.sql)
                     await conn.rollback()
                 return
             except Exception as exc:

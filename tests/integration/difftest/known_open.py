@@ -25,6 +25,8 @@ KNOWN_OPEN: dict[str, tuple[frozenset[str], str]] = {
     "insert_literal_type": (ALL, "13.1 difftest: INSERT ... k = '02' stored on the shard of '02'"),
     # item 3: INSERT IGNORE and unique lookups
     "insert_ignore": (ALL, "13.3 difftest: INSERT IGNORE keeps a duplicate unique lookup value"),
+    # item 6: subquery in VALUES
+    "insert_subquery": (ALL, "13.6 difftest: VALUES (i, (SELECT COUNT(*) FROM t2), ...)"),
     # item 4: IS NULL on a lookup column
     "lookup_is_null": (ALL, "13.4 difftest: SELECT ... WHERE tag IS NULL"),
     "update_lookup_is_null": (ALL, "13.4 difftest: UPDATE ... WHERE tag IS NULL"),
@@ -49,6 +51,10 @@ KNOWN_OPEN: dict[str, tuple[frozenset[str], str]] = {
     # item 11: MariaDB collation at the gate (DISTINCT / GROUP BY / ORDER BY merge)
     "distinct_text": (frozenset({"mysql"}), "13.11 difftest: GROUP BY tag splits 'red'/'Red '"),
     "order_text": (frozenset({"mysql"}), "13.11 difftest: ORDER BY tag merge is binary"),
+    # item 12: LIMIT overflow, constants in DISTINCT sent as GROUP BY positions
+    "limit_huge": (frozenset({"sqlite", "postgres"}),
+                   "13.12 difftest: LIMIT 9223372036854775807 OFFSET 1"),
+    "constant_column": (frozenset({"postgres"}), "13.12 difftest: SELECT DISTINCT n, 'x' FROM t1"),
     # new: lookup vindex rows matched by exact bytes under a case-insensitive collation
     "lookup_eq": (frozenset({"mysql"}), "new difftest: lookup match drops 'Red' for tag = 'red'"),
     "update_by_lookup": (frozenset({"mysql"}), "new difftest: lookup match (UPDATE)"),
