@@ -36,6 +36,8 @@ DML_CONSTRUCTS: dict[str, str] = {
     "delete_by_lookup": "DELETE ... WHERE lookup column =",
     "delete_lookup_is_null": "DELETE ... WHERE lookup column IS NULL (item 4)",
     "delete_scatter": "DELETE ... WHERE non-vindex column",
+    "delete_limit": "DELETE ... ORDER BY id LIMIT n (item 12; the engine may reject it)",
+    "rollback": "the write inside BEGIN ... ROLLBACK: nothing may change, lookups included",
 }
 
 
@@ -46,6 +48,8 @@ class Write:
     sql: str
     plain_sql: str
     constructs: frozenset[str]
+    #: run inside BEGIN ... ROLLBACK on both sides: nothing may change
+    rollback: bool = False
 
 
 @dataclass
@@ -96,6 +100,7 @@ class DmlGen:
             ("update_scatter", self.update), ("update_vindex_literal_type", self.update),
             ("delete_by_vindex", self.delete), ("delete_by_lookup", self.delete),
             ("delete_lookup_is_null", self.delete), ("delete_scatter", self.delete),
+            ("delete_limit", self.delete_limit),
         ]
         if self.kind != "postgres":
             options.append(("replace", self.replace))
@@ -103,7 +108,10 @@ class DmlGen:
         name, build = self.rng.choice(live)
         self.used.add(name)
         sql, plain = build()
-        return Write(sql, plain, frozenset(self.used))
+        rollback = "rollback" not in self.disabled and self.rng.random() < 0.1
+        if rollback:
+            self.used.add("rollback")
+        return Write(sql, plain, frozenset(self.used), rollback)
 
     # -------------------------------------------------------------- inserts --
 
@@ -204,4 +212,9 @@ class DmlGen:
     def delete(self) -> tuple[str, str]:
         t = self.rng.choice(("t1", "t2"))
         sql = f"DELETE FROM {t} WHERE {self._where(t)}"
+        return sql, sql
+
+    def delete_limit(self) -> tuple[str, str]:
+        t = self.rng.choice(("t1", "t2"))
+        sql = f"DELETE FROM {t} WHERE n > {self.rng.randrange(-3, 8)} ORDER BY id LIMIT 2"
         return sql, sql

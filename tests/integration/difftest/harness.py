@@ -188,7 +188,7 @@ class Harness:
         except Exception as exc:  # the engine rejects it: the gate must not answer
             want, db_error = None, str(exc)[:160]
         try:
-            got = await self.gate.execute(self.session, q.sql)
+            got = await self.gate.execute(self.session, q.sql, q.binds or None)
         except ShardgateError as exc:
             if want is None:
                 self.tally.both_rejected += 1
@@ -218,6 +218,9 @@ class Harness:
     async def check_write(self, w: Write) -> None:
         """Run ``w`` on both sides, then check contents, placement and lookups."""
         self.tally.constructs.update(w.constructs)
+        if w.rollback:
+            await self.check_rolled_back(w)
+            return
         conn = await self.plain.acquire()
         try:
             await conn.begin()
@@ -260,6 +263,23 @@ class Harness:
                         self.tally.agreed += 1
         finally:
             await self.plain.release(conn)
+        await self.check_state(w)
+
+    async def check_rolled_back(self, w: Write) -> None:
+        """``w`` inside BEGIN ... ROLLBACK through the gate: the shards and lookup
+        tables must be as before (the reference is left alone)."""
+        await self.gate.execute(self.session, "BEGIN")
+        try:
+            await self.gate.execute(self.session, w.sql)
+        except ShardgateError:
+            pass
+        except Exception as exc:
+            self.tally.mismatches.append(Mismatch(
+                "crash", w.sql, f"{type(exc).__name__}: {exc}", w.constructs))
+        finally:
+            if self.session.in_transaction:
+                await self.gate.execute(self.session, "ROLLBACK")
+        self.tally.agreed += 1
         await self.check_state(w)
 
     async def check_state(self, w: Write) -> None:

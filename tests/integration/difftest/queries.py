@@ -16,6 +16,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from .schema import COLUMNS, EMAILS, FLOATS, HUGE, INT32, TAGS, TEXT_COLUMNS, WORDS, literal
 
@@ -69,6 +70,11 @@ CONSTRUCTS: dict[str, str] = {
     "expr_case": "CASE / COALESCE",
     "expr_mixed_compare": "comparisons of text with numbers (item 10)",
     "quoted_ident": "quoted identifiers (item 12)",
+    "bind_vars": "bind variables instead of literals",
+    "bind_internal_name": "user bind variables named like the gate's own (__sg_sq0) (item 12)",
+    "select_star_join": "SELECT * over a co-located join (item 9)",
+    "group_position": "GROUP BY position",
+    "sum_text": "SUM / SUM(DISTINCT) over text (item 10)",
     "agg_no_shard": "aggregate whose filter targets no shard (item 8)",
 }
 
@@ -82,6 +88,7 @@ class Query:
     ordered: bool
     approx: bool
     constructs: frozenset[str]
+    binds: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -96,6 +103,10 @@ class Col:
 
 #: ORDER BY direction marks, rendered by Gen.generate for each side
 ASC, DESC = "\x01", "\x02"
+#: bind variable marks (gate: ``:name``; reference: the literal)
+BIND = "\x03"
+#: bind variable name stems, some as the gate names its own (``__sg_vals``)
+BIND_NAMES = ("v", "__sg_vals", "__sg_upper_limit", "__sg_sq", "__sg_join")
 
 INT_COLS = {"t1": ("id", "n"), "t2": ("id", "k", "n"), "t3": ("id", "w")}
 TEXT_COLS = {"t1": ("s", "tag"), "t2": ("email",), "t3": ("label",)}
@@ -113,6 +124,8 @@ class Gen:
     disabled: frozenset[str] = frozenset()
     used: set[str] = field(default_factory=set)
     approx: bool = False
+    binding: bool = False
+    binds: dict[str, Any] = field(default_factory=dict)
 
     # -------------------------------------------------------------- helpers --
 
@@ -135,22 +148,34 @@ class Gen:
         return build()
 
     def value_for(self, col: Col) -> str:
+        """A value for comparisons with ``col``: a literal, or (``bind_vars``) a bind
+        variable, some named like the gate's internal ones (item 12)."""
         r = self.rng
+        value: Any
         if col.name in ("s",):
-            return literal(r.choice(WORDS))
-        if col.name == "tag":
-            return literal(r.choice((*TAGS, "nope")))
-        if col.name == "email":
-            return literal(r.choice((*EMAILS, "nope@x")))
-        if col.name == "label":
-            return literal(r.choice(("east", "West", "west", "north", "x")))
-        if col.name == "f":
-            return literal(r.choice(FLOATS))
-        if col.name in ("id", "k") and r.random() < 0.1:
-            return literal(r.choice(HUGE))
-        if col.name == "n" and r.random() < 0.05:
-            return literal(r.choice(INT32))
-        return literal(r.randrange(-5, 60) if col.name == "id" else r.randrange(-3, 11))
+            value = r.choice(WORDS)
+        elif col.name == "tag":
+            value = r.choice((*TAGS, "nope"))
+        elif col.name == "email":
+            value = r.choice((*EMAILS, "nope@x"))
+        elif col.name == "label":
+            value = r.choice(("east", "West", "west", "north", "x"))
+        elif col.name == "f":
+            value = r.choice(FLOATS)
+        elif col.name in ("id", "k") and r.random() < 0.1:
+            value = r.choice(HUGE)
+        elif col.name == "n" and r.random() < 0.05:
+            value = r.choice(INT32)
+        else:
+            value = r.randrange(-5, 60) if col.name == "id" else r.randrange(-3, 11)
+        if self.binding:
+            stem = r.choice(BIND_NAMES)
+            if stem.startswith("__sg"):
+                self.used.add("bind_internal_name")
+            name = stem + str(len(self.binds))
+            self.binds[name] = value
+            return f"{BIND}{name}{BIND}"
+        return literal(value)
 
     def columns(self, table: str, alias: str = "") -> list[Col]:
         return [Col(table, c, alias) for c in COLUMNS[table]]
@@ -272,6 +297,8 @@ class Gen:
         for _ in range(200):  # a query using a disabled construct is drawn again
             self.used = set()
             self.approx = False
+            self.binds = {}
+            self.binding = self.on("bind_vars", 0.15)
             _, build = self.rng.choice(kinds)
             sql, ordered = build()
             if not self.used & self.disabled:
@@ -286,7 +313,10 @@ class Gen:
                 DESC, " DESC NULLS LAST")
         sql = sql.replace(ASC, "").replace(DESC, " DESC")
         plain = plain.replace(ASC, "").replace(DESC, " DESC")
-        return Query(sql, plain, ordered, self.approx, frozenset(self.used))
+        for name, value in self.binds.items():
+            sql = sql.replace(f"{BIND}{name}{BIND}", f":{name}")
+            plain = plain.replace(f"{BIND}{name}{BIND}", literal(value))
+        return Query(sql, plain, ordered, self.approx, frozenset(self.used), dict(self.binds))
 
     def where(self, cols: Sequence[Col], p: float = 0.8) -> str:
         return f" WHERE {self.predicate(cols)}" if self.rng.random() < p else ""
@@ -381,6 +411,7 @@ class Gen:
             ("distinct_aggregate", lambda: self.count_distinct_text(tc)),
             ("distinct_aggregate", lambda: f"SUM(DISTINCT {ic})"),
         ]
+        options.append(("sum_text", lambda: f"SUM({r.choice(('', 'DISTINCT '))}{tc})"))
         if t == "t1":
             options.append(("aggregate_float", lambda: f"{r.choice(('SUM', 'AVG'))}(f)"
                             if not alias else f"{r.choice(('SUM', 'AVG'))}({alias}.f)"))
@@ -427,6 +458,9 @@ class Gen:
                 group_refs.append("1" if r.random() < 0.5 else "'k'")
         items += [(a, None) for a in aggs]
         r.shuffle(items)
+        if self.on("group_position", 0.2):
+            group_refs = [str(i + 1) for i, (e, _a) in enumerate(items)
+                          if e in [c.sql() for c in group]]
         sel = ", ".join(e + (f" AS {a}" if a else "") for e, a in items)
         sql = f"SELECT {sel} FROM {t}{self.where(cols, 0.5)} GROUP BY {', '.join(group_refs)}"
         if self.on("having", 0.35):
@@ -504,6 +538,9 @@ class Gen:
             a2 = self.columns("t3", "b")
             src = "t1 a, t3 b"
         cols = a1 + a2
+        if kind == "colocated" and self.on("select_star_join", 0.2):
+            where = f" WHERE {self.predicate(a1)}" if r.random() < 0.5 else ""
+            return f"SELECT * FROM {src}{where}", False
         shown = r.sample(cols, r.randrange(1, 4))
         for pk in (Col("t1", "id", "a"), Col(a2[0].table, "id", "b")):
             if pk not in shown:
