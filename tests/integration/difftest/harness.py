@@ -81,6 +81,23 @@ class Tally:
         self.refusal_examples.setdefault(key, sql)
 
 
+_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def same_labels(kind: str, got: list[str], want: list[str]) -> bool:
+    """Whether the result columns are named alike (case-insensitively).
+
+    The gate labels an unaliased expression by its text, as MySQL and SQLite do;
+    PostgreSQL labels it by function name (``count``, ``?column?``), so there
+    only column names and aliases (labels that are plain identifiers at the
+    gate) are compared.
+    """
+    if len(got) != len(want):
+        return False
+    return all(g.lower() == w.lower() for g, w in zip(got, want, strict=True)
+               if kind != "postgres" or _IDENTIFIER.match(g))
+
+
 def _plain(value: Any) -> Any:
     return bytes(value) if isinstance(value, memoryview | bytearray) else value
 
@@ -206,6 +223,10 @@ class Harness:
             self.tally.mismatches.append(Mismatch(
                 "select", q.sql, f"the database rejects it ({db_error}), the gate answered "
                 f"{got.rows[:5]}", q.constructs))
+            return
+        if not same_labels(self.kind, got.fields, want.fields):
+            self.tally.mismatches.append(Mismatch(
+                "fields", q.sql, f"columns: gate {got.fields}, db {want.fields}", q.constructs))
             return
         fold = self.kind == "mysql" and bool(q.constructs & COLLAPSING)
         diff = difference(got.rows, want.rows, kind=self.kind, ordered=q.ordered,
