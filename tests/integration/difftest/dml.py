@@ -9,11 +9,11 @@ DO UPDATE SET c = excluded.c``; ``REPLACE`` exists on SQLite and MariaDB only.
 
 from __future__ import annotations
 
-import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from .queries import Generator
 from .schema import COLUMNS, EMAILS, FLOATS, TAGS, WORDS, any_id, any_k, any_n, literal, maybe
 
 #: every write construct, with what it covers (issue 13 item)
@@ -53,13 +53,9 @@ class Write:
 
 
 @dataclass
-class DmlGen:
-    """A write generator; ``disabled`` constructs are never produced."""
+class DmlGen(Generator):
+    """A write generator."""
 
-    rng: random.Random
-    kind: str
-    disabled: frozenset[str] = frozenset()
-    used: set[str] = field(default_factory=set)
     #: id -> k of the t2 rows the reference holds now (kept current by the harness).
     #: t2's primary key ``id`` is not its vindex column, so an id reused with another
     #: ``k`` would land on another shard where no constraint can see it (as in

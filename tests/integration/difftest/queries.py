@@ -116,13 +116,21 @@ PK = "id"
 
 
 @dataclass
-class Gen:
-    """A query generator; ``disabled`` constructs are never produced."""
+class Generator:
+    """What the query and write generators share: the seeded ``rng``, the engine
+    ``kind``, the ``disabled`` constructs (never produced) and the constructs
+    ``used`` by the statement being built."""
 
     rng: random.Random
     kind: str
     disabled: frozenset[str] = frozenset()
     used: set[str] = field(default_factory=set)
+
+
+@dataclass
+class Gen(Generator):
+    """A query generator."""
+
     approx: bool = False
     binding: bool = False
     binds: dict[str, Any] = field(default_factory=dict)
