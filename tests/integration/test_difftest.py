@@ -11,7 +11,7 @@ exactly what the owner rows imply. See the package docstrings for the schema
 and the comparison rules (floats: tolerance only for SUM/AVG over doubles;
 MariaDB: collation keys only where the SQL collapses equal strings).
 
-Seeds are fixed. ``SG_DIFF_ROUNDS`` (default 6) runs more rounds of fresh
+Seeds are fixed. ``SG_DIFF_ROUNDS`` (default 10) runs more rounds of fresh
 data, queries and writes (round ``r`` uses seed ``1000 * r + engine``);
 ``SG_DIFF_ALL=1`` also generates the constructs of
 :data:`tests.integration.difftest.known_open.KNOWN_OPEN`. Any mismatch fails
@@ -26,16 +26,18 @@ import os
 import random
 import time
 from collections.abc import Callable
+from decimal import Decimal
 
 import pytest
 
-from .difftest.dml import DML_CONSTRUCTS, DmlGen
+from .difftest.compare import difference
+from .difftest.dml import DML_CONSTRUCTS, DmlGen, Write
 from .difftest.harness import Harness, Tally
 from .difftest.known_open import disabled_on
 from .difftest.queries import CONSTRUCTS, Gen
-from .difftest.schema import random_rows
+from .difftest.schema import hash_ksid, random_rows, shard_of, xxhash_ksid
 
-ROUNDS = int(os.environ.get("SG_DIFF_ROUNDS", "6"))
+ROUNDS = int(os.environ.get("SG_DIFF_ROUNDS", "10"))
 ALL = os.environ.get("SG_DIFF_ALL") == "1"
 QUERIES_PER_ROUND = int(os.environ.get("SG_DIFF_QUERIES", "250"))
 WRITES_PER_ROUND = int(os.environ.get("SG_DIFF_WRITES", "60"))
@@ -94,3 +96,55 @@ async def test_sharded_answers_like_one_database(
         print("\n" + text)
     if h.tally.mismatches:
         pytest.fail(text, pytrace=False)
+
+
+# ------------------------------------------------- the tester checks itself --
+
+
+def test_independent_keyspace_ids_match_vitess_vectors() -> None:
+    # Vitess go/vt/vtgate/vindexes/hash_test.go and xxhash_test.go (TestXXHashMap),
+    # the vectors tests/unit/test_vindexes.py cites
+    assert hash_ksid(1) == b"\x16k@\xb4J\xbaK\xd6"
+    assert hash_ksid(5) == b"p\xbb\x02<\x81\x0c\xa8z"
+    assert xxhash_ksid("test1") == bytes([0xD0, 0x1A, 0xB7, 0xE4, 0xD6, 0x97, 0x8F, 0x0B])
+    assert [shard_of(bytes([b])) for b in (0x00, 0x3F, 0x40, 0xBF, 0xC0, 0xFF)] == [
+        0, 0, 1, 2, 3, 3]
+
+
+def test_comparison_normalises_representation_only() -> None:
+    same = {"kind": "sqlite", "ordered": False, "approx": False, "fold": False}
+    assert difference([(3,)], [(Decimal("3.00"),)], **same) is None  # type: ignore[arg-type]
+    assert difference([(Decimal("2.3333"),)], [(Decimal("2.333333"),)],
+                      **same) is not None  # type: ignore[arg-type]
+    assert difference([(1,), (2,)], [(2,), (1,)], **same) is None  # type: ignore[arg-type]
+    assert difference([(1,), (2,)], [(2,), (1,)], kind="sqlite", ordered=True, approx=False,
+                      fold=False) is not None
+    assert difference([(0.1 + 0.2,)], [(0.3,)], **same) is not None  # type: ignore[arg-type]
+    assert difference([(0.1 + 0.2,)], [(0.3,)], kind="sqlite", ordered=False, approx=True,
+                      fold=False) is None
+    assert difference([("Ann ",)], [("ann",)], kind="mysql", ordered=False, approx=False,
+                      fold=True) is None
+    assert difference([("Ann ",)], [("ann",)], kind="mysql", ordered=False, approx=False,
+                      fold=False) is not None
+
+
+async def test_state_check_catches_misplaced_rows_and_lookup_drift(
+    make_database: Callable[..., str]
+) -> None:
+    h = Harness("sqlite", make_database)
+    try:
+        await h.create()
+        await h.load({"t1": [{"id": 1, "n": 1, "s": "a", "f": None, "tag": "red"}],
+                      "t2": [], "t3": []})
+        wrong = (shard_of(hash_ksid(1)) + 1) % len(h.shards)
+        await h.shards[wrong].execute("INSERT INTO t1 (id, n) VALUES (1, 1)")
+        await h.lookup.execute("DELETE FROM tag_idx")
+        await h.check_state(Write("-- planted", "-- planted", frozenset({"planted"})))
+        kinds = sorted({m.what for m in h.tally.mismatches})
+        assert kinds == ["lookup", "placement", "write"], h.tally.mismatches
+        # and the shards were reset to the reference
+        h.tally.mismatches.clear()
+        await h.check_state(Write("-- again", "-- again", frozenset()))
+        assert h.tally.mismatches == []
+    finally:
+        await h.close()

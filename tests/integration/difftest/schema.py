@@ -86,9 +86,11 @@ def hash_ksid(value: int) -> bytes:
     return _DES.encrypt((int(value) & (2**64 - 1)).to_bytes(8, "big"))
 
 
-def xxhash_ksid(value: int) -> bytes:
-    """Vitess ``xxhash``: xxHash64 of the value's bytes (an integer's decimal text)."""
-    return xxhash.xxh64_intdigest(str(int(value)).encode()).to_bytes(8, "little")
+def xxhash_ksid(value: int | str) -> bytes:
+    """Vitess ``xxhash``: xxHash64 of the value's bytes (an integer's decimal text),
+    little-endian."""
+    text = value if isinstance(value, str) else str(int(value))
+    return xxhash.xxh64_intdigest(text.encode()).to_bytes(8, "little")
 
 
 def row_ksid(table: str, row: dict[str, Any]) -> bytes:
