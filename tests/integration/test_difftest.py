@@ -80,7 +80,11 @@ async def test_sharded_answers_like_one_database(
                 await h.check_query(gen.generate())
             writes = DmlGen(rng, backend_kind, disabled, t2_keys=h.t2_keys)
             for _ in range(WRITES_PER_ROUND):
-                await h.check_write(writes.generate())
+                if "transaction" not in disabled and rng.random() < 0.15:
+                    await h.check_transaction(
+                        [writes.generate(alone=False) for _ in range(rng.randrange(2, 4))])
+                else:
+                    await h.check_write(writes.generate())
             for _ in range(QUERIES_PER_ROUND - QUERIES_PER_ROUND // 2):
                 await h.check_query(gen.generate())
     finally:

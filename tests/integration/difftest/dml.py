@@ -38,6 +38,8 @@ DML_CONSTRUCTS: dict[str, str] = {
     "delete_scatter": "DELETE ... WHERE non-vindex column",
     "delete_limit": "DELETE ... ORDER BY id LIMIT n (item 12; the engine may reject it)",
     "rollback": "the write inside BEGIN ... ROLLBACK: nothing may change, lookups included",
+    "transaction": "2-3 writes in one BEGIN ... COMMIT (rolled back on both sides at the "
+                   "first write either side does not apply)",
 }
 
 
@@ -82,8 +84,9 @@ class DmlGen(Generator):
         return ", ".join("(" + ", ".join(literal(row[c]) for c in COLUMNS[table]) + ")"
                          for row in rows)
 
-    def generate(self) -> Write:
-        """One random write; its constructs are those it used."""
+    def generate(self, alone: bool = True) -> Write:
+        """One random write; its constructs are those it used. Only a write run
+        ``alone`` (not inside a generated transaction) may be a rolled-back one."""
         self.used = set()
         options: list[tuple[str, Callable[[], tuple[str, str]]]] = [
             ("insert", self.insert), ("insert", self.insert), ("insert_multi", self.insert),
@@ -104,7 +107,7 @@ class DmlGen(Generator):
         name, build = self.rng.choice(live)
         self.used.add(name)
         sql, plain = build()
-        rollback = "rollback" not in self.disabled and self.rng.random() < 0.1
+        rollback = alone and "rollback" not in self.disabled and self.rng.random() < 0.1
         if rollback:
             self.used.add("rollback")
         return Write(sql, plain, frozenset(self.used), rollback)

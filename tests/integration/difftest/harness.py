@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from shardgate.backends import Backend, open_backend
+from shardgate.backends import Backend, Connection, open_backend
 from shardgate.errors import ShardgateError
 from shardgate.gate import Gate
 from shardgate.keys import KeyRange
@@ -237,58 +237,99 @@ class Harness:
             self.tally.mismatches.append(Mismatch("select", q.sql, diff, q.constructs))
 
     async def check_write(self, w: Write) -> None:
-        """Run ``w`` on both sides, then check contents, placement and lookups."""
-        self.tally.constructs.update(w.constructs)
+        """Run ``w`` on both sides, then check contents, placement and lookups
+        (also after a refusal: a refused write must change nothing)."""
         if w.rollback:
             await self.check_rolled_back(w)
             return
+        await self.check_transaction([w], explicit=False)
+
+    async def check_transaction(self, writes: list[Write], *, explicit: bool = True) -> None:
+        """Run ``writes`` in one transaction on each side (``explicit``: BEGIN ...
+        COMMIT through the gate; else the one write autocommits there). The first
+        write either side does not apply, or (explicit) that shows a mismatch, ends
+        it: both sides roll back."""
         conn = await self.plain.acquire()
+        applied = True
         try:
             await conn.begin()
-            try:
-                want = await conn.execute(self.raw(w.plain_sql))
-                db_error = ""
-            except Exception as exc:
-                want, db_error = None, str(exc)[:160]
-                await conn.rollback()
-            try:
-                got = await self.gate.execute(self.session, w.sql)
-            except ShardgateError as exc:
-                if want is None:
-                    self.tally.both_rejected += 1
-                else:
-                    if SHARD_ERROR in exc.message:
-                        self.tally.mismatches.append(Mismatch(
-                            "shard-error", w.sql, str(exc)[:300], w.constructs))
-                    else:
-                        self.tally.refused(exc, w.sql)
-                    await conn.rollback()
-                return
-            except Exception as exc:
-                self.tally.mismatches.append(Mismatch(
-                    "crash", w.sql, f"{type(exc).__name__}: {exc}", w.constructs))
-                if want is not None:
-                    await conn.commit()
+            if explicit:
+                self.tally.constructs["transaction"] += 1
+                await self.gate.execute(self.session, "BEGIN")
+            for w in writes:
+                seen = len(self.tally.mismatches)
+                # in a transaction the later writes would only repeat a first mismatch
+                if not await self._write_pair(conn, w) or (
+                        explicit and len(self.tally.mismatches) > seen):
+                    applied = False
+                    break
+            if applied:
+                await conn.commit()
+                if explicit:
+                    await self._gate_end("COMMIT", writes)
             else:
-                if want is None:
-                    self.tally.mismatches.append(Mismatch(
-                        "write", w.sql, f"the database rejects it ({db_error}), "
-                        f"the gate applied it ({got.rows_affected} rows)", w.constructs))
-                else:
-                    await conn.commit()
-                    if got.rows_affected != want.rows_affected:
-                        self.tally.mismatches.append(Mismatch(
-                            "write", w.sql, f"rows affected: gate {got.rows_affected}, "
-                            f"db {want.rows_affected}", w.constructs))
-                    else:
-                        self.tally.agreed += 1
+                await conn.rollback()
         finally:
+            if conn.in_transaction:
+                await conn.rollback()
             await self.plain.release(conn)
-        await self.check_state(w)
+            if self.session.in_transaction:
+                await self._gate_end("ROLLBACK", writes)
+        constructs = frozenset().union(*(w.constructs for w in writes))
+        if explicit:
+            constructs |= {"transaction"}
+        await self.check_state(Write("; ".join(w.sql for w in writes), "", constructs))
+
+    async def _gate_end(self, verb: str, writes: list[Write]) -> None:
+        try:
+            await self.gate.execute(self.session, verb)
+        except Exception as exc:
+            self.tally.mismatches.append(Mismatch(
+                "write", "; ".join(w.sql for w in writes) + f"; {verb}",
+                f"{verb} failed: {type(exc).__name__}: {exc}",
+                frozenset().union(*(w.constructs for w in writes))))
+
+    async def _write_pair(self, conn: Connection, w: Write) -> bool:
+        """``w`` on the reference connection and through the gate, tallied; True
+        when both applied it."""
+        self.tally.constructs.update(w.constructs)
+        try:
+            want = await conn.execute(self.raw(w.plain_sql))
+            db_error = ""
+        except Exception as exc:
+            want, db_error = None, str(exc)[:160]
+        try:
+            got = await self.gate.execute(self.session, w.sql)
+        except ShardgateError as exc:
+            if want is None:
+                self.tally.both_rejected += 1
+            elif SHARD_ERROR in exc.message:
+                self.tally.mismatches.append(Mismatch(
+                    "shard-error", w.sql, str(exc)[:300], w.constructs))
+            else:
+                self.tally.refused(exc, w.sql)
+            return False
+        except Exception as exc:
+            self.tally.mismatches.append(Mismatch(
+                "crash", w.sql, f"{type(exc).__name__}: {exc}", w.constructs))
+            return False
+        if want is None:
+            self.tally.mismatches.append(Mismatch(
+                "write", w.sql, f"the database rejects it ({db_error}), "
+                f"the gate applied it ({got.rows_affected} rows)", w.constructs))
+            return False
+        if got.rows_affected != want.rows_affected:
+            self.tally.mismatches.append(Mismatch(
+                "write", w.sql, f"rows affected: gate {got.rows_affected}, "
+                f"db {want.rows_affected}", w.constructs))
+        else:
+            self.tally.agreed += 1
+        return True
 
     async def check_rolled_back(self, w: Write) -> None:
         """``w`` inside BEGIN ... ROLLBACK through the gate: the shards and lookup
         tables must be as before (the reference is left alone)."""
+        self.tally.constructs.update(w.constructs)
         await self.gate.execute(self.session, "BEGIN")
         try:
             await self.gate.execute(self.session, w.sql)

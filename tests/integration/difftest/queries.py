@@ -274,9 +274,6 @@ class Gen(Generator):
             ("not_in_list", not_in_list), ("nonbool_where", nonbool_where),
             ("expr_arith", arith), ("expr_mixed_compare", mixed),
         ]
-        if self.kind == "postgres":  # PostgreSQL refuses these outright; keep them rare
-            options = [o for o in options
-                       if o[0] not in ("nonbool_where", "expr_mixed_compare")] or options
         return self.choose(options)
 
     def predicate(self, cols: Sequence[Col], depth: int = 0) -> str:
