@@ -31,6 +31,8 @@ DML_CONSTRUCTS: dict[str, str] = {
     "update_lookup_is_null": "UPDATE ... WHERE lookup column IS NULL (item 4)",
     "update_lookup_column": "UPDATE SET of a lookup column",
     "update_scatter": "UPDATE ... WHERE non-vindex column",
+    "update_vindex_column": "UPDATE SET of the primary vindex column (the row must move "
+                            "or the write be refused)",
     "update_vindex_literal_type": "UPDATE ... WHERE id = 5.0 (item 1)",
     "delete_by_vindex": "DELETE ... WHERE primary vindex = / IN",
     "delete_by_lookup": "DELETE ... WHERE lookup column =",
@@ -100,6 +102,7 @@ class DmlGen(Generator):
             ("delete_by_vindex", self.delete), ("delete_by_lookup", self.delete),
             ("delete_lookup_is_null", self.delete), ("delete_scatter", self.delete),
             ("delete_limit", self.delete_limit),
+            ("update_vindex_column", self.update_vindex_column),
         ]
         if self.kind != "postgres":
             options.append(("replace", self.replace))
@@ -216,4 +219,11 @@ class DmlGen(Generator):
     def delete_limit(self) -> tuple[str, str]:
         t = self.rng.choice(("t1", "t2"))
         sql = f"DELETE FROM {t} WHERE n > {self.rng.randrange(-3, 8)} ORDER BY id LIMIT 2"
+        return sql, sql
+
+    def update_vindex_column(self) -> tuple[str, str]:
+        if self.rng.random() < 0.5:
+            sql = f"UPDATE t1 SET id = {any_id(self.rng)} WHERE id = {any_id(self.rng)}"
+        else:
+            sql = f"UPDATE t2 SET k = {any_k(self.rng)} WHERE n = {self.rng.randrange(-3, 11)}"
         return sql, sql
