@@ -19,11 +19,7 @@ unless said otherwise):
   non-NULL values (only the first ``from`` column is used, as in Vitess);
   each value's keyspace ids come back sorted.
   Nothing is sent when every value is NULL. Rows are matched back to values
-  by their SQL text (``5`` and ``'5'`` match). Where the table's collation
-  matched a row whose text equals no value (MariaDB's case- and
-  trailing-space-insensitive collations), or two values could be equal under a
-  collation, it asks again with one ``select`` per value, so each value gets
-  the rows the database says are equal to it. A unique vindex finding two
+  by their SQL text (``5`` and ``'5'`` match). A unique vindex finding two
   rows for a value raises :class:`Internal`.
 * ``verify``: the same select; true where the row ``(value, ksid)`` came back.
 * ``create``: ``insert into t(f, g, k) values (:f_0, :g_0, :k_0), (:f_1, ...)``,
@@ -52,8 +48,7 @@ if called; ``verify`` returns true for every value, as in Vitess.
 from __future__ import annotations
 
 import re
-import unicodedata
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from shardgate.errors import (
@@ -80,21 +75,6 @@ def match_key(value: Any) -> bytes | None:
         return None
     key = to_bytes(value)
     return key if key is not None else repr(value).encode()
-
-
-def _fold(value: Any) -> Any:
-    """A key coarser than any collation the docs support: text case-folded,
-    accents dropped, trailing spaces stripped; other values as matched."""
-    if not isinstance(value, str):
-        return match_key(value)
-    text = unicodedata.normalize("NFKD", value.casefold())
-    return "".join(c for c in text if not unicodedata.combining(c)).rstrip(" ")
-
-
-def _may_collide(values: Iterable[Any]) -> bool:
-    """Whether two of ``values`` could be one value under the table's collation."""
-    folded = [_fold(v) for v in values]
-    return len(set(folded)) < len(folded)
 
 
 def as_ksid(vindex: Lookup, value: Any) -> KeyspaceId:
@@ -153,33 +133,16 @@ class LookupBase(Lookup):
             return {}
         binds = {f"v{i}": v for i, v in enumerate(distinct.values())}
         result = await cursor.execute(self._select_sql(len(binds)), binds, autocommit=autocommit)
-        if len(distinct) == 1:  # every row the table's collation matched is this value's
-            only = self._ksids(result.rows)
-            return {next(iter(distinct)): only} if only else {}
-        found: dict[bytes, list[Sequence[Any]]] = {}
+        found: dict[bytes, list[KeyspaceId]] = {}
         for row in result.rows:
             key = match_key(row[0])
-            if key is not None:
-                found.setdefault(key, []).append(row)
-        if set(found) <= set(distinct) and not _may_collide(distinct.values()):
-            return {key: self._ksids(r) for key, r in found.items()}
-        # The table's collation matched rows to values their text does not equal
-        # (MariaDB's utf8mb4_general_ci: 'RED' = 'red' = 'red '): ask per value.
-        by_value: dict[bytes, list[KeyspaceId]] = {}
-        for key, value in distinct.items():
-            rows = await cursor.execute(self._select_sql(1), {"v0": value}, autocommit=autocommit)
-            if rows.rows:
-                by_value[key] = self._ksids(rows.rows)
-        return by_value
-
-    def _ksids(self, rows: Sequence[Sequence[Any]]) -> list[KeyspaceId]:
-        """The distinct keyspace ids of lookup rows, in order."""
-        out: list[KeyspaceId] = []
-        for row in rows:
+            if key is None:
+                continue
+            ksids = found.setdefault(key, [])
             ksid = as_ksid(self, row[1])
-            if ksid not in out:
-                out.append(ksid)
-        return out
+            if ksid not in ksids:
+                ksids.append(ksid)
+        return found
 
     async def map(self, cursor: VCursor, values: Sequence[Any]) -> list[list[KeyspaceId]]:
         if self.write_only:

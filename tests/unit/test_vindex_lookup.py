@@ -356,36 +356,3 @@ async def test_consistent_non_unique(cursor: SQLiteVCursor) -> None:
 def test_consistent_bad_params(extra: dict[str, str], fault: str) -> None:
     with pytest.raises(InvalidArgument, match=fault):
         consistent(**extra)
-
-
-# -- rows the table's collation matched (MariaDB utf8mb4_general_ci and the like) -------------
-
-
-async def test_map_takes_the_rows_a_case_insensitive_collation_matches(
-    cursor: SQLiteVCursor,
-) -> None:
-    # found by the differential tester on MariaDB: `WHERE tag = 'RED'` found no row
-    # though the lookup table (and the owner table) hold 'red' and 'Red'
-    cursor.script(
-        "create table ci_lookup (name text collate nocase, ksid blob, primary key (name, ksid));"
-        "insert into ci_lookup values ('red', x'166b40b44aba4bd6'), "
-        "('Red', x'06e7ea22ce92708f'), ('blue', x'4eb190c9a2fa169c')"
-    )
-    v = lookup("lookup", "tag", table="ci_lookup", to="ksid", **{"from": "name"})
-    assert await v.map(cursor, ["RED"]) == [sorted([K1, K2])]
-    cursor.calls.clear()
-    got = await v.map(cursor, ["red", "BLUE", "RED", "nope"])
-    assert got == [sorted([K1, K2]), [K3], sorted([K1, K2]), []]
-    # one batched select, then one per value because the collation matched 'BLUE'
-    assert [c.sql for c in cursor.calls] == [
-        "select name, ksid from ci_lookup where name in (:v0, :v1, :v2, :v3)",
-        *["select name, ksid from ci_lookup where name in (:v0)"] * 4,
-    ]
-    assert await v.verify(cursor, ["RED", "Blue"], [K2, K3]) == [True, True]
-
-
-async def test_map_stays_one_select_when_the_text_matches(cursor: SQLiteVCursor) -> None:
-    cursor.script("insert into name_lookup values ('ann', x'166b40b44aba4bd6'), "
-                  "('bob', x'06e7ea22ce92708f')")
-    assert await names().map(cursor, ["ann", "bob", "cy"]) == [[K1], [K2], []]
-    assert len(cursor.calls) == 1
