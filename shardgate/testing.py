@@ -19,6 +19,7 @@ from typing import Any
 import sqlglot
 from sqlglot import exp
 
+from shardgate.engine.coerce import Kind
 from shardgate.errors import AlreadyExists, Internal, InvalidArgument
 from shardgate.result import Result
 
@@ -108,8 +109,9 @@ class RecordingCursor:
     As Vitess's ``fake_vcursor_test.go``: each call becomes one line,
     ``"ExecuteShard commerce/-80: SELECT ... [args]"``, in :attr:`log`, and
     returns the canned :class:`Result` of :attr:`results` for that shard (an
-    empty result otherwise). Lookup vindexes use :attr:`lookup`
-    (a :class:`SQLiteVCursor`); sequences count from :attr:`next_sequence`.
+    empty result otherwise); :attr:`column_types` stands for the shards' schema.
+    Lookup vindexes use :attr:`lookup` (a :class:`SQLiteVCursor`); sequences
+    count from :attr:`next_sequence`.
     """
 
     def __init__(
@@ -119,14 +121,18 @@ class RecordingCursor:
         dialect: str = "mysql",
         placeholder: str = "%s",
         lookup: SQLiteVCursor | None = None,
+        collation: str | None = None,
     ) -> None:
         self.shard_maps = dict(shard_maps)
         self.dialect_name = dialect
+        self.collation_name = collation
         self.placeholder = placeholder
         self.lookup = lookup or SQLiteVCursor()
         self.results: dict[str, Result] = {}
         self.log: list[str] = []
         self.next_sequence = 1
+        #: table -> {column: kind} the shards' schema would give (empty: unknown)
+        self.column_types: dict[str, dict[str, Kind]] = {}
 
     def shard_map(self, keyspace: str) -> Any:
         return self.shard_maps[keyspace]
@@ -136,6 +142,12 @@ class RecordingCursor:
 
     def dialect(self, keyspace: str) -> str:
         return self.dialect_name
+
+    async def column_kinds(self, keyspace: str, table: str) -> Mapping[str, Kind]:
+        return self.column_types.get(table, {})
+
+    def collation(self, keyspace: str) -> str | None:
+        return self.collation_name
 
     async def next_sequence_values(self, sequence: str, count: int) -> int:
         first = self.next_sequence

@@ -31,6 +31,32 @@ the JSON path:
 * table names must be unique across keyspaces to be used unqualified: a name
   found in several keyspaces must be qualified (``keyspace.table``) unless the
   session's default keyspace has it.
+
+Vitess's protobuf JSON spellings are accepted too (``columnVindexes``,
+``autoIncrement``, ``columnListAuthoritative``, ``requireExplicitRouting``,
+``foreignKeyMode``; ``fromTable``/``toTables`` in routing rules); giving both
+spellings of one field is refused. As in Vitess (``go/vt/vtgate/vindexes/vschema.go``):
+
+* ``pinned`` (hex keyspace id) places a table of a sharded keyspace on the one
+  shard owning that keyspace id; it needs no column vindex, and routes like a
+  ``binary`` vindex whose value is the pin (:attr:`Table.pinned`);
+* ``columns`` (``[{"name": ..., "type": ...}]``, names unique) with
+  ``column_list_authoritative: true`` is the table's full column list: an
+  INSERT into it may leave out its column list (:attr:`Table.authoritative_columns`);
+* ``require_explicit_routing: true`` leaves the keyspace's tables out of the
+  global (unqualified) name space: they are found qualified, through the
+  default keyspace, or through a routing rule;
+* routing rules (:func:`parse_routing_rules`): ``{"rules": [{"from_table":
+  "t" or "ks.t", "to_tables": ["ks2.t2"]}]}`` make a table name of a SQL
+  statement resolve to another table (the planner rewrites the statement,
+  :mod:`shardgate.planner.rules`; :meth:`VSchema.find_table` itself does not
+  apply them); an empty ``to_tables`` disables the name (Vitess's
+  "table ... has been disabled"), more than one target is refused, as are
+  tablet-type rules (``ks@replica.t``: shardgate has no tablet types).
+
+Refused, naming the feature: ``sequence`` tables in a sharded keyspace (even
+pinned: shardgate's sequence allocator reads them from an unsharded keyspace),
+and the keyspace fields ``multi_tenant_spec`` and other unknown fields.
 """
 
 from __future__ import annotations
@@ -40,11 +66,37 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from shardgate.errors import Code, InvalidArgument, NotFound, ShardgateError, VSchemaError
+from shardgate.errors import (
+    Code,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    ShardgateError,
+    VSchemaError,
+)
 from shardgate.vindexes import Lookup, MultiColumn, Vindex, create_vindex
 from shardgate.vindexes.consistent_lookup import ConsistentLookupBase
 
 TABLE_TYPES = ("", "sequence", "reference", "queue")
+
+#: Vitess's protobuf JSON (camelCase) names -> the snake_case ones used here.
+CAMEL_CASE = {
+    "columnVindexes": "column_vindexes",
+    "autoIncrement": "auto_increment",
+    "columnListAuthoritative": "column_list_authoritative",
+    "requireExplicitRouting": "require_explicit_routing",
+    "foreignKeyMode": "foreign_key_mode",
+    "fromTable": "from_table",
+    "toTables": "to_tables",
+}
+
+
+@dataclass(frozen=True)
+class Column:
+    """A column listed in a table's VSchema ``columns``."""
+
+    name: str
+    type: str = ""
 
 
 @dataclass(frozen=True)
@@ -74,6 +126,18 @@ class Table:
     column_vindexes: list[ColumnVindex] = field(default_factory=list)
     auto_increment: AutoIncrement | None = None
     options: dict[str, Any] = field(default_factory=dict)
+    #: the keyspace id a pinned table lives at (VSchema ``pinned``, hex)
+    pinned: bytes | None = None
+    #: the VSchema ``columns`` (lower-cased names)
+    columns: tuple[Column, ...] = ()
+    column_list_authoritative: bool = False
+
+    @property
+    def authoritative_columns(self) -> tuple[str, ...] | None:
+        """The full column list when ``column_list_authoritative`` gives one, else None."""
+        if self.column_list_authoritative and self.columns:
+            return tuple(c.name for c in self.columns)
+        return None
 
     @property
     def primary(self) -> ColumnVindex | None:
@@ -97,21 +161,45 @@ class Keyspace:
     vindexes: dict[str, Vindex] = field(default_factory=dict)
     tables: dict[str, Table] = field(default_factory=dict)
     source: dict[str, Any] = field(default_factory=dict)
+    #: tables are left out of the global (unqualified) name space
+    require_explicit_routing: bool = False
+
+
+@dataclass(frozen=True)
+class RoutingRule:
+    """Where a table name routes: one ``(keyspace, table)``, or nowhere (disabled)."""
+
+    from_table: str
+    target: tuple[str, str] | None
 
 
 class VSchema:
     """All keyspaces' VSchemas, resolved and validated together."""
 
-    def __init__(self, keyspaces: Mapping[str, Keyspace]) -> None:
+    def __init__(
+        self,
+        keyspaces: Mapping[str, Keyspace],
+        routing_rules: Mapping[str, RoutingRule] | None = None,
+    ) -> None:
         self.keyspaces = dict(keyspaces)
+        self.routing_rules = dict(routing_rules or {})
         self._global: dict[str, list[Table]] = {}
         for ks in self.keyspaces.values():
+            if ks.require_explicit_routing:
+                continue
             for t in ks.tables.values():
                 self._global.setdefault(t.name.lower(), []).append(t)
 
     @classmethod
-    def from_json(cls, docs: Mapping[str, Mapping[str, Any] | str]) -> VSchema:
-        """Build from ``{keyspace: vschema JSON (dict or text)}``, validating everything."""
+    def from_json(
+        cls,
+        docs: Mapping[str, Mapping[str, Any] | str],
+        routing_rules: Mapping[str, Any] | None = None,
+    ) -> VSchema:
+        """Build from ``{keyspace: vschema JSON (dict or text)}``, validating everything.
+
+        ``routing_rules`` is Vitess's ``RoutingRules`` JSON (see :func:`parse_routing_rules`).
+        """
         parsed: dict[str, Mapping[str, Any]] = {}
         for name, doc in docs.items():
             if isinstance(doc, str):
@@ -124,7 +212,8 @@ class VSchema:
             parsed[name] = doc
         keyspaces = {name: _build_keyspace(name, doc) for name, doc in parsed.items()}
         _resolve_sequences(keyspaces)
-        return cls(keyspaces)
+        rules = parse_routing_rules(routing_rules or {}, keyspaces)
+        return cls(keyspaces, rules)
 
     def keyspace(self, name: str) -> Keyspace:
         try:
@@ -140,7 +229,8 @@ class VSchema:
         ``keyspace`` is the qualifier written in the SQL (or None). Unqualified
         names look in the default keyspace first, then globally; a name found
         in several keyspaces must be qualified. Tables of an unsharded keyspace
-        need not be listed in its VSchema.
+        need not be listed in its VSchema. Routing rules are not applied here:
+        the planner rewrites table names with :meth:`routing_target` first.
         """
         if keyspace is not None:
             ks = self.keyspace(keyspace)
@@ -163,7 +253,12 @@ class VSchema:
             if not ks.sharded:
                 return _table_in(ks, name)
         unsharded = [k for k in self.keyspaces.values() if not k.sharded]
-        if default_keyspace is None and len(unsharded) == 1 and len(self.keyspaces) == 1:
+        if (
+            default_keyspace is None
+            and len(unsharded) == 1
+            and len(self.keyspaces) == 1
+            and not unsharded[0].require_explicit_routing
+        ):
             return _table_in(unsharded[0], name)
         raise NotFound(
             f"table {name!r} is not in any VSchema"
@@ -171,9 +266,94 @@ class VSchema:
             + ": add it to the keyspace's vschema or qualify it as keyspace.table"
         )
 
+    def routing_target(
+        self, name: str, keyspace: str | None, default_keyspace: str | None
+    ) -> tuple[str, str] | None:
+        """Where a routing rule sends the table reference ``[keyspace.]name``, if one does.
+
+        As Vitess's ``FindRoutedTable``: the rule for ``keyspace.name`` applies,
+        ``keyspace`` being the written one, else the default one; only with
+        neither does the rule for the bare ``name`` apply (so, as in Vitess, a
+        rule meant for every session is written for ``t`` and ``ks.t``). One
+        rule applies, once (no chains). A rule with no target raises
+        :class:`FailedPrecondition` ("table ... has been disabled").
+        """
+        if not self.routing_rules:
+            return None
+        qualifier = keyspace if keyspace is not None else default_keyspace
+        key = f"{qualifier}.{name}" if qualifier else name
+        rule = self.routing_rules.get(key) or self.routing_rules.get(key.lower())
+        if rule is None:
+            return None
+        if rule.target is None:
+            raise FailedPrecondition(
+                f"table {name!r} has been disabled by routing rule {rule.from_table!r}"
+            )
+        return rule.target
+
     def to_json(self) -> dict[str, dict[str, Any]]:
         return {name: ks.source for name, ks in self.keyspaces.items()}
 
+
+def parse_routing_rules(
+    doc: Mapping[str, Any], keyspaces: Mapping[str, Keyspace]
+) -> dict[str, RoutingRule]:
+    """Read Vitess's ``RoutingRules`` JSON: ``{"rules": [{"from_table", "to_tables"}]}``.
+
+    ``from_table`` is ``table`` or ``keyspace.table``; ``to_tables`` lists at
+    most one ``keyspace.table`` (empty: the name is disabled). Errors are
+    :class:`VSchemaError` naming ``routing_rules.rules[i]``.
+    """
+    path = "routing_rules"
+    _expect(doc, Mapping, path, "an object")
+    doc = _canonical(doc, path)
+    _check_keys(doc, ("rules",), path)
+    rules = _expect(doc.get("rules", []), list, f"{path}.rules", "a list")
+    out: dict[str, RoutingRule] = {}
+    for i, raw in enumerate(rules):
+        rpath = f"{path}.rules[{i}]"
+        _expect(raw, Mapping, rpath, "an object")
+        rule = _canonical(raw, rpath)
+        _check_keys(rule, ("from_table", "to_tables"), rpath)
+        src = _expect(rule.get("from_table"), str, f"{rpath}.from_table", "a table name")
+        targets = _expect(rule.get("to_tables", []), list, f"{rpath}.to_tables",
+                          "a list of keyspace.table names")
+        if "@" in src or any(isinstance(t, str) and "@" in t for t in targets):
+            raise VSchemaError(rpath, "tablet-type routing rules (keyspace@type.table) are "
+                               "not supported: shardgate has no tablet types")
+        if not src or src.count(".") > 1:
+            raise VSchemaError(f"{rpath}.from_table", f"must be 'table' or 'keyspace.table', "
+                               f"got {src!r}")
+        if src in out:
+            raise VSchemaError(f"{rpath}.from_table", f"duplicate rule for {src!r}")
+        if len(targets) > 1:
+            raise VSchemaError(f"{rpath}.to_tables", f"table {src!r} has more than one target: "
+                               "give exactly one keyspace.table (or none to disable it)")
+        target: tuple[str, str] | None = None
+        if targets:
+            t = targets[0]
+            if not isinstance(t, str) or t.count(".") != 1 or "" in t.split("."):
+                raise VSchemaError(f"{rpath}.to_tables[0]",
+                                   f"must be a qualified 'keyspace.table', got {t!r}")
+            tks, tname = t.split(".")
+            if tks not in keyspaces:
+                raise VSchemaError(f"{rpath}.to_tables[0]",
+                                   f"keyspace {tks!r} of {t!r} does not exist")
+            target = (tks, tname)
+        out[src] = RoutingRule(src, target)
+    return out
+
+
+def _canonical(doc: Mapping[str, Any], path: str) -> dict[str, Any]:
+    """``doc`` with Vitess's camelCase field names turned snake_case (both at once refused)."""
+    out: dict[str, Any] = {}
+    for key, value in doc.items():
+        name = CAMEL_CASE.get(key, key)
+        if name in out:
+            raise VSchemaError(path, f"field {name!r} is given twice (as {name!r} and its "
+                               "camelCase spelling)")
+        out[name] = value
+    return out
 
 def _table_in(ks: Keyspace, name: str) -> Table:
     found = ks.tables.get(name) or ks.tables.get(name.lower())
@@ -200,14 +380,22 @@ def _check_keys(doc: Mapping[str, Any], allowed: Iterable[str], path: str) -> No
         raise VSchemaError(path, f"unknown field(s) {extra}; allowed: {sorted(allowed)}")
 
 
-def _build_keyspace(name: str, doc: Mapping[str, Any]) -> Keyspace:
+def _build_keyspace(name: str, source: Mapping[str, Any]) -> Keyspace:
+    doc = _canonical(source, name)
+    if "multi_tenant_spec" in doc or "multiTenantSpec" in doc:
+        raise VSchemaError(name, "multi_tenant_spec (Vitess's multi-tenant migrations) is "
+                           "not supported")
     _check_keys(
         doc,
         ("sharded", "vindexes", "tables", "require_explicit_routing", "foreign_key_mode"),
         name,
     )
     sharded = bool(_expect(doc.get("sharded", False), bool, f"{name}.sharded", "true or false"))
-    ks = Keyspace(name=name, sharded=sharded, source=dict(doc))
+    explicit = _expect(doc.get("require_explicit_routing", False), bool,
+                       f"{name}.require_explicit_routing", "true or false")
+    _check_foreign_key_mode(doc.get("foreign_key_mode", "unspecified"), name)
+    ks = Keyspace(name=name, sharded=sharded, source=dict(source),
+                  require_explicit_routing=explicit)
 
     owners: dict[str, str] = {}
     vdoc = _expect(doc.get("vindexes", {}), dict, f"{name}.vindexes", "an object")
@@ -231,7 +419,7 @@ def _build_keyspace(name: str, doc: Mapping[str, Any]) -> Keyspace:
     for tname, spec in tdoc.items():
         path = f"{name}.tables.{tname}"
         _expect(spec, dict, path, "an object")
-        ks.tables[tname] = _build_table(ks, tname, spec, owners, path)
+        ks.tables[tname] = _build_table(ks, tname, _canonical(spec, path), owners, path)
 
     for vname, owner in owners.items():
         if owner not in ks.tables:
@@ -256,8 +444,10 @@ def _build_table(
         raise VSchemaError(f"{path}.type", f"unknown table type {ttype!r}; use one of "
                            f"{[t for t in TABLE_TYPES if t]} or leave it out")
     if ttype == "sequence" and ks.sharded:
-        raise VSchemaError(f"{path}.type", "sequence tables must be in an unsharded keyspace")
+        raise VSchemaError(f"{path}.type", "sequence tables must be in an unsharded keyspace "
+                           "(pinned sequence tables in a sharded keyspace are not supported)")
     table = Table(name=tname, keyspace=ks.name, type=ttype)
+    _table_extras(table, spec, path)
     if ttype == "queue":
         table.options = dict(_expect(spec.get("queue", {}), dict, f"{path}.queue", "an object"))
 
@@ -299,11 +489,12 @@ def _build_table(
                          vindex=vindex, owned=owned)
         )
 
-    if ks.sharded and ttype not in ("reference", "sequence") and not table.column_vindexes:
+    if (ks.sharded and ttype not in ("reference", "sequence") and not table.column_vindexes
+            and table.pinned is None):
         raise VSchemaError(
             f"{path}.column_vindexes",
             "a table of a sharded keyspace needs at least one column vindex "
-            "(the first one is its primary vindex)",
+            "(the first one is its primary vindex) or a 'pinned' keyspace id",
         )
     if table.column_vindexes and ks.sharded:
         primary = table.column_vindexes[0]
@@ -329,6 +520,52 @@ def _build_table(
         seq = _expect(ai.get("sequence"), str, f"{apath}.sequence", "a sequence table name")
         table.auto_increment = AutoIncrement(column=col.lower(), sequence=seq)
     return table
+
+
+#: Vitess's ``ForeignKeyMode`` names and numbers; ``managed`` (3) is refused
+_FK_MODES = {"unspecified": 0, "disallow": 1, "unmanaged": 2, "managed": 3}
+#: the fields of Vitess's ``vschema.Column`` (only ``name`` and ``type`` are used)
+_COLUMN_FIELDS = ("name", "type", "invisible", "default", "collation_name", "collationName",
+                  "size", "scale", "nullable", "values")
+
+
+def _check_foreign_key_mode(mode: Any, keyspace: str) -> None:
+    path = f"{keyspace}.foreign_key_mode"
+    if isinstance(mode, bool) or mode not in (*_FK_MODES, *_FK_MODES.values()):
+        raise VSchemaError(path, f"must be one of {list(_FK_MODES)}, got {mode!r}")
+    if mode in ("managed", _FK_MODES["managed"]):
+        raise VSchemaError(path, "foreign_key_mode 'managed' (foreign keys whose cascades "
+                           "the gate carries out) is not supported; use 'unmanaged' to let "
+                           "each shard's database enforce them, or 'disallow'")
+
+
+def _table_extras(table: Table, spec: Mapping[str, Any], path: str) -> None:
+    """``pinned``, ``columns`` and ``column_list_authoritative`` of a table."""
+    if "pinned" in spec:
+        pin = _expect(spec["pinned"], str, f"{path}.pinned", "a hex keyspace id")
+        try:
+            table.pinned = bytes.fromhex(pin)
+        except ValueError:
+            raise VSchemaError(f"{path}.pinned", f"could not decode the keyspace id for pin: "
+                               f"{pin!r} is not hex") from None
+    cols = _expect(spec.get("columns", []), list, f"{path}.columns", "a list of columns")
+    seen: set[str] = set()
+    out: list[Column] = []
+    for i, col in enumerate(cols):
+        cpath = f"{path}.columns[{i}]"
+        _expect(col, dict, cpath, "an object with 'name' (and 'type')")
+        _check_keys(col, _COLUMN_FIELDS, cpath)
+        cname = _expect(col.get("name"), str, f"{cpath}.name", "a column name")
+        ctype = _expect(col.get("type", ""), (str, int), f"{cpath}.type",
+                        "a type name (or its query.Type number)")
+        if not cname or cname.lower() in seen:
+            raise VSchemaError(f"{cpath}.name", f"duplicate column name {cname!r}")
+        seen.add(cname.lower())
+        out.append(Column(cname.lower(), str(ctype)))
+    table.columns = tuple(out)
+    table.column_list_authoritative = _expect(
+        spec.get("column_list_authoritative", False), bool,
+        f"{path}.column_list_authoritative", "true or false")
 
 
 def _resolve_sequences(keyspaces: Mapping[str, Keyspace]) -> None:

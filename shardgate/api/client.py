@@ -30,6 +30,7 @@ from shardgate.api.server import GRPC_OPTIONS
 from shardgate.errors import Code, InvalidArgument, ShardgateError, error_for_code
 from shardgate.queues.events import QueueBatch, QueueEvent
 from shardgate.result import ExecuteOptions, Result
+from shardgate.sql.inputs import check_sql
 from shardgate.streams.merge import StreamEvent
 
 #: Seconds CloseSession may take when the client closes.
@@ -127,7 +128,7 @@ class GateClient:
         request = pb.ExecuteRequest(
             session_id=self.session_id,
             keyspace=self.keyspace,
-            sql=sql,
+            sql=check_sql(sql),
             bind_vars=convert.to_bind_vars(bind_vars),
             **convert.option_fields(options),
         )
@@ -148,7 +149,7 @@ class GateClient:
         request = pb.ExecuteBatchRequest(
             session_id=self.session_id,
             keyspace=self.keyspace,
-            queries=[pb.BoundQuery(sql=sql, bind_vars=convert.to_bind_vars(bv))
+            queries=[pb.BoundQuery(sql=check_sql(sql), bind_vars=convert.to_bind_vars(bv))
                      for sql, bv in statements],
             as_transaction=as_transaction,
         )
@@ -177,7 +178,7 @@ class GateClient:
         request = pb.StreamExecuteRequest(
             session_id=self.session_id,
             keyspace=self.keyspace,
-            sql=sql,
+            sql=check_sql(sql),
             bind_vars=convert.to_bind_vars(bind_vars),
         )
         call = self._stub.StreamExecute(request, timeout=self.timeout)
@@ -192,7 +193,8 @@ class GateClient:
 
     async def explain(self, sql: str) -> dict[str, Any]:
         """The plan of ``sql`` in this session's keyspace, as JSON data."""
-        request = pb.ExplainPlanRequest(session_id=self.session_id, keyspace=self.keyspace, sql=sql)
+        request = pb.ExplainPlanRequest(session_id=self.session_id, keyspace=self.keyspace,
+                                         sql=check_sql(sql))
         try:
             response: pb.ExplainPlanResponse = await self._stub.ExplainPlan(
                 request, timeout=self.timeout

@@ -32,6 +32,7 @@ from shardgate.api import shardgate_pb2 as pb
 from shardgate.errors import InvalidArgument
 from shardgate.event_token import EventToken
 from shardgate.result import ExecuteOptions, Result
+from shardgate.sql.inputs import check_bind_vars, check_text
 
 _INT64_MIN = -(2**63)
 _INT64_END = 2**63
@@ -56,6 +57,8 @@ def to_value(v: Any) -> pb.Value:
         case float():
             return pb.Value(double_value=v)
         case str():
+            if not v.isascii():
+                check_text(v, "the text")
             return pb.Value(string_value=v)
         case bytes() | bytearray() | memoryview():
             return pb.Value(bytes_value=bytes(v))
@@ -95,12 +98,15 @@ def to_bind_vars(bind_vars: Mapping[str, Any] | None) -> dict[str, pb.Value]:
     """Bind variables as the request's ``bind_vars`` map."""
     if not bind_vars:
         return {}
+    if not isinstance(bind_vars, Mapping):
+        check_bind_vars(bind_vars)  # refuses it, naming the type
     out: dict[str, pb.Value] = {}
     for name, v in bind_vars.items():
         try:
             out[name] = to_value(v)
         except InvalidArgument as exc:
             raise InvalidArgument(f"bind variable {name!r}: {exc.message}") from exc
+    check_bind_vars(bind_vars)  # names are str, text is valid Unicode
     return out
 
 

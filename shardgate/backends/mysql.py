@@ -170,7 +170,7 @@ class MySQLConnection(ThreadedConnection):
     async def open(cls, kwargs: dict[str, Any], safe_url: str) -> MySQLConnection:
         worker = Worker("sg-mysql")
         try:
-            raw = await worker.run(lambda: pymysql.connect(**kwargs))
+            raw = await worker.run(lambda: _connect_reading_collation(kwargs))
         except Exception as exc:
             worker.shutdown()
             raise translate_connect(exc, safe_url) from exc
@@ -443,7 +443,9 @@ class MySQLBackend(PooledBackend):
         super().__init__(url, pool_size=pool_size)
 
     async def _connect(self) -> PooledConnection:
-        return await MySQLConnection.open(self._kwargs, self.safe_url)
+        conn = await MySQLConnection.open(self._kwargs, self.safe_url)
+        self.collation = getattr(conn._raw, "sg_collation", None) or self.collation
+        return conn
 
     async def try_lease(self, name: str) -> LeaseHandle | None:
         conn = await self._connect()
@@ -456,6 +458,23 @@ class MySQLBackend(PooledBackend):
             await conn.close()
             return None
         return MySQLLease(conn, _lock_name(name))
+
+
+def _connect_reading_collation(kwargs: dict[str, Any]) -> Any:
+    """Connect, and note the database's default collation on the connection.
+
+    The gate merges, groups and sorts strings the way that collation compares them.
+    """
+    raw = pymysql.connect(**kwargs)
+    try:
+        with raw.cursor() as cur:
+            cur.execute("SELECT @@collation_database")
+            row = cur.fetchone()
+    except BaseException:
+        raw.close()
+        raise
+    raw.sg_collation = str(row[0]) if row and row[0] else None
+    return raw
 
 
 def _lock_name(name: str) -> str:

@@ -341,6 +341,15 @@ class PostgresBackend(PooledBackend):
             raw = await psycopg.AsyncConnection.connect(self._conninfo, autocommit=True)
         except psycopg.Error as exc:
             raise translate_connect(exc, self.safe_url) from exc
+        if self.collation is None:
+            # The gate merges, groups and sorts strings as this collation does.
+            try:
+                cur = await raw.execute(_COLLATION_QUERY)
+                row = await cur.fetchone()
+            except BaseException:
+                await raw.close()
+                raise
+            self.collation = _collation_name(row)
         return PostgresConnection(raw, self.safe_url)
 
     async def try_lease(self, name: str) -> LeaseHandle | None:
@@ -354,6 +363,27 @@ class PostgresBackend(PooledBackend):
             await conn.close()
             return None
         return PostgresLease(conn, name)
+
+
+#: the database's collation and locale provider, on every version (to_jsonb:
+#: the provider columns appeared in PostgreSQL 15, ``datlocale`` in 17)
+_COLLATION_QUERY = (
+    "SELECT d.datcollate, to_jsonb(d) ->> 'datlocprovider', "
+    "coalesce(to_jsonb(d) ->> 'datlocale', to_jsonb(d) ->> 'daticulocale') "
+    "FROM pg_database d WHERE d.datname = current_database()"
+)
+
+
+def _collation_name(row: Any) -> str | None:
+    """``datcollate``, or ``icu:<locale>`` / the builtin locale when another provider sorts."""
+    if not row:
+        return None
+    collate, provider, locale = row
+    if provider == "i":
+        return f"icu:{locale}"
+    if provider == "b":
+        return str(locale)
+    return str(collate)
 
 
 class PostgresLease(LeaseHandle):

@@ -55,6 +55,7 @@ from shardgate.client.sync import LoopRunner, LoopThread
 from shardgate.errors import Code, ShardgateError
 from shardgate.gate import Gate, Session
 from shardgate.result import Result, Row
+from shardgate.sql.inputs import check_bind_vars, check_sql
 
 T = TypeVar("T")
 
@@ -410,6 +411,11 @@ class Cursor:
             raise ProgrammingError(
                 "parameters must be a dict: paramstyle is 'named' (:name placeholders)"
             )
+        try:  # refused here, before a transaction is begun for it
+            check_sql(operation)
+            check_bind_vars(parameters)
+        except ShardgateError as exc:
+            raise error_from(exc) from exc
         result = self.connection._execute(operation, parameters)
         self._set_result(result)
         return self

@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from shardgate.engine.coerce import Kind, stored_value
 from shardgate.engine.primitives import ExecCursor, Primitive, Route, ShardQuery, vindex_map
 from shardgate.engine.values import Value, resolve
 from shardgate.errors import Internal
@@ -38,6 +39,8 @@ class LookupChange:
     positions: tuple[int, ...]
     #: for UPDATE: new value per lookup column (None = unchanged)
     new_values: tuple[Value | None, ...] = ()
+    #: the owner table's columns of the lookup, one per position
+    columns: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -64,6 +67,7 @@ class LookupDML(Primitive):
             values = [k if len(k) > 1 else k[0] for k in keys]
             mapped = await vindex_map(vc, self.primary_vindex, values)
             cursor = vc.lookup_cursor()
+            new_values = await self._new_values(vc, bind_vars)
             for row, ksids in zip(rows, mapped, strict=True):
                 if len(ksids) != 1:
                     raise Internal(
@@ -71,23 +75,40 @@ class LookupDML(Primitive):
                         f"under {self.primary_vindex.name!r}"
                     )
                 ksid = ksids[0]
-                for change in self.changes:
+                for change, stored in zip(self.changes, new_values, strict=True):
                     old = [row[p] for p in change.positions]
                     if self.verb == "Delete":
                         if change.vindex.ignore_nulls and any(v is None for v in old):
                             continue
                         await change.vindex.delete(cursor, [old], ksid)
                         continue
-                    new = [
-                        o if nv is None else resolve(nv, bind_vars)
-                        for o, nv in zip(old, change.new_values, strict=True)
-                    ]
+                    new = [o if nv is None else sv
+                           for o, nv, sv in zip(old, change.new_values, stored, strict=True)]
                     if new != old:
                         await change.vindex.update(cursor, old, ksid, new)
         results = await vc.execute_shards(
             self.route.keyspace, shards, self.route.query, bind_vars, write=True
         )
         return Result(rows_affected=sum(r.rows_affected for r in results))
+
+    async def _new_values(
+        self, vc: ExecCursor, bind_vars: Mapping[str, Any]
+    ) -> list[list[Any]]:
+        """Each change's new values as the owner's columns will store them (UPDATE)."""
+        if self.verb == "Delete":
+            return [[] for _ in self.changes]
+        kinds: Mapping[str, Kind] = {}
+        if self.route.table is not None:
+            kinds = await vc.column_kinds(self.route.keyspace, self.route.table)
+        dialect = vc.dialect(self.route.keyspace)
+        out: list[list[Any]] = []
+        for change in self.changes:
+            out.append([
+                None if nv is None else stored_value(
+                    resolve(nv, bind_vars), kinds.get(col), dialect, write=True, column=col)
+                for nv, col in zip(change.new_values, change.columns, strict=True)
+            ])
+        return out
 
     def describe(self) -> dict[str, Any]:
         out = self.route.describe()

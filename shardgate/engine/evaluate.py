@@ -2,25 +2,30 @@
 
 Only what post-processing needs: literals, references to result slots (by
 canonical SQL text or alias), arithmetic, comparisons, AND/OR/NOT, IS [NOT]
-NULL, IN lists, with SQL's three-valued logic (``None`` is unknown).
+NULL, IN lists, with SQL's three-valued logic (``None`` is unknown). Values
+follow the shard database's rules (:class:`~shardgate.engine.sqlsem.Semantics`,
+passed at execution): truth of numbers and strings, mixed-type comparisons,
+collations, integer and decimal arithmetic and division.
 :func:`compile_expr` checks at plan time that everything is supported and
 resolvable, so execution never meets an unknown node.
 """
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Callable, Mapping, Sequence
 from decimal import Decimal
 from typing import Any
 
 from sqlglot import exp
 
+from shardgate.engine.sqlsem import Semantics
 from shardgate.engine.values import Literal, from_expression
 from shardgate.errors import Unsupported
+from shardgate.sql.rewrite import flatten
 
 Row = Sequence[Any]
-Evaluator = Callable[[Row], Any]
+#: a compiled expression: its value for a result row, under the shard database's semantics
+Evaluator = Callable[[Row, Semantics], Any]
 
 
 def canonical(node: exp.Expr) -> str:
@@ -28,122 +33,127 @@ def canonical(node: exp.Expr) -> str:
     return node.sql(dialect="mysql").lower()
 
 
-_ARITH: dict[type[exp.Expr], Callable[[Any, Any], Any]] = {
-    exp.Add: operator.add,
-    exp.Sub: operator.sub,
-    exp.Mul: operator.mul,
-}
-_COMPARE: dict[type[exp.Expr], Callable[[Any, Any], bool]] = {
-    exp.EQ: operator.eq,
-    exp.NEQ: operator.ne,
-    exp.GT: operator.gt,
-    exp.GTE: operator.ge,
-    exp.LT: operator.lt,
-    exp.LTE: operator.le,
+_ARITH: dict[type[exp.Expr], str] = {exp.Add: "+", exp.Sub: "-", exp.Mul: "*"}
+_COMPARE: dict[type[exp.Expr], Callable[[int], bool]] = {
+    exp.EQ: lambda c: c == 0,
+    exp.NEQ: lambda c: c != 0,
+    exp.GT: lambda c: c > 0,
+    exp.GTE: lambda c: c >= 0,
+    exp.LT: lambda c: c < 0,
+    exp.LTE: lambda c: c <= 0,
 }
 
 
-def _num(v: Any) -> Any:
-    return Decimal(str(v)) if isinstance(v, float) else v
-
-
-def _div(a: Any, b: Any) -> Any:
-    if b == 0:
-        return None  # MySQL: division by zero is NULL
-    if isinstance(a, int) and isinstance(b, int):
-        return Decimal(a) / Decimal(b)
-    if isinstance(a, float) or isinstance(b, float):
-        return float(a) / float(b)
-    return Decimal(a) / Decimal(b)
+_PREDICATES = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.And, exp.Or, exp.Not,
+               exp.Is, exp.Between, exp.In)
 
 
 def compile_expr(node: exp.Expr, slots: Mapping[str, int]) -> Evaluator:
-    """Compile ``node`` into a function of a result row.
+    """Compile ``node`` into a function of a result row and the shards' semantics.
 
-    ``slots`` maps canonical texts (and lower-case aliases) to row indexes.
+    ``slots`` maps canonical texts (and lower-case aliases) to row indexes. A
+    condition's value is the database's: 1/0 on MySQL and SQLite, a boolean on
+    PostgreSQL, NULL when unknown.
     """
+    f = _compile(node, slots)
+    if isinstance(node, _PREDICATES) and canonical(node) not in slots:
+        return lambda row, sem: sem.boolean(f(row, sem))
+    return f
+
+
+def _compile(node: exp.Expr, slots: Mapping[str, int]) -> Evaluator:
     key = canonical(node)
     if key in slots:
         i = slots[key]
-        return lambda row: row[i]
+        return lambda row, sem: row[i]
     if isinstance(node, exp.Column) and node.name.lower() in slots:
         i = slots[node.name.lower()]
-        return lambda row: row[i]
+        return lambda row, sem: row[i]
     if isinstance(node, exp.Paren):
         return compile_expr(node.this, slots)
+    if isinstance(node, exp.Literal) and node.is_number and not node.is_int:
+        return _fractional(node.this)
     if isinstance(node, exp.Literal | exp.Null | exp.Boolean) or (
-        isinstance(node, exp.Neg) and isinstance(node.this, exp.Literal)
+        isinstance(node, exp.Neg) and isinstance(node.this, exp.Literal) and node.this.is_int
     ):
         value = from_expression(node)
         assert isinstance(value, Literal)
         constant = value.value
-        return lambda row: constant
-    if isinstance(node, exp.Binary) and (type(node) in _ARITH or isinstance(node, exp.Div)):
-        fn = _div if isinstance(node, exp.Div) else _ARITH[type(node)]
+        return lambda row, sem: constant
+    if isinstance(node, exp.Neg):
+        inner = compile_expr(node.this, slots)
+        return lambda row, sem: sem.arith("-", 0, inner(row, sem))
+    if isinstance(node, exp.Div):
         left, right = compile_expr(node.left, slots), compile_expr(node.right, slots)
-
-        def arith(row: Row) -> Any:
-            a, b = left(row), right(row)
-            if a is None or b is None:
-                return None
-            if isinstance(a, Decimal) or isinstance(b, Decimal):
-                a, b = _num(a), _num(b)
-            return fn(a, b)
-
-        return arith
+        return lambda row, sem: sem.divide(left(row, sem), right(row, sem))
+    if isinstance(node, exp.Binary) and type(node) in _ARITH:
+        op = _ARITH[type(node)]
+        left, right = compile_expr(node.left, slots), compile_expr(node.right, slots)
+        return lambda row, sem: sem.arith(op, left(row, sem), right(row, sem))
     if isinstance(node, exp.Binary) and type(node) in _COMPARE:
-        cmp = _COMPARE[type(node)]
+        test = _COMPARE[type(node)]
         left, right = compile_expr(node.left, slots), compile_expr(node.right, slots)
 
-        def compare(row: Row) -> Any:
-            a, b = left(row), right(row)
+        def compare(row: Row, sem: Semantics) -> Any:
+            a, b = left(row, sem), right(row, sem)
             if a is None or b is None:
                 return None
-            if isinstance(a, Decimal) or isinstance(b, Decimal):
-                a, b = _num(a), _num(b)
-            return cmp(a, b)
+            return test(sem.compare(a, b))
 
         return compare
     if isinstance(node, exp.And | exp.Or):
-        left, right = compile_expr(node.left, slots), compile_expr(node.right, slots)
-        if isinstance(node, exp.And):
-            return lambda row: _and(left(row), right(row))
-        return lambda row: _or(left(row), right(row))
+        # A chain of one connector is compiled flat (AND and OR are associative in
+        # SQL's three-valued logic): 1,000 OR terms are neither 1,000 nested calls
+        # nor 1,000 re-renderings of ever shorter chains.
+        terms = [compile_expr(t, slots) for t in flatten(node, type(node))]
+        combine = _and if isinstance(node, exp.And) else _or
+
+        def chain(row: Row, sem: Semantics) -> Any:
+            acc = sem.truth(terms[0](row, sem))
+            for term in terms[1:]:
+                acc = combine(acc, sem.truth(term(row, sem)))
+            return acc
+
+        return chain
     if isinstance(node, exp.Not):
         inner = compile_expr(node.this, slots)
 
-        def negate(row: Row) -> Any:
-            v = inner(row)
+        def negate(row: Row, sem: Semantics) -> Any:
+            v = sem.truth(inner(row, sem))
             return None if v is None else not v
 
         return negate
     if isinstance(node, exp.Is) and isinstance(node.expression, exp.Null):
         inner = compile_expr(node.this, slots)
-        return lambda row: inner(row) is None
+        return lambda row, sem: inner(row, sem) is None
     if isinstance(node, exp.Between):
         inner = compile_expr(node.this, slots)
         low = compile_expr(node.args["low"], slots)
         high = compile_expr(node.args["high"], slots)
 
-        def between(row: Row) -> Any:
-            v, lo, hi = inner(row), low(row), high(row)
-            if v is None or lo is None or hi is None:
-                return None
-            return bool(lo <= v <= hi)
+        def between(row: Row, sem: Semantics) -> Any:
+            v, lo, hi = inner(row, sem), low(row, sem), high(row, sem)
+            above = None if v is None or lo is None else sem.compare(lo, v) <= 0
+            below = None if v is None or hi is None else sem.compare(v, hi) <= 0
+            return _and(above, below)
 
         return between
     if isinstance(node, exp.In) and not node.args.get("query"):
         inner = compile_expr(node.this, slots)
         items = [compile_expr(e, slots) for e in node.expressions]
 
-        def member(row: Row) -> Any:
-            v = inner(row)
+        def member(row: Row, sem: Semantics) -> Any:
+            v = inner(row, sem)
             if v is None:
                 return None
-            values = [f(row) for f in items]
-            if v in values:
-                return True
-            return None if None in values else False
+            found: bool | None = False
+            for f in items:
+                eq = sem.equal(v, f(row, sem))
+                if eq:
+                    return True
+                if eq is None:
+                    found = None
+            return found
 
         return member
     raise Unsupported(
@@ -152,17 +162,32 @@ def compile_expr(node: exp.Expr, slots: Mapping[str, int]) -> Evaluator:
     )
 
 
-def _and(a: Any, b: Any) -> Any:
+def _fractional(text: str) -> Evaluator:
+    """A number literal with a point or exponent: a double on SQLite (and MySQL for
+    ``1e2``), an exact decimal otherwise."""
+    exact = Decimal(text)
+    approximate = float(text)
+    is_exponent = "e" in text.lower()
+
+    def value(row: Row, sem: Semantics) -> Any:
+        if sem.dialect == "sqlite" or (is_exponent and sem.dialect == "mysql"):
+            return approximate
+        return exact
+
+    return value
+
+
+def _and(a: bool | None, b: bool | None) -> bool | None:
     if a is False or b is False:
         return False
     if a is None or b is None:
         return None
-    return bool(a) and bool(b)
+    return True
 
 
-def _or(a: Any, b: Any) -> Any:
+def _or(a: bool | None, b: bool | None) -> bool | None:
     if a is True or b is True:
         return True
     if a is None or b is None:
         return None
-    return bool(a) or bool(b)
+    return False

@@ -7,7 +7,8 @@
   Output rows are the left row followed by the right row.
 * :class:`PulloutSubquery`: runs an uncorrelated ``IN (SELECT ...)`` subquery
   first and binds its values as a list for the outer query (an empty result
-  binds ``[NULL]``, which ``IN`` never matches).
+  binds ``[NULL]``, which ``IN`` never matches; where IN's value matters, a
+  flag tells the outer query the subquery was empty).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from shardgate.engine.primitives import ExecCursor, Primitive
+from shardgate.engine.primitives import ExecCursor, Primitive, semantics_of
 from shardgate.errors import InvalidArgument
 from shardgate.result import Result, Row
 
@@ -35,9 +36,12 @@ class NestedLoopJoin(Primitive):
     right_width: int
     outer: bool = False
     batch: int = JOIN_BATCH
+    #: the keyspace whose collation decides which keys are equal ('a' = 'A ' on MariaDB)
+    keyspace: str = ""
 
     async def execute(self, vc: ExecCursor, bind_vars: Mapping[str, Any]) -> Result:
         left = await self.left.execute(vc, bind_vars)
+        sem = semantics_of(vc, self.keyspace)
         keys: dict[tuple[Any, ...], None] = {}
         for row in left.rows:
             k = tuple(row[i] for i in self.left_keys)
@@ -45,18 +49,22 @@ class NestedLoopJoin(Primitive):
                 keys.setdefault(k)
         matches: dict[tuple[Any, ...], list[Row]] = {}
         right_fields: list[str] = []
-        firsts = list(dict.fromkeys(k[0] for k in keys))
+        if not self.left_keys and left.rows:  # a cross join: every right row, once
+            res = await self.right.execute(vc, bind_vars)
+            right_fields = res.fields
+            matches[()] = list(res.rows)
+        firsts = list(dict.fromkeys(k[0] for k in keys)) if self.left_keys else []
         for start in range(0, len(firsts), self.batch):
             chunk = firsts[start : start + self.batch]
             res = await self.right.execute(vc, {**bind_vars, self.join_var: chunk})
             right_fields = right_fields or res.fields
             for row in res.rows:
-                k = tuple(row[i] for i in self.right_keys)
+                k = tuple(sem.key(row[i]) for i in self.right_keys)
                 matches.setdefault(k, []).append(row)
         pad = (None,) * self.right_width
         rows: list[Row] = []
         for row in left.rows:
-            k = tuple(row[i] for i in self.left_keys)
+            k = tuple(sem.key(row[i]) for i in self.left_keys)
             found = matches.get(k) if None not in k else None
             if found:
                 rows.extend(row + r for r in found)
@@ -81,17 +89,24 @@ class PulloutSubquery(Primitive):
     subquery: Primitive
     outer: Primitive
     var: str
+    #: set to 1 when the subquery returned rows, 0 when it returned none; the
+    #: values then keep a NULL the subquery returned (IN's value matters)
+    has_values: str | None = None
 
     async def execute(self, vc: ExecCursor, bind_vars: Mapping[str, Any]) -> Result:
         res = await self.subquery.execute(vc, bind_vars)
         if res.rows and len(res.rows[0]) != 1:
             raise InvalidArgument("a subquery used with IN must select exactly one column")
-        values = list(dict.fromkeys(r[0] for r in res.rows if r[0] is not None))
-        return await self.outer.execute(vc, {**bind_vars, self.var: values or [None]})
+        keep_null = self.has_values is not None
+        values = list(dict.fromkeys(r[0] for r in res.rows if keep_null or r[0] is not None))
+        bound = {**bind_vars, self.var: values or [None]}
+        if self.has_values is not None:
+            bound[self.has_values] = 1 if values else 0
+        return await self.outer.execute(vc, bound)
 
     def describe(self) -> dict[str, Any]:
         return {
             "OperatorType": "UncorrelatedSubquery",
-            "PulloutVars": [self.var],
+            "PulloutVars": [self.var] + ([self.has_values] if self.has_values else []),
             "Inputs": [self.subquery.describe(), self.outer.describe()],
         }

@@ -18,15 +18,17 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from decimal import ROUND_HALF_UP, Context, Decimal
+from decimal import Decimal
 from functools import cmp_to_key
 from typing import Any
 
 from shardgate.engine.evaluate import Evaluator
-from shardgate.engine.primitives import ExecCursor, Primitive, order_compare
+from shardgate.engine.primitives import ExecCursor, Primitive, order_compare, semantics_of
+from shardgate.engine.sqlsem import EXACT, INT64_MAX, INT64_MIN, Semantics
 from shardgate.engine.values import Value
 from shardgate.errors import InvalidArgument
 from shardgate.result import Result, Row
+from shardgate.sql.dialect import avg_partial
 
 
 class AggOp(enum.Enum):
@@ -55,64 +57,55 @@ class _Acc:
     def __init__(self) -> None:
         self.value: Any = None
         self.n: Any = 0
-        self.distinct: set[Any] = set()
+        self.distinct: dict[Any, Any] = {}
 
 
 def _add(a: Any, b: Any) -> Any:
+    """Add two partial SUMs or COUNTs (numbers; NULL adds nothing)."""
     if a is None:
         return b
     if b is None:
         return a
-    if isinstance(a, Decimal) != isinstance(b, Decimal):
-        a, b = Decimal(str(a)), Decimal(str(b))
+    if isinstance(a, float) or isinstance(b, float):
+        return float(a) + float(b)
+    if isinstance(a, Decimal) or isinstance(b, Decimal):
+        return EXACT.add(Decimal(a), Decimal(b))
     return a + b
 
 
-_EXACT = Context(prec=120)
-
-
-def _avg(total: Any, count: Any, dialect: str) -> Any:
+def _avg(total: Any, count: Any, sem: Semantics) -> Any:
     """AVG as the shards' database computes it, from the combined SUM and COUNT.
 
-    Floating point inputs, and SQLite: a double. MariaDB/MySQL: the exact
-    quotient rounded half up to the input's scale plus ``div_precision_increment``
-    (4). PostgreSQL: numeric division at the scale ``select_div_scale`` picks
-    (at least 16 significant digits), rounded half away from zero.
+    Floating point inputs, and SQLite: a double. MariaDB/MySQL and PostgreSQL:
+    the exact sum divided as a decimal (:meth:`Semantics.decimal_divide`).
     """
     if total is None or not count:
         return None
-    if isinstance(total, float) or dialect == "sqlite":
+    if isinstance(total, float) or sem.dialect == "sqlite":
         return float(total) / int(count)
-    num, den = Decimal(total), Decimal(int(count))
-    quotient = _EXACT.divide(num, den)
-    in_scale = max(0, -int(num.as_tuple().exponent))
-    scale = _pg_div_scale(num, den, in_scale) if dialect == "postgres" else min(in_scale + 4, 30)
-    return quotient.quantize(Decimal(1).scaleb(-scale), rounding=ROUND_HALF_UP, context=_EXACT)
+    return sem.decimal_divide(Decimal(total), Decimal(int(count)))
 
 
-def _pg_weight(d: Decimal) -> tuple[int, int]:
-    """PostgreSQL's numeric weight and first base-10000 digit of ``d``."""
-    d = abs(d)
-    if d == 0:
-        return 0, 0
-    weight = 0
-    while d >= 10000:
-        d /= 10000
-        weight += 1
-    while d < 1:
-        d *= 10000
-        weight -= 1
-    return weight, int(d)
+def _checked_sum(total: Any, sem: Semantics) -> Any:
+    """A combined SUM: past BIGINT on SQLite, its SUM would have failed too."""
+    if sem.dialect == "sqlite" and isinstance(total, int) and \
+            not INT64_MIN <= total <= INT64_MAX:
+        raise InvalidArgument("integer overflow in SUM")
+    return total
 
 
-def _pg_div_scale(num: Decimal, den: Decimal, in_scale: int) -> int:
-    """``select_div_scale`` of PostgreSQL's numeric.c."""
-    w1, f1 = _pg_weight(num)
-    w2, f2 = _pg_weight(den)
-    qweight = w1 - w2
-    if f1 <= f2:
-        qweight -= 1
-    return min(max(16 - qweight * 4, in_scale, 0), 1000)
+def _sum_distinct(values: Sequence[Any], sem: Semantics) -> Any:
+    """SUM(DISTINCT x) of the distinct values: strings count as numbers (a double)."""
+    total: Any = None
+    as_double = False
+    for v in values:
+        if isinstance(v, str | bytes):
+            as_double = True
+        total = _add(total, sem.number(v))
+    if total is not None and (as_double or (
+            sem.dialect == "sqlite" and not isinstance(total, int))):
+        return float(total)
+    return _checked_sum(total, sem)
 
 
 @dataclass(frozen=True)
@@ -132,59 +125,42 @@ class Aggregate(Primitive):
 
     async def execute(self, vc: ExecCursor, bind_vars: Mapping[str, Any]) -> Result:
         res = await self.input.execute(vc, bind_vars)
-        dialect = vc.dialect(self.keyspace) if self.keyspace else "mysql"
-        groups: dict[tuple[Any, ...], list[_Acc]] = {}
+        sem = semantics_of(vc, self.keyspace)
+        # Group by the collation's keys; each group shows its first row's values.
+        groups: dict[tuple[Any, ...], tuple[tuple[Any, ...], list[_Acc]]] = {}
         keys = self.group_keys
         for row in res.rows:
-            key = tuple(row[i] for i in keys)
-            accs = groups.get(key)
-            if accs is None:
-                accs = groups[key] = [_Acc() for _ in self.aggregates]
-            for spec, acc in zip(self.aggregates, accs, strict=True):
-                v = row[spec.column]
-                match spec.op:
-                    case AggOp.COUNT:
-                        acc.n = _add(acc.n, v or 0)
-                    case AggOp.SUM:
-                        acc.value = _add(acc.value, v)
-                    case AggOp.MIN:
-                        if v is not None and (acc.value is None or v < acc.value):
-                            acc.value = v
-                    case AggOp.MAX:
-                        if v is not None and (acc.value is None or v > acc.value):
-                            acc.value = v
-                    case AggOp.AVG:
-                        assert spec.column2 is not None
-                        acc.value = _add(acc.value, v)
-                        acc.n = _add(acc.n, row[spec.column2] or 0)
-                    case AggOp.COUNT_DISTINCT | AggOp.SUM_DISTINCT:
-                        if v is not None:
-                            acc.distinct.add(v)
+            values = tuple(row[i] for i in keys)
+            key = tuple(sem.key(v) for v in values)
+            found = groups.get(key)
+            if found is None:
+                found = groups[key] = (values, [_Acc() for _ in self.aggregates])
+            for spec, acc in zip(self.aggregates, found[1], strict=True):
+                _accumulate(spec, acc, row, sem)
         if not groups and self.scalar:
-            groups[()] = [_Acc() for _ in self.aggregates]
+            groups[()] = ((), [_Acc() for _ in self.aggregates])
         rows = [
-            key + tuple(self._final(s, a, dialect)
-                        for s, a in zip(self.aggregates, accs, strict=True))
-            for key, accs in groups.items()
+            values + tuple(self._final(s, a, sem)
+                           for s, a in zip(self.aggregates, accs, strict=True))
+            for values, accs in groups.values()
         ]
         fields = [res.fields[i] if i < len(res.fields) else "" for i in keys]
         fields += [s.name for s in self.aggregates]
         return Result(fields=fields, rows=rows)
 
     @staticmethod
-    def _final(spec: AggSpec, acc: _Acc, dialect: str) -> Any:
+    def _final(spec: AggSpec, acc: _Acc, sem: Semantics) -> Any:
         match spec.op:
             case AggOp.COUNT:
                 return int(acc.n)
+            case AggOp.SUM:
+                return _checked_sum(acc.value, sem)
             case AggOp.AVG:
-                return _avg(acc.value, acc.n, dialect)
+                return _avg(acc.value, acc.n, sem)
             case AggOp.COUNT_DISTINCT:
                 return len(acc.distinct)
             case AggOp.SUM_DISTINCT:
-                total = None
-                for v in acc.distinct:
-                    total = _add(total, v)
-                return total
+                return _sum_distinct(list(acc.distinct.values()), sem)
         return acc.value
 
     def describe(self) -> dict[str, Any]:
@@ -201,6 +177,29 @@ class Aggregate(Primitive):
         }
 
 
+def _accumulate(spec: AggSpec, acc: _Acc, row: Row, sem: Semantics) -> None:
+    """Fold one partial row into an aggregate's accumulator."""
+    v = row[spec.column]
+    match spec.op:
+        case AggOp.COUNT:
+            acc.n = _add(acc.n, v or 0)
+        case AggOp.SUM:
+            acc.value = _add(acc.value, v)
+        case AggOp.MIN:
+            if v is not None and (acc.value is None or sem.compare(v, acc.value) < 0):
+                acc.value = v
+        case AggOp.MAX:
+            if v is not None and (acc.value is None or sem.compare(v, acc.value) > 0):
+                acc.value = v
+        case AggOp.AVG:
+            assert spec.column2 is not None
+            acc.value = _add(acc.value, avg_partial(v))
+            acc.n = _add(acc.n, row[spec.column2] or 0)
+        case AggOp.COUNT_DISTINCT | AggOp.SUM_DISTINCT:
+            if v is not None:
+                acc.distinct.setdefault(sem.key(v), v)
+
+
 @dataclass(frozen=True)
 class Filter(Primitive):
     """Keep the rows where ``predicate`` is true (HAVING at the gate)."""
@@ -208,10 +207,13 @@ class Filter(Primitive):
     input: Primitive
     predicate: Evaluator
     text: str
+    #: the keyspace whose database's semantics the predicate follows
+    keyspace: str = ""
 
     async def execute(self, vc: ExecCursor, bind_vars: Mapping[str, Any]) -> Result:
         res = await self.input.execute(vc, bind_vars)
-        res.rows = [r for r in res.rows if self.predicate(r) is True]
+        sem = semantics_of(vc, self.keyspace)
+        res.rows = [r for r in res.rows if sem.truth(self.predicate(r, sem)) is True]
         return res
 
     def describe(self) -> dict[str, Any]:
@@ -233,10 +235,13 @@ class MemorySort(Primitive):
 
     input: Primitive
     keys: tuple[SortKey, ...]
+    #: the keyspace whose database's collation and comparisons the sort follows
+    keyspace: str = ""
 
     async def execute(self, vc: ExecCursor, bind_vars: Mapping[str, Any]) -> Result:
         res = await self.input.execute(vc, bind_vars)
-        res.rows.sort(key=cmp_to_key(_row_comparator(self.keys)))
+        sem = semantics_of(vc, self.keyspace)
+        res.rows.sort(key=cmp_to_key(_row_comparator(self.keys, sem)))
         return res
 
     def describe(self) -> dict[str, Any]:
@@ -246,10 +251,10 @@ class MemorySort(Primitive):
                 "Inputs": [self.input.describe()]}
 
 
-def _row_comparator(keys: Sequence[SortKey]) -> Callable[[Row, Row], int]:
+def _row_comparator(keys: Sequence[SortKey], sem: Semantics) -> Callable[[Row, Row], int]:
     def cmp(a: Row, b: Row) -> int:
         for k in keys:
-            c = order_compare(k.key(a), k.key(b), k.descending, k.nulls_first)
+            c = order_compare(k.key(a, sem), k.key(b, sem), k.descending, k.nulls_first, sem)
             if c:
                 return c
         return 0
@@ -293,12 +298,15 @@ class Projection(Primitive):
     columns: tuple[Evaluator, ...]
     names: tuple[str, ...]
     texts: tuple[str, ...] = ()
+    #: the keyspace whose database's semantics the expressions follow
+    keyspace: str = ""
 
     async def execute(self, vc: ExecCursor, bind_vars: Mapping[str, Any]) -> Result:
         res = await self.input.execute(vc, bind_vars)
         cols = self.columns
+        sem = semantics_of(vc, self.keyspace)
         return Result(fields=list(self.names),
-                      rows=[tuple(f(r) for f in cols) for r in res.rows],
+                      rows=[tuple(f(r, sem) for f in cols) for r in res.rows],
                       rows_affected=res.rows_affected)
 
     def describe(self) -> dict[str, Any]:
@@ -308,7 +316,7 @@ class Projection(Primitive):
 
 def slot(i: int) -> Evaluator:
     """An evaluator reading column ``i``."""
-    return lambda row: row[i]
+    return lambda row, sem: row[i]
 
 
 def check_non_negative(n: Any, what: str) -> int:

@@ -27,9 +27,12 @@ from typing import Any, Protocol
 
 from sqlglot import exp
 
+from shardgate.engine.coerce import NO_MATCH, SCATTER, Kind, convert_row, stored_value
+from shardgate.engine.insert_ignore import insert_ignoring
+from shardgate.engine.sqlsem import Semantics, semantics
 from shardgate.engine.values import BindVar, Literal, SQLExpr, Value, resolve
-from shardgate.errors import InvalidArgument, NotFound
-from shardgate.keys import KeyRange, ShardMap
+from shardgate.errors import InvalidArgument, NotFound, Unsupported
+from shardgate.keys import KeyRange, ShardMap, parse_key_range
 from shardgate.result import Result, Row
 from shardgate.sql.dialect import ShardSQL, render
 from shardgate.vindexes import (
@@ -41,6 +44,10 @@ from shardgate.vindexes import (
     VCursor,
     Vindex,
 )
+from shardgate.vindexes.lookup import LookupBase
+
+#: the largest LIMIT a shard is sent: BIGINT's maximum (SQLite and PostgreSQL)
+MAX_LIMIT = 2**63 - 1
 
 
 class Opcode(enum.Enum):
@@ -50,6 +57,8 @@ class Opcode(enum.Enum):
     EQUAL_UNIQUE = "EqualUnique"
     EQUAL = "Equal"
     IN = "IN"
+    #: a tuple IN naming a vindex column: each tuple's value routes like an equality
+    MULTI_EQUAL = "MultiEqual"
     SCATTER = "Scatter"
     NONE = "None"
     REFERENCE = "Reference"
@@ -69,6 +78,7 @@ _RANK = {
     Opcode.EQUAL_UNIQUE: 2,
     Opcode.EQUAL: 3,
     Opcode.IN: 4,
+    Opcode.MULTI_EQUAL: 4,
     Opcode.SCATTER: 5,
 }
 
@@ -82,6 +92,10 @@ class ExecCursor(Protocol):
 
     def dialect(self, keyspace: str) -> str:
         """The SQL dialect of the keyspace's shards (its first shard's)."""
+        ...
+
+    def collation(self, keyspace: str) -> str | None:
+        """The collation of the keyspace's strings; None: the dialect's default."""
         ...
 
     async def execute_shards(
@@ -114,6 +128,10 @@ class ExecCursor(Protocol):
 
     async def next_sequence_values(self, sequence: str, count: int) -> int:
         """Reserve ``count`` consecutive values of ``sequence``; return the first."""
+        ...
+
+    async def column_kinds(self, keyspace: str, table: str) -> Mapping[str, Kind]:
+        """The kind of each (lowercase) column of ``table``; empty when unknown."""
         ...
 
 
@@ -185,6 +203,19 @@ async def vindex_map(
     raise InvalidArgument(f"vindex {vindex.name!r} cannot map values")
 
 
+def _single_values(values: Sequence[Value | tuple[Value, ...]], resolved: Sequence[Any]) -> None:
+    """Refuse a list bound where an equality needs one value (it would match nothing)."""
+    for value, got in zip(values, resolved, strict=True):
+        pairs = zip(value, got, strict=True) if isinstance(value, tuple) else ((value, got),)
+        for v, x in pairs:
+            if isinstance(x, list | tuple):
+                name = v.describe() if isinstance(v, BindVar) else "a value"
+                raise InvalidArgument(
+                    f"bind variable {name} is a list, but it is compared with '=': "
+                    "bind one value, or use IN (:list)"
+                )
+
+
 @dataclass(frozen=True)
 class Route(Primitive):
     """Send one query to the shards selected by ``opcode`` and merge the results."""
@@ -213,6 +244,9 @@ class Route(Primitive):
     ksid_vindex: Vindex | None = None
     #: trailing result columns the gate added (ksid or sort columns) to drop
     hidden: int = 0
+    #: the columns of ``table`` that ``values`` are compared with (the vindex's):
+    #: values are mapped as those columns would store them (shardgate.engine.coerce)
+    columns: tuple[str, ...] = ()
 
     async def shards(self, vc: ExecCursor, bind_vars: Mapping[str, Any]) -> list[str]:
         """Which shards this route must reach, in key order."""
@@ -240,7 +274,7 @@ class Route(Primitive):
         if op is Opcode.NONE:
             return [], None
         if op is Opcode.BY_DESTINATION:
-            return list(self.target_shards), None
+            return _destinations(smap, self.target_shards), None
         assert self.vindex is not None
         resolved = [
             tuple(resolve(v, bind_vars) for v in value)
@@ -248,7 +282,12 @@ class Route(Primitive):
             else resolve(value, bind_vars)
             for value in self.values
         ]
-        if op is Opcode.IN:
+        if op is not Opcode.IN and op is not Opcode.MULTI_EQUAL:
+            for x in resolved:
+                if isinstance(x, list | tuple):  # (a multi-column value is a tuple)
+                    _single_values(self.values, resolved)
+                    break
+        else:
             flat: list[Any] = []
             for v in resolved:
                 if isinstance(v, list | tuple) and not isinstance(self.vindex, MultiColumn):
@@ -256,7 +295,22 @@ class Route(Primitive):
                 else:
                     flat.append(v)
             resolved = flat
-        mapped = await vindex_map(vc, self.vindex, resolved)
+        keys = await self._stored(vc, resolved)
+        if any(k is SCATTER for k in keys):
+            if self.write:
+                raise InvalidArgument(
+                    f"{self.table}.{', '.join(self.columns)} holds text, which MySQL compares "
+                    "with a number as numbers ('05' = 5): several stored values match, so "
+                    "this write cannot be routed; compare with a string"
+                )
+            if self.in_var is None:
+                return list(smap.names), None
+            return list(smap.names), {n: {self.in_var: resolved} for n in smap.names}
+        live = [i for i, k in enumerate(keys) if k is not NO_MATCH]
+        found = await vindex_map(vc, self.vindex, [keys[i] for i in live])
+        mapped: list[list[KeyspaceId]] = [[] for _ in keys]
+        for i, ksids in zip(live, found, strict=True):
+            mapped[i] = ksids
         if self.in_var is None:
             names = {smap.find(ksid) for ksids in mapped for ksid in ksids}
             return [n for n in smap.names if n in names], None
@@ -267,19 +321,39 @@ class Route(Primitive):
         shards = [n for n in smap.names if n in per_shard]
         return shards, {n: {self.in_var: per_shard[n]} for n in shards}
 
+    async def _stored(self, vc: ExecCursor, values: list[Any]) -> list[Any]:
+        """Each value as the vindex column compares it: a value, NO_MATCH or SCATTER."""
+        if not self.columns or self.table is None:
+            return values
+        kinds = await vc.column_kinds(self.keyspace, self.table)
+        if not any(c in kinds for c in self.columns):
+            return values
+        dialect = vc.dialect(self.keyspace)
+        out: list[Any] = []
+        for v in values:
+            if isinstance(v, tuple | list) and len(self.columns) > 1:
+                row = convert_row(tuple(v), self.columns[: len(v)], kinds, dialect, write=False)
+                out.append(SCATTER if SCATTER in row else NO_MATCH if NO_MATCH in row else row)
+            else:
+                col = self.columns[0]
+                out.append(stored_value(v, kinds.get(col), dialect, write=False, column=col))
+        return out
+
     async def execute(self, vc: ExecCursor, bind_vars: Mapping[str, Any]) -> Result:
         shards, shard_vars = await self.targets(vc, bind_vars)
         bind_vars = self._with_limit(bind_vars)
         if not shards:
             if self.write:
                 return Result()
-            # No shard can hold a row: ask one shard for the fields only.
+            # No shard can hold a row: one shard runs the query over no rows,
+            # which gives the fields, and the one row an aggregate without
+            # GROUP BY returns over an empty table (COUNT(*) = 0).
             smap = vc.shard_map(self.keyspace)
             field_query = ShardQuery(_impossible(self.query.tree))
             results = await vc.execute_shards(
                 self.keyspace, smap.names[:1], field_query, bind_vars, write=False
             )
-            return Result(fields=results[0].fields)
+            return self._merge(results[:1], bind_vars, semantics_of(vc, self.keyspace))
         results = await vc.execute_shards(
             self.keyspace, shards, self.query, bind_vars, write=self.write,
             shard_vars=shard_vars,
@@ -288,7 +362,7 @@ class Route(Primitive):
             results = [await self._in_range(vc, r) for r in results]
         if len(results) == 1 and self.upper_limit_var is None and not self.hidden:
             return results[0]
-        return self._merge(results, bind_vars)
+        return self._merge(results, bind_vars, semantics_of(vc, self.keyspace))
 
     async def _in_range(self, vc: ExecCursor, res: Result) -> Result:
         """Keep the rows whose keyspace id lies in ``key_range``."""
@@ -307,9 +381,11 @@ class Route(Primitive):
         if self.upper_limit_var is None:
             return bind_vars
         upper = _int_of(self.limit, bind_vars, "LIMIT") + _int_of(self.offset, bind_vars, "OFFSET")
-        return {**bind_vars, self.upper_limit_var: upper}
+        # LIMIT n + OFFSET m may pass the largest LIMIT every backend takes.
+        return {**bind_vars, self.upper_limit_var: min(upper, MAX_LIMIT)}
 
-    def _merge(self, results: list[Result], bind_vars: Mapping[str, Any]) -> Result:
+    def _merge(self, results: list[Result], bind_vars: Mapping[str, Any],
+               sem: Semantics) -> Result:
         fields = results[0].fields
         if self.write:
             return Result(
@@ -318,7 +394,7 @@ class Route(Primitive):
                 insert_id=next((r.insert_id for r in results if r.insert_id), None),
             )
         if self.order_by:
-            key = _sort_key(fields, self.order_by)
+            key = _sort_key(fields, self.order_by, sem)
             rows: list[Row] = list(heapq.merge(*(r.rows for r in results), key=key))
         else:
             rows = [row for r in results for row in r.rows]
@@ -397,34 +473,36 @@ def _int_of(v: Value | None, bind_vars: Mapping[str, Any], what: str) -> int:
 
 
 def _impossible(tree: exp.Expr) -> exp.Expr:
-    """The same SELECT with ``WHERE 1 != 1``: returns the fields and no rows."""
+    """The same SELECT with ``WHERE 1 != 1``: the fields, and rows only for aggregates.
+
+    GROUP BY, HAVING and LIMIT stay, so an aggregate without GROUP BY answers
+    its one row over no rows, as one database would.
+    """
     t = tree.copy()
     if isinstance(t, exp.Select):
         t.set("where", exp.Where(this=exp.NEQ(this=exp.Literal.number(1),
                                               expression=exp.Literal.number(1))))
-        t.set("limit", None)
-        t.set("offset", None)
     return t
 
 
-def compare_values(a: Any, b: Any) -> int:
-    """-1, 0 or 1 for two non-NULL values."""
-    if a < b:
-        return -1
-    return 1 if a > b else 0
-
-
-def order_compare(a: Any, b: Any, descending: bool, nulls_first: bool) -> int:
+def order_compare(a: Any, b: Any, descending: bool, nulls_first: bool, sem: Semantics) -> int:
     """Compare two sort-key values; ``nulls_first`` places NULLs first in the output."""
     if a is None or b is None:
         if a is None and b is None:
             return 0
         return (-1 if a is None else 1) * (1 if nulls_first else -1)
-    c = compare_values(a, b)
+    c = sem.compare(a, b)
     return -c if descending else c
 
 
-def _sort_key(fields: Sequence[str], order: Sequence[OrderKey]) -> Any:
+def semantics_of(vc: ExecCursor, keyspace: str) -> Semantics:
+    """How the keyspace's database compares, sorts and computes values."""
+    if not keyspace:
+        return semantics("mysql")
+    return semantics(vc.dialect(keyspace), vc.collation(keyspace))
+
+
+def _sort_key(fields: Sequence[str], order: Sequence[OrderKey], sem: Semantics) -> Any:
     lowered = [f.lower() for f in fields]
     idx: list[tuple[int, OrderKey]] = []
     for k in order:
@@ -441,7 +519,7 @@ def _sort_key(fields: Sequence[str], order: Sequence[OrderKey]) -> Any:
 
     def cmp(r1: Row, r2: Row) -> int:
         for i, k in idx:
-            c = order_compare(r1[i], r2[i], k.descending, k.nulls_first)
+            c = order_compare(r1[i], r2[i], k.descending, k.nulls_first, sem)
             if c:
                 return c
         return 0
@@ -482,6 +560,10 @@ class Insert(Primitive):
     ignore: bool = False
     #: reference table of a sharded keyspace: every shard gets every row
     broadcast: bool = False
+    #: ``ON DUPLICATE KEY UPDATE col = expr, ...`` (never a vindex column)
+    on_duplicate: tuple[tuple[str, SQLExpr], ...] = ()
+    #: table and column names quoted in the statement (`select`): quoted for the shards too
+    quoted: frozenset[str] = frozenset()
 
     async def execute(self, vc: ExecCursor, bind_vars: Mapping[str, Any]) -> Result:
         columns = list(self.columns)
@@ -495,9 +577,13 @@ class Insert(Primitive):
         elif not self.sharded:
             per_shard = {smap.names[0]: rows}
         else:
+            await self._store_vindex_values(vc, columns, rows, bind_vars)
             ksids = await self._keyspace_ids(vc, columns, rows, bind_vars)
             for cols, vindex in self.secondary:
                 await self._verify_or_generate(vc, cols, vindex, columns, rows, ksids, bind_vars)
+            if self.ignore and self.owned_lookups:
+                inserted = await self._insert_ignoring(vc, columns, rows, ksids, bind_vars)
+                return Result(rows_affected=inserted, insert_id=insert_id)
             for lookup in self.owned_lookups:
                 await self._create_lookup(vc, lookup, columns, rows, ksids, bind_vars)
             per_shard = {}
@@ -532,6 +618,38 @@ class Insert(Primitive):
         for n, r in enumerate(missing):
             r[i] = Literal(first + n)
         return first
+
+    async def _store_vindex_values(
+        self,
+        vc: ExecCursor,
+        columns: list[str],
+        rows: list[list[Value]],
+        bind_vars: Mapping[str, Any],
+    ) -> None:
+        """Replace each vindex column's value by what the column will store.
+
+        Vindexes then map, lookups record and the shard receives one same value
+        (``'03'`` into a BIGINT column is 3 everywhere); what the backends would
+        convert differently or lossily is refused (:mod:`shardgate.engine.coerce`).
+        """
+        vindex_columns = {*self.primary_columns}
+        for lookup in self.owned_lookups:
+            vindex_columns.update(lookup.columns)
+        for cols, _vindex in self.secondary:
+            vindex_columns.update(cols)
+        present = [(i, c) for i, c in enumerate(columns) if c in vindex_columns]
+        if not present:
+            return
+        kinds = await vc.column_kinds(self.keyspace, self.table)
+        if not any(c in kinds for _, c in present):
+            return
+        dialect = vc.dialect(self.keyspace)
+        for row in rows:
+            for i, c in present:
+                if not isinstance(row[i], SQLExpr):
+                    value = resolve(row[i], bind_vars)
+                    row[i] = Literal(stored_value(value, kinds.get(c), dialect, write=True,
+                                                  column=c))
 
     async def _keyspace_ids(
         self,
@@ -601,6 +719,37 @@ class Insert(Primitive):
                     f"{vindex.name!r}"
                 )
 
+    async def _insert_ignoring(
+        self,
+        vc: ExecCursor,
+        columns: list[str],
+        rows: list[list[Value]],
+        ksids: list[KeyspaceId],
+        bind_vars: Mapping[str, Any],
+    ) -> int:
+        """INSERT IGNORE row by row, lookups kept exact (:mod:`shardgate.engine.insert_ignore`)."""
+        lookups: list[LookupBase] = []
+        positions: list[int] = []
+        for lookup in self.owned_lookups:
+            assert isinstance(lookup.vindex, LookupBase) and len(lookup.columns) == 1
+            if lookup.columns[0] not in columns:
+                raise InvalidArgument(
+                    f"insert into {self.table} must give the column {lookup.columns[0]!r} "
+                    f"of its owned lookup vindex {lookup.vindex.name!r}"
+                )
+            lookups.append(lookup.vindex)
+            positions.append(columns.index(lookup.columns[0]))
+        values = [[resolve(r[p], bind_vars) for p in positions] for r in rows]
+        smap = vc.shard_map(self.keyspace)
+
+        async def insert_row(i: int) -> int:
+            shard = smap.find(ksids[i])
+            query = _InsertQuery(self, columns, {shard: [rows[i]]})
+            done = await vc.execute_shards(self.keyspace, [shard], query, bind_vars, write=True)
+            return done[0].rows_affected
+
+        return await insert_ignoring(vc.lookup_cursor(), lookups, values, ksids, insert_row)
+
     async def _create_lookup(
         self,
         vc: ExecCursor,
@@ -646,7 +795,20 @@ class Insert(Primitive):
                                     "Sequence": self.auto_increment[1]}
         if self.ignore:
             out["Ignore"] = True
+        if self.on_duplicate:
+            out["OnDuplicate"] = [f"{c} = {e.describe()}" for c, e in self.on_duplicate]
         return out
+
+
+def _destinations(smap: ShardMap, targets: tuple[str, ...]) -> list[str]:
+    """Shard names for targets given as shard names or key ranges (``-`` is all)."""
+    out: dict[str, None] = {}
+    for t in targets:
+        if t in smap.names:
+            out.setdefault(t)
+        else:
+            out.update(dict.fromkeys(smap.shards_for_range(parse_key_range(t))))
+    return [n for n in smap.names if n in out]
 
 
 def resolve_or_none(v: Value, bind_vars: Mapping[str, Any]) -> Any:
@@ -656,14 +818,52 @@ def resolve_or_none(v: Value, bind_vars: Mapping[str, Any]) -> Any:
 
 
 @functools.lru_cache(maxsize=4096)
-def _insert_head(table: str, columns: tuple[str, ...], dialect: str, ignore: bool) -> str:
-    """``INSERT INTO t (a, b) VALUES `` quoted for ``dialect``."""
-    cols = ", ".join(exp.to_identifier(c).sql(dialect=dialect) for c in columns)
-    quoted = exp.to_identifier(table).sql(dialect=dialect)
+def _insert_head(
+    table: str, columns: tuple[str, ...], dialect: str, ignore: bool, quote: frozenset[str]
+) -> str:
+    """``INSERT INTO t (a, b) VALUES `` for ``dialect``, quoting the names in ``quote``."""
+
+    def name(n: str) -> str:
+        return exp.to_identifier(n, quoted=n in quote or None).sql(dialect=dialect)
+
+    cols = ", ".join(name(c) for c in columns)
+    quoted = name(table)
     verb = "INSERT INTO"
     if ignore:
         verb = {"sqlite": "INSERT OR IGNORE INTO", "mysql": "INSERT IGNORE INTO"}.get(dialect, verb)
     return f"{verb} {quoted} ({cols}) VALUES "
+
+
+def on_duplicate_clause(assignments: tuple[tuple[str, SQLExpr], ...], dialect: str) -> str:
+    """``ON DUPLICATE KEY UPDATE`` in the shard's dialect.
+
+    SQLite's upsert without a conflict target, like MySQL's clause, fires on
+    any unique constraint; ``VALUES(col)`` there is ``excluded.col``.
+    PostgreSQL needs the conflicting constraint named, which the gate does not
+    know, so it is refused there.
+    """
+    if dialect == "mysql":
+        body = ", ".join(f"{exp.to_identifier(c).sql(dialect=dialect)} = {e.render(dialect)}"
+                         for c, e in assignments)
+        return f" ON DUPLICATE KEY UPDATE {body}"
+    if dialect != "sqlite":
+        raise Unsupported(
+            f"INSERT ... ON DUPLICATE KEY UPDATE is not supported on {dialect} shards "
+            "(it needs the conflicting key named): use INSERT ... ON CONFLICT on the shard"
+        )
+
+    def excluded(node: exp.Expr) -> exp.Expr:
+        if isinstance(node, exp.Anonymous) and str(node.this).upper() == "VALUES" and \
+                len(node.expressions) == 1:
+            return exp.column(node.expressions[0].name, table="excluded")
+        return node
+
+    body = ", ".join(
+        f"{exp.to_identifier(c).sql(dialect=dialect)} = "
+        f"{e.expr.transform(excluded).sql(dialect=dialect)}"
+        for c, e in assignments
+    )
+    return f" ON CONFLICT DO UPDATE SET {body}"
 
 
 class _InsertQuery(ShardQuery):
@@ -686,7 +886,8 @@ class _InsertQuery(ShardQuery):
     def for_shard(
         self, shard: str, dialect: str, placeholder: str, bind_vars: Mapping[str, Any]
     ) -> tuple[str, list[Any]]:
-        head = _insert_head(self.insert.table, tuple(self.columns), dialect, self.insert.ignore)
+        head = _insert_head(self.insert.table, tuple(self.columns), dialect, self.insert.ignore,
+                            self.insert.quoted)
         args: list[Any] = []
         tuples: list[str] = []
         for row in self.per_shard[shard]:
@@ -699,6 +900,8 @@ class _InsertQuery(ShardQuery):
                     parts.append(placeholder)
             tuples.append("(" + ", ".join(parts) + ")")
         tail = " ON CONFLICT DO NOTHING" if self.insert.ignore and dialect == "postgres" else ""
+        if self.insert.on_duplicate:
+            tail = on_duplicate_clause(self.insert.on_duplicate, dialect)
         return head + ", ".join(tuples) + tail, args
 
     @property

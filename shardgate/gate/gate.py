@@ -19,12 +19,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 from sqlglot import exp
 
+from shardgate.engine.coerce import Kind, column_types_sql, kind_of_type
 from shardgate.engine.dml import LookupDML
 from shardgate.engine.primitives import (
     ExecCursor,
@@ -35,6 +37,7 @@ from shardgate.engine.primitives import (
     ShardQuery,
     _InsertQuery,
 )
+from shardgate.engine.scalar import ScalarSubqueries
 from shardgate.errors import (
     Aborted,
     FailedPrecondition,
@@ -43,6 +46,7 @@ from shardgate.errors import (
     NotFound,
     ShardgateError,
     Unsupported,
+    error_for_code,
 )
 from shardgate.gate import options as exec_options
 from shardgate.gate import twopc
@@ -59,6 +63,8 @@ from shardgate.queues.events import QueueBatch
 from shardgate.result import ExecuteOptions, Result, Row
 from shardgate.sql.classify import classify
 from shardgate.sql.dialect import strip_qualifiers
+from shardgate.sql.inputs import check_bind_vars, check_sql
+from shardgate.sql.parse import too_deep
 from shardgate.sql.statements import (
     AlterVSchema,
     Begin,
@@ -103,6 +109,8 @@ class Gate:
         self.plans: PlanCache[Plan | GateStatement] = PlanCache(plan_cache_size)
         self.stats = Stats()
         self.sequences = Sequences(self._allocate_sequence)
+        #: (keyspace, table) -> column kinds, read from the first shard (DDL clears it)
+        self._kinds: dict[tuple[str, str], dict[str, Kind]] = {}
         queue_router.configure_local(self)
 
     @classmethod
@@ -173,7 +181,7 @@ class Gate:
         then session control and gate statements (resolved against the
         topology) or a routed :class:`Plan`.
         """
-        key = (sql, keyspace)
+        key = (check_sql(sql), keyspace)
         found = self.plans.get(key)
         if found is not None:
             return found
@@ -201,7 +209,12 @@ class Gate:
             case exp.Expression() if keyspace is not None and ":" in keyspace:
                 planned = self._targeted(stmt, sql, keyspace)
             case exp.Expression():
-                planned = build_plan(stmt, sql, self.vschema, keyspace)
+                try:
+                    planned = build_plan(stmt, sql, self.vschema, keyspace)
+                except ShardgateError:
+                    raise
+                except Exception as exc:  # a bug: still a coded error for the caller
+                    raise _unexpected(exc, "planning") from exc
             case _:
                 planned = stmt
         self.plans.put(key, planned)
@@ -273,11 +286,13 @@ class Gate:
             return await exec_options.with_options(
                 lambda: self.execute(session, sql, bind_vars), options
             )
-        bv = bind_vars or {}
+        bv = check_bind_vars(bind_vars)
         planned = self.plan(sql, session.plan_key)  # errors here change nothing
         if not isinstance(planned, Plan):
             return await self._control(session, planned)
         start, calls = time.perf_counter(), session.shard_calls
+        if planned.statement_type == "DDL":
+            self._kinds.clear()
         try:
             result = await self._run(session, planned.instructions, bv)
         except ShardgateError:
@@ -296,23 +311,28 @@ class Gate:
             if _writes(prim):
                 return await self._statement_savepoint(session, prim, bv)
             try:
-                return await prim.execute(cursor, bv)
+                return await _execute(prim, cursor, bv)
             except ShardgateError as exc:
                 # A failed read may have aborted a shard's transaction (PostgreSQL).
                 await self.rollback(session)
                 raise _with_note(exc, "the transaction was rolled back") from exc
         if session.in_transaction:  # an implicit transaction: its owner handles errors
-            return await prim.execute(cursor, bv)
+            return await _execute(prim, cursor, bv)
         if _needs_implicit_tx(prim):
             session.in_transaction = session.implicit = True
             try:
-                result = await prim.execute(cursor, bv)
+                result = await _execute(prim, cursor, bv)
             except BaseException:
                 await self.rollback(session)
                 raise
             await self.commit(session)
             return result
-        return await prim.execute(cursor, bv)
+        try:  # (inline: the common path, a statement on its own)
+            return await prim.execute(cursor, bv)
+        except ShardgateError:
+            raise
+        except Exception as exc:
+            raise _unexpected(exc) from exc
 
     async def execute_batch(
         self,
@@ -366,7 +386,7 @@ class Gate:
         Outside a transaction a scatter SELECT streams shard by shard with
         bounded memory; everything else yields one chunk.
         """
-        bv = bind_vars or {}
+        bv = check_bind_vars(bind_vars)
         planned = self.plan(sql, session.keyspace)
         if (
             not isinstance(planned, Plan)
@@ -375,8 +395,13 @@ class Gate:
         ):
             yield await self.execute(session, sql, bv)
             return
-        async for chunk in planned.instructions.stream(_SessionCursor(self, session), bv):
-            yield chunk
+        try:
+            async for chunk in planned.instructions.stream(_SessionCursor(self, session), bv):
+                yield chunk
+        except ShardgateError:
+            raise
+        except Exception as exc:
+            raise _unexpected(exc) from exc
 
     async def _statement_savepoint(
         self, session: Session, prim: Primitive, bind_vars: Mapping[str, Any]
@@ -390,7 +415,7 @@ class Gate:
         before = list(session.shard_txs.items())
         await self._broadcast(before, "SAVEPOINT sg_stmt")
         try:
-            result = await prim.execute(_SessionCursor(self, session), bind_vars)
+            result = await _execute(prim, _SessionCursor(self, session), bind_vars)
         except ShardgateError as exc:
             joined = [k for k in session.shard_txs if k not in dict(before)]
             for key in joined:
@@ -406,8 +431,15 @@ class Gate:
         return result
 
     async def _broadcast(self, txs: list[tuple[tuple[str, str], int]], sql: str) -> None:
+        """Run the gate's own ``sql`` (savepoints) in each transaction of ``txs``."""
         if txs:
-            await asyncio.gather(*(self.tablets[k].execute(sql, [], tid) for k, tid in txs))
+            await asyncio.gather(*(self._internal(k, tid, sql) for k, tid in txs))
+
+    async def _internal(self, key: tuple[str, str], tid: int, sql: str) -> None:
+        try:
+            await self.tablets[key].execute(sql, [], tid)
+        except ShardgateError as exc:
+            raise internal_failure(exc, f"{key[0]}/{key[1]}", sql) from exc
 
     async def _savepoint_statement(
         self, session: Session, stmt: Savepoint | RollbackToSavepoint | ReleaseSavepoint
@@ -516,34 +548,77 @@ class Gate:
         """
         return await twopc.resolve(self.tablets, grace_s=grace_s)
 
+    async def column_kinds(self, keyspace: str, table: str) -> Mapping[str, Kind]:
+        """How each column of ``table`` converts values, from its first shard's schema.
+
+        Cached until the next DDL through the gate; a table the shard does not
+        know (yet) gives an empty mapping, which is not cached.
+        """
+        key = (keyspace, table.lower())
+        found = self._kinds.get(key)
+        if found is not None:
+            return found
+        ks = self.topology.keyspace(keyspace)
+        tablet = self.tablets[(keyspace, ks.shards[0].name)]
+        res = await tablet.execute(column_types_sql(tablet.dialect, tablet.placeholder), [table])
+        found = {str(r[0]).lower(): kind_of_type(str(r[1] or ""), tablet.dialect)
+                 for r in res.rows}
+        if found:
+            self._kinds[key] = found
+        return found
+
     # -- sequences --------------------------------------------------------------
 
     async def _allocate_sequence(self, sequence: str, count: int) -> tuple[int, int]:
-        ks_name, table = sequence.split(".", 1)
-        ks = self.topology.keyspace(ks_name)
-        tablet = self.tablets[(ks_name, ks.shards[0].name)]
-        ident = exp.to_identifier(table).sql(dialect=tablet.dialect)
-        ph = tablet.placeholder
+        """Reserve a block of ``max(cache, count)`` values in a transaction of its own."""
+        tablet, table = self._sequence_tablet(sequence)
         tid = await tablet.begin()
         try:
-            await tablet.execute(
-                f"UPDATE {ident} SET next_id = next_id + "
-                f"CASE WHEN cache > {ph} THEN cache ELSE {ph} END WHERE id = 0",
-                [count, count],
-                tid,
-            )
-            res = await tablet.execute(f"SELECT next_id, cache FROM {ident} WHERE id = 0", [], tid)
+            end, cache = await self._reserve(tablet, sequence, table, tid, count, cached=True)
             await tablet.commit(tid)
+        except ShardgateError as exc:
+            await _quiet_rollback(tablet, tid)
+            ks = self.topology.keyspace(sequence.split(".", 1)[0])
+            raise internal_failure(exc, f"{ks.name}/{ks.shards[0].name}",
+                                   f"allocating values of sequence {sequence}") from exc
         except BaseException:
             await _quiet_rollback(tablet, tid)
             raise
+        return end - max(cache, count), end
+
+    async def _allocate_in_transaction(
+        self, tid: int, sequence: str, count: int
+    ) -> tuple[int, int]:
+        """Reserve exactly ``count`` values inside the session's transaction ``tid``."""
+        tablet, table = self._sequence_tablet(sequence)
+        end, _ = await self._reserve(tablet, sequence, table, tid, count, cached=False)
+        return end - count, end
+
+    def _sequence_tablet(self, sequence: str) -> tuple[TabletClient, str]:
+        ks_name, table = sequence.split(".", 1)
+        ks = self.topology.keyspace(ks_name)
+        return self.tablets[(ks_name, ks.shards[0].name)], table
+
+    async def _reserve(
+        self, tablet: TabletClient, sequence: str, table: str, tid: int, count: int,
+        *, cached: bool,
+    ) -> tuple[int, int]:
+        """Move ``next_id`` on (UPDATE first: the row lock serialises gates); its new value."""
+        ident = exp.to_identifier(table).sql(dialect=tablet.dialect)
+        ph = tablet.placeholder
+        step = f"CASE WHEN cache > {ph} THEN cache ELSE {ph} END" if cached else ph
+        await tablet.execute(
+            f"UPDATE {ident} SET next_id = next_id + {step} WHERE id = 0",
+            [count, count] if cached else [count],
+            tid,
+        )
+        res = await tablet.execute(f"SELECT next_id, cache FROM {ident} WHERE id = 0", [], tid)
         if not res.rows:
             raise FailedPrecondition(
                 f"sequence {sequence} has no row with id = 0: "
                 f"INSERT INTO {table} (id, next_id, cache) VALUES (0, 1, 1000)"
             )
-        end, cache = int(res.rows[0][0]), int(res.rows[0][1])
-        return end - max(cache, count), end
+        return int(res.rows[0][0]), int(res.rows[0][1])
 
 
 _SAVEPOINT_VERBS = {Savepoint: "SAVEPOINT", RollbackToSavepoint: "ROLLBACK TO",
@@ -557,18 +632,57 @@ def _like(names: Sequence[str], pattern: str | None) -> list[str]:
     return [n for n in names if like_match(n, pattern)]
 
 
+async def _execute(prim: Primitive, cursor: _SessionCursor, bv: Mapping[str, Any]) -> Result:
+    """``prim.execute``, where an exception that is not a ShardgateError becomes one.
+
+    Such an exception is a bug (user input is checked before), but the caller
+    still gets a coded error, and the transaction handling around this call
+    (which reacts to ShardgateError) still undoes the statement.
+    """
+    try:
+        return await prim.execute(cursor, bv)
+    except ShardgateError:
+        raise
+    except Exception as exc:
+        raise _unexpected(exc) from exc
+
+
+def _unexpected(exc: Exception, doing: str = "running the statement") -> ShardgateError:
+    """The coded error for an exception that escaped planning or execution."""
+    if isinstance(exc, RecursionError):
+        return too_deep()
+    return Internal(
+        f"{doing} failed with {type(exc).__name__}: {exc} "
+        "(a shardgate bug: please report the statement)"
+    )
+
+
 def _writes(prim: object) -> bool:
+    if isinstance(prim, ScalarSubqueries):
+        return _writes(prim.outer)
     if isinstance(prim, Insert | LookupDML):
         return True
     return isinstance(prim, Route) and prim.write
 
 
 def _needs_implicit_tx(prim: object) -> bool:
+    if isinstance(prim, ScalarSubqueries):
+        return _needs_implicit_tx(prim.outer)
     if isinstance(prim, Insert):
         return len(prim.rows) > 1 or bool(prim.owned_lookups) or prim.broadcast
     if isinstance(prim, Route):
-        return prim.write and prim.opcode.value in ("Scatter", "IN", "Equal", "Reference")
+        return prim.write and prim.opcode.value in (
+            "Scatter", "IN", "MultiEqual", "Equal", "Reference", "ByDestination")
     return isinstance(prim, LookupDML)
+
+
+def internal_failure(exc: ShardgateError, shard: str, purpose: str) -> ShardgateError:
+    """``exc`` (same class and code) saying the gate's own query on ``shard`` failed."""
+    if exc.message.startswith("internal query"):
+        return exc  # already said by an inner layer
+    return error_for_code(
+        exc.code, f"internal query for shard {shard} failed ({purpose}): {exc.message}"
+    )
 
 
 def _with_note(exc: ShardgateError, note: str) -> ShardgateError:
@@ -583,13 +697,19 @@ async def _quiet_rollback(tablet: TabletClient, tid: int) -> None:
 
 
 class _SessionCursor(ExecCursor):
-    """Executes primitives for one session: shard targeting and transactions."""
+    """Executes primitives for one session: shard targeting and transactions.
 
-    __slots__ = ("gate", "session")
+    ``internal`` (or the session's) says what the SQL is for when the gate
+    wrote it itself (lookup vindex queries): a shard error then names that
+    query and the shard, instead of reading as a fault of the user's statement.
+    """
 
-    def __init__(self, gate: Gate, session: Session) -> None:
+    __slots__ = ("gate", "internal", "session")
+
+    def __init__(self, gate: Gate, session: Session, internal: str | None = None) -> None:
         self.gate = gate
         self.session = session
+        self.internal = internal or session.internal
 
     def shard_map(self, keyspace: str) -> ShardMap:
         return self.gate.topology.keyspace(keyspace).shard_map
@@ -601,7 +721,30 @@ class _SessionCursor(ExecCursor):
         ks = self.gate.topology.keyspace(keyspace)
         return self.gate.tablets[(keyspace, ks.shards[0].name)].dialect
 
+    async def column_kinds(self, keyspace: str, table: str) -> Mapping[str, Kind]:
+        return await self.gate.column_kinds(keyspace, table)
+
+    def collation(self, keyspace: str) -> str | None:
+        ks = self.gate.topology.keyspace(keyspace)
+        if ks.collation:
+            return ks.collation
+        # Read by each shard's first connection: any shard already reached tells.
+        for shard in ks.shards:
+            found = self.gate.tablets[(keyspace, shard.name)].collation
+            if found:
+                return found
+        return None
+
     async def next_sequence_values(self, sequence: str, count: int) -> int:
+        # SQLite has one writer: if this session's transaction holds the sequence's
+        # database, a transaction of the allocator's own would wait for it forever.
+        ks_name = sequence.split(".", 1)[0]
+        shard = self.gate.topology.keyspace(ks_name).shards[0].name
+        tid = self.session.shard_txs.get((ks_name, shard))
+        if tid is not None and self.gate.tablets[(ks_name, shard)].dialect == "sqlite":
+            return await self.gate.sequences.next_values(
+                sequence, count, in_transaction=functools.partial(
+                    self.gate._allocate_in_transaction, tid))
         return await self.gate.sequences.next_values(sequence, count)
 
     async def _one(
@@ -629,7 +772,12 @@ class _SessionCursor(ExecCursor):
                 self.session.shard_txs[key] = tid
                 for name in self.session.savepoints:  # replay user savepoints on a joiner
                     await tablet.execute(f"SAVEPOINT sgu_{name}", [], tid)
-        return await exec_options.shard_execute(tablet, sql, args, tid)
+        if self.internal is None:
+            return await exec_options.shard_execute(tablet, sql, args, tid)
+        try:
+            return await exec_options.shard_execute(tablet, sql, args, tid)
+        except ShardgateError as exc:
+            raise internal_failure(exc, f"{keyspace}/{shard}", self.internal) from exc
 
     async def execute_shards(
         self,
@@ -705,10 +853,12 @@ class _LookupCursor:
         planned = self.gate.plan(sql, self.session.keyspace)
         if not isinstance(planned, Plan):
             raise InvalidArgument(f"lookup vindexes cannot run {planned.query_type}")
+        purpose = f"the lookup vindex query {' '.join(sql.split())[:100]!r}"
         if autocommit and not self._holds_sqlite(planned.instructions):
-            return await self.gate.execute(Session(keyspace=self.session.keyspace), sql, bind_vars)
+            own = Session(keyspace=self.session.keyspace, internal=purpose)
+            return await self.gate.execute(own, sql, bind_vars)
         # Inside the caller's statement: its transaction handling applies.
-        cursor = _SessionCursor(self.gate, self.session)
+        cursor = _SessionCursor(self.gate, self.session, internal=purpose)
         return await planned.instructions.execute(cursor, bind_vars)
 
     def _holds_sqlite(self, prim: object) -> bool:

@@ -10,6 +10,13 @@ transaction of its own (UPDATE first, so the row lock serialises gates, then
 read the new ``next_id``); values in a block are handed out once, in order;
 a block is never returned, so values may be skipped but never repeated, even
 across gates and restarts.
+
+One exception to the separate transaction: when the caller's transaction
+already holds the sequence's database and that database has one writer at a
+time (SQLite), a transaction of its own would wait for the caller's forever.
+The caller then passes ``in_transaction``: exactly the values needed are
+reserved inside the caller's transaction and never cached, so if it rolls
+back, the values and the rows that used them go together.
 """
 
 from __future__ import annotations
@@ -31,11 +38,24 @@ class Sequences:
         self._blocks: dict[str, tuple[int, int]] = {}
         self._locks: dict[str, asyncio.Lock] = {}
 
-    async def next_values(self, sequence: str, count: int) -> int:
-        """Reserve ``count`` consecutive values; return the first."""
+    async def next_values(
+        self, sequence: str, count: int, *, in_transaction: AllocateFn | None = None
+    ) -> int:
+        """Reserve ``count`` consecutive values; return the first.
+
+        ``in_transaction`` (see the module docstring) reserves in the caller's
+        transaction when the cached block is too small; its values are not cached.
+        """
         lock = self._locks.setdefault(sequence, asyncio.Lock())
         async with lock:
             nxt, end = self._blocks.get(sequence, (0, 0))
+            if end - nxt < count and in_transaction is not None:
+                first, stop = await in_transaction(sequence, count)
+                if stop - first != count:
+                    raise FailedPrecondition(
+                        f"sequence {sequence} returned {stop - first} values, needed {count}"
+                    )
+                return first
             if end - nxt < count:
                 first, end = await self._allocate(sequence, count)
                 if end - first < count:

@@ -44,3 +44,6 @@ class Session:
     #: shard) and each participant's xid; reset with ``shard_txs``
     dtid: str | None = None
     xids: dict[tuple[str, str], str] = field(default_factory=dict)
+    #: set on the gate's own sessions (lookup vindex queries run apart): what
+    #: their SQL is for, so a failure names the gate's query, not the user's
+    internal: str | None = None

@@ -15,8 +15,10 @@ from typing import Any
 
 from sqlglot import exp
 
+from shardgate.engine.concat import Concatenate
 from shardgate.engine.dml import LookupChange, LookupDML
 from shardgate.engine.explain import Explain
+from shardgate.engine.postprocess import Aggregate
 from shardgate.engine.primitives import (
     DDL,
     Insert,
@@ -27,9 +29,16 @@ from shardgate.engine.primitives import (
     Route,
     ShardQuery,
 )
+from shardgate.engine.scalar import ScalarSubqueries
 from shardgate.engine.values import SQLExpr, Value, from_expression
-from shardgate.errors import InvalidArgument, Unsupported
+from shardgate.errors import InvalidArgument, ShardgateError, Unsupported
 from shardgate.keys import KeyRange
+from shardgate.planner.columns import expand_stars
+from shardgate.planner.derived import plan_derived_at_gate
+from shardgate.planner.dml_join import join_dml_as_exists
+from shardgate.planner.finish import finish_at_gate
+from shardgate.planner.insert import on_duplicate as on_duplicate_assignments
+from shardgate.planner.insert import without_defaults
 from shardgate.planner.join import (
     best_route,
     colocated,
@@ -38,15 +47,35 @@ from shardgate.planner.join import (
     table_refs,
     wrap_pulled,
 )
-from shardgate.planner.routing import RouteChoice, choose, extract_keyrange
+from shardgate.planner.merge import (
+    colocated_subqueries,
+    is_dual,
+    only_derived_tables,
+    single_shard,
+)
+from shardgate.planner.pullout import pull_out_values, wrap_values
+from shardgate.planner.routing import RouteChoice, choose, extract_keyrange, pinned_choice
+from shardgate.planner.rules import apply_routing_rules
 from shardgate.planner.select import (
     RouteTarget,
     find_selected,
     needs_aggregation,
     plan_multi_shard,
 )
+from shardgate.planner.target import parse_target, statement_target, targeted_route
+from shardgate.planner.union import (
+    drop_dual,
+    is_dual_select,
+    output_names,
+    union_parts,
+    union_tail,
+    without_dual_joins,
+)
 from shardgate.sql.dialect import strip_qualifiers
+from shardgate.sql.rewrite import swapped, transform
 from shardgate.vindexes import Lookup
+from shardgate.vindexes.consistent_lookup import ConsistentLookupBase
+from shardgate.vindexes.lookup import LookupBase
 from shardgate.vschema import ColumnVindex, Table, VSchema
 
 
@@ -85,17 +114,62 @@ def build_plan(
             "send SELECT, INSERT, UPDATE, DELETE or DDL"
         )
     kind, fn = builder
-    return Plan(kind, sql, fn(stmt, vschema, default_keyspace), normalize(stmt))
+    _refuse_reserved_binds(stmt)
+    if isinstance(stmt, _TARGETABLE):
+        target = statement_target(stmt) or parse_target(default_keyspace)
+        if target is not None:
+            return Plan(kind, sql, targeted_route(stmt, vschema, target), normalize(stmt))
+    routed = stmt if kind == "DDL" else apply_routing_rules(stmt, vschema, default_keyspace)
+    return Plan(kind, sql, fn(routed, vschema, default_keyspace), normalize(stmt))
+
+
+_TARGETABLE = (exp.Select, exp.Union, exp.Subquery, exp.Insert, exp.Update, exp.Delete)
+
+
+#: the prefix of the gate's own bind variables and hidden column aliases
+RESERVED_PREFIX = "__sg_"
+
+
+def _refuse_reserved_binds(stmt: exp.Expr) -> None:
+    """Refuse user bind variables named like the gate's internal ones (``:__sg_vals``)."""
+    for node in stmt.find_all(exp.Placeholder):
+        if node.name.lower().startswith(RESERVED_PREFIX):
+            raise InvalidArgument(
+                f"bind variable :{node.name} uses the prefix {RESERVED_PREFIX!r} reserved for "
+                "the gate's own bind variables: rename it"
+            )
 
 
 def normalize(stmt: exp.Expr) -> str:
-    """The statement with every literal replaced by ``?`` (statistics group by it)."""
+    """The statement with every literal replaced by ``?`` (statistics group by it).
+
+    Long IN lists of literals only are set aside while the statement is copied
+    and generated, and written back as text: a 10,000-value list costs a join
+    of strings, not 10,000 copied and generated nodes.
+    """
     def lit(node: exp.Expr) -> exp.Expr:
         if isinstance(node, exp.Literal):
             return exp.Placeholder()
         return node
 
-    return stmt.transform(lit).sql(dialect="mysql")
+    aside: list[tuple[exp.In, list[exp.Expr]]] = []
+    try:
+        for node in stmt.find_all(exp.In):
+            items = node.expressions
+            if len(items) > _ASIDE_MIN and all(type(x) is exp.Literal for x in items):
+                aside.append((node, items))
+                node.set("expressions", [exp.Var(this=_ASIDE.format(len(aside) - 1))])
+        text = transform(stmt, lit).sql(dialect="mysql", copy=False)  # (a copy already)
+    finally:
+        for node, items in aside:
+            node.set("expressions", items)
+    for i, (_node, items) in enumerate(aside):
+        text = text.replace(_ASIDE.format(i), ", ".join(["?"] * len(items)), 1)
+    return text
+
+
+_ASIDE = "\x00sgn{}\x00"
+_ASIDE_MIN = 16
 
 
 def _plan_explain(stmt: exp.Describe, vschema: VSchema, default_ks: str | None) -> Primitive:
@@ -107,9 +181,10 @@ def _plan_explain(stmt: exp.Describe, vschema: VSchema, default_ks: str | None) 
 
 def _refs(stmt: exp.Expression, vschema: VSchema, default_keyspace: str | None) -> list[_Ref]:
     refs = []
-    ctes = {c.alias_or_name.lower() for c in stmt.find_all(exp.CTE)}
-    for t in stmt.find_all(exp.Table):
-        if not t.name or t.name.lower() in ctes:
+    nodes = list(stmt.find_all(exp.CTE, exp.Table))  # one walk (long IN lists)
+    ctes = {c.alias_or_name.lower() for c in nodes if isinstance(c, exp.CTE)}
+    for t in nodes:
+        if not isinstance(t, exp.Table) or not t.name or t.name.lower() in ctes or is_dual(t):
             continue
         table = vschema.find_table(t.name, t.db or None, default_keyspace)
         refs.append(_Ref(table, (t.alias or t.name).lower()))
@@ -127,6 +202,7 @@ def _single_keyspace(refs: list[_Ref], what: str) -> str:
 
 
 def _plan_select(stmt: exp.Expression, vschema: VSchema, default_ks: str | None) -> Primitive:
+    stmt = without_dual_joins(stmt)
     refs = _refs(stmt, vschema, default_ks)
     if not refs:
         return _no_table_route(stmt, vschema, default_ks)
@@ -136,8 +212,22 @@ def _plan_select(stmt: exp.Expression, vschema: VSchema, default_ks: str | None)
         if not ks.sharded:  # one unsharded database takes anything
             return Route(Opcode.UNSHARDED, ks.name, False, ShardQuery(strip_qualifiers(stmt)),
                          table=refs[0].table.name)
+    nested = any(n is not stmt for n in stmt.find_all(exp.Select))
+    if len(keyspaces) == 1 and (nested or not isinstance(stmt, exp.Select)) and \
+            not stmt.find(exp.CTE):
+        merged = _merged_route(stmt, refs, vschema, default_ks)
+        if merged is not None:
+            return merged
+    split = union_tail(stmt) if isinstance(stmt, exp.Union) else None
+    if split is not None and len(keyspaces) == 1:
+        bare, tail = split
+        columns = {e.name: i for i, e in enumerate(tail.expressions)}
+        return finish_at_gate(tail, _plan_select(bare, vschema, default_ks), columns,
+                              next(iter(keyspaces)))
+    if isinstance(stmt, exp.Union):
+        return _concatenated(stmt, vschema, default_ks)
     if not isinstance(stmt, exp.Select):
-        raise Unsupported("UNION and other set operations across shards are not supported yet")
+        raise Unsupported("this statement cannot run across shards: send a SELECT or UNION")
 
     def plan(sub: exp.Expression) -> Primitive:
         return _plan_select(sub, vschema, default_ks)
@@ -145,21 +235,47 @@ def _plan_select(stmt: exp.Expression, vschema: VSchema, default_ks: str | None)
     outer, pulled = pull_out_subqueries(stmt, plan)
     if pulled:
         return wrap_pulled(plan(outer), pulled)
-    if any(n is not stmt for n in stmt.find_all(exp.Select)):
+    outer, values = pull_out_values(stmt, plan)
+    if values:
+        return wrap_values(plan(outer), values)
+    derived = _derived_select(stmt, vschema, default_ks) if nested else None
+    if derived is None and nested and len(keyspaces) == 1:
+        derived = plan_derived_at_gate(stmt, plan, next(iter(keyspaces)))
+    if derived is not None:
+        return derived
+    trefs = table_refs(stmt, vschema, default_ks) if nested else []
+    pushdown = len(keyspaces) == 1 and colocated(trefs, stmt.args.get("where"))
+    # A gate-side join plans each side alone: a subquery naming one side goes
+    # with it (and must be answerable there); one naming both sides is refused.
+    gate_join = len(trefs) > 1 and not pushdown
+    if nested and not only_derived_tables(stmt) and not gate_join and not (
+        pushdown and colocated_subqueries(stmt, vschema, default_ks)
+    ):
         raise Unsupported(
             "this subquery cannot be routed across shards: only uncorrelated "
-            "'col IN (SELECT ...)' subqueries are, or any subquery within one unsharded keyspace"
+            "'col IN (SELECT ...)' subqueries, subqueries joined to the outer table on "
+            "its primary vindex, subqueries that target the outer query's one shard, "
+            "or any subquery within one unsharded keyspace are"
         )
-    trefs = table_refs(stmt, vschema, default_ks)
+    if nested:  # the subqueries run where their outer rows are: route by the outer tables
+        refs = [_Ref(t.table, t.alias) for t in trefs]
+    else:
+        trefs = table_refs(stmt, vschema, default_ks)
     if len(keyspaces) > 1 or not colocated(trefs, stmt.args.get("where")):
         if len(trefs) < 2:
             raise Unsupported("this query cannot be routed across keyspaces")
+        same_shard = single_shard(stmt, vschema, default_ks) if len(keyspaces) == 1 else None
+        if same_shard is not None:  # every table pinned to one shard: join there
+            return _route(same_shard, trefs[0].table.keyspace, strip_qualifiers(stmt),
+                          trefs[0].table.name)
+        expanded = expand_stars(stmt, trefs)
+        if expanded is not stmt:
+            stmt, trefs = expanded, table_refs(expanded, vschema, default_ks)
         return plan_nested_loop(stmt, trefs, plan)
     ks_name = next(iter(keyspaces))
-    query_tree = strip_qualifiers(stmt)
     sharded = [r for r in refs if r.table.type != "reference"]
     if not sharded:
-        return Route(Opcode.REFERENCE, ks_name, True, ShardQuery(query_tree),
+        return Route(Opcode.REFERENCE, ks_name, True, ShardQuery(strip_qualifiers(stmt)),
                      table=refs[0].table.name)
     if len(sharded) > 1:
         choice, ref = best_route(trefs, stmt)
@@ -178,12 +294,113 @@ def _plan_select(stmt: exp.Expression, vschema: VSchema, default_ks: str | None)
         choice.opcode is Opcode.NONE and not needs_aggregation(stmt)
     )
     if single:
-        return _route(choice, ks_name, query_tree, table_name)
+        return _route(choice, ks_name, strip_qualifiers(stmt), table_name)
     split_tree, in_var = _split_in(stmt, choice)
     assert isinstance(split_tree, exp.Select)
     target = RouteTarget(choice.opcode, ks_name, table_name, choice.vindex, choice.values,
-                         in_var)
+                         in_var, choice.columns)
     return plan_multi_shard(stmt, split_tree, target)
+
+
+def _derived_select(
+    stmt: exp.Select, vschema: VSchema, default_ks: str | None
+) -> Primitive | None:
+    """``SELECT ... FROM (SELECT ... FROM t WHERE ...) AS d``, one sharded table inside.
+
+    When the derived table is row-wise (no aggregates, DISTINCT, ORDER BY or
+    LIMIT), each shard's derived rows are its share of all derived rows, so the
+    outer query is planned like a select over ``t``: routed by the inner WHERE,
+    with the outer ORDER BY, LIMIT and aggregates merged at the gate.
+    """
+    frm = stmt.args.get("from_")
+    if frm is None or stmt.args.get("joins") or not isinstance(frm.this, exp.Subquery):
+        return None
+    inner = frm.this.this
+    if not isinstance(inner, exp.Select) or needs_aggregation(inner) or inner.args.get("joins"):
+        return None
+    if any(inner.args.get(a) is not None for a in ("order", "limit", "offset")):
+        return None
+    if any(n is not inner for n in inner.find_all(exp.Select)) or any(
+        n is not stmt and n is not inner for n in stmt.find_all(exp.Select)
+    ):
+        return None
+    node = inner.args["from_"].this if inner.args.get("from_") else None
+    if not isinstance(node, exp.Table):
+        return None
+    table = vschema.find_table(node.name, node.db or None, default_ks)
+    if table.type == "reference":
+        return None
+    names = {(node.alias or node.name).lower(), table.name.lower(), ""}
+    choice = choose(table, inner.args.get("where"), names)
+    if choice.opcode in (Opcode.EQUAL_UNIQUE, Opcode.NONE) and not needs_aggregation(stmt):
+        return _route(choice, table.keyspace, strip_qualifiers(stmt), table.name)
+    split_tree, in_var = _split_in(stmt, choice)
+    assert isinstance(split_tree, exp.Select)
+    target = RouteTarget(choice.opcode, table.keyspace, table.name, choice.vindex,
+                         choice.values, in_var)
+    return plan_multi_shard(stmt, split_tree, target)
+
+
+def _merged_route(
+    stmt: exp.Expression, refs: list[_Ref], vschema: VSchema, default_ks: str | None
+) -> Primitive | None:
+    """One route for a statement of several scopes (UNION, derived tables, subqueries).
+
+    Either every sharded table targets the same shard; or (UNION ALL) every
+    part is a row-wise select of one sharded table, so each shard's share of
+    the union is the union of its shares; or (UNION, all distinct) every part
+    is row-wise: the shards run the UNION and the gate removes the duplicates
+    between shards.
+    """
+    ks_name = refs[0].table.keyspace
+    tree = strip_qualifiers(stmt)
+    if all(r.table.type == "reference" for r in refs):
+        return Route(Opcode.REFERENCE, ks_name, True, ShardQuery(tree), table=refs[0].table.name)
+    choice = single_shard(stmt, vschema, default_ks)
+    if choice is not None:
+        return _route(choice, ks_name, tree, refs[0].table.name)
+    if not isinstance(stmt, exp.Union):
+        return None
+    parts = union_parts(stmt, distinct=False)
+    if parts is not None and all(single_shard(p, vschema, default_ks) for p in parts):
+        return _concatenated(stmt, vschema, default_ks)  # each part on its one shard
+    if parts is not None and not any(r.table.type == "reference" for r in refs) and all(
+        not p.args.get("joins") and not is_dual_select(p) for p in parts
+    ):
+        return Route(Opcode.SCATTER, ks_name, True, ShardQuery(_flat_union(parts, False)),
+                     table=refs[0].table.name)
+    parts = union_parts(stmt, distinct=True)
+    if parts is None or any(p.args.get("joins") for p in parts) or any(
+        isinstance(e, exp.Star) or (isinstance(e, exp.Column) and e.is_star)
+        for e in parts[0].expressions
+    ):
+        return None  # a join in a part could match rows of different shards
+    route = Route(Opcode.SCATTER, ks_name, True, ShardQuery(_flat_union(parts, True)),
+                  table=refs[0].table.name)
+    return Aggregate(route, tuple(range(len(parts[0].expressions))), (), keyspace=ks_name)
+
+
+def _concatenated(stmt: exp.Union, vschema: VSchema, default_ks: str | None) -> Primitive:
+    """A UNION whose parts are planned apart: concatenated, UNION's duplicates removed."""
+    width = output_names(stmt)
+    if width is None:
+        raise Unsupported("a UNION across shards needs named columns, not *, in its first part")
+    left, right = stmt.left, stmt.right
+    assert isinstance(left, exp.Expression) and isinstance(right, exp.Expression)
+    both = Concatenate((_plan_select(left, vschema, default_ks),
+                        _plan_select(right, vschema, default_ks)))
+    if not stmt.args.get("distinct"):
+        return both
+    return Aggregate(both, tuple(range(len(width))), (), keyspace="")
+
+
+def _flat_union(parts: list[exp.Select], distinct: bool) -> exp.Expr:
+    """UNION [ALL] is associative: flat, without the parentheses SQLite does not accept."""
+    flat = [strip_qualifiers(p).transform(drop_dual) for p in parts]
+    tree: exp.Expr = flat[0]
+    for part in flat[1:]:
+        tree = exp.union(tree, part, distinct=distinct)
+    return tree
 
 
 def _keyrange_select(
@@ -196,7 +413,9 @@ def _keyrange_select(
             "(rows are filtered by keyspace id after the shards answer)"
         )
     primary = table.primary
-    assert primary is not None
+    if primary is None:
+        raise Unsupported(f"keyrange(...) on {table.qualified}, which has no primary vindex "
+                          "(a pinned table), is not supported")
     tree = strip_qualifiers(stmt)
     assert isinstance(tree, exp.Select)
     tree = tree.copy()
@@ -228,13 +447,14 @@ def _keyrange_select(
     return Route(choice.opcode, table.keyspace, True, ShardQuery(tree), table=table.name,
                  vindex=choice.vindex, values=choice.values, order_by=order,
                  key_range=key_range, ksid_columns=tuple(ksid_columns),
-                 ksid_vindex=primary.vindex, hidden=hidden)
+                 ksid_vindex=primary.vindex, hidden=hidden, columns=choice.columns)
 
 
 def _route(choice: RouteChoice, ks: str, tree: exp.Expr, table: str,
            write: bool = False, in_var: str | None = None) -> Route:
     return Route(choice.opcode, ks, True, ShardQuery(tree), table=table,
-                 vindex=choice.vindex, values=choice.values, write=write, in_var=in_var)
+                 vindex=choice.vindex, values=choice.values, write=write, in_var=in_var,
+                 columns=choice.columns)
 
 
 IN_VAR = "__sg_vals"
@@ -249,19 +469,27 @@ def _split_in(tree: exp.Expression, choice: RouteChoice) -> tuple[exp.Expr, str 
     term = choice.term
     if choice.opcode is not Opcode.IN or term is None:
         return strip_qualifiers(tree), None
+    if term.root() is tree:
+        # Copy the statement with the short term in place of the long one (a
+        # 10,000-value list is then never copied).
+        with swapped(term, _in_var_term(term)):
+            return strip_qualifiers(tree), IN_VAR
     term.meta["sg_in"] = True
     try:
         def swap(node: exp.Expr) -> exp.Expr:
-            if not node.meta.get("sg_in"):
-                return node
-            col = node.this if isinstance(node, exp.In) else node.find(exp.Column)
-            assert col is not None
-            return exp.In(this=col.copy(), expressions=[exp.Placeholder(this=IN_VAR)])
+            return _in_var_term(node) if node.meta.get("sg_in") else node
 
-        rewritten = strip_qualifiers(tree).transform(swap)
+        rewritten = transform(strip_qualifiers(tree), swap, copy=False)
     finally:
         term.meta.pop("sg_in", None)
     return rewritten, IN_VAR
+
+
+def _in_var_term(term: exp.Expr) -> exp.In:
+    """``col IN (:__sg_vals)`` for the IN list or OR of equalities ``term`` on ``col``."""
+    col = term.this if isinstance(term, exp.In) else term.find(exp.Column)
+    assert col is not None
+    return exp.In(this=col.copy(), expressions=[exp.Placeholder(this=IN_VAR)])
 
 
 def _no_table_route(stmt: exp.Expression, vschema: VSchema, default_ks: str | None) -> Route:
@@ -274,11 +502,65 @@ def _no_table_route(stmt: exp.Expression, vschema: VSchema, default_ks: str | No
         ks_name = pool[0].name
     ks = vschema.keyspace(ks_name)
     opcode = Opcode.REFERENCE if ks.sharded else Opcode.UNSHARDED
-    return Route(opcode, ks_name, ks.sharded, ShardQuery(strip_qualifiers(stmt)))
+    return Route(opcode, ks_name, ks.sharded,
+                 ShardQuery(strip_qualifiers(stmt).transform(drop_dual)))
+
+
+def _plan_parenthesized(
+    stmt: exp.Subquery, vschema: VSchema, default_ks: str | None
+) -> Primitive:
+    """``(SELECT ...) ORDER BY ... LIMIT ...``: the ORDER BY and LIMIT apply to the select."""
+    inner = stmt.this
+    while isinstance(inner, exp.Subquery) and not any(
+        inner.args.get(a) is not None for a in ("order", "limit", "offset")
+    ):
+        inner = inner.this
+    if stmt.alias or not isinstance(inner, exp.Query):
+        raise Unsupported("a parenthesized statement must be a SELECT or UNION")
+    outer_args = {a: stmt.args.get(a) for a in ("order", "limit", "offset")}
+    if isinstance(inner, exp.Select) and any(v is not None for v in outer_args.values()):
+        if any(inner.args.get(a) is not None for a in outer_args):
+            raise Unsupported(
+                "ORDER BY / LIMIT both inside and outside parentheses is not supported"
+            )
+        inner = inner.copy()
+        for arg, value in outer_args.items():
+            if value is not None:
+                inner.set(arg, value.copy())
+        return _plan_select(inner, vschema, default_ks)
+    if any(v is not None for v in outer_args.values()):
+        return _plan_select(stmt, vschema, default_ks)
+    assert isinstance(inner, exp.Expression)
+    return _plan_select(inner, vschema, default_ks)
+
+
+def _joined_dml(
+    stmt: exp.Expression, vschema: VSchema, default_ks: str | None
+) -> exp.Expression | None:
+    """A multi-table DELETE/UPDATE on a sharded table, as one co-located statement."""
+    target = stmt.this
+    if not isinstance(target, exp.Table) or not target.args.get("joins"):
+        return None
+    table = vschema.find_table(target.name, target.db or None, default_ks)
+    if not vschema.keyspace(table.keyspace).sharded:
+        return None
+    rewritten = join_dml_as_exists(stmt)
+    if rewritten is None:
+        return None
+    probe = exp.Select(expressions=[exp.Literal.number(1)]).from_(rewritten.this.copy())
+    probe.set("where", rewritten.args["where"].copy())
+    if single_shard(probe, vschema, default_ks) is None and not \
+            colocated_subqueries(probe, vschema, default_ks):
+        raise Unsupported(
+            "a multi-table DELETE/UPDATE across shards must join the target on its primary "
+            "vindex (so matching rows share a shard) or pin every table to one shard"
+        )
+    return rewritten
 
 
 def _dml_target(
-    stmt: exp.Expression, vschema: VSchema, default_ks: str | None, verb: str
+    stmt: exp.Expression, vschema: VSchema, default_ks: str | None, verb: str,
+    colocated_subquery: bool = False,
 ) -> tuple[list[_Ref], _Ref]:
     refs = _refs(stmt, vschema, default_ks)
     if not refs:
@@ -286,18 +568,58 @@ def _dml_target(
     _single_keyspace(refs, verb)
     target = refs[0]
     ks = vschema.keyspace(target.table.keyspace)
-    if ks.sharded and (len(refs) > 1 or stmt.find(exp.Subquery) is not None):
+    if ks.sharded and not colocated_subquery and (
+        len(refs) > 1 or stmt.find(exp.Subquery) is not None
+    ):
         raise Unsupported(
             f"{verb} with joins or subqueries on a sharded keyspace is not supported yet"
         )
     return refs, target
 
 
+def _single_table_form(stmt: exp.Expression) -> exp.Expression:
+    """``DELETE u FROM t AS u ...`` / ``UPDATE t AS u SET u.c ...`` without the alias.
+
+    A one-table statement naming its table by an alias is rewritten to name
+    the table itself, in the form every shard's engine accepts (SQLite takes
+    neither ``DELETE u FROM`` nor qualified SET columns).
+    """
+    table = stmt.this
+    targets = stmt.args.get("tables") or []
+    if not isinstance(table, exp.Table) or table.args.get("joins") or \
+            stmt.args.get("from_") or stmt.find(exp.Subquery) is not None:
+        return stmt
+    alias = table.alias.lower() if table.alias else ""
+    names = {table.name.lower()} | ({alias} if alias else set())
+    if any(not isinstance(t, exp.Table) or t.db or t.name.lower() not in names
+           for t in targets):
+        return stmt
+    if not alias and not targets:
+        return stmt
+    out = stmt.copy()
+    out.set("tables", None)
+    bare = out.this
+    bare.set("alias", None)
+
+    def unqualify(node: exp.Expr) -> exp.Expr:
+        if isinstance(node, exp.Column) and node.table.lower() in names and not node.args.get("db"):
+            return exp.column(node.name, quoted=node.this.quoted if node.this else None)
+        return node
+
+    rewritten = out.transform(unqualify)
+    assert isinstance(rewritten, exp.Expression)
+    return rewritten
+
+
 def _plan_update_delete(
     stmt: exp.Expression, vschema: VSchema, default_ks: str | None
 ) -> Primitive:
     verb = "UPDATE" if isinstance(stmt, exp.Update) else "DELETE"
-    _, target = _dml_target(stmt, vschema, default_ks, verb)
+    stmt = _single_table_form(stmt)
+    merged = _joined_dml(stmt, vschema, default_ks)
+    if merged is not None:
+        stmt = merged
+    _, target = _dml_target(stmt, vschema, default_ks, verb, merged is not None)
     table = target.table
     ks = vschema.keyspace(table.keyspace)
     tree = strip_qualifiers(stmt)
@@ -328,7 +650,7 @@ def _plan_update_delete(
             positions.append(len(columns))
             columns.append(c)
         assert isinstance(cv.vindex, Lookup)
-        lookup_changes.append(LookupChange(cv.vindex, tuple(positions), new_values))
+        lookup_changes.append(LookupChange(cv.vindex, tuple(positions), new_values, cv.columns))
     table_node = tree.this
     select = exp.Select(
         expressions=[exp.column(c) for c in columns],
@@ -393,13 +715,20 @@ def _lookup_changes(
 def _plan_insert(stmt: exp.Insert, vschema: VSchema, default_ks: str | None) -> Primitive:
     target = stmt.this
     columns_given: list[str] | None = None
+    quoted: set[str] = set()
     if isinstance(target, exp.Schema):
         columns_given = [c.name.lower() for c in target.expressions]
+        quoted = {c.name.lower() for c in target.expressions if c.args.get("quoted")}
         target = target.this
     if not isinstance(target, exp.Table):
         raise InvalidArgument("INSERT needs a table")
     table = vschema.find_table(target.name, target.db or None, default_ks)
+    if columns_given is not None:
+        _refuse_duplicates(columns_given, table)
     ks = vschema.keyspace(table.keyspace)
+    pulled = _value_subqueries(stmt, table, vschema, default_ks)
+    if pulled is not None:
+        return pulled
     tree = strip_qualifiers(stmt)
     source = stmt.expression
     simple = isinstance(source, exp.Values) and stmt.args.get("conflict") is None
@@ -410,33 +739,58 @@ def _plan_insert(stmt: exp.Insert, vschema: VSchema, default_ks: str | None) -> 
             )
         return Route(Opcode.UNSHARDED, ks.name, False, ShardQuery(tree), table=table.name,
                      write=True)
+    pinned = pinned_choice(table)
+    if pinned is not None:
+        if table.auto_increment is not None or table.column_vindexes:
+            raise Unsupported(
+                f"INSERT into pinned table {table.qualified} with column vindexes or an "
+                "auto_increment sequence is not supported"
+            )
+        if not isinstance(source, exp.Values) or source.find(exp.Query) is not None:
+            raise Unsupported(
+                f"INSERT into pinned table {table.qualified} takes a VALUES list without "
+                "subqueries (a SELECT would read the pinned shard only)"
+            )
+        return _route(pinned, ks.name, tree, table.name, write=True)
     if not isinstance(source, exp.Values):
         raise Unsupported(f"INSERT ... SELECT into sharded table {table.name} is not supported")
-    if stmt.args.get("conflict") is not None:
-        raise Unsupported(
-            f"INSERT ... ON DUPLICATE KEY UPDATE into sharded table {table.name} "
-            "is not supported yet"
-        )
+    on_duplicate = on_duplicate_assignments(stmt, table)
+    if columns_given is None and all(
+        isinstance(row, exp.Tuple) and not row.expressions for row in source.expressions
+    ):
+        columns_given = []  # INSERT INTO t VALUES (): every column takes its default
+    if columns_given is None and table.authoritative_columns is not None:
+        columns_given = list(table.authoritative_columns)
     if columns_given is None:
         raise InvalidArgument(
             f"INSERT into {table.qualified} must list its columns: "
             f"INSERT INTO {table.name} (col, ...) VALUES (...)"
         )
-    rows: list[tuple[Value, ...]] = []
+    raw_rows: list[list[exp.Expr]] = []
     for i, row in enumerate(source.expressions):
         items = row.expressions if isinstance(row, exp.Tuple) else [row]
         if len(items) != len(columns_given):
             raise InvalidArgument(
                 f"INSERT row {i + 1} has {len(items)} values for {len(columns_given)} columns"
             )
-        rows.append(tuple(from_expression(x) for x in items))
+        raw_rows.append(list(items))
+    columns_given, rows = without_defaults(table, columns_given, raw_rows)
     primary = table.primary
+    ai = table.auto_increment
+    if ks.sharded and table.type != "reference" and primary is not None and any(
+        c not in columns_given and (ai is None or ai.column != c) for c in primary.columns
+    ):
+        raise InvalidArgument(
+            f"insert into {table.name} must give the primary vindex column(s) "
+            f"{list(primary.columns)}"
+        )
     owned = tuple(
         OwnedLookup(cv.columns, cv.vindex)
         for cv in table.owned_vindexes
         if isinstance(cv.vindex, Lookup)
     )
-    ai = table.auto_increment
+    if stmt.args.get("ignore") and ks.sharded:
+        _check_ignorable(table, owned)
     secondary = tuple(
         (cv.columns, cv.vindex)
         for cv in table.column_vindexes[1:]
@@ -456,7 +810,81 @@ def _plan_insert(stmt: exp.Insert, vschema: VSchema, default_ks: str | None) -> 
         auto_increment=(ai.column, ai.sequence) if ai else None,
         ignore=bool(stmt.args.get("ignore")),
         broadcast=ks.sharded and table.type == "reference",
+        on_duplicate=on_duplicate,
+        quoted=frozenset(quoted | ({table.name} if target.this.args.get("quoted") else set())),
     )
+
+
+def _check_ignorable(table: Table, owned: tuple[OwnedLookup, ...]) -> None:
+    """INSERT IGNORE keeps owned lookups exact only if their writes join the statement's
+    transaction (see shardgate.engine.insert_ignore)."""
+    for lk in owned:
+        v = lk.vindex
+        if (not isinstance(v, LookupBase) or isinstance(v, ConsistentLookupBase)
+                or v.autocommit or len(lk.columns) != 1):
+            raise Unsupported(
+                f"INSERT IGNORE into {table.name} is not supported with its lookup vindex "
+                f"{v.name!r} ({v.type_name}{', autocommit' if v.autocommit else ''}, "
+                f"{len(lk.columns)} column(s)): a skipped row's lookup rows could not be "
+                "removed in the same transaction; use a plain INSERT"
+            )
+
+
+def _refuse_duplicates(columns: list[str], table: Table) -> None:
+    """A column named twice: the row would be routed by one value and store the other."""
+    seen: set[str] = set()
+    for c in columns:
+        if c in seen:
+            raise InvalidArgument(f"INSERT into {table.name} names column {c!r} twice")
+        seen.add(c)
+
+
+VALUE_SUBQUERY_VAR = "__sg_vsq{}"
+
+
+def _value_subqueries(
+    stmt: exp.Insert, table: Table, vschema: VSchema, default_ks: str | None
+) -> Primitive | None:
+    """Plan subqueries in VALUES that cannot run where the row goes (engine/scalar.py).
+
+    Into a sharded table a subquery would see one shard's rows; in an unsharded
+    keyspace it may stay inline unless it reads another keyspace. Each pulled
+    subquery is planned as a SELECT of its own and becomes a bind variable of
+    the insert. None when there is nothing to pull.
+    """
+    source = stmt.expression
+    if not isinstance(source, exp.Values) or source.find(exp.Query) is None:
+        return None
+    ks = vschema.keyspace(table.keyspace)
+    if not ks.sharded and not _reads_other_keyspace(source, ks.name, vschema):
+        return None
+    stmt = stmt.copy()
+    values = stmt.expression
+    subqueries: list[tuple[str, Primitive]] = []
+    while (sub := values.find(exp.Subquery)) is not None:
+        alone = isinstance(sub.parent, exp.Tuple | exp.Values)
+        if (ks.sharded and not alone) or not isinstance(sub.this, exp.Query):
+            break  # refused below
+        var = VALUE_SUBQUERY_VAR.format(len(subqueries))
+        subqueries.append((var, build_plan(sub.this, "", vschema, default_ks).instructions))
+        sub.replace(exp.Placeholder(this=var))
+    if values.find(exp.Query) is not None:
+        raise Unsupported(
+            f"this subquery in the VALUES of an INSERT into {table.qualified} cannot be "
+            "computed across shards: only a subquery alone as a value, (SELECT ...), is"
+        )
+    return ScalarSubqueries(tuple(subqueries), _plan_insert(stmt, vschema, default_ks))
+
+
+def _reads_other_keyspace(source: exp.Expr, keyspace: str, vschema: VSchema) -> bool:
+    for t in source.find_all(exp.Table):
+        try:
+            found = vschema.find_table(t.name, t.db or None, keyspace)
+        except ShardgateError:
+            continue  # not in the VSchema: the unsharded database resolves it
+        if found.keyspace != keyspace:
+            return True
+    return False
 
 
 def _plan_ddl(stmt: exp.Expression, vschema: VSchema, default_ks: str | None) -> Primitive:
@@ -474,6 +902,7 @@ _Builder = Callable[[Any, VSchema, str | None], Primitive]
 _BUILDERS: dict[type[exp.Expr], tuple[str, _Builder]] = {
     exp.Select: ("SELECT", _plan_select),
     exp.Union: ("SELECT", _plan_select),
+    exp.Subquery: ("SELECT", _plan_parenthesized),
     exp.Insert: ("INSERT", _plan_insert),
     exp.Update: ("UPDATE", _plan_update_delete),
     exp.Delete: ("DELETE", _plan_update_delete),

@@ -21,65 +21,113 @@ computed from per-row partials. Correlated subqueries are refused.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from sqlglot import exp
 
 from shardgate.engine.evaluate import canonical, compile_expr
 from shardgate.engine.join import NestedLoopJoin, PulloutSubquery
-from shardgate.engine.postprocess import Filter, Limit, MemorySort, Projection, SortKey
+from shardgate.engine.postprocess import Filter
 from shardgate.engine.primitives import Opcode, Primitive
-from shardgate.engine.values import from_expression
 from shardgate.errors import Unsupported
+from shardgate.planner.finish import finish_at_gate
 from shardgate.planner.routing import RouteChoice, choose, conjuncts
-from shardgate.planner.select import needs_aggregation, plan_aggregation, row_partials
+from shardgate.planner.select import needs_aggregation
 from shardgate.vindexes import Lookup
 from shardgate.vschema import Table, VSchema
 
 JOIN_VAR = "__sg_join{}"
 SUBQUERY_VAR = "__sg_sq{}"
+HAS_VALUES_VAR = "__sg_sq{}_has"
 
 PlanFn = Callable[[exp.Expression], Primitive]
+
+
+@dataclass(frozen=True)
+class Pulled:
+    """A pulled-out subquery: its plan, its values' variable, and its emptiness flag."""
+
+    var: str
+    plan: Primitive
+    has_values: str | None = None
 
 
 @dataclass(frozen=True)
 class TableRef:
     alias: str
     table: Table
-    node: exp.Table
+    node: exp.Table | exp.Subquery
     join: exp.Join | None  # None for the FROM table
+    #: a row-wise derived table over ``table``: its WHERE, which also routes it
+    inner_where: exp.Expr | None = None
 
 
-def pull_out_subqueries(stmt: exp.Select, plan: PlanFn) -> tuple[exp.Select, list[tuple[str,
-                                                                                           Primitive]]]:
+def pull_out_subqueries(stmt: exp.Select, plan: PlanFn) -> tuple[exp.Select, list[Pulled]]:
     """Replace uncorrelated ``x IN (SELECT ...)`` by list bind variables.
 
-    Returns the rewritten statement and ``(var, subquery plan)`` pairs, in the
-    order they must run.
+    A WHERE conjunct becomes ``x IN (:__sg_sqN)`` (which can route by ``x``);
+    anywhere else, ``(:__sg_sqN_has = 1 AND x IN (:__sg_sqN))``, with the
+    subquery's NULL kept, so NOT, OR and the select list see SQL's value.
+    Returns the rewritten statement and the subqueries, in the order they run.
     """
-    pulled: list[tuple[str, Primitive]] = []
+    pulled: list[Pulled] = []
+    # Only this statement's own IN terms: each subquery pulls out its own nested
+    # ones when it is planned (visiting them here too made planning exponential).
+    if not any(isinstance(n, exp.In) and n.args.get("query") for n in own_nodes(stmt)):
+        return stmt, pulled
     stmt = stmt.copy()
-    for node in list(stmt.find_all(exp.In)):
+    candidates = [n for n in own_nodes(stmt) if isinstance(n, exp.In) and n.args.get("query")]
+    for node in candidates:
         query = node.args.get("query")
-        if query is None or isinstance(node.parent, exp.Not):
+        if query is None:
             continue
         inner = query.this if isinstance(query, exp.Subquery) else query
-        if not isinstance(inner, exp.Select) or _correlated(inner):
+        if not isinstance(inner, exp.Select) or correlated(inner):
             continue
         var = SUBQUERY_VAR.format(len(pulled))
-        pulled.append((var, plan(inner)))
-        node.replace(exp.In(this=node.this.copy(), expressions=[exp.Placeholder(this=var)]))
+        member = exp.In(this=node.this.copy(), expressions=[exp.Placeholder(this=var)])
+        if _filters_rows(node):
+            pulled.append(Pulled(var, plan(inner)))
+            node.replace(member)
+            continue
+        # Anywhere else (NOT, OR, the select list) IN's value matters, NULL
+        # included: ``x IN (empty)`` is FALSE, ``2 IN (1, NULL)`` is NULL.
+        has = HAS_VALUES_VAR.format(len(pulled))
+        pulled.append(Pulled(var, plan(inner), has))
+        node.replace(exp.Paren(this=exp.and_(
+            exp.EQ(this=exp.Placeholder(this=has), expression=exp.Literal.number(1)), member)))
     return stmt, pulled
 
 
-def wrap_pulled(outer: Primitive, pulled: list[tuple[str, Primitive]]) -> Primitive:
-    for var, sub in reversed(pulled):
-        outer = PulloutSubquery(sub, outer, var)
+def _filters_rows(node: exp.Expr) -> bool:
+    """Whether ``node`` is a conjunct of WHERE: only its truth decides, NULL is FALSE."""
+    parent = node.parent
+    while isinstance(parent, exp.And | exp.Paren):
+        parent = parent.parent
+    return isinstance(parent, exp.Where)
+
+
+def own_nodes(stmt: exp.Expr) -> Iterator[exp.Expr]:
+    """The nodes of ``stmt`` outside its subqueries, breadth first (as ``find_all``)."""
+    queue: deque[exp.Expr] = deque([stmt])
+    while queue:
+        node = queue.popleft()
+        yield node
+        for child in node.iter_expressions():
+            if not isinstance(child, exp.Query | exp.Subquery):
+                queue.append(child)
+
+
+def wrap_pulled(outer: Primitive, pulled: list[Pulled]) -> Primitive:
+    for p in reversed(pulled):
+        outer = PulloutSubquery(p.plan, outer, p.var, p.has_values)
     return outer
 
 
-def _correlated(inner: exp.Select) -> bool:
+def correlated(inner: exp.Select) -> bool:
+    """Whether ``inner`` names a table alias it does not define (an outer one)."""
     aliases = {(t.alias or t.name).lower() for t in inner.find_all(exp.Table)}
     return any(c.table and c.table.lower() not in aliases for c in inner.find_all(exp.Column))
 
@@ -87,18 +135,56 @@ def _correlated(inner: exp.Select) -> bool:
 def table_refs(stmt: exp.Select, vschema: VSchema, default_ks: str | None) -> list[TableRef]:
     """The FROM table and each joined table, in order."""
     frm = stmt.args.get("from_")
-    if frm is None or not isinstance(frm.this, exp.Table):
+    if frm is None:
         raise Unsupported("joins over derived tables are not supported across shards")
-    nodes: list[tuple[exp.Table, exp.Join | None]] = [(frm.this, None)]
-    for j in stmt.args.get("joins") or []:
-        if not isinstance(j.this, exp.Table):
-            raise Unsupported("joins with derived tables are not supported across shards")
-        nodes.append((j.this, j))
+    nodes: list[tuple[exp.Expr, exp.Join | None]] = [(frm.this, None)]
+    nodes.extend((j.this, j) for j in stmt.args.get("joins") or [])
     refs = []
     for node, join in nodes:
+        if isinstance(node, exp.Subquery):
+            refs.append(_derived_ref(node, join, vschema, default_ks))
+            continue
+        if not isinstance(node, exp.Table):
+            raise Unsupported("joins with derived tables are not supported across shards")
         table = vschema.find_table(node.name, node.db or None, default_ks)
         refs.append(TableRef((node.alias or node.name).lower(), table, node, join))
     return refs
+
+
+def _derived_ref(
+    node: exp.Subquery, join: exp.Join | None, vschema: VSchema, default_ks: str | None
+) -> TableRef:
+    """A row-wise derived table over one table, joined like that table.
+
+    Its output columns named like a vindex column of the table must be that
+    column, so routing and co-location read them as the table's own.
+    """
+    inner = node.this
+    refused = Unsupported(
+        "joins with derived tables across shards need a row-wise derived table over one "
+        "table (no aggregates, DISTINCT, ORDER BY, LIMIT, joins or subqueries)"
+    )
+    if not node.alias or not isinstance(inner, exp.Select) or needs_aggregation(inner) or \
+            inner.args.get("joins") or any(n is not inner for n in inner.find_all(exp.Select)):
+        raise refused
+    if any(inner.args.get(a) is not None for a in ("order", "limit", "offset")):
+        raise refused
+    base = inner.args["from_"].this if inner.args.get("from_") else None
+    if not isinstance(base, exp.Table):
+        raise refused
+    table = vschema.find_table(base.name, base.db or None, default_ks)
+    vindex_columns = {c for cv in table.column_vindexes for c in cv.columns}
+    for item in inner.expressions:
+        name = item.alias_or_name.lower()
+        source = item.this if isinstance(item, exp.Alias) else item
+        if name in vindex_columns and not (
+            isinstance(source, exp.Column) and source.name.lower() == name
+        ):
+            raise Unsupported(
+                f"derived column {name!r} is named like a vindex column of {table.name} "
+                "but is not that column: rename it to join across shards"
+            )
+    return TableRef(node.alias.lower(), table, node, join, inner.args.get("where"))
 
 
 def _equalities(terms: list[exp.Expr]) -> list[tuple[exp.Column, exp.Column]]:
@@ -147,6 +233,9 @@ def colocated(refs: list[TableRef], where: exp.Expr | None) -> bool:
     sharded = [r for r in refs if r.table.type != "reference"]
     if len(sharded) <= 1:
         return True
+    pins = {r.table.pinned for r in sharded}
+    if len(pins) == 1 and None not in pins:  # tables pinned to one keyspace id: one shard
+        return True
     by_alias = {r.alias: r for r in sharded}
     parent = {r.alias: r.alias for r in sharded}
 
@@ -181,6 +270,12 @@ def best_route(refs: list[TableRef], stmt: exp.Select) -> tuple[RouteChoice, Tab
         if r.join is not None and (r.join.side or "").upper() == "LEFT":
             continue  # the optional side: its WHERE terms (IS NULL) do not filter rows
         choice = choose(r.table, where, {r.alias, r.table.name.lower()})
+        if r.inner_where is not None and isinstance(r.node, exp.Subquery):
+            base = r.node.this.args["from_"].this
+            inside = choose(r.table, r.inner_where,
+                            {"", r.table.name.lower(), (base.alias or base.name).lower()})
+            if inside.opcode.rank < choice.opcode.rank:
+                choice = inside
         if best is None or (choice.opcode.rank, _cost(choice)) < (best[0].opcode.rank,
                                                                    _cost(best[0])):
             best = (choice, r)
@@ -198,6 +293,8 @@ def plan_nested_loop(
     """Join the last table to the plan of the tables before it, at the gate."""
     aliases = {e.alias.lower() for e in stmt.expressions if isinstance(e, exp.Alias)}
     for e in stmt.find_all(exp.Column, exp.Star):
+        if e.find_ancestor(exp.Select) is not stmt:
+            continue  # inside a derived table, which its own plan resolves
         if isinstance(e, exp.Star) and isinstance(e.parent, exp.Count):
             continue  # COUNT(*)
         if isinstance(e, exp.Column) and not e.table and e.name.lower() in aliases:
@@ -210,6 +307,7 @@ def plan_nested_loop(
     right = refs[-1]
     left_refs = refs[:-1]
     left_aliases = {r.alias for r in left_refs}
+    all_aliases = left_aliases | {right.alias}
     join = right.join
     assert join is not None
     outer = join.side.upper() == "LEFT" if join.side else False
@@ -220,8 +318,10 @@ def plan_nested_loop(
     on_terms = list(conjuncts(join.args.get("on")))
     keys: list[tuple[exp.Column, exp.Column]] = []
     right_only: list[exp.Expr] = []
+    mixed_on: list[exp.Expr] = []
+    left_on: list[exp.Expr] = []
     for t in on_terms:
-        sides = {c.table.lower() for c in t.find_all(exp.Column)}
+        sides = _sides(t, all_aliases)
         if sides <= {right.alias}:
             right_only.append(t)
             continue
@@ -234,26 +334,32 @@ def plan_nested_loop(
                 keys.append((a, b))
                 continue
         if sides <= left_aliases and not outer:
-            right_only.append(t)  # a left-only ON term of an inner join filters like WHERE
+            left_on.append(t)  # a left-only ON term of an inner join filters like WHERE
+            continue
+        if not outer:
+            mixed_on.append(t)  # an inner join's ON term filters like WHERE: at the gate
             continue
         raise Unsupported(
             f"join condition {t.sql(dialect='mysql')!r} cannot be split across shards: "
             "use equalities between columns of the two tables"
         )
-    if not keys:
-        raise Unsupported("a join across shards needs an equality between the two tables")
+    if not keys and outer:
+        raise Unsupported("a LEFT JOIN across shards needs an equality between the two tables")
 
-    left_where: list[exp.Expr] = []
+    left_where: list[exp.Expr] = list(left_on)
     right_where: list[exp.Expr] = []
     gate_where: list[exp.Expr] = []  # both sides, or the optional side: after the join
     for t in conjuncts(stmt.args.get("where")):
-        sides = {c.table.lower() for c in t.find_all(exp.Column)}
+        sides = _sides(t, all_aliases)
         if sides <= left_aliases:
             left_where.append(t)
         elif sides <= {right.alias} and not outer:
             right_where.append(t)
+        elif not outer and not keys and _join_key(t, right.alias, left_aliases) is not None:
+            keys.append(_join_key(t, right.alias, left_aliases))  # type: ignore[arg-type]
         else:
             gate_where.append(t)
+    gate_where = mixed_on + gate_where
 
     # Columns each side must return: everything the statement uses above the join.
     needed: dict[str, exp.Column] = {}
@@ -282,47 +388,58 @@ def plan_nested_loop(
         right_key_pos.append([canonical(c) for c in right_cols].index(canonical(b)))
 
     # Left side: the tables before, with their joins and WHERE terms.
-    left_stmt = exp.Select(expressions=[c.copy() for c in left_cols])
+    left_items: list[exp.Expr] = [c.copy() for c in left_cols] or [exp.Literal.number(1)]
+    left_stmt = exp.Select(expressions=left_items)
     left_stmt.set("from_", stmt.args["from_"].copy())
     left_stmt.set("joins", [r.join.copy() for r in left_refs if r.join is not None] or None)
     if left_where:
         left_stmt.set("where", exp.Where(this=exp.and_(*[t.copy() for t in left_where])))
     join_var = JOIN_VAR.format(len(refs) - 1)
-    first_key = keys[0][1]
     right_terms = [t.copy() for t in right_only + right_where]
-    right_terms.append(exp.In(this=first_key.copy(),
-                              expressions=[exp.Placeholder(this=join_var)]))
-    right_stmt = exp.Select(expressions=[c.copy() for c in right_cols]).from_(right.node.copy())
-    right_stmt.set("where", exp.Where(this=exp.and_(*right_terms)))
+    if keys:  # without keys (a cross join) the right side runs once, unfiltered
+        right_terms.append(exp.In(this=keys[0][1].copy(),
+                                  expressions=[exp.Placeholder(this=join_var)]))
+    # A cross join that reads no right column still needs one per right row.
+    right_items: list[exp.Expr] = [c.copy() for c in right_cols] or [exp.Literal.number(1)]
+    right_stmt = exp.Select(expressions=right_items).from_(right.node.copy())
+    if right_terms:
+        right_stmt.set("where", exp.Where(this=exp.and_(*right_terms)))
 
+    # Values computed at the gate follow the database of the first table's keyspace.
+    keyspace = refs[0].table.keyspace
     joined: Primitive = NestedLoopJoin(
         plan(left_stmt), plan(right_stmt), tuple(left_key_pos), tuple(right_key_pos),
-        join_var, len(right_cols), outer,
+        join_var, len(right_items), outer, keyspace=keyspace,
     )
     slots = {canonical(c): i for i, c in enumerate(left_cols)}
-    slots.update({canonical(c): len(left_cols) + i for i, c in enumerate(right_cols)})
+    slots.update({canonical(c): len(left_items) + i for i, c in enumerate(right_cols)})
     if gate_where:
         predicate = exp.and_(*[t.copy() for t in gate_where])
-        joined = Filter(joined, compile_expr(predicate, slots), predicate.sql(dialect="mysql"))
-    if needs_aggregation(stmt):
-        return plan_aggregation(stmt, row_partials(joined, slots), refs[0].table.keyspace)
-    order = stmt.args.get("order")
-    if order is not None:
-        joined = MemorySort(joined, tuple(
-            SortKey(compile_expr(o.this, slots), bool(o.args.get("desc")),
-                    bool(o.args.get("nulls_first")), o.this.sql(dialect="mysql"))
-            for o in order.expressions))
-    lim, off = stmt.args.get("limit"), stmt.args.get("offset")
-    if lim is not None or off is not None:
-        joined = Limit(joined, from_expression(lim.expression) if lim is not None else None,
-                       from_expression(off.expression) if off is not None else None)
-    names = tuple(e.alias if isinstance(e, exp.Alias) else
-                  (e.name if isinstance(e, exp.Column) else e.sql(dialect="mysql"))
-                  for e in stmt.expressions)
-    columns = tuple(compile_expr(e.this if isinstance(e, exp.Alias) else e, slots)
-                    for e in stmt.expressions)
-    return Projection(joined, columns, names, tuple(e.sql(dialect="mysql")
-                                                     for e in stmt.expressions))
+        joined = Filter(joined, compile_expr(predicate, slots), predicate.sql(dialect="mysql"),
+                        keyspace)
+    return finish_at_gate(stmt, joined, slots, keyspace)
+
+
+def _sides(term: exp.Expr, aliases: set[str]) -> set[str]:
+    """The join's tables a term names (not the tables of a subquery inside it)."""
+    scope = term.find_ancestor(exp.Select)
+    return {c.table.lower() for c in term.find_all(exp.Column)
+            if c.find_ancestor(exp.Select) is scope or c.table.lower() in aliases}
+
+
+def _join_key(
+    term: exp.Expr, right: str, left: set[str]
+) -> tuple[exp.Column, exp.Column] | None:
+    """``left.a = right.b`` as (left column, right column), for a join given in WHERE."""
+    if not (isinstance(term, exp.EQ) and isinstance(term.left, exp.Column)
+            and isinstance(term.right, exp.Column)):
+        return None
+    a, b = term.left, term.right
+    if a.table.lower() == right and b.table.lower() in left:
+        a, b = b, a
+    if b.table.lower() == right and a.table.lower() in left:
+        return a, b
+    return None
 
 
 def is_pushdown_opcode(op: Opcode) -> bool:

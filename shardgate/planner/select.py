@@ -21,10 +21,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from sqlglot import exp
 
-from shardgate.engine.evaluate import Evaluator, canonical, compile_expr
+from shardgate.engine.evaluate import Evaluator, Row, canonical, compile_expr
 from shardgate.engine.postprocess import (
     AggOp,
     Aggregate,
@@ -37,8 +38,10 @@ from shardgate.engine.postprocess import (
     slot,
 )
 from shardgate.engine.primitives import Opcode, OrderKey, Primitive, Route, ShardQuery
-from shardgate.engine.values import BindVar, Value, from_expression
+from shardgate.engine.sqlsem import Semantics
+from shardgate.engine.values import BindVar, Value, from_expression, is_constant
 from shardgate.errors import InvalidArgument, Unsupported
+from shardgate.sql.dialect import AVG_SUM
 from shardgate.vindexes import Vindex
 
 UPPER_LIMIT_VAR = "__sg_upper_limit"
@@ -55,6 +58,8 @@ class RouteTarget:
     vindex: Vindex | None
     values: tuple[Value | tuple[Value, ...], ...]
     in_var: str | None = None
+    #: the vindex's columns, which ``values`` are compared with
+    columns: tuple[str, ...] = ()
 
 
 def needs_aggregation(stmt: exp.Select) -> bool:
@@ -62,12 +67,26 @@ def needs_aggregation(stmt: exp.Select) -> bool:
         stmt.args.get("group")
         or stmt.args.get("having")
         or stmt.args.get("distinct")
-        or any(e.find(exp.AggFunc) for e in stmt.expressions)
+        or any(_own_aggregate(e, stmt) for e in stmt.expressions)
     )
 
 
+def _own_aggregate(node: exp.Expr, stmt: exp.Select) -> bool:
+    """An aggregate of ``stmt`` itself (not of a subquery inside ``node``)."""
+    for agg in node.find_all(exp.AggFunc):
+        scope = agg.parent
+        while scope is not None and not isinstance(scope, exp.Select):
+            scope = scope.parent
+        if scope is stmt or scope is None:
+            return True
+    return False
+
+
 def plan_multi_shard(stmt: exp.Select, tree: exp.Select, target: RouteTarget) -> Primitive:
-    """Plan ``stmt`` (original) whose shard form is ``tree`` (qualifiers stripped)."""
+    """Plan ``stmt`` (original) whose shard form is ``tree`` (qualifiers stripped).
+
+    ``tree`` must be a fresh copy: the plan owns it and may edit it.
+    """
     if any(e.find(exp.Window) for e in stmt.expressions):
         raise Unsupported("window functions across shards are not supported")
     if stmt.args.get("locks"):
@@ -93,24 +112,36 @@ def _is_star(e: exp.Expr) -> bool:
 
 
 def _plain(tree: exp.Select, target: RouteTarget) -> Primitive:
-    tree = tree.copy()
+    # ``tree`` is the caller's fresh shard form (plan_multi_shard's contract): edited in place.
     names = _select_names(tree)
     star = any(_is_star(e) for e in tree.expressions)
     keys: list[OrderKey] = []
     hidden = 0
     order = tree.args.get("order")
-    for o in order.expressions if order is not None else []:
+    order_terms = order.expressions if order is not None else []
+    for n, o in enumerate(order_terms):
         node = o.this
         desc, nulls_first = bool(o.args.get("desc")), bool(o.args.get("nulls_first"))
-        if star:  # positions are unknown before the shards answer: match by name
-            if not isinstance(node, exp.Column):
+        if star:
+            # Positions are unknown before the shards answer, and names may repeat
+            # (``SELECT *`` over a join): every sort term travels as a trailing
+            # hidden column, read from the end of the row.
+            if isinstance(node, exp.Literal) and node.is_int:
                 raise Unsupported(
-                    "ORDER BY an expression that is not selected, together with SELECT *, "
-                    "is not supported across shards: select the expression"
+                    "ORDER BY a position together with SELECT * is not supported across "
+                    "shards: order by the column's name"
                 )
-            keys.append(OrderKey(node.name, desc, nulls_first))
+            found = find_selected(tree, node)
+            picked = tree.expressions[found] if found is not None else node
+            term = picked.this if isinstance(picked, exp.Alias) else picked
+            tree.append("expressions", exp.alias_(term.copy(), _HIDDEN.format(hidden)))
+            hidden += 1
+            keys.append(OrderKey(_HIDDEN.format(hidden - 1), desc, nulls_first,
+                                 n - len(order_terms)))
             continue
         index = find_selected(tree, node)
+        if index is None and isinstance(node, exp.Literal) and node.is_int:
+            raise InvalidArgument(f"ORDER BY position {node.this} is not in the select list")
         if index is None:
             index = len(tree.expressions)
             tree.append("expressions", exp.alias_(node.copy(), _HIDDEN.format(hidden)))
@@ -123,13 +154,15 @@ def _plain(tree: exp.Select, target: RouteTarget) -> Primitive:
         tree.set("limit", exp.Limit(expression=exp.Placeholder(this=UPPER_LIMIT_VAR)))
         tree.set("offset", None)
         upper = UPPER_LIMIT_VAR
-    route: Primitive = Route(
+    route = Route(
         target.opcode, target.keyspace, True, ShardQuery(tree), table=target.table,
         vindex=target.vindex, values=target.values, order_by=tuple(keys), limit=limit,
-        offset=offset, upper_limit_var=upper, in_var=target.in_var,
+        offset=offset, upper_limit_var=upper, in_var=target.in_var, columns=target.columns,
+        hidden=hidden if star else 0,
     )
-    if hidden:
-        route = Projection(route, tuple(slot(i) for i in range(len(names))), tuple(names))
+    if hidden and not star:
+        return Projection(route, tuple(slot(i) for i in range(len(names))), tuple(names),
+                          keyspace=target.keyspace)
     return route
 
 
@@ -151,26 +184,28 @@ def find_selected(tree: exp.Select, node: exp.Expr) -> int | None:
     A bare column name matches a selected column of that name only when exactly
     one does (``c.id`` and ``r.id`` are both named ``id``).
     """
-    text = canonical(node)
     exprs = tree.expressions
+    if isinstance(node, exp.Literal) and node.is_int:  # always a position in ORDER BY
+        n = int(node.this)
+        return n - 1 if 1 <= n <= len(exprs) else None
+    if isinstance(node, exp.Column) and not node.table:  # an alias first, as SQL resolves it
+        for i, e in enumerate(exprs):
+            if isinstance(e, exp.Alias) and e.alias.lower() == node.name.lower():
+                return i
+    text = canonical(node)
     for i, e in enumerate(exprs):
         inner = e.this if isinstance(e, exp.Alias) else e
         if canonical(inner) == text:
-            return i
-        if isinstance(e, exp.Alias) and isinstance(node, exp.Column) and not node.table \
-                and e.alias.lower() == node.name.lower():
             return i
     if isinstance(node, exp.Column):
         same = [i for i, e in enumerate(exprs) if isinstance(e, exp.Column)
                 and e.name.lower() == node.name.lower() and (not node.table or not e.table)]
         if len(same) == 1:
             return same[0]
-    if isinstance(node, exp.Literal) and node.is_int and 1 <= int(node.this) <= len(exprs):
-        return int(node.this) - 1
     return None
 
 
-_PARTIALS = (exp.Count, exp.Sum, exp.Min, exp.Max, exp.Avg)
+_PARTIALS = (exp.Count, exp.Sum, exp.Min, exp.Max, exp.Avg, exp.AnyValue)
 
 
 InputFactory = Callable[[list[exp.Expr], list[exp.Expr]], Primitive]
@@ -187,33 +222,87 @@ def _aggregating(tree: exp.Select, target: RouteTarget) -> Primitive:
         shard.set("group", exp.Group(expressions=groups) if groups else None)
         return Route(target.opcode, target.keyspace, True, ShardQuery(shard),
                      table=target.table, vindex=target.vindex, values=target.values,
-                     in_var=target.in_var)
+                     in_var=target.in_var, columns=target.columns)
 
     return plan_aggregation(tree, shard_query, target.keyspace)
 
 
-def row_partials(source: Primitive, slots: Mapping[str, int]) -> InputFactory:
+def _position_if_constant(node: exp.Expr, index: int) -> exp.Expr:
+    """A shard GROUP BY term: a constant travels as its select-list position.
+
+    ``GROUP BY 5`` would name the fifth column, and PostgreSQL refuses
+    ``GROUP BY 'a'``; the shard select list holds the constant at ``index``.
+    """
+    if is_constant(node):
+        return exp.Literal.number(index + 1)
+    return node.copy()
+
+
+def row_partials(source: Primitive, slots: Mapping[str, int], keyspace: str) -> InputFactory:
     """Partial-aggregate rows computed at the gate, one per input row (gate-side joins)."""
 
     def make(items: list[exp.Expr], _groups: list[exp.Expr]) -> Primitive:
         columns: list[Evaluator] = []
         for e in items:
             if isinstance(e, exp.Count) and isinstance(e.this, exp.Star):
-                columns.append(lambda row: 1)
+                columns.append(lambda row, sem: 1)
             elif isinstance(e, exp.Count):
                 columns.append(_counts(compile_expr(e.this, slots)))
-            elif isinstance(e, exp.Sum | exp.Min | exp.Max):
+            elif isinstance(e, exp.Sum):
+                columns.append(_summand(compile_expr(e.this, slots)))
+            elif isinstance(e, exp.Min | exp.Max):
                 columns.append(compile_expr(e.this, slots))
             else:
                 columns.append(compile_expr(e, slots))
-        return Projection(source, tuple(columns), tuple(e.sql(dialect="mysql") for e in items))
+        return Projection(source, tuple(columns), tuple(e.sql(dialect="mysql") for e in items),
+                          keyspace=keyspace)
 
     return make
 
 
+def _summand(value: Evaluator) -> Evaluator:
+    """SUM(x)'s partial for one row: x as a number (a string sums as a double)."""
+
+    def number(row: Row, sem: Semantics) -> Any:
+        v = value(row, sem)
+        if v is None:
+            return None
+        return float(sem.number(v)) if isinstance(v, str | bytes) else sem.number(v)
+
+    return number
+
+
 def _counts(value: Evaluator) -> Evaluator:
     """COUNT(x)'s partial for one row: 1 unless x is NULL."""
-    return lambda row: 0 if value(row) is None else 1
+    return lambda row, sem: 0 if value(row, sem) is None else 1
+
+
+def _any_values(items: list[exp.Expr], groups: list[exp.Expr]) -> list[exp.Expr]:
+    """Select-list columns neither grouped nor aggregated read as ``ANY_VALUE(col)``.
+
+    MySQL (without ONLY_FULL_GROUP_BY), SQLite and Vitess return a value of
+    some row of the group for such a column.
+    """
+    keys = {canonical(g) for g in groups}
+    keys |= {g.name.lower() for g in groups if isinstance(g, exp.Column)}
+
+    def wrap(node: exp.Expr) -> exp.Expr:
+        if not isinstance(node, exp.Column) or node.find_ancestor(exp.AggFunc, exp.Select):
+            return node
+        if canonical(node) in keys or node.name.lower() in keys:
+            return node
+        return exp.AnyValue(this=node.copy())
+
+    out: list[exp.Expr] = []
+    for e in items:
+        body = e.this if isinstance(e, exp.Alias) else e
+        if isinstance(body, exp.Star) or (isinstance(body, exp.Column) and body.is_star):
+            out.append(e)
+            continue
+        new = body.copy().transform(wrap)
+        out.append(exp.alias_(new, e.alias, quoted=e.args["alias"].quoted)
+                   if isinstance(e, exp.Alias) else new)
+    return out
 
 
 def plan_aggregation(tree: exp.Select, make_input: InputFactory, keyspace: str) -> Primitive:
@@ -226,6 +315,11 @@ def plan_aggregation(tree: exp.Select, make_input: InputFactory, keyspace: str) 
         raise Unsupported("SELECT * with GROUP BY or aggregates across shards is not supported")
     items = list(tree.expressions)
     aliases = {e.alias.lower(): e.this for e in items if isinstance(e, exp.Alias)}
+    # Names the statement uses as columns of its tables: GROUP BY resolves a
+    # name to such a column before a select alias of the same name (SQL's rule).
+    where = tree.args.get("where")
+    column_names = {c.name.lower() for e in items + ([where] if where is not None else [])
+                    for c in e.find_all(exp.Column)}
 
     def unalias(node: exp.Expr) -> exp.Expr:
         """Replace references to select aliases by their expressions."""
@@ -233,6 +327,16 @@ def plan_aggregation(tree: exp.Select, make_input: InputFactory, keyspace: str) 
             found: exp.Expr = aliases[node.name.lower()].copy()
             return found
         return node
+
+    def unalias_group(node: exp.Expr) -> exp.Expr:
+        # A column the statement uses, or an alias of an aggregate (nothing groups
+        # by an aggregate): the name is the table's column.
+        if isinstance(node, exp.Column) and not node.table and (
+            node.name.lower() in column_names
+            or aliases.get(node.name.lower(), node).find(exp.AggFunc) is not None
+        ):
+            return node
+        return unalias(node)
 
     def item(node: exp.Expr) -> exp.Expr:
         """A whole GROUP BY / ORDER BY item: an ordinal names a select expression."""
@@ -244,16 +348,22 @@ def plan_aggregation(tree: exp.Select, make_input: InputFactory, keyspace: str) 
                     picked.this if isinstance(picked, exp.Alias) else picked
                 ).copy()
                 return chosen
+            raise InvalidArgument(f"unknown column '{n}' in GROUP BY / ORDER BY: the select "
+                                  f"list has {len(items)} columns")
         return node
 
     group_node = tree.args.get("group")
     groups: list[exp.Expr] = (
-        [item(g).transform(unalias) for g in group_node.expressions] if group_node else []
+        [item(g).transform(unalias_group) for g in group_node.expressions] if group_node else []
     )
-    if tree.args.get("distinct"):
+    if any(g.find(exp.AggFunc) for g in groups):
+        raise InvalidArgument("cannot GROUP BY an aggregate: group by columns or expressions")
+    one_row = group_node is None and any(_own_aggregate(e, tree) for e in items)
+    if tree.args.get("distinct") and not one_row:  # one aggregate row is already distinct
         if group_node is not None:
             raise Unsupported("SELECT DISTINCT with GROUP BY across shards is not supported")
         groups = [(e.this if isinstance(e, exp.Alias) else e).copy() for e in items]
+    items = _any_values(items, groups)
     having = tree.args.get("having")
     having_expr = having.this.copy() if having is not None else None
     order = tree.args.get("order")
@@ -262,7 +372,11 @@ def plan_aggregation(tree: exp.Select, make_input: InputFactory, keyspace: str) 
     # Every aggregate the gate must compute, from select list, HAVING and ORDER BY.
     exprs: list[exp.Expr] = [(e.this if isinstance(e, exp.Alias) else e) for e in items]
     if having_expr is not None:
-        having_expr = having_expr.transform(unalias)
+        # HAVING takes a name GROUP BY uses as a column before a select alias.
+        grouped = {g.name.lower() for g in groups if isinstance(g, exp.Column) and not g.table}
+        having_expr = having_expr.transform(
+            lambda n: n if isinstance(n, exp.Column) and n.name.lower() in grouped
+            else unalias(n))
         exprs.append(having_expr)
     order_exprs = [item(o.this).transform(unalias) for o in order_items]
     exprs.extend(order_exprs)
@@ -285,6 +399,10 @@ def plan_aggregation(tree: exp.Select, make_input: InputFactory, keyspace: str) 
     distinct_exprs: list[exp.Expr] = []
     for text, a in aggs.items():
         inner = a.this
+        if isinstance(inner, exp.Distinct) and isinstance(a, exp.Min | exp.Max) and \
+                len(inner.expressions) == 1:
+            inner = inner.expressions[0]  # MIN(DISTINCT x) is MIN(x)
+            a = type(a)(this=inner.copy())
         if isinstance(inner, exp.Distinct):
             if not isinstance(a, exp.Count | exp.Sum):
                 raise Unsupported(f"{a.sql(dialect='mysql')} across shards is not supported")
@@ -301,16 +419,22 @@ def plan_aggregation(tree: exp.Select, make_input: InputFactory, keyspace: str) 
             continue
         col = len(shard_items)
         if isinstance(a, exp.Avg):
-            shard_items.append(exp.Sum(this=inner.copy()))
+            total = exp.Sum(this=inner.copy())
+            total.meta[AVG_SUM] = True  # SQLite sums it as TOTAL(x): no integer overflow
+            shard_items.append(total)
             shard_items.append(exp.Count(this=inner.copy()))
             specs.append(AggSpec(AggOp.AVG, col, col + 1, name=text))
             continue
-        shard_items.append(a.copy())
+        # ANY_VALUE(x) may return any value of its group: the least one will do.
+        shard_items.append(exp.Min(this=inner.copy()) if isinstance(a, exp.AnyValue)
+                           else a.copy())
         op = {exp.Count: AggOp.COUNT, exp.Sum: AggOp.SUM, exp.Min: AggOp.MIN,
-              exp.Max: AggOp.MAX}[type(a)]
+              exp.Max: AggOp.MAX, exp.AnyValue: AggOp.MIN}[type(a)]
         specs.append(AggSpec(op, col, name=text))
 
-    shard_groups = [g.copy() for g in groups] + distinct_exprs
+    shard_groups = [
+        _position_if_constant(g, i) for i, g in enumerate(groups)
+    ] + [_position_if_constant(d, distinct_cols[canonical(d)]) for d in distinct_exprs]
     source = make_input(shard_items, shard_groups)
 
     agg = Aggregate(source, tuple(range(len(groups))), tuple(specs), scalar=not groups,
@@ -334,17 +458,17 @@ def plan_aggregation(tree: exp.Select, make_input: InputFactory, keyspace: str) 
 
     out: Primitive = agg
     if having_expr is not None:
-        out = Filter(out, compile_(having_expr), having_expr.sql(dialect="mysql"))
+        out = Filter(out, compile_(having_expr), having_expr.sql(dialect="mysql"), keyspace)
     if order_items:
         keys = tuple(
             SortKey(compile_(e), bool(o.args.get("desc")), bool(o.args.get("nulls_first")),
                     e.sql(dialect="mysql"))
             for o, e in zip(order_items, order_exprs, strict=True)
         )
-        out = MemorySort(out, keys)
+        out = MemorySort(out, keys, keyspace)
     limit, offset = _limits(tree)
     if limit is not None or offset is not None:
         out = Limit(out, limit, offset)
     columns = tuple(compile_(e.this if isinstance(e, exp.Alias) else e) for e in items)
     return Projection(out, columns, tuple(_select_names(tree)),
-                      tuple(e.sql(dialect="mysql") for e in items))
+                      tuple(e.sql(dialect="mysql") for e in items), keyspace)

@@ -14,11 +14,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import sqlglot
 from sqlglot import exp
 
 from shardgate.errors import InvalidArgument
+from shardgate.sql.rewrite import transform
 
 _MARK = "\x00sgp{}\x00"
+#: meta flag of a SUM that is AVG's partial sum
+AVG_SUM = "sg_avg_sum"
 _MARK_RE = re.compile("\x00sgp(\\d+)\x00")
 
 
@@ -35,6 +39,8 @@ class ShardSQL:
     params: tuple[str, ...]
     parts: tuple[str, ...] = ()
     placeholder: str = "?"
+    #: the bind variables that stand in an IN list, where a list value may go
+    list_params: frozenset[str] = frozenset()
 
     def args(self, bind_vars: Mapping[str, Any]) -> list[Any]:
         return self.bind(bind_vars)[1]
@@ -53,6 +59,11 @@ class ShardSQL:
         args: list[Any] = []
         for name, value, part in zip(self.params, values, self.parts[1:], strict=True):
             if isinstance(value, list | tuple):
+                if name not in self.list_params:
+                    raise InvalidArgument(
+                        f"bind variable :{name} is a list, but it is not an IN list "
+                        f"('col IN (:{name})'): bind one value"
+                    )
                 if not value:
                     raise InvalidArgument(f"bind variable :{name} is an empty list")
                 out.append(", ".join([self.placeholder] * len(value)))
@@ -67,14 +78,14 @@ class ShardSQL:
 def strip_qualifiers(tree: exp.Expr) -> exp.Expr:
     """Drop ``keyspace.`` from table references (shards hold tables unqualified)."""
 
-    def fix(node: exp.Expression) -> exp.Expression:
+    def fix(node: exp.Expr) -> exp.Expr:
         if isinstance(node, exp.Table | exp.Column) and node.args.get("db") is not None:
             node = node.copy()
             node.set("db", None)
             node.set("catalog", None)
         return node
 
-    return tree.transform(fix)
+    return transform(tree, fix)
 
 
 _BINARY_TYPES = {
@@ -87,7 +98,7 @@ _BINARY_TYPES = {
 }
 
 
-def _fix_for_dialect(node: exp.Expression, dialect: str) -> exp.Expression:
+def _fix_for_dialect(node: exp.Expr, dialect: str) -> exp.Expr:
     """Patch what sqlglot's generator gets wrong for a target dialect."""
     if (
         dialect == "postgres"
@@ -102,6 +113,12 @@ def _fix_for_dialect(node: exp.Expression, dialect: str) -> exp.Expression:
         node.set("ignore", None)
         node.set("conflict", exp.OnConflict(action=exp.var("DO NOTHING")))
         return node
+    if dialect == "postgres" and isinstance(node, exp.Delete | exp.Update) and (
+        node.args.get("limit") is not None or node.args.get("order") is not None
+    ):
+        return _pg_limited_dml(node)
+    if dialect == "sqlite" and isinstance(node, exp.Sum) and node.meta.get(AVG_SUM):
+        return _sqlite_avg_sum(node.this)
     if dialect == "sqlite" and isinstance(node, exp.Select) and node.args.get("locks"):
         # SQLite has no row locks: a transaction already holds the database lock.
         node = node.copy()
@@ -110,11 +127,56 @@ def _fix_for_dialect(node: exp.Expression, dialect: str) -> exp.Expression:
     return node
 
 
+_AVG_SUM_SQLITE = sqlglot.parse_one(
+    "CASE WHEN COUNT(__sg_x) = SUM(typeof(__sg_x) = 'integer') "
+    "THEN CAST(SUM(__sg_x >> 32) AS TEXT) || ':' || CAST(SUM(__sg_x & 4294967295) AS TEXT) "
+    "ELSE TOTAL(__sg_x) END",
+    dialect="sqlite",
+)
+
+
+def _sqlite_avg_sum(x: exp.Expression) -> exp.Expression:
+    """AVG's partial sum on SQLite, which SUM would overflow on large integers.
+
+    Integers: the exact sum as text ``'hi:lo'`` (the sums of their high and low
+    32 bits, which cannot overflow; :func:`avg_partial` reads it); otherwise
+    ``TOTAL(x)``, a double, as SQLite's AVG sums.
+    """
+    return _AVG_SUM_SQLITE.transform(
+        lambda n: exp.Paren(this=x.copy())
+        if isinstance(n, exp.Column) and n.name == "__sg_x" else n
+    )
+
+
+def avg_partial(value: Any) -> Any:
+    """The number an AVG partial sum stands for (``'hi:lo'`` from SQLite: an exact int)."""
+    if isinstance(value, str):
+        hi, _, lo = value.partition(":")
+        return (int(hi) << 32) + int(lo)
+    return value
+
+
+def _pg_limited_dml(node: exp.Delete | exp.Update) -> exp.Expression:
+    """PostgreSQL has no ``DELETE/UPDATE ... ORDER BY ... LIMIT``: pick the rows by ctid.
+
+    ``DELETE FROM t WHERE w ORDER BY o LIMIT n`` becomes
+    ``DELETE FROM t WHERE ctid IN (SELECT ctid FROM t WHERE w ORDER BY o LIMIT n)``.
+    """
+    node = node.copy()
+    pick = exp.Select(expressions=[exp.column("ctid")]).from_(node.this.copy())
+    for arg in ("where", "order", "limit"):
+        pick.set(arg, node.args.get(arg))
+        node.set(arg, None)
+    node.set("where", exp.Where(this=exp.In(this=exp.column("ctid"), query=pick.subquery())))
+    return node
+
+
 def render(tree: exp.Expr, dialect: str, placeholder: str) -> ShardSQL:
     """Generate ``tree`` for ``dialect`` with positional placeholders."""
     names: list[str] = []
+    lists: set[str] = set()
 
-    def mark(node: exp.Expression) -> exp.Expression:
+    def mark(node: exp.Expr) -> exp.Expr:
         if isinstance(node, exp.Placeholder):
             name = node.name
             if not name:
@@ -122,12 +184,14 @@ def render(tree: exp.Expr, dialect: str, placeholder: str) -> ShardSQL:
                     "positional '?' bind variables are not supported: use :name bind variables"
                 )
             names.append(name)
+            if isinstance(node.parent, exp.In) and node.arg_key == "expressions":
+                lists.add(name)
             return exp.Var(this=_MARK.format(len(names) - 1))
         return node
 
-    fixed = tree.transform(lambda n: _fix_for_dialect(n, dialect))
-    marked = fixed.transform(mark)
-    sql = marked.sql(dialect=dialect)
+    fixed = transform(tree, lambda n: _fix_for_dialect(n, dialect))
+    marked = transform(fixed, mark, copy=False)
+    sql = marked.sql(dialect=dialect, copy=False)  # ``marked`` is our own copy
     if dialect == "mysql" and sql.endswith(" FOR SHARE"):
         sql = sql[: -len(" FOR SHARE")] + " LOCK IN SHARE MODE"  # MariaDB's spelling
     if placeholder == "%s":
@@ -138,4 +202,4 @@ def render(tree: exp.Expr, dialect: str, placeholder: str) -> ShardSQL:
     parts = tuple(pieces[0::2])
     params = tuple(names[int(i)] for i in pieces[1::2])
     return ShardSQL(sql=placeholder.join(parts), params=params, parts=parts,
-                    placeholder=placeholder)
+                    placeholder=placeholder, list_params=frozenset(lists))

@@ -5,17 +5,26 @@ Parse errors become :class:`shardgate.errors.SyntaxError_` naming the line,
 the column and the offending token in the user's words (never sqlglot's
 class names): ``syntax error at line 1, column 29 near '*': incomplete
 expression``.
+
+sqlglot's parser is recursive descent and spends about 25 Python frames per
+level of parentheses, so the default recursion limit (1,000) failed at 40
+levels. Parsing runs with a higher limit (:data:`PARSE_RECURSION_LIMIT`,
+about 200 levels); deeper statements are refused with :func:`too_deep`.
 """
 
 from __future__ import annotations
 
 import re
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 
-import sqlglot
 from sqlglot import exp
 from sqlglot.errors import ParseError, SqlglotError, TokenError
 
 from shardgate.errors import InvalidArgument, SyntaxError_
+from shardgate.sql.long_lists import parse_statements
 
 GATE_DIALECT = "mysql"
 
@@ -32,14 +41,47 @@ _PARTS = {
     "Update": "UPDATE", "Delete": "DELETE", "In": "IN list", "Between": "BETWEEN",
     "Case": "CASE expression", "Anonymous": "function call",
 }
+#: the recursion limit while parsing (CPython 3.11+ keeps Python-to-Python
+#: calls off the C stack, so this costs no C stack on the parser's path)
+PARSE_RECURSION_LIMIT = 6_000
+_LIMIT_LOCK = threading.Lock()
+
+
+def too_deep() -> InvalidArgument:
+    """The error for a statement nested deeper than the gate can plan."""
+    return InvalidArgument(
+        "the statement is nested too deeply (parentheses, subqueries or expressions): "
+        "flatten it (for example IN lists instead of long OR chains)"
+    )
+
+
+@contextmanager
+def _deep_recursion() -> Iterator[None]:
+    """Raise the recursion limit for the block (one parse at a time: it is process-wide)."""
+    with _LIMIT_LOCK:
+        old = sys.getrecursionlimit()
+        if old < PARSE_RECURSION_LIMIT:
+            sys.setrecursionlimit(PARSE_RECURSION_LIMIT)
+        try:
+            yield
+        finally:
+            if old < PARSE_RECURSION_LIMIT:
+                sys.setrecursionlimit(old)
 
 
 def parse(sql: str) -> exp.Expression:
     """Parse exactly one statement of gate SQL."""
     try:
-        statements = sqlglot.parse(sql, read=GATE_DIALECT)
+        with _deep_recursion():
+            statements = parse_statements(sql, GATE_DIALECT)
+    except RecursionError:
+        raise too_deep() from None
     except SqlglotError as exc:
         raise SyntaxError_(_located(sql, exc)) from exc
+    except Exception as exc:  # sqlglot failing otherwise: still the statement's text at fault
+        raise SyntaxError_(
+            f"the statement could not be parsed ({type(exc).__name__}: {exc})"
+        ) from exc
     statements = [s for s in statements if s is not None]
     if not statements:
         raise InvalidArgument("empty statement: send one SQL statement")

@@ -30,6 +30,11 @@ class TabletClient(ABC):
     #: whether the shard can prepare transactions (PostgreSQL, MariaDB)
     supports_twopc: bool = False
 
+    @property
+    def collation(self) -> str | None:
+        """The shard database's default collation, when known (read by MariaDB tablets)."""
+        return None
+
     @abstractmethod
     async def execute(
         self,
@@ -117,6 +122,10 @@ class LocalTabletClient(TabletClient):
         self.dialect = tablet.dialect
         self.placeholder = tablet.placeholder
         self.supports_twopc = tablet.supports_twopc
+
+    @property
+    def collation(self) -> str | None:
+        return self.tablet.backend.collation
 
     async def execute(
         self,

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from shardgate.engine.sqlsem import collation
 from shardgate.errors import InvalidArgument, NotFound
 from shardgate.keys import KeyRange, ShardMap, parse_shard_name
 from shardgate.vschema import VSchema
@@ -28,6 +29,9 @@ class KeyspaceTopo:
     name: str
     shards: list[ShardTopo]
     vschema: dict[str, Any] = field(default_factory=dict)
+    #: the collation of the shards' strings, which the gate follows when it
+    #: merges, groups and sorts them (None: the dialect's default)
+    collation: str | None = None
 
     def __post_init__(self) -> None:
         self.shards.sort(key=lambda s: s.key_range.start)
@@ -53,6 +57,8 @@ class Topology:
 
     keyspaces: dict[str, KeyspaceTopo]
     default_keyspace: str | None = None
+    #: Vitess's ``RoutingRules`` JSON (``{"rules": [...]}``), checked by :meth:`build_vschema`
+    routing_rules: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def from_dict(cls, doc: Mapping[str, Any], *, path: str = "cluster") -> Topology:
@@ -88,14 +94,25 @@ class Topology:
                     f"{kpath}: an unsharded keyspace has exactly one shard ('0'), "
                     f"got {len(shards)}; set vschema.sharded: true to shard it"
                 )
+            coll = spec.get("collation")
+            if coll is not None:
+                if not isinstance(coll, str):
+                    raise InvalidArgument(f"{kpath}.collation: must be a collation name")
+                try:
+                    collation(coll)
+                except InvalidArgument as exc:
+                    raise InvalidArgument(f"{kpath}.collation: {exc.message}") from exc
             try:
-                keyspaces[ks_name] = KeyspaceTopo(ks_name, shards, vs)
+                keyspaces[ks_name] = KeyspaceTopo(ks_name, shards, vs, coll)
             except InvalidArgument as exc:
                 raise InvalidArgument(f"{kpath}.shards: {exc.message}") from exc
         default = doc.get("default_keyspace")
         if default is not None and default not in keyspaces:
             raise InvalidArgument(f"{path}.default_keyspace: {default!r} is not a keyspace")
-        return cls(keyspaces=keyspaces, default_keyspace=default)
+        rules = doc.get("routing_rules", {})
+        if not isinstance(rules, Mapping):
+            raise InvalidArgument(f"{path}.routing_rules: must be an object with 'rules'")
+        return cls(keyspaces=keyspaces, default_keyspace=default, routing_rules=dict(rules))
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -103,12 +120,15 @@ class Topology:
                 ks.name: {
                     "shards": {s.name: s.url for s in ks.shards},
                     "vschema": ks.vschema,
+                    **({"collation": ks.collation} if ks.collation else {}),
                 }
                 for ks in self.keyspaces.values()
             }
         }
         if self.default_keyspace:
             out["default_keyspace"] = self.default_keyspace
+        if self.routing_rules:
+            out["routing_rules"] = self.routing_rules
         return out
 
     def keyspace(self, name: str) -> KeyspaceTopo:
@@ -121,4 +141,6 @@ class Topology:
 
     def build_vschema(self) -> VSchema:
         """Validate and build the VSchema of every keyspace."""
-        return VSchema.from_json({ks.name: ks.vschema for ks in self.keyspaces.values()})
+        return VSchema.from_json(
+            {ks.name: ks.vschema for ks in self.keyspaces.values()}, self.routing_rules
+        )

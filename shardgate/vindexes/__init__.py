@@ -18,16 +18,24 @@ from shardgate.vindexes.base import (
     Vindex,
 )
 from shardgate.vindexes.binary import Binary, BinaryMD5
+from shardgate.vindexes.cfc import CFC
 from shardgate.vindexes.consistent_lookup import ConsistentLookup, ConsistentLookupUnique
 from shardgate.vindexes.functional import Hashing
 from shardgate.vindexes.hash import Hash
 from shardgate.vindexes.lookup import LookupNonUnique, LookupUnique
+from shardgate.vindexes.lookup_hash import (
+    LookupHash,
+    LookupHashUnique,
+    LookupUnicodeLooseMD5Hash,
+    LookupUnicodeLooseMD5HashUnique,
+)
 from shardgate.vindexes.multicol import MultiCol
 from shardgate.vindexes.null import Null
 from shardgate.vindexes.numeric import Numeric
+from shardgate.vindexes.region_json import RegionJSON
 from shardgate.vindexes.registry import create_vindex, known_types, register
 from shardgate.vindexes.reverse_bits import ReverseBits
-from shardgate.vindexes.unicode import UnicodeLooseMD5
+from shardgate.vindexes.unicode import UnicodeLooseMD5, UnicodeLooseXXHash
 from shardgate.vindexes.xxhash64 import XXHash
 
 __all__ = [
@@ -57,3 +65,10 @@ register("lookup", LookupNonUnique)
 register("lookup_unique", LookupUnique)
 register("consistent_lookup", ConsistentLookup)
 register("consistent_lookup_unique", ConsistentLookupUnique)
+register("unicode_loose_xxhash", UnicodeLooseXXHash)
+register("lookup_hash", LookupHash)
+register("lookup_hash_unique", LookupHashUnique)
+register("lookup_unicodeloosemd5_hash", LookupUnicodeLooseMD5Hash)
+register("lookup_unicodeloosemd5_hash_unique", LookupUnicodeLooseMD5HashUnique)
+register("region_json", RegionJSON)
+register("cfc", CFC)

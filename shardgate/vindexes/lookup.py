@@ -19,8 +19,11 @@ unless said otherwise):
   non-NULL values (only the first ``from`` column is used, as in Vitess);
   each value's keyspace ids come back sorted.
   Nothing is sent when every value is NULL. Rows are matched back to values
-  by their SQL text (``5`` and ``'5'`` match). A unique vindex finding two
-  rows for a value raises :class:`Internal`.
+  by their SQL text (``5`` and ``'5'`` match); a row matching no value's text
+  (the database's collation found it equal: ``'RED'`` for ``'red'`` on a
+  case-insensitive MariaDB table) counts for every value asked, so routing
+  reaches its shard. A unique vindex finding two rows with a value's own text
+  raises :class:`Internal`.
 * ``verify``: the same select; true where the row ``(value, ksid)`` came back.
 * ``create``: ``insert into t(f, g, k) values (:f_0, :g_0, :k_0), (:f_1, ...)``,
   rows sorted (so concurrent inserts lock in the same order).
@@ -120,29 +123,58 @@ class LookupBase(Lookup):
         f = self._from[0]
         return f"select {f}, {self._to} from {self.table} where {f} in ({marks})"
 
-    async def _lookup(
+    async def _rows(
         self, cursor: VCursor, values: Sequence[Any], *, autocommit: bool
-    ) -> dict[bytes, list[KeyspaceId]]:
-        """Rows for the non-NULL ``values``, grouped by :func:`match_key`."""
+    ) -> tuple[dict[bytes, list[KeyspaceId]], list[KeyspaceId]]:
+        """Rows for the non-NULL ``values``: those matching a value's :func:`match_key`,
+        and the keyspace ids of the others (*strays*).
+
+        The lookup table's database returns every row its collation finds equal
+        (MariaDB's ``utf8mb4_general_ci``: ``'RED'`` and ``'red '`` for
+        ``'red'``; MySQL: ``'05'`` for ``5``), which need not have the same bytes.
+        """
         distinct: dict[bytes, Any] = {}
         for value in values:
             key = match_key(value)
             if key is not None:
                 distinct.setdefault(key, value)
         if not distinct:
-            return {}
+            return {}, []
         binds = {f"v{i}": v for i, v in enumerate(distinct.values())}
         result = await cursor.execute(self._select_sql(len(binds)), binds, autocommit=autocommit)
         found: dict[bytes, list[KeyspaceId]] = {}
+        stray: list[KeyspaceId] = []
         for row in result.rows:
             key = match_key(row[0])
             if key is None:
                 continue
-            ksids = found.setdefault(key, [])
-            ksid = as_ksid(self, row[1])
-            if ksid not in ksids:
+            ksids = found.setdefault(key, []) if key in distinct else stray
+            ksid = self._from_stored(row[1])
+            if ksid is not None and ksid not in ksids:
                 ksids.append(ksid)
+        return found, stray
+
+    async def _lookup(
+        self, cursor: VCursor, values: Sequence[Any], *, autocommit: bool
+    ) -> dict[bytes, list[KeyspaceId]]:
+        """Keyspace ids per value key; a stray row (see :meth:`_rows`) counts for
+        every value asked, as the database may have matched it to any of them."""
+        found, stray = await self._rows(cursor, values, autocommit=autocommit)
+        if stray:
+            for value in values:
+                key = match_key(value)
+                if key is not None:
+                    ksids = found.setdefault(key, [])
+                    ksids.extend(k for k in stray if k not in ksids)
         return found
+
+    def _to_stored(self, ksid: KeyspaceId) -> Any:
+        """What the ``to`` column stores for ``ksid``: the keyspace id itself here."""
+        return ksid
+
+    def _from_stored(self, value: Any) -> KeyspaceId | None:
+        """The keyspace id a ``to`` value read back stands for (None: it maps nowhere)."""
+        return as_ksid(self, value)
 
     async def map(self, cursor: VCursor, values: Sequence[Any]) -> list[list[KeyspaceId]]:
         if self.write_only:
@@ -150,18 +182,27 @@ class LookupBase(Lookup):
                 f"lookup vindex {self.name!r} is write_only: it cannot route; "
                 "scatter to every shard (the full key range) instead"
             )
-        found = await self._lookup(cursor, values, autocommit=self.autocommit)
+        found, stray = await self._rows(cursor, values, autocommit=self.autocommit)
         out: list[list[KeyspaceId]] = []
         for value in values:
             key = match_key(value)
-            ksids = sorted(found.get(key, [])) if key is not None else []
+            ksids = list(found.get(key, [])) if key is not None else []
             if self.unique and len(ksids) > 1:
                 raise Internal(
                     f"unique lookup vindex {self.name!r}: {self.table} has "
                     f"{len(ksids)} rows for {value!r}"
                 )
-            out.append(ksids)
+            if key is not None:  # a stray may belong to this value: its shard is asked too
+                ksids.extend(k for k in stray if k not in ksids)
+            out.append(sorted(ksids))
         return out
+
+    async def existing(self, cursor: VCursor, value: Any) -> list[KeyspaceId]:
+        """The keyspace ids the table holds for one value, read in the caller's
+        transaction (``write_only`` too: for maintaining it, not routing)."""
+        found = await self._lookup(cursor, [value], autocommit=False)
+        key = match_key(value)
+        return sorted(found.get(key, [])) if key is not None else []
 
     async def verify(
         self, cursor: VCursor, values: Sequence[Any], ksids: Sequence[KeyspaceId]
@@ -222,7 +263,7 @@ class LookupBase(Lookup):
             for col, value in zip(self._from, row, strict=True):
                 binds[f"{col}_{i}"] = value
                 names.append(f":{col}_{i}")
-            binds[f"{self._to}_{i}"] = ksid
+            binds[f"{self._to}_{i}"] = self._to_stored(ksid)
             names.append(f":{self._to}_{i}")
             tuples.append(f"({', '.join(names)})")
         verb = "insert ignore into" if ignore else "insert into"
@@ -307,7 +348,7 @@ class LookupBase(Lookup):
         if not live:
             return None
         sql, binds = self._delete_sql(live)
-        binds[self._to] = ksid
+        binds[self._to] = self._to_stored(ksid)
         return await cursor.execute(sql, binds, autocommit=False)
 
 

@@ -1,50 +1,47 @@
-"""``unicode_loose_md5``: MD5 of a case- and accent-insensitive form of text (cost 1, unique).
+"""``unicode_loose_md5`` and ``unicode_loose_xxhash``: hashes of a case- and accent-insensitive
+collation key of text (cost 1, unique), Vitess's keyspace ids.
 
-Vitess (``unicodeloosemd5.go``) hashes the *collation weights* of the value
-under a MySQL Unicode collation (``utf8mb4_unicode_ci``-like, UCA 4.0.0), so
-that strings the collation calls equal share a keyspace id. shardgate has no
-UCA weight tables; it hashes a normalized string instead:
+As Vitess's ``unicodeloosemd5.go`` and ``unicodeloosexxhash.go``: the value's
+bytes (``Value.ToBytes``: UTF-8 text, bytes as-is, ints as decimal digits, NULL as
+the empty string) lose their trailing U+0020 spaces, become the primary-level
+collation key of CLDR 23's root collation (:func:`shardgate.vindexes.collation.collation_key`),
+and the key is hashed: MD5 (16-byte keyspace id) or xxHash64 with seed 0 written
+little-endian (8 bytes). So ``Test``, ``TEST``, ``Tést``, ``Te\u0301st`` and
+``Test `` share a keyspace id, `` Test`` and ``Test\t`` do not, ``ø`` weighs as
+``o``... exactly as in Vitess. Values that are not UTF-8 (Vitess: an error), floats
+and booleans map to ``[]``.
 
-1. decode as UTF-8 (bytes that are not valid UTF-8 map to ``[]``);
-2. Unicode NFKD (compatibility decomposition: ``é`` -> ``e`` + U+0301,
-   ``ﬁ`` -> ``fi``, full-width letters -> ASCII);
-3. drop combining marks (``unicodedata.combining(c) != 0``);
-4. ``str.casefold()`` (``ß`` -> ``ss``, final and medial Greek sigma alike);
-5. strip trailing spaces (U+0020 only: PAD SPACE), keep leading spaces, tabs
-   and other whitespace;
-6. MD5 of the UTF-8 of the result (16-byte keyspace id).
-
-So ``Test``, ``TEST``, ``Tést``, ``Te\\u0301st`` and ``Test `` share a keyspace id,
-while `` Test`` and ``Test\\t`` do not, as in Vitess. It differs from a full
-Unicode collation in that: the keyspace ids are **not** Vitess's (Vitess hashes
-weights, we hash text), so data sharded by Vitess's ``unicode_loose_md5`` is
-not found by ours; characters UCA ignores (controls, some punctuation) still
-count here; characters UCA makes equal without a decomposition (e.g. ``ø``/``o``,
-``æ``/``ae``, ``đ``/``d``) stay distinct here; and the fold is Unicode's
-default case folding, not a locale's. Use it only for data sharded by
-shardgate. NULL hashes as the empty string; ints as their decimal digits.
+Before shardgate had the collation table it hashed a folded string (NFKD, no
+combining marks, casefold): rows placed that way must be moved (see CHANGELOG).
 """
 
 from __future__ import annotations
 
 import hashlib
-import unicodedata
 from typing import Any
+
+import xxhash
 
 from shardgate.vindexes._values import to_bytes
 from shardgate.vindexes.base import KeyspaceId
+from shardgate.vindexes.collation import collation_key
 from shardgate.vindexes.functional import Hashing
 
 
-def loose_normalize(text: str) -> str:
-    """NFKD, drop combining marks, casefold, strip trailing spaces (see the module doc)."""
-    decomposed = unicodedata.normalize("NFKD", text)
-    stripped = "".join(c for c in decomposed if not unicodedata.combining(c))
-    return stripped.casefold().rstrip(" ")
+def loose_key(value: Any) -> bytes | None:
+    """The bytes the ``unicode_loose_*`` vindexes hash, or None if ``value`` has none."""
+    data = to_bytes(value)
+    return None if data is None else collation_key(data)
+
+
+def loose_md5(value: Any) -> bytes | None:
+    """MD5 of :func:`loose_key` (None when the value has no key)."""
+    key = loose_key(value)
+    return None if key is None else hashlib.md5(key, usedforsecurity=False).digest()
 
 
 class UnicodeLooseMD5(Hashing):
-    """MD5 of :func:`loose_normalize` of the text."""
+    """MD5 of the text's collation key."""
 
     type_name = "unicode_loose_md5"
 
@@ -53,12 +50,21 @@ class UnicodeLooseMD5(Hashing):
         return 1
 
     def hash_value(self, value: Any) -> KeyspaceId | None:
-        data = to_bytes(value)
-        if data is None:
+        return loose_md5(value)
+
+
+class UnicodeLooseXXHash(Hashing):
+    """xxHash64 of the text's collation key, little-endian."""
+
+    type_name = "unicode_loose_xxhash"
+
+    @property
+    def cost(self) -> int:
+        return 1
+
+    def hash_value(self, value: Any) -> KeyspaceId | None:
+        key = loose_key(value)
+        if key is None:
             return None
-        try:
-            text = data.decode("utf-8")
-        except UnicodeDecodeError:
-            return None
-        normal = loose_normalize(text).encode("utf-8")
-        return hashlib.md5(normal, usedforsecurity=False).digest()
+        digest: int = xxhash.xxh64_intdigest(key)
+        return digest.to_bytes(8, "little")

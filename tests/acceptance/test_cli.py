@@ -223,3 +223,37 @@ def test_schema_apply_and_vschema_show(tmp_path: Path) -> None:
     version = shardgate("--version", cwd=tmp_path)
     assert version.returncode == 0
     assert version.stdout.startswith("shardgate ")
+
+
+def test_transaction_inserting_customer_then_orders_on_the_embedded_default(
+    server: tuple[subprocess.Popen[str], str], tmp_path: Path
+) -> None:
+    """Issue 13 item 5: the order sequence is allocated while the session's transaction
+    holds the lookup database (the customer's lookup row): on SQLite a second writer
+    would wait for it and fail with 'database is locked'."""
+    from shardgate.client import dbapi
+
+    _, target = server
+    conn = dbapi.connect(target, timeout=30)
+    try:
+        cur = conn.cursor()
+        started = time.monotonic()
+        cur.execute("INSERT INTO customer (customer_id, email, name) VALUES (7, 'tx@x', 'T')")
+        for sku in ("a", "b", "c"):
+            cur.execute("INSERT INTO corder (customer_id, sku, price) VALUES (7, :s, 1)",
+                        {"s": sku})
+        conn.commit()
+        assert time.monotonic() - started < 3
+        cur.execute("INSERT INTO customer (customer_id, email, name) VALUES (8, 'rb@x', 'R')")
+        cur.execute("INSERT INTO corder (customer_id, sku, price) VALUES (8, 'x', 1)")
+        conn.rollback()
+        cur.execute("INSERT INTO corder (customer_id, sku, price) VALUES (7, 'd', 1)")
+        conn.commit()
+        cur.execute("SELECT order_id, sku FROM corder WHERE customer_id = 7 ORDER BY order_id")
+        rows = cur.fetchall()
+        assert [r[1] for r in rows] == ["a", "b", "c", "d"]
+        assert len({r[0] for r in rows}) == 4
+        cur.execute("SELECT COUNT(*) FROM corder WHERE customer_id = 8")
+        assert cur.fetchall() == [(0,)]
+    finally:
+        conn.close()

@@ -668,9 +668,7 @@ CATEGORIES: dict[str, st.SearchStrategy[Select]] = {
 #: Categories the gate refuses today (UNIMPLEMENTED). They run anyway and must
 #: still be refused, so one that starts passing is noticed: remove it then.
 #: Wrong answers are never listed here: they fail the test.
-NOT_YET: set[str] = {
-    "subquery_correlated",  # correlated EXISTS, even co-located on the vindex column
-}
+NOT_YET: set[str] = set()
 
 #: examples per category and backend (the whole file stays under 90 s); raise for a soak run
 EXAMPLES = int(os.environ.get("SHARDGATE_DIFF_EXAMPLES", "4"))

@@ -8,6 +8,7 @@ from shardgate.errors import AlreadyExists, Code, FailedPrecondition, InvalidArg
 from shardgate.testing import Call, SQLiteVCursor
 from shardgate.vindexes import Lookup, create_vindex
 from shardgate.vindexes.consistent_lookup import ConsistentLookupBase
+from shardgate.vindexes.lookup_hash import unicode_md5_uint64
 
 K1 = b"\x16k@\xb4J\xbaK\xd6"
 K2 = b'\x06\xe7\xea"\xce\x92p\x8f'
@@ -356,3 +357,85 @@ async def test_consistent_non_unique(cursor: SQLiteVCursor) -> None:
 def test_consistent_bad_params(extra: dict[str, str], fault: str) -> None:
     with pytest.raises(InvalidArgument, match=fault):
         consistent(**extra)
+
+
+# -- lookup_hash / lookup_unicodeloosemd5_hash: go/vt/vtgate/vindexes/lookup_hash_test.go and
+#    lookup_unicodeloosemd5_hash_test.go (vitessio/vitess@00e9de91b0a4819915cbb673a589dfe7681bfffc):
+#    the ``to`` column holds the uint64 the hash keyspace id unhashes to (K1 -> 1, K2 -> 2).
+
+HASH_SCHEMA = """
+create table hl (fromc integer, toc integer, primary key (fromc, toc));
+create table hlu (fromc text primary key, toc integer not null);
+"""
+
+
+async def test_lookup_hash_stores_uint64(cursor: SQLiteVCursor) -> None:
+    cursor.script(HASH_SCHEMA)
+    v = lookup("lookup_hash", "lh", table="hl", to="toc", **{"from": "fromc"})
+    assert (v.cost, v.unique, v.needs_cursor) == (20, False, True)
+    await v.create(cursor, [[10], [20], [10]], [K1, K2, K2])
+    assert cursor.calls[0] == Call(
+        "insert into hl(fromc, toc) values (:fromc_0, :toc_0), (:fromc_1, :toc_1), "
+        "(:fromc_2, :toc_2)",
+        {"fromc_0": 10, "toc_0": 2, "fromc_1": 10, "toc_1": 1, "fromc_2": 20, "toc_2": 2},
+        False,
+    )
+    assert rows(cursor, "hl") == [(10, 1), (10, 2), (20, 2)]
+    assert await v.map(cursor, [10, 20, 30]) == [sorted([K1, K2]), [K2], []]
+    assert await v.verify(cursor, [10, 20], [K1, K1]) == [True, False]
+    await v.delete(cursor, [[10]], K1)
+    assert rows(cursor, "hl") == [(10, 2), (20, 2)]
+    with pytest.raises(InvalidArgument, match="8 bytes"):
+        await v.create(cursor, [[40]], [b"\x01\x02"])
+    # A stored value that is no uint64 maps nowhere (Vitess skips it).
+    cursor.script("create table hx (fromc integer, toc text); insert into hx values (7, 'x')")
+    hx = lookup("lookup_hash", "hx", table="hx", to="toc", **{"from": "fromc"})
+    assert await hx.map(cursor, [7]) == [[]]
+
+
+async def test_lookup_hash_unique(cursor: SQLiteVCursor) -> None:
+    cursor.script(HASH_SCHEMA)
+    v = lookup("lookup_hash_unique", "lhu", table="hlu", to="toc", **{"from": "fromc"})
+    assert (v.cost, v.unique) == (10, True)
+    await v.create(cursor, [["a"], ["b"]], [K1, K2])
+    assert rows(cursor, "hlu") == [("a", 1), ("b", 2)]
+    assert await v.map(cursor, ["a", "b", "c"]) == [[K1], [K2], []]
+    with pytest.raises(AlreadyExists):
+        await v.create(cursor, [["a"]], [K2])
+
+
+# Vitess's hashed10..hashed40 (lookup_unicodeloosemd5_hash_test.go): the uint64 of the first
+# 8 bytes of unicode_loose_md5 of the ints 10, 20, 30, 40.
+HASHED10, HASHED20, HASHED30, HASHED40 = (
+    17563797831108199066, 8729390916138266389, 1472608112194674795, 16576388050845489136
+)
+
+
+def test_unicode_md5_uint64_vitess_vectors() -> None:
+    assert [unicode_md5_uint64(v) for v in (10, 20, 30, 40)] == [
+        HASHED10, HASHED20, HASHED30, HASHED40
+    ]
+
+
+async def test_lookup_unicodeloosemd5_hash(cursor: SQLiteVCursor) -> None:
+    # SQLite integers are signed 64-bit: the words here hash below 2**63.
+    cursor.script("create table ul (fromc text, toc integer, primary key (fromc, toc))")
+    v = lookup("lookup_unicodeloosemd5_hash", "ul", table="ul", to="toc", **{"from": "fromc"})
+    assert (v.cost, v.unique, v.needs_cursor) == (20, False, True)
+    # Vitess: Create([[10], [20]], [K1, K2]) binds fromc hashed10/hashed20, toc 1/2.
+    await v.create(cursor, [["Test"], ["other"]], [K1, K2])
+    h_test, h_other = unicode_md5_uint64("Test"), unicode_md5_uint64("other")
+    assert h_test is not None and h_other is not None
+    assert sorted(cursor.calls[0].bind_vars.items()) == sorted(
+        {"fromc_0": h_other, "toc_0": 2, "fromc_1": h_test, "toc_1": 1}.items()
+    )
+    # Case, accents and trailing spaces fold to the same row.
+    assert await v.map(cursor, ["TEST ", "Tést", "pear", None]) == [[K1], [K1], [], []]
+    assert await v.verify(cursor, ["test", "other"], [K1, K1]) == [True, False]
+    await v.delete(cursor, [["tESt"]], K1)
+    assert await v.map(cursor, ["Test"]) == [[]]
+    with pytest.raises(InvalidArgument, match="cannot be hashed"):
+        await v.create(cursor, [[b"\xff\xfe"]], [K1])
+    u = lookup("lookup_unicodeloosemd5_hash_unique", "uu", table="ul", to="toc",
+               **{"from": "fromc"})
+    assert (u.cost, u.unique) == (10, True)

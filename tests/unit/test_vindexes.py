@@ -7,9 +7,14 @@ the code under test.
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
+import xxhash
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -24,6 +29,8 @@ from shardgate.vindexes import (
     known_types,
     register,
 )
+from shardgate.vindexes.cfc import CFC, like_prefix, prefix_range
+from shardgate.vindexes.collation import collation_key
 from shardgate.vindexes.hash import Hash
 from shardgate.vindexes.multicol import MultiCol
 
@@ -189,20 +196,77 @@ def test_binary_identity() -> None:
     assert b.reverse_map([b"\x01\x02"]) == [b"\x01\x02"]
 
 
-# -- unicode_loose_md5: equalities from go/vt/vtgate/vindexes/unicodeloosemd5_test.go;
-#    our keyspace ids are md5 of the normalized text, not Vitess's (see its docstring).
+# -- unicode_loose_md5 / unicode_loose_xxhash: go/vt/vtgate/vindexes/unicodeloosemd5_test.go
+#    (vitessio/vitess@067528aa57396c781e3917066d16c26276690b90), unicodeloosexxhash_test.go
+#    (@0c8f043adacc75328c39952f8ab8edd2fa00a01a), unicode_test.go TestNormalization
+#    (@372d5d0b7898fa516ccf7697fd60aa8a512d2924) and six entries of
+#    testdata/unicode_hash_golden.json (@a0af48ec4ec30153d9ba6e5f71fa2cbf27dbc22e).
+#    Go string literals are written here as bytes (e.g. "۴" is db b4).
+
+TEST_KEY = b"\x18\x16\x16L\x17\xf3\x18\x16"
+NORMALIZATION = {
+    "Test": TEST_KEY, "TEST": TEST_KEY, "Te\u0301st": TEST_KEY, "Tést": TEST_KEY,
+    "Bést": b"\x16\x05\x16L\x17\xf3\x18\x16", "Test ": TEST_KEY,
+    " Test": b"\x01\t" + TEST_KEY, "Test\t": TEST_KEY + b"\x01\x00",
+    "TéstLooong": TEST_KEY + b"\x17\x11\x17q\x17q\x17q\x17O\x16\x91", "T": b"\x18\x16",
+}
+MD5_TEST = bytes.fromhex("0b5edbb401fd7524393690491d64f1f5")
+MD5_VECTORS = {
+    "Test": MD5_TEST, "TEST": MD5_TEST, "Te\u0301st": MD5_TEST, "Tést": MD5_TEST,
+    "Bést": bytes.fromhex("c2b2332e4f73d00741026249706f2fb6"),
+    "Test ": MD5_TEST,
+    " Test": bytes.fromhex("a2e3515c7e8df1ffd2ccfc11c6b19dd1"),
+    "Test\t": bytes.fromhex("82456dd87a9c7a02b1c2056b5abaa272"),
+    "TéstLooong": bytes.fromhex("9683e12b80430cd453f5dfdfba81c9a5"),
+    "T": bytes.fromhex("ac0f9179f51db87fe8ecc0cf40cab97a"),
+}
+XX_TEST = bytes.fromhex("42d21361087a4c07")
+XX_VECTORS: dict[Any, bytes] = {
+    "Test": XX_TEST, "TEst": XX_TEST, "Te\u0301st": XX_TEST, "Tést": XX_TEST,
+    "Bést": bytes.fromhex("926975b9ce2ec316"), "Test ": XX_TEST,
+    " Test": bytes.fromhex("4fcb8be34ec05775"), "Test\t": bytes.fromhex("20af87fc36e3fd51"),
+    "TéstLooong": bytes.fromhex("d3ea873942b484a7"), "T": bytes.fromhex("f81c3be2d501fe18"),
+    None: bytes.fromhex("99e9d85137db46ef"),
+}
 
 
-def test_unicode_loose_md5_equalities() -> None:
+def test_collation_keys_are_vitess_normalization() -> None:
+    for text, key in NORMALIZATION.items():
+        assert collation_key(text.encode()) == key, text
+    assert collation_key(b"\xff\xfe") is None  # not UTF-8 (Vitess: an error)
+    for bad in [b"\x99\xeb\x9d\x18\xa4G\x84\x04]\x87\xf3\xc6|\xf2'F",
+                b"D\x86\x15\xbb\xda\x081?j\x8e\xb6h\xd2\x0b\xf5\x05"]:
+        assert collation_key(bad) is None  # TestInvalidUnicodeNormalization's inputs
+
+
+def test_unicode_loose_md5_vitess_vectors() -> None:
     u = single("unicode_loose_md5")
-    test_ksid = bytes.fromhex("098f6bcd4621d373cade4e832627b4f6")  # md5(b"test")
-    for same in ["Test", "TEST", "Te\u0301st", "Tést", "Test ", b"T\xc3\xa9st"]:
-        assert u.map([same]) == [[test_ksid]], same
-    for other in ["Bést", " Test", "Test\t", "TéstLooong", "T"]:
-        assert u.map([other]) != [[test_ksid]], other
-    assert u.map(["Straße"]) == u.map(["STRASSE"])
-    assert u.map([b"\xff\xfe"]) == [[]]  # not UTF-8
-    assert u.verify(["Test", "TEst", "different"], [test_ksid] * 3) == [True, True, False]
+    for text, ksid in MD5_VECTORS.items():
+        assert u.map([text]) == [[ksid]], text
+    assert u.map([None]) == [[bytes.fromhex("d41d8cd98f00b204e9800998ecf8427e")]]  # md5("")
+    assert u.verify(["Test", "TEst", "different"], [MD5_TEST] * 3) == [True, True, False]
+    assert u.map([b"\xff\xfe"]) == [[]]
+
+
+def test_unicode_loose_xxhash_vitess_vectors() -> None:
+    u = single("unicode_loose_xxhash")
+    assert (u.cost, u.unique, u.needs_cursor) == (1, True, False)
+    for text, ksid in XX_VECTORS.items():
+        assert u.map([text]) == [[ksid]], text
+    assert u.verify(["Test", "TEst", "different"], [XX_TEST, XX_TEST,
+                    bytes.fromhex("20af87fc36e3fd51")]) == [True, True, False]
+    with pytest.raises(InvalidArgument, match="hello"):
+        create_vindex("unicode_loose_xxhash", "u", {"hello": "world"})
+
+
+def test_unicode_hash_golden_texts() -> None:
+    doc = json.loads((Path(__file__).parent / "data" / "unicode_hash_golden.json").read_text())
+    md5 = single("unicode_loose_md5")
+    xx = single("unicode_loose_xxhash")
+    for case in doc["cases"]:
+        text = base64.b64decode(case["Input"])
+        assert md5.map([text]) == [[base64.b64decode(case["MD5"])]], text[:40]
+        assert xx.map([text]) == [[base64.b64decode(case["XXHash"])]], text[:40]
 
 
 # -- null: go/vt/vtgate/vindexes/null.go
@@ -280,6 +344,8 @@ def test_prefix_range_all_ff() -> None:
         ("binary", 0, True, True),
         ("binary_md5", 1, True, False),
         ("unicode_loose_md5", 1, True, False),
+        ("unicode_loose_xxhash", 1, True, False),
+        ("cfc", 1, True, False),
         ("reverse_bits", 1, True, True),
         ("null", 0, True, False),
     ],
@@ -321,6 +387,13 @@ def test_known_types() -> None:
         "lookup_unique",
         "consistent_lookup",
         "consistent_lookup_unique",
+        "unicode_loose_xxhash",
+        "lookup_hash",
+        "lookup_hash_unique",
+        "lookup_unicodeloosemd5_hash",
+        "lookup_unicodeloosemd5_hash_unique",
+        "region_json",
+        "cfc",
     }
 
 
@@ -382,3 +455,129 @@ def test_hash_blocks_single_des_agrees_with_reference() -> None:
     buf = bytearray(plain)
     h.hash_inplace(buf)
     assert bytes(buf) == expected
+
+
+# -- cfc: go/vt/vtgate/vindexes/cfc_test.go
+#    (vitessio/vitess@0c8f043adacc75328c39952f8ab8edd2fa00a01a)
+
+
+def _md5cut(part: bytes) -> bytes:
+    # cfc.go md5hash: the MD5 digest cut to the component's length (at most 16 bytes)
+    return hashlib.md5(part).digest()[: len(part)]
+
+
+def test_cfc_create_params() -> None:
+    for params in [{}, {"offsets": "[1,2]"}]:
+        v = create_vindex("cfc", "cfc", params)
+        assert (v.cost, v.unique, v.needs_cursor) == (1, True, False)
+    assert create_vindex("cfc", "cfc", {"hash": "md5", "offsets": "[3, 7]"}).offsets == [3, 7]
+    for bad, match in [
+        ({"hash": "md5"}, "offsets are required"),
+        ({"hash": "md5", "offsets": "10,12"}, "invalid offsets 10,12"),
+        ({"hash": "md5", "offsets": "xxx"}, "invalid offsets xxx"),
+        ({"hash": "md5", "offsets": "[]"}, r"invalid offsets \[\]"),
+        ({"hash": "md5", "offsets": "[10,3]"}, r"invalid offsets \[10,3\]"),
+        ({"hash": "md5", "offsets": "[-1,3]"}, r"invalid offsets \[-1,3\]"),
+        ({"hash": "md5", "offsets": "[4,4,6]"}, r"invalid offsets \[4,4,6\]"),
+        ({"hash": "sha1", "offsets": "[1]"}, "invalid hash 'sha1'"),
+        ({"hash": "md5", "offsets": "[3, 7]", "hello": "world"}, "hello"),
+    ]:
+        with pytest.raises(InvalidArgument, match=match):
+            create_vindex("cfc", "cfc", bad)
+
+
+def test_cfc_compute_ksid_vectors() -> None:
+    plain = create_vindex("cfc", "cfc", {})
+    assert isinstance(plain, CFC)
+    ident = bytes([3, 6, 20, 7, 60, 1])
+    assert plain.compute_ksid(ident, prefix=True) == ident
+    cfc = create_vindex("cfc", "cfc", {"hash": "md5", "offsets": "[3,5]"})
+    assert isinstance(cfc, CFC)
+    h = _md5cut
+    assert cfc.compute_ksid(bytes([3, 4, 5])) is None  # "insufficient size ... need 5, got 3"
+    assert cfc.compute_ksid(bytes([3, 4, 5]), prefix=True) == h(bytes([3, 4, 5]))
+    assert cfc.compute_ksid(bytes([3, 4, 5, 1]), prefix=True) == h(bytes([3, 4, 5]))
+    assert cfc.compute_ksid(bytes([3, 4]), prefix=True) == b""
+    key = bytes([12, 234, 2, 7, 1, 6])
+    assert cfc.compute_ksid(key) == h(key[:3]) + h(key[3:5]) + h(key[5:])
+    long_tail = bytes(range(1, 19))
+    key = bytes([5, 21, 124, 75, 5]) + long_tail
+    assert cfc.compute_ksid(key, prefix=True) == h(key[:3]) + h(key[3:5]) + h(long_tail)[:16]
+    xx = create_vindex("cfc", "cfc", {"hash": "xxhash64", "offsets": "[3,5]"})
+    assert isinstance(xx, CFC)
+    six = bytes([1, 2, 3, 4, 5, 6])
+    # cfc.go xxhash64: the 8-byte little-endian xxHash64 cut to the component's length
+    def xcut(part: bytes) -> bytes:
+        return xxhash.xxh64_intdigest(part).to_bytes(8, "little")[: len(part)]
+
+    key = bytes([5, 21, 124, 75, 5]) + six
+    assert xx.compute_ksid(key) == xcut(key[:3]) + xcut(key[3:5]) + xcut(six)
+    # TestCFCMap: "abc" cannot be mapped, "12345567" maps and verifies
+    assert cfc.map(["abc"]) == [[]]
+    [[ksid]] = cfc.map(["12345567"])
+    assert cfc.verify(["12345567", "foobar"], [ksid, ksid]) == [True, False]
+    # TestCFCVerifyNoHash
+    ident = bytes([3, 10, 7, 200])
+    assert plain.verify([ident, b"foobar"], [ident, ident]) == [True, False]
+
+
+def test_cfc_like_prefix_and_key_range() -> None:
+    for pattern, prefix in [
+        ("ab%", "ab"), ("abc", "abc"), ("a%%", "a"), ("%ab", ""), ("\\%a%", "%a"),
+        ("\\%%", "%"), ("\\%", "%"), ("\\\\%a", "\\"), ("a\\\\%a", "a\\"), ("\\\\\\%", "\\%"),
+        ("\\\\\\%a%", "\\%a"), ("\\_\\\\\\%a_", "_\\%a"), ("_%a%", ""), ("\\i\\j\\k", "ijk"),
+        ("\\0\\'\\\"\\b\\n\\r\\t\\Z\\\\", "\x00'\"\b\n\r\t\x1a\\"),
+        ("\\\\0\\\\'\\\\\"\\\\b\\\\n\\\\r\\\\t\\\\Z", "\\0\\'\\\"\\b\\n\\r\\t\\Z"), ("\\", "\\"),
+    ]:
+        assert like_prefix(pattern.encode()) == prefix.encode(), pattern
+    assert prefix_range(bytes([3, 123, 255])) == KeyRange(bytes([3, 123, 255]), bytes([3, 124, 0]))
+    assert prefix_range(bytes([3, 123, 255, 6, 7])) == KeyRange(
+        bytes([3, 123, 255, 6, 7]), bytes([3, 123, 255, 6, 8])
+    )
+    assert prefix_range(b"\xff\xff\xff") == KeyRange(b"\xff\xff\xff", b"")
+    assert prefix_range(b"").is_full
+    cfc = create_vindex("cfc", "cfc", {"hash": "md5", "offsets": "[3,5]"})
+    assert isinstance(cfc, CFC)
+    h = _md5cut
+    assert cfc.prefix_key_range("abcdef") == prefix_range(h(b"abc") + h(b"de") + h(b"f"))
+    assert cfc.prefix_key_range("abcd") == prefix_range(h(b"abc"))
+    assert cfc.prefix_key_range("ab") is not None and cfc.prefix_key_range("ab").is_full  # type: ignore[union-attr]
+    plain = create_vindex("cfc", "cfc", {})
+    assert isinstance(plain, CFC)
+    assert plain.prefix_key_range(bytes([3, 123, 255]) + b"%") == KeyRange(
+        bytes([3, 123, 255]), bytes([3, 124, 0])
+    )
+
+
+# -- region_json: go/vt/vtgate/vindexes/region_json.go, vectors of region_experimental_test.go
+#    (vitessio/vitess@0c8f043adacc75328c39952f8ab8edd2fa00a01a), the region taken from the map.
+
+
+def test_region_json(tmp_path: Any) -> None:
+    path = tmp_path / "regions.json"
+    path.write_text('{"US": 1, "CA": 255, "UK": 256, "FR": 65536}')
+    one = create_vindex("region_json", "r", {"region_map": str(path), "region_bytes": "1"})
+    assert isinstance(one, MultiColumn)
+    assert (one.cost, one.unique, one.needs_cursor) == (1, True, False)
+    k1 = b"\x16k@\xb4J\xbaK\xd6"  # hash(1)
+    assert one.map_multi([[1, "US"], [1, "CA"], [1, "UK"], [1], ["abcd", "US"], [1, "ZZ"]]) == [
+        [b"\x01" + k1], [b"\xff" + k1], [b"\x00" + k1], [], [], []
+    ]
+    two = create_vindex("region_json", "r", {"region_map": str(path), "region_bytes": "2"})
+    assert isinstance(two, MultiColumn)
+    assert two.map_multi([[1, "US"], [1, "CA"], [1, "UK"], [1, "FR"]]) == [
+        [b"\x00\x01" + k1], [b"\x00\xff" + k1], [b"\x01\x00" + k1], [b"\x00\x00" + k1]
+    ]
+    for bad, match in [
+        ({"region_map": str(path), "region_bytes": "3"}, "region_bytes must be 1 or 2"),
+        ({"region_map": str(path), "region_bytes": "0"}, "region_bytes must be 1 or 2"),
+        ({"region_bytes": "1"}, "region_map"),
+        ({"region_map": str(tmp_path / "nope.json"), "region_bytes": "1"}, "cannot read"),
+        ({"region_map": str(path), "region_bytes": "1", "hello": "x"}, "hello"),
+    ]:
+        with pytest.raises(InvalidArgument, match=match):
+            create_vindex("region_json", "r", bad)
+    bad_map = tmp_path / "bad.json"
+    bad_map.write_text('{"US": "one"}')
+    with pytest.raises(InvalidArgument, match="unsigned integer"):
+        create_vindex("region_json", "r", {"region_map": str(bad_map), "region_bytes": "1"})

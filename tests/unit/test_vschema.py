@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from shardgate.errors import Code, ShardgateError, VSchemaError
+from shardgate.topo.model import Topology
 from shardgate.vschema import VSchema
 
 HASH = {"hash": {"type": "hash"}}
@@ -127,3 +128,162 @@ def test_table_resolution_and_ambiguity() -> None:
     with pytest.raises(ShardgateError) as err:
         vs.find_table("anything", None, "a")
     assert err.value.code is Code.NOT_FOUND
+
+
+# -- Vitess's protobuf JSON names, pinned, columns, require_explicit_routing, routing rules
+#    (go/vt/vtgate/vindexes/vschema.go and proto/vschema.proto in vitessio/vitess)
+
+
+def test_camel_case_spellings_are_accepted() -> None:
+    camel = {
+        "sharded": True,
+        "requireExplicitRouting": False,
+        "vindexes": dict(HASH),
+        "tables": {
+            "user": {"columnVindexes": [{"column": "id", "name": "hash"}],
+                     "autoIncrement": {"column": "id", "sequence": "user_seq"},
+                     "columns": [{"name": "id", "type": "INT64"}, {"name": "name"}],
+                     "columnListAuthoritative": True},
+        },
+    }
+    vs = VSchema.from_json({"user": camel,
+                            "lk": {"sharded": False, "tables": {"user_seq": {"type": "sequence"}}}})
+    user = vs.keyspaces["user"].tables["user"]
+    assert user.primary is not None and user.primary.columns == ("id",)
+    assert user.auto_increment is not None and user.auto_increment.sequence == "lk.user_seq"
+    assert user.authoritative_columns == ("id", "name")
+    assert vs.to_json()["user"] == camel  # the source document is kept as written
+    both = ks(t={"column_vindexes": [{"column": "id", "name": "hash"}],
+                 "columnVindexes": [{"column": "id", "name": "hash"}]})
+    err = bad({"ks": both})
+    assert err.path == "ks.tables.t" and "given twice" in err.message
+
+
+def test_pinned_tables() -> None:
+    vs = VSchema.from_json({"ks": ks(pin={"pinned": "80"}, pin2={"pinned": "3F01"})})
+    assert vs.keyspaces["ks"].tables["pin"].pinned == b"\x80"
+    assert vs.keyspaces["ks"].tables["pin2"].pinned == b"\x3f\x01"
+    err = bad({"ks": ks(pin={"pinned": "8"})})
+    assert err.path == "ks.tables.pin.pinned" and "could not decode" in err.message
+    err = bad({"ks": ks(t={})})
+    assert "pinned" in err.message  # the message names the way out
+    err = bad({"ks": ks(s={"type": "sequence", "pinned": "80"})})
+    assert "pinned sequence tables" in err.message
+
+
+def test_columns_must_be_unique_and_well_formed() -> None:
+    base: dict[str, Any] = {"column_vindexes": [{"column": "id", "name": "hash"}]}
+    err = bad({"ks": ks(t={**base, "columns": [{"name": "a"}, {"name": "A"}]})})
+    assert err.path == "ks.tables.t.columns[1].name" and "duplicate column" in err.message
+    err = bad({"ks": ks(t={**base, "columns": [{"type": "INT64"}]})})
+    assert err.path == "ks.tables.t.columns[0].name"
+    err = bad({"ks": ks(t={**base, "column_list_authoritative": "yes"})})
+    assert err.path == "ks.tables.t.column_list_authoritative"
+    vs = VSchema.from_json({"ks": ks(t={**base, "columns": [{"name": "a"}]})})
+    assert vs.keyspaces["ks"].tables["t"].authoritative_columns is None  # not authoritative
+
+
+def test_require_explicit_routing() -> None:
+    vs = VSchema.from_json({
+        "hidden": {**ks(t={"column_vindexes": [{"column": "id", "name": "hash"}]}),
+                   "require_explicit_routing": True},
+        "main": {"sharded": False, "tables": {"m": {}}},
+    })
+    with pytest.raises(ShardgateError) as err:
+        vs.find_table("t", None, None)
+    assert err.value.code is Code.NOT_FOUND
+    assert vs.find_table("t", "hidden", None).keyspace == "hidden"
+    assert vs.find_table("t", None, "hidden").keyspace == "hidden"
+    assert vs.find_table("m", None, None).keyspace == "main"
+    only = VSchema.from_json({"solo": {"sharded": False, "requireExplicitRouting": True}})
+    with pytest.raises(ShardgateError):
+        only.find_table("x", None, None)
+    assert only.find_table("x", "solo", None).keyspace == "solo"
+
+
+def _routed(rules: dict[str, Any]) -> VSchema:
+    return VSchema.from_json(
+        {
+            "user": ks(user={"column_vindexes": [{"column": "id", "name": "hash"}]},
+                       old={"column_vindexes": [{"column": "id", "name": "hash"}]}),
+            "main": {"sharded": False, "tables": {"user": {}}},
+        },
+        rules,
+    )
+
+
+def test_routing_rules_name_a_target() -> None:
+    vs = _routed({"rules": [
+        {"from_table": "user", "to_tables": ["main.user"]},
+        {"fromTable": "user.old", "toTables": ["user.user"]},
+        {"from_table": "gone", "to_tables": []},
+    ]})
+    # The bare name's rule applies only with neither a qualifier nor a default keyspace
+    assert vs.routing_target("user", None, None) == ("main", "user")
+    assert vs.routing_target("user", None, "user") is None
+    assert vs.routing_target("old", "user", None) == ("user", "user")
+    assert vs.routing_target("old", None, "user") == ("user", "user")  # default keyspace
+    assert vs.routing_target("old", None, None) is None
+    assert vs.routing_target("user", "user", None) is None  # no rule for user.user
+    assert vs.find_table("old", "user", None).qualified == "user.old"  # find_table: no rules
+    with pytest.raises(ShardgateError) as err:
+        vs.routing_target("gone", None, None)
+    assert err.value.code is Code.FAILED_PRECONDITION and "disabled" in err.value.message
+
+
+@pytest.mark.parametrize(
+    "rules,path,words",
+    [
+        ({"rules": [{"from_table": "t", "to_tables": ["a.t", "b.t"]}]},
+         "routing_rules.rules[0].to_tables", "more than one target"),
+        ({"rules": [{"from_table": "t", "to_tables": ["t"]}]},
+         "routing_rules.rules[0].to_tables[0]", "qualified"),
+        ({"rules": [{"from_table": "t", "to_tables": ["nope.t"]}]},
+         "routing_rules.rules[0].to_tables[0]", "does not exist"),
+        ({"rules": [{"from_table": "user@replica.t", "to_tables": ["main.user"]}]},
+         "routing_rules.rules[0]", "tablet-type"),
+        ({"rules": [{"from_table": "t", "to_tables": []}, {"from_table": "t"}]},
+         "routing_rules.rules[1].from_table", "duplicate"),
+        ({"rules": [{"from": "t"}]}, "routing_rules.rules[0]", "unknown field"),
+        ({"rulez": []}, "routing_rules", "unknown field"),
+    ],
+)
+def test_bad_routing_rules(rules: dict[str, Any], path: str, words: str) -> None:
+    with pytest.raises(VSchemaError) as err:
+        _routed(rules)
+    assert err.value.path == path and words in err.value.message, err.value
+
+
+def test_multi_tenant_spec_is_refused_by_name() -> None:
+    err = bad({"ks": {"sharded": False, "multi_tenant_spec": {}}})
+    assert "multi_tenant_spec" in err.message and "not supported" in err.message
+
+
+def test_topology_carries_routing_rules() -> None:
+    doc = {
+        "keyspaces": {
+            "main": {"shards": {"0": "sqlite:///m.db"}, "vschema": {"sharded": False}},
+            "user": {"shards": {"-80": "sqlite:///a.db", "80-": "sqlite:///b.db"},
+                     "vschema": ks(user={"column_vindexes": [{"column": "id", "name": "hash"}]})},
+        },
+        "routing_rules": {"rules": [{"from_table": "user", "to_tables": ["main.user"]}]},
+    }
+    topo = Topology.from_dict(doc)
+    assert topo.to_dict()["routing_rules"] == doc["routing_rules"]
+    assert topo.build_vschema().routing_target("user", None, None) == ("main", "user")
+
+
+def test_foreign_key_mode_and_column_fields() -> None:
+    for mode in ("unspecified", "disallow", "unmanaged", 2):
+        VSchema.from_json({"ks": {"sharded": False, "foreignKeyMode": mode}})
+    err = bad({"ks": {"sharded": False, "foreign_key_mode": "managed"}})
+    assert err.path == "ks.foreign_key_mode" and "not supported" in err.message
+    err = bad({"ks": {"sharded": False, "foreign_key_mode": "sometimes"}})
+    assert "must be one of" in err.message
+    base: dict[str, Any] = {"column_vindexes": [{"column": "id", "name": "hash"}]}
+    vs = VSchema.from_json({"ks": ks(t={**base, "columns": [
+        {"name": "a", "type": "VARCHAR", "collation_name": "utf8mb4_bin", "nullable": True},
+        {"name": "b", "type": 265}]})})  # protobuf JSON may give query.Type as a number
+    assert [c.type for c in vs.keyspaces["ks"].tables["t"].columns] == ["VARCHAR", "265"]
+    err = bad({"ks": ks(t={**base, "columns": [{"name": "a", "bogus": 1}]})})
+    assert err.path == "ks.tables.t.columns[0]" and "unknown field" in err.message

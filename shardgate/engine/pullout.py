@@ -1,0 +1,66 @@
+"""Uncorrelated scalar and EXISTS subqueries the gate runs first.
+
+* :class:`PulloutValue`: ``x = (SELECT ...)``, or a subquery in the select
+  list: the subquery runs once; its one value (NULL when it returns no row)
+  is bound for the outer query. More than one row is an error, as in MySQL.
+* :class:`PulloutExists`: ``EXISTS (SELECT ...)``: the subquery runs once and
+  the outer query receives ``1`` or ``0`` (the planner rewrites the predicate
+  to ``:var = 1``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from shardgate.engine.primitives import ExecCursor, Primitive
+from shardgate.errors import InvalidArgument
+from shardgate.result import Result
+
+
+@dataclass(frozen=True)
+class PulloutValue(Primitive):
+    """Run ``subquery`` first; bind its single value to ``var`` for ``outer``."""
+
+    subquery: Primitive
+    outer: Primitive
+    var: str
+
+    async def execute(self, vc: ExecCursor, bind_vars: Mapping[str, Any]) -> Result:
+        res = await self.subquery.execute(vc, bind_vars)
+        if res.rows and len(res.rows[0]) != 1:
+            raise InvalidArgument("a subquery used as a value must select exactly one column")
+        if len(res.rows) > 1:
+            raise InvalidArgument("subquery returns more than 1 row")
+        value = res.rows[0][0] if res.rows else None
+        return await self.outer.execute(vc, {**bind_vars, self.var: value})
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "OperatorType": "UncorrelatedSubquery",
+            "Variant": "PulloutValue",
+            "PulloutVars": [self.var],
+            "Inputs": [self.subquery.describe(), self.outer.describe()],
+        }
+
+
+@dataclass(frozen=True)
+class PulloutExists(Primitive):
+    """Run ``subquery`` first; bind 1 to ``var`` if it returned a row, else 0."""
+
+    subquery: Primitive
+    outer: Primitive
+    var: str
+
+    async def execute(self, vc: ExecCursor, bind_vars: Mapping[str, Any]) -> Result:
+        res = await self.subquery.execute(vc, bind_vars)
+        return await self.outer.execute(vc, {**bind_vars, self.var: 1 if res.rows else 0})
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "OperatorType": "UncorrelatedSubquery",
+            "Variant": "PulloutExists",
+            "PulloutVars": [self.var],
+            "Inputs": [self.subquery.describe(), self.outer.describe()],
+        }

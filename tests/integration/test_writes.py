@@ -1,0 +1,265 @@
+"""Writes that must not lose or misplace rows (issue 13 items 1 and 4), on real backends.
+
+A small keyspace of 4 shards: ``t1`` (BIGINT ``id`` under ``hash``, BIGINT ``tag``
+under an owned lookup with ``ignore_nulls``), ``t2`` (BIGINT ``k`` under
+``xxhash``: the keyspace id depends on the value's text), ``t3`` (VARCHAR
+``s`` under ``xxhash``) and ``t4`` (an owned ``lookup_unique`` on ``email``).
+Placement is checked by reading every shard directly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+
+from shardgate.errors import Code, ShardgateError
+from shardgate.gate import Gate
+from shardgate.keys import KeyRange
+from shardgate.topo import Topology
+
+VSCHEMA: dict[str, Any] = {
+    "sharded": True,
+    "vindexes": {
+        "hash": {"type": "hash"},
+        "xxhash": {"type": "xxhash"},
+        "email_idx": {"type": "lookup_unique", "owner": "t4",
+                      "params": {"table": "lk.email_idx", "from": "email", "to": "keyspace_id"}},
+        "tag_idx": {"type": "lookup", "owner": "t1",
+                    "params": {"table": "lk.tag_idx", "from": "tag", "to": "keyspace_id",
+                               "ignore_nulls": "true"}},
+    },
+    "tables": {
+        "t1": {"column_vindexes": [{"column": "id", "name": "hash"},
+                                   {"column": "tag", "name": "tag_idx"}]},
+        "t2": {"column_vindexes": [{"column": "k", "name": "xxhash"}]},
+        "t3": {"column_vindexes": [{"column": "s", "name": "xxhash"}]},
+        "t4": {"column_vindexes": [{"column": "id", "name": "hash"},
+                                   {"column": "email", "name": "email_idx"}]},
+        "t5": {"column_vindexes": [{"column": "c", "name": "xxhash"}]},
+    },
+}
+DDL = [
+    "CREATE TABLE t1 (id BIGINT PRIMARY KEY, tag BIGINT, n BIGINT)",
+    "CREATE TABLE t2 (k BIGINT PRIMARY KEY, v VARCHAR(16))",
+    "CREATE TABLE t3 (s VARCHAR(16) PRIMARY KEY, v VARCHAR(16))",
+    "CREATE TABLE t4 (id BIGINT PRIMARY KEY, email VARCHAR(32))",
+    "CREATE TABLE t5 (c CHAR(4) PRIMARY KEY, v VARCHAR(16))",
+]
+
+
+@pytest.fixture
+async def gate(backend_kind: str, make_database: Callable[..., str]) -> AsyncIterator[Gate]:
+    shards = {kr.name: make_database(backend_kind, f"w{i}")
+              for i, kr in enumerate(KeyRange(b"", b"").split(4))}
+    topo = Topology.from_dict({
+        "default_keyspace": "ks",
+        "keyspaces": {
+            "ks": {"shards": shards, "vschema": VSCHEMA},
+            "lk": {"shards": {"0": make_database(backend_kind, "wl")},
+                   "vschema": {"sharded": False, "tables": {"tag_idx": {}, "email_idx": {}}}},
+        },
+    })
+    g = Gate.open(topo)
+    s = g.session()
+    for ddl in DDL:
+        await g.execute(s, ddl)
+    # no unique key on the lookup tables: the gate alone must keep them exact
+    for ddl in ("CREATE TABLE tag_idx (tag BIGINT, keyspace_id VARBINARY(16))",
+                "CREATE TABLE email_idx (email VARCHAR(32), keyspace_id VARBINARY(16))"):
+        await g.execute(g.session("lk"), ddl)
+    try:
+        yield g
+    finally:
+        await g.close()
+
+
+async def rows(gate: Gate, sql: str, bv: dict[str, Any] | None = None) -> list[tuple[Any, ...]]:
+    return sorted((await gate.execute(gate.session(), sql, bv)).rows)
+
+
+async def placed(gate: Gate, table: str, column: str) -> dict[str, list[Any]]:
+    """Each shard's values of ``column``, read on the shard itself."""
+    out: dict[str, list[Any]] = {}
+    for shard in gate.topology.keyspace("ks").shards:
+        res = await gate.tablets[("ks", shard.name)].execute(f"SELECT {column} FROM {table}", [])
+        if res.rows:
+            out[shard.name] = sorted(r[0] for r in res.rows)
+    return out
+
+
+def shard_of(gate: Gate, vindex: str, value: Any) -> str:
+    ks = gate.topology.keyspace("ks")
+    v = gate.vschema.keyspace("ks").vindexes[vindex]
+    ksid = v.map([value])[0][0]  # type: ignore[attr-defined]
+    return ks.shard_map.find(ksid)
+
+
+async def refused(gate: Gate, sql: str) -> ShardgateError:
+    with pytest.raises(ShardgateError) as err:
+        await gate.execute(gate.session(), sql)
+    return err.value
+
+
+async def test_reads_find_rows_by_the_value_an_integer_column_compares(
+    gate: Gate, backend_kind: str
+) -> None:
+    s = gate.session()
+    await gate.execute(s, "INSERT INTO t1 (id, tag, n) VALUES (5, NULL, 0), (6, NULL, 0), "
+                          "(1, NULL, 0)")
+    for where in ("id = 5.0", "id = 5e0", "id = '05'", "id = :v"):
+        assert await rows(gate, f"SELECT id FROM t1 WHERE {where}", {"v": 5.0}) == [(5,)], where
+    assert await rows(gate, "SELECT id FROM t1 WHERE id IN (5.0, 6)") == [(5,), (6,)]
+    assert await rows(gate, "SELECT id FROM t1 WHERE id = 5.5") == []
+    res = await gate.execute(s, "UPDATE t1 SET n = 7 WHERE id = 5.0")
+    assert res.rows_affected == 1
+    assert await rows(gate, "SELECT n FROM t1 WHERE id = 5") == [(7,)]
+    if backend_kind == "postgres":  # bigint = boolean is an error on PostgreSQL
+        assert (await refused(gate, "SELECT id FROM t1 WHERE id = TRUE")).code \
+            is Code.INVALID_ARGUMENT
+    else:
+        assert await rows(gate, "SELECT id FROM t1 WHERE id = TRUE") == [(1,)]
+
+
+async def test_inserts_place_rows_by_the_stored_integer(gate: Gate, backend_kind: str) -> None:
+    s = gate.session()
+    await gate.execute(s, "INSERT INTO t2 (k, v) VALUES ('03', 'a'), (5.0, 'b'), (6e0, 'c')")
+    assert await placed(gate, "t2", "k") == _by_shard(gate, "xxhash", [3, 5, 6])
+    assert await rows(gate, "SELECT k, v FROM t2 WHERE k = 3") == [(3, "a")]
+    assert await rows(gate, "SELECT k FROM t2 WHERE k IN (5, 6)") == [(5,), (6,)]
+    for bad in ("5.5", "'abc'", "' 7'", "'7.5'"):
+        err = await refused(gate, f"INSERT INTO t2 (k, v) VALUES ({bad}, 'x')")
+        assert err.code is Code.INVALID_ARGUMENT, bad
+    if backend_kind == "postgres":
+        assert (await refused(gate, "INSERT INTO t2 (k, v) VALUES (TRUE, 'x')")).code \
+            is Code.INVALID_ARGUMENT
+    else:
+        await gate.execute(s, "INSERT INTO t2 (k, v) VALUES (TRUE, 'x')")
+        assert await rows(gate, "SELECT v FROM t2 WHERE k = 1") == [("x",)]
+    assert sum(len(v) for v in (await placed(gate, "t2", "k")).values()) == \
+        3 + (backend_kind != "postgres")
+
+
+async def test_numbers_into_a_varchar_column(gate: Gate, backend_kind: str) -> None:
+    s = gate.session()
+    await gate.execute(s, "INSERT INTO t3 (s, v) VALUES (7, 'int'), ('07', 'text')")
+    assert await placed(gate, "t3", "s") == _by_shard(gate, "xxhash", ["07", "7"])
+    assert await rows(gate, "SELECT v FROM t3 WHERE s = '7'") == [("int",)]
+    for bad in ("7.0", "TRUE"):
+        err = await refused(gate, f"INSERT INTO t3 (s, v) VALUES ({bad}, 'x')")
+        assert err.code is Code.INVALID_ARGUMENT, bad
+    if backend_kind == "mysql":  # MySQL compares text with a number as numbers
+        assert await rows(gate, "SELECT v FROM t3 WHERE s = 7") == [("int",), ("text",)]
+        err = await refused(gate, "UPDATE t3 SET v = 'y' WHERE s = 7")
+        assert err.code is Code.INVALID_ARGUMENT
+    elif backend_kind == "sqlite":  # the number takes the column's TEXT affinity
+        assert await rows(gate, "SELECT v FROM t3 WHERE s = 7") == [("int",)]
+
+
+async def test_lookup_values_are_the_stored_ones(gate: Gate) -> None:
+    s = gate.session()
+    await gate.execute(s, "INSERT INTO t1 (id, tag, n) VALUES (9, '03', 0)")
+    lookup = gate.tablets[("lk", "0")]
+    assert [r[0] for r in (await lookup.execute("SELECT tag FROM tag_idx", [])).rows] == [3]
+    assert await rows(gate, "SELECT id FROM t1 WHERE tag = 3") == [(9,)]
+    assert await rows(gate, "SELECT id FROM t1 WHERE tag = 3.0") == [(9,)]
+    await gate.execute(s, "UPDATE t1 SET tag = '04' WHERE id = 9")
+    assert [r[0] for r in (await lookup.execute("SELECT tag FROM tag_idx", [])).rows] == [4]
+    assert await rows(gate, "SELECT id FROM t1 WHERE tag = 4") == [(9,)]
+
+
+async def test_is_null_on_a_lookup_column_finds_and_deletes_rows(gate: Gate) -> None:
+    s = gate.session()
+    await gate.execute(s, "INSERT INTO t1 (id, tag, n) VALUES (1, NULL, 0), (2, 5, 0), "
+                          "(3, NULL, 0), (4, NULL, 0)")
+    assert await rows(gate, "SELECT id FROM t1 WHERE tag IS NULL") == [(1,), (3,), (4,)]
+    assert await rows(gate, "SELECT COUNT(*) FROM t1 WHERE tag IS NULL") == [(3,)]
+    res = await gate.execute(s, "DELETE FROM t1 WHERE tag IS NULL")
+    assert res.rows_affected == 3
+    assert await rows(gate, "SELECT id FROM t1") == [(2,)]
+    assert await rows(gate, "SELECT id FROM t1 WHERE tag = 5") == [(2,)]
+
+
+async def test_insert_ignore_keeps_lookups_exact(gate: Gate) -> None:
+    s = gate.session()
+    lookup = gate.tablets[("lk", "0")]
+
+    async def emails() -> list[tuple[Any, ...]]:
+        res = await lookup.execute("SELECT email, keyspace_id FROM email_idx", [])
+        return sorted((r[0], shard_of_ksid(gate, bytes(r[1]))) for r in res.rows)
+
+    await gate.execute(s, "INSERT INTO t4 (id, email) VALUES (1, 'a')")
+    # the id exists: the row is skipped, and so is its lookup row
+    r = await gate.execute(s, "INSERT IGNORE INTO t4 (id, email) VALUES (1, 'z')")
+    assert r.rows_affected == 0
+    # the unique value is taken: skipped, no second row for 'a'
+    r = await gate.execute(s, "INSERT IGNORE INTO t4 (id, email) VALUES (2, 'a')")
+    assert r.rows_affected == 0
+    r = await gate.execute(s, "INSERT IGNORE INTO t4 (id, email) VALUES (3, 'c'), (4, 'c'), "
+                              "(1, 'q'), (5, 'e')")
+    assert r.rows_affected == 2
+    assert await rows(gate, "SELECT id, email FROM t4") == [(1, "a"), (3, "c"), (5, "e")]
+    assert await emails() == sorted([("a", shard_of(gate, "hash", 1)),
+                                     ("c", shard_of(gate, "hash", 3)),
+                                     ("e", shard_of(gate, "hash", 5))])
+    assert await rows(gate, "SELECT id FROM t4 WHERE email = 'c'") == [(3,)]
+    # a non-unique lookup: the skipped re-insert leaves exactly one lookup row
+    await gate.execute(s, "INSERT IGNORE INTO t1 (id, tag, n) VALUES (9, 7, 0)")
+    r = await gate.execute(s, "INSERT IGNORE INTO t1 (id, tag, n) VALUES (9, 8, 0), (9, 7, 0)")
+    assert r.rows_affected == 0
+    res = await lookup.execute("SELECT tag FROM tag_idx", [])
+    assert [row[0] for row in res.rows] == [7]
+
+
+async def test_mysql_char_columns_route_without_the_trailing_spaces_mysql_drops(
+    gate: Gate, backend_kind: str
+) -> None:
+    s = gate.session()
+    await gate.execute(s, "INSERT INTO t5 (c, v) VALUES ('ab  ', 'x'), ('cd', 'y')")
+    assert await rows(gate, "SELECT v FROM t5 WHERE c = 'ab  '") == [("x",)]
+    if backend_kind == "mysql":  # stored and compared without trailing spaces
+        assert await rows(gate, "SELECT v FROM t5 WHERE c = 'ab'") == [("x",)]
+        assert await rows(gate, "SELECT v FROM t5 WHERE c = 'cd '") == [("y",)]
+        assert await placed(gate, "t5", "c") == _by_shard(gate, "xxhash", ["ab", "cd"])
+
+
+async def test_subquery_in_values_is_computed_over_all_shards(gate: Gate) -> None:
+    s = gate.session()
+    await gate.execute(s, "INSERT INTO t1 (id, tag, n) VALUES (1, NULL, 0), (2, NULL, 0), "
+                          "(3, NULL, 0), (4, NULL, 0), (5, NULL, 0)")
+    assert len(await placed(gate, "t1", "id")) > 1  # the rows span shards
+    await gate.execute(s, "INSERT INTO t1 (id, tag, n) VALUES (100, NULL, "
+                          "(SELECT COUNT(*) FROM t1))")
+    assert await rows(gate, "SELECT n FROM t1 WHERE id = 100") == [(5,)]
+    await gate.execute(s, "INSERT INTO t2 (k, v) VALUES ((SELECT MAX(id) FROM t1), 'max')")
+    assert await placed(gate, "t2", "k") == _by_shard(gate, "xxhash", [100])
+    assert (await refused(gate, "INSERT INTO t2 (k, v) VALUES (7, (SELECT id FROM t1))")).code \
+        is Code.INVALID_ARGUMENT
+    assert await rows(gate, "SELECT k FROM t2") == [(100,)]
+
+
+async def test_lookup_rows_the_lookup_table_collation_matches_are_followed(
+    gate: Gate, backend_kind: str
+) -> None:
+    s = gate.session()
+    await gate.execute(s, "INSERT INTO t4 (id, email) VALUES (1, 'red'), (2, 'blue ')")
+    ci = backend_kind == "mysql"  # MariaDB's default collation: case and trailing spaces ignored
+    assert await rows(gate, "SELECT id FROM t4 WHERE email = 'RED'") == ([(1,)] if ci else [])
+    assert await rows(gate, "SELECT id FROM t4 WHERE email IN ('Red', 'blue')") == (
+        [(1,), (2,)] if ci else [])
+    res = await gate.execute(s, "DELETE FROM t4 WHERE email = 'BLUE'")
+    assert res.rows_affected == (1 if ci else 0)
+    left = await gate.tablets[("lk", "0")].execute("SELECT email FROM email_idx", [])
+    assert sorted(r[0] for r in left.rows) == (["red"] if ci else ["blue ", "red"])
+
+
+def shard_of_ksid(gate: Gate, ksid: bytes) -> str:
+    return gate.topology.keyspace("ks").shard_map.find(ksid)
+
+
+def _by_shard(gate: Gate, vindex: str, values: list[Any]) -> dict[str, list[Any]]:
+    out: dict[str, list[Any]] = {}
+    for v in values:
+        out.setdefault(shard_of(gate, vindex, v), []).append(v)
+    return {k: sorted(v) for k, v in out.items()}
