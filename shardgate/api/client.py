@@ -204,6 +204,17 @@ class GateClient:
         plan: dict[str, Any] = json.loads(response.plan_json)
         return plan
 
+    async def vschema(self) -> dict[str, Any]:
+        """The VSchema of every keyspace the gate serves: ``{keyspace: vschema}``."""
+        try:
+            response: pb.GetVSchemaResponse = await self._stub.GetVSchema(
+                pb.GetVSchemaRequest(), timeout=self.timeout
+            )
+        except grpc.aio.AioRpcError as exc:
+            raise error_from_rpc(exc, self.target) from None
+        doc: dict[str, Any] = json.loads(response.vschema_json)
+        return doc
+
     async def receive(
         self, queue: str, *, keyspace: str | None = None, shard: str | None = None,
         key_range: str | None = None, max_batch: int = 0,

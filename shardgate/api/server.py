@@ -123,6 +123,14 @@ class GateServicer(pb_grpc.GateServicer):
         plan = self.gate.explain(request.sql, keyspace)
         return pb.ExplainPlanResponse(plan_json=json.dumps(plan, default=str))
 
+    @unary(pb.GetVSchemaResponse)
+    async def GetVSchema(
+        self, request: pb.GetVSchemaRequest, context: Ctx
+    ) -> pb.GetVSchemaResponse:
+        """The VSchema of every keyspace the gate serves, as JSON."""
+        doc = {ks.name: ks.vschema for ks in self.gate.topology.keyspaces.values()}
+        return pb.GetVSchemaResponse(vschema_json=json.dumps(doc, default=str))
+
     @unary(pb.CloseSessionResponse)
     async def CloseSession(
         self, request: pb.CloseSessionRequest, context: Ctx

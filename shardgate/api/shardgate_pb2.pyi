@@ -182,6 +182,16 @@ class ExplainPlanResponse(_message.Message):
     plan_json: str
     def __init__(self, plan_json: _Optional[str] = ...) -> None: ...
 
+class GetVSchemaRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class GetVSchemaResponse(_message.Message):
+    __slots__ = ("vschema_json",)
+    VSCHEMA_JSON_FIELD_NUMBER: _ClassVar[int]
+    vschema_json: str
+    def __init__(self, vschema_json: _Optional[str] = ...) -> None: ...
+
 class CloseSessionRequest(_message.Message):
     __slots__ = ("session_id",)
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]

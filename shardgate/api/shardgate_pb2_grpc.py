@@ -54,6 +54,11 @@ class GateStub:
                 request_serializer=shardgate_dot_api_dot_shardgate__pb2.ExplainPlanRequest.SerializeToString,
                 response_deserializer=shardgate_dot_api_dot_shardgate__pb2.ExplainPlanResponse.FromString,
                 _registered_method=True)
+        self.GetVSchema = channel.unary_unary(
+                '/shardgate.v1.Gate/GetVSchema',
+                request_serializer=shardgate_dot_api_dot_shardgate__pb2.GetVSchemaRequest.SerializeToString,
+                response_deserializer=shardgate_dot_api_dot_shardgate__pb2.GetVSchemaResponse.FromString,
+                _registered_method=True)
         self.CloseSession = channel.unary_unary(
                 '/shardgate.v1.Gate/CloseSession',
                 request_serializer=shardgate_dot_api_dot_shardgate__pb2.CloseSessionRequest.SerializeToString,
@@ -108,6 +113,13 @@ class GateServicer:
 
     def ExplainPlan(self, request, context):
         """The plan of a statement, without running it.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetVSchema(self, request, context):
+        """The VSchema of every keyspace, as the gate serves it (`shardgate vschema show`).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -175,6 +187,11 @@ def add_GateServicer_to_server(servicer, server):
                     servicer.ExplainPlan,
                     request_deserializer=shardgate_dot_api_dot_shardgate__pb2.ExplainPlanRequest.FromString,
                     response_serializer=shardgate_dot_api_dot_shardgate__pb2.ExplainPlanResponse.SerializeToString,
+            ),
+            'GetVSchema': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetVSchema,
+                    request_deserializer=shardgate_dot_api_dot_shardgate__pb2.GetVSchemaRequest.FromString,
+                    response_serializer=shardgate_dot_api_dot_shardgate__pb2.GetVSchemaResponse.SerializeToString,
             ),
             'CloseSession': grpc.unary_unary_rpc_method_handler(
                     servicer.CloseSession,
@@ -310,6 +327,33 @@ class Gate:
             '/shardgate.v1.Gate/ExplainPlan',
             shardgate_dot_api_dot_shardgate__pb2.ExplainPlanRequest.SerializeToString,
             shardgate_dot_api_dot_shardgate__pb2.ExplainPlanResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetVSchema(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/shardgate.v1.Gate/GetVSchema',
+            shardgate_dot_api_dot_shardgate__pb2.GetVSchemaRequest.SerializeToString,
+            shardgate_dot_api_dot_shardgate__pb2.GetVSchemaResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -10,7 +10,7 @@ Configuration (flags, files) is read in :mod:`shardgate.cli` and only there.
                   [--keyspace KS] [--explain] "SQL"
     shardgate schema apply --keyspace KS (--file F.sql | --sql "DDL")
                   [--target ... | --cluster FILE | --data-dir DIR]
-    shardgate vschema show [--cluster FILE | --data-dir DIR]
+    shardgate vschema show [--target grpc://H:P | --cluster FILE | --data-dir DIR]
     shardgate twopc resolve [--cluster FILE | --data-dir DIR] [--grace SECONDS]
     shardgate --version
 

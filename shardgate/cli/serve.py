@@ -150,21 +150,29 @@ async def _set_up_embedded(gate: Gate) -> None:
 
 
 async def _check(gate: Gate, host: str) -> int:
-    """One insert and one select through a real gRPC server on a free port."""
+    """One insert and one select through a real gRPC server on a free port.
+
+    Both run in a transaction that is rolled back: the check leaves no row in
+    the user's tables (the customer, its lookup row, its sequence value).
+    """
     server, port = await serve(gate, host, 0)
     try:
         async with GateClient(f"grpc://{host}:{port}", keyspace="commerce") as client:
             email = f"check-{uuid.uuid4().hex[:12]}@example.com"
-            inserted = await client.execute(
-                "INSERT INTO customer (email, name) VALUES (:email, :name)",
-                {"email": email, "name": "shardgate up --check"},
-            )
-            print(format_result(inserted))
-            selected = await client.execute(
-                "SELECT customer_id, email, name FROM customer WHERE email = :email",
-                {"email": email},
-            )
-            print(format_result(selected))
+            await client.execute("BEGIN")
+            try:
+                inserted = await client.execute(
+                    "INSERT INTO customer (email, name) VALUES (:email, :name)",
+                    {"email": email, "name": "shardgate up --check"},
+                )
+                print(format_result(inserted))
+                selected = await client.execute(
+                    "SELECT customer_id, email, name FROM customer WHERE email = :email",
+                    {"email": email},
+                )
+                print(format_result(selected))
+            finally:
+                await client.execute("ROLLBACK")
     finally:
         await server.stop(None)
     if len(selected.rows) != 1:

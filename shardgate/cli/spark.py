@@ -2,10 +2,11 @@
 
 ::
 
-    shardgate spark dump    --cluster F --keyspace K --table T --lake PATH [--follow]
-                            [--key COL,COL] [--batch-rows N] [--batch-interval S]
-    shardgate spark archive --cluster F --keyspace K --queue Q --before ISO --out PATH
-                            [--chunk-rows N]
+    shardgate spark dump    (--cluster F | --data-dir D) --keyspace K --table T
+                            --lake PATH [--follow] [--key COL,COL] [--batch-rows N]
+                            [--batch-interval S]
+    shardgate spark archive (--cluster F | --data-dir D) --keyspace K --queue Q
+                            --before ISO --out PATH [--chunk-rows N]
 
 Both take ``--master`` (default ``$SPARK_MASTER`` or ``local[2]``), print
 progress lines on stderr and one JSON summary on stdout. ``dump --follow``
@@ -24,6 +25,7 @@ import sys
 import threading
 from typing import Any
 
+from shardgate.cli.common import local_topology
 from shardgate.errors import FailedPrecondition, InvalidArgument
 
 
@@ -51,7 +53,9 @@ def add_parsers(commands: Any) -> None:
     archive.add_argument("--chunk-rows", type=int, default=100_000,
                          help="events per chunk (written, then purged)")
     for p in (dump, archive):
-        p.add_argument("--cluster", required=True, help="cluster file (YAML)")
+        where = p.add_mutually_exclusive_group(required=True)
+        where.add_argument("--cluster", help="cluster file (YAML)")
+        where.add_argument("--data-dir", help="the cluster of `shardgate up --data-dir DIR`")
         p.add_argument("--keyspace", required=True)
         p.add_argument("--master", default=os.environ.get("SPARK_MASTER", "local[2]"),
                        help="Spark master (default $SPARK_MASTER or local[2])")
@@ -81,9 +85,7 @@ def _spark(master: str, app: str) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
-    from shardgate.topo import load_cluster_file
-
-    topology = load_cluster_file(args.cluster)
+    topology = local_topology(args)
     if args.spark_command == "dump":
         return _dump(args, topology)
     return _archive(args, topology)

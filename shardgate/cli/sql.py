@@ -43,8 +43,10 @@ def add_parsers(commands: Any) -> None:
 
     vschema = commands.add_parser("vschema", help="VSchema commands")
     vschema_cmds = vschema.add_subparsers(dest="vschema_command", required=True, metavar="COMMAND")
-    show = vschema_cmds.add_parser("show", help="print the VSchema of every keyspace (JSON)")
-    add_target_args(show, remote=False)
+    show = vschema_cmds.add_parser(
+        "show", help="print the VSchema of every keyspace (JSON), as a gate serves it"
+    )
+    add_target_args(show, remote=True)
 
     tpc = commands.add_parser("twopc", help="two-phase commit maintenance")
     tpc_cmds = tpc.add_subparsers(dest="twopc_command", required=True, metavar="COMMAND")
@@ -69,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
         case "schema":
             return asyncio.run(_schema_apply(args))
         case "vschema":
-            return _vschema_show(args)
+            return asyncio.run(_vschema_show(args))
     return asyncio.run(_twopc_resolve(args))
 
 
@@ -122,9 +124,13 @@ async def _schema_apply(args: argparse.Namespace) -> int:
     return 0
 
 
-def _vschema_show(args: argparse.Namespace) -> int:
-    topology = local_topology(args, default_data_dir=True)
-    doc = {ks.name: ks.vschema for ks in topology.keyspaces.values()}
+async def _vschema_show(args: argparse.Namespace) -> int:
+    if args.cluster or args.data_dir:
+        topology = local_topology(args)
+        doc = {ks.name: ks.vschema for ks in topology.keyspaces.values()}
+    else:
+        async with GateClient(args.target or DEFAULT_TARGET) as client:
+            doc = await client.vschema()
     print(json.dumps(doc, indent=2))
     return 0
 

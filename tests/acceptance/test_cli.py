@@ -98,9 +98,12 @@ def test_up_check_is_idempotent(tmp_path: Path) -> None:
         assert "1 row\n" in done.stdout
         assert "customer_id" in done.stdout
     assert (tmp_path / "data" / "cluster.yaml").exists()
-    listed = shardgate("sql", "--data-dir", "data", "SELECT email FROM customer", cwd=tmp_path)
-    assert listed.returncode == 0, listed.stderr
-    assert listed.stdout.strip().endswith("2 rows")
+    # The check cleans up after itself (issue 18): no customer, no lookup row.
+    for keyspace, table in (("commerce", "customer"), ("lookup", "customer_email_idx")):
+        listed = shardgate("sql", "--data-dir", "data", "--keyspace", keyspace,
+                           f"SELECT COUNT(*) FROM {table}", cwd=tmp_path)
+        assert listed.returncode == 0, listed.stderr
+        assert listed.stdout.splitlines()[2].strip() == "0", (table, listed.stdout)
 
 
 def test_up_serves_sql_until_sigterm(

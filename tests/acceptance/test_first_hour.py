@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import socket
+import subprocess
 from pathlib import Path
 
-from tests.acceptance.test_cli import free_port, shardgate
+from tests.acceptance.test_cli import free_port, server, shardgate
+
+__all__ = ["server"]  # the fixture, shared with test_cli
 
 
 def test_sql_with_no_gate_says_where_it_looked_and_what_to_do(tmp_path: Path) -> None:
@@ -63,3 +67,30 @@ def test_syntax_error_names_position_and_token_in_the_users_words(tmp_path: Path
     assert done.stderr.strip() == (
         "error INVALID_ARGUMENT: syntax error at line 1, column 39 near '*': incomplete expression"
     )
+
+
+def test_vschema_show_reads_a_running_gate_or_a_cluster(
+    server: tuple[subprocess.Popen[str], str], tmp_path: Path
+) -> None:
+    _, target = server
+    shown = shardgate("vschema", "show", "--target", target, cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    doc = json.loads(shown.stdout)
+    assert sorted(doc) == ["commerce", "lookup"]
+    assert doc["commerce"]["tables"]["customer"]["column_vindexes"][0]["name"] == "hash"
+    nowhere = shardgate("vschema", "show", "--target", f"grpc://127.0.0.1:{free_port()}",
+                        cwd=tmp_path)
+    assert nowhere.returncode == 1
+    assert "nothing answers at" in nowhere.stderr and "`shardgate up`" in nowhere.stderr
+
+
+def test_spark_jobs_take_the_data_dir_like_the_other_commands(tmp_path: Path) -> None:
+    for job in (["dump", "--table", "corder", "--lake", "lake"],
+                ["archive", "--queue", "jobs", "--before", "2024-05-01", "--out", "out"]):
+        done = shardgate("spark", *job, "--data-dir", "nowhere", "--keyspace", "commerce",
+                         cwd=tmp_path)
+        assert done.returncode == 1, done.stderr
+        assert done.stderr.strip() == (
+            "error NOT_FOUND: nowhere/cluster.yaml does not exist: "
+            "run `shardgate up --data-dir nowhere` first"
+        )
