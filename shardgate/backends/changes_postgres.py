@@ -345,11 +345,14 @@ class PostgresChangeLog(ThreadedChangeLog):
         PostgreSQL creates a logical slot only once every transaction that holds
         a transaction id anywhere on the server (any database, and prepared
         ones) has ended: one long or forgotten transaction stalls the first
-        change stream of a shard with no error. Say which, so it can be ended.
+        change stream of a shard with no error. Say which, so it can be ended
+        (those open a second or more: brief ones, such as other shards setting
+        up their capture at the same time, are not worth a warning).
         """
         cur.execute(
             "SELECT pid::text, datname, state, (now() - xact_start)::text FROM pg_stat_activity"
             " WHERE backend_xid IS NOT NULL AND pid <> pg_backend_pid()"
+            " AND xact_start < now() - interval '1 second'"
             " UNION ALL SELECT 'prepared ' || gid, database, 'prepared',"
             " (now() - prepared)::text FROM pg_prepared_xacts"
         )

@@ -461,6 +461,7 @@ async def test_postgres_capture_names_the_transactions_it_waits_for(
     holder.commit()
     holder.execute("INSERT INTO held VALUES (1)")  # an open write transaction elsewhere
     pid = holder.info.backend_pid
+    await asyncio.sleep(1.2)  # open for over a second: worth naming
     loop = asyncio.get_running_loop()
     loop.call_later(1.0, holder.rollback)
     log = open_change_log(url, SHARD)
