@@ -124,6 +124,8 @@ def always_false(term: exp.Expr) -> bool:
             return bool(items)
         if all(_is_null(i) for i in items):
             return True
+        if isinstance(term.this, exp.Column):  # a column may equal any constant
+            return False
         outcomes = [_constant_equal(term.this, i) for i in items if not _is_null(i)]
         return all(o is False for o in outcomes)
     if isinstance(term, exp.Not):

@@ -35,6 +35,8 @@ def _own_scope(node: exp.Expr, stmt: exp.Select) -> bool:
 
 def pull_out_values(stmt: exp.Select, plan: PlanFn) -> tuple[exp.Select, list[Pulled]]:
     """Replace uncorrelated scalar and EXISTS subqueries by bind variables."""
+    if next(stmt.find_all(exp.Exists, exp.Subquery), None) is None:
+        return stmt, []  # nothing to pull out: no copy (a long IN list is a big tree)
     out = stmt.copy()
     pulled: list[Pulled] = []
     for node in list(out.find_all(exp.Exists, exp.Subquery)):

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from sqlglot import exp
 
 from shardgate.engine.primitives import Opcode
-from shardgate.engine.values import Literal, Value, from_expression, is_constant
+from shardgate.engine.values import Literal, SQLExpr, Value, from_expression
 from shardgate.errors import InvalidArgument
 from shardgate.keys import KeyRange, parse_key_range
 from shardgate.planner.fold import always_false, folded_literal
@@ -72,9 +72,11 @@ def _column_of(node: exp.Expr, names: set[str]) -> str | None:
 
 def constant_value(node: exp.Expr) -> Value | None:
     """The routing value of a constant (folding integer arithmetic), or None."""
-    if is_constant(node):
-        return from_expression(node)
-    return folded_literal(node)
+    try:
+        value = from_expression(node)  # (converted once: IN lists may be long)
+    except InvalidArgument:
+        return folded_literal(node)
+    return folded_literal(node) if isinstance(value, SQLExpr) else value
 
 
 def _equality(node: exp.Expr, names: set[str]) -> tuple[str, Value] | None:
