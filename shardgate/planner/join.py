@@ -22,7 +22,7 @@ computed from per-row partials. Correlated subqueries are refused.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from sqlglot import exp
@@ -35,6 +35,7 @@ from shardgate.errors import Unsupported
 from shardgate.planner.finish import finish_at_gate
 from shardgate.planner.routing import RouteChoice, choose, conjuncts
 from shardgate.planner.select import needs_aggregation
+from shardgate.sql.labels import label
 from shardgate.vindexes import Lookup
 from shardgate.vschema import Table, VSchema
 
@@ -79,6 +80,7 @@ def pull_out_subqueries(stmt: exp.Select, plan: PlanFn) -> tuple[exp.Select, lis
         return stmt, pulled
     stmt = stmt.copy()
     candidates = [n for n in own_nodes(stmt) if isinstance(n, exp.In) and n.args.get("query")]
+    keep_labels(stmt, candidates)
     for node in candidates:
         query = node.args.get("query")
         if query is None:
@@ -99,6 +101,19 @@ def pull_out_subqueries(stmt: exp.Select, plan: PlanFn) -> tuple[exp.Select, lis
         node.replace(exp.Paren(this=exp.and_(
             exp.EQ(this=exp.Placeholder(this=has), expression=exp.Literal.number(1)), member)))
     return stmt, pulled
+
+
+def keep_labels(stmt: exp.Select, rewritten: Sequence[exp.Expr]) -> None:
+    """Alias each unaliased select-list item containing a node of ``rewritten``
+    by its text, in place, so the column keeps the name the database gives it
+    (the expression as written), not that of its rewrite."""
+    ids = {id(n) for n in rewritten}
+    items = []
+    for item in stmt.expressions:
+        if not isinstance(item, exp.Alias) and any(id(n) in ids for n in item.walk()):
+            item = exp.alias_(item, label(item), quoted=True, copy=False)
+        items.append(item)
+    stmt.set("expressions", items)
 
 
 def _filters_rows(node: exp.Expr) -> bool:
