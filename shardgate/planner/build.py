@@ -234,7 +234,7 @@ def _plan_select(stmt: exp.Expression, vschema: VSchema, default_ks: str | None)
 
     outer, pulled = pull_out_subqueries(stmt, plan)
     if pulled:
-        return wrap_pulled(plan(outer), pulled)
+        return wrap_pulled(plan(outer), pulled, tuple(sorted(keyspaces)))
     outer, values = pull_out_values(stmt, plan)
     if values:
         return wrap_values(plan(outer), values)

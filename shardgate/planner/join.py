@@ -135,9 +135,10 @@ def own_nodes(stmt: exp.Expr) -> Iterator[exp.Expr]:
                 queue.append(child)
 
 
-def wrap_pulled(outer: Primitive, pulled: list[Pulled]) -> Primitive:
+def wrap_pulled(outer: Primitive, pulled: list[Pulled], keyspaces: tuple[str, ...]) -> Primitive:
+    """The outer plan (over ``keyspaces``) behind the pulled-out subqueries."""
     for p in reversed(pulled):
-        outer = PulloutSubquery(p.plan, outer, p.var, p.has_values)
+        outer = PulloutSubquery(p.plan, outer, p.var, p.has_values, keyspaces)
     return outer
 
 

@@ -277,8 +277,42 @@ PULL_OUTS = [
 ]
 
 
+#: u.v holds a NULL and these need IN's NULL: refused on MariaDB (see below)
+NULL_VALUED = {PULL_OUTS[0], PULL_OUTS[1], PULL_OUTS[6]}
+
+
 async def test_in_subquery_pull_outs_keep_null_and_empty_semantics(pair: Pair) -> None:
-    await check_all(pair, PULL_OUTS)
+    mariadb = pair.kind == "mysql"
+    await check_all(pair, [q for q in PULL_OUTS if not (mariadb and q in NULL_VALUED)])
+    if mariadb:
+        for sql in NULL_VALUED:
+            with pytest.raises(ShardgateError) as err:
+                await pair.gate.execute(pair.sh, sql)
+            assert err.value.code is Code.UNIMPLEMENTED, sql
+
+
+async def test_mariadb_in_subquery_with_null_is_refused_not_answered_by_the_standard(
+    pair: Pair
+) -> None:
+    # MariaDB: an id outside INT's range is NOT IN an INT subquery holding NULL
+    # (FALSE, not NULL), so the one database returns it; the gate, binding the
+    # values as constants (where MariaDB answers NULL), returned no row.
+    for keyspace in (pair.sh, pair.one):
+        await pair.gate.execute(keyspace, f"INSERT INTO t (id, k, n, s, email) "
+                                          f"VALUES ({BIG}, 1, 1, 'z', 'z@x')")
+    sqls = ["SELECT id FROM t WHERE id NOT IN (SELECT n FROM u)",
+            "SELECT id, id IN (SELECT n FROM u) FROM t"]
+    for sql in sqls:
+        want = (await pair.gate.execute(pair.one, sql)).rows
+        if pair.kind != "mysql":
+            await pair.same(sql)
+            continue
+        assert (BIG,) in want or (BIG, 0) in want, "the MariaDB quirk this test is about"
+        with pytest.raises(ShardgateError) as err:
+            await pair.gate.execute(pair.sh, sql)
+        assert err.value.code is Code.UNIMPLEMENTED
+    # without the NULL the answer is exact, and answered
+    await pair.same("SELECT id FROM t WHERE id NOT IN (SELECT n FROM u WHERE n IS NOT NULL)")
 
 
 async def test_pulled_out_select_list_items_keep_the_written_name(pair: Pair) -> None:
@@ -286,8 +320,9 @@ async def test_pulled_out_select_list_items_keep_the_written_name(pair: Pair) ->
     # IS NOT NULL kept), not by the gate's rewrite (:__sg_sq0_has = 1 AND ...)
     if pair.kind == "postgres":
         pytest.skip("PostgreSQL names such a column ?column?; the gate keeps the text")
-    items = ["k NOT IN (SELECT v FROM u WHERE v IS NOT NULL)", "NOT (k IN (SELECT v FROM u))",
-             "k IN (SELECT v FROM u WHERE w NOT IN ('a') AND n NOT BETWEEN 1 AND 2)"]
+    items = ["k NOT IN (SELECT v FROM u WHERE v IS NOT NULL)",
+             "NOT (k IN (SELECT v FROM u WHERE v > 0))",
+             "k IN (SELECT v FROM u WHERE w NOT IN ('a') AND n NOT BETWEEN 1 AND 2 AND v > 0)"]
     got = await pair.gate.execute(pair.sh, f"SELECT id, {', '.join(items)} FROM t")
     assert got.fields == ["id", *items]
 
