@@ -237,6 +237,10 @@ INT, TEXT = Kind.INTEGER, Kind.TEXT
     (5.5, INT, "mysql", False, NO_MATCH),
     ("5.5", INT, "sqlite", False, NO_MATCH),
     ("abc", INT, "sqlite", False, NO_MATCH),
+    # SQLite reads a number from text skipping its whitespace: k = ' 4' matches 4
+    (" 4", INT, "sqlite", False, 4),
+    ("\t+4.0\n", INT, "sqlite", False, 4),
+    ("\x1c4", INT, "sqlite", False, NO_MATCH),  # not a space to sqlite3Isspace
     (7, TEXT, "postgres", True, "7"),
     (7, TEXT, "sqlite", False, "7"),
     (7, TEXT, "mysql", False, SCATTER),
