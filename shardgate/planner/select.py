@@ -38,6 +38,7 @@ from shardgate.engine.postprocess import (
     slot,
 )
 from shardgate.engine.primitives import Opcode, OrderKey, Primitive, Route, ShardQuery
+from shardgate.engine.probe import TypeChecked
 from shardgate.engine.sqlsem import Semantics
 from shardgate.engine.values import BindVar, Value, from_expression, is_constant
 from shardgate.errors import InvalidArgument, Unsupported
@@ -91,9 +92,8 @@ def plan_multi_shard(stmt: exp.Select, tree: exp.Select, target: RouteTarget) ->
         raise Unsupported("window functions across shards are not supported")
     if stmt.args.get("locks"):
         raise Unsupported("SELECT ... FOR UPDATE across shards is not supported")
-    if needs_aggregation(stmt):
-        return _aggregating(tree, target)
-    return _plain(tree, target)
+    plan = _aggregating(tree, target) if needs_aggregation(stmt) else _plain(tree, target)
+    return TypeChecked(plan, target.keyspace, stmt)
 
 
 def _limits(tree: exp.Select) -> tuple[Value | None, Value | None]:

@@ -506,3 +506,24 @@ async def test_postgres_icu_collation_refuses_only_string_merges(
         with pytest.raises(ShardgateError) as err:
             await pair.gate.execute(pair.sh, "SELECT id, s FROM t ORDER BY s, id")
         assert err.value.code is Code.UNIMPLEMENTED and "icu:en-US" in str(err.value)
+
+
+# ------------------------------------------- statements PostgreSQL rejects --
+
+#: PostgreSQL rejects each at analysis; the gate computed the rejected part
+#: itself (or reached no shard) and answered
+TYPE_ERRORS = [
+    "SELECT SUM(DISTINCT s) FROM t WHERE id IN (7)",          # sum(character varying)
+    "SELECT MIN(s) * 2 FROM t WHERE email = 'nope@x'",        # text * integer, no shard
+    "SELECT k, COUNT(*) FROM t GROUP BY k HAVING MAX(n) OR COUNT(*) > 1",  # OR of bigint
+    "SELECT COUNT(*), k FROM t GROUP BY k, 'z'",              # non-integer constant
+    "SELECT DISTINCT k, 'x' FROM t ORDER BY k, 'x'",          # non-integer constant
+]
+
+
+async def test_statements_the_database_rejects_are_rejected_not_computed(pair: Pair) -> None:
+    for sql in TYPE_ERRORS:
+        if pair.kind == "postgres":
+            with pytest.raises(ShardgateError):
+                await pair.gate.execute(pair.one, sql)
+        await pair.alike(sql)
