@@ -26,7 +26,7 @@ from shardgate.engine.evaluate import Evaluator
 from shardgate.engine.primitives import ExecCursor, Primitive, order_compare, semantics_of
 from shardgate.engine.sqlsem import EXACT, INT64_MAX, INT64_MIN, Semantics
 from shardgate.engine.values import Value
-from shardgate.errors import InvalidArgument
+from shardgate.errors import InvalidArgument, Unsupported
 from shardgate.result import Result, Row
 from shardgate.sql.dialect import avg_partial
 
@@ -105,7 +105,23 @@ def _sum_distinct(values: Sequence[Any], sem: Semantics) -> Any:
     if total is not None and (as_double or (
             sem.dialect == "sqlite" and not isinstance(total, int))):
         return float(total)
-    return _checked_sum(total, sem)
+    total = _checked_sum(total, sem)
+    if sem.dialect == "sqlite" and isinstance(total, int):
+        _refuse_order_dependent_overflow(values)
+    return total
+
+
+def _refuse_order_dependent_overflow(values: Sequence[Any]) -> None:
+    """SQLite's integer SUM fails when a running total leaves BIGINT, so a total
+    that fits may still fail depending on the order it reads the rows in: in
+    some order it does when the positive (or the negative) values alone do not fit.
+    The gate cannot know the database's row order, so it refuses."""
+    ints = [v for v in values if isinstance(v, int)]
+    if sum(v for v in ints if v > 0) > INT64_MAX or sum(v for v in ints if v < 0) < INT64_MIN:
+        raise Unsupported(
+            "SUM(DISTINCT ...) over these values overflows BIGINT on SQLite or not depending "
+            "on the order the database reads its rows in, which the gate cannot know"
+        )
 
 
 @dataclass(frozen=True)
