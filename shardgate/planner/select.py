@@ -328,6 +328,20 @@ def plan_aggregation(tree: exp.Select, make_input: InputFactory, keyspace: str) 
             return found
         return node
 
+    def unalias_outside_aggregates(node: exp.Expr) -> exp.Expr:
+        """HAVING / ORDER BY: inside an aggregate a name is the table's column when
+        the table has one (MIN(k) with ``n AS k`` is MIN of column k), else the alias."""
+        if isinstance(node, exp.Column) and not node.table and \
+                node.name.lower() in aliases and node.find_ancestor(exp.AggFunc) is not None:
+            if node.name.lower() in column_names:
+                return node
+            raise Unsupported(
+                f"{node.name!r} inside an aggregate in HAVING / ORDER BY names a table column "
+                "if the table has one, else the select alias, and the gate does not know the "
+                "table's columns: qualify it with the table or rename the alias"
+            )
+        return unalias(node)
+
     def unalias_group(node: exp.Expr) -> exp.Expr:
         # A column the statement uses, or an alias of an aggregate (nothing groups
         # by an aggregate): the name is the table's column.
@@ -376,9 +390,9 @@ def plan_aggregation(tree: exp.Select, make_input: InputFactory, keyspace: str) 
         grouped = {g.name.lower() for g in groups if isinstance(g, exp.Column) and not g.table}
         having_expr = having_expr.transform(
             lambda n: n if isinstance(n, exp.Column) and n.name.lower() in grouped
-            else unalias(n))
+            else unalias_outside_aggregates(n))
         exprs.append(having_expr)
-    order_exprs = [item(o.this).transform(unalias) for o in order_items]
+    order_exprs = [item(o.this).transform(unalias_outside_aggregates) for o in order_items]
     exprs.extend(order_exprs)
     aggs: dict[str, exp.AggFunc] = {}
     for e in exprs:

@@ -550,3 +550,19 @@ async def test_sqlite_sum_distinct_whose_overflow_depends_on_row_order_is_refuse
     with pytest.raises(ShardgateError) as err:
         await pair.gate.execute(pair.sh, sql)
     assert err.value.code is Code.INVALID_ARGUMENT and "overflow" in str(err.value)
+
+
+async def test_a_name_inside_an_aggregate_is_the_tables_column_not_the_alias(pair: Pair) -> None:
+    # ``n AS k``: MIN(k) in HAVING / ORDER BY is MIN of column k (the alias only
+    # when the table has no such column, which the gate cannot see: refused)
+    await check_all(pair, [
+        "SELECT n AS k, MIN(k), COUNT(*) FROM t GROUP BY n HAVING MIN(k) > 2",
+        "SELECT n AS k, MIN(k) FROM t GROUP BY n ORDER BY MAX(k) DESC, n",
+        "SELECT n AS k, COUNT(*) FROM t GROUP BY n HAVING MIN(t.k) > 2",
+    ])
+    for sql in ("SELECT n AS k, COUNT(*) FROM t GROUP BY n HAVING MIN(k) > 2",
+                "SELECT n AS k FROM t GROUP BY n ORDER BY MIN(k), n"):
+        await pair.gate.execute(pair.one, sql)  # the database answers it
+        with pytest.raises(ShardgateError) as err:
+            await pair.gate.execute(pair.sh, sql)
+        assert err.value.code is Code.UNIMPLEMENTED
