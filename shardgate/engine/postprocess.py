@@ -316,12 +316,15 @@ class Projection(Primitive):
     texts: tuple[str, ...] = ()
     #: the keyspace whose database's semantics the expressions follow
     keyspace: str = ""
+    #: the names on MySQL/MariaDB, where they differ (a string constant's value)
+    mysql_names: tuple[str, ...] = ()
 
     async def execute(self, vc: ExecCursor, bind_vars: Mapping[str, Any]) -> Result:
         res = await self.input.execute(vc, bind_vars)
         cols = self.columns
         sem = semantics_of(vc, self.keyspace)
-        return Result(fields=list(self.names),
+        names = self.mysql_names if self.mysql_names and sem.dialect == "mysql" else self.names
+        return Result(fields=list(names),
                       rows=[tuple(f(r, sem) for f in cols) for r in res.rows],
                       rows_affected=res.rows_affected)
 

@@ -43,6 +43,7 @@ from shardgate.engine.sqlsem import Semantics
 from shardgate.engine.values import BindVar, Value, from_expression, is_constant
 from shardgate.errors import InvalidArgument, Unsupported
 from shardgate.sql.dialect import AVG_SUM
+from shardgate.sql.labels import label
 from shardgate.vindexes import Vindex
 
 UPPER_LIMIT_VAR = "__sg_upper_limit"
@@ -162,11 +163,12 @@ def _plain(tree: exp.Select, target: RouteTarget) -> Primitive:
     )
     if hidden and not star:
         return Projection(route, tuple(slot(i) for i in range(len(names))), tuple(names),
-                          keyspace=target.keyspace)
+                          keyspace=target.keyspace, mysql_names=_mysql_names(tree))
     return route
 
 
 def _select_names(tree: exp.Select) -> list[str]:
+    """The result column names: alias, column name, or the expression's text."""
     out = []
     for e in tree.expressions:
         if isinstance(e, exp.Alias):
@@ -174,8 +176,18 @@ def _select_names(tree: exp.Select) -> list[str]:
         elif isinstance(e, exp.Column):
             out.append(e.name)
         else:
-            out.append(e.sql(dialect="mysql"))
+            out.append(label(e))
     return out
+
+
+def _mysql_names(tree: exp.Select) -> tuple[str, ...]:
+    """The names on MySQL/MariaDB where they differ: a string constant is named by
+    its value there (``SELECT 'x'`` is column ``x``); empty when none differ."""
+    items = tree.expressions
+    if not any(isinstance(e, exp.Literal) and e.is_string for e in items):
+        return ()
+    return tuple(e.this if isinstance(e, exp.Literal) and e.is_string else name
+                 for e, name in zip(items, _select_names(tree), strict=True))
 
 
 def find_selected(tree: exp.Select, node: exp.Expr) -> int | None:
@@ -485,4 +497,5 @@ def plan_aggregation(tree: exp.Select, make_input: InputFactory, keyspace: str) 
         out = Limit(out, limit, offset)
     columns = tuple(compile_(e.this if isinstance(e, exp.Alias) else e) for e in items)
     return Projection(out, columns, tuple(_select_names(tree)),
-                      tuple(e.sql(dialect="mysql") for e in items), keyspace)
+                      tuple(e.sql(dialect="mysql") for e in items), keyspace,
+                      _mysql_names(tree))

@@ -566,3 +566,23 @@ async def test_a_name_inside_an_aggregate_is_the_tables_column_not_the_alias(pai
         with pytest.raises(ShardgateError) as err:
             await pair.gate.execute(pair.sh, sql)
         assert err.value.code is Code.UNIMPLEMENTED
+
+
+async def test_columns_the_gate_computes_are_named_as_the_database_names_them(
+    pair: Pair
+) -> None:
+    # MySQL names a string constant by its value, SQLite by its text; both name
+    # an expression by its text as written (x NOT IN (...), not NOT x IN (...))
+    if pair.kind == "postgres":
+        pytest.skip("PostgreSQL names both ?column?; the gate keeps the text")
+    const = "x" if pair.kind == "mysql" else "'x'"
+    for sql, names in [
+        ("SELECT DISTINCT k, 'x' FROM t", ["k", const]),
+        ("SELECT DISTINCT 'x', k NOT IN (1, 2), s IS NOT NULL FROM t",
+         [const, "k NOT IN (1, 2)", "s IS NOT NULL"]),
+        ("SELECT 'x', COUNT(*) FROM t GROUP BY k", [const, "COUNT(*)"]),
+    ]:
+        got = await pair.gate.execute(pair.sh, sql)
+        assert got.fields == names, sql
+    want = await pair.gate.execute(pair.one, "SELECT DISTINCT k, 'x' FROM t")
+    assert want.fields == ["k", const]  # the database's own name
