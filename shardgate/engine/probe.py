@@ -18,23 +18,17 @@ from typing import Any
 
 from sqlglot import exp
 
-from shardgate.engine.primitives import ExecCursor, Primitive, ShardQuery
+from shardgate.engine.primitives import ExecCursor, Primitive, ShardQuery, over_no_rows
 from shardgate.result import Result
 from shardgate.sql.dialect import strip_qualifiers
 
 
-def over_no_rows(tree: exp.Expr) -> exp.Expr:
-    """``tree`` with ``WHERE 1 != 1 AND (its WHERE)``, no LIMIT or OFFSET (a SELECT)."""
-    probe = tree.copy()
-    if not isinstance(probe, exp.Select):
-        return probe
-    never: exp.Expr = exp.NEQ(this=exp.Literal.number(1), expression=exp.Literal.number(1))
-    where = probe.args.get("where")
-    if where is not None:
-        never = exp.and_(never, exp.Paren(this=where.this))
-    probe.set("where", exp.Where(this=never))
-    probe.set("limit", None)
-    probe.set("offset", None)
+def _probe_of(tree: exp.Expr) -> exp.Expr:
+    """``tree`` over no rows, without LIMIT or OFFSET (they cannot fail the check)."""
+    probe = over_no_rows(tree)
+    if isinstance(probe, exp.Select):
+        probe.set("limit", None)
+        probe.set("offset", None)
     return probe
 
 
@@ -53,7 +47,7 @@ class TypeChecked(Primitive):
         if vc.dialect(self.keyspace) != "postgres":
             return
         if not self._probe:
-            self._probe.append(ShardQuery(over_no_rows(strip_qualifiers(self.statement))))
+            self._probe.append(ShardQuery(_probe_of(strip_qualifiers(self.statement))))
         first = vc.shard_map(self.keyspace).names[:1]
         await vc.execute_shards(self.keyspace, first, self._probe[0], bind_vars, write=False)
 

@@ -586,3 +586,18 @@ async def test_columns_the_gate_computes_are_named_as_the_database_names_them(
         assert got.fields == names, sql
     want = await pair.gate.execute(pair.one, "SELECT DISTINCT k, 'x' FROM t")
     assert want.fields == ["k", const]  # the database's own name
+
+
+async def test_a_where_the_database_rejects_is_rejected_when_no_shard_is_targeted(
+    pair: Pair
+) -> None:
+    # email = 'nope@x' maps to no shard; PostgreSQL rejects ``id - 3`` as a condition
+    sql = "SELECT id FROM t WHERE email = 'nope@x' AND (id - 3 OR k = 1)"
+    if pair.kind == "postgres":
+        with pytest.raises(ShardgateError):
+            await pair.gate.execute(pair.one, sql)
+    await pair.alike(sql)
+    # a vindex IN list whose values all map to no shard still gives the fields
+    got = await pair.gate.execute(pair.sh, "SELECT id, s FROM t WHERE id IN ('x', 2.5)") \
+        if pair.kind == "sqlite" else None
+    assert got is None or (got.fields == ["id", "s"] and got.rows == [])
