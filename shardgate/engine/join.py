@@ -18,12 +18,15 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
+
+from sqlglot import exp
 
 from shardgate.engine.primitives import ExecCursor, Primitive, semantics_of
 from shardgate.errors import InvalidArgument, Unsupported
 from shardgate.result import Result, Row
+from shardgate.sql.labels import label, with_values
 
 JOIN_BATCH = 500
 
@@ -98,6 +101,8 @@ class PulloutSubquery(Primitive):
     has_values: str | None = None
     #: the keyspaces of the outer query (where IN is evaluated)
     keyspaces: tuple[str, ...] = ()
+    #: result columns (position, text as written) named with their bind variables' values
+    labels: tuple[tuple[int, exp.Expr], ...] = ()
 
     async def execute(self, vc: ExecCursor, bind_vars: Mapping[str, Any]) -> Result:
         res = await self.subquery.execute(vc, bind_vars)
@@ -115,7 +120,14 @@ class PulloutSubquery(Primitive):
         bound = {**bind_vars, self.var: values or [None]}
         if self.has_values is not None:
             bound[self.has_values] = 1 if values else 0
-        return await self.outer.execute(vc, bound)
+        res = await self.outer.execute(vc, bound)
+        if not self.labels:
+            return res
+        fields = list(res.fields)
+        for i, item in self.labels:
+            if i < len(fields):
+                fields[i] = label(with_values(item, bind_vars))
+        return replace(res, fields=fields)
 
     def describe(self) -> dict[str, Any]:
         return {

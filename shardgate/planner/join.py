@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from sqlglot import exp
 
@@ -53,6 +53,8 @@ class Pulled:
     var: str
     plan: Primitive
     has_values: str | None = None
+    #: select-list items (position, text as written) whose name holds bind variables
+    labels: tuple[tuple[int, exp.Expr], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -80,7 +82,7 @@ def pull_out_subqueries(stmt: exp.Select, plan: PlanFn) -> tuple[exp.Select, lis
         return stmt, pulled
     stmt = stmt.copy()
     candidates = [n for n in own_nodes(stmt) if isinstance(n, exp.In) and n.args.get("query")]
-    keep_labels(stmt, candidates)
+    labels = keep_labels(stmt, candidates)
     for node in candidates:
         query = node.args.get("query")
         if query is None:
@@ -100,20 +102,33 @@ def pull_out_subqueries(stmt: exp.Select, plan: PlanFn) -> tuple[exp.Select, lis
         pulled.append(Pulled(var, plan(inner), has))
         node.replace(exp.Paren(this=exp.and_(
             exp.EQ(this=exp.Placeholder(this=has), expression=exp.Literal.number(1)), member)))
+    if pulled and labels:  # the first runs outermost: it names the result's columns
+        pulled[0] = replace(pulled[0], labels=labels)
     return stmt, pulled
 
 
-def keep_labels(stmt: exp.Select, rewritten: Sequence[exp.Expr]) -> None:
+def keep_labels(
+    stmt: exp.Select, rewritten: Sequence[exp.Expr]
+) -> tuple[tuple[int, exp.Expr], ...]:
     """Alias each unaliased select-list item containing a node of ``rewritten``
     by its text, in place, so the column keeps the name the database gives it
-    (the expression as written), not that of its rewrite."""
+    (the expression as written), not that of its rewrite.
+
+    Returns the items whose text holds bind variables, by position: the
+    database names those with the values, known only at execution.
+    """
     ids = {id(n) for n in rewritten}
     items = []
-    for item in stmt.expressions:
+    bound: list[tuple[int, exp.Expr]] = []
+    star = any(isinstance(e, exp.Star) or e.is_star for e in stmt.expressions)
+    for i, item in enumerate(stmt.expressions):
         if not isinstance(item, exp.Alias) and any(id(n) in ids for n in item.walk()):
+            if not star and item.find(exp.Placeholder) is not None:
+                bound.append((i, item.copy()))
             item = exp.alias_(item, label(item), quoted=True, copy=False)
         items.append(item)
     stmt.set("expressions", items)
+    return tuple(bound)
 
 
 def _filters_rows(node: exp.Expr) -> bool:
@@ -138,7 +153,7 @@ def own_nodes(stmt: exp.Expr) -> Iterator[exp.Expr]:
 def wrap_pulled(outer: Primitive, pulled: list[Pulled], keyspaces: tuple[str, ...]) -> Primitive:
     """The outer plan (over ``keyspaces``) behind the pulled-out subqueries."""
     for p in reversed(pulled):
-        outer = PulloutSubquery(p.plan, outer, p.var, p.has_values, keyspaces)
+        outer = PulloutSubquery(p.plan, outer, p.var, p.has_values, keyspaces, p.labels)
     return outer
 
 

@@ -8,6 +8,9 @@ the gate rewrote (a pulled-out subquery) is still named as the user wrote it.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from sqlglot import exp
 from sqlglot.generators.mysql import MySQLGenerator
 
@@ -31,3 +34,17 @@ class _LabelGenerator(MySQLGenerator):
 def label(expression: exp.Expr) -> str:
     """The column name a database gives ``expression`` when it has no alias."""
     return str(_LabelGenerator().generate(expression, copy=True))
+
+
+def with_values(expression: exp.Expr, bind_vars: Mapping[str, Any]) -> exp.Expr:
+    """``expression`` with each scalar bind variable replaced by its value as a
+    literal: how a database given the values names the column."""
+
+    def literal(node: exp.Expr) -> exp.Expr:
+        if isinstance(node, exp.Placeholder) and node.name in bind_vars:
+            value = bind_vars[node.name]
+            if value is None or isinstance(value, bool | int | float | str):
+                return exp.convert(value)
+        return node
+
+    return expression.transform(literal)

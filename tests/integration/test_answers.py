@@ -601,3 +601,25 @@ async def test_a_where_the_database_rejects_is_rejected_when_no_shard_is_targete
     got = await pair.gate.execute(pair.sh, "SELECT id, s FROM t WHERE id IN ('x', 2.5)") \
         if pair.kind == "sqlite" else None
     assert got is None or (got.fields == ["id", "s"] and got.rows == [])
+
+
+async def test_a_pulled_out_select_list_item_is_named_with_its_bind_values(pair: Pair) -> None:
+    # the database, given the value, names the column with it
+    if pair.kind == "postgres":
+        pytest.skip("PostgreSQL names it ?column?; the gate keeps the text")
+    got = await pair.gate.execute(
+        pair.sh, "SELECT id, k IN (SELECT v FROM u WHERE v <> :x AND w <> :y) FROM t",
+        {"x": 40, "y": "a"})
+    assert got.fields == ["id", "k IN (SELECT v FROM u WHERE v <> 40 AND w <> 'a')"]
+    want = await pair.gate.execute(
+        pair.one, "SELECT id, k IN (SELECT v FROM u WHERE v <> 40 AND w <> 'a') FROM t")
+    assert [f.lower() for f in want.fields] == [f.lower() for f in got.fields]
+
+
+async def test_a_gate_side_join_the_database_rejects_is_rejected(pair: Pair) -> None:
+    # t.k = u.v is not the vindex: joined at the gate; PostgreSQL has no bigint = boolean
+    sql = "SELECT t.id, u.id FROM t JOIN u ON t.k = u.v WHERE (t.id IN (TRUE, 32) OR u.w IS NULL)"
+    if pair.kind == "postgres":
+        with pytest.raises(ShardgateError):
+            await pair.gate.execute(pair.one, sql)
+    await pair.alike(sql)
