@@ -42,7 +42,7 @@ from shardgate.engine.probe import TypeChecked
 from shardgate.engine.sqlsem import Semantics
 from shardgate.engine.values import BindVar, Value, from_expression, is_constant
 from shardgate.errors import InvalidArgument, Unsupported
-from shardgate.sql.dialect import AVG_SUM
+from shardgate.sql.dialect import AVG_SUM, strip_qualifiers
 from shardgate.sql.labels import label
 from shardgate.vindexes import Vindex
 
@@ -93,8 +93,21 @@ def plan_multi_shard(stmt: exp.Select, tree: exp.Select, target: RouteTarget) ->
         raise Unsupported("window functions across shards are not supported")
     if stmt.args.get("locks"):
         raise Unsupported("SELECT ... FOR UPDATE across shards is not supported")
-    plan = _aggregating(tree, target) if needs_aggregation(stmt) else _plain(tree, target)
+    sent: list[exp.Expr] = []
+    plan = _aggregating(tree, target, sent) if needs_aggregation(stmt) else _plain(tree, target)
+    if isinstance(plan, Route) or _as_sent(stmt, sent):
+        return plan  # the shards see the statement itself: they check it
     return TypeChecked(plan, target.keyspace, stmt)
+
+
+def _as_sent(stmt: exp.Select, sent: list[exp.Expr]) -> bool:
+    """Whether the one shard query in ``sent`` is ``stmt`` itself (no LIMIT/OFFSET)."""
+    if len(sent) != 1:
+        return False
+    bare = strip_qualifiers(stmt)
+    bare.set("limit", None)
+    bare.set("offset", None)
+    return bool(bare.sql(dialect="mysql") == sent[0].sql(dialect="mysql"))
 
 
 def _limits(tree: exp.Select) -> tuple[Value | None, Value | None]:
@@ -223,8 +236,9 @@ _PARTIALS = (exp.Count, exp.Sum, exp.Min, exp.Max, exp.Avg, exp.AnyValue)
 InputFactory = Callable[[list[exp.Expr], list[exp.Expr]], Primitive]
 
 
-def _aggregating(tree: exp.Select, target: RouteTarget) -> Primitive:
-    """Aggregation whose partials the shards compute in one rewritten query."""
+def _aggregating(tree: exp.Select, target: RouteTarget, sent: list[exp.Expr]) -> Primitive:
+    """Aggregation whose partials the shards compute in one rewritten query
+    (appended to ``sent``)."""
 
     def shard_query(items: list[exp.Expr], groups: list[exp.Expr]) -> Primitive:
         shard = tree.copy()
@@ -232,6 +246,7 @@ def _aggregating(tree: exp.Select, target: RouteTarget) -> Primitive:
         for arg in ("distinct", "having", "order", "limit", "offset"):
             shard.set(arg, None)
         shard.set("group", exp.Group(expressions=groups) if groups else None)
+        sent.append(shard)
         return Route(target.opcode, target.keyspace, True, ShardQuery(shard),
                      table=target.table, vindex=target.vindex, values=target.values,
                      in_var=target.in_var, columns=target.columns)
