@@ -67,6 +67,8 @@ SCATTER = _Marker.SCATTER
 _INT_RE = re.compile(r"[+-]?[0-9]+")
 _NUMBER_RE = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
 _EXACT_FLOAT = 1 << 53
+#: the characters SQLite skips around a number it reads from text (sqlite3Isspace)
+_SQLITE_SPACE = " \t\n\v\f\r"
 _MYSQL_INTEGERS = frozenset({"tinyint", "smallint", "mediumint", "int", "integer", "bigint"})
 _MYSQL_TEXTS = frozenset({"varchar", "tinytext", "text", "mediumtext", "longtext"})
 _PG_INTEGERS = frozenset({"smallint", "integer", "bigint"})
@@ -145,12 +147,14 @@ def _to_integer(value: Any, dialect: str, write: bool, column: str) -> Any:
         return _integral(decimal.Decimal(value) if isinstance(value, float) else value,
                          value, write, column, exact=isinstance(value, decimal.Decimal))
     if isinstance(value, str):
-        if _INT_RE.fullmatch(value):
-            return int(value)
-        if _NUMBER_RE.fullmatch(value):
+        # SQLite compares ' 4' with an integer column as 4 (numeric affinity)
+        text = value.strip(_SQLITE_SPACE) if dialect == "sqlite" and not write else value
+        if _INT_RE.fullmatch(text):
+            return int(text)
+        if _NUMBER_RE.fullmatch(text):
             if dialect == "postgres":
                 raise _refuse(value, column, "PostgreSQL reads only whole numbers into integers")
-            return _integral(decimal.Decimal(value), value, write, column, exact=True)
+            return _integral(decimal.Decimal(text), value, write, column, exact=True)
         if not write and dialect == "sqlite":
             return NO_MATCH  # SQLite compares it as text: no integer equals it
         raise _refuse(value, column, "it is not a number and the column holds integers")

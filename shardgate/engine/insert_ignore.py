@@ -7,10 +7,12 @@ statement's transaction, one row at a time and in order (earlier rows win,
 as in the database):
 
 1. for each owned lookup, the rows the lookup table already holds for the
-   value: a unique lookup pointing at another keyspace id means the value is
-   taken, so the row is skipped; a row already pointing at this keyspace id is
-   kept (it is not the statement's to remove); otherwise the lookup row is
-   created (lookup rows first, as for every insert);
+   value: any row of a unique lookup means the value is taken (also when it
+   points at this keyspace id: another owner row with the same keyspace id
+   holds it), so the row is skipped; a non-unique lookup's row already
+   pointing at this keyspace id is kept (it is not the statement's to
+   remove); otherwise the lookup row is created (lookup rows first, as for
+   every insert);
 2. the owner row alone, with the shard's own IGNORE;
 3. if the shard skipped it (0 rows affected: a primary or unique key
    conflict), the lookup rows step 1 created are deleted again.
@@ -65,11 +67,14 @@ async def _claim(
         if value is None and lookup.ignore_nulls:
             continue
         held = await lookup.existing(cursor, value) if value is not None else []
-        if ksid in held:
-            continue
         if lookup.unique and held:
+            # taken, also by a row of this keyspace id (t2's vindex is k, not
+            # the primary key: two rows with one k share it): the database's
+            # unique key refuses the row, the shard alone (no such key) would not
             await _release(cursor, created, ksid)
             return None
+        if ksid in held:
+            continue
         await lookup.create(cursor, [[value]], [ksid])
         created.append((lookup, value))
     return created

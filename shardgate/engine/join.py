@@ -8,18 +8,25 @@
 * :class:`PulloutSubquery`: runs an uncorrelated ``IN (SELECT ...)`` subquery
   first and binds its values as a list for the outer query (an empty result
   binds ``[NULL]``, which ``IN`` never matches; where IN's value matters, a
-  flag tells the outer query the subquery was empty).
+  flag tells the outer query the subquery was empty). On MariaDB such an IN
+  is refused when the subquery returns a NULL: there ``x IN (SELECT col ...)``
+  is FALSE, not NULL, for an ``x`` outside the range of ``col``'s type
+  (``4611686018427387904 IN (SELECT int_col ...)``, while the same IN over
+  constants is NULL), which the gate cannot tell from the values.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
+from sqlglot import exp
+
 from shardgate.engine.primitives import ExecCursor, Primitive, semantics_of
-from shardgate.errors import InvalidArgument
+from shardgate.errors import InvalidArgument, Unsupported
 from shardgate.result import Result, Row
+from shardgate.sql.labels import label, with_values
 
 JOIN_BATCH = 500
 
@@ -92,6 +99,10 @@ class PulloutSubquery(Primitive):
     #: set to 1 when the subquery returned rows, 0 when it returned none; the
     #: values then keep a NULL the subquery returned (IN's value matters)
     has_values: str | None = None
+    #: the keyspaces of the outer query (where IN is evaluated)
+    keyspaces: tuple[str, ...] = ()
+    #: result columns (position, text as written) named with their bind variables' values
+    labels: tuple[tuple[int, exp.Expr], ...] = ()
 
     async def execute(self, vc: ExecCursor, bind_vars: Mapping[str, Any]) -> Result:
         res = await self.subquery.execute(vc, bind_vars)
@@ -99,10 +110,24 @@ class PulloutSubquery(Primitive):
             raise InvalidArgument("a subquery used with IN must select exactly one column")
         keep_null = self.has_values is not None
         values = list(dict.fromkeys(r[0] for r in res.rows if keep_null or r[0] is not None))
+        if keep_null and None in values and any(vc.dialect(k) == "mysql" for k in self.keyspaces):
+            raise Unsupported(
+                "x IN (SELECT ...) under NOT, OR or in the select list cannot be answered "
+                "across MariaDB shards when the subquery returns NULL: MariaDB answers FALSE, "
+                "not NULL, for values outside the range of the subquery column's type, which "
+                "the gate cannot know; exclude the NULLs (WHERE col IS NOT NULL)"
+            )
         bound = {**bind_vars, self.var: values or [None]}
         if self.has_values is not None:
             bound[self.has_values] = 1 if values else 0
-        return await self.outer.execute(vc, bound)
+        res = await self.outer.execute(vc, bound)
+        if not self.labels:
+            return res
+        fields = list(res.fields)
+        for i, item in self.labels:
+            if i < len(fields):
+                fields[i] = label(with_values(item, bind_vars))
+        return replace(res, fields=fields)
 
     def describe(self) -> dict[str, Any]:
         return {

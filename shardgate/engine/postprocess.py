@@ -26,7 +26,7 @@ from shardgate.engine.evaluate import Evaluator
 from shardgate.engine.primitives import ExecCursor, Primitive, order_compare, semantics_of
 from shardgate.engine.sqlsem import EXACT, INT64_MAX, INT64_MIN, Semantics
 from shardgate.engine.values import Value
-from shardgate.errors import InvalidArgument
+from shardgate.errors import InvalidArgument, Unsupported
 from shardgate.result import Result, Row
 from shardgate.sql.dialect import avg_partial
 
@@ -105,7 +105,23 @@ def _sum_distinct(values: Sequence[Any], sem: Semantics) -> Any:
     if total is not None and (as_double or (
             sem.dialect == "sqlite" and not isinstance(total, int))):
         return float(total)
-    return _checked_sum(total, sem)
+    total = _checked_sum(total, sem)
+    if sem.dialect == "sqlite" and isinstance(total, int):
+        _refuse_order_dependent_overflow(values)
+    return total
+
+
+def _refuse_order_dependent_overflow(values: Sequence[Any]) -> None:
+    """SQLite's integer SUM fails when a running total leaves BIGINT, so a total
+    that fits may still fail depending on the order it reads the rows in: in
+    some order it does when the positive (or the negative) values alone do not fit.
+    The gate cannot know the database's row order, so it refuses."""
+    ints = [v for v in values if isinstance(v, int)]
+    if sum(v for v in ints if v > 0) > INT64_MAX or sum(v for v in ints if v < 0) < INT64_MIN:
+        raise Unsupported(
+            "SUM(DISTINCT ...) over these values overflows BIGINT on SQLite or not depending "
+            "on the order the database reads its rows in, which the gate cannot know"
+        )
 
 
 @dataclass(frozen=True)
@@ -300,12 +316,15 @@ class Projection(Primitive):
     texts: tuple[str, ...] = ()
     #: the keyspace whose database's semantics the expressions follow
     keyspace: str = ""
+    #: the names on MySQL/MariaDB, where they differ (a string constant's value)
+    mysql_names: tuple[str, ...] = ()
 
     async def execute(self, vc: ExecCursor, bind_vars: Mapping[str, Any]) -> Result:
         res = await self.input.execute(vc, bind_vars)
         cols = self.columns
         sem = semantics_of(vc, self.keyspace)
-        return Result(fields=list(self.names),
+        names = self.mysql_names if self.mysql_names and sem.dialect == "mysql" else self.names
+        return Result(fields=list(names),
                       rows=[tuple(f(r, sem) for f in cols) for r in res.rows],
                       rows_affected=res.rows_affected)
 

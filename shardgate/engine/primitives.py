@@ -349,7 +349,9 @@ class Route(Primitive):
             # which gives the fields, and the one row an aggregate without
             # GROUP BY returns over an empty table (COUNT(*) = 0).
             smap = vc.shard_map(self.keyspace)
-            field_query = ShardQuery(_impossible(self.query.tree))
+            field_query = ShardQuery(over_no_rows(self.query.tree))
+            if self.in_var is not None:  # the split IN list: no value reached a shard
+                bind_vars = {**bind_vars, self.in_var: [None]}
             results = await vc.execute_shards(
                 self.keyspace, smap.names[:1], field_query, bind_vars, write=False
             )
@@ -472,16 +474,21 @@ def _int_of(v: Value | None, bind_vars: Mapping[str, Any], what: str) -> int:
     return n
 
 
-def _impossible(tree: exp.Expr) -> exp.Expr:
-    """The same SELECT with ``WHERE 1 != 1``: the fields, and rows only for aggregates.
+def over_no_rows(tree: exp.Expr) -> exp.Expr:
+    """The same SELECT with ``WHERE 1 != 1 AND (its WHERE)``: the fields, and rows
+    only for aggregates.
 
     GROUP BY, HAVING and LIMIT stay, so an aggregate without GROUP BY answers
-    its one row over no rows, as one database would.
+    its one row over no rows, as one database would; the WHERE stays so the
+    database rejects what it would reject (PostgreSQL: ``WHERE id - 3``).
     """
     t = tree.copy()
     if isinstance(t, exp.Select):
-        t.set("where", exp.Where(this=exp.NEQ(this=exp.Literal.number(1),
-                                              expression=exp.Literal.number(1))))
+        never: exp.Expr = exp.NEQ(this=exp.Literal.number(1), expression=exp.Literal.number(1))
+        where = t.args.get("where")
+        if where is not None:
+            never = exp.and_(never, exp.Paren(this=where.this))
+        t.set("where", exp.Where(this=never))
     return t
 
 

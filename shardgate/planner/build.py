@@ -29,6 +29,7 @@ from shardgate.engine.primitives import (
     Route,
     ShardQuery,
 )
+from shardgate.engine.probe import TypeChecked
 from shardgate.engine.scalar import ScalarSubqueries
 from shardgate.engine.values import SQLExpr, Value, from_expression
 from shardgate.errors import InvalidArgument, ShardgateError, Unsupported
@@ -191,6 +192,11 @@ def _refs(stmt: exp.Expression, vschema: VSchema, default_keyspace: str | None) 
     return refs
 
 
+def _only(keyspaces: set[str]) -> str | None:
+    """The one keyspace of the set, if it has one."""
+    return next(iter(keyspaces)) if len(keyspaces) == 1 else None
+
+
 def _single_keyspace(refs: list[_Ref], what: str) -> str:
     keyspaces = {r.table.keyspace for r in refs}
     if len(keyspaces) > 1:
@@ -234,7 +240,7 @@ def _plan_select(stmt: exp.Expression, vschema: VSchema, default_ks: str | None)
 
     outer, pulled = pull_out_subqueries(stmt, plan)
     if pulled:
-        return wrap_pulled(plan(outer), pulled)
+        return wrap_pulled(plan(outer), pulled, tuple(sorted(keyspaces)))
     outer, values = pull_out_values(stmt, plan)
     if values:
         return wrap_values(plan(outer), values)
@@ -271,7 +277,10 @@ def _plan_select(stmt: exp.Expression, vschema: VSchema, default_ks: str | None)
         expanded = expand_stars(stmt, trefs)
         if expanded is not stmt:
             stmt, trefs = expanded, table_refs(expanded, vschema, default_ks)
-        return plan_nested_loop(stmt, trefs, plan)
+        joined = plan_nested_loop(stmt, trefs, plan)
+        # one keyspace: every shard holds every table, so one can type-check the join
+        one_ks = _only(keyspaces)
+        return TypeChecked(joined, one_ks, stmt) if one_ks is not None else joined
     ks_name = next(iter(keyspaces))
     sharded = [r for r in refs if r.table.type != "reference"]
     if not sharded:

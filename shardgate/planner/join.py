@@ -22,8 +22,8 @@ computed from per-row partials. Correlated subqueries are refused.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, replace
 
 from sqlglot import exp
 
@@ -35,6 +35,7 @@ from shardgate.errors import Unsupported
 from shardgate.planner.finish import finish_at_gate
 from shardgate.planner.routing import RouteChoice, choose, conjuncts
 from shardgate.planner.select import needs_aggregation
+from shardgate.sql.labels import label
 from shardgate.vindexes import Lookup
 from shardgate.vschema import Table, VSchema
 
@@ -52,6 +53,8 @@ class Pulled:
     var: str
     plan: Primitive
     has_values: str | None = None
+    #: select-list items (position, text as written) whose name holds bind variables
+    labels: tuple[tuple[int, exp.Expr], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -79,6 +82,7 @@ def pull_out_subqueries(stmt: exp.Select, plan: PlanFn) -> tuple[exp.Select, lis
         return stmt, pulled
     stmt = stmt.copy()
     candidates = [n for n in own_nodes(stmt) if isinstance(n, exp.In) and n.args.get("query")]
+    labels = keep_labels(stmt, candidates)
     for node in candidates:
         query = node.args.get("query")
         if query is None:
@@ -98,7 +102,33 @@ def pull_out_subqueries(stmt: exp.Select, plan: PlanFn) -> tuple[exp.Select, lis
         pulled.append(Pulled(var, plan(inner), has))
         node.replace(exp.Paren(this=exp.and_(
             exp.EQ(this=exp.Placeholder(this=has), expression=exp.Literal.number(1)), member)))
+    if pulled and labels:  # the first runs outermost: it names the result's columns
+        pulled[0] = replace(pulled[0], labels=labels)
     return stmt, pulled
+
+
+def keep_labels(
+    stmt: exp.Select, rewritten: Sequence[exp.Expr]
+) -> tuple[tuple[int, exp.Expr], ...]:
+    """Alias each unaliased select-list item containing a node of ``rewritten``
+    by its text, in place, so the column keeps the name the database gives it
+    (the expression as written), not that of its rewrite.
+
+    Returns the items whose text holds bind variables, by position: the
+    database names those with the values, known only at execution.
+    """
+    ids = {id(n) for n in rewritten}
+    items = []
+    bound: list[tuple[int, exp.Expr]] = []
+    star = any(isinstance(e, exp.Star) or e.is_star for e in stmt.expressions)
+    for i, item in enumerate(stmt.expressions):
+        if not isinstance(item, exp.Alias) and any(id(n) in ids for n in item.walk()):
+            if not star and item.find(exp.Placeholder) is not None:
+                bound.append((i, item.copy()))
+            item = exp.alias_(item, label(item), quoted=True, copy=False)
+        items.append(item)
+    stmt.set("expressions", items)
+    return tuple(bound)
 
 
 def _filters_rows(node: exp.Expr) -> bool:
@@ -120,9 +150,10 @@ def own_nodes(stmt: exp.Expr) -> Iterator[exp.Expr]:
                 queue.append(child)
 
 
-def wrap_pulled(outer: Primitive, pulled: list[Pulled]) -> Primitive:
+def wrap_pulled(outer: Primitive, pulled: list[Pulled], keyspaces: tuple[str, ...]) -> Primitive:
+    """The outer plan (over ``keyspaces``) behind the pulled-out subqueries."""
     for p in reversed(pulled):
-        outer = PulloutSubquery(p.plan, outer, p.var, p.has_values)
+        outer = PulloutSubquery(p.plan, outer, p.var, p.has_values, keyspaces, p.labels)
     return outer
 
 

@@ -16,6 +16,7 @@ from sqlglot import exp
 from shardgate.engine.primitives import Primitive
 from shardgate.engine.pullout import PulloutExists, PulloutValue
 from shardgate.planner.join import correlated
+from shardgate.sql.labels import label
 
 VALUE_VAR = "__sg_sv{}"
 
@@ -61,7 +62,7 @@ def pull_out_values(stmt: exp.Select, plan: PlanFn) -> tuple[exp.Select, list[Pu
         value: exp.Expr = exp.Placeholder(this=var)
         if node.parent is out and node.arg_key == "expressions":
             # a select-list item keeps the name the database gives it: its text
-            value = exp.alias_(value, node.sql(dialect="mysql"), quoted=True)
+            value = exp.alias_(value, label(node), quoted=True)
         node.replace(value)
     return out, pulled
 

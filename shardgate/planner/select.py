@@ -38,10 +38,12 @@ from shardgate.engine.postprocess import (
     slot,
 )
 from shardgate.engine.primitives import Opcode, OrderKey, Primitive, Route, ShardQuery
+from shardgate.engine.probe import TypeChecked
 from shardgate.engine.sqlsem import Semantics
 from shardgate.engine.values import BindVar, Value, from_expression, is_constant
 from shardgate.errors import InvalidArgument, Unsupported
-from shardgate.sql.dialect import AVG_SUM
+from shardgate.sql.dialect import AVG_SUM, strip_qualifiers
+from shardgate.sql.labels import label
 from shardgate.vindexes import Vindex
 
 UPPER_LIMIT_VAR = "__sg_upper_limit"
@@ -91,9 +93,21 @@ def plan_multi_shard(stmt: exp.Select, tree: exp.Select, target: RouteTarget) ->
         raise Unsupported("window functions across shards are not supported")
     if stmt.args.get("locks"):
         raise Unsupported("SELECT ... FOR UPDATE across shards is not supported")
-    if needs_aggregation(stmt):
-        return _aggregating(tree, target)
-    return _plain(tree, target)
+    sent: list[exp.Expr] = []
+    plan = _aggregating(tree, target, sent) if needs_aggregation(stmt) else _plain(tree, target)
+    if isinstance(plan, Route) or _as_sent(stmt, sent):
+        return plan  # the shards see the statement itself: they check it
+    return TypeChecked(plan, target.keyspace, stmt)
+
+
+def _as_sent(stmt: exp.Select, sent: list[exp.Expr]) -> bool:
+    """Whether the one shard query in ``sent`` is ``stmt`` itself (no LIMIT/OFFSET)."""
+    if len(sent) != 1:
+        return False
+    bare = strip_qualifiers(stmt)
+    bare.set("limit", None)
+    bare.set("offset", None)
+    return bool(bare.sql(dialect="mysql") == sent[0].sql(dialect="mysql"))
 
 
 def _limits(tree: exp.Select) -> tuple[Value | None, Value | None]:
@@ -162,11 +176,12 @@ def _plain(tree: exp.Select, target: RouteTarget) -> Primitive:
     )
     if hidden and not star:
         return Projection(route, tuple(slot(i) for i in range(len(names))), tuple(names),
-                          keyspace=target.keyspace)
+                          keyspace=target.keyspace, mysql_names=_mysql_names(tree))
     return route
 
 
 def _select_names(tree: exp.Select) -> list[str]:
+    """The result column names: alias, column name, or the expression's text."""
     out = []
     for e in tree.expressions:
         if isinstance(e, exp.Alias):
@@ -174,8 +189,18 @@ def _select_names(tree: exp.Select) -> list[str]:
         elif isinstance(e, exp.Column):
             out.append(e.name)
         else:
-            out.append(e.sql(dialect="mysql"))
+            out.append(label(e))
     return out
+
+
+def _mysql_names(tree: exp.Select) -> tuple[str, ...]:
+    """The names on MySQL/MariaDB where they differ: a string constant is named by
+    its value there (``SELECT 'x'`` is column ``x``); empty when none differ."""
+    items = tree.expressions
+    if not any(isinstance(e, exp.Literal) and e.is_string for e in items):
+        return ()
+    return tuple(e.this if isinstance(e, exp.Literal) and e.is_string else name
+                 for e, name in zip(items, _select_names(tree), strict=True))
 
 
 def find_selected(tree: exp.Select, node: exp.Expr) -> int | None:
@@ -211,8 +236,9 @@ _PARTIALS = (exp.Count, exp.Sum, exp.Min, exp.Max, exp.Avg, exp.AnyValue)
 InputFactory = Callable[[list[exp.Expr], list[exp.Expr]], Primitive]
 
 
-def _aggregating(tree: exp.Select, target: RouteTarget) -> Primitive:
-    """Aggregation whose partials the shards compute in one rewritten query."""
+def _aggregating(tree: exp.Select, target: RouteTarget, sent: list[exp.Expr]) -> Primitive:
+    """Aggregation whose partials the shards compute in one rewritten query
+    (appended to ``sent``)."""
 
     def shard_query(items: list[exp.Expr], groups: list[exp.Expr]) -> Primitive:
         shard = tree.copy()
@@ -220,6 +246,7 @@ def _aggregating(tree: exp.Select, target: RouteTarget) -> Primitive:
         for arg in ("distinct", "having", "order", "limit", "offset"):
             shard.set(arg, None)
         shard.set("group", exp.Group(expressions=groups) if groups else None)
+        sent.append(shard)
         return Route(target.opcode, target.keyspace, True, ShardQuery(shard),
                      table=target.table, vindex=target.vindex, values=target.values,
                      in_var=target.in_var, columns=target.columns)
@@ -328,6 +355,20 @@ def plan_aggregation(tree: exp.Select, make_input: InputFactory, keyspace: str) 
             return found
         return node
 
+    def unalias_outside_aggregates(node: exp.Expr) -> exp.Expr:
+        """HAVING / ORDER BY: inside an aggregate a name is the table's column when
+        the table has one (MIN(k) with ``n AS k`` is MIN of column k), else the alias."""
+        if isinstance(node, exp.Column) and not node.table and \
+                node.name.lower() in aliases and node.find_ancestor(exp.AggFunc) is not None:
+            if node.name.lower() in column_names:
+                return node
+            raise Unsupported(
+                f"{node.name!r} inside an aggregate in HAVING / ORDER BY names a table column "
+                "if the table has one, else the select alias, and the gate does not know the "
+                "table's columns: qualify it with the table or rename the alias"
+            )
+        return unalias(node)
+
     def unalias_group(node: exp.Expr) -> exp.Expr:
         # A column the statement uses, or an alias of an aggregate (nothing groups
         # by an aggregate): the name is the table's column.
@@ -376,9 +417,9 @@ def plan_aggregation(tree: exp.Select, make_input: InputFactory, keyspace: str) 
         grouped = {g.name.lower() for g in groups if isinstance(g, exp.Column) and not g.table}
         having_expr = having_expr.transform(
             lambda n: n if isinstance(n, exp.Column) and n.name.lower() in grouped
-            else unalias(n))
+            else unalias_outside_aggregates(n))
         exprs.append(having_expr)
-    order_exprs = [item(o.this).transform(unalias) for o in order_items]
+    order_exprs = [item(o.this).transform(unalias_outside_aggregates) for o in order_items]
     exprs.extend(order_exprs)
     aggs: dict[str, exp.AggFunc] = {}
     for e in exprs:
@@ -471,4 +512,5 @@ def plan_aggregation(tree: exp.Select, make_input: InputFactory, keyspace: str) 
         out = Limit(out, limit, offset)
     columns = tuple(compile_(e.this if isinstance(e, exp.Alias) else e) for e in items)
     return Projection(out, columns, tuple(_select_names(tree)),
-                      tuple(e.sql(dialect="mysql") for e in items), keyspace)
+                      tuple(e.sql(dialect="mysql") for e in items), keyspace,
+                      _mysql_names(tree))

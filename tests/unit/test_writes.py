@@ -103,6 +103,20 @@ async def test_insert_ignore_keeps_lookup_rows_it_did_not_create() -> None:
     assert lookup_rows(vc) == ([("a", ksid(1))], [("a@x", ksid(1))])
 
 
+async def test_insert_ignore_skips_a_unique_value_taken_by_a_row_of_the_same_keyspace_id(
+) -> None:
+    # Another owner row with this keyspace id holds b@x (a table whose primary
+    # vindex is not its primary key): one database's unique key skips the row,
+    # while the shard, without that key, would take it (rows_affected 1).
+    vc = cursor()
+    vc.lookup.script(f"insert into email_user_map values ('b@x', x'{ksid(1).hex()}')")
+    vc.results = {s: Result(rows_affected=1) for s in FOUR.names}
+    r = await run(vc, "insert ignore into user (id, name, email) values (1, 'n', 'b@x')")
+    assert r.rows_affected == 0
+    assert not [line for line in vc.log if "INSERT IGNORE INTO user" in line]
+    assert lookup_rows(vc) == ([], [("b@x", ksid(1))])
+
+
 def test_insert_ignore_with_lookups_outside_the_transaction_is_refused() -> None:
     vs = VSchema.from_json({"s": {
         "sharded": True,
@@ -237,6 +251,10 @@ INT, TEXT = Kind.INTEGER, Kind.TEXT
     (5.5, INT, "mysql", False, NO_MATCH),
     ("5.5", INT, "sqlite", False, NO_MATCH),
     ("abc", INT, "sqlite", False, NO_MATCH),
+    # SQLite reads a number from text skipping its whitespace: k = ' 4' matches 4
+    (" 4", INT, "sqlite", False, 4),
+    ("\t+4.0\n", INT, "sqlite", False, 4),
+    ("\x1c4", INT, "sqlite", False, NO_MATCH),  # not a space to sqlite3Isspace
     (7, TEXT, "postgres", True, "7"),
     (7, TEXT, "sqlite", False, "7"),
     (7, TEXT, "mysql", False, SCATTER),
