@@ -573,8 +573,7 @@ async def test_columns_the_gate_computes_are_named_as_the_database_names_them(
 ) -> None:
     # MySQL names a string constant by its value, SQLite by its text; both name
     # an expression by its text as written (x NOT IN (...), not NOT x IN (...))
-    if pair.kind == "postgres":
-        pytest.skip("PostgreSQL names both ?column?; the gate keeps the text")
+    # (PostgreSQL would say ?column?: the gate keeps the text, as MySQL does)
     const = "x" if pair.kind == "mysql" else "'x'"
     for sql, names in [
         ("SELECT DISTINCT k, 'x' FROM t", ["k", const]),
@@ -584,8 +583,9 @@ async def test_columns_the_gate_computes_are_named_as_the_database_names_them(
     ]:
         got = await pair.gate.execute(pair.sh, sql)
         assert got.fields == names, sql
-    want = await pair.gate.execute(pair.one, "SELECT DISTINCT k, 'x' FROM t")
-    assert want.fields == ["k", const]  # the database's own name
+    if pair.kind != "postgres":
+        want = await pair.gate.execute(pair.one, "SELECT DISTINCT k, 'x' FROM t")
+        assert want.fields == ["k", const]  # the database's own name
 
 
 async def test_a_where_the_database_rejects_is_rejected_when_no_shard_is_targeted(
