@@ -32,13 +32,12 @@ from collections.abc import Callable, Mapping
 from itertools import pairwise
 from typing import Any
 
-import xxhash
-
 from shardgate.errors import InvalidArgument
 from shardgate.keys import FULL_RANGE, KeyRange
 from shardgate.vindexes._values import to_bytes
 from shardgate.vindexes.base import KeyspaceId
 from shardgate.vindexes.functional import Hashing
+from shardgate.vindexes.xxhash64 import xxhash64_le
 
 #: MySQL's backslash escapes (Vitess ``sqltypes.SQLDecodeMap``); others stand for themselves
 _UNESCAPE = {ord("0"): 0, ord("b"): 8, ord("n"): 10, ord("r"): 13, ord("t"): 9, ord("Z"): 26}
@@ -49,8 +48,7 @@ def _md5(data: bytes) -> bytes:
 
 
 def _xxhash64(data: bytes) -> bytes:
-    digest: int = xxhash.xxh64_intdigest(data)
-    return digest.to_bytes(8, "little")[: len(data)]
+    return xxhash64_le(data)[: len(data)]
 
 
 _HASHES: dict[str, Callable[[bytes], bytes]] = {"md5": _md5, "xxhash64": _xxhash64}
