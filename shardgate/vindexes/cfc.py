@@ -33,10 +33,11 @@ from itertools import pairwise
 from typing import Any
 
 from shardgate.errors import InvalidArgument
-from shardgate.keys import FULL_RANGE, KeyRange
+from shardgate.keys import KeyRange
 from shardgate.vindexes._values import to_bytes
 from shardgate.vindexes.base import KeyspaceId
 from shardgate.vindexes.functional import Hashing
+from shardgate.vindexes.multicol import prefix_range
 from shardgate.vindexes.xxhash64 import xxhash64_le
 
 #: MySQL's backslash escapes (Vitess ``sqltypes.SQLDecodeMap``); others stand for themselves
@@ -73,19 +74,6 @@ def like_prefix(pattern: bytes) -> bytes:
         out.append(c)
         i += 1
     return bytes(out)
-
-
-def prefix_range(begin: bytes) -> KeyRange:
-    """``[begin, begin + 1)`` as Vitess's ``NewKeyRangeFromPrefix``; empty is every shard."""
-    if not begin:
-        return FULL_RANGE
-    end = bytearray(begin)
-    for i in range(len(end) - 1, -1, -1):
-        if end[i] < 255:
-            end[i] += 1
-            return KeyRange(begin, bytes(end))
-        end[i] = 0
-    return KeyRange(begin, b"")
 
 
 class CFC(Hashing):
