@@ -92,6 +92,9 @@ class UnicodeHashedFrom(HashedKeyspaceIds):
     ) -> list[bool]:
         return await super().verify(cursor, self._read_values(values), ksids)
 
+    async def existing(self, cursor: VCursor, value: Any) -> list[KeyspaceId]:
+        return await super().existing(cursor, self._read_values([value])[0])
+
     async def create(
         self,
         cursor: VCursor,
