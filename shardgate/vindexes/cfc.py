@@ -32,13 +32,13 @@ from collections.abc import Callable, Mapping
 from itertools import pairwise
 from typing import Any
 
-import xxhash
-
 from shardgate.errors import InvalidArgument
-from shardgate.keys import FULL_RANGE, KeyRange
+from shardgate.keys import KeyRange
 from shardgate.vindexes._values import to_bytes
 from shardgate.vindexes.base import KeyspaceId
 from shardgate.vindexes.functional import Hashing
+from shardgate.vindexes.multicol import prefix_range
+from shardgate.vindexes.xxhash64 import xxhash64_le
 
 #: MySQL's backslash escapes (Vitess ``sqltypes.SQLDecodeMap``); others stand for themselves
 _UNESCAPE = {ord("0"): 0, ord("b"): 8, ord("n"): 10, ord("r"): 13, ord("t"): 9, ord("Z"): 26}
@@ -49,8 +49,7 @@ def _md5(data: bytes) -> bytes:
 
 
 def _xxhash64(data: bytes) -> bytes:
-    digest: int = xxhash.xxh64_intdigest(data)
-    return digest.to_bytes(8, "little")[: len(data)]
+    return xxhash64_le(data)[: len(data)]
 
 
 _HASHES: dict[str, Callable[[bytes], bytes]] = {"md5": _md5, "xxhash64": _xxhash64}
@@ -75,19 +74,6 @@ def like_prefix(pattern: bytes) -> bytes:
         out.append(c)
         i += 1
     return bytes(out)
-
-
-def prefix_range(begin: bytes) -> KeyRange:
-    """``[begin, begin + 1)`` as Vitess's ``NewKeyRangeFromPrefix``; empty is every shard."""
-    if not begin:
-        return FULL_RANGE
-    end = bytearray(begin)
-    for i in range(len(end) - 1, -1, -1):
-        if end[i] < 255:
-            end[i] += 1
-            return KeyRange(begin, bytes(end))
-        end[i] = 0
-    return KeyRange(begin, b"")
 
 
 class CFC(Hashing):

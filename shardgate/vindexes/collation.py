@@ -205,8 +205,11 @@ class _Elements:
             if lead != 0:  # a discontiguous match across combining marks
                 prev = trail
                 end = p
-                while end < len(suffix) and _combining(suffix, end)[0] != 0:
-                    end += _combining(suffix, end)[2]
+                while end < len(suffix):
+                    mark_lead, _, mark_size = _combining(suffix, end)
+                    if mark_lead == 0:
+                        break
+                    end += mark_size
                 scan.s = suffix[:end]
                 while p < len(suffix) and not scan.done and suffix[p] >= 0x80:
                     lead, trail, size = _combining(suffix, p)

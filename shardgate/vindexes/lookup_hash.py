@@ -26,7 +26,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from shardgate.errors import InvalidArgument
-from shardgate.vindexes._values import to_uint64
 from shardgate.vindexes.base import KeyspaceId, VCursor
 from shardgate.vindexes.hash import Hash
 from shardgate.vindexes.lookup import LookupBase, LookupNonUnique, LookupUnique
@@ -45,9 +44,8 @@ class HashedKeyspaceIds(LookupBase):
         return value
 
     def _from_stored(self, value: Any) -> KeyspaceId | None:
-        if isinstance(value, (bytes, bytearray, memoryview)):
-            value = bytes(value).decode("ascii", "replace")
-        return self._hash.hash_value(value) if to_uint64(value) is not None else None
+        # ``hash`` maps whatever is no uint64 (text, bytes of digits or not) to None
+        return self._hash.hash_value(value)
 
 
 class LookupHash(HashedKeyspaceIds, LookupNonUnique):
@@ -93,6 +91,9 @@ class UnicodeHashedFrom(HashedKeyspaceIds):
         self, cursor: VCursor, values: Sequence[Any], ksids: Sequence[KeyspaceId]
     ) -> list[bool]:
         return await super().verify(cursor, self._read_values(values), ksids)
+
+    async def existing(self, cursor: VCursor, value: Any) -> list[KeyspaceId]:
+        return await super().existing(cursor, self._read_values([value])[0])
 
     async def create(
         self,

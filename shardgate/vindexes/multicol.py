@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from shardgate.errors import InvalidArgument
-from shardgate.keys import KeyRange
+from shardgate.keys import FULL_RANGE, KeyRange
 from shardgate.vindexes._params import check_params
 from shardgate.vindexes.base import KeyspaceId, MultiColumn
 from shardgate.vindexes.functional import Hashing
@@ -108,9 +108,7 @@ class MultiCol(MultiColumn):
         when a value cannot be mapped.
         """
         ksid = self._ksid(row)
-        if ksid is None:
-            return None
-        return KeyRange(ksid, _increment(ksid))
+        return None if ksid is None else prefix_range(ksid)
 
     def verify_multi(
         self, rows: Sequence[Sequence[Any]], ksids: Sequence[KeyspaceId]
@@ -119,12 +117,22 @@ class MultiCol(MultiColumn):
         return [self._ksid(r) == k for r, k in zip(rows, ksids, strict=True)]
 
 
-def _increment(prefix: bytes) -> bytes:
-    """The smallest byte string above every string starting with ``prefix`` (``b""``: none)."""
-    stripped = prefix.rstrip(b"\xff")
-    if not stripped:
-        return b""
-    return stripped[:-1] + bytes([stripped[-1] + 1])
+def prefix_range(begin: bytes) -> KeyRange:
+    """``[begin, begin + 1)`` as Vitess's ``NewKeyRangeFromPrefix``; empty is every shard.
+
+    The end is ``begin`` plus one as a big-endian number of the same length (``03 7b ff``
+    -> ``03 7c 00``), unbounded when ``begin`` is all ``ff``: every keyspace id starting
+    with ``begin`` is in the range, and no other.
+    """
+    if not begin:
+        return FULL_RANGE
+    end = bytearray(begin)
+    for i in range(len(end) - 1, -1, -1):
+        if end[i] < 255:
+            end[i] += 1
+            return KeyRange(begin, bytes(end))
+        end[i] = 0
+    return KeyRange(begin, b"")
 
 
 def _column_count(name: str, raw: str) -> int:

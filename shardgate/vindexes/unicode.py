@@ -20,12 +20,11 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-import xxhash
-
 from shardgate.vindexes._values import to_bytes
 from shardgate.vindexes.base import KeyspaceId
 from shardgate.vindexes.collation import collation_key
 from shardgate.vindexes.functional import Hashing
+from shardgate.vindexes.xxhash64 import xxhash64_le
 
 
 def loose_key(value: Any) -> bytes | None:
@@ -64,7 +63,4 @@ class UnicodeLooseXXHash(Hashing):
 
     def hash_value(self, value: Any) -> KeyspaceId | None:
         key = loose_key(value)
-        if key is None:
-            return None
-        digest: int = xxhash.xxh64_intdigest(key)
-        return digest.to_bytes(8, "little")
+        return None if key is None else xxhash64_le(key)

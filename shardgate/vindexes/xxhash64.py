@@ -17,6 +17,12 @@ from shardgate.vindexes.base import KeyspaceId
 from shardgate.vindexes.functional import Hashing
 
 
+def xxhash64_le(data: bytes) -> bytes:
+    """xxHash64 (seed 0) of ``data``, the 8 bytes little-endian (Vitess's ``vhash``)."""
+    digest: int = xxhash.xxh64_intdigest(data)
+    return digest.to_bytes(8, "little")
+
+
 class XXHash(Hashing):
     """xxHash64 of the value's bytes, little-endian."""
 
@@ -28,7 +34,4 @@ class XXHash(Hashing):
 
     def hash_value(self, value: Any) -> KeyspaceId | None:
         data = to_bytes(value)
-        if data is None:
-            return None
-        digest: int = xxhash.xxh64_intdigest(data)
-        return digest.to_bytes(8, "little")
+        return None if data is None else xxhash64_le(data)

@@ -27,6 +27,7 @@ from shardgate.keys import KeyRange
 from shardgate.topo import Topology
 
 from ..conftest import POSTGRES_ADMIN_URL, require_server
+from .difftest.schema import literal
 
 DDL = [
     "CREATE TABLE t (id BIGINT PRIMARY KEY, k INT, n BIGINT, s VARCHAR(20), "
@@ -73,14 +74,6 @@ U_ROWS = [
     (1, 1, 1, "a", 30), (2, 2, 2, "B", 20), (3, 3, None, "x", 10), (4, 4, 5, None, 40),
     (5, 9, 1, "ab ", 0), (6, 11, 3, "7y", -10), (7, 12, 2, "A", None),
 ]
-
-
-def _lit(v: Any) -> str:
-    if v is None:
-        return "NULL"
-    if isinstance(v, str):
-        return "'" + v + "'"
-    return str(v)
 
 
 @dataclass
@@ -204,9 +197,9 @@ async def _open_pair(kind: str, make_database: Callable[..., str],
         for s in (p.sh, p.one):
             for ddl in DDL:
                 await gate.execute(s, ddl)
-            rows = ", ".join("(" + ", ".join(_lit(v) for v in r) + ")" for r in T_ROWS)
+            rows = ", ".join("(" + ", ".join(literal(v) for v in r) + ")" for r in T_ROWS)
             await gate.execute(s, f"INSERT INTO t (id, k, n, s, email) VALUES {rows}")
-            rows = ", ".join("(" + ", ".join(_lit(v) for v in r) + ")" for r in U_ROWS)
+            rows = ", ".join("(" + ", ".join(literal(v) for v in r) + ")" for r in U_ROWS)
             await gate.execute(s, f"INSERT INTO u (id, t_id, v, w, n) VALUES {rows}")
         yield p
     finally:

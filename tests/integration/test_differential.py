@@ -64,6 +64,7 @@ from shardgate.keys import KeyRange
 from shardgate.topo import Topology
 
 from ..conftest import in_ci
+from .difftest.schema import literal
 
 # ------------------------------------------------------------------ schema --
 
@@ -152,14 +153,6 @@ def datasets(draw: st.DrawFn) -> Dataset:
 
 
 # ------------------------------------------------------------- query ASTs --
-
-
-def literal(v: Any) -> str:
-    if v is None:
-        return "NULL"
-    if isinstance(v, str):
-        return "'" + v.replace("'", "''") + "'"
-    return str(int(v))
 
 
 @dataclass(frozen=True)

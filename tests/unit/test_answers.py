@@ -22,7 +22,7 @@ from shardgate.result import Result
 from shardgate.sql import parse
 from shardgate.sql.dialect import AVG_SUM, avg_partial, render
 
-from .test_engine import cursor, run
+from .recording import cursor, run
 
 GENERAL_CI = collation("utf8mb4_general_ci")
 BIN = collation("utf8mb4_bin")

@@ -2,45 +2,19 @@
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import pytest
 from Crypto.Cipher import DES
 
 from shardgate.errors import Code, ShardgateError
-from shardgate.keys import KeyRange, ShardMap
 from shardgate.planner import build_plan
 from shardgate.result import Result
 from shardgate.sql import parse
 from shardgate.testing import RecordingCursor
 from shardgate.vschema import VSchema
 
-VSCHEMA = VSchema.from_json(
-    json.loads((Path(__file__).parent / "golden" / "vschema.json").read_text())
-)
-FOUR = ShardMap([(kr.name, kr) for kr in KeyRange().split(4)])
-ONE = ShardMap([("0", KeyRange())])
+from .recording import FOUR, VSCHEMA, cursor, run, shard_of
+
 _DES = DES.new(bytes(8), DES.MODE_ECB)
-
-
-def shard_of(n: int) -> str:
-    return FOUR.find(_DES.encrypt(n.to_bytes(8, "big")))
-
-
-def cursor() -> RecordingCursor:
-    vc = RecordingCursor({"user": FOUR, "lookup": ONE, "main": ONE})
-    vc.lookup.script(
-        "create table name_user_map (name text, keyspace_id blob);"
-        "create table email_user_map (email text primary key, keyspace_id blob);"
-        "create table music_user_map (music_id integer primary key, user_id blob);"
-    )
-    return vc
-
-
-async def run(vc: RecordingCursor, sql: str, bv: dict[str, object] | None = None) -> Result:
-    plan = build_plan(parse(sql), sql, VSCHEMA, "user")
-    return await plan.instructions.execute(vc, bv or {})
 
 
 async def test_equal_unique_reaches_one_shard() -> None:

@@ -2,19 +2,13 @@
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import pytest
 
 from shardgate.errors import ShardgateError
 from shardgate.planner import build_plan
 from shardgate.sql import parse
-from shardgate.vschema import VSchema
 
-VSCHEMA = VSchema.from_json(
-    json.loads((Path(__file__).parent / "golden" / "vschema.json").read_text())
-)
+from .recording import VSCHEMA
 
 
 def _plan(sql: str) -> dict[str, object]:

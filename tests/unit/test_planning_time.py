@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import pytest
 import sqlglot
@@ -23,11 +22,8 @@ from shardgate.planner.build import Plan, normalize
 from shardgate.sql import parse
 from shardgate.sql.long_lists import parse_statements
 from shardgate.sql.rewrite import swapped, transform
-from shardgate.vschema import VSchema
 
-VSCHEMA = VSchema.from_json(
-    json.loads((Path(__file__).parent / "golden" / "vschema.json").read_text())
-)
+from .recording import VSCHEMA
 
 
 def in_list(n: int, column: str = "id") -> str:

@@ -8,6 +8,7 @@ from shardgate.errors import AlreadyExists, Code, FailedPrecondition, InvalidArg
 from shardgate.testing import Call, SQLiteVCursor
 from shardgate.vindexes import Lookup, create_vindex
 from shardgate.vindexes.consistent_lookup import ConsistentLookupBase
+from shardgate.vindexes.lookup import LookupBase
 from shardgate.vindexes.lookup_hash import unicode_md5_uint64
 
 K1 = b"\x16k@\xb4J\xbaK\xd6"
@@ -439,3 +440,20 @@ async def test_lookup_unicodeloosemd5_hash(cursor: SQLiteVCursor) -> None:
     u = lookup("lookup_unicodeloosemd5_hash_unique", "uu", table="ul", to="toc",
                **{"from": "fromc"})
     assert (u.cost, u.unique) == (10, True)
+
+
+async def test_lookup_unicodeloosemd5_hash_existing_reads_the_hashed_row(
+    cursor: SQLiteVCursor,
+) -> None:
+    # INSERT IGNORE asks ``existing`` whether a value is taken: the table holds the value's
+    # hash, so the question must be asked with it (a raw-text query finds nothing).
+    cursor.script("create table ul (fromc text, toc integer, primary key (fromc, toc))")
+    for type_name in ("lookup_unicodeloosemd5_hash", "lookup_unicodeloosemd5_hash_unique"):
+        cursor.script("delete from ul")
+        v = lookup(type_name, "ul", table="ul", to="toc", **{"from": "fromc"})
+        assert isinstance(v, LookupBase)
+        await v.create(cursor, [["Test"]], [K1])
+        assert await v.existing(cursor, "TEST ") == [K1]
+        assert await v.existing(cursor, "Test") == [K1]
+        assert await v.existing(cursor, "other") == []
+        assert await v.existing(cursor, b"\xff\xfe") == []

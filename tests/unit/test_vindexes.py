@@ -29,10 +29,10 @@ from shardgate.vindexes import (
     known_types,
     register,
 )
-from shardgate.vindexes.cfc import CFC, like_prefix, prefix_range
+from shardgate.vindexes.cfc import CFC, like_prefix
 from shardgate.vindexes.collation import collation_key
 from shardgate.vindexes.hash import Hash
-from shardgate.vindexes.multicol import MultiCol
+from shardgate.vindexes.multicol import MultiCol, prefix_range
 
 
 def single(type_name: str, params: dict[str, str] | None = None) -> SingleColumn:

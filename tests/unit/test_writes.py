@@ -3,42 +3,18 @@
 from __future__ import annotations
 
 import decimal
-import json
-from pathlib import Path
 
 import pytest
-from Crypto.Cipher import DES
 
 from shardgate.engine.coerce import NO_MATCH, SCATTER, Kind, kind_of_type, stored_value
 from shardgate.errors import Code, ShardgateError
-from shardgate.keys import KeyRange, ShardMap
 from shardgate.planner import build_plan
 from shardgate.result import Result
 from shardgate.sql import parse
 from shardgate.testing import RecordingCursor
 from shardgate.vschema import VSchema
 
-VSCHEMA = VSchema.from_json(
-    json.loads((Path(__file__).parent / "golden" / "vschema.json").read_text())
-)
-FOUR = ShardMap([(kr.name, kr) for kr in KeyRange().split(4)])
-ONE = ShardMap([("0", KeyRange())])
-
-
-def cursor() -> RecordingCursor:
-    vc = RecordingCursor({"user": FOUR, "lookup": ONE, "main": ONE})
-    vc.lookup.script(
-        "create table name_user_map (name text, keyspace_id blob);"
-        "create table email_user_map (email text primary key, keyspace_id blob);"
-        "create table music_user_map (music_id integer primary key, user_id blob);"
-    )
-    return vc
-
-
-async def run(vc: RecordingCursor, sql: str, bv: dict[str, object] | None = None,
-              keyspace: str = "user") -> Result:
-    plan = build_plan(parse(sql), sql, VSCHEMA, keyspace)
-    return await plan.instructions.execute(vc, bv or {})
+from .recording import FOUR, ONE, VSCHEMA, cursor, ksid, run, shard_of
 
 
 def refused(sql: str, keyspace: str = "user") -> ShardgateError:
@@ -62,10 +38,6 @@ def test_insert_naming_a_column_twice_is_refused(sql: str) -> None:
 
 
 # -- item 3: INSERT IGNORE and owned lookups -------------------------------------
-
-
-def ksid(n: int) -> bytes:
-    return bytes(DES.new(bytes(8), DES.MODE_ECB).encrypt(n.to_bytes(8, "big")))
 
 
 def lookup_rows(vc: RecordingCursor) -> tuple[list[tuple[object, ...]], list[tuple[object, ...]]]:
@@ -194,7 +166,7 @@ async def test_subquery_giving_the_vindex_value_routes_the_row_by_its_result() -
     await run(vc, "insert into user_extra (user_id, v) values ((select max(id) from "
                   "main.unsharded), 'a')")
     assert vc.log[0] == "ExecuteShard main/0: SELECT MAX(id) FROM unsharded []"
-    assert vc.log[1] == (f"ExecuteShard user/{des_shard(7)}: INSERT INTO user_extra "
+    assert vc.log[1] == (f"ExecuteShard user/{shard_of(7)}: INSERT INTO user_extra "
                          "(user_id, v) VALUES (%s, %s) [7, 'a']")
 
 
@@ -306,21 +278,17 @@ def test_kind_of_type(declared: str, dialect: str, kind: Kind) -> None:
     assert kind_of_type(declared, dialect) is kind
 
 
-def des_shard(n: int) -> str:
-    return FOUR.find(DES.new(bytes(8), DES.MODE_ECB).encrypt(n.to_bytes(8, "big")))
-
-
 async def test_where_on_an_integer_vindex_column_maps_the_compared_integer() -> None:
     vc = cursor()
     vc.column_types = {"user_extra": {"user_id": INT}}
     await run(vc, "select v from user_extra where user_id = 5.0")
-    assert vc.log == [f"ExecuteShard user/{des_shard(5)}: SELECT v FROM user_extra "
+    assert vc.log == [f"ExecuteShard user/{shard_of(5)}: SELECT v FROM user_extra "
                       "WHERE user_id = 5.0 []"]
     vc.log.clear()
     await run(vc, "select v from user_extra where user_id in (5.0, 6, 7.5)")
     expected: dict[str, list[object]] = {}
     for original, n in ((5.0, 5), (6, 6)):  # 7.5: no integer equals it
-        expected.setdefault(des_shard(n), []).append(original)
+        expected.setdefault(shard_of(n), []).append(original)
     assert sorted(vc.log) == sorted(
         f"ExecuteShard user/{shard}: SELECT v FROM user_extra WHERE user_id IN "
         f"({', '.join(['%s'] * len(vals))}) {vals}" for shard, vals in expected.items())
@@ -330,7 +298,7 @@ async def test_insert_hashes_and_sends_the_stored_integer() -> None:
     vc = cursor()
     vc.column_types = {"user_extra": {"user_id": INT, "v": TEXT}}
     await run(vc, "insert into user_extra (user_id, v) values (:id, 'a')", {"id": "03"})
-    assert vc.log == [f"ExecuteShard user/{des_shard(3)}: INSERT INTO user_extra "
+    assert vc.log == [f"ExecuteShard user/{shard_of(3)}: INSERT INTO user_extra "
                       "(user_id, v) VALUES (%s, %s) [3, 'a']"]
     with pytest.raises(ShardgateError) as err:
         await run(vc, "insert into user_extra (user_id, v) values (5.5, 'a')")
@@ -342,7 +310,7 @@ async def test_lookup_rows_and_updates_record_the_stored_value() -> None:
     vc.column_types = {"user": {"id": INT, "name": INT, "email": TEXT}}
     await run(vc, "insert into user (id, name, email) values (1, '042', 'a@x')")
     assert vc.lookup.query("select name from name_user_map") == [("42",)]
-    vc.results = {des_shard(1): Result(["id", "name"], [(1, 42)])}
+    vc.results = {shard_of(1): Result(["id", "name"], [(1, 42)])}
     await run(vc, "update user set name = '043' where id = 1")
     assert vc.lookup.query("select name from name_user_map") == [("43",)]
 
@@ -372,10 +340,10 @@ async def test_lookup_rows_matched_by_the_lookup_tables_collation_are_routed_to(
     )
     await run(vc, "select id from user where name in ('RED', 'blue')")
     reached = {line.split(":")[0].split("/")[1] for line in vc.log}
-    assert reached == {des_shard(3), des_shard(11)} == {"40-80", "80-c0"}
+    assert reached == {shard_of(3), shard_of(11)} == {"40-80", "80-c0"}
     vc.log.clear()
     await run(vc, "select id from user where email = 'a@X'")
-    assert [line.split(":")[0] for line in vc.log] == [f"ExecuteShard user/{des_shard(3)}"]
+    assert [line.split(":")[0] for line in vc.log] == [f"ExecuteShard user/{shard_of(3)}"]
     vc.log.clear()
     await run(vc, "select id from user where email in ('a@x', 'B@x')")  # no INTERNAL error
-    assert {line.split(":")[0].split("/")[1] for line in vc.log} == {des_shard(3), des_shard(4)}
+    assert {line.split(":")[0].split("/")[1] for line in vc.log} == {shard_of(3), shard_of(4)}

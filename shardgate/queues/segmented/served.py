@@ -6,7 +6,7 @@ lease. It owns the shard's :class:`~shardgate.queues.segmented.consumer.ShardCon
 (which also takes the queue's own lock, so a worker process that opened the
 queue with :meth:`SegmentedQueue.open` and a tablet never consume one shard at
 the same time) and a dispatch task that hands the consumer's runnable jobs to
-the least busy :class:`~shardgate.queues.table.manager.Receiver`, the same receivers
+the least busy :class:`~shardgate.queues.receivers.Receiver`, the same receivers
 the queue-table managers feed, so the gate, gRPC and the clients need nothing
 new.
 

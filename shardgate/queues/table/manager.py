@@ -83,9 +83,9 @@ from shardgate.queues.table.store import QueueStore, ScannedRow
 
 log = logging.getLogger(__name__)
 
-#: Seconds the new-event scan reaches back before the watermark (late commits).
+#: How far (ns: 2 s) the new-event scan reaches back before the watermark (late commits).
 SCAN_SLACK_NS = 2_000_000_000
-#: Acks remembered to drop late deliveries of acked events.
+#: Nanoseconds per second.
 _NS = 1_000_000_000
 
 
