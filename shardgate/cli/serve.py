@@ -187,18 +187,25 @@ async def _serve_until_signal(gate: Gate, host: str, port: int) -> None:
     target = f"grpc://{host}:{bound}"
     print(f"shardgate gate listening on {target}", flush=True)
     print(f'try: shardgate sql --target {target} "select * from customer"', flush=True)
+    try:
+        await _until_signal()
+        print("shutting down", flush=True)
+    finally:
+        await server.stop(SHUTDOWN_GRACE_S)
+    print("stopped", flush=True)
+
+
+async def _until_signal() -> None:
+    """Wait for SIGINT or SIGTERM (handled while waiting, not raised)."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     try:
         await stop.wait()
-        print("shutting down", flush=True)
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
-        await server.stop(SHUTDOWN_GRACE_S)
-    print("stopped", flush=True)
 
 
 async def _tablet(args: argparse.Namespace) -> int:
@@ -222,11 +229,7 @@ async def _tablet(args: argparse.Namespace) -> int:
         server, port = await serve_tablet(tablet, args.host, args.port)
         print(f"shardgate tablet {args.keyspace}/{args.shard} listening on "
               f"grpc://{args.host}:{port}", flush=True)
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
-        await stop.wait()
+        await _until_signal()
         await server.stop(2.0)
         return 0
     finally:
