@@ -387,7 +387,7 @@ class Gate:
         bounded memory; everything else yields one chunk.
         """
         bv = check_bind_vars(bind_vars)
-        planned = self.plan(sql, session.keyspace)
+        planned = self.plan(sql, session.plan_key)
         if (
             not isinstance(planned, Plan)
             or session.in_transaction
