@@ -70,8 +70,7 @@ def add_parsers(commands: Any) -> None:
     tablet.add_argument("--cluster", required=True, help="cluster file (YAML)")
     tablet.add_argument("--keyspace", required=True)
     tablet.add_argument("--shard", required=True)
-    tablet.add_argument("--host", default="127.0.0.1")
-    tablet.add_argument("--port", type=int, default=DEFAULT_TABLET_PORT)
+    add_listen_args(tablet, port=DEFAULT_TABLET_PORT)
     tablet.add_argument("--metrics-port", type=int, default=0,
                         help="serve Prometheus metrics on this port (0: off)")
 
