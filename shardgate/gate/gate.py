@@ -1,7 +1,9 @@
 """The gate service: sessions, plan cache, routing, transactions.
 
 The life of a statement: ``execute(session, sql, bind_vars)`` → plan cache
-lookup on ``(sql, session.keyspace)`` (parse + plan on a miss) → the plan's
+lookup on ``(sql, session.plan_key)`` (on a miss, classify and plan; what the
+gate answers itself, such as USE or SHOW VITESS_SHARDS, is cached as its typed
+statement) → the plan's
 primitive executes through :class:`_SessionCursor`, which sends per-shard SQL
 to the :class:`~shardgate.tablet.TabletClient` of each shard, inside the
 session's transaction when one is open → merged :class:`Result`.
