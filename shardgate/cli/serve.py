@@ -23,6 +23,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from prometheus_client import start_http_server
+
 from shardgate.api.client import GateClient
 from shardgate.api.server import serve
 from shardgate.api.tablet_service import serve_tablet
@@ -222,8 +224,6 @@ async def _tablet(args: argparse.Namespace) -> int:
         tablet.queues.configure(queue_options_of(g, args.keyspace))
         tablet.queues.start()
         if args.metrics_port:
-            from prometheus_client import start_http_server
-
             start_http_server(args.metrics_port, addr=args.host)
         server, port = await serve_tablet(tablet, args.host, args.port)
         print(f"shardgate tablet {args.keyspace}/{args.shard} listening on "
