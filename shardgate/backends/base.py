@@ -156,7 +156,8 @@ class Backend(ABC):
     dialect: str = ""
     #: positional placeholder the driver expects: "?" or "%s".
     placeholder: str = "?"
-    #: the database's default collation, once a connection has read it (MariaDB)
+    #: the database's default collation, once a connection has read it (MariaDB,
+    #: PostgreSQL; SQLite: None, its BINARY default)
     collation: str | None = None
     #: whether connections implement the two-phase commit methods.
     supports_twopc: bool = False

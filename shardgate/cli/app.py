@@ -1,23 +1,15 @@
 """The ``shardgate`` command: the parser and the dispatch to one module per command group.
 
 Configuration (flags, files) is read in :mod:`shardgate.cli` and only there.
+Each group's usage is in its module's docstring: :mod:`~shardgate.cli.serve`
+(``up``, ``gate``, ``tablet``), :mod:`~shardgate.cli.sql` (``sql``, ``schema
+apply``, ``vschema show``, ``twopc resolve``), :mod:`~shardgate.cli.queue`,
+:mod:`~shardgate.cli.stream`, :mod:`~shardgate.cli.spark`,
+:mod:`~shardgate.cli.inbox` and :mod:`~shardgate.cli.doctor`; and
+``shardgate --version``.
 
-::
-
-    shardgate up [--data-dir DIR] [--cluster FILE] [--host H] [--port P] [--check]
-    shardgate gate --cluster FILE [--host H] [--port P]
-    shardgate sql [--target grpc://H:P | --cluster FILE | --data-dir DIR]
-                  [--keyspace KS] [--explain] "SQL"
-    shardgate schema apply --keyspace KS (--file F.sql | --sql "DDL")
-                  [--target ... | --cluster FILE | --data-dir DIR]
-    shardgate vschema show [--target grpc://H:P | --cluster FILE | --data-dir DIR]
-    shardgate twopc resolve [--cluster FILE | --data-dir DIR] [--grace SECONDS]
-    shardgate --version
-
-``up`` without ``--cluster`` runs the embedded default cluster (SQLite files
-under the data directory, created the first time; see
-:mod:`shardgate.topo.embedded`). Exit codes: 0 success, 1 a shardgate error
-(printed as ``error CODE: message`` on stderr), 2 bad usage.
+Exit codes: 0 success, 1 a shardgate error (printed as ``error CODE: message``
+on stderr), 2 bad usage.
 """
 
 from __future__ import annotations

@@ -19,10 +19,10 @@ DEFAULT_TARGET = f"grpc://{DEFAULT_HOST}:{DEFAULT_PORT}"
 CLUSTER_FILE_NAME = "cluster.yaml"
 
 
-def add_listen_args(p: argparse.ArgumentParser) -> None:
-    """``--host`` and ``--port`` of a command that serves gRPC."""
+def add_listen_args(p: argparse.ArgumentParser, *, port: int = DEFAULT_PORT) -> None:
+    """``--host`` and ``--port`` (default ``port``) of a command that serves gRPC."""
     p.add_argument("--host", default=DEFAULT_HOST, help=f"listen address ({DEFAULT_HOST})")
-    p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"gRPC port ({DEFAULT_PORT})")
+    p.add_argument("--port", type=int, default=port, help=f"gRPC port ({port})")
 
 
 def add_target_args(p: argparse.ArgumentParser, *, remote: bool) -> None:

@@ -21,7 +21,7 @@ import re
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -166,15 +166,8 @@ async def _check_database(url: DatabaseURL, required: bool) -> Check:
     name = f"{'postgresql' if url.kind == 'postgresql' else 'mariadb'} {url.host}:{url.port}"
     backend = open_backend(url.raw, pool_size=1)
     try:
-        if url.kind == "postgresql":
-            sql = ("SELECT name, setting FROM pg_settings WHERE name IN "
-                   "('wal_level', 'max_prepared_transactions', 'max_replication_slots')")
-            settings = POSTGRES_SETTINGS
-        else:
-            sql = ("SELECT 'log_bin', @@log_bin UNION ALL SELECT 'binlog_format', @@binlog_format"
-                   " UNION ALL SELECT 'binlog_row_image', @@binlog_row_image"
-                   " UNION ALL SELECT 'binlog_row_metadata', @@binlog_row_metadata")
-            settings = MYSQL_SETTINGS
+        settings = POSTGRES_SETTINGS if url.kind == "postgresql" else MYSQL_SETTINGS
+        sql = _settings_sql(url.kind, settings)
         have = {str(k): str(v) for k, v in (await backend.execute(sql, [])).rows}
     except ShardgateError as exc:
         if not required:
@@ -191,6 +184,14 @@ async def _check_database(url: DatabaseURL, required: bool) -> Check:
         return Check(name, "ok", ", ".join(f"{k}={v}" for k, v in sorted(have.items())))
     return Check(name, "FAIL" if required else "warn", "; ".join(wrong),
                  _fix(url.kind, [w.split("=", 1)[0] for w in wrong]))
+
+
+def _settings_sql(kind: str, settings: Mapping[str, object]) -> str:
+    """A query of ``(name, value)`` rows for the server settings named in ``settings``."""
+    if kind == "postgresql":
+        names = ", ".join(f"'{n}'" for n in settings)
+        return f"SELECT name, setting FROM pg_settings WHERE name IN ({names})"
+    return " UNION ALL ".join(f"SELECT '{n}', @@{n}" for n in settings)
 
 
 def _flag(url: DatabaseURL) -> str:

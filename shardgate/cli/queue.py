@@ -48,8 +48,7 @@ def add_parsers(commands: Any) -> None:
         add_target_args(p, remote=p in (create, stats, tail))
     for p in (stats, tail, requeue, purge):
         p.add_argument("queue", metavar="QUEUE")
-    _add_segments_parsers(sub, add_target_args)
-
+    _add_segments_parsers(sub)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -131,7 +130,7 @@ def _print_stats(stats: list[dict[str, Any]], as_json: bool) -> None:
 # -- segmented queues (shardgate.queues.segmented) ------------------------------------------
 
 
-def _add_segments_parsers(sub: Any, add_target_args: Any) -> None:
+def _add_segments_parsers(sub: Any) -> None:
     seg = sub.add_parser("segments", help="segmented queues: datasets, stats, retry, abort")
     ssub = seg.add_subparsers(dest="segments_command", required=True, metavar="COMMAND")
     lst = ssub.add_parser("list", help="datasets per shard: state, rows, bytes on disk")

@@ -23,6 +23,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from prometheus_client import start_http_server
+
 from shardgate.api.client import GateClient
 from shardgate.api.server import serve
 from shardgate.api.tablet_service import serve_tablet
@@ -70,8 +72,7 @@ def add_parsers(commands: Any) -> None:
     tablet.add_argument("--cluster", required=True, help="cluster file (YAML)")
     tablet.add_argument("--keyspace", required=True)
     tablet.add_argument("--shard", required=True)
-    tablet.add_argument("--host", default="127.0.0.1")
-    tablet.add_argument("--port", type=int, default=DEFAULT_TABLET_PORT)
+    add_listen_args(tablet, port=DEFAULT_TABLET_PORT)
     tablet.add_argument("--metrics-port", type=int, default=0,
                         help="serve Prometheus metrics on this port (0: off)")
 
@@ -187,18 +188,25 @@ async def _serve_until_signal(gate: Gate, host: str, port: int) -> None:
     target = f"grpc://{host}:{bound}"
     print(f"shardgate gate listening on {target}", flush=True)
     print(f'try: shardgate sql --target {target} "select * from customer"', flush=True)
+    try:
+        await _until_signal()
+        print("shutting down", flush=True)
+    finally:
+        await server.stop(SHUTDOWN_GRACE_S)
+    print("stopped", flush=True)
+
+
+async def _until_signal() -> None:
+    """Wait for SIGINT or SIGTERM (handled while waiting, not raised)."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     try:
         await stop.wait()
-        print("shutting down", flush=True)
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
-        await server.stop(SHUTDOWN_GRACE_S)
-    print("stopped", flush=True)
 
 
 async def _tablet(args: argparse.Namespace) -> int:
@@ -216,17 +224,11 @@ async def _tablet(args: argparse.Namespace) -> int:
         tablet.queues.configure(queue_options_of(g, args.keyspace))
         tablet.queues.start()
         if args.metrics_port:
-            from prometheus_client import start_http_server
-
             start_http_server(args.metrics_port, addr=args.host)
         server, port = await serve_tablet(tablet, args.host, args.port)
         print(f"shardgate tablet {args.keyspace}/{args.shard} listening on "
               f"grpc://{args.host}:{port}", flush=True)
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
-        await stop.wait()
+        await _until_signal()
         await server.stop(2.0)
         return 0
     finally:

@@ -1,4 +1,14 @@
-"""``shardgate sql``, ``schema apply``, ``vschema show`` and ``twopc resolve``."""
+"""``shardgate sql``, ``schema apply``, ``vschema show`` and ``twopc resolve``.
+
+::
+
+    shardgate sql [--target grpc://H:P | --cluster FILE | --data-dir DIR]
+                  [--keyspace KS] [--explain] "SQL"
+    shardgate schema apply --keyspace KS (--file F.sql | --sql "DDL")
+                  [--target ... | --cluster FILE | --data-dir DIR]
+    shardgate vschema show [--target grpc://H:P | --cluster FILE | --data-dir DIR]
+    shardgate twopc resolve [--cluster FILE | --data-dir DIR] [--grace SECONDS]
+"""
 
 from __future__ import annotations
 

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from shardgate.api.client import GateClient
-from shardgate.cli.common import DEFAULT_TARGET, local_topology
+from shardgate.cli.common import DEFAULT_TARGET, add_target_args, local_topology
 from shardgate.errors import InvalidArgument
 from shardgate.gate import Gate
 from shardgate.streams.merge import StreamEvent, StreamPosition
@@ -34,10 +34,7 @@ from shardgate.streams.merge import StreamEvent, StreamPosition
 
 def add_parsers(commands: Any) -> None:
     p = commands.add_parser("stream", help="print the change stream of a keyspace (JSON lines)")
-    where = p.add_mutually_exclusive_group()
-    where.add_argument("--target", help="a running gate, grpc://host:port")
-    where.add_argument("--cluster", help="open this cluster file in-process")
-    where.add_argument("--data-dir", help="open the cluster of `shardgate up --data-dir DIR`")
+    add_target_args(p, remote=True)
     p.add_argument("--keyspace", required=True, help="the keyspace to follow")
     p.add_argument("--key-range", help="only this key range (-80, 20-60, ...)")
     start = p.add_mutually_exclusive_group()

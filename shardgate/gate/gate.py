@@ -1,7 +1,9 @@
 """The gate service: sessions, plan cache, routing, transactions.
 
 The life of a statement: ``execute(session, sql, bind_vars)`` → plan cache
-lookup on ``(sql, session.keyspace)`` (parse + plan on a miss) → the plan's
+lookup on ``(sql, session.plan_key)`` (on a miss, classify and plan; what the
+gate answers itself, such as USE or SHOW VITESS_SHARDS, is cached as its typed
+statement) → the plan's
 primitive executes through :class:`_SessionCursor`, which sends per-shard SQL
 to the :class:`~shardgate.tablet.TabletClient` of each shard, inside the
 session's transaction when one is open → merged :class:`Result`.
@@ -387,7 +389,7 @@ class Gate:
         bounded memory; everything else yields one chunk.
         """
         bv = check_bind_vars(bind_vars)
-        planned = self.plan(sql, session.keyspace)
+        planned = self.plan(sql, session.plan_key)
         if (
             not isinstance(planned, Plan)
             or session.in_transaction
@@ -558,8 +560,7 @@ class Gate:
         found = self._kinds.get(key)
         if found is not None:
             return found
-        ks = self.topology.keyspace(keyspace)
-        tablet = self.tablets[(keyspace, ks.shards[0].name)]
+        _, tablet = self._first_shard(keyspace)
         res = await tablet.execute(column_types_sql(tablet.dialect, tablet.placeholder), [table])
         found = {str(r[0]).lower(): kind_of_type(str(r[1] or ""), tablet.dialect)
                  for r in res.rows}
@@ -571,15 +572,14 @@ class Gate:
 
     async def _allocate_sequence(self, sequence: str, count: int) -> tuple[int, int]:
         """Reserve a block of ``max(cache, count)`` values in a transaction of its own."""
-        tablet, table = self._sequence_tablet(sequence)
+        key, tablet, table = self._sequence_home(sequence)
         tid = await tablet.begin()
         try:
             end, cache = await self._reserve(tablet, sequence, table, tid, count, cached=True)
             await tablet.commit(tid)
         except ShardgateError as exc:
             await _quiet_rollback(tablet, tid)
-            ks = self.topology.keyspace(sequence.split(".", 1)[0])
-            raise internal_failure(exc, f"{ks.name}/{ks.shards[0].name}",
+            raise internal_failure(exc, f"{key[0]}/{key[1]}",
                                    f"allocating values of sequence {sequence}") from exc
         except BaseException:
             await _quiet_rollback(tablet, tid)
@@ -590,14 +590,23 @@ class Gate:
         self, tid: int, sequence: str, count: int
     ) -> tuple[int, int]:
         """Reserve exactly ``count`` values inside the session's transaction ``tid``."""
-        tablet, table = self._sequence_tablet(sequence)
+        _, tablet, table = self._sequence_home(sequence)
         end, _ = await self._reserve(tablet, sequence, table, tid, count, cached=False)
         return end - count, end
 
-    def _sequence_tablet(self, sequence: str) -> tuple[TabletClient, str]:
+    def _first_shard(self, keyspace: str) -> tuple[tuple[str, str], TabletClient]:
+        """``(keyspace, shard)`` and tablet of the keyspace's first shard.
+
+        A keyspace's column types are read there and its sequences live there.
+        """
+        key = (keyspace, self.topology.keyspace(keyspace).shards[0].name)
+        return key, self.tablets[key]
+
+    def _sequence_home(self, sequence: str) -> tuple[tuple[str, str], TabletClient, str]:
+        """Where sequence ``ks.table`` lives: the first shard of ``ks``; and ``table``."""
         ks_name, table = sequence.split(".", 1)
-        ks = self.topology.keyspace(ks_name)
-        return self.tablets[(ks_name, ks.shards[0].name)], table
+        key, tablet = self._first_shard(ks_name)
+        return key, tablet, table
 
     async def _reserve(
         self, tablet: TabletClient, sequence: str, table: str, tid: int, count: int,
@@ -718,8 +727,7 @@ class _SessionCursor(ExecCursor):
         return _LookupCursor(self.gate, self.session)
 
     def dialect(self, keyspace: str) -> str:
-        ks = self.gate.topology.keyspace(keyspace)
-        return self.gate.tablets[(keyspace, ks.shards[0].name)].dialect
+        return self.gate._first_shard(keyspace)[1].dialect
 
     async def column_kinds(self, keyspace: str, table: str) -> Mapping[str, Kind]:
         return await self.gate.column_kinds(keyspace, table)
@@ -738,10 +746,9 @@ class _SessionCursor(ExecCursor):
     async def next_sequence_values(self, sequence: str, count: int) -> int:
         # SQLite has one writer: if this session's transaction holds the sequence's
         # database, a transaction of the allocator's own would wait for it forever.
-        ks_name = sequence.split(".", 1)[0]
-        shard = self.gate.topology.keyspace(ks_name).shards[0].name
-        tid = self.session.shard_txs.get((ks_name, shard))
-        if tid is not None and self.gate.tablets[(ks_name, shard)].dialect == "sqlite":
+        key, tablet, _ = self.gate._sequence_home(sequence)
+        tid = self.session.shard_txs.get(key)
+        if tid is not None and tablet.dialect == "sqlite":
             return await self.gate.sequences.next_values(
                 sequence, count, in_transaction=functools.partial(
                     self.gate._allocate_in_transaction, tid))

@@ -20,7 +20,7 @@ from sqlglot import exp
 from sqlglot.errors import SqlglotError
 
 from shardgate.errors import InvalidArgument, SyntaxError_
-from shardgate.sql.parse import describe_error, parse
+from shardgate.sql.parse import describe_error, line_col, parse
 from shardgate.sql.statements import (
     AlterVSchema,
     Begin,
@@ -156,8 +156,7 @@ class _Head:
 
     def error(self, detail: str, at: int | None = None) -> SyntaxError_:
         pos = self.pos if at is None else at
-        line = self.sql.count("\n", 0, pos) + 1
-        col = pos - (self.sql.rfind("\n", 0, pos) + 1) + 1
+        line, col = line_col(self.sql, pos)
         near = self.sql[pos : pos + 20].split("\n", 1)[0].strip()
         near_text = f" near {near!r}" if near else " at the end of the statement"
         return SyntaxError_(f"syntax error at line {line}, column {col}{near_text}: {detail}")

@@ -123,11 +123,15 @@ def _located(sql: str, exc: SqlglotError) -> str:
     if isinstance(exc, TokenError):
         m = _UNCLOSED.search(_token_message(exc))
         if m:
-            offset = int(m.group(3))
-            line = sql.count("\n", 0, offset) + 1
-            col = offset - (sql.rfind("\n", 0, offset) + 1) + 1
+            line, col = line_col(sql, int(m.group(3)))
             return f"syntax error at line {line}, column {col} near {m.group(1)!r}: {detail}"
     return f"syntax error: {detail}"
+
+
+def line_col(sql: str, offset: int) -> tuple[int, int]:
+    """The 1-based line and column of character ``offset`` of ``sql``."""
+    line = sql.count("\n", 0, offset) + 1
+    return line, offset - (sql.rfind("\n", 0, offset) + 1) + 1
 
 
 def _token_message(exc: TokenError) -> str:

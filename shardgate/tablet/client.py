@@ -32,7 +32,7 @@ class TabletClient(ABC):
 
     @property
     def collation(self) -> str | None:
-        """The shard database's default collation, when known (read by MariaDB tablets)."""
+        """The shard database's default collation, when known (MariaDB and PostgreSQL tablets)."""
         return None
 
     @abstractmethod

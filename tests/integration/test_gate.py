@@ -448,6 +448,12 @@ async def test_explain_stats_batch_and_targeting(cluster: Cluster) -> None:
     await g.execute(t, f"USE `commerce[{ksid.hex()}]`")
     r = await g.execute(t, "SELECT order_id FROM corder")
     assert r.rows == [(1,)]
+    # stream_execute honours the target too: only that shard's rows (here none)
+    empty = next(name for name, rows in placed.items() if rows[0][0] == 0)
+    await g.execute(t, f"USE `commerce:{empty}`")
+    streamed = [row async for chunk in g.stream_execute(t, "SELECT order_id FROM corder")
+                for row in chunk.rows]
+    assert streamed == []
     await g.execute(t, "USE commerce")
     assert t.target is None
     with pytest.raises(ShardgateError) as err:
