@@ -299,6 +299,13 @@ def _plan_select(stmt: exp.Expression, vschema: VSchema, default_ks: str | None)
         if key_range is not None:
             return _keyrange_select(stmt, key_range, only.table, choice, len(refs))
         table_name = only.table.name
+    return _routed_select(stmt, choice, ks_name, table_name)
+
+
+def _routed_select(stmt: exp.Select, choice: RouteChoice, ks_name: str, table_name: str
+                   ) -> Primitive:
+    """``stmt`` routed by ``choice``: one route when one shard answers it all, else
+    the shards' routes merged at the gate (:func:`plan_multi_shard`)."""
     single = choice.opcode in (Opcode.EQUAL_UNIQUE, Opcode.UNSHARDED) or (
         choice.opcode is Opcode.NONE and not needs_aggregation(stmt)
     )
@@ -341,13 +348,7 @@ def _derived_select(
         return None
     names = {(node.alias or node.name).lower(), table.name.lower(), ""}
     choice = choose(table, inner.args.get("where"), names)
-    if choice.opcode in (Opcode.EQUAL_UNIQUE, Opcode.NONE) and not needs_aggregation(stmt):
-        return _route(choice, table.keyspace, strip_qualifiers(stmt), table.name)
-    split_tree, in_var = _split_in(stmt, choice)
-    assert isinstance(split_tree, exp.Select)
-    target = RouteTarget(choice.opcode, table.keyspace, table.name, choice.vindex,
-                         choice.values, in_var)
-    return plan_multi_shard(stmt, split_tree, target)
+    return _routed_select(stmt, choice, table.keyspace, table.name)
 
 
 def _merged_route(
