@@ -33,10 +33,10 @@ from shardgate.engine.postprocess import Filter
 from shardgate.engine.primitives import Opcode, Primitive
 from shardgate.errors import Unsupported
 from shardgate.planner.finish import finish_at_gate
+from shardgate.planner.merge import same_vindex
 from shardgate.planner.routing import RouteChoice, choose, conjuncts
 from shardgate.planner.select import needs_aggregation
 from shardgate.sql.labels import label
-from shardgate.vindexes import Lookup
 from shardgate.vschema import Table, VSchema
 
 JOIN_VAR = "__sg_join{}"
@@ -240,16 +240,6 @@ def _join_terms(refs: list[TableRef], inner_only: bool) -> list[exp.Expr]:
     return terms
 
 
-def _same_vindex(a: Table, b: Table) -> bool:
-    pa, pb = a.primary, b.primary
-    if pa is None or pb is None or len(pa.columns) != 1 or len(pb.columns) != 1:
-        return False
-    if pa.vindex is pb.vindex:
-        return True
-    va, vb = pa.vindex, pb.vindex
-    return (not isinstance(va, Lookup) and type(va) is type(vb) and va.params == vb.params)
-
-
 def colocated(refs: list[TableRef], where: exp.Expr | None) -> bool:
     """True when all sharded tables are joined pairwise on their primary vindex."""
     for i, r in enumerate(refs):
@@ -281,7 +271,7 @@ def colocated(refs: list[TableRef], where: exp.Expr | None) -> bool:
         if la not in by_alias or ra not in by_alias or la == ra:
             continue
         lt, rt = by_alias[la].table, by_alias[ra].table
-        if not _same_vindex(lt, rt):
+        if not same_vindex(lt, rt):
             continue
         assert lt.primary is not None and rt.primary is not None
         if left.name.lower() == lt.primary.columns[0] and \

@@ -67,7 +67,7 @@ def _vindex_key(v: Vindex) -> tuple[object, ...]:
     """Vindexes with equal keys map equal values to equal keyspace ids."""
     if isinstance(v, Lookup):
         return ("lookup", id(v))
-    return (type(v).__name__, tuple(sorted(v.params.items())))
+    return (type(v), tuple(sorted(v.params.items())))
 
 
 def _resolve(
@@ -122,7 +122,9 @@ def only_derived_tables(stmt: exp.Select) -> bool:
     return True
 
 
-def _same_function(a: Table, b: Table) -> bool:
+def same_vindex(a: Table, b: Table) -> bool:
+    """True when ``a`` and ``b`` have one-column primary vindexes computing the same
+    function: equal values of those columns live on the same shard."""
     pa, pb = a.primary, b.primary
     if pa is None or pb is None or len(pa.columns) != 1 or len(pb.columns) != 1:
         return False
@@ -194,6 +196,6 @@ def _tied(scope: exp.Select, alias: str, anchored: set[str], tables: dict[str, T
                 continue
             if mine.name.lower() == table.primary.columns[0] and \
                     other.name.lower() == other_table.primary.columns[0] and \
-                    _same_function(table, other_table):
+                    same_vindex(table, other_table):
                 return True
     return False
