@@ -19,6 +19,19 @@ from shardgate.errors import InvalidArgument
 from shardgate.result import Result
 
 
+def single_value(res: Result) -> Any:
+    """The value of a subquery used as a value: NULL for no row; more than one
+    column (even over no rows, as every database refuses it) or row is an error."""
+    if len(res.fields) > 1 or any(len(r) != 1 for r in res.rows):
+        raise InvalidArgument("a subquery used as a value must select exactly one column")
+    if len(res.rows) > 1:
+        raise InvalidArgument(
+            f"subquery returns more than 1 row: a subquery used as a value returned "
+            f"{len(res.rows)} rows, it may return at most one"
+        )
+    return res.rows[0][0] if res.rows else None
+
+
 @dataclass(frozen=True)
 class PulloutValue(Primitive):
     """Run ``subquery`` first; bind its single value to ``var`` for ``outer``."""
@@ -28,12 +41,7 @@ class PulloutValue(Primitive):
     var: str
 
     async def execute(self, vc: ExecCursor, bind_vars: Mapping[str, Any]) -> Result:
-        res = await self.subquery.execute(vc, bind_vars)
-        if res.rows and len(res.rows[0]) != 1:
-            raise InvalidArgument("a subquery used as a value must select exactly one column")
-        if len(res.rows) > 1:
-            raise InvalidArgument("subquery returns more than 1 row")
-        value = res.rows[0][0] if res.rows else None
+        value = single_value(await self.subquery.execute(vc, bind_vars))
         return await self.outer.execute(vc, {**bind_vars, self.var: value})
 
     def describe(self) -> dict[str, Any]:
