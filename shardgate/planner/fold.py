@@ -20,10 +20,10 @@ from __future__ import annotations
 
 from sqlglot import exp
 
+from shardgate.engine.sqlsem import INT64_MAX, INT64_MIN
 from shardgate.engine.values import Literal
 from shardgate.sql.rewrite import flatten
 
-_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 _COMPARISONS = (exp.EQ, exp.NEQ, exp.LT, exp.LTE, exp.GT, exp.GTE)
 
 
@@ -52,7 +52,7 @@ def fold_integer(node: exp.Expr) -> int | None:
 
 
 def _in_range(value: int) -> int | None:
-    return value if _INT64_MIN <= value <= _INT64_MAX else None
+    return value if INT64_MIN <= value <= INT64_MAX else None
 
 
 def folded_literal(node: exp.Expr) -> Literal | None:
