@@ -336,9 +336,3 @@ class Projection(Primitive):
 def slot(i: int) -> Evaluator:
     """An evaluator reading column ``i``."""
     return lambda row, sem: row[i]
-
-
-def check_non_negative(n: Any, what: str) -> int:
-    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-        raise InvalidArgument(f"{what} must be a non-negative integer, got {n!r}")
-    return n

@@ -31,7 +31,7 @@ from shardgate.engine.coerce import NO_MATCH, SCATTER, Kind, convert_row, stored
 from shardgate.engine.insert_ignore import insert_ignoring
 from shardgate.engine.sqlsem import INT64_MAX, Semantics, semantics
 from shardgate.engine.values import BindVar, Literal, SQLExpr, Value, resolve
-from shardgate.errors import InvalidArgument, NotFound, Unsupported
+from shardgate.errors import InvalidArgument, Unsupported
 from shardgate.keys import KeyRange, ShardMap, parse_key_range
 from shardgate.result import Result, Row
 from shardgate.sql.dialect import ShardSQL, render
@@ -936,13 +936,6 @@ class DDL(Primitive):
             "Keyspace": {"Name": self.keyspace, "Sharded": self.sharded},
             "Query": self.query.gate_sql,
         }
-
-
-def shard_names_for_range(smap: ShardMap, kr: KeyRange) -> list[str]:
-    names = smap.shards_for_range(kr)
-    if not names:
-        raise NotFound(f"no shard serves key range {kr}")
-    return names
 
 
 __all__ = [

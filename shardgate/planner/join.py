@@ -30,7 +30,7 @@ from sqlglot import exp
 from shardgate.engine.evaluate import canonical, compile_expr
 from shardgate.engine.join import NestedLoopJoin, PulloutSubquery
 from shardgate.engine.postprocess import Filter
-from shardgate.engine.primitives import Opcode, Primitive
+from shardgate.engine.primitives import Primitive
 from shardgate.errors import Unsupported
 from shardgate.planner.finish import finish_at_gate
 from shardgate.planner.merge import same_vindex
@@ -461,7 +461,3 @@ def _join_key(
     if b.table.lower() == right and a.table.lower() in left:
         return a, b
     return None
-
-
-def is_pushdown_opcode(op: Opcode) -> bool:
-    return op in (Opcode.EQUAL_UNIQUE, Opcode.NONE)
