@@ -31,10 +31,7 @@ from shardgate.vschema import Table, VSchema
 
 def scope_of(node: exp.Expr) -> exp.Select | None:
     """The SELECT a node belongs to (its nearest enclosing SELECT)."""
-    parent = node.parent
-    while parent is not None and not isinstance(parent, exp.Select):
-        parent = parent.parent
-    return parent
+    return node.find_ancestor(exp.Select)
 
 
 def scopes(stmt: exp.Expr) -> list[exp.Select]:

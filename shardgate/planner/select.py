@@ -76,9 +76,7 @@ def needs_aggregation(stmt: exp.Select) -> bool:
 def _own_aggregate(node: exp.Expr, stmt: exp.Select) -> bool:
     """An aggregate of ``stmt`` itself (not of a subquery inside ``node``)."""
     for agg in node.find_all(exp.AggFunc):
-        scope = agg.parent
-        while scope is not None and not isinstance(scope, exp.Select):
-            scope = scope.parent
+        scope = agg.find_ancestor(exp.Select)
         if scope is stmt or scope is None:
             return True
     return False
