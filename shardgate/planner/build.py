@@ -58,10 +58,12 @@ from shardgate.planner.pullout import pull_out_values, wrap_values
 from shardgate.planner.routing import RouteChoice, choose, extract_keyrange, pinned_choice
 from shardgate.planner.rules import apply_routing_rules
 from shardgate.planner.select import (
+    ORDERING,
     RouteTarget,
     find_selected,
     needs_aggregation,
     plan_multi_shard,
+    row_wise_table,
 )
 from shardgate.planner.target import parse_target, statement_target, targeted_route
 from shardgate.planner.union import (
@@ -332,16 +334,8 @@ def _derived_select(
     if frm is None or stmt.args.get("joins") or not isinstance(frm.this, exp.Subquery):
         return None
     inner = frm.this.this
-    if not isinstance(inner, exp.Select) or needs_aggregation(inner) or inner.args.get("joins"):
-        return None
-    if any(inner.args.get(a) is not None for a in ("order", "limit", "offset")):
-        return None
-    if any(n is not inner for n in inner.find_all(exp.Select)) or any(
-        n is not stmt and n is not inner for n in stmt.find_all(exp.Select)
-    ):
-        return None
-    node = inner.args["from_"].this if inner.args.get("from_") else None
-    if not isinstance(node, exp.Table):
+    node = row_wise_table(inner)
+    if node is None or any(n is not stmt and n is not inner for n in stmt.find_all(exp.Select)):
         return None
     table = vschema.find_table(node.name, node.db or None, default_ks)
     if table.type == "reference":
@@ -522,12 +516,12 @@ def _plan_parenthesized(
     """``(SELECT ...) ORDER BY ... LIMIT ...``: the ORDER BY and LIMIT apply to the select."""
     inner = stmt.this
     while isinstance(inner, exp.Subquery) and not any(
-        inner.args.get(a) is not None for a in ("order", "limit", "offset")
+        inner.args.get(a) is not None for a in ORDERING
     ):
         inner = inner.this
     if stmt.alias or not isinstance(inner, exp.Query):
         raise Unsupported("a parenthesized statement must be a SELECT or UNION")
-    outer_args = {a: stmt.args.get(a) for a in ("order", "limit", "offset")}
+    outer_args = {a: stmt.args.get(a) for a in ORDERING}
     if isinstance(inner, exp.Select) and any(v is not None for v in outer_args.values()):
         if any(inner.args.get(a) is not None for a in outer_args):
             raise Unsupported(

@@ -35,7 +35,7 @@ from shardgate.errors import Unsupported
 from shardgate.planner.finish import finish_at_gate
 from shardgate.planner.merge import same_vindex
 from shardgate.planner.routing import RouteChoice, choose, conjuncts
-from shardgate.planner.select import needs_aggregation
+from shardgate.planner.select import row_wise_table
 from shardgate.sql.labels import label
 from shardgate.vschema import Table, VSchema
 
@@ -195,13 +195,8 @@ def _derived_ref(
         "joins with derived tables across shards need a row-wise derived table over one "
         "table (no aggregates, DISTINCT, ORDER BY, LIMIT, joins or subqueries)"
     )
-    if not node.alias or not isinstance(inner, exp.Select) or needs_aggregation(inner) or \
-            inner.args.get("joins") or any(n is not inner for n in inner.find_all(exp.Select)):
-        raise refused
-    if any(inner.args.get(a) is not None for a in ("order", "limit", "offset")):
-        raise refused
-    base = inner.args["from_"].this if inner.args.get("from_") else None
-    if not isinstance(base, exp.Table):
+    base = row_wise_table(inner)
+    if not node.alias or base is None:
         raise refused
     table = vschema.find_table(base.name, base.db or None, default_ks)
     vindex_columns = {c for cv in table.column_vindexes for c in cv.columns}

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 from sqlglot import exp
 
@@ -71,6 +71,30 @@ def needs_aggregation(stmt: exp.Select) -> bool:
         or stmt.args.get("distinct")
         or any(_own_aggregate(e, stmt) for e in stmt.expressions)
     )
+
+
+#: the clauses that order or cut a query's rows
+ORDERING = ("order", "limit", "offset")
+
+
+def row_wise(node: exp.Expr) -> TypeGuard[exp.Select]:
+    """A SELECT giving rows one by one from its tables' rows: no aggregate, GROUP BY,
+    HAVING, DISTINCT, ORDER BY, LIMIT, OFFSET or subquery. Over sharded tables,
+    each shard's rows are then its share of all the rows."""
+    return (
+        isinstance(node, exp.Select)
+        and not needs_aggregation(node)
+        and all(node.args.get(a) is None for a in ORDERING)
+        and not any(n is not node for n in node.find_all(exp.Select))
+    )
+
+
+def row_wise_table(node: exp.Expr) -> exp.Table | None:
+    """The one table a :func:`row_wise` SELECT without joins reads, else None."""
+    if not row_wise(node) or node.args.get("joins"):
+        return None
+    frm = node.args.get("from_")
+    return frm.this if frm is not None and isinstance(frm.this, exp.Table) else None
 
 
 def _own_aggregate(node: exp.Expr, stmt: exp.Select) -> bool:
