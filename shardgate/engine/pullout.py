@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from shardgate.engine.primitives import ExecCursor, Primitive
 from shardgate.errors import InvalidArgument
@@ -33,42 +33,42 @@ def single_value(res: Result) -> Any:
 
 
 @dataclass(frozen=True)
-class PulloutValue(Primitive):
-    """Run ``subquery`` first; bind its single value to ``var`` for ``outer``."""
+class _Pullout(Primitive):
+    """Run ``subquery`` first, bind what it tells to ``var``, then run ``outer``."""
 
     subquery: Primitive
     outer: Primitive
     var: str
 
-    async def execute(self, vc: ExecCursor, bind_vars: Mapping[str, Any]) -> Result:
-        value = single_value(await self.subquery.execute(vc, bind_vars))
-        return await self.outer.execute(vc, {**bind_vars, self.var: value})
+    #: Vitess's name of the variant, shown by EXPLAIN
+    VARIANT: ClassVar[str] = ""
 
     def describe(self) -> dict[str, Any]:
         return {
             "OperatorType": "UncorrelatedSubquery",
-            "Variant": "PulloutValue",
+            "Variant": self.VARIANT,
             "PulloutVars": [self.var],
             "Inputs": [self.subquery.describe(), self.outer.describe()],
         }
 
 
 @dataclass(frozen=True)
-class PulloutExists(Primitive):
+class PulloutValue(_Pullout):
+    """Run ``subquery`` first; bind its single value to ``var`` for ``outer``."""
+
+    VARIANT: ClassVar[str] = "PulloutValue"
+
+    async def execute(self, vc: ExecCursor, bind_vars: Mapping[str, Any]) -> Result:
+        value = single_value(await self.subquery.execute(vc, bind_vars))
+        return await self.outer.execute(vc, {**bind_vars, self.var: value})
+
+
+@dataclass(frozen=True)
+class PulloutExists(_Pullout):
     """Run ``subquery`` first; bind 1 to ``var`` if it returned a row, else 0."""
 
-    subquery: Primitive
-    outer: Primitive
-    var: str
+    VARIANT: ClassVar[str] = "PulloutExists"
 
     async def execute(self, vc: ExecCursor, bind_vars: Mapping[str, Any]) -> Result:
         res = await self.subquery.execute(vc, bind_vars)
         return await self.outer.execute(vc, {**bind_vars, self.var: 1 if res.rows else 0})
-
-    def describe(self) -> dict[str, Any]:
-        return {
-            "OperatorType": "UncorrelatedSubquery",
-            "Variant": "PulloutExists",
-            "PulloutVars": [self.var],
-            "Inputs": [self.subquery.describe(), self.outer.describe()],
-        }
