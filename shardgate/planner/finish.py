@@ -16,9 +16,11 @@ from shardgate.engine.values import from_expression
 from shardgate.errors import InvalidArgument
 from shardgate.planner.select import (
     find_selected,
+    mysql_names,
     needs_aggregation,
     plan_aggregation,
     row_partials,
+    select_names,
 )
 
 
@@ -43,13 +45,11 @@ def finish_at_gate(
         rows = Limit(rows, from_expression(lim.expression) if lim is not None else None,
                      from_expression(off.expression) if off is not None else None)
     shown = list(stmt.expressions) if items is None else items
-    names = tuple(e.alias if isinstance(e, exp.Alias) else
-                  (e.name if isinstance(e, exp.Column) else e.sql(dialect="mysql"))
-                  for e in shown)
     columns = tuple(compile_expr(e.this if isinstance(e, exp.Alias) else e, slots)
                     for e in shown)
-    return Projection(rows, columns, names, tuple(e.sql(dialect="mysql") for e in shown),
-                      keyspace)
+    return Projection(rows, columns, tuple(select_names(shown)),
+                      tuple(e.sql(dialect="mysql") for e in shown), keyspace,
+                      mysql_names(shown))
 
 
 def _order_term(stmt: exp.Select, node: exp.Expr) -> exp.Expr:

@@ -19,7 +19,7 @@ columns with aggregates outside GROUP BY.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeGuard
 
@@ -149,7 +149,7 @@ def _is_star(e: exp.Expr) -> bool:
 
 def _plain(tree: exp.Select, target: RouteTarget) -> Primitive:
     # ``tree`` is the caller's fresh shard form (plan_multi_shard's contract): edited in place.
-    names = _select_names(tree)
+    names = select_names(tree.expressions)
     star = any(_is_star(e) for e in tree.expressions)
     keys: list[OrderKey] = []
     hidden = 0
@@ -198,14 +198,15 @@ def _plain(tree: exp.Select, target: RouteTarget) -> Primitive:
     )
     if hidden and not star:
         return Projection(route, tuple(slot(i) for i in range(len(names))), tuple(names),
-                          keyspace=target.keyspace, mysql_names=_mysql_names(tree))
+                          keyspace=target.keyspace, mysql_names=mysql_names(tree.expressions))
     return route
 
 
-def _select_names(tree: exp.Select) -> list[str]:
-    """The result column names: alias, column name, or the expression's text."""
+def select_names(items: Sequence[exp.Expr]) -> list[str]:
+    """The result column names of select-list ``items``: alias, column name, or the
+    expression's text as the database gives it (:func:`label`)."""
     out = []
-    for e in tree.expressions:
+    for e in items:
         if isinstance(e, exp.Alias):
             out.append(e.alias)
         elif isinstance(e, exp.Column):
@@ -215,14 +216,13 @@ def _select_names(tree: exp.Select) -> list[str]:
     return out
 
 
-def _mysql_names(tree: exp.Select) -> tuple[str, ...]:
+def mysql_names(items: Sequence[exp.Expr]) -> tuple[str, ...]:
     """The names on MySQL/MariaDB where they differ: a string constant is named by
     its value there (``SELECT 'x'`` is column ``x``); empty when none differ."""
-    items = tree.expressions
     if not any(isinstance(e, exp.Literal) and e.is_string for e in items):
         return ()
     return tuple(e.this if isinstance(e, exp.Literal) and e.is_string else name
-                 for e, name in zip(items, _select_names(tree), strict=True))
+                 for e, name in zip(items, select_names(items), strict=True))
 
 
 def find_selected(tree: exp.Select, node: exp.Expr) -> int | None:
@@ -533,6 +533,6 @@ def plan_aggregation(tree: exp.Select, make_input: InputFactory, keyspace: str) 
     if limit is not None or offset is not None:
         out = Limit(out, limit, offset)
     columns = tuple(compile_(e.this if isinstance(e, exp.Alias) else e) for e in items)
-    return Projection(out, columns, tuple(_select_names(tree)),
+    return Projection(out, columns, tuple(select_names(tree.expressions)),
                       tuple(e.sql(dialect="mysql") for e in items), keyspace,
-                      _mysql_names(tree))
+                      mysql_names(tree.expressions))
