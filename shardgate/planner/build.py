@@ -233,7 +233,7 @@ def _plan_select(stmt: exp.Expression, vschema: VSchema, default_ks: str | None)
         return finish_at_gate(tail, _plan_select(bare, vschema, default_ks), columns,
                               next(iter(keyspaces)))
     if isinstance(stmt, exp.Union):
-        return _concatenated(stmt, vschema, default_ks)
+        return _concatenated(stmt, vschema, default_ks, _only(keyspaces) or "")
     if not isinstance(stmt, exp.Select):
         raise Unsupported("this statement cannot run across shards: send a SELECT or UNION")
 
@@ -367,7 +367,7 @@ def _merged_route(
         return None
     parts = union_parts(stmt, distinct=False)
     if parts is not None and all(single_shard(p, vschema, default_ks) for p in parts):
-        return _concatenated(stmt, vschema, default_ks)  # each part on its one shard
+        return _concatenated(stmt, vschema, default_ks, ks_name)  # each part on its one shard
     if parts is not None and not any(r.table.type == "reference" for r in refs) and all(
         not p.args.get("joins") and not is_dual_select(p) for p in parts
     ):
@@ -384,8 +384,12 @@ def _merged_route(
     return Aggregate(route, tuple(range(len(parts[0].expressions))), (), keyspace=ks_name)
 
 
-def _concatenated(stmt: exp.Union, vschema: VSchema, default_ks: str | None) -> Primitive:
-    """A UNION whose parts are planned apart: concatenated, UNION's duplicates removed."""
+def _concatenated(
+    stmt: exp.Union, vschema: VSchema, default_ks: str | None, keyspace: str
+) -> Primitive:
+    """A UNION whose parts are planned apart: concatenated, UNION's duplicates removed
+    as ``keyspace``'s database compares values ("": the gate's MySQL semantics, for
+    parts in several keyspaces)."""
     width = output_names(stmt)
     if width is None:
         raise Unsupported("a UNION across shards needs named columns, not *, in its first part")
@@ -395,7 +399,7 @@ def _concatenated(stmt: exp.Union, vschema: VSchema, default_ks: str | None) -> 
                         _plan_select(right, vschema, default_ks)))
     if not stmt.args.get("distinct"):
         return both
-    return Aggregate(both, tuple(range(len(width))), (), keyspace="")
+    return Aggregate(both, tuple(range(len(width))), (), keyspace=keyspace)
 
 
 def _flat_union(parts: list[exp.Select], distinct: bool) -> exp.Expr:
