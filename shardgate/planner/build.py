@@ -1,10 +1,13 @@
 """Statements to plans. Pure: no I/O, same input -> same plan.
 
-What is refused (never mis-routed): statements mixing keyspaces; joins and
-subqueries that are not confined to one unsharded keyspace or to one sharded
-table plus reference tables; aggregates, GROUP BY and DISTINCT across shards;
-DML that changes a vindex column; multi-shard DML with LIMIT; INSERT ... SELECT
-and ON DUPLICATE KEY UPDATE into sharded tables.
+What is refused (never mis-routed), among others: DML spanning keyspaces;
+subqueries that can be neither pulled out, merged into one route, nor run
+where their outer rows are; DML with joins or subqueries on a sharded keyspace
+other than a co-located multi-table DELETE/UPDATE; UPDATE of a primary vindex
+column (or of a lookup vindex column to a non-constant value); multi-shard DML
+with LIMIT; INSERT ... SELECT into sharded tables; ON DUPLICATE KEY UPDATE of
+a vindex column or into an owner of lookup vindexes. Each refusal's message
+says what is supported.
 """
 
 from __future__ import annotations
