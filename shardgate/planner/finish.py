@@ -39,7 +39,7 @@ def finish_at_gate(
         rows = MemorySort(rows, tuple(
             SortKey(compile_expr(_order_term(stmt, o.this), slots), bool(o.args.get("desc")),
                     bool(o.args.get("nulls_first")), o.this.sql(dialect="mysql"))
-            for o in order.expressions), keyspace)
+            for o in order.expressions), keyspace=keyspace)
     lim, off = stmt.args.get("limit"), stmt.args.get("offset")
     if lim is not None or off is not None:
         rows = Limit(rows, from_expression(lim.expression) if lim is not None else None,
@@ -48,8 +48,8 @@ def finish_at_gate(
     columns = tuple(compile_expr(e.this if isinstance(e, exp.Alias) else e, slots)
                     for e in shown)
     return Projection(rows, columns, tuple(select_names(shown)),
-                      tuple(e.sql(dialect="mysql") for e in shown), keyspace,
-                      mysql_names(shown))
+                      tuple(e.sql(dialect="mysql") for e in shown), mysql_names(shown),
+                      keyspace=keyspace)
 
 
 def _order_term(stmt: exp.Select, node: exp.Expr) -> exp.Expr:

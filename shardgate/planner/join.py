@@ -432,7 +432,7 @@ def plan_nested_loop(
     if gate_where:
         predicate = exp.and_(*[t.copy() for t in gate_where])
         joined = Filter(joined, compile_expr(predicate, slots), predicate.sql(dialect="mysql"),
-                        keyspace)
+                        keyspace=keyspace)
     return finish_at_gate(stmt, joined, slots, keyspace)
 
 

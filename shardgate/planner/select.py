@@ -521,18 +521,19 @@ def plan_aggregation(tree: exp.Select, make_input: InputFactory, keyspace: str) 
 
     out: Primitive = agg
     if having_expr is not None:
-        out = Filter(out, compile_(having_expr), having_expr.sql(dialect="mysql"), keyspace)
+        out = Filter(out, compile_(having_expr), having_expr.sql(dialect="mysql"),
+                     keyspace=keyspace)
     if order_items:
         keys = tuple(
             SortKey(compile_(e), bool(o.args.get("desc")), bool(o.args.get("nulls_first")),
                     e.sql(dialect="mysql"))
             for o, e in zip(order_items, order_exprs, strict=True)
         )
-        out = MemorySort(out, keys, keyspace)
+        out = MemorySort(out, keys, keyspace=keyspace)
     limit, offset = _limits(tree)
     if limit is not None or offset is not None:
         out = Limit(out, limit, offset)
     columns = tuple(compile_(e.this if isinstance(e, exp.Alias) else e) for e in items)
     return Projection(out, columns, tuple(select_names(tree.expressions)),
-                      tuple(e.sql(dialect="mysql") for e in items), keyspace,
-                      mysql_names(tree.expressions))
+                      tuple(e.sql(dialect="mysql") for e in items),
+                      mysql_names(tree.expressions), keyspace=keyspace)
