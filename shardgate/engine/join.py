@@ -18,7 +18,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from sqlglot import exp
@@ -44,7 +44,7 @@ class NestedLoopJoin(Primitive):
     outer: bool = False
     batch: int = JOIN_BATCH
     #: the keyspace whose collation decides which keys are equal ('a' = 'A ' on MariaDB)
-    keyspace: str = ""
+    keyspace: str = field(kw_only=True)
 
     async def execute(self, vc: ExecCursor, bind_vars: Mapping[str, Any]) -> Result:
         left = await self.left.execute(vc, bind_vars)

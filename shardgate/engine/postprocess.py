@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal
 from functools import cmp_to_key
 from typing import Any
@@ -137,7 +137,7 @@ class Aggregate(Primitive):
     aggregates: tuple[AggSpec, ...]
     scalar: bool = False
     #: the keyspace whose database's arithmetic AVG follows
-    keyspace: str = ""
+    keyspace: str = field(kw_only=True)
 
     async def execute(self, vc: ExecCursor, bind_vars: Mapping[str, Any]) -> Result:
         res = await self.input.execute(vc, bind_vars)
@@ -224,7 +224,7 @@ class Filter(Primitive):
     predicate: Evaluator
     text: str
     #: the keyspace whose database's semantics the predicate follows
-    keyspace: str = ""
+    keyspace: str = field(kw_only=True)
 
     async def execute(self, vc: ExecCursor, bind_vars: Mapping[str, Any]) -> Result:
         res = await self.input.execute(vc, bind_vars)
@@ -252,7 +252,7 @@ class MemorySort(Primitive):
     input: Primitive
     keys: tuple[SortKey, ...]
     #: the keyspace whose database's collation and comparisons the sort follows
-    keyspace: str = ""
+    keyspace: str = field(kw_only=True)
 
     async def execute(self, vc: ExecCursor, bind_vars: Mapping[str, Any]) -> Result:
         res = await self.input.execute(vc, bind_vars)
@@ -315,7 +315,7 @@ class Projection(Primitive):
     names: tuple[str, ...]
     texts: tuple[str, ...] = ()
     #: the keyspace whose database's semantics the expressions follow
-    keyspace: str = ""
+    keyspace: str = field(kw_only=True)
     #: the names on MySQL/MariaDB, where they differ (a string constant's value)
     mysql_names: tuple[str, ...] = ()
 
@@ -336,9 +336,3 @@ class Projection(Primitive):
 def slot(i: int) -> Evaluator:
     """An evaluator reading column ``i``."""
     return lambda row, sem: row[i]
-
-
-def check_non_negative(n: Any, what: str) -> int:
-    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-        raise InvalidArgument(f"{what} must be a non-negative integer, got {n!r}")
-    return n

@@ -29,9 +29,9 @@ from sqlglot import exp
 
 from shardgate.engine.coerce import NO_MATCH, SCATTER, Kind, convert_row, stored_value
 from shardgate.engine.insert_ignore import insert_ignoring
-from shardgate.engine.sqlsem import Semantics, semantics
+from shardgate.engine.sqlsem import INT64_MAX, Semantics, semantics
 from shardgate.engine.values import BindVar, Literal, SQLExpr, Value, resolve
-from shardgate.errors import InvalidArgument, NotFound, Unsupported
+from shardgate.errors import InvalidArgument, Unsupported
 from shardgate.keys import KeyRange, ShardMap, parse_key_range
 from shardgate.result import Result, Row
 from shardgate.sql.dialect import ShardSQL, render
@@ -47,7 +47,7 @@ from shardgate.vindexes import (
 from shardgate.vindexes.lookup import LookupBase
 
 #: the largest LIMIT a shard is sent: BIGINT's maximum (SQLite and PostgreSQL)
-MAX_LIMIT = 2**63 - 1
+MAX_LIMIT = INT64_MAX
 
 
 class Opcode(enum.Enum):
@@ -936,13 +936,6 @@ class DDL(Primitive):
             "Keyspace": {"Name": self.keyspace, "Sharded": self.sharded},
             "Query": self.query.gate_sql,
         }
-
-
-def shard_names_for_range(smap: ShardMap, kr: KeyRange) -> list[str]:
-    names = smap.shards_for_range(kr)
-    if not names:
-        raise NotFound(f"no shard serves key range {kr}")
-    return names
 
 
 __all__ = [

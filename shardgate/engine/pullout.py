@@ -12,55 +12,63 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from shardgate.engine.primitives import ExecCursor, Primitive
 from shardgate.errors import InvalidArgument
 from shardgate.result import Result
 
 
+def single_value(res: Result) -> Any:
+    """The value of a subquery used as a value: NULL for no row; more than one
+    column (even over no rows, as every database refuses it) or row is an error."""
+    if len(res.fields) > 1 or any(len(r) != 1 for r in res.rows):
+        raise InvalidArgument("a subquery used as a value must select exactly one column")
+    if len(res.rows) > 1:
+        raise InvalidArgument(
+            f"subquery returns more than 1 row: a subquery used as a value returned "
+            f"{len(res.rows)} rows, it may return at most one"
+        )
+    return res.rows[0][0] if res.rows else None
+
+
 @dataclass(frozen=True)
-class PulloutValue(Primitive):
-    """Run ``subquery`` first; bind its single value to ``var`` for ``outer``."""
+class _Pullout(Primitive):
+    """Run ``subquery`` first, bind what it tells to ``var``, then run ``outer``."""
 
     subquery: Primitive
     outer: Primitive
     var: str
 
-    async def execute(self, vc: ExecCursor, bind_vars: Mapping[str, Any]) -> Result:
-        res = await self.subquery.execute(vc, bind_vars)
-        if res.rows and len(res.rows[0]) != 1:
-            raise InvalidArgument("a subquery used as a value must select exactly one column")
-        if len(res.rows) > 1:
-            raise InvalidArgument("subquery returns more than 1 row")
-        value = res.rows[0][0] if res.rows else None
-        return await self.outer.execute(vc, {**bind_vars, self.var: value})
+    #: Vitess's name of the variant, shown by EXPLAIN
+    VARIANT: ClassVar[str] = ""
 
     def describe(self) -> dict[str, Any]:
         return {
             "OperatorType": "UncorrelatedSubquery",
-            "Variant": "PulloutValue",
+            "Variant": self.VARIANT,
             "PulloutVars": [self.var],
             "Inputs": [self.subquery.describe(), self.outer.describe()],
         }
 
 
 @dataclass(frozen=True)
-class PulloutExists(Primitive):
+class PulloutValue(_Pullout):
+    """Run ``subquery`` first; bind its single value to ``var`` for ``outer``."""
+
+    VARIANT: ClassVar[str] = "PulloutValue"
+
+    async def execute(self, vc: ExecCursor, bind_vars: Mapping[str, Any]) -> Result:
+        value = single_value(await self.subquery.execute(vc, bind_vars))
+        return await self.outer.execute(vc, {**bind_vars, self.var: value})
+
+
+@dataclass(frozen=True)
+class PulloutExists(_Pullout):
     """Run ``subquery`` first; bind 1 to ``var`` if it returned a row, else 0."""
 
-    subquery: Primitive
-    outer: Primitive
-    var: str
+    VARIANT: ClassVar[str] = "PulloutExists"
 
     async def execute(self, vc: ExecCursor, bind_vars: Mapping[str, Any]) -> Result:
         res = await self.subquery.execute(vc, bind_vars)
         return await self.outer.execute(vc, {**bind_vars, self.var: 1 if res.rows else 0})
-
-    def describe(self) -> dict[str, Any]:
-        return {
-            "OperatorType": "UncorrelatedSubquery",
-            "Variant": "PulloutExists",
-            "PulloutVars": [self.var],
-            "Inputs": [self.subquery.describe(), self.outer.describe()],
-        }

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from shardgate.engine.primitives import ExecCursor, Primitive
-from shardgate.errors import InvalidArgument
+from shardgate.engine.pullout import single_value
 from shardgate.result import Result
 
 
@@ -30,15 +30,7 @@ class ScalarSubqueries(Primitive):
     async def execute(self, vc: ExecCursor, bind_vars: Mapping[str, Any]) -> Result:
         bound = dict(bind_vars)
         for var, sub in self.subqueries:
-            res = await sub.execute(vc, bound)
-            if len(res.fields) > 1 or any(len(r) != 1 for r in res.rows):
-                raise InvalidArgument("a subquery used as a value must select exactly one column")
-            if len(res.rows) > 1:
-                raise InvalidArgument(
-                    f"a subquery used as a value returned {len(res.rows)} rows: it may "
-                    "return at most one"
-                )
-            bound[var] = res.rows[0][0] if res.rows else None
+            bound[var] = single_value(await sub.execute(vc, bound))
         return await self.outer.execute(vc, bound)
 
     def describe(self) -> dict[str, Any]:

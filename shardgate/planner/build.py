@@ -1,10 +1,13 @@
 """Statements to plans. Pure: no I/O, same input -> same plan.
 
-What is refused (never mis-routed): statements mixing keyspaces; joins and
-subqueries that are not confined to one unsharded keyspace or to one sharded
-table plus reference tables; aggregates, GROUP BY and DISTINCT across shards;
-DML that changes a vindex column; multi-shard DML with LIMIT; INSERT ... SELECT
-and ON DUPLICATE KEY UPDATE into sharded tables.
+What is refused (never mis-routed), among others: DML spanning keyspaces;
+subqueries that can be neither pulled out, merged into one route, nor run
+where their outer rows are; DML with joins or subqueries on a sharded keyspace
+other than a co-located multi-table DELETE/UPDATE; UPDATE of a primary vindex
+column (or of a lookup vindex column to a non-constant value); multi-shard DML
+with LIMIT; INSERT ... SELECT into sharded tables; ON DUPLICATE KEY UPDATE of
+a vindex column or into an owner of lookup vindexes. Each refusal's message
+says what is supported.
 """
 
 from __future__ import annotations
@@ -58,10 +61,12 @@ from shardgate.planner.pullout import pull_out_values, wrap_values
 from shardgate.planner.routing import RouteChoice, choose, extract_keyrange, pinned_choice
 from shardgate.planner.rules import apply_routing_rules
 from shardgate.planner.select import (
+    ORDERING,
     RouteTarget,
     find_selected,
     needs_aggregation,
     plan_multi_shard,
+    row_wise_table,
 )
 from shardgate.planner.target import parse_target, statement_target, targeted_route
 from shardgate.planner.union import (
@@ -231,7 +236,7 @@ def _plan_select(stmt: exp.Expression, vschema: VSchema, default_ks: str | None)
         return finish_at_gate(tail, _plan_select(bare, vschema, default_ks), columns,
                               next(iter(keyspaces)))
     if isinstance(stmt, exp.Union):
-        return _concatenated(stmt, vschema, default_ks)
+        return _concatenated(stmt, vschema, default_ks, _only(keyspaces) or "")
     if not isinstance(stmt, exp.Select):
         raise Unsupported("this statement cannot run across shards: send a SELECT or UNION")
 
@@ -299,6 +304,13 @@ def _plan_select(stmt: exp.Expression, vschema: VSchema, default_ks: str | None)
         if key_range is not None:
             return _keyrange_select(stmt, key_range, only.table, choice, len(refs))
         table_name = only.table.name
+    return _routed_select(stmt, choice, ks_name, table_name)
+
+
+def _routed_select(stmt: exp.Select, choice: RouteChoice, ks_name: str, table_name: str
+                   ) -> Primitive:
+    """``stmt`` routed by ``choice``: one route when one shard answers it all, else
+    the shards' routes merged at the gate (:func:`plan_multi_shard`)."""
     single = choice.opcode in (Opcode.EQUAL_UNIQUE, Opcode.UNSHARDED) or (
         choice.opcode is Opcode.NONE and not needs_aggregation(stmt)
     )
@@ -325,29 +337,15 @@ def _derived_select(
     if frm is None or stmt.args.get("joins") or not isinstance(frm.this, exp.Subquery):
         return None
     inner = frm.this.this
-    if not isinstance(inner, exp.Select) or needs_aggregation(inner) or inner.args.get("joins"):
-        return None
-    if any(inner.args.get(a) is not None for a in ("order", "limit", "offset")):
-        return None
-    if any(n is not inner for n in inner.find_all(exp.Select)) or any(
-        n is not stmt and n is not inner for n in stmt.find_all(exp.Select)
-    ):
-        return None
-    node = inner.args["from_"].this if inner.args.get("from_") else None
-    if not isinstance(node, exp.Table):
+    node = row_wise_table(inner)
+    if node is None or any(n is not stmt and n is not inner for n in stmt.find_all(exp.Select)):
         return None
     table = vschema.find_table(node.name, node.db or None, default_ks)
     if table.type == "reference":
         return None
     names = {(node.alias or node.name).lower(), table.name.lower(), ""}
     choice = choose(table, inner.args.get("where"), names)
-    if choice.opcode in (Opcode.EQUAL_UNIQUE, Opcode.NONE) and not needs_aggregation(stmt):
-        return _route(choice, table.keyspace, strip_qualifiers(stmt), table.name)
-    split_tree, in_var = _split_in(stmt, choice)
-    assert isinstance(split_tree, exp.Select)
-    target = RouteTarget(choice.opcode, table.keyspace, table.name, choice.vindex,
-                         choice.values, in_var)
-    return plan_multi_shard(stmt, split_tree, target)
+    return _routed_select(stmt, choice, table.keyspace, table.name)
 
 
 def _merged_route(
@@ -372,7 +370,7 @@ def _merged_route(
         return None
     parts = union_parts(stmt, distinct=False)
     if parts is not None and all(single_shard(p, vschema, default_ks) for p in parts):
-        return _concatenated(stmt, vschema, default_ks)  # each part on its one shard
+        return _concatenated(stmt, vschema, default_ks, ks_name)  # each part on its one shard
     if parts is not None and not any(r.table.type == "reference" for r in refs) and all(
         not p.args.get("joins") and not is_dual_select(p) for p in parts
     ):
@@ -389,8 +387,12 @@ def _merged_route(
     return Aggregate(route, tuple(range(len(parts[0].expressions))), (), keyspace=ks_name)
 
 
-def _concatenated(stmt: exp.Union, vschema: VSchema, default_ks: str | None) -> Primitive:
-    """A UNION whose parts are planned apart: concatenated, UNION's duplicates removed."""
+def _concatenated(
+    stmt: exp.Union, vschema: VSchema, default_ks: str | None, keyspace: str
+) -> Primitive:
+    """A UNION whose parts are planned apart: concatenated, UNION's duplicates removed
+    as ``keyspace``'s database compares values ("": the gate's MySQL semantics, for
+    parts in several keyspaces)."""
     width = output_names(stmt)
     if width is None:
         raise Unsupported("a UNION across shards needs named columns, not *, in its first part")
@@ -400,7 +402,7 @@ def _concatenated(stmt: exp.Union, vschema: VSchema, default_ks: str | None) -> 
                         _plan_select(right, vschema, default_ks)))
     if not stmt.args.get("distinct"):
         return both
-    return Aggregate(both, tuple(range(len(width))), (), keyspace="")
+    return Aggregate(both, tuple(range(len(width))), (), keyspace=keyspace)
 
 
 def _flat_union(parts: list[exp.Select], distinct: bool) -> exp.Expr:
@@ -521,12 +523,12 @@ def _plan_parenthesized(
     """``(SELECT ...) ORDER BY ... LIMIT ...``: the ORDER BY and LIMIT apply to the select."""
     inner = stmt.this
     while isinstance(inner, exp.Subquery) and not any(
-        inner.args.get(a) is not None for a in ("order", "limit", "offset")
+        inner.args.get(a) is not None for a in ORDERING
     ):
         inner = inner.this
     if stmt.alias or not isinstance(inner, exp.Query):
         raise Unsupported("a parenthesized statement must be a SELECT or UNION")
-    outer_args = {a: stmt.args.get(a) for a in ("order", "limit", "offset")}
+    outer_args = {a: stmt.args.get(a) for a in ORDERING}
     if isinstance(inner, exp.Select) and any(v is not None for v in outer_args.values()):
         if any(inner.args.get(a) is not None for a in outer_args):
             raise Unsupported(

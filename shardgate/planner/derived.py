@@ -49,7 +49,8 @@ def plan_derived_at_gate(stmt: exp.Select, plan: PlanFn, keyspace: str) -> Primi
     rows = plan(inner)
     if stmt.args.get("where") is not None:
         where = stmt.args["where"].this
-        rows = Filter(rows, compile_expr(where, slots), where.sql(dialect="mysql"))
+        rows = Filter(rows, compile_expr(where, slots), where.sql(dialect="mysql"),
+                      keyspace=keyspace)
     items = list(stmt.expressions)
     if len(items) == 1 and isinstance(items[0], exp.Star):
         items = [exp.column(n) for n in names]

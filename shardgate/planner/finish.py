@@ -16,9 +16,11 @@ from shardgate.engine.values import from_expression
 from shardgate.errors import InvalidArgument
 from shardgate.planner.select import (
     find_selected,
+    mysql_names,
     needs_aggregation,
     plan_aggregation,
     row_partials,
+    select_names,
 )
 
 
@@ -37,19 +39,17 @@ def finish_at_gate(
         rows = MemorySort(rows, tuple(
             SortKey(compile_expr(_order_term(stmt, o.this), slots), bool(o.args.get("desc")),
                     bool(o.args.get("nulls_first")), o.this.sql(dialect="mysql"))
-            for o in order.expressions), keyspace)
+            for o in order.expressions), keyspace=keyspace)
     lim, off = stmt.args.get("limit"), stmt.args.get("offset")
     if lim is not None or off is not None:
         rows = Limit(rows, from_expression(lim.expression) if lim is not None else None,
                      from_expression(off.expression) if off is not None else None)
     shown = list(stmt.expressions) if items is None else items
-    names = tuple(e.alias if isinstance(e, exp.Alias) else
-                  (e.name if isinstance(e, exp.Column) else e.sql(dialect="mysql"))
-                  for e in shown)
     columns = tuple(compile_expr(e.this if isinstance(e, exp.Alias) else e, slots)
                     for e in shown)
-    return Projection(rows, columns, names, tuple(e.sql(dialect="mysql") for e in shown),
-                      keyspace)
+    return Projection(rows, columns, tuple(select_names(shown)),
+                      tuple(e.sql(dialect="mysql") for e in shown), mysql_names(shown),
+                      keyspace=keyspace)
 
 
 def _order_term(stmt: exp.Select, node: exp.Expr) -> exp.Expr:

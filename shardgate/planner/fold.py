@@ -20,17 +20,16 @@ from __future__ import annotations
 
 from sqlglot import exp
 
+from shardgate.engine.sqlsem import INT64_MAX, INT64_MIN
 from shardgate.engine.values import Literal
 from shardgate.sql.rewrite import flatten
 
-_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 _COMPARISONS = (exp.EQ, exp.NEQ, exp.LT, exp.LTE, exp.GT, exp.GTE)
 
 
 def fold_integer(node: exp.Expr) -> int | None:
     """The value of an integer-only arithmetic expression, or None."""
-    while isinstance(node, exp.Paren):
-        node = node.this
+    node = node.unnest()
     if isinstance(node, exp.Literal) and not node.is_string:
         try:
             return int(node.this)
@@ -52,32 +51,26 @@ def fold_integer(node: exp.Expr) -> int | None:
 
 
 def _in_range(value: int) -> int | None:
-    return value if _INT64_MIN <= value <= _INT64_MAX else None
+    return value if INT64_MIN <= value <= INT64_MAX else None
 
 
 def folded_literal(node: exp.Expr) -> Literal | None:
     """A Literal for a foldable arithmetic expression that is not a plain literal."""
-    bare = node
-    while isinstance(bare, exp.Paren):
-        bare = bare.this
-    if isinstance(bare, exp.Literal):
+    if isinstance(node.unnest(), exp.Literal):
         return None
     value = fold_integer(node)
     return Literal(value) if value is not None else None
 
 
 def _is_null(node: exp.Expr) -> bool:
-    while isinstance(node, exp.Paren):
-        node = node.this
-    return isinstance(node, exp.Null)
+    return isinstance(node.unnest(), exp.Null)
 
 
 def _number(node: exp.Expr) -> int | float | None:
     value = fold_integer(node)
     if value is not None:
         return value
-    while isinstance(node, exp.Paren):
-        node = node.this
+    node = node.unnest()
     if isinstance(node, exp.Literal) and not node.is_string:
         try:
             return float(node.this)
@@ -88,8 +81,7 @@ def _number(node: exp.Expr) -> int | float | None:
 
 def _never_numeric(node: exp.Expr) -> bool:
     """A string literal that no engine reads as a number (no numeric prefix)."""
-    while isinstance(node, exp.Paren):
-        node = node.this
+    node = node.unnest()
     if not (isinstance(node, exp.Literal) and node.is_string):
         return False
     text = node.this.lstrip(" \t\n\r")
@@ -108,8 +100,7 @@ def _constant_equal(left: exp.Expr, right: exp.Expr) -> bool | None:
 
 def always_false(term: exp.Expr) -> bool:
     """True if this WHERE term can match no row, whatever the table holds."""
-    while isinstance(term, exp.Paren):
-        term = term.this
+    term = term.unnest()
     if isinstance(term, exp.Boolean):
         return not term.this
     if isinstance(term, _COMPARISONS):
@@ -129,9 +120,7 @@ def always_false(term: exp.Expr) -> bool:
         outcomes = [_constant_equal(term.this, i) for i in items if not _is_null(i)]
         return all(o is False for o in outcomes)
     if isinstance(term, exp.Not):
-        inner = term.this
-        while isinstance(inner, exp.Paren):
-            inner = inner.this
+        inner = term.this.unnest()
         # x NOT IN (..., NULL, ...) is false or NULL: never true
         if isinstance(inner, exp.In) and not inner.args.get("query"):
             return any(_is_null(i) for i in inner.expressions)

@@ -30,13 +30,13 @@ from sqlglot import exp
 from shardgate.engine.evaluate import canonical, compile_expr
 from shardgate.engine.join import NestedLoopJoin, PulloutSubquery
 from shardgate.engine.postprocess import Filter
-from shardgate.engine.primitives import Opcode, Primitive
+from shardgate.engine.primitives import Primitive
 from shardgate.errors import Unsupported
 from shardgate.planner.finish import finish_at_gate
+from shardgate.planner.merge import same_vindex
 from shardgate.planner.routing import RouteChoice, choose, conjuncts
-from shardgate.planner.select import needs_aggregation
+from shardgate.planner.select import row_wise_table
 from shardgate.sql.labels import label
-from shardgate.vindexes import Lookup
 from shardgate.vschema import Table, VSchema
 
 JOIN_VAR = "__sg_join{}"
@@ -195,13 +195,8 @@ def _derived_ref(
         "joins with derived tables across shards need a row-wise derived table over one "
         "table (no aggregates, DISTINCT, ORDER BY, LIMIT, joins or subqueries)"
     )
-    if not node.alias or not isinstance(inner, exp.Select) or needs_aggregation(inner) or \
-            inner.args.get("joins") or any(n is not inner for n in inner.find_all(exp.Select)):
-        raise refused
-    if any(inner.args.get(a) is not None for a in ("order", "limit", "offset")):
-        raise refused
-    base = inner.args["from_"].this if inner.args.get("from_") else None
-    if not isinstance(base, exp.Table):
+    base = row_wise_table(inner)
+    if not node.alias or base is None:
         raise refused
     table = vschema.find_table(base.name, base.db or None, default_ks)
     vindex_columns = {c for cv in table.column_vindexes for c in cv.columns}
@@ -240,16 +235,6 @@ def _join_terms(refs: list[TableRef], inner_only: bool) -> list[exp.Expr]:
     return terms
 
 
-def _same_vindex(a: Table, b: Table) -> bool:
-    pa, pb = a.primary, b.primary
-    if pa is None or pb is None or len(pa.columns) != 1 or len(pb.columns) != 1:
-        return False
-    if pa.vindex is pb.vindex:
-        return True
-    va, vb = pa.vindex, pb.vindex
-    return (not isinstance(va, Lookup) and type(va) is type(vb) and va.params == vb.params)
-
-
 def colocated(refs: list[TableRef], where: exp.Expr | None) -> bool:
     """True when all sharded tables are joined pairwise on their primary vindex."""
     for i, r in enumerate(refs):
@@ -281,7 +266,7 @@ def colocated(refs: list[TableRef], where: exp.Expr | None) -> bool:
         if la not in by_alias or ra not in by_alias or la == ra:
             continue
         lt, rt = by_alias[la].table, by_alias[ra].table
-        if not _same_vindex(lt, rt):
+        if not same_vindex(lt, rt):
             continue
         assert lt.primary is not None and rt.primary is not None
         if left.name.lower() == lt.primary.columns[0] and \
@@ -447,7 +432,7 @@ def plan_nested_loop(
     if gate_where:
         predicate = exp.and_(*[t.copy() for t in gate_where])
         joined = Filter(joined, compile_expr(predicate, slots), predicate.sql(dialect="mysql"),
-                        keyspace)
+                        keyspace=keyspace)
     return finish_at_gate(stmt, joined, slots, keyspace)
 
 
@@ -471,7 +456,3 @@ def _join_key(
     if b.table.lower() == right and a.table.lower() in left:
         return a, b
     return None
-
-
-def is_pushdown_opcode(op: Opcode) -> bool:
-    return op in (Opcode.EQUAL_UNIQUE, Opcode.NONE)

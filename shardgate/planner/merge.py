@@ -31,10 +31,7 @@ from shardgate.vschema import Table, VSchema
 
 def scope_of(node: exp.Expr) -> exp.Select | None:
     """The SELECT a node belongs to (its nearest enclosing SELECT)."""
-    parent = node.parent
-    while parent is not None and not isinstance(parent, exp.Select):
-        parent = parent.parent
-    return parent
+    return node.find_ancestor(exp.Select)
 
 
 def scopes(stmt: exp.Expr) -> list[exp.Select]:
@@ -67,7 +64,7 @@ def _vindex_key(v: Vindex) -> tuple[object, ...]:
     """Vindexes with equal keys map equal values to equal keyspace ids."""
     if isinstance(v, Lookup):
         return ("lookup", id(v))
-    return (type(v).__name__, tuple(sorted(v.params.items())))
+    return (type(v), tuple(sorted(v.params.items())))
 
 
 def _resolve(
@@ -122,7 +119,9 @@ def only_derived_tables(stmt: exp.Select) -> bool:
     return True
 
 
-def _same_function(a: Table, b: Table) -> bool:
+def same_vindex(a: Table, b: Table) -> bool:
+    """True when ``a`` and ``b`` have one-column primary vindexes computing the same
+    function: equal values of those columns live on the same shard."""
     pa, pb = a.primary, b.primary
     if pa is None or pb is None or len(pa.columns) != 1 or len(pb.columns) != 1:
         return False
@@ -194,6 +193,6 @@ def _tied(scope: exp.Select, alias: str, anchored: set[str], tables: dict[str, T
                 continue
             if mine.name.lower() == table.primary.columns[0] and \
                     other.name.lower() == other_table.primary.columns[0] and \
-                    _same_function(table, other_table):
+                    same_vindex(table, other_table):
                 return True
     return False

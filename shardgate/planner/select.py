@@ -19,9 +19,9 @@ columns with aggregates outside GROUP BY.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 from sqlglot import exp
 
@@ -73,12 +73,34 @@ def needs_aggregation(stmt: exp.Select) -> bool:
     )
 
 
+#: the clauses that order or cut a query's rows
+ORDERING = ("order", "limit", "offset")
+
+
+def row_wise(node: exp.Expr) -> TypeGuard[exp.Select]:
+    """A SELECT giving rows one by one from its tables' rows: no aggregate, GROUP BY,
+    HAVING, DISTINCT, ORDER BY, LIMIT, OFFSET or subquery. Over sharded tables,
+    each shard's rows are then its share of all the rows."""
+    return (
+        isinstance(node, exp.Select)
+        and not needs_aggregation(node)
+        and all(node.args.get(a) is None for a in ORDERING)
+        and not any(n is not node for n in node.find_all(exp.Select))
+    )
+
+
+def row_wise_table(node: exp.Expr) -> exp.Table | None:
+    """The one table a :func:`row_wise` SELECT without joins reads, else None."""
+    if not row_wise(node) or node.args.get("joins"):
+        return None
+    frm = node.args.get("from_")
+    return frm.this if frm is not None and isinstance(frm.this, exp.Table) else None
+
+
 def _own_aggregate(node: exp.Expr, stmt: exp.Select) -> bool:
     """An aggregate of ``stmt`` itself (not of a subquery inside ``node``)."""
     for agg in node.find_all(exp.AggFunc):
-        scope = agg.parent
-        while scope is not None and not isinstance(scope, exp.Select):
-            scope = scope.parent
+        scope = agg.find_ancestor(exp.Select)
         if scope is stmt or scope is None:
             return True
     return False
@@ -127,7 +149,7 @@ def _is_star(e: exp.Expr) -> bool:
 
 def _plain(tree: exp.Select, target: RouteTarget) -> Primitive:
     # ``tree`` is the caller's fresh shard form (plan_multi_shard's contract): edited in place.
-    names = _select_names(tree)
+    names = select_names(tree.expressions)
     star = any(_is_star(e) for e in tree.expressions)
     keys: list[OrderKey] = []
     hidden = 0
@@ -176,14 +198,15 @@ def _plain(tree: exp.Select, target: RouteTarget) -> Primitive:
     )
     if hidden and not star:
         return Projection(route, tuple(slot(i) for i in range(len(names))), tuple(names),
-                          keyspace=target.keyspace, mysql_names=_mysql_names(tree))
+                          keyspace=target.keyspace, mysql_names=mysql_names(tree.expressions))
     return route
 
 
-def _select_names(tree: exp.Select) -> list[str]:
-    """The result column names: alias, column name, or the expression's text."""
+def select_names(items: Sequence[exp.Expr]) -> list[str]:
+    """The result column names of select-list ``items``: alias, column name, or the
+    expression's text as the database gives it (:func:`label`)."""
     out = []
-    for e in tree.expressions:
+    for e in items:
         if isinstance(e, exp.Alias):
             out.append(e.alias)
         elif isinstance(e, exp.Column):
@@ -193,14 +216,13 @@ def _select_names(tree: exp.Select) -> list[str]:
     return out
 
 
-def _mysql_names(tree: exp.Select) -> tuple[str, ...]:
+def mysql_names(items: Sequence[exp.Expr]) -> tuple[str, ...]:
     """The names on MySQL/MariaDB where they differ: a string constant is named by
     its value there (``SELECT 'x'`` is column ``x``); empty when none differ."""
-    items = tree.expressions
     if not any(isinstance(e, exp.Literal) and e.is_string for e in items):
         return ()
     return tuple(e.this if isinstance(e, exp.Literal) and e.is_string else name
-                 for e, name in zip(items, _select_names(tree), strict=True))
+                 for e, name in zip(items, select_names(items), strict=True))
 
 
 def find_selected(tree: exp.Select, node: exp.Expr) -> int | None:
@@ -499,18 +521,19 @@ def plan_aggregation(tree: exp.Select, make_input: InputFactory, keyspace: str) 
 
     out: Primitive = agg
     if having_expr is not None:
-        out = Filter(out, compile_(having_expr), having_expr.sql(dialect="mysql"), keyspace)
+        out = Filter(out, compile_(having_expr), having_expr.sql(dialect="mysql"),
+                     keyspace=keyspace)
     if order_items:
         keys = tuple(
             SortKey(compile_(e), bool(o.args.get("desc")), bool(o.args.get("nulls_first")),
                     e.sql(dialect="mysql"))
             for o, e in zip(order_items, order_exprs, strict=True)
         )
-        out = MemorySort(out, keys, keyspace)
+        out = MemorySort(out, keys, keyspace=keyspace)
     limit, offset = _limits(tree)
     if limit is not None or offset is not None:
         out = Limit(out, limit, offset)
     columns = tuple(compile_(e.this if isinstance(e, exp.Alias) else e) for e in items)
-    return Projection(out, columns, tuple(_select_names(tree)),
-                      tuple(e.sql(dialect="mysql") for e in items), keyspace,
-                      _mysql_names(tree))
+    return Projection(out, columns, tuple(select_names(tree.expressions)),
+                      tuple(e.sql(dialect="mysql") for e in items),
+                      mysql_names(tree.expressions), keyspace=keyspace)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from sqlglot import exp
 
 from shardgate.planner.merge import is_dual
-from shardgate.planner.select import needs_aggregation
+from shardgate.planner.select import ORDERING, row_wise
 
 
 def union_parts(stmt: exp.Union, distinct: bool) -> list[exp.Select] | None:
@@ -22,23 +22,17 @@ def union_parts(stmt: exp.Union, distinct: bool) -> list[exp.Select] | None:
 
     def walk(node: exp.Expr) -> list[exp.Select] | None:
         if isinstance(node, exp.Subquery) and not any(
-            node.args.get(a) is not None for a in ("order", "limit", "offset")
+            node.args.get(a) is not None for a in ORDERING
         ):
             return walk(node.this)
         if isinstance(node, exp.Union):
             if bool(node.args.get("distinct")) != distinct or any(
-                node.args.get(a) is not None for a in ("order", "limit", "offset")
+                node.args.get(a) is not None for a in ORDERING
             ):
                 return None
             left, right = walk(node.left), walk(node.right)
             return None if left is None or right is None else left + right
-        if not isinstance(node, exp.Select) or needs_aggregation(node):
-            return None
-        if any(node.args.get(a) is not None for a in ("order", "limit", "offset")):
-            return None
-        if any(n is not node for n in node.find_all(exp.Select)):
-            return None
-        return [node]
+        return [node] if row_wise(node) else None
 
     return walk(stmt)
 
@@ -102,14 +96,14 @@ def union_tail(stmt: exp.Union) -> tuple[exp.Union, exp.Select] | None:
     The tail is ``SELECT <columns> ORDER BY ... LIMIT ...`` over the union's
     output columns (positions in ORDER BY become the columns they name).
     """
-    if all(stmt.args.get(a) is None for a in ("order", "limit", "offset")):
+    if all(stmt.args.get(a) is None for a in ORDERING):
         return None
     names = output_names(stmt)
     if names is None:
         return None
     bare = stmt.copy()
     tail = exp.Select(expressions=[exp.column(n) for n in names])
-    for arg in ("order", "limit", "offset"):
+    for arg in ORDERING:
         value = bare.args.get(arg)
         bare.set(arg, None)
         if value is not None:

@@ -592,6 +592,35 @@ async def test_columns_the_gate_computes_are_named_as_the_database_names_them(
         assert want.fields == ["k", const]  # the database's own name
 
 
+async def test_columns_of_a_gate_side_join_are_named_as_the_database_names_them(
+    pair: Pair
+) -> None:
+    # t.k = u.v is not the vindex: joined at the gate, which names the columns as
+    # MySQL and SQLite do (a string constant by its value on MySQL, by its text on
+    # SQLite; an expression by its text as written), like the multi-shard selects
+    # of test_columns_the_gate_computes_are_named_as_the_database_names_them
+    const = "x" if pair.kind == "mysql" else "'x'"
+    got = await pair.gate.execute(
+        pair.sh, "SELECT t.id, 'x', t.k NOT IN (1, 2) FROM t JOIN u ON t.k = u.v")
+    assert got.fields == ["id", const, "t.k NOT IN (1, 2)"]
+
+
+async def test_a_where_over_a_derived_table_compares_as_the_database(pair: Pair) -> None:
+    # the outer WHERE runs at the gate, with the keyspace's collation: 'A' and
+    # 'a ' equal 'a' on MariaDB (utf8mb4_general_ci), not on SQLite or PostgreSQL
+    await pair.alike(
+        "SELECT s, c FROM (SELECT s, COUNT(*) AS c FROM t GROUP BY s) AS d WHERE s = 'a'",
+        fold=True)
+
+
+async def test_a_union_planned_in_parts_removes_duplicates_as_the_database(
+    pair: Pair
+) -> None:
+    # a part with GROUP BY: the parts run apart and the gate removes the
+    # duplicates with the keyspace's collation ('a', 'A', 'a ' are one on MariaDB only)
+    await pair.alike("SELECT s FROM t GROUP BY s UNION SELECT w FROM u", fold=True)
+
+
 async def test_a_where_the_database_rejects_is_rejected_when_no_shard_is_targeted(
     pair: Pair
 ) -> None:

@@ -155,3 +155,23 @@ async def test_secondary_vindex_is_verified_or_generated() -> None:
     vc.log.clear()
     await run_s("insert into t (id) values (5)")  # generated from the keyspace id
     assert vc.log[0].endswith(f"[5, {shadow}]"), vc.log
+
+
+async def test_a_subquery_used_as_a_value_has_one_column_even_over_no_rows() -> None:
+    # MySQL, PostgreSQL and SQLite all refuse a two-column subquery as a value,
+    # whether or not it returns rows
+    vc = cursor()
+    vc.results = {name: Result(["col", "b"], []) for name in FOUR.names}
+    with pytest.raises(ShardgateError) as err:
+        await run(vc, "select id from user where id = (select col, b from user)")
+    assert err.value.code is Code.INVALID_ARGUMENT
+    assert "exactly one column" in err.value.message
+
+
+async def test_a_subquery_used_as_a_value_returns_at_most_one_row() -> None:
+    vc = cursor()
+    vc.results = {name: Result(["col"], [(1,)]) for name in FOUR.names[:2]}
+    with pytest.raises(ShardgateError) as err:
+        await run(vc, "select id from user where id = (select col from user)")
+    assert err.value.code is Code.INVALID_ARGUMENT
+    assert "more than 1 row" in err.value.message
