@@ -261,9 +261,8 @@ class ClientSecurity:
         return ((USER_KEY, self.user), (PASSWORD_KEY, self.password or ""))
 
 
-class _Metadata(grpc.aio.UnaryUnaryClientInterceptor,  # type: ignore[misc]
-                grpc.aio.UnaryStreamClientInterceptor):  # type: ignore[misc]
-    """Adds the credentials to every call's metadata."""
+class _Metadata:
+    """Adds the credentials to a call's metadata."""
 
     def __init__(self, metadata: tuple[tuple[str, str], ...]) -> None:
         self._metadata = metadata
@@ -273,9 +272,14 @@ class _Metadata(grpc.aio.UnaryUnaryClientInterceptor,  # type: ignore[misc]
         return grpc.aio.ClientCallDetails(details.method, details.timeout, metadata,
                                           details.credentials, details.wait_for_ready)
 
+
+# grpc.aio files an interceptor under its first matching kind only: one class per kind.
+class _UnaryMetadata(_Metadata, grpc.aio.UnaryUnaryClientInterceptor):  # type: ignore[misc]
     async def intercept_unary_unary(self, continuation: Any, details: Any, request: Any) -> Any:
         return await continuation(self._details(details), request)
 
+
+class _StreamMetadata(_Metadata, grpc.aio.UnaryStreamClientInterceptor):  # type: ignore[misc]
     async def intercept_unary_stream(self, continuation: Any, details: Any, request: Any) -> Any:
         return await continuation(self._details(details), request)
 
@@ -287,7 +291,10 @@ def open_channel(
     """A channel to ``address`` (host:port) presenting ``security``; TLS when it has
     TLS files or ``tls`` (a ``grpcs://`` target)."""
     security = security or ClientSecurity()
-    interceptors = [_Metadata(security.metadata())] if security.user is not None else None
+    interceptors: list[Any] | None = None
+    if security.user is not None:
+        md = security.metadata()
+        interceptors = [_UnaryMetadata(md), _StreamMetadata(md)]
     if not (tls or security.tls):
         return grpc.aio.insecure_channel(address, options=options, interceptors=interceptors)
     creds = grpc.ssl_channel_credentials(

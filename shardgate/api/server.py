@@ -38,6 +38,7 @@ from shardgate.api.security import (
     caller,
     server_credentials,
 )
+from shardgate.auth.acl import Role
 from shardgate.auth.listen import check_listen
 from shardgate.errors import NotFound, ShardgateError, Unavailable
 from shardgate.gate import Gate, Session
@@ -158,6 +159,7 @@ class GateServicer(pb_grpc.GateServicer):
         self, request: pb.QueueReceiveRequest, context: Ctx
     ) -> AsyncIterator[pb.QueueReceiveResponse]:
         """Stream fired events of a queue: the fields first, then batches."""
+        self.gate.guard.require(caller(), request.keyspace, [request.queue], Role.WRITER)
         stream = self.gate.queue_receive(
             request.keyspace, request.queue,
             shard=request.shard if request.HasField("shard") else None,
@@ -171,6 +173,8 @@ class GateServicer(pb_grpc.GateServicer):
         self, request: pb.UpdateStreamRequest, context: Ctx
     ) -> AsyncIterator[pb.UpdateStreamResponse]:
         """Stream the change stream of a keyspace or key range."""
+        keyspace = self.gate.vschema.keyspace(request.keyspace)
+        self.gate.guard.require(caller(), keyspace.name, sorted(keyspace.tables), Role.READER)
         start: float | str | None = None
         if request.HasField("start_position"):
             start = request.start_position
@@ -188,6 +192,7 @@ class GateServicer(pb_grpc.GateServicer):
     @unary(pb.QueueAckResponse)
     async def QueueAck(self, request: pb.QueueAckRequest, context: Ctx) -> pb.QueueAckResponse:
         """Ack events of one shard; returns once the ack is committed."""
+        self.gate.guard.require(caller(), request.keyspace, [request.queue], Role.WRITER)
         n = await self.gate.queue_ack(request.keyspace, request.queue, request.shard,
                                       list(request.ids))
         return pb.QueueAckResponse(acked=n)
@@ -197,6 +202,7 @@ class GateServicer(pb_grpc.GateServicer):
         self, request: pb.QueueStatsRequest, context: Ctx
     ) -> pb.QueueStatsResponse:
         """Per-shard figures of a queue, as JSON."""
+        self.gate.guard.require(caller(), request.keyspace, [request.queue], Role.READER)
         stats = await self.gate.queue_stats(request.keyspace, request.queue)
         return pb.QueueStatsResponse(stats_json=json.dumps(stats, default=str))
 

@@ -25,6 +25,7 @@ their keyspace resolved and the gate-table rule applied, for the VSchema in
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from prometheus_client import Counter
@@ -92,6 +93,19 @@ class Guard:
             have = acl.role(identity.user, need.keyspace, need.table)
             if have is None or have < need.role:
                 self._deny(identity, need, have, acl)
+
+    def require(
+        self, identity: Identity | None, keyspace: str, tables: Iterable[str], role: Role
+    ) -> None:
+        """Raise PermissionDenied unless ``identity`` has ``role`` on every table of
+        ``keyspace`` named (queue receive/ack, change streams: what no statement names)."""
+        if identity is None or self.acl is None:
+            return
+        for table in tables:
+            need = _Need(keyspace, table, role)
+            have = self.acl.role(identity.user, keyspace, table)
+            if have is None or have < role:
+                self._deny(identity, need, have, self.acl)
 
     def _deny(self, identity: Identity, need: _Need, have: Role | None, acl: TableACL) -> None:
         name = f"{need.keyspace}.{need.table}" if need.keyspace else need.table

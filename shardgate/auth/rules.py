@@ -201,15 +201,15 @@ def _screen_tokens(sql: str) -> None:
     except SqlglotError:
         return  # the parser reports it
     for i, tok in enumerate(tokens):
-        kind = tok.token_type.name
-        if kind in _LITERAL_TOKENS:  # strings, and quoted names (names, not keywords)
-            continue
         word = tok.text.lower()
+        # a call, however its name is written ("pg_ls_dir"(...) is one in PostgreSQL)
+        if (i + 1 < len(tokens) and tokens[i + 1].token_type.name == "L_PAREN"
+                and _denied_function(word)):
+            raise deny(f"{word}() reaches files, the network or programs on the server")
+        if tok.token_type.name in _LITERAL_TOKENS:  # strings and quoted names: not keywords
+            continue
         if word in _DENIED_WORDS:
             raise deny(_DENIED_WORDS[word])
-        if (_denied_function(word) and i + 1 < len(tokens)
-                and tokens[i + 1].token_type.name == "L_PAREN"):
-            raise deny(f"{word}() reaches files, the network or programs on the server")
 
 
 _LITERAL_TOKENS = frozenset({"STRING", "NATIONAL_STRING", "BIT_STRING", "HEX_STRING",

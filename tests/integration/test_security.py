@@ -468,3 +468,24 @@ def users_file(tmp_path: Path) -> Iterator[Path]:
     path = tmp_path / "users.json"
     path.write_text(json.dumps(USERS))
     yield path
+
+
+async def test_streams_and_queues_need_roles_on_their_tables(secured: Served) -> None:
+    doc = json.loads(json.dumps(ACL))
+    doc["table_groups"][1]["readers"] = ["dba"]  # the lookup keyspace: only dba reads it
+    secured.gate.guard = Guard(TableACL.from_mapping(doc))
+    async with client(secured, "bob") as bob:
+        with pytest.raises(PermissionDenied) as info:
+            async for _ in bob.update_stream("lookup", heartbeat_s=0.2):
+                break
+        assert "needs the reader role on table lookup." in info.value.message
+        with pytest.raises(PermissionDenied):
+            await bob.queue_stats("jobs", keyspace="lookup")
+        with pytest.raises(PermissionDenied) as info:
+            async for _ in bob.receive("corder", keyspace="commerce"):
+                break
+        assert "writer role on table commerce.corder" in info.value.message
+    async with client(secured, "dba") as dba:
+        async for event in dba.update_stream("lookup", heartbeat_s=0.2):
+            assert event is not None
+            break
