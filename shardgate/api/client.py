@@ -78,8 +78,17 @@ def error_from_rpc(
     except ValueError:
         code = Code.UNKNOWN
     details: str = exc.details() or status.name
+    if target is not None and code is Code.UNAVAILABLE and "handshake" in details.lower():
+        reason = details.split("handshake failed", 1)[-1].strip(" :")
+        return error_for_code(code, (
+            f"TLS handshake with {target} failed ({reason}): check the CA that verifies the "
+            "server (--tls-ca, SHARDGATE_TLS_CA) and the client certificate"))
     if target is not None and code is Code.UNAVAILABLE and _unreachable(details):
         reason = details.rsplit(":", 1)[-1].strip().lower() or "unreachable"
+        if reason == "socket closed":
+            hint = ("the server closed the connection: a TLS server does that to plaintext "
+                    "clients (use grpcs:// or --tls-ca) and to clients without the certificate "
+                    "it requires (--tls-cert/--tls-key); otherwise " + hint)
         return error_for_code(code, f"nothing answers at {target} ({reason}): {hint}")
     return error_for_code(code, details)
 

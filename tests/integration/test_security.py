@@ -213,8 +213,9 @@ async def test_tls_and_mtls(embedded_gate: Gate, ca: Path, other_ca: Path) -> No
                                   tls_key=ca / "alice.key")
         async with GateClient(target, security=wrong_ca, user="alice", password="alice-pw",
                               timeout=10) as c:
-            with pytest.raises(Unavailable):
+            with pytest.raises(Unavailable) as info:
                 await c.execute("SELECT 1 FROM corder")
+            assert "TLS handshake" in info.value.message
         # no client certificate, or one from another CA: refused even with a password
         for sec in (ClientSecurity(tls_ca=ca / "ca.pem"),
                     ClientSecurity(tls_ca=ca / "ca.pem", tls_cert=other_ca / "alice.pem",
