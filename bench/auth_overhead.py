@@ -26,7 +26,6 @@ import random
 import statistics
 import subprocess
 import tempfile
-import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -43,8 +42,10 @@ from shardgate.topo import Topology
 
 try:
     from bench._pg import drop_database, fresh_database
+    from bench.gate_point_select import timed
 except ImportError:  # run as a script
     from _pg import drop_database, fresh_database  # type: ignore[no-redef]
+    from gate_point_select import timed  # type: ignore[no-redef]
 
 DB = "sec_bench_auth"
 ROWS = 10_000
@@ -57,20 +58,6 @@ ACL = {"table_groups": [
      "admins": []},
 ]}
 SELECT = "SELECT id, v FROM t WHERE id = :id"
-
-
-async def timed(seconds: float, op: Callable[[int], Awaitable[None]]) -> float:
-    """Run ``op(i)`` for ``seconds``; return operations per second."""
-    n = 0
-    start = time.perf_counter()
-    deadline = start + seconds
-    while True:
-        for _ in range(50):
-            await op(n)
-            n += 1
-        if time.perf_counter() >= deadline:
-            break
-    return n / (time.perf_counter() - start)
 
 
 async def main(seconds: float, rounds: int) -> None:
@@ -132,9 +119,6 @@ async def main(seconds: float, rounds: int) -> None:
         ops = {name: grpc_op(c) for name, c in clients.items()}
         ops["in-process, no ACL"] = local_op(plain_gate, plain_s)
         ops["in-process, ACL"] = local_op(acl_gate, acl_s)
-        for op in ops.values():  # warm up: plan caches, prepared statements, channels
-            for i in range(200):
-                await op(i)
         samples: dict[str, list[float]] = {name: [] for name in ops}
         for _ in range(rounds):
             for name, op in ops.items():

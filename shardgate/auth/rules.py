@@ -37,21 +37,7 @@ from shardgate.auth.acl import Role
 from shardgate.errors import PermissionDenied
 from shardgate.sql.classify import classify, head_words
 from shardgate.sql.parse import GATE_DIALECT
-from shardgate.sql.statements import (
-    AlterVSchema,
-    Begin,
-    Commit,
-    CreateQueueStatement,
-    ReleaseSavepoint,
-    Rollback,
-    RollbackToSavepoint,
-    Savepoint,
-    SetTransactionMode,
-    ShowVitessKeyspaces,
-    ShowVitessShards,
-    ShowVitessTablets,
-    Use,
-)
+from shardgate.sql.statements import AlterVSchema, CreateQueueStatement, GateStatement
 
 #: Server-side functions that read or write files, reach the network or run
 #: programs (PostgreSQL, MariaDB/MySQL, SQLite), or run SQL given as a string
@@ -125,12 +111,6 @@ KIND_ROLES: dict[type, tuple[str, Role]] = {
     CreateQueueStatement: ("DDL", Role.ADMIN),
     AlterVSchema: ("ALTER_VSCHEMA", Role.ADMIN),
 }
-#: Statements the gate answers itself: allowed to every caller, on no table.
-SESSION_KINDS: tuple[type, ...] = (
-    Begin, Commit, Rollback, Savepoint, RollbackToSavepoint, ReleaseSavepoint, Use,
-    SetTransactionMode, ShowVitessKeyspaces, ShowVitessShards, ShowVitessTablets,
-)
-
 _ALTER_VSCHEMA_TABLE = re.compile(r"\btable\s+`?([A-Za-z0-9_$.]+)`?", re.I)
 
 
@@ -164,8 +144,8 @@ def analyze(sql: str) -> Access:
     """
     _screen_tokens(sql)
     stmt = classify(sql)
-    if isinstance(stmt, SESSION_KINDS):
-        return Access("SESSION")
+    if isinstance(stmt, GateStatement) and not isinstance(stmt, AlterVSchema):
+        return Access("SESSION")  # answered by the gate itself: every caller, no table
     listed = KIND_ROLES.get(type(stmt))
     if listed is None:
         name = stmt.key.upper() if isinstance(stmt, exp.Expression) else type(stmt).__name__
