@@ -26,6 +26,7 @@ import random
 import statistics
 import subprocess
 import tempfile
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -42,10 +43,8 @@ from shardgate.topo import Topology
 
 try:
     from bench._pg import drop_database, fresh_database
-    from bench.gate_point_select import timed
 except ImportError:  # run as a script
     from _pg import drop_database, fresh_database  # type: ignore[no-redef]
-    from gate_point_select import timed  # type: ignore[no-redef]
 
 DB = "sec_bench_auth"
 ROWS = 10_000
@@ -58,6 +57,30 @@ ACL = {"table_groups": [
      "admins": []},
 ]}
 SELECT = "SELECT id, v FROM t WHERE id = :id"
+
+
+def _per_call(fn: Callable[[], object], n: int) -> float:
+    """Microseconds per call of ``fn`` (the best of three runs of ``n``)."""
+    best = float("inf")
+    for _ in range(3):
+        start = time.perf_counter()
+        for _ in range(n):
+            fn()
+        best = min(best, (time.perf_counter() - start) / n * 1e6)
+    return best
+
+
+async def measure(seconds: float, op: Callable[[int], Awaitable[None]]) -> tuple[float, float]:
+    """Run ``op(i)`` for ``seconds``: (operations per second, CPU microseconds per operation
+    of this process, which runs both the client and the gate)."""
+    n = 0
+    wall, cpu = time.perf_counter(), time.process_time()
+    deadline = wall + seconds
+    while time.perf_counter() < deadline:
+        for _ in range(20):
+            await op(n)
+            n += 1
+    return n / (time.perf_counter() - wall), (time.process_time() - cpu) / n * 1e6
 
 
 async def main(seconds: float, rounds: int) -> None:
@@ -119,24 +142,44 @@ async def main(seconds: float, rounds: int) -> None:
         ops = {name: grpc_op(c) for name, c in clients.items()}
         ops["in-process, no ACL"] = local_op(plain_gate, plain_s)
         ops["in-process, ACL"] = local_op(acl_gate, acl_s)
-        samples: dict[str, list[float]] = {name: [] for name in ops}
+        for op in ops.values():  # warm up: plan caches, prepared statements, channels
+            for i in range(100):
+                await op(i)
+        rates: dict[str, list[float]] = {name: [] for name in ops}
+        cpus: dict[str, list[float]] = {name: [] for name in ops}
         for _ in range(rounds):
             for name, op in ops.items():
-                samples[name].append(await timed(seconds / rounds, op))
-        med = {name: statistics.median(v) for name, v in samples.items()}
-        print(f"point selects over gRPC, one client, {rounds} rounds of "
-              f"{seconds / rounds:.2f} s each (median)")
-        print(f"{'configuration':<22}{'ops/s':>10}{'vs off':>9}{'cost':>8}")
-        for name in configs:
-            ratio = med[name] / med["off"]
-            print(f"{name:<22}{med[name]:>10.0f}{ratio:>9.3f}{(1 - ratio) * 100:>7.1f}%")
-        acl_ratio = med["auth+acl"] / med["auth"]
-        print(f"ACL checks over gRPC (auth+acl vs auth): ratio {acl_ratio:.3f}, "
-              f"cost {(1 - acl_ratio) * 100:.1f}% (goal < 5%)")
-        local = med["in-process, ACL"] / med["in-process, no ACL"]
-        print(f"{'in-process, no ACL':<22}{med['in-process, no ACL']:>10.0f}")
-        print(f"{'in-process, ACL':<22}{med['in-process, ACL']:>10.0f}{local:>9.3f}"
-              f"{(1 - local) * 100:>7.1f}%  (the ACL check alone; goal < 5%)")
+                rate, cpu = await measure(seconds / rounds, op)
+                rates[name].append(rate)
+                cpus[name].append(cpu)
+        rate = {name: statistics.median(v) for name, v in rates.items()}
+        cpu = {name: statistics.median(v) for name, v in cpus.items()}
+        print(f"point selects, one client, {rounds} rounds of {seconds / rounds:.2f} s per "
+              "configuration (medians). CPU = this process (client + gate) per select; it is "
+              "the steadier figure on a shared machine.")
+        print(f"{'configuration':<22}{'ops/s':>9}{'vs off':>8}{'CPU us':>9}{'vs off':>8}")
+        for group in (list(configs), ["in-process, no ACL", "in-process, ACL"]):
+            ref = group[0]
+            for name in group:
+                print(f"{name:<22}{rate[name]:>9.0f}{rate[name] / rate[ref]:>8.3f}"
+                      f"{cpu[name]:>9.0f}{cpu[name] / cpu[ref]:>8.3f}")
+        # The checks themselves, timed alone (steady even on a busy machine).
+        ident = Identity("app")
+        vschema = acl_gate.vschema
+        n = 20_000 if seconds > 1 else 2_000
+        t_acl = _per_call(lambda: acl_gate.guard.authorize(ident, SELECT, "bench", vschema), n)
+        t_rules = _per_call(lambda: plain_gate.guard.authorize(None, SELECT, "bench", vschema), n)
+        t_auth = _per_call(lambda: users.authenticate("app", "app-pw"), n)
+        select_us = cpu["in-process, no ACL"]
+        print(f"per statement: statement rules {t_rules:.2f} us, rules + ACL {t_acl:.2f} us, "
+              f"password check {t_auth:.2f} us; an in-process point select costs "
+              f"{select_us:.0f} us of CPU here")
+        print(f"ACL check alone: {(t_acl - t_rules) / select_us * 100:.3f}% of a point select, "
+              f"rules + ACL {t_acl / select_us * 100:.3f}% (goal < 5%)")
+        over_grpc = cpu["auth+acl"] / cpu["auth"] - 1
+        alone = cpu["in-process, ACL"] / cpu["in-process, no ACL"] - 1
+        print(f"end to end (noisy on a shared machine): ACL {over_grpc * 100:+.1f}% CPU over "
+              f"gRPC (auth+acl vs auth), {alone * 100:+.1f}% in-process")
     finally:
         for c in clients.values():
             await c.close()
