@@ -297,6 +297,14 @@ async def test_reader_cannot_write_and_writer_cannot_ddl(secured: Served) -> Non
             await bob.execute("DELETE FROM corder WHERE sku IN (SELECT sku FROM corder)")
         await dba.execute("CREATE TABLE extra (id BIGINT PRIMARY KEY)")
         assert (await bob.execute("SELECT sku FROM corder")).rows == [("a",)]
+        # a session targeted at one shard is checked the same way
+        await bob.execute("USE `commerce:-40`")
+        await bob.execute("SELECT sku FROM corder")
+        with pytest.raises(PermissionDenied):
+            await bob.execute("DELETE FROM corder")
+        await alice.execute("USE `commerce:-40`")
+        with pytest.raises(PermissionDenied):
+            await alice.execute("DROP TABLE corder")
 
 
 async def test_gate_tables_are_written_by_the_gate_only(secured: Served) -> None:
