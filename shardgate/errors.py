@@ -31,6 +31,7 @@ class Code(enum.Enum):
     UNIMPLEMENTED = "UNIMPLEMENTED"
     INTERNAL = "INTERNAL"
     UNAVAILABLE = "UNAVAILABLE"
+    UNAUTHENTICATED = "UNAUTHENTICATED"
 
 
 class ShardgateError(Exception):
@@ -108,6 +109,18 @@ class ResourceExhausted(ShardgateError):
     code = Code.RESOURCE_EXHAUSTED
 
 
+class Unauthenticated(ShardgateError):
+    """The caller is not authenticated: pass a valid user and password or client certificate."""
+
+    code = Code.UNAUTHENTICATED
+
+
+class PermissionDenied(ShardgateError):
+    """The caller may not do this: the message names the table or statement and the missing role."""
+
+    code = Code.PERMISSION_DENIED
+
+
 class Internal(ShardgateError):
     """A bug or an unexpected database error; the message says what failed."""
 
@@ -132,6 +145,8 @@ _CLASS_BY_CODE: dict[Code, type[ShardgateError]] = {
     Code.ABORTED: Aborted,
     Code.UNAVAILABLE: Unavailable,
     Code.RESOURCE_EXHAUSTED: ResourceExhausted,
+    Code.UNAUTHENTICATED: Unauthenticated,
+    Code.PERMISSION_DENIED: PermissionDenied,
     Code.INTERNAL: Internal,
 }
 

@@ -16,6 +16,7 @@ they were created on)::
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import AsyncGenerator, Mapping, Sequence
 from types import TracebackType
@@ -26,6 +27,7 @@ import grpc
 from shardgate.api import convert, queue_convert, stream_convert
 from shardgate.api import shardgate_pb2 as pb
 from shardgate.api import shardgate_pb2_grpc as pb_grpc
+from shardgate.api.security import ClientSecurity, open_channel
 from shardgate.api.server import GRPC_OPTIONS
 from shardgate.errors import Code, InvalidArgument, ShardgateError, error_for_code
 from shardgate.queues.events import QueueBatch, QueueEvent
@@ -37,11 +39,17 @@ from shardgate.streams.merge import StreamEvent
 CLOSE_TIMEOUT_S = 5.0
 
 _SCHEME = "grpc://"
+#: a target that speaks TLS (verified with the system's roots unless a CA is given)
+TLS_SCHEME = "grpcs://"
 
 
 def parse_target(target: str) -> str:
-    """``grpc://host:port`` or ``host:port`` as the ``host:port`` gRPC dials."""
-    address = target[len(_SCHEME) :] if target.startswith(_SCHEME) else target
+    """``grpc://host:port``, ``grpcs://host:port`` or ``host:port`` as the ``host:port``
+    gRPC dials."""
+    address = target
+    for scheme in (_SCHEME, TLS_SCHEME):
+        if target.startswith(scheme):
+            address = target[len(scheme) :]
     if "://" in address or ":" not in address:
         raise InvalidArgument(
             f"bad gate target {target!r}: expected grpc://host:port, e.g. grpc://127.0.0.1:15991"
@@ -70,10 +78,29 @@ def error_from_rpc(
     except ValueError:
         code = Code.UNKNOWN
     details: str = exc.details() or status.name
+    if target is not None and code is Code.UNAVAILABLE and "handshake" in details.lower():
+        reason = details.split("handshake failed", 1)[-1].strip(" :")
+        return error_for_code(code, (
+            f"TLS handshake with {target} failed ({reason}): check the CA that verifies the "
+            "server (--tls-ca, SHARDGATE_TLS_CA) and the client certificate"))
     if target is not None and code is Code.UNAVAILABLE and _unreachable(details):
         reason = details.rsplit(":", 1)[-1].strip().lower() or "unreachable"
+        if reason == "socket closed":
+            hint = ("the server closed the connection: a TLS server does that to plaintext "
+                    "clients (use grpcs:// or --tls-ca) and to clients without the certificate "
+                    "it requires (--tls-cert/--tls-key); otherwise " + hint)
         return error_for_code(code, f"nothing answers at {target} ({reason}): {hint}")
     return error_for_code(code, details)
+
+
+def with_user(
+    security: ClientSecurity | None, user: str | None, password: str | None
+) -> ClientSecurity:
+    """``security`` with ``user`` / ``password`` when given."""
+    security = security or ClientSecurity()
+    if user is None:
+        return security
+    return dataclasses.replace(security, user=user, password=password)
 
 
 def _unreachable(details: str) -> bool:
@@ -86,19 +113,24 @@ class GateClient:
 
     ``keyspace`` is the session's default keyspace (None: the topology's
     default); ``timeout`` is the deadline of each call in seconds (None: no
-    deadline). Close the client (or use ``async with``) to end the session and
-    the channel.
+    deadline). ``user`` / ``password`` authenticate every call; ``security``
+    adds TLS files (see :class:`~shardgate.api.security.ClientSecurity`; a
+    ``grpcs://`` target speaks TLS). Close the client (or use ``async with``)
+    to end the session and the channel.
     """
 
     def __init__(
-        self, target: str, *, keyspace: str | None = None, timeout: float | None = None
+        self, target: str, *, keyspace: str | None = None, timeout: float | None = None,
+        user: str | None = None, password: str | None = None,
+        security: ClientSecurity | None = None,
     ) -> None:
         self.target = target
         self.keyspace = keyspace
         self.timeout = timeout
         #: The server's id of this session; 0 until the first call returns.
         self.session_id = 0
-        self._channel = grpc.aio.insecure_channel(parse_target(target), options=GRPC_OPTIONS)
+        self._channel = open_channel(parse_target(target), with_user(security, user, password),
+                                     GRPC_OPTIONS, tls=target.startswith(TLS_SCHEME))
         self._stub = pb_grpc.GateStub(self._channel)  # type: ignore[no-untyped-call]
 
     async def __aenter__(self) -> GateClient:

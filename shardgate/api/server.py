@@ -31,6 +31,15 @@ from shardgate.api import convert, queue_convert, stream_convert
 from shardgate.api import shardgate_pb2 as pb
 from shardgate.api import shardgate_pb2_grpc as pb_grpc
 from shardgate.api.handlers import Ctx, relay, streaming, unary
+from shardgate.api.security import (
+    NO_SECURITY,
+    AuthInterceptor,
+    ServerSecurity,
+    caller,
+    server_credentials,
+)
+from shardgate.auth.acl import Role
+from shardgate.auth.listen import check_listen
 from shardgate.errors import NotFound, ShardgateError, Unavailable
 from shardgate.gate import Gate, Session
 
@@ -58,12 +67,13 @@ class GateServicer(pb_grpc.GateServicer):
         self.sessions: dict[int, _Entry] = {}
 
     def _entry(self, session_id: int, keyspace: str | None) -> _Entry:
+        identity = caller()
         if session_id == 0:
-            session = self.gate.session(keyspace)
+            session = self.gate.session(keyspace, identity=identity)
             entry = self.sessions[session.id] = _Entry(session)
             return entry
         found = self.sessions.get(session_id)
-        if found is None:
+        if found is None or _owner(found) != identity.user:  # another caller's session
             raise NotFound(f"session {session_id} expired, start a new one (send session_id 0)")
         return found
 
@@ -136,8 +146,9 @@ class GateServicer(pb_grpc.GateServicer):
         self, request: pb.CloseSessionRequest, context: Ctx
     ) -> pb.CloseSessionResponse:
         """Roll back the session's open transaction and forget it."""
-        entry = self.sessions.pop(request.session_id, None)
-        if entry is not None:
+        entry = self.sessions.get(request.session_id)
+        if entry is not None and _owner(entry) == caller().user:
+            del self.sessions[request.session_id]
             async with entry.lock:
                 if entry.session.in_transaction:
                     await self.gate.rollback(entry.session)
@@ -148,6 +159,7 @@ class GateServicer(pb_grpc.GateServicer):
         self, request: pb.QueueReceiveRequest, context: Ctx
     ) -> AsyncIterator[pb.QueueReceiveResponse]:
         """Stream fired events of a queue: the fields first, then batches."""
+        self.gate.guard.require(caller(), request.keyspace, [request.queue], Role.WRITER)
         stream = self.gate.queue_receive(
             request.keyspace, request.queue,
             shard=request.shard if request.HasField("shard") else None,
@@ -161,6 +173,8 @@ class GateServicer(pb_grpc.GateServicer):
         self, request: pb.UpdateStreamRequest, context: Ctx
     ) -> AsyncIterator[pb.UpdateStreamResponse]:
         """Stream the change stream of a keyspace or key range."""
+        keyspace = self.gate.vschema.keyspace(request.keyspace)
+        self.gate.guard.require(caller(), keyspace.name, sorted(keyspace.tables), Role.READER)
         start: float | str | None = None
         if request.HasField("start_position"):
             start = request.start_position
@@ -178,6 +192,7 @@ class GateServicer(pb_grpc.GateServicer):
     @unary(pb.QueueAckResponse)
     async def QueueAck(self, request: pb.QueueAckRequest, context: Ctx) -> pb.QueueAckResponse:
         """Ack events of one shard; returns once the ack is committed."""
+        self.gate.guard.require(caller(), request.keyspace, [request.queue], Role.WRITER)
         n = await self.gate.queue_ack(request.keyspace, request.queue, request.shard,
                                       list(request.ids))
         return pb.QueueAckResponse(acked=n)
@@ -187,8 +202,14 @@ class GateServicer(pb_grpc.GateServicer):
         self, request: pb.QueueStatsRequest, context: Ctx
     ) -> pb.QueueStatsResponse:
         """Per-shard figures of a queue, as JSON."""
+        self.gate.guard.require(caller(), request.keyspace, [request.queue], Role.READER)
         stats = await self.gate.queue_stats(request.keyspace, request.queue)
         return pb.QueueStatsResponse(stats_json=json.dumps(stats, default=str))
+
+
+def _owner(entry: _Entry) -> str | None:
+    identity = entry.session.identity
+    return identity.user if identity is not None else None
 
 
 def _keyspace(
@@ -197,29 +218,45 @@ def _keyspace(
     return request.keyspace if request.HasField("keyspace") else None
 
 
-async def serve(gate: Gate, host: str = "127.0.0.1", port: int = 0) -> tuple[grpc.aio.Server, int]:
+async def serve(
+    gate: Gate, host: str = "127.0.0.1", port: int = 0, *,
+    security: ServerSecurity | None = None, no_auth: bool = True, insecure: bool = False,
+) -> tuple[grpc.aio.Server, int]:
     """Start serving ``gate`` on ``host:port`` (0: a free port); return the server and port.
 
+    ``security``: users file, TLS, client certificates (None: none, which
+    :func:`~shardgate.auth.listen.check_listen` allows on loopback only, and
+    only with ``no_auth``; ``insecure`` forces a non-loopback address).
     The caller owns both: ``await server.stop(grace)`` then ``await gate.close()``.
     """
-    server = new_server()
+    security = security or NO_SECURITY
+    check_listen(host, tls=security.tls is not None, auth=security.authenticates,
+                 no_auth=no_auth, insecure=insecure, what="gate")
+    server = new_server(security)
     pb_grpc.add_GateServicer_to_server(GateServicer(gate), server)  # type: ignore[no-untyped-call]
-    bound = listen(server, host, port)
+    bound = listen(server, host, port, security)
     await server.start()
     return server, bound
 
 
-def new_server() -> grpc.aio.Server:
-    """A gRPC server with shardgate's options.
+def new_server(security: ServerSecurity = NO_SECURITY) -> grpc.aio.Server:
+    """A gRPC server with shardgate's options, authenticating calls as ``security`` says.
 
     No SO_REUSEPORT: a second process on a busy port must fail, not share it.
     """
-    return grpc.aio.server(options=[*GRPC_OPTIONS, ("grpc.so_reuseport", 0)])
+    needs_auth = security.authenticates or security.allowed_users is not None
+    return grpc.aio.server(
+        options=[*GRPC_OPTIONS, ("grpc.so_reuseport", 0)],
+        interceptors=[AuthInterceptor(security)] if needs_auth else None,
+    )
 
 
-def listen(server: grpc.aio.Server, host: str, port: int) -> int:
+def listen(
+    server: grpc.aio.Server, host: str, port: int, security: ServerSecurity = NO_SECURITY
+) -> int:
     """Bind ``server`` to ``host:port`` (0: a free port) and return the port.
 
+    With ``security.tls`` the port speaks TLS (certificates reloaded on change).
     A port already taken is one clear ``UNAVAILABLE`` error, found before gRPC
     tries (gRPC would print its own C++ log line to stderr first).
     """
@@ -227,7 +264,10 @@ def listen(server: grpc.aio.Server, host: str, port: int) -> int:
     if port:
         _check_free(host, port, address)
     try:
-        bound = server.add_insecure_port(address)
+        if security.tls is not None:
+            bound = server.add_secure_port(address, server_credentials(security.tls))
+        else:
+            bound = server.add_insecure_port(address)
     except RuntimeError as exc:
         raise Unavailable(f"cannot listen on {address}: {exc}; is the port in use?") from exc
     if bound == 0:

@@ -10,7 +10,8 @@ import grpc
 from shardgate.api import convert, queue_convert
 from shardgate.api import shardgate_pb2 as pb
 from shardgate.api import shardgate_pb2_grpc as pb_grpc
-from shardgate.api.client import error_from_rpc, parse_target
+from shardgate.api.client import TLS_SCHEME, error_from_rpc, parse_target
+from shardgate.api.security import ClientSecurity, open_channel
 from shardgate.api.server import GRPC_OPTIONS
 from shardgate.queues.events import QueueBatch
 from shardgate.queues.options import QueueOptions
@@ -22,23 +23,30 @@ _TABLET_HINT = "start it with `shardgate tablet --keyspace K --shard S ...` or c
 
 
 class GrpcTabletClient(TabletClient):
-    """Reaches one ``shardgate tablet`` process. Create it with :meth:`connect`."""
+    """Reaches one ``shardgate tablet`` process. Create it with :meth:`connect`.
+
+    ``security`` is the gate's credential for tablets (a user and password the
+    tablet's users file knows, or a client certificate its CA signed).
+    """
 
     def __init__(self, target: str, keyspace: str, shard: str, dialect: str,
-                 placeholder: str, *, timeout: float | None = None) -> None:
+                 placeholder: str, *, timeout: float | None = None,
+                 security: ClientSecurity | None = None) -> None:
         self.target = target
         self.keyspace = keyspace
         self.shard = shard
         self.dialect = dialect
         self.placeholder = placeholder
         self.timeout = timeout
-        self._channel = grpc.aio.insecure_channel(parse_target(target), options=GRPC_OPTIONS)
+        self._channel = open_channel(parse_target(target), security, GRPC_OPTIONS,
+                                     tls=target.startswith(TLS_SCHEME))
         self._stub = pb_grpc.TabletStub(self._channel)  # type: ignore[no-untyped-call]
 
     @classmethod
-    async def connect(cls, target: str, *, timeout: float | None = 10.0) -> GrpcTabletClient:
+    async def connect(cls, target: str, *, timeout: float | None = 10.0,
+                      security: ClientSecurity | None = None) -> GrpcTabletClient:
         """Ask the tablet who it is (keyspace, shard, dialect) and return a client."""
-        probe = cls(target, "", "", "", "", timeout=timeout)
+        probe = cls(target, "", "", "", "", timeout=timeout, security=security)
         try:
             info: pb.TabletInfoResponse = await probe._stub.Info(pb.TabletInfoRequest(),
                                                                  timeout=timeout)

@@ -1,6 +1,8 @@
 """The tablet's gRPC service (``shardgate tablet``): transport only.
 
-Every RPC maps onto one :class:`~shardgate.tablet.Tablet` method. Transactions
+Every RPC maps onto one :class:`~shardgate.tablet.Tablet` method. Callers are
+authenticated by :class:`~shardgate.api.security.AuthInterceptor` before any
+handler runs (tablets accept only gates). Transactions
 are the tablet's own ids; a gate that dies leaves them open until the
 connection's tablet process stops (as with an in-process tablet).
 """
@@ -16,7 +18,9 @@ from shardgate.api import convert, queue_convert
 from shardgate.api import shardgate_pb2 as pb
 from shardgate.api import shardgate_pb2_grpc as pb_grpc
 from shardgate.api.handlers import Ctx, relay, streaming, unary
+from shardgate.api.security import NO_SECURITY, ServerSecurity
 from shardgate.api.server import listen, new_server
+from shardgate.auth.listen import check_listen
 from shardgate.result import Row
 from shardgate.tablet import Tablet
 from shardgate.tablet.queue_service import receive_batches
@@ -99,11 +103,22 @@ class TabletServicer(pb_grpc.TabletServicer):
         return pb.QueueStatsResponse(stats_json=json.dumps(stats, default=str))
 
 
-async def serve_tablet(tablet: Tablet, host: str = "127.0.0.1",
-                       port: int = 0) -> tuple[grpc.aio.Server, int]:
-    """Serve ``tablet`` on ``host:port`` (0: a free port); return the server and port."""
-    server = new_server()
+async def serve_tablet(
+    tablet: Tablet, host: str = "127.0.0.1", port: int = 0, *,
+    security: ServerSecurity | None = None, no_auth: bool = True, insecure: bool = False,
+) -> tuple[grpc.aio.Server, int]:
+    """Serve ``tablet`` on ``host:port`` (0: a free port); return the server and port.
+
+    Tablets accept only gates: give ``security`` a users file holding the
+    gates' credential, or a CA that signs the gates' client certificates
+    (and ``allowed_users`` to name them). Without ``security`` the tablet
+    serves anyone, on loopback only (see :func:`shardgate.api.server.serve`).
+    """
+    security = security or NO_SECURITY
+    check_listen(host, tls=security.tls is not None, auth=security.authenticates,
+                 no_auth=no_auth, insecure=insecure, what="tablet")
+    server = new_server(security)
     pb_grpc.add_TabletServicer_to_server(TabletServicer(tablet), server)  # type: ignore[no-untyped-call]
-    bound = listen(server, host, port)
+    bound = listen(server, host, port, security)
     await server.start()
     return server, bound

@@ -8,6 +8,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from shardgate.api.security import ClientSecurity
 from shardgate.errors import InvalidArgument, NotFound
 from shardgate.gate import Gate
 from shardgate.result import Result
@@ -36,6 +37,29 @@ def add_target_args(p: argparse.ArgumentParser, *, remote: bool) -> None:
         )
     where.add_argument("--cluster", help="open this cluster file in-process")
     where.add_argument("--data-dir", help="open the cluster of `shardgate up --data-dir DIR`")
+    if remote:
+        add_client_security_args(p)
+
+
+def add_client_security_args(p: argparse.ArgumentParser) -> None:
+    """``--user``, ``--password``, ``--tls-ca``, ``--tls-cert``, ``--tls-key`` of a client
+    (defaults: ``SHARDGATE_USER``, ``SHARDGATE_PASSWORD``, ``SHARDGATE_TLS_*``)."""
+    p.add_argument("--user", help="user of the gate's users file (env SHARDGATE_USER)")
+    p.add_argument("--password",
+                   help="its password (env SHARDGATE_PASSWORD; prefer the environment)")
+    p.add_argument("--tls-ca", help="CA that signed the gate's certificate (TLS; "
+                   "env SHARDGATE_TLS_CA; a grpcs:// target uses the system's roots)")
+    p.add_argument("--tls-cert", help="client certificate, for gates that require one")
+    p.add_argument("--tls-key", help="the client certificate's key")
+
+
+def client_security(args: argparse.Namespace) -> ClientSecurity:
+    """The credentials and TLS files of a client command's flags and environment."""
+    return ClientSecurity.from_env(
+        user=getattr(args, "user", None), password=getattr(args, "password", None),
+        tls_ca=getattr(args, "tls_ca", None), tls_cert=getattr(args, "tls_cert", None),
+        tls_key=getattr(args, "tls_key", None),
+    )
 
 
 def cluster_file_of(args: argparse.Namespace, *, default_data_dir: bool = False) -> Path:

@@ -23,7 +23,13 @@ import json
 from typing import Any
 
 from shardgate.api.client import GateClient
-from shardgate.cli.common import DEFAULT_TARGET, add_target_args, format_result, local_gate
+from shardgate.cli.common import (
+    DEFAULT_TARGET,
+    add_target_args,
+    client_security,
+    format_result,
+    local_gate,
+)
 from shardgate.errors import InvalidArgument
 from shardgate.queues.segmented.queue import SegmentedQueue
 from shardgate.queues.table.store import QueueStore
@@ -62,7 +68,8 @@ async def _queue(args: argparse.Namespace) -> int:
     if not local and cmd in ("requeue-failed", "purge"):
         raise InvalidArgument(f"queue {cmd} needs --cluster FILE or --data-dir DIR")
     if not local:
-        async with GateClient(args.target or DEFAULT_TARGET, keyspace=args.keyspace) as client:
+        async with GateClient(args.target or DEFAULT_TARGET, keyspace=args.keyspace,
+                          security=client_security(args)) as client:
             if cmd == "create":
                 print(format_result(await client.execute(args.sql)))
             elif cmd == "stats":

@@ -4,9 +4,21 @@
 cluster file, ``tablet`` one shard's tablet; each serves gRPC until a signal::
 
     shardgate up [--data-dir DIR] [--cluster FILE] [--topo URL] [--host H] [--port P] [--check]
+                 [security flags] [--acl-file F [--acl-dry-run]]
     shardgate gate (--topo URL | --cluster FILE) [--host H] [--port P]
+                   (--users-file F | --tls-ca CA | --no-auth) [security flags]
+                   [--acl-file F [--acl-dry-run]]
     shardgate tablet --cluster FILE --keyspace KS --shard S [--host H] [--port P]
-                     [--metrics-port P]
+                     [--metrics-port P] (--users-file F | --tls-ca CA | --no-auth)
+                     [--allow-user NAME ...] [security flags]
+
+Security flags: ``--users-file F`` (callers' users, Vitess's static file),
+``--tls-cert F --tls-key F`` (serve TLS; reloaded when the files change),
+``--tls-ca F`` (require client certificates signed by it: mTLS, the
+certificate's common name is the caller), ``--insecure-bind-anyway`` (listen
+on a non-loopback address without TLS and authentication). ``up`` serves
+without authentication on loopback unless given a users file or a CA; ``gate``
+and ``tablet`` need ``--no-auth`` for that (see :mod:`shardgate.auth.listen`).
 
 ``up`` without ``--cluster`` runs the embedded default cluster (SQLite files
 under the data directory, created the first time; see
@@ -26,8 +38,13 @@ from typing import Any
 from prometheus_client import start_http_server
 
 from shardgate.api.client import GateClient
+from shardgate.api.security import ServerSecurity, TLSFiles
 from shardgate.api.server import serve
 from shardgate.api.tablet_service import serve_tablet
+from shardgate.auth import StaticUsers
+from shardgate.auth.acl import TableACL
+from shardgate.auth.guard import Guard
+from shardgate.auth.listen import INSECURE_FLAG
 from shardgate.cli.common import (
     CLUSTER_FILE_NAME,
     DEFAULT_DATA_DIR,
@@ -67,6 +84,8 @@ def add_parsers(commands: Any) -> None:
     up.add_argument("--cluster", help="serve this cluster file instead of the embedded one")
     up.add_argument("--topo", help=TOPO_HELP)
     add_listen_args(up)
+    _add_security_args(up, no_auth_flag=False)
+    _add_acl_args(up)
     up.add_argument(
         "--check",
         action="store_true",
@@ -77,6 +96,8 @@ def add_parsers(commands: Any) -> None:
     gate.add_argument("--cluster", help="cluster file (YAML): seeds its topo store")
     gate.add_argument("--topo", help=TOPO_HELP)
     add_listen_args(gate)
+    _add_security_args(gate, no_auth_flag=True)
+    _add_acl_args(gate)
 
     tablet = commands.add_parser("tablet", help="serve one shard's tablet over gRPC")
     tablet.add_argument("--cluster", required=True, help="cluster file (YAML)")
@@ -85,6 +106,53 @@ def add_parsers(commands: Any) -> None:
     add_listen_args(tablet, port=DEFAULT_TABLET_PORT)
     tablet.add_argument("--metrics-port", type=int, default=0,
                         help="serve Prometheus metrics on this port (0: off)")
+    _add_security_args(tablet, no_auth_flag=True)
+    tablet.add_argument("--allow-user", action="append", metavar="NAME",
+                        help="only this caller (a gate's user or certificate name) may call; "
+                        "repeat for several (default: anyone the users file or CA admits)")
+
+
+def _add_security_args(p: argparse.ArgumentParser, *, no_auth_flag: bool) -> None:
+    p.add_argument("--users-file", help="users allowed to call (Vitess static auth JSON)")
+    p.add_argument("--tls-cert", help="serve TLS with this certificate (PEM)")
+    p.add_argument("--tls-key", help="the certificate's private key (PEM)")
+    p.add_argument("--tls-ca", help="require client certificates signed by this CA (mTLS)")
+    if no_auth_flag:
+        p.add_argument("--no-auth", action="store_true",
+                       help="serve without authentication (loopback addresses only)")
+    p.add_argument(INSECURE_FLAG, dest="insecure_bind_anyway", action="store_true",
+                   help="DANGEROUS: listen on a non-loopback address without TLS and "
+                   "authentication")
+
+
+def _add_acl_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--acl-file", help="table ACLs (Vitess table_groups JSON); a bad file "
+                   "stops the start")
+    p.add_argument("--acl-dry-run", action="store_true",
+                   help="check the ACLs but only count and log denials")
+
+
+def server_security(args: argparse.Namespace) -> ServerSecurity:
+    """The listener's security from its flags (files read and checked here)."""
+    tls = None
+    if args.tls_cert or args.tls_key or args.tls_ca:
+        tls = TLSFiles(
+            cert=Path(args.tls_cert) if args.tls_cert else None,
+            key=Path(args.tls_key) if args.tls_key else None,
+            ca=Path(args.tls_ca) if args.tls_ca else None,
+        )
+    users = StaticUsers.load(args.users_file) if args.users_file else None
+    allowed = getattr(args, "allow_user", None)
+    return ServerSecurity(users=users, tls=tls,
+                          allowed_users=frozenset(allowed) if allowed else None)
+
+
+def _guard(args: argparse.Namespace) -> Guard:
+    """The gate's guard: with ``--acl-file`` its table ACLs (strict: a bad file raises)."""
+    if args.acl_dry_run and not args.acl_file:
+        raise InvalidArgument("--acl-dry-run needs --acl-file")
+    acl = TableACL.load(args.acl_file) if args.acl_file else None
+    return Guard(acl, dry_run=args.acl_dry_run)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -98,16 +166,18 @@ def run(args: argparse.Namespace) -> int:
 
 
 async def _up(args: argparse.Namespace) -> int:
+    security, guard = server_security(args), _guard(args)
     if args.cluster:
-        gate = await _open_gate(args.cluster, args.topo)
+        gate = await _open_gate(args.cluster, args.topo, guard)
     else:
-        gate = await _open_embedded(Path(args.data_dir), args.topo)
+        gate = await _open_embedded(Path(args.data_dir), args.topo, guard)
         cluster_file = (Path(args.data_dir) / CLUSTER_FILE_NAME).resolve()
         print(f"embedded cluster ready: {cluster_file}", flush=True)
     try:
         if args.check:
-            return await _check(gate, args.host)
-        await _serve_until_signal(gate, args.host, args.port)
+            return await _check(gate)
+        # `up` is the laptop mode: it asks for no authentication (loopback only).
+        await _serve_until_signal(gate, args, security, no_auth=True)
         return 0
     finally:
         await gate.close()
@@ -116,25 +186,28 @@ async def _up(args: argparse.Namespace) -> int:
 async def _gate(args: argparse.Namespace) -> int:
     if not args.cluster and not args.topo:
         raise InvalidArgument("shardgate gate needs --topo URL or --cluster FILE")
-    gate = await _open_gate(args.cluster, args.topo)
+    security, guard = server_security(args), _guard(args)
+    gate = await _open_gate(args.cluster, args.topo, guard)
     try:
-        await _serve_until_signal(gate, args.host, args.port)
+        await _serve_until_signal(gate, args, security, no_auth=args.no_auth)
         return 0
     finally:
         await gate.close()
 
 
-async def _open_gate(cluster: str | None, topo_url: str | None) -> Gate:
+async def _open_gate(cluster: str | None, topo_url: str | None, guard: Guard | None) -> Gate:
     """A gate following the topo store (seeded from ``cluster`` when it is empty)."""
     topo = await open_topo(cluster, url=topo_url)
     try:
-        return await Gate.from_topo(topo)
+        return await Gate.from_topo(topo, guard=guard)
     except BaseException:
         await topo.close()
         raise
 
 
-async def _open_embedded(data_dir: Path, topo_url: str | None = None) -> Gate:
+async def _open_embedded(
+    data_dir: Path, topo_url: str | None = None, guard: Guard | None = None
+) -> Gate:
     """The gate of the embedded cluster in ``data_dir``, created and set up if needed.
 
     Idempotent: the cluster file is written once and seeds the topo store
@@ -145,7 +218,7 @@ async def _open_embedded(data_dir: Path, topo_url: str | None = None) -> Gate:
     if not cluster_file.exists():
         data_dir.mkdir(parents=True, exist_ok=True)
         write_cluster_file(embedded_topology(data_dir), cluster_file)
-    gate = await _open_gate(str(cluster_file), topo_url)
+    gate = await _open_gate(str(cluster_file), topo_url, guard)
     try:
         await _set_up_embedded(gate)
     except BaseException:
@@ -169,12 +242,13 @@ async def _set_up_embedded(gate: Gate) -> None:
             )
 
 
-async def _check(gate: Gate, host: str) -> int:
+async def _check(gate: Gate) -> int:
     """One insert and one select through a real gRPC server on a free port.
 
     Both run in a transaction that is rolled back: the check leaves no row in
     the user's tables (the customer, its lookup row, its sequence value).
     """
+    host = "127.0.0.1"
     server, port = await serve(gate, host, 0)
     try:
         async with GateClient(f"grpc://{host}:{port}", keyspace="commerce") as client:
@@ -202,9 +276,14 @@ async def _check(gate: Gate, host: str) -> int:
     return 0
 
 
-async def _serve_until_signal(gate: Gate, host: str, port: int) -> None:
-    server, bound = await serve(gate, host, port)
-    target = f"grpc://{host}:{bound}"
+async def _serve_until_signal(
+    gate: Gate, args: argparse.Namespace, security: ServerSecurity, *, no_auth: bool
+) -> None:
+    host = args.host
+    server, bound = await serve(gate, host, args.port, security=security, no_auth=no_auth,
+                                insecure=args.insecure_bind_anyway)
+    scheme = "grpcs" if security.tls is not None else "grpc"
+    target = f"{scheme}://{host}:{bound}"
     print(f"shardgate gate listening on {target}", flush=True)
     print(f'try: shardgate sql --target {target} "select * from customer"', flush=True)
     try:
@@ -229,6 +308,7 @@ async def _until_signal() -> None:
 
 
 async def _tablet(args: argparse.Namespace) -> int:
+    security = server_security(args)
     topo = read_topology(args.cluster)
     shard = topo.keyspace(args.keyspace).shard(args.shard)
     tablet = Tablet.open(args.keyspace, args.shard, shard.url)
@@ -244,7 +324,9 @@ async def _tablet(args: argparse.Namespace) -> int:
         tablet.queues.start()
         if args.metrics_port:
             start_http_server(args.metrics_port, addr=args.host)
-        server, port = await serve_tablet(tablet, args.host, args.port)
+        server, port = await serve_tablet(tablet, args.host, args.port, security=security,
+                                          no_auth=args.no_auth,
+                                          insecure=args.insecure_bind_anyway)
         print(f"shardgate tablet {args.keyspace}/{args.shard} listening on "
               f"grpc://{args.host}:{port}", flush=True)
         await _until_signal()

@@ -26,6 +26,7 @@ from shardgate.api.client import GateClient
 from shardgate.cli.common import (
     DEFAULT_TARGET,
     add_target_args,
+    client_security,
     format_result,
     local_gate,
     local_topology,
@@ -98,7 +99,8 @@ async def _sql(args: argparse.Namespace) -> int:
         finally:
             await gate.close()
         return 0
-    async with GateClient(args.target or DEFAULT_TARGET, keyspace=args.keyspace) as client:
+    async with GateClient(args.target or DEFAULT_TARGET, keyspace=args.keyspace,
+                          security=client_security(args)) as client:
         if args.explain:
             print(json.dumps(await client.explain(args.sql), indent=2))
         else:
@@ -127,7 +129,8 @@ async def _schema_apply(args: argparse.Namespace) -> int:
         finally:
             await gate.close()
     else:
-        async with GateClient(args.target or DEFAULT_TARGET, keyspace=args.keyspace) as client:
+        async with GateClient(args.target or DEFAULT_TARGET, keyspace=args.keyspace,
+                          security=client_security(args)) as client:
             for stmt in statements:
                 await client.execute(stmt)
                 print(f"OK  {_first_line(stmt)}")
@@ -140,7 +143,8 @@ async def _vschema_show(args: argparse.Namespace) -> int:
         topology = local_topology(args)
         doc = {ks.name: ks.vschema for ks in topology.keyspaces.values()}
     else:
-        async with GateClient(args.target or DEFAULT_TARGET) as client:
+        target = args.target or DEFAULT_TARGET
+        async with GateClient(target, security=client_security(args)) as client:
             doc = await client.vschema()
     print(json.dumps(doc, indent=2))
     return 0

@@ -26,7 +26,12 @@ from pathlib import Path
 from typing import Any
 
 from shardgate.api.client import GateClient
-from shardgate.cli.common import DEFAULT_TARGET, add_target_args, local_gate
+from shardgate.cli.common import (
+    DEFAULT_TARGET,
+    add_target_args,
+    client_security,
+    local_gate,
+)
 from shardgate.errors import InvalidArgument
 from shardgate.streams.merge import StreamEvent, StreamPosition
 
@@ -79,7 +84,8 @@ async def _stream(args: argparse.Namespace) -> int:
         finally:
             await gate.close()
 
-    async with GateClient(args.target or DEFAULT_TARGET, keyspace=args.keyspace) as client:
+    async with GateClient(args.target or DEFAULT_TARGET, keyspace=args.keyspace,
+                          security=client_security(args)) as client:
         events = client.update_stream(
             args.keyspace, args.key_range, start, heartbeat_s=args.heartbeat
         )

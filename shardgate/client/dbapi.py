@@ -50,7 +50,8 @@ from collections.abc import Coroutine, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Protocol, TypeVar
 
-from shardgate.api.client import GateClient
+from shardgate.api.client import GateClient, with_user
+from shardgate.api.security import ClientSecurity
 from shardgate.client.sync import LoopRunner, LoopThread
 from shardgate.errors import Code, ShardgateError
 from shardgate.gate import Gate, Session
@@ -120,6 +121,7 @@ _ERROR_BY_CODE: dict[Code, type[DatabaseError]] = {
     Code.ALREADY_EXISTS: IntegrityError,
     Code.OUT_OF_RANGE: DataError,
     Code.UNAVAILABLE: OperationalError,
+    Code.UNAUTHENTICATED: OperationalError,
     Code.ABORTED: OperationalError,
     Code.FAILED_PRECONDITION: OperationalError,
     Code.RESOURCE_EXHAUSTED: OperationalError,
@@ -200,8 +202,10 @@ class _LocalSession:
             await self.gate.rollback(self.session)
 
 
-async def _grpc_session(target: str, keyspace: str | None, timeout: float | None) -> GateClient:
-    return GateClient(target, keyspace=keyspace, timeout=timeout)
+async def _grpc_session(
+    target: str, keyspace: str | None, timeout: float | None, security: ClientSecurity
+) -> GateClient:
+    return GateClient(target, keyspace=keyspace, timeout=timeout, security=security)
 
 
 def connect(
@@ -211,6 +215,9 @@ def connect(
     autocommit: bool = False,
     loop: asyncio.AbstractEventLoop | None = None,
     timeout: float | None = None,
+    user: str | None = None,
+    password: str | None = None,
+    security: ClientSecurity | None = None,
 ) -> Connection:
     """Open a connection to a gate.
 
@@ -218,6 +225,8 @@ def connect(
     with ``loop``, the running event loop (in another thread) the gate lives on.
     ``keyspace``: the session's default keyspace (None: the topology's default).
     ``timeout``: seconds per gRPC call (None: no deadline).
+    ``user`` / ``password``: the gate's users file entry; ``security``: TLS
+    files (:class:`~shardgate.api.security.ClientSecurity`).
     """
     if isinstance(target, Gate):
         if loop is None:
@@ -234,7 +243,8 @@ def connect(
         raise InterfaceError(f"connect() takes 'grpc://host:port' or a Gate, not {target!r}")
     loop_thread = LoopThread("shardgate-dbapi")
     try:
-        client = loop_thread.run(_grpc_session(target, keyspace, timeout))
+        client = loop_thread.run(
+            _grpc_session(target, keyspace, timeout, with_user(security, user, password)))
     except ShardgateError as exc:
         loop_thread.close()
         raise error_from(exc) from exc

@@ -18,6 +18,7 @@ from types import TracebackType
 from typing import Any
 
 from shardgate.api.client import GateClient
+from shardgate.api.security import ClientSecurity
 from shardgate.client.sync import LoopThread
 from shardgate.queues.events import QueueBatch, QueueEvent
 
@@ -26,12 +27,15 @@ class QueueReceiver:
     """Receive and ack queue events synchronously (one private event loop thread)."""
 
     def __init__(
-        self, target: str, *, keyspace: str | None = None, timeout: float | None = None
+        self, target: str, *, keyspace: str | None = None, timeout: float | None = None,
+        user: str | None = None, password: str | None = None,
+        security: ClientSecurity | None = None,
     ) -> None:
         self._loop = LoopThread("shardgate-queue")
 
         async def make() -> GateClient:
-            return GateClient(target, keyspace=keyspace, timeout=timeout)
+            return GateClient(target, keyspace=keyspace, timeout=timeout, user=user,
+                              password=password, security=security)
 
         try:
             self._client = self._loop.run(make())

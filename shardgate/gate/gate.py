@@ -28,6 +28,8 @@ from typing import Any
 
 from sqlglot import exp
 
+from shardgate.auth.guard import Guard
+from shardgate.auth.identity import Identity
 from shardgate.engine.coerce import Kind, column_types_sql, kind_of_type
 from shardgate.engine.dml import LookupDML
 from shardgate.engine.primitives import (
@@ -105,8 +107,11 @@ class Gate:
         plan_cache_size: int = 10_000,
         topo: TopoServer | None = None,
         open_tablet: Callable[[str, str, str], TabletClient] | None = None,
+        guard: Guard | None = None,
     ) -> None:
         self.topology = topology
+        #: statement rules and table ACLs, asked before every caller's statement
+        self.guard = guard if guard is not None else Guard()
         self.vschema: VSchema = topology.build_vschema()
         self.tablets = dict(tablets)
         #: where the topology lives and changes (a private in-memory store if none)
@@ -128,7 +133,8 @@ class Gate:
 
     @classmethod
     def open(
-        cls, topology: Topology, *, pool_size: int = 4, topo: TopoServer | None = None
+        cls, topology: Topology, *, pool_size: int = 4, topo: TopoServer | None = None,
+        guard: Guard | None = None,
     ) -> Gate:
         """A gate with an in-process tablet for every shard of ``topology``.
 
@@ -144,18 +150,19 @@ class Gate:
             for ks in topology.keyspaces.values()
             for shard in ks.shards
         }
-        return cls(topology, tablets, topo=topo, open_tablet=open_tablet)
+        return cls(topology, tablets, topo=topo, open_tablet=open_tablet, guard=guard)
 
     @classmethod
     async def from_topo(
-        cls, topo: TopoServer, *, pool_size: int = 4, watch: bool = True
+        cls, topo: TopoServer, *, pool_size: int = 4, watch: bool = True,
+        guard: Guard | None = None,
     ) -> Gate:
         """A gate (in-process tablets) serving the topology in ``topo``, following it.
 
         Unavailable (coded) if the store cannot be reached; FailedPrecondition
         if it holds no keyspace.
         """
-        gate = cls.open(await topo.load_topology(), pool_size=pool_size, topo=topo)
+        gate = cls.open(await topo.load_topology(), pool_size=pool_size, topo=topo, guard=guard)
         gate._owns_topo = True
         if watch:
             gate.watch()
@@ -248,19 +255,23 @@ class Gate:
         return await queue_router.stats(self, keyspace, queue)
 
     def session(
-        self, keyspace: str | None = None, *, transaction_mode: str = twopc.BEST_EFFORT
+        self, keyspace: str | None = None, *, transaction_mode: str = twopc.BEST_EFFORT,
+        identity: Identity | None = None,
     ) -> Session:
         """A new session whose unqualified tables resolve in ``keyspace``.
 
         ``transaction_mode`` is ``"best_effort"`` or ``"twopc"`` (see
         :mod:`shardgate.gate.twopc`); ``SET transaction_mode = '...'`` changes it.
+        ``identity`` is the caller its statements are authorized for (None: the
+        gate's own work or trusted in-process code; see :mod:`shardgate.auth.guard`).
         """
         ks = keyspace if keyspace is not None else self.topology.default_keyspace
         if ks is not None and ks not in self.topology.keyspaces:
             raise NotFound(
                 f"keyspace {ks!r} does not exist; keyspaces: {sorted(self.topology.keyspaces)}"
             )
-        return Session(keyspace=ks, transaction_mode=twopc.check_mode(transaction_mode))
+        return Session(keyspace=ks, transaction_mode=twopc.check_mode(transaction_mode),
+                       identity=identity)
 
     # -- planning ---------------------------------------------------------------
 
@@ -336,6 +347,11 @@ class Gate:
                       ShardQuery(strip_qualifiers(stmt)), write=write, target_shards=(shard,))
         return Plan("TARGETED", sql, route, normalize(stmt))
 
+    def authorize(self, session: Session, sql: str) -> None:
+        """PermissionDenied unless the session's caller may run ``sql`` (statement
+        rules, the deny-list, table ACLs: :class:`~shardgate.auth.guard.Guard`)."""
+        self.guard.authorize(session.identity, check_sql(sql), session.plan_key, self.vschema)
+
     def query_stats(self) -> list[QueryStats]:
         """Statistics per normalized query, the most time-consuming first."""
         return self.stats.snapshot()
@@ -377,6 +393,7 @@ class Gate:
                 lambda: self.execute(session, sql, bind_vars), options
             )
         bv = check_bind_vars(bind_vars)
+        self.authorize(session, sql)
         planned = self.plan(sql, session.plan_key)  # errors here change nothing
         if not isinstance(planned, Plan):
             return await self._control(session, planned)
@@ -477,6 +494,7 @@ class Gate:
         bounded memory; everything else yields one chunk.
         """
         bv = check_bind_vars(bind_vars)
+        self.authorize(session, sql)
         planned = self.plan(sql, session.plan_key)
         if (
             not isinstance(planned, Plan)

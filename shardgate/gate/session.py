@@ -11,6 +11,8 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, field
 
+from shardgate.auth.identity import Identity
+
 _ids = itertools.count(1)
 
 
@@ -47,3 +49,6 @@ class Session:
     #: set on the gate's own sessions (lookup vindex queries run apart): what
     #: their SQL is for, so a failure names the gate's query, not the user's
     internal: str | None = None
+    #: who runs this session's statements (ACLs are checked against it); None
+    #: is the gate's own work and trusted in-process callers
+    identity: Identity | None = None

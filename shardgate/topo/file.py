@@ -17,7 +17,9 @@ Example::
         vschema: lookup.json     # ... or a path to a JSON file, relative to this file
 
 Relative ``sqlite:///`` paths are resolved against the file's directory, so a
-cluster directory can be moved as a whole.
+cluster directory can be moved as a whole; one that leads out of that
+directory (``sqlite:///../../x.db``, or through a symbolic link) is refused.
+Absolute paths (``sqlite:////var/lib/x.db``) are taken as written.
 """
 
 from __future__ import annotations
@@ -58,15 +60,26 @@ def load_cluster_file(path: str | Path) -> Topology:
                 ) from exc
         shards = spec.get("shards")
         if isinstance(shards, dict):
-            spec["shards"] = {str(k): _absolute_sqlite(v, base) for k, v in shards.items()}
+            spec["shards"] = {
+                str(k): _absolute_sqlite(v, base, f"{p}: keyspaces.{ks_name}.shards.{k}")
+                for k, v in shards.items()
+            }
     return Topology.from_dict(doc, path=str(p))
 
 
-def _absolute_sqlite(url: Any, base: Path) -> Any:
+def _absolute_sqlite(url: Any, base: Path, where: str) -> Any:
+    """A relative ``sqlite:///`` URL made absolute under ``base``; refused if it leaves it."""
     if isinstance(url, str) and url.startswith("sqlite:///") and ":memory:" not in url:
-        rest = url[len("sqlite:///"):]
+        rest, sep, query = url[len("sqlite:///"):].partition("?")
         if not rest.startswith("/"):
-            return "sqlite:///" + str(base / rest)
+            path = (base / rest).resolve()
+            if not path.is_relative_to(base):
+                raise InvalidArgument(
+                    f"{where}: the relative SQLite path {rest!r} leads out of the cluster "
+                    f"directory {base} (to {path}); keep shard files under the cluster "
+                    "directory or write an absolute path (sqlite:////abs/path.db)"
+                )
+            return "sqlite:///" + str(path) + sep + query
     return url
 
 

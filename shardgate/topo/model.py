@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from shardgate.backends.urls import redacted
 from shardgate.engine.sqlsem import collation
 from shardgate.errors import InvalidArgument, NotFound
 from shardgate.keys import KeyRange, ShardMap, parse_shard_name
@@ -19,7 +20,11 @@ class ShardTopo:
     keyspace: str
     name: str
     key_range: KeyRange
-    url: str
+    url: str = field(repr=False)
+
+    def __repr__(self) -> str:
+        return (f"ShardTopo(keyspace={self.keyspace!r}, name={self.name!r}, "
+                f"url={redacted(self.url)!r})")
 
 
 @dataclass

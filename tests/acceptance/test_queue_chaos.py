@@ -53,7 +53,8 @@ class TabletProc:
     def start(self) -> None:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "shardgate.cli", "tablet", "--cluster", str(self.cluster),
-             "--keyspace", "app", "--shard", self.shard, "--port", str(self.port)],
+             "--keyspace", "app", "--shard", self.shard, "--port", str(self.port),
+             "--no-auth"],
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline().decode()

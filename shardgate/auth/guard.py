@@ -1,0 +1,169 @@
+"""The one place the gate asks "may this caller run this statement?".
+
+:meth:`Guard.authorize` is called by the gate for every statement a caller
+sends (``Gate.execute``, ``Gate.stream_execute``), before planning:
+
+1. the statement's :func:`~shardgate.auth.rules.analyze` verdict (kind,
+   deny-list, tables with the role each needs), cached per text;
+2. writes to the gate's own tables (sequence tables, lookup vindex tables)
+   need the admin role: the gate maintains them itself;
+3. with a table ACL, the caller's role on every table, checked against the
+   :class:`~shardgate.auth.acl.TableACL`; in dry-run mode a denial is counted
+   (``shardgate_acl_denials_total{dry_run="true"}``) and logged, not raised.
+
+The identity ``None`` is the gate's own work and trusted in-process code
+(embedded use, ``shardgate up``'s setup): rules 1 apply, 2 and 3 do not.
+Without an ACL every identity may touch every table (rule 1 still applies).
+
+Invariants: ``_access`` maps statement text to its verdict (an
+:class:`Access` or the ``PermissionDenied`` message) and is bounded by
+clearing; ``_resolved`` maps ``(text, session keyspace)`` to the tables with
+their keyspace resolved and the gate-table rule applied, for the VSchema in
+``_vschema`` (a new VSchema clears it).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from prometheus_client import Counter
+
+from shardgate.auth.acl import Role, TableACL
+from shardgate.auth.identity import Identity
+from shardgate.auth.rules import Access, analyze
+from shardgate.errors import PermissionDenied
+from shardgate.vindexes.lookup import LookupBase
+from shardgate.vschema import VSchema
+
+log = logging.getLogger(__name__)
+
+DENIALS = Counter(
+    "shardgate_acl_denials", "Statements the table ACL denied (or would deny, dry run)",
+    ("role", "dry_run"),
+)
+#: Statement texts whose verdict is kept (the plan cache's order of size).
+CACHE_SIZE = 10_000
+
+
+@dataclass(frozen=True)
+class _Need:
+    keyspace: str
+    table: str
+    role: Role
+
+
+class Guard:
+    """Statement rules and table ACLs for one gate (see the module docstring)."""
+
+    def __init__(self, acl: TableACL | None = None, *, dry_run: bool = False) -> None:
+        self.acl = acl
+        self.dry_run = dry_run
+        self._access: dict[str, Access | str] = {}
+        self._resolved: dict[tuple[str, str | None], tuple[_Need, ...]] = {}
+        self._vschema: VSchema | None = None
+        self._gate_tables: frozenset[tuple[str, str]] = frozenset()
+
+    def access(self, sql: str) -> Access:
+        """The verdict of :func:`analyze` for ``sql``, cached (denials too)."""
+        found = self._access.get(sql)
+        if found is None:
+            try:
+                found = analyze(sql)
+            except PermissionDenied as exc:
+                found = exc.message
+            if len(self._access) >= CACHE_SIZE:
+                self._access.clear()
+            self._access[sql] = found
+        if isinstance(found, str):
+            raise PermissionDenied(found)
+        return found
+
+    def authorize(
+        self, identity: Identity | None, sql: str, keyspace: str | None, vschema: VSchema
+    ) -> None:
+        """Raise PermissionDenied unless ``identity`` may run ``sql`` in ``keyspace``."""
+        access = self.access(sql)
+        if identity is None or self.acl is None or not access.tables:
+            return
+        needs = self._needs(sql, keyspace, access, vschema)
+        acl = self.acl
+        for need in needs:
+            have = acl.role(identity.user, need.keyspace, need.table)
+            if have is None or have < need.role:
+                self._deny(identity, need, have, acl)
+
+    def require(
+        self, identity: Identity | None, keyspace: str, tables: Iterable[str], role: Role
+    ) -> None:
+        """Raise PermissionDenied unless ``identity`` has ``role`` on every table of
+        ``keyspace`` named (queue receive/ack, change streams: what no statement names)."""
+        if identity is None or self.acl is None:
+            return
+        for table in tables:
+            need = _Need(keyspace, table, role)
+            have = self.acl.role(identity.user, keyspace, table)
+            if have is None or have < role:
+                self._deny(identity, need, have, self.acl)
+
+    def _deny(self, identity: Identity, need: _Need, have: Role | None, acl: TableACL) -> None:
+        name = f"{need.keyspace}.{need.table}" if need.keyspace else need.table
+        group = acl.group_of(need.keyspace, need.table)
+        where = (f"table group {group.name!r}" if group is not None
+                 else "no table group names it")
+        has = f"has {have.label}" if have is not None else "has no role"
+        gate_table = (need.keyspace.lower(), need.table.lower()) in self._gate_tables
+        why = " (the gate maintains this table itself)" if gate_table else ""
+        message = (f"user {identity.user!r} needs the {need.role.label} role on table "
+                   f"{name}{why} ({where}; the user {has})")
+        DENIALS.labels(need.role.label, str(self.dry_run).lower()).inc()
+        if self.dry_run:
+            log.warning("ACL dry run, would deny: %s", message)
+            return
+        raise PermissionDenied(message)
+
+    def _needs(
+        self, sql: str, keyspace: str | None, access: Access, vschema: VSchema
+    ) -> tuple[_Need, ...]:
+        if vschema is not self._vschema:
+            self._vschema = vschema
+            self._gate_tables = gate_tables(vschema)
+            self._resolved = {}
+        key = (sql, keyspace)
+        found = self._resolved.get(key)
+        if found is not None:
+            return found
+        session_ks = (keyspace or "").partition(":")[0]
+        needs = []
+        for use in access.tables:
+            ks = use.keyspace or session_ks or _home(vschema, use.table)
+            role = use.role
+            if role is Role.WRITER and (ks.lower(), use.table.lower()) in self._gate_tables:
+                role = Role.ADMIN
+            needs.append(_Need(ks, use.table, role))
+        if len(self._resolved) >= CACHE_SIZE:
+            self._resolved.clear()
+        found = self._resolved[key] = tuple(needs)
+        return found
+
+
+def gate_tables(vschema: VSchema) -> frozenset[tuple[str, str]]:
+    """``(keyspace, table)`` of every sequence table and lookup vindex table, lower-cased."""
+    out: set[tuple[str, str]] = set()
+    for ks in vschema.keyspaces.values():
+        for t in ks.tables.values():
+            if t.type == "sequence":
+                out.add((ks.name.lower(), t.name.lower()))
+        for vindex in ks.vindexes.values():
+            if isinstance(vindex, LookupBase):
+                owner_ks, _, table = vindex.table.rpartition(".")
+                out.add(((owner_ks or ks.name).lower(), table.lower()))
+    return frozenset(out)
+
+
+def _home(vschema: VSchema, table: str) -> str:
+    """The one keyspace whose VSchema has ``table`` ("" if none or several)."""
+    homes = [ks.name for ks in vschema.keyspaces.values() if table.lower() in
+             {t.lower() for t in ks.tables}]
+    return homes[0] if len(homes) == 1 else ""
