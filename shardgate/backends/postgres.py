@@ -48,9 +48,11 @@ import psycopg.conninfo
 from psycopg.pq import TransactionStatus
 
 from shardgate.backends._pool import (
+    LIMITED_FETCH_ROWS,
     PooledBackend,
     PooledConnection,
     is_insert,
+    is_read,
     socket_looks_alive,
 )
 from shardgate.backends.base import LeaseHandle, check_xid
@@ -67,7 +69,7 @@ from shardgate.errors import (
     ShardgateError,
     Unavailable,
 )
-from shardgate.result import Result
+from shardgate.result import Result, ResultLimits, rows_size
 
 DEFAULT_CONNECT_TIMEOUT_S = 3
 
@@ -158,7 +160,11 @@ class PostgresConnection(PooledConnection):
             return False
         return socket_looks_alive(raw.pgconn.socket)
 
-    async def execute(self, sql: str, params: Sequence[Any] = ()) -> Result:
+    async def execute(
+        self, sql: str, params: Sequence[Any] = (), limits: ResultLimits | None = None
+    ) -> Result:
+        if limits is not None and is_read(sql):
+            return await self._execute_limited(sql, params, limits)
         try:
             cur = self._raw.cursor()
             await cur.execute(sql, params)
@@ -180,6 +186,37 @@ class PostgresConnection(PooledConnection):
         except BaseException:
             self.broken = True  # cancelled mid-statement: session state unknown
             raise
+
+    async def _execute_limited(
+        self, sql: str, params: Sequence[Any], limits: ResultLimits
+    ) -> Result:
+        """A query read in chunks (libpq's chunked mode), cancelled once past ``limits``."""
+        rows: list[tuple[Any, ...]] = []
+        size = 0
+        cur = self._raw.cursor()
+        try:
+            stream = cur.stream(sql, params, size=LIMITED_FETCH_ROWS)
+            async with contextlib.aclosing(stream):  # type: ignore[type-var]
+                async for row in stream:
+                    rows.append(row)
+                    if len(rows) % LIMITED_FETCH_ROWS == 0:
+                        size += rows_size(rows[-LIMITED_FETCH_ROWS:])
+                        limits.check(len(rows), size, self._safe_url)
+            size += rows_size(rows[len(rows) - len(rows) % LIMITED_FETCH_ROWS :])
+            limits.check(len(rows), size, self._safe_url)
+            fields = [c.name for c in cur.description or ()]
+            await cur.close()
+        except psycopg.Error as exc:
+            raise self._fail(exc) from exc
+        except ShardgateError:
+            raise  # the stream's close cancelled the query; the connection is usable
+        except BaseException:
+            self.broken = True
+            raise
+        result = Result(fields, rows)
+        if cur.rowcount > 0 and not rows:
+            result.rows_affected = cur.rowcount
+        return result
 
     async def executemany(self, sql: str, seq_of_params: Sequence[Sequence[Any]]) -> int:
         try:

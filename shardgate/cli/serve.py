@@ -4,9 +4,15 @@
 cluster file, ``tablet`` one shard's tablet; each serves gRPC until a signal::
 
     shardgate up [--data-dir DIR] [--cluster FILE] [--host H] [--port P] [--check]
-    shardgate gate --cluster FILE [--host H] [--port P]
+                 [LIMITS]
+    shardgate gate --cluster FILE [--host H] [--port P] [LIMITS]
     shardgate tablet --cluster FILE --keyspace KS --shard S [--host H] [--port P]
-                     [--metrics-port P]
+                     [--metrics-port P] [--idle-transaction-timeout S]
+                     [--max-result-rows N] [--max-result-bytes N] [--pool-timeout S]
+
+LIMITS are ``--transaction-timeout S``, ``--session-idle-timeout S``,
+``--query-timeout-ms N``, ``--max-result-rows N``, ``--max-result-bytes N`` and
+``--pool-timeout S`` (see :mod:`shardgate.gate.limits`; 0 turns one off).
 
 ``up`` without ``--cluster`` runs the embedded default cluster (SQLite files
 under the data directory, created the first time; see
@@ -28,6 +34,7 @@ from prometheus_client import start_http_server
 from shardgate.api.client import GateClient
 from shardgate.api.server import serve
 from shardgate.api.tablet_service import serve_tablet
+from shardgate.backends._pool import DEFAULT_POOL_TIMEOUT_S
 from shardgate.cli.common import (
     CLUSTER_FILE_NAME,
     DEFAULT_DATA_DIR,
@@ -35,8 +42,16 @@ from shardgate.cli.common import (
     format_result,
 )
 from shardgate.gate import Gate
+from shardgate.gate.limits import (
+    DEFAULT_SESSION_IDLE_TIMEOUT_S,
+    DEFAULT_TRANSACTION_TIMEOUT_S,
+    SERVER_QUERY_TIMEOUT_MS,
+    GateLimits,
+)
 from shardgate.queues.router import queue_options_of
+from shardgate.result import DEFAULT_MAX_RESULT_BYTES, DEFAULT_MAX_RESULT_ROWS, ResultLimits
 from shardgate.tablet import Tablet
+from shardgate.tablet.tablet import DEFAULT_IDLE_TRANSACTION_TIMEOUT_S
 from shardgate.topo import load_cluster_file, write_cluster_file
 from shardgate.topo.embedded import (
     COMMERCE_DDL,
@@ -63,10 +78,12 @@ def add_parsers(commands: Any) -> None:
         action="store_true",
         help="set up, run one insert and select through the gate, print them and exit",
     )
+    _add_gate_limits(up)
 
     gate = commands.add_parser("gate", help="serve the gate of a cluster file over gRPC")
     gate.add_argument("--cluster", required=True, help="cluster file (YAML)")
     add_listen_args(gate)
+    _add_gate_limits(gate)
 
     tablet = commands.add_parser("tablet", help="serve one shard's tablet over gRPC")
     tablet.add_argument("--cluster", required=True, help="cluster file (YAML)")
@@ -75,6 +92,48 @@ def add_parsers(commands: Any) -> None:
     add_listen_args(tablet, port=DEFAULT_TABLET_PORT)
     tablet.add_argument("--metrics-port", type=int, default=0,
                         help="serve Prometheus metrics on this port (0: off)")
+    tablet.add_argument(
+        "--idle-transaction-timeout", type=float, default=DEFAULT_IDLE_TRANSACTION_TIMEOUT_S,
+        metavar="S", help="roll back a transaction no statement used for S seconds, e.g. "
+        "of a gate that went away (default %(default)s; 0: never)")
+    _add_result_limits(tablet)
+
+
+def _add_result_limits(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--max-result-rows", type=int, default=DEFAULT_MAX_RESULT_ROWS,
+                        metavar="N", help="refuse Execute results with more rows "
+                        "(StreamExecute is not limited; default %(default)s; 0: none)")
+    parser.add_argument("--max-result-bytes", type=int, default=DEFAULT_MAX_RESULT_BYTES,
+                        metavar="N", help="refuse Execute results larger than this "
+                        "(estimated; default %(default)s; 0: none)")
+    parser.add_argument("--pool-timeout", type=float, default=DEFAULT_POOL_TIMEOUT_S,
+                        metavar="S", help="how long a statement waits for a shard "
+                        "connection before RESOURCE_EXHAUSTED (default %(default)s)")
+
+
+def _add_gate_limits(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--transaction-timeout", type=float, default=DEFAULT_TRANSACTION_TIMEOUT_S, metavar="S",
+        help="roll back transactions open longer than S seconds (default %(default)s; 0: never)")
+    parser.add_argument(
+        "--session-idle-timeout", type=float, default=DEFAULT_SESSION_IDLE_TIMEOUT_S,
+        metavar="S", help="forget sessions unused for S seconds (default %(default)s; 0: never)")
+    parser.add_argument(
+        "--query-timeout-ms", type=int, default=SERVER_QUERY_TIMEOUT_MS, metavar="N",
+        help="cancel statements running longer than N ms; sessions change it with "
+        "SET query_timeout_ms (default %(default)s; 0: none)")
+    _add_result_limits(parser)
+
+
+def gate_limits(args: argparse.Namespace) -> GateLimits:
+    """The gate limits the command line asks for."""
+    return GateLimits(
+        transaction_timeout_s=args.transaction_timeout or None,
+        session_idle_timeout_s=args.session_idle_timeout or None,
+        query_timeout_ms=args.query_timeout_ms,
+        result_limits=ResultLimits(args.max_result_rows, args.max_result_bytes),
+        pool_timeout_s=args.pool_timeout,
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -89,9 +148,9 @@ def run(args: argparse.Namespace) -> int:
 
 async def _up(args: argparse.Namespace) -> int:
     if args.cluster:
-        gate = Gate.open(load_cluster_file(args.cluster))
+        gate = Gate.open(load_cluster_file(args.cluster), limits=gate_limits(args))
     else:
-        gate = await _open_embedded(Path(args.data_dir))
+        gate = await _open_embedded(Path(args.data_dir), gate_limits(args))
         cluster_file = (Path(args.data_dir) / CLUSTER_FILE_NAME).resolve()
         print(f"embedded cluster ready: {cluster_file}", flush=True)
     try:
@@ -104,7 +163,7 @@ async def _up(args: argparse.Namespace) -> int:
 
 
 async def _gate(args: argparse.Namespace) -> int:
-    gate = Gate.open(load_cluster_file(args.cluster))
+    gate = Gate.open(load_cluster_file(args.cluster), limits=gate_limits(args))
     try:
         await _serve_until_signal(gate, args.host, args.port)
         return 0
@@ -112,7 +171,7 @@ async def _gate(args: argparse.Namespace) -> int:
         await gate.close()
 
 
-async def _open_embedded(data_dir: Path) -> Gate:
+async def _open_embedded(data_dir: Path, limits: GateLimits | None = None) -> Gate:
     """The gate of the embedded cluster in ``data_dir``, created and set up if needed.
 
     Idempotent: the cluster file is written once; the DDL is ``IF NOT EXISTS``
@@ -124,7 +183,7 @@ async def _open_embedded(data_dir: Path) -> Gate:
     else:
         data_dir.mkdir(parents=True, exist_ok=True)
         topology = embedded_topology(data_dir)
-    gate = Gate.open(topology)
+    gate = Gate.open(topology, limits=limits)
     try:
         await _set_up_embedded(gate)
     except BaseException:
@@ -212,7 +271,10 @@ async def _until_signal() -> None:
 async def _tablet(args: argparse.Namespace) -> int:
     topo = load_cluster_file(args.cluster)
     shard = topo.keyspace(args.keyspace).shard(args.shard)
-    tablet = Tablet.open(args.keyspace, args.shard, shard.url)
+    tablet = Tablet.open(
+        args.keyspace, args.shard, shard.url, pool_timeout_s=args.pool_timeout,
+        result_limits=ResultLimits(args.max_result_rows, args.max_result_bytes),
+        idle_transaction_timeout_s=args.idle_transaction_timeout or None)
     try:
         vschema = topo.build_vschema()
 

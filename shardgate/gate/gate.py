@@ -10,11 +10,20 @@ session's transaction when one is open → merged :class:`Result`.
 
 Transactions: BEGIN opens a session transaction that shards join lazily.
 COMMIT commits the shards one after the other (best effort: if a later shard
-fails after an earlier one committed, the error says which committed). A
+fails after an earlier one committed, the error says which committed; a shard
+lost after COMMIT was sent gives ``CommitOutcomeUnknown``, never "nothing was
+committed"). A
 statement that fails inside a transaction rolls the whole transaction back
 and says so, so no partial statement survives. Outside a transaction, a
 write that may reach more than one shard (multi-shard DML, multi-row insert,
 inserts maintaining lookup vindexes) runs in an implicit transaction.
+
+Sessions and limits (:mod:`shardgate.gate.limits`, :mod:`shardgate.gate.sessions`):
+every session :meth:`Gate.session` makes is in the gate's session table under a
+random id and its owner; a reaper rolls back transactions past the transaction
+timeout and forgets idle sessions. A statement runs under the session's
+``query_timeout_ms`` (cancelled on the shards past it: ``DEADLINE_EXCEEDED``),
+and a result past the result limits is refused (``RESOURCE_EXHAUSTED``).
 """
 
 from __future__ import annotations
@@ -23,7 +32,7 @@ import asyncio
 import contextlib
 import functools
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from typing import Any
 
 from sqlglot import exp
@@ -41,7 +50,11 @@ from shardgate.engine.primitives import (
 )
 from shardgate.engine.scalar import ScalarSubqueries
 from shardgate.errors import (
+    COMMIT_OUTCOME_UNKNOWN,
     Aborted,
+    Code,
+    CommitOutcomeUnknown,
+    DeadlineExceeded,
     FailedPrecondition,
     Internal,
     InvalidArgument,
@@ -52,9 +65,11 @@ from shardgate.errors import (
 )
 from shardgate.gate import options as exec_options
 from shardgate.gate import twopc
+from shardgate.gate.limits import GateLimits
 from shardgate.gate.plan_cache import PlanCache
 from shardgate.gate.sequences import Sequences
 from shardgate.gate.session import Session
+from shardgate.gate.sessions import SessionTable
 from shardgate.gate.split import QuerySplit, split_query
 from shardgate.gate.stats import QueryStats, Stats
 from shardgate.keys import KeyRange, ShardMap
@@ -62,7 +77,7 @@ from shardgate.planner.build import Plan, build_plan, normalize
 from shardgate.queues import router as queue_router
 from shardgate.queues.ddl import create_queue_from
 from shardgate.queues.events import QueueBatch
-from shardgate.result import ExecuteOptions, Result, Row
+from shardgate.result import ExecuteOptions, Result, Row, rows_size
 from shardgate.sql.classify import classify
 from shardgate.sql.dialect import strip_qualifiers
 from shardgate.sql.inputs import check_bind_vars, check_sql
@@ -77,6 +92,7 @@ from shardgate.sql.statements import (
     Rollback,
     RollbackToSavepoint,
     Savepoint,
+    SetQueryTimeout,
     SetTransactionMode,
     ShowVitessKeyspaces,
     ShowVitessShards,
@@ -100,8 +116,11 @@ class Gate:
         tablets: Mapping[tuple[str, str], TabletClient],
         *,
         plan_cache_size: int = 10_000,
+        limits: GateLimits | None = None,
     ) -> None:
         self.topology = topology
+        self.limits = limits if limits is not None else GateLimits()
+        self.sessions = SessionTable(self.limits, self._expire_transaction)
         self.vschema: VSchema = topology.build_vschema()
         self.tablets = dict(tablets)
         for ks in topology.keyspaces.values():
@@ -116,16 +135,26 @@ class Gate:
         queue_router.configure_local(self)
 
     @classmethod
-    def open(cls, topology: Topology, *, pool_size: int = 4) -> Gate:
-        """A gate with an in-process tablet for every shard of ``topology``."""
+    def open(
+        cls, topology: Topology, *, pool_size: int = 4, limits: GateLimits | None = None
+    ) -> Gate:
+        """A gate with an in-process tablet for every shard of ``topology``.
+
+        The tablets take ``limits``' pool timeout and result limits (the gate's
+        own reaper ends their transactions, so they need no idle timeout).
+        """
+        limits = limits if limits is not None else GateLimits()
         tablets: dict[tuple[str, str], TabletClient] = {}
         for ks in topology.keyspaces.values():
             for shard in ks.shards:
-                tablet = Tablet.open(ks.name, shard.name, shard.url, pool_size=pool_size)
+                tablet = Tablet.open(ks.name, shard.name, shard.url, pool_size=pool_size,
+                                     pool_timeout_s=limits.pool_timeout_s,
+                                     result_limits=limits.result_limits)
                 tablets[(ks.name, shard.name)] = LocalTabletClient(tablet)
-        return cls(topology, tablets)
+        return cls(topology, tablets, limits=limits)
 
     async def close(self) -> None:
+        await self.sessions.close()
         for t in self.tablets.values():
             await t.close()
 
@@ -160,19 +189,47 @@ class Gate:
         return await queue_router.stats(self, keyspace, queue)
 
     def session(
-        self, keyspace: str | None = None, *, transaction_mode: str = twopc.BEST_EFFORT
+        self,
+        keyspace: str | None = None,
+        *,
+        transaction_mode: str = twopc.BEST_EFFORT,
+        owner: str | None = None,
     ) -> Session:
         """A new session whose unqualified tables resolve in ``keyspace``.
 
         ``transaction_mode`` is ``"best_effort"`` or ``"twopc"`` (see
         :mod:`shardgate.gate.twopc`); ``SET transaction_mode = '...'`` changes it.
+        ``owner`` is the caller's identity: :meth:`find_session` gives the
+        session only to the same owner. The session is in the gate's table
+        (found by id, reaped after the idle timeout) until :meth:`close_session`.
         """
         ks = keyspace if keyspace is not None else self.topology.default_keyspace
         if ks is not None and ks not in self.topology.keyspaces:
             raise NotFound(
                 f"keyspace {ks!r} does not exist; keyspaces: {sorted(self.topology.keyspaces)}"
             )
-        return Session(keyspace=ks, transaction_mode=twopc.check_mode(transaction_mode))
+        session = Session(keyspace=ks, transaction_mode=twopc.check_mode(transaction_mode),
+                          owner=owner)
+        self.sessions.add(session)
+        return session
+
+    def find_session(self, session_id: int, owner: str | None) -> Session:
+        """The session ``session_id`` if ``owner`` owns it; ``NOT_FOUND`` otherwise."""
+        return self.sessions.find(session_id, owner)
+
+    async def close_session(self, session_id: int, owner: str | None) -> None:
+        """Roll back the session's open transaction and forget it (unknown ids: nothing)."""
+        session = self.sessions.pop(session_id, owner)
+        if session is not None:
+            async with session.lock:
+                if session.in_transaction:
+                    await self.rollback(session)
+
+    async def _expire_transaction(self, session: Session, reason: str) -> None:
+        """End ``session``'s transaction on the gate's own initiative (a timeout)."""
+        session.ended = (f"the gate rolled back this session's transaction: {reason}; "
+                         "nothing of it was committed, start it again")
+        await self.rollback(session)
 
     # -- planning ---------------------------------------------------------------
 
@@ -290,13 +347,52 @@ class Gate:
             )
         bv = check_bind_vars(bind_vars)
         planned = self.plan(sql, session.plan_key)  # errors here change nothing
-        if not isinstance(planned, Plan):
-            return await self._control(session, planned)
+        with self._using(session):
+            await self._check_ended(session, planned)
+            if not isinstance(planned, Plan):
+                return await self._control(session, planned)
+            return await self._execute_plan(session, planned, bv)
+
+    @contextlib.contextmanager
+    def _using(self, session: Session) -> Iterator[None]:
+        """Mark ``session`` busy for one call (the reaper leaves it alone), then used."""
+        session.busy += 1
+        try:
+            yield
+        finally:
+            session.busy -= 1
+            session.last_used = time.monotonic()
+            if session.internal is None:
+                self.sessions.add(session)  # again, if the idle reaper had forgotten it
+
+    async def _check_ended(self, session: Session, planned: Plan | GateStatement) -> None:
+        """Report (once) a transaction the gate ended on its own; expire an overdue one."""
+        if session.ended is None and self.sessions.transaction_expired(
+            session, time.monotonic()
+        ):
+            await self._expire_transaction(
+                session, "the transaction ran longer than the transaction timeout "
+                f"({self.limits.transaction_timeout_s:g}s)")
+        if session.ended is not None:
+            reason, session.ended = session.ended, None
+            if not isinstance(planned, Rollback):
+                raise Aborted(reason)
+
+    async def _execute_plan(
+        self, session: Session, planned: Plan, bv: Mapping[str, Any]
+    ) -> Result:
         start, calls = time.perf_counter(), session.shard_calls
         if planned.statement_type == "DDL":
             self._kinds.clear()
+        timeout_ms = (session.query_timeout_ms if session.query_timeout_ms is not None
+                      else self.limits.query_timeout_ms)
         try:
-            result = await self._run(session, planned.instructions, bv)
+            if timeout_ms:
+                result = await self._run_with_timeout(session, planned.instructions, bv,
+                                                      timeout_ms)
+            else:
+                result = await self._run(session, planned.instructions, bv)
+            self._check_result(result)
         except ShardgateError:
             self.stats.record(planned.normalized, time.perf_counter() - start, 0,
                               session.shard_calls - calls, True)
@@ -305,6 +401,33 @@ class Gate:
                           len(result.rows) or result.rows_affected, session.shard_calls - calls,
                           False)
         return result
+
+    async def _run_with_timeout(
+        self, session: Session, prim: Primitive, bv: Mapping[str, Any], timeout_ms: int
+    ) -> Result:
+        """:meth:`_run` cancelled after ``timeout_ms``: the shards' statements are
+        cancelled with it (the backends cancel a statement whose caller is)."""
+        try:
+            async with asyncio.timeout(timeout_ms / 1000):
+                return await self._run(session, prim, bv)
+        except TimeoutError:
+            note = ""
+            if session.in_transaction:
+                await self.rollback(session)
+                note = "; the transaction was rolled back"
+            raise DeadlineExceeded(
+                f"the statement ran longer than query_timeout_ms = {timeout_ms} and was "
+                f"cancelled on the shards{note}. Raise it with SET query_timeout_ms = N "
+                "(0: no timeout), or narrow the statement"
+            ) from None
+
+    def _check_result(self, result: Result) -> None:
+        """The merged result against the result limits (each shard's part was checked
+        while it arrived; this bounds what the shards add up to)."""
+        limits = self.limits.result_limits
+        n = len(result.rows)
+        if n > 1000 or (limits.max_rows and n > limits.max_rows):
+            limits.check(n, rows_size(result.rows) if limits.max_bytes else 0, "the shards")
 
     async def _run(self, session: Session, prim: Primitive, bv: Mapping[str, Any]) -> Result:
         """Execute a planned statement with the session's transaction rules."""
@@ -397,13 +520,15 @@ class Gate:
         ):
             yield await self.execute(session, sql, bv)
             return
-        try:
-            async for chunk in planned.instructions.stream(_SessionCursor(self, session), bv):
-                yield chunk
-        except ShardgateError:
-            raise
-        except Exception as exc:
-            raise _unexpected(exc) from exc
+        with self._using(session):
+            await self._check_ended(session, planned)
+            try:
+                async for chunk in planned.instructions.stream(_SessionCursor(self, session), bv):
+                    yield chunk
+            except ShardgateError:
+                raise
+            except Exception as exc:
+                raise _unexpected(exc) from exc
 
     async def _statement_savepoint(
         self, session: Session, prim: Primitive, bind_vars: Mapping[str, Any]
@@ -474,6 +599,7 @@ class Gate:
                 if session.in_transaction:
                     await self.commit(session)  # MySQL semantics: BEGIN commits the open one
                 session.in_transaction = True
+                session.tx_started = time.monotonic()
             case Commit():
                 await self.commit(session)
             case Rollback():
@@ -486,6 +612,8 @@ class Gate:
                         "SET transaction_mode inside a transaction: commit or roll back first"
                     )
                 session.transaction_mode = mode
+            case SetQueryTimeout(ms=ms):
+                session.query_timeout_ms = ms
             case Savepoint() | RollbackToSavepoint() | ReleaseSavepoint():
                 return await self._savepoint_statement(session, stmt)
             case ShowVitessShards(like=like):
@@ -509,6 +637,7 @@ class Gate:
         session.shard_txs = {}
         session.in_transaction = session.implicit = False
         session.savepoints = []
+        session.tx_started = None
         if session.transaction_mode == twopc.TWOPC and len(txs) > 1:
             await twopc.commit(self.tablets, txs, xids, dtid)
             return
@@ -520,6 +649,14 @@ class Gate:
                 rest = txs[i + 1 :]
                 for (rks, rshard), rtid in rest:
                     await _quiet_rollback(self.tablets[(rks, rshard)], rtid)
+                if _outcome_unknown(exc):
+                    raise CommitOutcomeUnknown(
+                        f"{COMMIT_OUTCOME_UNKNOWN} on shard {ks}/{shard}: the shard was lost "
+                        f"after COMMIT was sent ({exc.message}); it may or may not have "
+                        f"committed. Committed before it: {done or 'none'}; rolled back: "
+                        f"{[f'{k}/{s}' for (k, s), _ in rest] or 'none'}. Read the rows back "
+                        "before retrying (see docs/operations.md, commit outcome unknown)"
+                    ) from exc
                 if not done:
                     raise Aborted(
                         f"commit failed on {ks}/{shard}: {exc.message}; "
@@ -538,6 +675,7 @@ class Gate:
         session.shard_txs = {}
         session.in_transaction = session.implicit = False
         session.savepoints = []
+        session.tx_started = None
         for (ks, shard), tid in txs:
             await _quiet_rollback(self.tablets[(ks, shard)], tid)
 
@@ -664,6 +802,12 @@ def _unexpected(exc: Exception, doing: str = "running the statement") -> Shardga
         f"{doing} failed with {type(exc).__name__}: {exc} "
         "(a shardgate bug: please report the statement)"
     )
+
+
+def _outcome_unknown(exc: ShardgateError) -> bool:
+    """Whether a failed COMMIT may still have committed: the shard (or the tablet
+    in between) was lost or stopped answering, rather than refusing the commit."""
+    return exc.code in (Code.UNAVAILABLE, Code.DEADLINE_EXCEEDED, Code.CANCELED, Code.UNKNOWN)
 
 
 def _writes(prim: object) -> bool:

@@ -4,14 +4,33 @@ Invariants: ``shard_txs``, ``dtid`` and ``xids`` are empty whenever
 ``in_transaction`` is False; a
 shard joins the transaction the first time a statement reaches it, and every
 shard in ``shard_txs`` is committed or rolled back together at the end.
+
+Session ids are random non-zero 64-bit numbers (the wire type is ``uint64``):
+not guessable, and never meaningful on their own, since the gate also checks
+the session's ``owner`` (see :meth:`shardgate.gate.Gate.find_session`).
+
+``tx_started`` is set while an explicit transaction is open (BEGIN) and
+``busy`` while a call runs on the session; the gate's reaper
+(:mod:`shardgate.gate.limits`) never touches a busy session. ``ended`` is set
+when the gate ended the session's transaction on its own (timeout): the next
+statement other than ROLLBACK fails with that reason, once, so a client never
+mistakes the statements after it for part of the rolled-back transaction.
 """
 
 from __future__ import annotations
 
-import itertools
+import asyncio
+import secrets
+import time
 from dataclasses import dataclass, field
 
-_ids = itertools.count(1)
+
+def new_session_id() -> int:
+    """A random, non-zero, 64-bit session id."""
+    while True:
+        value = secrets.randbits(64)
+        if value:
+            return value
 
 
 @dataclass
@@ -22,7 +41,7 @@ class Session:
     in_transaction: bool = False
     #: (keyspace, shard) -> tablet transaction id, in the order shards joined
     shard_txs: dict[tuple[str, str], int] = field(default_factory=dict)
-    id: int = field(default_factory=lambda: next(_ids))
+    id: int = field(default_factory=new_session_id)
     #: True while the gate runs an implicit transaction for one statement
     implicit: bool = False
     #: user savepoints of the open transaction, oldest first
@@ -47,3 +66,17 @@ class Session:
     #: set on the gate's own sessions (lookup vindex queries run apart): what
     #: their SQL is for, so a failure names the gate's query, not the user's
     internal: str | None = None
+    #: who may use this session by id (the authenticated user; None: anonymous)
+    owner: str | None = None
+    #: ``SET query_timeout_ms``: this session's statement timeout (None: the gate's)
+    query_timeout_ms: int | None = None
+    #: monotonic time the last call on this session ended
+    last_used: float = field(default_factory=time.monotonic)
+    #: monotonic time the open explicit transaction began (None: none open)
+    tx_started: float | None = None
+    #: calls running on the session now (the reaper skips busy sessions)
+    busy: int = 0
+    #: why the gate ended this session's transaction on its own, until reported
+    ended: str | None = None
+    #: serialises the calls of one remote client on this session (transports take it)
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False, compare=False)
