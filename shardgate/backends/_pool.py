@@ -37,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import queue
+import re
 import select
 import threading
 import weakref
@@ -190,15 +191,20 @@ def socket_looks_alive(fd: int) -> bool:
 
 
 _READS = ("SELECT", "WITH", "VALUES", "TABLE", "SHOW", "EXPLAIN", "(")
+_WRITE_WORDS = re.compile(r"\b(INSERT|UPDATE|DELETE|MERGE|REPLACE)\b", re.IGNORECASE)
 
 
 def is_read(sql: str) -> bool:
     """Whether a statement is a query whose result size the caller does not bound.
 
     Such statements are read in chunks when result limits apply; writes (even
-    with ``RETURNING``) return what they were given and take the plain path.
+    with ``RETURNING``, or a ``WITH`` holding one) return what they were given
+    and take the plain path.
     """
-    return sql.lstrip()[:7].upper().startswith(_READS)
+    head = sql.lstrip()[:7].upper()
+    if not head.startswith(_READS):
+        return False
+    return not head.startswith("WITH") or _WRITE_WORDS.search(sql) is None
 
 
 def is_insert(sql: str) -> bool:

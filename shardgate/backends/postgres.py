@@ -190,7 +190,12 @@ class PostgresConnection(PooledConnection):
     async def _execute_limited(
         self, sql: str, params: Sequence[Any], limits: ResultLimits
     ) -> Result:
-        """A query read in chunks (libpq's chunked mode), cancelled once past ``limits``."""
+        """A query read in chunks (libpq's chunked mode), cancelled once past ``limits``.
+
+        libpq describes the columns only with a row: a query that streamed no
+        row runs again the plain way to learn them (it found nothing, so this
+        is cheap, and its answer is as valid as the first).
+        """
         rows: list[tuple[Any, ...]] = []
         size = 0
         cur = self._raw.cursor()
@@ -204,6 +209,9 @@ class PostgresConnection(PooledConnection):
                         limits.check(len(rows), size, self._safe_url)
             size += rows_size(rows[len(rows) - len(rows) % LIMITED_FETCH_ROWS :])
             limits.check(len(rows), size, self._safe_url)
+            if not rows:
+                await cur.close()
+                return await self.execute(sql, params)
             fields = [c.name for c in cur.description or ()]
             await cur.close()
         except psycopg.Error as exc:
@@ -213,10 +221,7 @@ class PostgresConnection(PooledConnection):
         except BaseException:
             self.broken = True
             raise
-        result = Result(fields, rows)
-        if cur.rowcount > 0 and not rows:
-            result.rows_affected = cur.rowcount
-        return result
+        return Result(fields, rows)
 
     async def executemany(self, sql: str, seq_of_params: Sequence[Sequence[Any]]) -> int:
         try:

@@ -55,7 +55,7 @@ class SessionTable:
         """The session ``session_id`` of ``owner``, or NOT_FOUND."""
         found = self._by_id.get(session_id)
         if found is None or found.owner != owner:
-            raise NotFound(f"session {session_id} expired or unknown, start a new one "
+            raise NotFound(f"session {session_id} expired, start a new one "
                            "(send session_id 0)")
         return found
 
