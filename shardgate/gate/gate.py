@@ -599,7 +599,6 @@ class Gate:
                 if session.in_transaction:
                     await self.commit(session)  # MySQL semantics: BEGIN commits the open one
                 session.in_transaction = True
-                session.tx_started = time.monotonic()
             case Commit():
                 await self.commit(session)
             case Rollback():
@@ -920,6 +919,8 @@ class _SessionCursor(ExecCursor):
                     tid = await twopc.begin_participant(self.session, keyspace, shard, tablet)
                 else:
                     tid = await tablet.begin()
+                if not self.session.shard_txs:  # the transaction now holds a shard
+                    self.session.tx_started = time.monotonic()
                 self.session.shard_txs[key] = tid
                 for name in self.session.savepoints:  # replay user savepoints on a joiner
                     await tablet.execute(f"SAVEPOINT sgu_{name}", [], tid)

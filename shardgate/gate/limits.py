@@ -4,7 +4,8 @@
 setting                        default              what happens past it
 =============================  ===================  ==========================================
 ``transaction_timeout_s``      30 s                 the gate rolls the transaction back and
-                                                    frees its connections; the session's next
+                                                    frees its connections (counted from its
+                                                    first shard); the session's next
                                                     statement fails with ``ABORTED``
 ``session_idle_timeout_s``     600 s                the session is forgotten (an open
                                                     transaction rolled back); its id then

@@ -9,7 +9,7 @@ Session ids are random non-zero 64-bit numbers (the wire type is ``uint64``):
 not guessable, and never meaningful on their own, since the gate also checks
 the session's ``owner`` (see :meth:`shardgate.gate.Gate.find_session`).
 
-``tx_started`` is set while an explicit transaction is open (BEGIN) and
+``tx_started`` is set from the moment a transaction holds a shard and
 ``busy`` while a call runs on the session; the gate's reaper
 (:mod:`shardgate.gate.limits`) never touches a busy session. ``ended`` is set
 when the gate ended the session's transaction on its own (timeout): the next
@@ -72,7 +72,7 @@ class Session:
     query_timeout_ms: int | None = None
     #: monotonic time the last call on this session ended
     last_used: float = field(default_factory=time.monotonic)
-    #: monotonic time the open explicit transaction began (None: none open)
+    #: monotonic time the open transaction first held a shard (None: it holds none)
     tx_started: float | None = None
     #: calls running on the session now (the reaper skips busy sessions)
     busy: int = 0
