@@ -12,7 +12,7 @@ from shardgate.event_token import EventToken
 Row = tuple[Any, ...]
 
 #: Default largest result ``Execute`` returns whole (rows, estimated bytes).
-DEFAULT_MAX_RESULT_ROWS = 1_000_000
+DEFAULT_MAX_RESULT_ROWS = 500_000
 DEFAULT_MAX_RESULT_BYTES = 64 * 1024 * 1024
 
 
@@ -28,6 +28,11 @@ class ResultLimits:
 
     max_rows: int = DEFAULT_MAX_RESULT_ROWS
     max_bytes: int = DEFAULT_MAX_RESULT_BYTES
+
+    @property
+    def active(self) -> bool:
+        """Whether any limit is set (else results are read the plain way)."""
+        return bool(self.max_rows or self.max_bytes)
 
     def check(self, rows: int, size: int, where: str) -> None:
         """Raise RESOURCE_EXHAUSTED if ``rows`` rows of ``size`` bytes exceed a limit."""

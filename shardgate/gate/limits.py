@@ -13,7 +13,7 @@ setting                        default              what happens past it
 ``query_timeout_ms``           0 (none) in the      the statement is cancelled on the shards;
                                library, 30 000 in   ``DEADLINE_EXCEEDED`` (a session changes
                                ``shardgate up/gate``  it with ``SET query_timeout_ms = N``)
-``result_limits``              1 000 000 rows,      ``Execute`` refuses the result with
+``result_limits``              500 000 rows,        ``Execute`` refuses the result with
                                64 MiB               ``RESOURCE_EXHAUSTED`` while its rows
                                                     arrive; use ``StreamExecute``
 ``pool_timeout_s``             10 s                 waiting for a shard connection ends in

@@ -70,7 +70,7 @@ class Tablet:
         self.keyspace = keyspace
         self.shard = shard
         self.backend = backend
-        self.result_limits = result_limits
+        self.result_limits = result_limits if result_limits and result_limits.active else None
         self.idle_transaction_timeout_s = idle_transaction_timeout_s
         pool_size = int(getattr(backend, "pool_size", 1))
         self._pool_timeout_s = float(getattr(backend, "pool_timeout_s", DEFAULT_POOL_TIMEOUT_S))
