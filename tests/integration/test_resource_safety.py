@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import signal
 import socket
 import subprocess
@@ -227,7 +228,7 @@ async def test_a_session_id_is_useless_to_another_owner(tmp_path: Path) -> None:
         assert gate.find_session(alice.id, "alice") is alice
         ids = sorted(gate.session().id for _ in range(1000))
         assert ids[0] > 0 and ids[-1] < 2**64
-        assert sum(b - a == 1 for a, b in zip(ids, ids[1:], strict=False)) == 0
+        assert sum(b - a == 1 for a, b in itertools.pairwise(ids)) == 0
         assert ids[-1] > 2**48  # random over 64 bits, not a counter
     finally:
         await gate.close()
@@ -477,7 +478,7 @@ async def test_backend_result_limits(backend_kind: str, make_database: Callable[
         limits = ResultLimits(max_rows=2500, max_bytes=1_000_000)
         res = await backend.execute("SELECT id FROM t ORDER BY id", (), ResultLimits(3000, 0))
         assert len(res.rows) == 3000 and res.fields == ["id"]
-        with pytest.raises(ResourceExhausted, match="more than 2500 rows.*StreamExecute"):
+        with pytest.raises(ResourceExhausted, match=r"more than 2500 rows.*StreamExecute"):
             await backend.execute("SELECT id FROM t", (), limits)
         with pytest.raises(ResourceExhausted, match="more than 100000 bytes"):
             await backend.execute("SELECT v FROM t", (), ResultLimits(0, 100_000))
