@@ -1,8 +1,10 @@
 """The tablet's gRPC service (``shardgate tablet``): transport only.
 
 Every RPC maps onto one :class:`~shardgate.tablet.Tablet` method. Transactions
-are the tablet's own ids; a gate that dies leaves them open until the
-connection's tablet process stops (as with an in-process tablet).
+are the tablet's own ids; a gate that dies leaves them open until the tablet's
+idle-transaction timeout (``shardgate tablet --idle-transaction-timeout``)
+rolls them back. A gate call cancelled (its deadline, a statement timeout, a
+lost gate) cancels the tablet's work and the statement on the database.
 """
 
 from __future__ import annotations
