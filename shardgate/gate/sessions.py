@@ -21,6 +21,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
+from shardgate.aio import cancel_and_wait
 from shardgate.errors import NotFound
 from shardgate.gate.limits import GateLimits
 from shardgate.gate.session import Session
@@ -105,7 +106,4 @@ class SessionTable:
 
     async def close(self) -> None:
         reaper, self._reaper = self._reaper, None
-        if reaper is not None:
-            reaper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await reaper
+        await cancel_and_wait([reaper])

@@ -35,6 +35,7 @@ import time
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
+from shardgate.aio import cancel_and_wait
 from shardgate.backends import Backend, Connection, open_backend
 from shardgate.backends._pool import DEFAULT_POOL_TIMEOUT_S, wait_for_slot
 from shardgate.backends.change_log import open_change_log
@@ -334,10 +335,7 @@ class Tablet:
 
     async def close(self) -> None:
         reaper, self._reaper = self._reaper, None
-        if reaper is not None:
-            reaper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await reaper
+        await cancel_and_wait([reaper])
         await self.queues.close()
         changes, self._changes = self._changes, None
         if changes is not None:

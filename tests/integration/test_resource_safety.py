@@ -96,6 +96,14 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _end(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait()
+    if proc.stdout is not None:
+        proc.stdout.close()
+
+
 @contextlib.contextmanager
 def _process(args: list[str], expect: str) -> Iterator[subprocess.Popen[bytes]]:
     """A ``shardgate`` CLI subprocess, running once it printed a line with ``expect``."""
@@ -110,11 +118,7 @@ def _process(args: list[str], expect: str) -> Iterator[subprocess.Popen[bytes]]:
                 break
         yield proc
     finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait()
-        if proc.stdout is not None:
-            proc.stdout.close()
+        _end(proc)
 
 
 @pytest.fixture
@@ -187,11 +191,7 @@ async def test_fifty_vanished_grpc_clients_do_not_strand_the_shard(
         await _until(lambda: _pg_sessions(url, "state = 'idle in transaction'") == 0, 5.0,
                      "no session left idle in transaction")
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        if proc.stdout is not None:
-            proc.stdout.close()
+        _end(proc)
         await server.stop(None)
 
 
