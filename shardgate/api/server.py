@@ -54,7 +54,7 @@ class GateServicer(pb_grpc.GateServicer):
     def _session(self, session_id: int, keyspace: str | None, context: Ctx) -> Session:
         owner = caller(context)
         if session_id == 0:
-            return self.gate.session(keyspace, owner=owner)
+            return self.gate.session(keyspace, owner=owner, addressable=True)
         return self.gate.find_session(session_id, owner)
 
     @unary(pb.ExecuteResponse)

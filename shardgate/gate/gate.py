@@ -194,14 +194,17 @@ class Gate:
         *,
         transaction_mode: str = twopc.BEST_EFFORT,
         owner: str | None = None,
+        addressable: bool = False,
     ) -> Session:
         """A new session whose unqualified tables resolve in ``keyspace``.
 
         ``transaction_mode`` is ``"best_effort"`` or ``"twopc"`` (see
         :mod:`shardgate.gate.twopc`); ``SET transaction_mode = '...'`` changes it.
-        ``owner`` is the caller's identity: :meth:`find_session` gives the
-        session only to the same owner. The session is in the gate's table
-        (found by id, reaped after the idle timeout) until :meth:`close_session`.
+        ``addressable`` (transports) puts the session in the gate's table, found
+        by id with :meth:`find_session` by the same ``owner`` (the caller's
+        identity) only, until :meth:`close_session` or the idle timeout. Any
+        session is in the table while its transaction holds a shard, so the
+        transaction timeout applies to in-process sessions too.
         """
         ks = keyspace if keyspace is not None else self.topology.default_keyspace
         if ks is not None and ks not in self.topology.keyspaces:
@@ -209,8 +212,9 @@ class Gate:
                 f"keyspace {ks!r} does not exist; keyspaces: {sorted(self.topology.keyspaces)}"
             )
         session = Session(keyspace=ks, transaction_mode=twopc.check_mode(transaction_mode),
-                          owner=owner)
-        self.sessions.add(session)
+                          owner=owner, addressable=addressable)
+        if addressable:
+            self.sessions.add(session)
         return session
 
     def find_session(self, session_id: int, owner: str | None) -> Session:
@@ -362,8 +366,10 @@ class Gate:
         finally:
             session.busy -= 1
             session.last_used = time.monotonic()
-            if session.internal is None:
-                self.sessions.add(session)  # again, if the idle reaper had forgotten it
+            if session.shard_txs and session.internal is None:
+                self.sessions.add(session)  # the transaction timeout watches it
+            elif not session.addressable:
+                self.sessions.discard(session)
 
     async def _check_ended(self, session: Session, planned: Plan | GateStatement) -> None:
         """Report (once) a transaction the gate ended on its own; expire an overdue one."""

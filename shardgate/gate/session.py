@@ -68,6 +68,9 @@ class Session:
     internal: str | None = None
     #: who may use this session by id (the authenticated user; None: anonymous)
     owner: str | None = None
+    #: found by id (a transport's session): kept in the gate's table until closed
+    #: or idle; other sessions are in the table only while they hold a shard
+    addressable: bool = False
     #: ``SET query_timeout_ms``: this session's statement timeout (None: the gate's)
     query_timeout_ms: int | None = None
     #: monotonic time the last call on this session ended

@@ -2,9 +2,14 @@
 
 Invariants:
 
-* every session a client can name by id is in ``_by_id``; a lookup whose
-  owner differs from the session's answers ``NOT_FOUND`` exactly like an
-  unknown id (an id is useless to anyone but its owner);
+* every session a client can name by id (``addressable``: made for a
+  transport) is in ``_by_id`` until closed or idle; a lookup whose owner
+  differs from the session's, or of a session that is not addressable,
+  answers ``NOT_FOUND`` exactly like an unknown id (an id is useless to
+  anyone but its owner);
+* an in-process session (not addressable) is in ``_by_id`` only while its
+  transaction holds a shard, so the reaper can time it out; sessions made
+  per call (queue stores, caches) never pile up;
 * the reaper runs while sessions exist and only touches sessions that are not
   ``busy`` and whose lock is free: it ends explicit transactions older than
   the transaction timeout (``end_transaction``, which rolls them back and
@@ -52,10 +57,15 @@ class SessionTable:
                 self._reaper = asyncio.get_running_loop().create_task(
                     self._reap(), name="sg-gate-session-reaper")
 
+    def discard(self, session: Session) -> None:
+        """Take ``session`` out of the table (nothing if it is not there)."""
+        if self._by_id.get(session.id) is session:
+            del self._by_id[session.id]
+
     def find(self, session_id: int, owner: str | None) -> Session:
         """The session ``session_id`` of ``owner``, or NOT_FOUND."""
         found = self._by_id.get(session_id)
-        if found is None or found.owner != owner:
+        if found is None or not found.addressable or found.owner != owner:
             raise NotFound(f"session {session_id} expired, start a new one "
                            "(send session_id 0)")
         return found
@@ -63,7 +73,7 @@ class SessionTable:
     def pop(self, session_id: int, owner: str | None) -> Session | None:
         """Forget the session ``session_id`` of ``owner``; None if there is none."""
         found = self._by_id.get(session_id)
-        if found is None or found.owner != owner:
+        if found is None or not found.addressable or found.owner != owner:
             return None
         del self._by_id[session_id]
         return found
@@ -93,9 +103,11 @@ class SessionTable:
                                         f"transaction timeout "
                                         f"({self.limits.transaction_timeout_s:g}s)")
                     elif idle is not None and now - session.last_used > idle:
-                        self._by_id.pop(session.id, None)
+                        self.discard(session)
                         if session.in_transaction:
                             await self._end(session, f"the session idled longer than {idle:g}s")
+                    if not session.addressable and not session.shard_txs:
+                        self.discard(session)  # in-process: kept only while holding a shard
                 except Exception:  # a reaper must outlive one bad rollback
                     log.exception("reaping session %d failed", session.id)
 

@@ -204,9 +204,11 @@ async def test_thirty_thousand_abandoned_sessions_are_reaped(tmp_path: Path) -> 
         held = gate.session()
         await gate.execute(held, "BEGIN")
         await gate.execute(held, "SELECT count(*) FROM t")  # joins the shard
-        ids = {gate.session().id for _ in range(30_000)}
+        ids = {gate.session(addressable=True).id for _ in range(30_000)}
         assert len(ids) == 30_000
         assert len(gate.sessions) >= 30_000
+        for _ in range(1000):  # in-process sessions made per call are never kept
+            await gate.execute(gate.session(), "SELECT count(*) FROM t")
         await _until(lambda: len(gate.sessions) == 0, 15.0, "every idle session to be reaped")
         # The reaped transaction was rolled back, and its session says so once.
         with pytest.raises(Aborted, match="idled longer than"):
@@ -219,8 +221,11 @@ async def test_thirty_thousand_abandoned_sessions_are_reaped(tmp_path: Path) -> 
 async def test_a_session_id_is_useless_to_another_owner(tmp_path: Path) -> None:
     gate = Gate.open(_unsharded(f"sqlite:///{tmp_path / 'own.db'}"))
     try:
-        alice = gate.session(owner="alice")
+        alice = gate.session(owner="alice", addressable=True)
         assert gate.find_session(alice.id, "alice") is alice
+        local = gate.session(owner="alice")  # in-process only: not found by id at all
+        with pytest.raises(NotFound):
+            gate.find_session(local.id, "alice")
         for thief in ("mallory", None):
             with pytest.raises(NotFound, match="expired"):
                 gate.find_session(alice.id, thief)
