@@ -21,7 +21,6 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -52,10 +51,13 @@ class SessionTable:
     def add(self, session: Session) -> None:
         """Register ``session`` (again); starts the reaper when a loop runs."""
         self._by_id[session.id] = session
-        if self._reaper is None or self._reaper.done():
-            with contextlib.suppress(RuntimeError):  # no running loop: started on next add
-                self._reaper = asyncio.get_running_loop().create_task(
-                    self._reap(), name="sg-gate-session-reaper")
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no running loop: started on a later add
+            return
+        reaper = self._reaper
+        if reaper is None or reaper.done() or reaper.get_loop() is not loop:
+            self._reaper = loop.create_task(self._reap(), name="sg-gate-session-reaper")
 
     def discard(self, session: Session) -> None:
         """Take ``session`` out of the table (nothing if it is not there)."""
@@ -118,4 +120,5 @@ class SessionTable:
 
     async def close(self) -> None:
         reaper, self._reaper = self._reaper, None
-        await cancel_and_wait([reaper])
+        if reaper is not None and reaper.get_loop() is asyncio.get_running_loop():
+            await cancel_and_wait([reaper])  # (one of a finished loop ended with it)

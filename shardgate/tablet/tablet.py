@@ -232,8 +232,10 @@ class Tablet:
     def _start_reaper(self) -> None:
         if self.idle_transaction_timeout_s is None:
             return
-        if self._reaper is None or self._reaper.done():
-            self._reaper = asyncio.get_running_loop().create_task(
+        loop = asyncio.get_running_loop()
+        reaper = self._reaper
+        if reaper is None or reaper.done() or reaper.get_loop() is not loop:
+            self._reaper = loop.create_task(
                 self._reap(self.idle_transaction_timeout_s),
                 name=f"sg-tablet-reaper-{self.keyspace}/{self.shard}")
 
@@ -335,7 +337,8 @@ class Tablet:
 
     async def close(self) -> None:
         reaper, self._reaper = self._reaper, None
-        await cancel_and_wait([reaper])
+        if reaper is not None and reaper.get_loop() is asyncio.get_running_loop():
+            await cancel_and_wait([reaper])  # (one of a finished loop ended with it)
         await self.queues.close()
         changes, self._changes = self._changes, None
         if changes is not None:
