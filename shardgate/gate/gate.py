@@ -140,16 +140,21 @@ class Gate:
     ) -> Gate:
         """A gate with an in-process tablet for every shard of ``topology``.
 
-        The tablets take ``limits``' pool timeout and result limits (the gate's
-        own reaper ends their transactions, so they need no idle timeout).
+        The tablets take ``limits``' pool timeout and result limits. The gate's
+        reaper ends transactions; as a safety net for one the gate lost track
+        of, the tablets roll back a transaction idle for twice the
+        transaction timeout (which no live session reaches).
         """
         limits = limits if limits is not None else GateLimits()
+        tx_timeout = limits.transaction_timeout_s
+        idle = 2 * tx_timeout if tx_timeout is not None else None
         tablets: dict[tuple[str, str], TabletClient] = {}
         for ks in topology.keyspaces.values():
             for shard in ks.shards:
                 tablet = Tablet.open(ks.name, shard.name, shard.url, pool_size=pool_size,
                                      pool_timeout_s=limits.pool_timeout_s,
-                                     result_limits=limits.result_limits)
+                                     result_limits=limits.result_limits,
+                                     idle_transaction_timeout_s=idle)
                 tablets[(ks.name, shard.name)] = LocalTabletClient(tablet)
         return cls(topology, tablets, limits=limits)
 
