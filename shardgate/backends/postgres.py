@@ -74,6 +74,8 @@ from shardgate.result import Result, ResultLimits, rows_size
 DEFAULT_CONNECT_TIMEOUT_S = 3
 
 _stream_names = itertools.count(1)
+#: how psycopg's ``stream()`` says the statement was a command, not a query
+_NO_RESULT = "didn't produce a result"
 
 _NOT_FOUND = {"42P01", "42703", "42704", "42883", "3D000", "3F000"}
 _ALREADY_EXISTS = {"23505", "42P07", "42710", "42P06", "42701", "42P04", "42723"}
@@ -214,6 +216,10 @@ class PostgresConnection(PooledConnection):
                 return await self.execute(sql, params)
             fields = [c.name for c in cur.description or ()]
             await cur.close()
+        except psycopg.ProgrammingError as exc:
+            if not rows and _NO_RESULT in str(exc):
+                return Result()  # a command after all (SELECT ... INTO): it ran, no rows
+            raise self._fail(exc) from exc
         except psycopg.Error as exc:
             raise self._fail(exc) from exc
         except ShardgateError:

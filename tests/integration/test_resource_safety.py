@@ -493,6 +493,10 @@ async def test_backend_result_limits(backend_kind: str, make_database: Callable[
         assert (await backend.execute("SELECT count(*) FROM t", (), limits)).rows == [(3000,)]
         written = await backend.execute(f"UPDATE t SET v = {ph} WHERE id < 10", ("y",), limits)
         assert written.rows_affected == 10
+        into = {"postgres": "SELECT id INTO t_copy FROM t WHERE id < 5",
+                "mysql": "SELECT count(*) INTO @n FROM t"}.get(backend_kind)
+        if into is not None:  # a SELECT that is a command: no rows, no error
+            assert (await backend.execute(into, (), limits)).rows == []
     finally:
         await backend.close()
 
