@@ -5,7 +5,16 @@ from __future__ import annotations
 import pytest
 
 from shardgate.backends._pool import is_read
-from shardgate.errors import Code, InvalidArgument, ResourceExhausted
+from shardgate.errors import (
+    COMMIT_OUTCOME_UNKNOWN,
+    Code,
+    CommitOutcomeUnknown,
+    DeadlineExceeded,
+    InvalidArgument,
+    ResourceExhausted,
+    ShardgateError,
+    error_for_code,
+)
 from shardgate.gate.limits import GateLimits
 from shardgate.result import ResultLimits, rows_size
 
@@ -71,3 +80,12 @@ def test_gate_limits_defaults() -> None:
     assert limits.transaction_timeout_s == 30.0 and limits.session_idle_timeout_s == 600.0
     assert limits.query_timeout_ms == 0 and limits.result_limits.max_rows == 500_000
     assert GateLimits(transaction_timeout_s=None).transaction_timeout_s is None
+
+
+def test_commit_outcome_unknown_survives_the_wire() -> None:
+    """A client rebuilds the error from (code, message), as the gRPC client does."""
+    sent = CommitOutcomeUnknown(f"{COMMIT_OUTCOME_UNKNOWN} on shard app/0: lost")
+    got = error_for_code(sent.code, sent.message)
+    assert isinstance(got, CommitOutcomeUnknown) and got.code is Code.UNKNOWN
+    assert type(error_for_code(Code.UNKNOWN, "something else")) is ShardgateError
+    assert isinstance(error_for_code(Code.DEADLINE_EXCEEDED, "slow"), DeadlineExceeded)
