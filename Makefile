@@ -49,7 +49,7 @@ lint: $(STAMP)
 
 bench-smoke: $(STAMP) servers
 	$(BIN)/python bench/gate_point_select.py --smoke && $(BIN)/python bench/scatter_aggregate.py --smoke
-	$(BIN)/python bench/planning.py --smoke
+	$(BIN)/python bench/planning.py --smoke && $(BIN)/python bench/result_limits.py --smoke
 	$(BIN)/pip install --quiet -e '.[bench]' && $(BIN)/python bench/queue_e2e.py --smoke
 	$(BIN)/python bench/segmented_queue.py --smoke
 	$(BIN)/python bench/segmented_served.py --smoke

@@ -103,6 +103,28 @@ class Unavailable(ShardgateError):
     code = Code.UNAVAILABLE
 
 
+class DeadlineExceeded(ShardgateError):
+    """The statement ran past its timeout and was cancelled on the shard."""
+
+    code = Code.DEADLINE_EXCEEDED
+
+
+#: How a :class:`CommitOutcomeUnknown` message starts (the stable marker clients may test).
+COMMIT_OUTCOME_UNKNOWN = "commit outcome unknown"
+
+
+class CommitOutcomeUnknown(ShardgateError):
+    """commit outcome unknown: a shard was lost after COMMIT was sent; check before retrying.
+
+    Code ``UNKNOWN``; the message starts with :data:`COMMIT_OUTCOME_UNKNOWN` and
+    names the shard. The transaction may or may not be committed there: read
+    the rows back (or an idempotency key written in the same transaction)
+    before retrying, or a retry may write them twice.
+    """
+
+    code = Code.UNKNOWN
+
+
 class ResourceExhausted(ShardgateError):
     """A limit was reached (rows, connections, rate); slow down or raise the limit."""
 
@@ -148,6 +170,7 @@ _CLASS_BY_CODE: dict[Code, type[ShardgateError]] = {
     Code.UNAUTHENTICATED: Unauthenticated,
     Code.PERMISSION_DENIED: PermissionDenied,
     Code.INTERNAL: Internal,
+    Code.DEADLINE_EXCEEDED: DeadlineExceeded,
 }
 
 
@@ -155,8 +178,11 @@ def error_for_code(code: Code, message: str) -> ShardgateError:
     """The error of the subclass that owns ``code``, e.g. to re-raise a remote error.
 
     Codes without a subclass of their own give a plain :class:`ShardgateError`
-    carrying ``code``.
+    carrying ``code``; ``UNKNOWN`` with the commit-outcome marker gives
+    :class:`CommitOutcomeUnknown`.
     """
+    if code is Code.UNKNOWN and message.startswith(COMMIT_OUTCOME_UNKNOWN):
+        return CommitOutcomeUnknown(message)
     cls = _CLASS_BY_CODE.get(code)
     if cls is None:
         return ShardgateError(message, code=code)

@@ -6,9 +6,56 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from shardgate.errors import ResourceExhausted
 from shardgate.event_token import EventToken
 
 Row = tuple[Any, ...]
+
+#: Default largest result ``Execute`` returns whole (rows, estimated bytes).
+DEFAULT_MAX_RESULT_ROWS = 500_000
+DEFAULT_MAX_RESULT_BYTES = 64 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class ResultLimits:
+    """The largest result a statement may build in memory (0: no limit).
+
+    Enforced while rows arrive from the database (every backend reads big
+    results in chunks when limits are given), so a result that is too large
+    fails after about ``max_rows`` rows, not after all of them were loaded.
+    Bytes are estimated: the length of strings and bytes, 8 for other values.
+    """
+
+    max_rows: int = DEFAULT_MAX_RESULT_ROWS
+    max_bytes: int = DEFAULT_MAX_RESULT_BYTES
+
+    @property
+    def active(self) -> bool:
+        """Whether any limit is set (else results are read the plain way)."""
+        return bool(self.max_rows or self.max_bytes)
+
+    def check(self, rows: int, size: int, where: str) -> None:
+        """Raise RESOURCE_EXHAUSTED if ``rows`` rows of ``size`` bytes exceed a limit."""
+        if self.max_rows and rows > self.max_rows:
+            what = f"more than {self.max_rows} rows"
+        elif self.max_bytes and size > self.max_bytes:
+            what = f"more than {self.max_bytes} bytes"
+        else:
+            return
+        raise ResourceExhausted(
+            f"the result from {where} has {what} (the result limit of Execute); read it "
+            "with StreamExecute (stream_execute), which sends it in chunks with bounded "
+            "memory, or narrow the query (WHERE, LIMIT)"
+        )
+
+
+def rows_size(rows: Sequence[Row]) -> int:
+    """Estimated bytes of ``rows``: string and bytes lengths, 8 for any other value."""
+    size = 0
+    for row in rows:
+        for v in row:
+            size += len(v) if isinstance(v, str | bytes | bytearray) else 8
+    return size
 
 
 @dataclass(frozen=True)

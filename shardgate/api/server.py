@@ -4,13 +4,16 @@ Every RPC unpacks its request, calls the matching :class:`~shardgate.gate.Gate`
 method and packs the answer; there is no SQL logic here. What this module
 owns is the session table and the error mapping:
 
-* **Sessions.** The servicer keeps the gate's :class:`~shardgate.gate.Session`
-  objects by id. ``session_id == 0`` creates one (in the request's keyspace or
-  the topology's default); an unknown id is ``NOT_FOUND`` ("session expired,
-  start a new one"), never silently a fresh session, since that would lose
-  the client's open transaction without telling it. Calls on one session run
-  one at a time (a per-session lock), as the gate's sessions require.
-  ``CloseSession`` rolls back the session's open transaction and forgets it.
+* **Sessions.** The gate keeps its :class:`~shardgate.gate.Session` objects by
+  id (random 64-bit) and owner (:meth:`~shardgate.gate.Gate.find_session`).
+  ``session_id == 0`` creates one (in the request's keyspace or the
+  topology's default) owned by the caller; an unknown id, or another caller's,
+  is ``NOT_FOUND`` ("session expired, start a new one"), never silently a
+  fresh session, since that would lose the client's open transaction without
+  telling it. Calls on one session run one at a time (the session's lock), as
+  the gate's sessions require. ``CloseSession`` rolls back the session's open
+  transaction and forgets it; the gate's reaper does the same for sessions
+  their client abandoned (see :mod:`shardgate.gate.limits`).
 * **Errors.** A :class:`~shardgate.errors.ShardgateError` becomes the gRPC status
   of the same name, its message the status details. Anything else is a bug:
   it is logged with its traceback and sent as ``INTERNAL``.
@@ -18,12 +21,10 @@ owns is the session table and the error mapping:
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import socket
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
 
 import grpc
 
@@ -40,7 +41,7 @@ from shardgate.api.security import (
 )
 from shardgate.auth.acl import Role
 from shardgate.auth.listen import check_listen
-from shardgate.errors import NotFound, ShardgateError, Unavailable
+from shardgate.errors import ShardgateError, Unavailable
 from shardgate.gate import Gate, Session
 
 log = logging.getLogger(__name__)
@@ -53,50 +54,44 @@ GRPC_OPTIONS = [
     ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
 ]
 
-@dataclass
-class _Entry:
-    session: Session
-    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-
-
 class GateServicer(pb_grpc.GateServicer):
     """The ``shardgate.v1.Gate`` service over one :class:`Gate`."""
 
     def __init__(self, gate: Gate) -> None:
         self.gate = gate
-        self.sessions: dict[int, _Entry] = {}
 
-    def _entry(self, session_id: int, keyspace: str | None) -> _Entry:
+    def _session(self, session_id: int, keyspace: str | None, context: Ctx) -> Session:
+        """A new session of the caller (id 0), or the caller's own session ``session_id``.
+
+        Sessions are bound to the authenticated user: another caller's id is
+        NOT_FOUND, as is an expired one.
+        """
         identity = caller()
         if session_id == 0:
-            session = self.gate.session(keyspace, identity=identity)
-            entry = self.sessions[session.id] = _Entry(session)
-            return entry
-        found = self.sessions.get(session_id)
-        if found is None or _owner(found) != identity.user:  # another caller's session
-            raise NotFound(f"session {session_id} expired, start a new one (send session_id 0)")
-        return found
+            return self.gate.session(keyspace, identity=identity, owner=identity.user,
+                                     addressable=True)
+        return self.gate.find_session(session_id, identity.user)
 
     @unary(pb.ExecuteResponse)
     async def Execute(self, request: pb.ExecuteRequest, context: Ctx) -> pb.ExecuteResponse:
         """Run one statement in the request's session."""
-        entry = self._entry(request.session_id, _keyspace(request))
+        session = self._session(request.session_id, _keyspace(request), context)
         bind_vars = convert.from_bind_vars(request.bind_vars)
-        async with entry.lock:
-            result = await self.gate.execute(entry.session, request.sql, bind_vars,
+        async with session.lock:
+            result = await self.gate.execute(session, request.sql, bind_vars,
                                              options=convert.options_of(request))
-        return convert.execute_response(entry.session.id, result, entry.session.in_transaction)
+        return convert.execute_response(session.id, result, session.in_transaction)
 
     @unary(pb.ExecuteBatchResponse)
     async def ExecuteBatch(
         self, request: pb.ExecuteBatchRequest, context: Ctx
     ) -> pb.ExecuteBatchResponse:
         """Run several statements; each gets its result or its error."""
-        entry = self._entry(request.session_id, _keyspace(request))
+        session = self._session(request.session_id, _keyspace(request), context)
         queries = [(q.sql, convert.from_bind_vars(q.bind_vars)) for q in request.queries]
-        async with entry.lock:
+        async with session.lock:
             outcomes = await self.gate.execute_batch(
-                entry.session, queries, as_transaction=request.as_transaction
+                session, queries, as_transaction=request.as_transaction
             )
         results = []
         for out in outcomes:
@@ -105,19 +100,19 @@ class GateServicer(pb_grpc.GateServicer):
                     error=pb.QueryError(code=out.code.value, message=out.message)))
             else:
                 results.append(pb.BatchResult(
-                    result=convert.execute_response(entry.session.id, out)))
-        return pb.ExecuteBatchResponse(session_id=entry.session.id, results=results)
+                    result=convert.execute_response(session.id, out)))
+        return pb.ExecuteBatchResponse(session_id=session.id, results=results)
 
     @streaming
     async def StreamExecute(
         self, request: pb.StreamExecuteRequest, context: Ctx
     ) -> AsyncIterator[pb.StreamExecuteResponse]:
         """Run one statement and stream its result chunks."""
-        entry = self._entry(request.session_id, _keyspace(request))
+        session = self._session(request.session_id, _keyspace(request), context)
         bind_vars = convert.from_bind_vars(request.bind_vars)
-        async with entry.lock:
-            chunks = self.gate.stream_execute(entry.session, request.sql, bind_vars)
-            sid = entry.session.id
+        async with session.lock:
+            chunks = self.gate.stream_execute(session, request.sql, bind_vars)
+            sid = session.id
             async for response in relay(chunks, lambda c: convert.stream_response(sid, c)):
                 yield response
 
@@ -127,9 +122,9 @@ class GateServicer(pb_grpc.GateServicer):
     ) -> pb.ExplainPlanResponse:
         """The plan of a statement as JSON, in the session's (or given) keyspace."""
         if request.session_id:
-            keyspace = self._entry(request.session_id, None).session.keyspace
+            keyspace = self._session(request.session_id, None, context).keyspace
         else:
-            keyspace = self.gate.session(_keyspace(request)).keyspace
+            keyspace = _keyspace(request) or self.gate.topology.default_keyspace
         plan = self.gate.explain(request.sql, keyspace)
         return pb.ExplainPlanResponse(plan_json=json.dumps(plan, default=str))
 
@@ -146,12 +141,7 @@ class GateServicer(pb_grpc.GateServicer):
         self, request: pb.CloseSessionRequest, context: Ctx
     ) -> pb.CloseSessionResponse:
         """Roll back the session's open transaction and forget it."""
-        entry = self.sessions.get(request.session_id)
-        if entry is not None and _owner(entry) == caller().user:
-            del self.sessions[request.session_id]
-            async with entry.lock:
-                if entry.session.in_transaction:
-                    await self.gate.rollback(entry.session)
+        await self.gate.close_session(request.session_id, caller().user)
         return pb.CloseSessionResponse()
 
     @streaming
@@ -207,9 +197,6 @@ class GateServicer(pb_grpc.GateServicer):
         return pb.QueueStatsResponse(stats_json=json.dumps(stats, default=str))
 
 
-def _owner(entry: _Entry) -> str | None:
-    identity = entry.session.identity
-    return identity.user if identity is not None else None
 
 
 def _keyspace(

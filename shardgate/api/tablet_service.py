@@ -2,9 +2,11 @@
 
 Every RPC maps onto one :class:`~shardgate.tablet.Tablet` method. Callers are
 authenticated by :class:`~shardgate.api.security.AuthInterceptor` before any
-handler runs (tablets accept only gates). Transactions
-are the tablet's own ids; a gate that dies leaves them open until the
-connection's tablet process stops (as with an in-process tablet).
+handler runs (tablets accept only gates). Transactions are the tablet's own
+ids; a gate that dies leaves them open until the tablet's idle-transaction
+timeout (``shardgate tablet --idle-transaction-timeout``) rolls them back. A
+gate call cancelled (its deadline, a statement timeout, a lost gate) cancels
+the tablet's work and the statement on the database.
 """
 
 from __future__ import annotations

@@ -3,7 +3,10 @@
 Pool rules (the invariants the three backends rely on):
 
 * At most ``size`` connections exist at once (idle + lent). ``acquire`` waits
-  for a free slot; it never opens more.
+  for a free slot; it never opens more, and it waits at most ``timeout_s``:
+  then it fails with ``RESOURCE_EXHAUSTED`` naming the pool, so a client that
+  holds every connection (an abandoned transaction) slows others down but
+  never hangs them.
 * Idle connections are kept last-in first-out, so a burst does not keep every
   connection warm for ever, and the hottest one keeps its prepared statements.
 * A connection is opened by the task that needs it, in that task: when the
@@ -34,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import queue
+import re
 import select
 import threading
 import weakref
@@ -43,10 +47,19 @@ from typing import Any, TypeVar
 
 from shardgate.backends.base import Backend, Connection
 from shardgate.backends.urls import redacted
-from shardgate.errors import Code, FailedPrecondition, InvalidArgument, ShardgateError
-from shardgate.result import Result
+from shardgate.errors import (
+    Code,
+    FailedPrecondition,
+    InvalidArgument,
+    ResourceExhausted,
+    ShardgateError,
+)
+from shardgate.result import Result, ResultLimits, rows_size
 
 T = TypeVar("T")
+
+#: Seconds ``acquire`` waits for a free connection before RESOURCE_EXHAUSTED.
+DEFAULT_POOL_TIMEOUT_S = 10.0
 
 
 class PooledConnection(Connection):
@@ -88,7 +101,9 @@ class ThreadedConnection(PooledConnection):
     def _translate(exc: BaseException, safe_url: str) -> ShardgateError: ...
 
     @abstractmethod
-    def _execute_sync(self, sql: str, params: Sequence[Any]) -> Result: ...
+    def _execute_sync(
+        self, sql: str, params: Sequence[Any], limits: ResultLimits | None = None
+    ) -> Result: ...
 
     @abstractmethod
     def _executemany_sync(self, sql: str, seq_of_params: Sequence[Sequence[Any]]) -> int: ...
@@ -126,8 +141,12 @@ class ThreadedConnection(PooledConnection):
                 self.broken = True
             raise err from exc
 
-    async def execute(self, sql: str, params: Sequence[Any] = ()) -> Result:
-        return await self._call(self._execute_sync, sql, params)
+    async def execute(
+        self, sql: str, params: Sequence[Any] = (), limits: ResultLimits | None = None
+    ) -> Result:
+        if limits is None:
+            return await self._call(self._execute_sync, sql, params)
+        return await self._call(self._execute_sync, sql, params, limits)
 
     async def executemany(self, sql: str, seq_of_params: Sequence[Sequence[Any]]) -> int:
         return await self._call(self._executemany_sync, sql, seq_of_params)
@@ -169,6 +188,23 @@ def socket_looks_alive(fd: int) -> bool:
     except (OSError, ValueError):
         return False
     return not readable
+
+
+_READS = ("SELECT", "WITH", "VALUES", "TABLE", "SHOW", "EXPLAIN", "(")
+_WRITE_WORDS = re.compile(r"\b(INSERT|UPDATE|DELETE|MERGE|REPLACE)\b", re.IGNORECASE)
+
+
+def is_read(sql: str) -> bool:
+    """Whether a statement is a query whose result size the caller does not bound.
+
+    Such statements are read in chunks when result limits apply; writes (even
+    with ``RETURNING``, or a ``WITH`` holding one) return what they were given
+    and take the plain path.
+    """
+    head = sql.lstrip()[:7].upper()
+    if not head.startswith(_READS):
+        return False
+    return not head.startswith("WITH") or _WRITE_WORDS.search(sql) is None
 
 
 def is_insert(sql: str) -> bool:
@@ -261,6 +297,42 @@ def _set_exception(future: asyncio.Future[Any], exc: BaseException) -> None:
         future.set_exception(exc)
 
 
+#: rows fetched per round when a result is read under limits
+LIMITED_FETCH_ROWS = 1000
+
+
+def fetch_limited(
+    fetchmany: Callable[[int], Sequence[tuple[Any, ...]]], limits: ResultLimits, where: str
+) -> list[tuple[Any, ...]]:
+    """Every row ``fetchmany`` gives, checked against ``limits`` after each chunk."""
+    rows: list[tuple[Any, ...]] = []
+    size = 0
+    while True:
+        chunk = fetchmany(LIMITED_FETCH_ROWS)
+        rows.extend(chunk)
+        size += rows_size(chunk)
+        limits.check(len(rows), size, where)
+        if len(chunk) < LIMITED_FETCH_ROWS:
+            return rows
+
+
+async def wait_for_slot(
+    slots: asyncio.Semaphore, timeout_s: float, why: Callable[[], str]
+) -> None:
+    """Take one of ``slots``, waiting at most ``timeout_s``; ``RESOURCE_EXHAUSTED`` after.
+
+    The message is built only on failure (``why``).
+    """
+    if not slots.locked():
+        await slots.acquire()  # free: no timer on the hot path
+        return
+    try:
+        async with asyncio.timeout(timeout_s):
+            await slots.acquire()
+    except TimeoutError:
+        raise ResourceExhausted(why()) from None
+
+
 async def close_quietly(conn: Connection) -> None:
     # The connection is being thrown away; an error closing it is of no use.
     with contextlib.suppress(Exception):
@@ -270,11 +342,16 @@ async def close_quietly(conn: Connection) -> None:
 class PooledBackend(Backend):
     """Implements the pool half of :class:`Backend`; subclasses open connections."""
 
-    def __init__(self, url: str, *, pool_size: int) -> None:
+    def __init__(
+        self, url: str, *, pool_size: int, pool_timeout_s: float = DEFAULT_POOL_TIMEOUT_S
+    ) -> None:
         super().__init__(url)
         if not isinstance(pool_size, int) or pool_size < 1:
             raise InvalidArgument(f"pool_size must be an integer >= 1, not {pool_size!r}")
+        if not pool_timeout_s > 0:
+            raise InvalidArgument(f"pool_timeout_s must be > 0, not {pool_timeout_s!r}")
         self.pool_size = pool_size
+        self.pool_timeout_s = pool_timeout_s
         self._slots = asyncio.Semaphore(pool_size)
         self._idle: list[PooledConnection] = []
         self._lent: set[PooledConnection] = set()
@@ -294,7 +371,10 @@ class PooledBackend(Backend):
     async def acquire(self) -> Connection:
         if self._closed:
             raise FailedPrecondition(f"backend for {self.safe_url} is closed")
-        await self._slots.acquire()
+        await wait_for_slot(self._slots, self.pool_timeout_s, lambda: (
+            f"no free connection to {self.safe_url} after {self.pool_timeout_s:g}s: all "
+            f"{self.pool_size} are in use (long or abandoned transactions, or too many "
+            "concurrent queries); retry later, or raise the pool size"))
         try:
             conn: PooledConnection | None = None
             while self._idle:

@@ -38,15 +38,22 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from shardgate.errors import FailedPrecondition, InvalidArgument, ShardgateError
-from shardgate.result import Result
+from shardgate.result import Result, ResultLimits
 
 
 class Connection(ABC):
     """One database session. Not safe for concurrent use; the pool serialises."""
 
     @abstractmethod
-    async def execute(self, sql: str, params: Sequence[Any] = ()) -> Result:
-        """Run one statement and return its rows (if any) and counts."""
+    async def execute(
+        self, sql: str, params: Sequence[Any] = (), limits: ResultLimits | None = None
+    ) -> Result:
+        """Run one statement and return its rows (if any) and counts.
+
+        With ``limits``, rows are read in chunks and a result past them raises
+        ``RESOURCE_EXHAUSTED`` (the statement is cancelled or its rows dropped
+        unread; the connection may be marked broken).
+        """
 
     @abstractmethod
     async def executemany(self, sql: str, seq_of_params: Sequence[Sequence[Any]]) -> int:
@@ -177,11 +184,13 @@ class Backend(ABC):
     async def close(self) -> None:
         """Close every pooled connection."""
 
-    async def execute(self, sql: str, params: Sequence[Any] = ()) -> Result:
+    async def execute(
+        self, sql: str, params: Sequence[Any] = (), limits: ResultLimits | None = None
+    ) -> Result:
         """Run one autocommit statement on a pooled connection."""
         conn = await self.acquire()
         try:
-            return await conn.execute(sql, params)
+            return await conn.execute(sql, params, limits)
         finally:
             await self.release(conn)
 

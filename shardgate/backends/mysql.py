@@ -30,6 +30,9 @@ Invariants:
   are server-wide and ``XA RECOVER`` says nothing about databases. While the
   preparing session lives, only it can end the transaction (MariaDB answers
   ``XAER_NOTA`` elsewhere); once it is gone, any session can.
+* **Cancellation.** A caller cancelled mid-statement (a query timeout)
+  sends ``KILL QUERY <connection id>`` from a short-lived connection of its
+  own, so the statement stops on the server too.
 * **Broken connections.** ``Unavailable`` (2003/2006/2013, ...) or a caller
   cancelled mid-statement marks the connection broken; the pool closes it on
   release and the next acquire reconnects. An idle connection whose socket
@@ -41,6 +44,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -53,6 +57,8 @@ from shardgate.backends._pool import (
     PooledConnection,
     ThreadedConnection,
     Worker,
+    fetch_limited,
+    is_read,
     socket_looks_alive,
 )
 from shardgate.backends.base import LeaseHandle, check_xid
@@ -70,7 +76,7 @@ from shardgate.errors import (
     ShardgateError,
     Unavailable,
 )
-from shardgate.result import Result
+from shardgate.result import Result, ResultLimits
 
 DEFAULT_CONNECT_TIMEOUT_S = 3
 DEFAULT_PORT = 3306
@@ -165,6 +171,8 @@ class MySQLConnection(ThreadedConnection):
         #: the xid of the XA transaction open on this session, and its XA state
         self._xa: str | None = None
         self._xa_state: str = ""  # "active" | "idle" | "prepared"
+        #: how to open the side connection that cancels a running statement
+        self._kill_kwargs: dict[str, Any] | None = None
 
     @classmethod
     async def open(cls, kwargs: dict[str, Any], safe_url: str) -> MySQLConnection:
@@ -177,7 +185,9 @@ class MySQLConnection(ThreadedConnection):
         except BaseException:
             worker.shutdown()
             raise
-        return cls(worker, raw, safe_url)
+        conn = cls(worker, raw, safe_url)
+        conn._kill_kwargs = kwargs
+        return conn
 
     def looks_alive(self) -> bool:
         if self.broken or self._closed or not self._raw.open:
@@ -187,7 +197,11 @@ class MySQLConnection(ThreadedConnection):
 
     # -- calls that run on the worker thread -------------------------------------
 
-    def _execute_sync(self, sql: str, params: Sequence[Any]) -> Result:
+    def _execute_sync(
+        self, sql: str, params: Sequence[Any], limits: ResultLimits | None = None
+    ) -> Result:
+        if limits is not None and is_read(sql):
+            return self._execute_limited_sync(sql, params, limits)
         with self._raw.cursor() as cur:
             cur.execute(sql, tuple(params))
             description = cur.description
@@ -200,6 +214,20 @@ class MySQLConnection(ThreadedConnection):
             if cur.lastrowid:
                 result.insert_id = cur.lastrowid
         return result
+
+    def _execute_limited_sync(
+        self, sql: str, params: Sequence[Any], limits: ResultLimits
+    ) -> Result:
+        """A query read unbuffered, stopped (connection dropped) once past ``limits``."""
+        cur, fields = self._open_stream_sync(sql, params)
+        try:
+            rows = fetch_limited(cur.fetchmany, limits, self._safe_url)
+        except ResourceExhausted:
+            self.broken = True  # the rest of the rows are never read: drop the socket
+            self._abandon_stream_sync(cur)
+            raise
+        cur.close()
+        return Result(fields, rows)
 
     def _executemany_sync(self, sql: str, seq_of_params: Sequence[Sequence[Any]]) -> int:
         raw = self._raw
@@ -259,8 +287,11 @@ class MySQLConnection(ThreadedConnection):
 
     def _cancelled(self) -> None:
         # The statement still runs on the thread; do not lend the connection
-        # again (close() will not wait for it either).
+        # again (close() will not wait for it either), and stop it on the server.
         self.broken = True
+        if self._kill_kwargs is not None and self._raw.open:
+            threading.Thread(target=_kill_query, args=(self._kill_kwargs, self._raw.thread_id()),
+                             name="sg-mysql-kill", daemon=True).start()
 
     async def _end_stream(self, cur: Any, *, done: bool, same_loan: bool) -> None:
         if not same_loan or self._closed:
@@ -475,6 +506,17 @@ def _connect_reading_collation(kwargs: dict[str, Any]) -> Any:
         raise
     raw.sg_collation = str(row[0]) if row and row[0] else None
     return raw
+
+
+def _kill_query(kwargs: dict[str, Any], connection_id: int) -> None:
+    """``KILL QUERY`` the statement running on ``connection_id`` (best effort)."""
+    with contextlib.suppress(Exception):  # the statement may have ended; nothing to do
+        side = pymysql.connect(**kwargs)
+        try:
+            with side.cursor() as cur:
+                cur.execute(f"KILL QUERY {int(connection_id)}")
+        finally:
+            side.close()
 
 
 def _lock_name(name: str) -> str:

@@ -48,9 +48,11 @@ import psycopg.conninfo
 from psycopg.pq import TransactionStatus
 
 from shardgate.backends._pool import (
+    LIMITED_FETCH_ROWS,
     PooledBackend,
     PooledConnection,
     is_insert,
+    is_read,
     socket_looks_alive,
 )
 from shardgate.backends.base import LeaseHandle, check_xid
@@ -67,11 +69,13 @@ from shardgate.errors import (
     ShardgateError,
     Unavailable,
 )
-from shardgate.result import Result
+from shardgate.result import Result, ResultLimits, rows_size
 
 DEFAULT_CONNECT_TIMEOUT_S = 3
 
 _stream_names = itertools.count(1)
+#: how psycopg's ``stream()`` says the statement was a command, not a query
+_NO_RESULT = "didn't produce a result"
 
 _NOT_FOUND = {"42P01", "42703", "42704", "42883", "3D000", "3F000"}
 _ALREADY_EXISTS = {"23505", "42P07", "42710", "42P06", "42701", "42P04", "42723"}
@@ -158,7 +162,11 @@ class PostgresConnection(PooledConnection):
             return False
         return socket_looks_alive(raw.pgconn.socket)
 
-    async def execute(self, sql: str, params: Sequence[Any] = ()) -> Result:
+    async def execute(
+        self, sql: str, params: Sequence[Any] = (), limits: ResultLimits | None = None
+    ) -> Result:
+        if limits is not None and is_read(sql):
+            return await self._execute_limited(sql, params, limits)
         try:
             cur = self._raw.cursor()
             await cur.execute(sql, params)
@@ -180,6 +188,46 @@ class PostgresConnection(PooledConnection):
         except BaseException:
             self.broken = True  # cancelled mid-statement: session state unknown
             raise
+
+    async def _execute_limited(
+        self, sql: str, params: Sequence[Any], limits: ResultLimits
+    ) -> Result:
+        """A query read in chunks (libpq's chunked mode), cancelled once past ``limits``.
+
+        libpq describes the columns only with a row: a query that streamed no
+        row runs again the plain way to learn them (it found nothing, so this
+        is cheap, and its answer is as valid as the first).
+        """
+        rows: list[tuple[Any, ...]] = []
+        size = 0
+        cur = self._raw.cursor()
+        try:
+            stream = cur.stream(sql, params, size=LIMITED_FETCH_ROWS)
+            async with contextlib.aclosing(stream):  # type: ignore[type-var]
+                async for row in stream:
+                    rows.append(row)
+                    if len(rows) % LIMITED_FETCH_ROWS == 0:
+                        size += rows_size(rows[-LIMITED_FETCH_ROWS:])
+                        limits.check(len(rows), size, self._safe_url)
+            size += rows_size(rows[len(rows) - len(rows) % LIMITED_FETCH_ROWS :])
+            limits.check(len(rows), size, self._safe_url)
+            if not rows:
+                await cur.close()
+                return await self.execute(sql, params)
+            fields = [c.name for c in cur.description or ()]
+            await cur.close()
+        except psycopg.ProgrammingError as exc:
+            if not rows and _NO_RESULT in str(exc):
+                return Result()  # a command after all (SELECT ... INTO): it ran, no rows
+            raise self._fail(exc) from exc
+        except psycopg.Error as exc:
+            raise self._fail(exc) from exc
+        except ShardgateError:
+            raise  # the stream's close cancelled the query; the connection is usable
+        except BaseException:
+            self.broken = True
+            raise
+        return Result(fields, rows)
 
     async def executemany(self, sql: str, seq_of_params: Sequence[Sequence[Any]]) -> int:
         try:

@@ -50,6 +50,7 @@ from shardgate.backends._pool import (
     ThreadedConnection,
     Worker,
     WorkerStopped,
+    fetch_limited,
     is_insert,
 )
 from shardgate.backends.base import LeaseHandle
@@ -61,7 +62,7 @@ from shardgate.errors import (
     InvalidArgument,
     ShardgateError,
 )
-from shardgate.result import Result
+from shardgate.result import Result, ResultLimits
 
 DEFAULT_BUSY_TIMEOUT_MS = 5000
 
@@ -117,14 +118,18 @@ class SQLiteConnection(ThreadedConnection):
             raise sqlite3.ProgrammingError("Cannot operate on a closed database.")
         return self._raw
 
-    def _execute_sync(self, sql: str, params: Sequence[Any]) -> Result:
+    def _execute_sync(
+        self, sql: str, params: Sequence[Any], limits: ResultLimits | None = None
+    ) -> Result:
         db = self._db()
         try:
             cur = db.execute(sql, params)
             try:
                 description = cur.description
                 if description is not None:
-                    result = Result([d[0] for d in description], cur.fetchall())
+                    rows = (cur.fetchall() if limits is None
+                            else fetch_limited(cur.fetchmany, limits, self._safe_url))
+                    result = Result([d[0] for d in description], rows)
                 else:
                     result = Result()
                 count = cur.rowcount

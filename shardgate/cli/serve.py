@@ -4,13 +4,15 @@
 cluster file, ``tablet`` one shard's tablet; each serves gRPC until a signal::
 
     shardgate up [--data-dir DIR] [--cluster FILE] [--topo URL] [--host H] [--port P] [--check]
-                 [security flags] [--acl-file F [--acl-dry-run]]
+                 [security flags] [--acl-file F [--acl-dry-run]] [LIMITS]
     shardgate gate (--topo URL | --cluster FILE) [--host H] [--port P]
                    (--users-file F | --tls-ca CA | --no-auth) [security flags]
-                   [--acl-file F [--acl-dry-run]]
+                   [--acl-file F [--acl-dry-run]] [LIMITS]
     shardgate tablet --cluster FILE --keyspace KS --shard S [--host H] [--port P]
                      [--metrics-port P] (--users-file F | --tls-ca CA | --no-auth)
                      [--allow-user NAME ...] [security flags]
+                     [--idle-transaction-timeout S] [--max-result-rows N]
+                     [--max-result-bytes N] [--pool-timeout S]
 
 Security flags: ``--users-file F`` (callers' users, Vitess's static file),
 ``--tls-cert F --tls-key F`` (serve TLS; reloaded when the files change),
@@ -19,6 +21,10 @@ certificate's common name is the caller), ``--insecure-bind-anyway`` (listen
 on a non-loopback address without TLS and authentication). ``up`` serves
 without authentication on loopback unless given a users file or a CA; ``gate``
 and ``tablet`` need ``--no-auth`` for that (see :mod:`shardgate.auth.listen`).
+
+LIMITS are ``--transaction-timeout S``, ``--session-idle-timeout S``,
+``--query-timeout-ms N``, ``--max-result-rows N``, ``--max-result-bytes N`` and
+``--pool-timeout S`` (see :mod:`shardgate.gate.limits`; 0 turns one off).
 
 ``up`` without ``--cluster`` runs the embedded default cluster (SQLite files
 under the data directory, created the first time; see
@@ -45,6 +51,7 @@ from shardgate.auth import StaticUsers
 from shardgate.auth.acl import TableACL
 from shardgate.auth.guard import Guard
 from shardgate.auth.listen import INSECURE_FLAG
+from shardgate.backends._pool import DEFAULT_POOL_TIMEOUT_S
 from shardgate.cli.common import (
     CLUSTER_FILE_NAME,
     DEFAULT_DATA_DIR,
@@ -53,8 +60,16 @@ from shardgate.cli.common import (
 )
 from shardgate.errors import InvalidArgument
 from shardgate.gate import Gate
+from shardgate.gate.limits import (
+    DEFAULT_SESSION_IDLE_TIMEOUT_S,
+    DEFAULT_TRANSACTION_TIMEOUT_S,
+    SERVER_QUERY_TIMEOUT_MS,
+    GateLimits,
+)
 from shardgate.queues.router import queue_options_of
+from shardgate.result import DEFAULT_MAX_RESULT_BYTES, DEFAULT_MAX_RESULT_ROWS, ResultLimits
 from shardgate.tablet import Tablet
+from shardgate.tablet.tablet import DEFAULT_IDLE_TRANSACTION_TIMEOUT_S
 from shardgate.topo import write_cluster_file
 from shardgate.topo.embedded import (
     COMMERCE_DDL,
@@ -91,6 +106,7 @@ def add_parsers(commands: Any) -> None:
         action="store_true",
         help="set up, run one insert and select through the gate, print them and exit",
     )
+    _add_gate_limits(up)
 
     gate = commands.add_parser("gate", help="serve the gate of a cluster file over gRPC")
     gate.add_argument("--cluster", help="cluster file (YAML): seeds its topo store")
@@ -98,6 +114,7 @@ def add_parsers(commands: Any) -> None:
     add_listen_args(gate)
     _add_security_args(gate, no_auth_flag=True)
     _add_acl_args(gate)
+    _add_gate_limits(gate)
 
     tablet = commands.add_parser("tablet", help="serve one shard's tablet over gRPC")
     tablet.add_argument("--cluster", required=True, help="cluster file (YAML)")
@@ -111,6 +128,48 @@ def add_parsers(commands: Any) -> None:
                         help="only this caller (a gate's user or certificate name) may call; "
                         "repeat for several (default: anyone the users file or CA admits)")
 
+    tablet.add_argument(
+        "--idle-transaction-timeout", type=float, default=DEFAULT_IDLE_TRANSACTION_TIMEOUT_S,
+        metavar="S", help="roll back a transaction no statement used for S seconds, e.g. "
+        "of a gate that went away (default %(default)s; 0: never)")
+    _add_result_limits(tablet)
+
+
+def _add_result_limits(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--max-result-rows", type=int, default=DEFAULT_MAX_RESULT_ROWS,
+                        metavar="N", help="refuse Execute results with more rows "
+                        "(StreamExecute is not limited; default %(default)s; 0: none)")
+    parser.add_argument("--max-result-bytes", type=int, default=DEFAULT_MAX_RESULT_BYTES,
+                        metavar="N", help="refuse Execute results larger than this "
+                        "(estimated; default %(default)s; 0: none)")
+    parser.add_argument("--pool-timeout", type=float, default=DEFAULT_POOL_TIMEOUT_S,
+                        metavar="S", help="how long a statement waits for a shard "
+                        "connection before RESOURCE_EXHAUSTED (default %(default)s)")
+
+
+def _add_gate_limits(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--transaction-timeout", type=float, default=DEFAULT_TRANSACTION_TIMEOUT_S, metavar="S",
+        help="roll back transactions open longer than S seconds (default %(default)s; 0: never)")
+    parser.add_argument(
+        "--session-idle-timeout", type=float, default=DEFAULT_SESSION_IDLE_TIMEOUT_S,
+        metavar="S", help="forget sessions unused for S seconds (default %(default)s; 0: never)")
+    parser.add_argument(
+        "--query-timeout-ms", type=int, default=SERVER_QUERY_TIMEOUT_MS, metavar="N",
+        help="cancel statements running longer than N ms; sessions change it with "
+        "SET query_timeout_ms (default %(default)s; 0: none)")
+    _add_result_limits(parser)
+
+
+def gate_limits(args: argparse.Namespace) -> GateLimits:
+    """The gate limits the command line asks for."""
+    return GateLimits(
+        transaction_timeout_s=args.transaction_timeout or None,
+        session_idle_timeout_s=args.session_idle_timeout or None,
+        query_timeout_ms=args.query_timeout_ms,
+        result_limits=ResultLimits(args.max_result_rows, args.max_result_bytes),
+        pool_timeout_s=args.pool_timeout,
+    )
 
 def _add_security_args(p: argparse.ArgumentParser, *, no_auth_flag: bool) -> None:
     p.add_argument("--users-file", help="users allowed to call (Vitess static auth JSON)")
@@ -155,6 +214,7 @@ def _guard(args: argparse.Namespace) -> Guard:
     return Guard(acl, dry_run=args.acl_dry_run)
 
 
+
 def run(args: argparse.Namespace) -> int:
     """Run ``up``, ``gate`` or ``tablet``."""
     match args.command:
@@ -168,9 +228,9 @@ def run(args: argparse.Namespace) -> int:
 async def _up(args: argparse.Namespace) -> int:
     security, guard = server_security(args), _guard(args)
     if args.cluster:
-        gate = await _open_gate(args.cluster, args.topo, guard)
+        gate = await _open_gate(args.cluster, args.topo, guard, gate_limits(args))
     else:
-        gate = await _open_embedded(Path(args.data_dir), args.topo, guard)
+        gate = await _open_embedded(Path(args.data_dir), args.topo, guard, gate_limits(args))
         cluster_file = (Path(args.data_dir) / CLUSTER_FILE_NAME).resolve()
         print(f"embedded cluster ready: {cluster_file}", flush=True)
     try:
@@ -187,7 +247,7 @@ async def _gate(args: argparse.Namespace) -> int:
     if not args.cluster and not args.topo:
         raise InvalidArgument("shardgate gate needs --topo URL or --cluster FILE")
     security, guard = server_security(args), _guard(args)
-    gate = await _open_gate(args.cluster, args.topo, guard)
+    gate = await _open_gate(args.cluster, args.topo, guard, gate_limits(args))
     try:
         await _serve_until_signal(gate, args, security, no_auth=args.no_auth)
         return 0
@@ -195,18 +255,20 @@ async def _gate(args: argparse.Namespace) -> int:
         await gate.close()
 
 
-async def _open_gate(cluster: str | None, topo_url: str | None, guard: Guard | None) -> Gate:
+async def _open_gate(cluster: str | None, topo_url: str | None, guard: Guard | None,
+                     limits: GateLimits | None = None) -> Gate:
     """A gate following the topo store (seeded from ``cluster`` when it is empty)."""
     topo = await open_topo(cluster, url=topo_url)
     try:
-        return await Gate.from_topo(topo, guard=guard)
+        return await Gate.from_topo(topo, guard=guard, limits=limits)
     except BaseException:
         await topo.close()
         raise
 
 
 async def _open_embedded(
-    data_dir: Path, topo_url: str | None = None, guard: Guard | None = None
+    data_dir: Path, topo_url: str | None = None, guard: Guard | None = None,
+    limits: GateLimits | None = None,
 ) -> Gate:
     """The gate of the embedded cluster in ``data_dir``, created and set up if needed.
 
@@ -218,7 +280,7 @@ async def _open_embedded(
     if not cluster_file.exists():
         data_dir.mkdir(parents=True, exist_ok=True)
         write_cluster_file(embedded_topology(data_dir), cluster_file)
-    gate = await _open_gate(str(cluster_file), topo_url, guard)
+    gate = await _open_gate(str(cluster_file), topo_url, guard, limits)
     try:
         await _set_up_embedded(gate)
     except BaseException:
@@ -311,7 +373,10 @@ async def _tablet(args: argparse.Namespace) -> int:
     security = server_security(args)
     topo = read_topology(args.cluster)
     shard = topo.keyspace(args.keyspace).shard(args.shard)
-    tablet = Tablet.open(args.keyspace, args.shard, shard.url)
+    tablet = Tablet.open(
+        args.keyspace, args.shard, shard.url, pool_timeout_s=args.pool_timeout,
+        result_limits=ResultLimits(args.max_result_rows, args.max_result_bytes),
+        idle_transaction_timeout_s=args.idle_transaction_timeout or None)
     try:
         vschema = topo.build_vschema()
 

@@ -10,11 +10,20 @@ session's transaction when one is open → merged :class:`Result`.
 
 Transactions: BEGIN opens a session transaction that shards join lazily.
 COMMIT commits the shards one after the other (best effort: if a later shard
-fails after an earlier one committed, the error says which committed). A
+fails after an earlier one committed, the error says which committed; a shard
+lost after COMMIT was sent gives ``CommitOutcomeUnknown``, never "nothing was
+committed"). A
 statement that fails inside a transaction rolls the whole transaction back
 and says so, so no partial statement survives. Outside a transaction, a
 write that may reach more than one shard (multi-shard DML, multi-row insert,
 inserts maintaining lookup vindexes) runs in an implicit transaction.
+
+Sessions and limits (:mod:`shardgate.gate.limits`, :mod:`shardgate.gate.sessions`):
+every session :meth:`Gate.session` makes is in the gate's session table under a
+random id and its owner; a reaper rolls back transactions past the transaction
+timeout and forgets idle sessions. A statement runs under the session's
+``query_timeout_ms`` (cancelled on the shards past it: ``DEADLINE_EXCEEDED``),
+and a result past the result limits is refused (``RESOURCE_EXHAUSTED``).
 """
 
 from __future__ import annotations
@@ -23,7 +32,7 @@ import asyncio
 import contextlib
 import functools
 import time
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from sqlglot import exp
@@ -43,7 +52,11 @@ from shardgate.engine.primitives import (
 )
 from shardgate.engine.scalar import ScalarSubqueries
 from shardgate.errors import (
+    COMMIT_OUTCOME_UNKNOWN,
     Aborted,
+    Code,
+    CommitOutcomeUnknown,
+    DeadlineExceeded,
     FailedPrecondition,
     Internal,
     InvalidArgument,
@@ -54,9 +67,11 @@ from shardgate.errors import (
 )
 from shardgate.gate import options as exec_options
 from shardgate.gate import twopc
+from shardgate.gate.limits import GateLimits
 from shardgate.gate.plan_cache import PlanCache
 from shardgate.gate.sequences import Sequences
 from shardgate.gate.session import Session
+from shardgate.gate.sessions import SessionTable
 from shardgate.gate.split import QuerySplit, split_query
 from shardgate.gate.stats import QueryStats, Stats
 from shardgate.keys import KeyRange, ShardMap
@@ -64,7 +79,7 @@ from shardgate.planner.build import Plan, build_plan, normalize
 from shardgate.queues import router as queue_router
 from shardgate.queues.ddl import create_queue_from
 from shardgate.queues.events import QueueBatch
-from shardgate.result import ExecuteOptions, Result, Row
+from shardgate.result import ExecuteOptions, Result, Row, rows_size
 from shardgate.sql.classify import classify
 from shardgate.sql.dialect import strip_qualifiers
 from shardgate.sql.inputs import check_bind_vars, check_sql
@@ -79,6 +94,7 @@ from shardgate.sql.statements import (
     Rollback,
     RollbackToSavepoint,
     Savepoint,
+    SetQueryTimeout,
     SetTransactionMode,
     ShowVitessKeyspaces,
     ShowVitessShards,
@@ -108,10 +124,13 @@ class Gate:
         topo: TopoServer | None = None,
         open_tablet: Callable[[str, str, str], TabletClient] | None = None,
         guard: Guard | None = None,
+        limits: GateLimits | None = None,
     ) -> None:
         self.topology = topology
         #: statement rules and table ACLs, asked before every caller's statement
         self.guard = guard if guard is not None else Guard()
+        self.limits = limits if limits is not None else GateLimits()
+        self.sessions = SessionTable(self.limits, self._expire_transaction)
         self.vschema: VSchema = topology.build_vschema()
         self.tablets = dict(tablets)
         #: where the topology lives and changes (a private in-memory store if none)
@@ -134,35 +153,46 @@ class Gate:
     @classmethod
     def open(
         cls, topology: Topology, *, pool_size: int = 4, topo: TopoServer | None = None,
-        guard: Guard | None = None,
+        guard: Guard | None = None, limits: GateLimits | None = None,
     ) -> Gate:
         """A gate with an in-process tablet for every shard of ``topology``.
 
         ``topo``: the store ``topology`` was read from (changes are saved there);
         without one the gate keeps its topology in a private in-memory store.
+        The tablets take ``limits``' pool timeout and result limits. The gate's
+        reaper ends transactions; as a safety net for one the gate lost track
+        of, the tablets roll back a transaction idle for twice the
+        transaction timeout (which no live session reaches).
         """
+        limits = limits if limits is not None else GateLimits()
+        tx_timeout = limits.transaction_timeout_s
+        idle = 2 * tx_timeout if tx_timeout is not None else None
 
         def open_tablet(keyspace: str, shard: str, url: str) -> TabletClient:
-            return LocalTabletClient(Tablet.open(keyspace, shard, url, pool_size=pool_size))
+            return LocalTabletClient(Tablet.open(
+                keyspace, shard, url, pool_size=pool_size, pool_timeout_s=limits.pool_timeout_s,
+                result_limits=limits.result_limits, idle_transaction_timeout_s=idle))
 
         tablets = {
             (ks.name, shard.name): open_tablet(ks.name, shard.name, shard.url)
             for ks in topology.keyspaces.values()
             for shard in ks.shards
         }
-        return cls(topology, tablets, topo=topo, open_tablet=open_tablet, guard=guard)
+        return cls(topology, tablets, topo=topo, open_tablet=open_tablet, guard=guard,
+                   limits=limits)
 
     @classmethod
     async def from_topo(
         cls, topo: TopoServer, *, pool_size: int = 4, watch: bool = True,
-        guard: Guard | None = None,
+        guard: Guard | None = None, limits: GateLimits | None = None,
     ) -> Gate:
         """A gate (in-process tablets) serving the topology in ``topo``, following it.
 
         Unavailable (coded) if the store cannot be reached; FailedPrecondition
         if it holds no keyspace.
         """
-        gate = cls.open(await topo.load_topology(), pool_size=pool_size, topo=topo, guard=guard)
+        gate = cls.open(await topo.load_topology(), pool_size=pool_size, topo=topo, guard=guard,
+                        limits=limits)
         gate._owns_topo = True
         if watch:
             gate.watch()
@@ -183,6 +213,7 @@ class Gate:
     async def close(self) -> None:
         if self._watcher is not None:
             await self._watcher.stop()
+        await self.sessions.close()
         for t in self.tablets.values():
             await t.close()
         if self._owns_topo:
@@ -255,8 +286,13 @@ class Gate:
         return await queue_router.stats(self, keyspace, queue)
 
     def session(
-        self, keyspace: str | None = None, *, transaction_mode: str = twopc.BEST_EFFORT,
+        self,
+        keyspace: str | None = None,
+        *,
+        transaction_mode: str = twopc.BEST_EFFORT,
         identity: Identity | None = None,
+        owner: str | None = None,
+        addressable: bool = False,
     ) -> Session:
         """A new session whose unqualified tables resolve in ``keyspace``.
 
@@ -264,14 +300,40 @@ class Gate:
         :mod:`shardgate.gate.twopc`); ``SET transaction_mode = '...'`` changes it.
         ``identity`` is the caller its statements are authorized for (None: the
         gate's own work or trusted in-process code; see :mod:`shardgate.auth.guard`).
+        ``addressable`` (transports) puts the session in the gate's table, found
+        by id with :meth:`find_session` by the same ``owner`` (the caller's
+        identity) only, until :meth:`close_session` or the idle timeout. Any
+        session is in the table while its transaction holds a shard, so the
+        transaction timeout applies to in-process sessions too.
         """
         ks = keyspace if keyspace is not None else self.topology.default_keyspace
         if ks is not None and ks not in self.topology.keyspaces:
             raise NotFound(
                 f"keyspace {ks!r} does not exist; keyspaces: {sorted(self.topology.keyspaces)}"
             )
-        return Session(keyspace=ks, transaction_mode=twopc.check_mode(transaction_mode),
-                       identity=identity)
+        session = Session(keyspace=ks, transaction_mode=twopc.check_mode(transaction_mode),
+                          identity=identity, owner=owner, addressable=addressable)
+        if addressable:
+            self.sessions.add(session)
+        return session
+
+    def find_session(self, session_id: int, owner: str | None) -> Session:
+        """The session ``session_id`` if ``owner`` owns it; ``NOT_FOUND`` otherwise."""
+        return self.sessions.find(session_id, owner)
+
+    async def close_session(self, session_id: int, owner: str | None) -> None:
+        """Roll back the session's open transaction and forget it (unknown ids: nothing)."""
+        session = self.sessions.pop(session_id, owner)
+        if session is not None:
+            async with session.lock:
+                if session.in_transaction:
+                    await self.rollback(session)
+
+    async def _expire_transaction(self, session: Session, reason: str) -> None:
+        """End ``session``'s transaction on the gate's own initiative (a timeout)."""
+        session.ended = (f"the gate rolled back this session's transaction: {reason}; "
+                         "nothing of it was committed, start it again")
+        await self.rollback(session)
 
     # -- planning ---------------------------------------------------------------
 
@@ -395,13 +457,54 @@ class Gate:
         bv = check_bind_vars(bind_vars)
         self.authorize(session, sql)
         planned = self.plan(sql, session.plan_key)  # errors here change nothing
-        if not isinstance(planned, Plan):
-            return await self._control(session, planned)
+        with self._using(session):
+            await self._check_ended(session, planned)
+            if not isinstance(planned, Plan):
+                return await self._control(session, planned)
+            return await self._execute_plan(session, planned, bv)
+
+    @contextlib.contextmanager
+    def _using(self, session: Session) -> Iterator[None]:
+        """Mark ``session`` busy for one call (the reaper leaves it alone), then used."""
+        session.busy += 1
+        try:
+            yield
+        finally:
+            session.busy -= 1
+            session.last_used = time.monotonic()
+            if session.shard_txs and session.internal is None:
+                self.sessions.add(session)  # the transaction timeout watches it
+            elif not session.addressable:
+                self.sessions.discard(session)
+
+    async def _check_ended(self, session: Session, planned: Plan | GateStatement) -> None:
+        """Report (once) a transaction the gate ended on its own; expire an overdue one."""
+        if session.ended is None and self.sessions.transaction_expired(
+            session, time.monotonic()
+        ):
+            await self._expire_transaction(
+                session, "the transaction ran longer than the transaction timeout "
+                f"({self.limits.transaction_timeout_s:g}s)")
+        if session.ended is not None:
+            reason, session.ended = session.ended, None
+            if not isinstance(planned, Rollback):
+                raise Aborted(reason)
+
+    async def _execute_plan(
+        self, session: Session, planned: Plan, bv: Mapping[str, Any]
+    ) -> Result:
         start, calls = time.perf_counter(), session.shard_calls
         if planned.statement_type == "DDL":
             self._kinds.clear()
+        timeout_ms = (session.query_timeout_ms if session.query_timeout_ms is not None
+                      else self.limits.query_timeout_ms)
         try:
-            result = await self._run(session, planned.instructions, bv)
+            if timeout_ms:
+                result = await self._run_with_timeout(session, planned.instructions, bv,
+                                                      timeout_ms)
+            else:
+                result = await self._run(session, planned.instructions, bv)
+            self._check_result(result)
         except ShardgateError:
             self.stats.record(planned.normalized, time.perf_counter() - start, 0,
                               session.shard_calls - calls, True)
@@ -410,6 +513,33 @@ class Gate:
                           len(result.rows) or result.rows_affected, session.shard_calls - calls,
                           False)
         return result
+
+    async def _run_with_timeout(
+        self, session: Session, prim: Primitive, bv: Mapping[str, Any], timeout_ms: int
+    ) -> Result:
+        """:meth:`_run` cancelled after ``timeout_ms``: the shards' statements are
+        cancelled with it (the backends cancel a statement whose caller is)."""
+        try:
+            async with asyncio.timeout(timeout_ms / 1000):
+                return await self._run(session, prim, bv)
+        except TimeoutError:
+            note = ""
+            if session.in_transaction:
+                await self.rollback(session)
+                note = "; the transaction was rolled back"
+            raise DeadlineExceeded(
+                f"the statement ran longer than query_timeout_ms = {timeout_ms} and was "
+                f"cancelled on the shards{note}. Raise it with SET query_timeout_ms = N "
+                "(0: no timeout), or narrow the statement"
+            ) from None
+
+    def _check_result(self, result: Result) -> None:
+        """The merged result against the result limits (each shard's part was checked
+        while it arrived; this bounds what the shards add up to)."""
+        limits = self.limits.result_limits
+        n = len(result.rows)
+        if n > 1000 or (limits.max_rows and n > limits.max_rows):
+            limits.check(n, rows_size(result.rows) if limits.max_bytes else 0, "the shards")
 
     async def _run(self, session: Session, prim: Primitive, bv: Mapping[str, Any]) -> Result:
         """Execute a planned statement with the session's transaction rules."""
@@ -503,13 +633,15 @@ class Gate:
         ):
             yield await self.execute(session, sql, bv)
             return
-        try:
-            async for chunk in planned.instructions.stream(_SessionCursor(self, session), bv):
-                yield chunk
-        except ShardgateError:
-            raise
-        except Exception as exc:
-            raise _unexpected(exc) from exc
+        with self._using(session):
+            await self._check_ended(session, planned)
+            try:
+                async for chunk in planned.instructions.stream(_SessionCursor(self, session), bv):
+                    yield chunk
+            except ShardgateError:
+                raise
+            except Exception as exc:
+                raise _unexpected(exc) from exc
 
     async def _statement_savepoint(
         self, session: Session, prim: Primitive, bind_vars: Mapping[str, Any]
@@ -592,6 +724,8 @@ class Gate:
                         "SET transaction_mode inside a transaction: commit or roll back first"
                     )
                 session.transaction_mode = mode
+            case SetQueryTimeout(ms=ms):
+                session.query_timeout_ms = ms
             case Savepoint() | RollbackToSavepoint() | ReleaseSavepoint():
                 return await self._savepoint_statement(session, stmt)
             case ShowVitessShards(like=like):
@@ -615,6 +749,7 @@ class Gate:
         session.shard_txs = {}
         session.in_transaction = session.implicit = False
         session.savepoints = []
+        session.tx_started = None
         if session.transaction_mode == twopc.TWOPC and len(txs) > 1:
             await twopc.commit(self.tablets, txs, xids, dtid)
             return
@@ -626,6 +761,14 @@ class Gate:
                 rest = txs[i + 1 :]
                 for (rks, rshard), rtid in rest:
                     await _quiet_rollback(self.tablets[(rks, rshard)], rtid)
+                if _outcome_unknown(exc):
+                    raise CommitOutcomeUnknown(
+                        f"{COMMIT_OUTCOME_UNKNOWN} on shard {ks}/{shard}: the shard was lost "
+                        f"after COMMIT was sent ({exc.message}); it may or may not have "
+                        f"committed. Committed before it: {done or 'none'}; rolled back: "
+                        f"{[f'{k}/{s}' for (k, s), _ in rest] or 'none'}. Read the rows back "
+                        "before retrying (see docs/operations.md, commit outcome unknown)"
+                    ) from exc
                 if not done:
                     raise Aborted(
                         f"commit failed on {ks}/{shard}: {exc.message}; "
@@ -644,6 +787,7 @@ class Gate:
         session.shard_txs = {}
         session.in_transaction = session.implicit = False
         session.savepoints = []
+        session.tx_started = None
         for (ks, shard), tid in txs:
             await _quiet_rollback(self.tablets[(ks, shard)], tid)
 
@@ -772,6 +916,12 @@ def _unexpected(exc: Exception, doing: str = "running the statement") -> Shardga
     )
 
 
+def _outcome_unknown(exc: ShardgateError) -> bool:
+    """Whether a failed COMMIT may still have committed: the shard (or the tablet
+    in between) was lost or stopped answering, rather than refusing the commit."""
+    return exc.code in (Code.UNAVAILABLE, Code.DEADLINE_EXCEEDED, Code.CANCELED, Code.UNKNOWN)
+
+
 def _writes(prim: object) -> bool:
     if isinstance(prim, ScalarSubqueries):
         return _writes(prim.outer)
@@ -884,6 +1034,8 @@ class _SessionCursor(ExecCursor):
                     tid = await twopc.begin_participant(self.session, keyspace, shard, tablet)
                 else:
                     tid = await tablet.begin()
+                if not self.session.shard_txs:  # the transaction now holds a shard
+                    self.session.tx_started = time.monotonic()
                 self.session.shard_txs[key] = tid
                 for name in self.session.savepoints:  # replay user savepoints on a joiner
                     await tablet.execute(f"SAVEPOINT sgu_{name}", [], tid)

@@ -4,16 +4,35 @@ Invariants: ``shard_txs``, ``dtid`` and ``xids`` are empty whenever
 ``in_transaction`` is False; a
 shard joins the transaction the first time a statement reaches it, and every
 shard in ``shard_txs`` is committed or rolled back together at the end.
+
+Session ids are random non-zero 64-bit numbers (the wire type is ``uint64``):
+not guessable, and never meaningful on their own, since the gate also checks
+the session's ``owner`` (see :meth:`shardgate.gate.Gate.find_session`).
+
+``tx_started`` is set from the moment a transaction holds a shard and
+``busy`` while a call runs on the session; the gate's reaper
+(:mod:`shardgate.gate.limits`) never touches a busy session. ``ended`` is set
+when the gate ended the session's transaction on its own (timeout): the next
+statement other than ROLLBACK fails with that reason, once, so a client never
+mistakes the statements after it for part of the rolled-back transaction.
 """
 
 from __future__ import annotations
 
-import itertools
+import asyncio
+import secrets
+import time
 from dataclasses import dataclass, field
 
 from shardgate.auth.identity import Identity
 
-_ids = itertools.count(1)
+
+def new_session_id() -> int:
+    """A random, non-zero, 64-bit session id."""
+    while True:
+        value = secrets.randbits(64)
+        if value:
+            return value
 
 
 @dataclass
@@ -24,7 +43,7 @@ class Session:
     in_transaction: bool = False
     #: (keyspace, shard) -> tablet transaction id, in the order shards joined
     shard_txs: dict[tuple[str, str], int] = field(default_factory=dict)
-    id: int = field(default_factory=lambda: next(_ids))
+    id: int = field(default_factory=new_session_id)
     #: True while the gate runs an implicit transaction for one statement
     implicit: bool = False
     #: user savepoints of the open transaction, oldest first
@@ -52,3 +71,20 @@ class Session:
     #: who runs this session's statements (ACLs are checked against it); None
     #: is the gate's own work and trusted in-process callers
     identity: Identity | None = None
+    #: who may use this session by id (the authenticated user; None: anonymous)
+    owner: str | None = None
+    #: found by id (a transport's session): kept in the gate's table until closed
+    #: or idle; other sessions are in the table only while they hold a shard
+    addressable: bool = False
+    #: ``SET query_timeout_ms``: this session's statement timeout (None: the gate's)
+    query_timeout_ms: int | None = None
+    #: monotonic time the last call on this session ended
+    last_used: float = field(default_factory=time.monotonic)
+    #: monotonic time the open transaction first held a shard (None: it holds none)
+    tx_started: float | None = None
+    #: calls running on the session now (the reaper skips busy sessions)
+    busy: int = 0
+    #: why the gate ended this session's transaction on its own, until reported
+    ended: str | None = None
+    #: serialises the calls of one remote client on this session (transports take it)
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False, compare=False)

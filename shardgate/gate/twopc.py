@@ -20,6 +20,10 @@ Names
 * **record**: a row of ``shardgate_dt`` (``dtid``, ``state``, ``participants``
   as JSON, ``created_ms``) in the coordinator shard's database, written in
   autocommit statements of its own, never inside a participant's transaction.
+  Those never wait behind the participants: a tablet keeps one pooled
+  connection out of reach of transactions (see :mod:`shardgate.tablet.tablet`),
+  so concurrent commits holding every transaction slot cannot starve their
+  own records.
 
 Protocol (:func:`commit`)
 -------------------------

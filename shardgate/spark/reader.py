@@ -93,8 +93,12 @@ def base_select(read: ReadOptions, columns: Sequence[str] | None) -> str:
 
 def _open_gate(topology: Topology) -> Gate:
     from shardgate.gate import Gate
+    from shardgate.gate.limits import GateLimits
+    from shardgate.result import ResultLimits
 
-    return Gate.open(topology, pool_size=1)
+    # A split is read whole by design (the task's own gate): no result limits.
+    return Gate.open(topology, pool_size=1,
+                     limits=GateLimits(result_limits=ResultLimits(max_rows=0, max_bytes=0)))
 
 
 def _plan_split(gate: Gate, sql: str, keyspace: str) -> Route:

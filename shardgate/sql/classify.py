@@ -30,6 +30,7 @@ from shardgate.sql.statements import (
     Rollback,
     RollbackToSavepoint,
     Savepoint,
+    SetQueryTimeout,
     SetTransactionMode,
     ShowVitessKeyspaces,
     ShowVitessShards,
@@ -214,8 +215,8 @@ def write_target(sql: str) -> tuple[str, str] | None:
     return (verb, table) if table else None
 
 
-def transaction_mode_of(stmt: exp.Set) -> str | None:
-    """The mode of ``SET [SESSION] transaction_mode = 'm'`` as written; None for any other SET."""
+def _setting(stmt: exp.Set, name: str) -> exp.Expression | None:
+    """The value of ``SET [SESSION] <name> = value``; None for any other SET."""
     items = stmt.expressions
     named = [
         item
@@ -223,16 +224,35 @@ def transaction_mode_of(stmt: exp.Set) -> str | None:
         if isinstance(item, exp.SetItem)
         and isinstance(item.this, exp.EQ)
         and isinstance(item.this.this, exp.Column | exp.SessionParameter)
-        and item.this.this.name.lower() == "transaction_mode"
+        and item.this.this.name.lower() == name
     ]
     if not named:
         return None
     if len(items) != 1:
-        raise InvalidArgument("SET transaction_mode must be a statement of its own")
-    value = named[0].this.expression
+        raise InvalidArgument(f"SET {name} must be a statement of its own")
+    value: exp.Expression = named[0].this.expression
+    return value
+
+
+def transaction_mode_of(stmt: exp.Set) -> str | None:
+    """The mode of ``SET [SESSION] transaction_mode = 'm'`` as written; None for any other SET."""
+    value = _setting(stmt, "transaction_mode")
+    if value is None:
+        return None
     if not isinstance(value, exp.Literal | exp.Var):
         raise InvalidArgument("SET transaction_mode takes a string: 'best_effort' or 'twopc'")
     return str(value.name)
+
+
+def query_timeout_of(stmt: exp.Set) -> int | None:
+    """The milliseconds of ``SET [SESSION] query_timeout_ms = N``; None for any other SET."""
+    value = _setting(stmt, "query_timeout_ms")
+    if value is None:
+        return None
+    if not (isinstance(value, exp.Literal) and not value.is_string and value.name.isdigit()):
+        raise InvalidArgument(
+            "SET query_timeout_ms takes a whole number of milliseconds (0: no timeout)")
+    return int(value.name)
 
 
 def _standard(stmt: exp.Expression) -> Statement:
@@ -248,6 +268,8 @@ def _standard(stmt: exp.Expression) -> Statement:
         return Rollback()
     if isinstance(stmt, exp.Set) and (mode := transaction_mode_of(stmt)) is not None:
         return SetTransactionMode(mode)
+    if isinstance(stmt, exp.Set) and (ms := query_timeout_of(stmt)) is not None:
+        return SetQueryTimeout(ms)
     return stmt
 
 

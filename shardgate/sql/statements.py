@@ -85,6 +85,14 @@ class SetTransactionMode:
 
 
 @dataclass(frozen=True, slots=True)
+class SetQueryTimeout:
+    """``SET [SESSION] query_timeout_ms = N``: the session's per-statement timeout (0: none)."""
+
+    ms: int
+    query_type: ClassVar[str] = "SET"
+
+
+@dataclass(frozen=True, slots=True)
 class ShowVitessShards:
     """``SHOW VITESS_SHARDS [LIKE 'pattern']``: one ``ks/shard`` row per shard."""
 
@@ -137,7 +145,7 @@ class CreateQueueStatement:
 #: Statements that change the session or the transaction, answered by the gate.
 SessionControl = (
     Begin | Commit | Rollback | Savepoint | RollbackToSavepoint | ReleaseSavepoint | Use
-    | SetTransactionMode
+    | SetTransactionMode | SetQueryTimeout
 )
 
 #: Statements the gate answers from its topology, or refuses until their feature comes.

@@ -12,33 +12,75 @@ Invariants:
 * a prepared (two-phase) transaction is ended only by ``commit_prepared`` or
   ``rollback_prepared``, never by ``rollback`` or ``close``: it belongs to the
   coordinator's decision (:mod:`shardgate.gate.twopc`).
+* open transactions hold at most ``pool_size - 1`` connections (all of them
+  with a pool of one): one connection always stays for autocommit statements,
+  so point selects and two-phase commit's coordinator records (autocommit
+  writes) never wait behind transactions that wait for them. Taking a
+  transaction slot waits at most the pool timeout, then ``RESOURCE_EXHAUSTED``.
+* with ``idle_transaction_timeout_s``, a transaction (not prepared) on which
+  no statement ran for that long is rolled back and its connection freed by a
+  reaper task: a gate that died or was cut off leaves no "idle in
+  transaction" session behind. A statement running on it keeps it alive.
+* with ``result_limits``, ``execute`` reads results in chunks and refuses one
+  past the limits with ``RESOURCE_EXHAUSTED`` before it is all in memory.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import itertools
+import logging
+import time
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
+from shardgate.aio import cancel_and_wait
 from shardgate.backends import Backend, Connection, open_backend
+from shardgate.backends._pool import DEFAULT_POOL_TIMEOUT_S, wait_for_slot
 from shardgate.backends.change_log import open_change_log
-from shardgate.errors import FailedPrecondition
+from shardgate.errors import FailedPrecondition, InvalidArgument
 from shardgate.event_token import is_fresher
-from shardgate.result import ExecuteOptions, Result, Row
+from shardgate.result import ExecuteOptions, Result, ResultLimits, Row
 from shardgate.tablet.queue_service import QueueService, QueueWrite
 from shardgate.tablet.stream import TabletStream
 
 #: how long an ``include_event_token`` read waits for the log reader to catch up
 EXACT_TOKEN_WAIT_S = 1.0
+#: ``shardgate tablet``'s default: roll back transactions idle this long (a lost gate)
+DEFAULT_IDLE_TRANSACTION_TIMEOUT_S = 60.0
+
+log = logging.getLogger(__name__)
 
 
 class Tablet:
     """Serves one shard (``keyspace/shard``) from its database."""
 
-    def __init__(self, keyspace: str, shard: str, backend: Backend) -> None:
+    def __init__(
+        self,
+        keyspace: str,
+        shard: str,
+        backend: Backend,
+        *,
+        result_limits: ResultLimits | None = None,
+        idle_transaction_timeout_s: float | None = None,
+    ) -> None:
+        if idle_transaction_timeout_s is not None and not idle_transaction_timeout_s > 0:
+            raise InvalidArgument(
+                f"idle_transaction_timeout_s must be > 0, not {idle_transaction_timeout_s!r}")
         self.keyspace = keyspace
         self.shard = shard
         self.backend = backend
+        self.result_limits = result_limits if result_limits and result_limits.active else None
+        self.idle_transaction_timeout_s = idle_transaction_timeout_s
+        pool_size = int(getattr(backend, "pool_size", 1))
+        self._pool_timeout_s = float(getattr(backend, "pool_timeout_s", DEFAULT_POOL_TIMEOUT_S))
+        #: transactions may hold all connections but one (see the module docstring)
+        self.max_transactions = pool_size - 1 if pool_size > 1 else 1
+        self._tx_slots = asyncio.Semaphore(self.max_transactions)
+        #: tid -> monotonic time its last statement ended (absent while one runs)
+        self._idle_since: dict[int, float] = {}
+        self._reaper: asyncio.Task[None] | None = None
         self._transactions: dict[int, Connection] = {}
         self._ids = itertools.count(1)
         self._changes: TabletStream | None = None
@@ -50,8 +92,20 @@ class Tablet:
         self._tx_queues: dict[int, list[QueueWrite]] = {}
 
     @classmethod
-    def open(cls, keyspace: str, shard: str, url: str, *, pool_size: int = 4) -> Tablet:
-        return cls(keyspace, shard, open_backend(url, pool_size=pool_size))
+    def open(
+        cls,
+        keyspace: str,
+        shard: str,
+        url: str,
+        *,
+        pool_size: int = 4,
+        pool_timeout_s: float | None = None,
+        result_limits: ResultLimits | None = None,
+        idle_transaction_timeout_s: float | None = None,
+    ) -> Tablet:
+        backend = open_backend(url, pool_size=pool_size, pool_timeout_s=pool_timeout_s)
+        return cls(keyspace, shard, backend, result_limits=result_limits,
+                   idle_transaction_timeout_s=idle_transaction_timeout_s)
 
     @property
     def dialect(self) -> str:
@@ -65,9 +119,12 @@ class Tablet:
         try:
             return self._transactions[transaction_id]
         except KeyError:
+            idle = self.idle_transaction_timeout_s
             raise FailedPrecondition(
                 f"transaction {transaction_id} is not open on {self.keyspace}/{self.shard} "
-                "(it was committed, rolled back or lost): start a new one"
+                "(it was committed, rolled back or lost"
+                + (f", or idled longer than {idle:g}s" if idle else "")
+                + "): start a new one"
             ) from None
 
     async def execute(
@@ -101,11 +158,17 @@ class Tablet:
             return result
         touched = self.queues.touched(sql)
         if transaction_id is None:
-            result = await self.backend.execute(sql, params)
+            result = await self.backend.execute(sql, params, self.result_limits)
             if touched is not None:
                 self.queues.committed([touched])
             return result
-        result = await self._tx(transaction_id).execute(sql, params)
+        conn = self._tx(transaction_id)
+        self._idle_since.pop(transaction_id, None)  # busy: the reaper leaves it alone
+        try:
+            result = await conn.execute(sql, params, self.result_limits)
+        finally:
+            if transaction_id in self._transactions:
+                self._idle_since[transaction_id] = time.monotonic()
         if touched is not None:
             self._tx_queues.setdefault(transaction_id, []).append(touched)
         return result
@@ -130,18 +193,70 @@ class Tablet:
             await self.backend.release(conn)
 
     async def begin(self) -> int:
-        conn = await self.backend.acquire()
+        return await self._open_transaction(None)
+
+    async def _open_transaction(self, xid: str | None) -> int:
+        """A new transaction (``begin_twopc(xid)`` when ``xid``): a slot, a connection."""
+        await wait_for_slot(self._tx_slots, self._pool_timeout_s, lambda: (
+            f"no connection for a new transaction on {self.keyspace}/{self.shard} after "
+            f"{self._pool_timeout_s:g}s: {self.max_transactions} transactions are open "
+            "(long or abandoned ones are rolled back after their timeout); retry later"))
         try:
-            await conn.begin()
+            conn = await self.backend.acquire()
         except BaseException:
+            self._tx_slots.release()
+            raise
+        try:
+            if xid is None:
+                await conn.begin()
+            else:
+                await conn.begin_twopc(xid)
+        except BaseException:
+            self._tx_slots.release()
             await self.backend.release(conn)
             raise
         tid = next(self._ids)
         self._transactions[tid] = conn
+        self._idle_since[tid] = time.monotonic()
+        self._start_reaper()
         return tid
 
-    async def commit(self, transaction_id: int) -> None:
+    def _take(self, transaction_id: int) -> Connection | None:
+        """Forget an open transaction; its connection (to release), or None."""
         conn = self._transactions.pop(transaction_id, None)
+        if conn is not None:
+            self._idle_since.pop(transaction_id, None)
+            self._tx_slots.release()
+        return conn
+
+    def _start_reaper(self) -> None:
+        if self.idle_transaction_timeout_s is None:
+            return
+        loop = asyncio.get_running_loop()
+        reaper = self._reaper
+        if reaper is None or reaper.done() or reaper.get_loop() is not loop:
+            self._reaper = loop.create_task(
+                self._reap(self.idle_transaction_timeout_s),
+                name=f"sg-tablet-reaper-{self.keyspace}/{self.shard}")
+
+    async def _reap(self, timeout_s: float) -> None:
+        """Roll back transactions idle longer than ``timeout_s`` until none is open."""
+        period = min(max(timeout_s / 4, 0.05), 1.0)
+        while self._transactions:
+            await asyncio.sleep(period)
+            prepared = set(self._prepared.values())
+            for tid in list(self._idle_since):
+                since = self._idle_since.get(tid)  # re-read: a statement may have started
+                now = time.monotonic()
+                if since is not None and tid not in prepared and now - since > timeout_s:
+                    log.warning("rolling back transaction %d on %s/%s: idle for %.1fs "
+                                "(its gate went away?)", tid, self.keyspace, self.shard,
+                                now - since)
+                    with contextlib.suppress(Exception):
+                        await self.rollback(tid)
+
+    async def commit(self, transaction_id: int) -> None:
+        conn = self._take(transaction_id)
         if conn is None:
             self._tx(transaction_id)  # raises the clear error
             return
@@ -154,7 +269,7 @@ class Tablet:
             self.queues.committed(touched)
 
     async def rollback(self, transaction_id: int) -> None:
-        conn = self._transactions.pop(transaction_id, None)
+        conn = self._take(transaction_id)
         self._tx_queues.pop(transaction_id, None)
         if conn is None:
             return
@@ -171,15 +286,7 @@ class Tablet:
 
     async def begin_twopc(self, xid: str) -> int:
         """Like :meth:`begin`, for a transaction that may be prepared as ``xid``."""
-        conn = await self.backend.acquire()
-        try:
-            await conn.begin_twopc(xid)
-        except BaseException:
-            await self.backend.release(conn)
-            raise
-        tid = next(self._ids)
-        self._transactions[tid] = conn
-        return tid
+        return await self._open_transaction(xid)
 
     async def prepare(self, transaction_id: int, xid: str) -> None:
         """Phase one. If it fails the transaction is rolled back and forgotten.
@@ -192,7 +299,7 @@ class Tablet:
         try:
             await conn.prepare(xid)
         except BaseException:
-            self._transactions.pop(transaction_id, None)
+            self._take(transaction_id)
             await self.backend.release(conn)  # rolls back whatever is left
             raise
         self._prepared[xid] = transaction_id
@@ -207,7 +314,7 @@ class Tablet:
 
     async def _end_prepared(self, xid: str, *, commit: bool) -> None:
         tid = self._prepared.pop(xid, None)
-        held = self._transactions.pop(tid, None) if tid is not None else None
+        held = self._take(tid) if tid is not None else None
         conn = held if held is not None else await self.backend.acquire()
         touched = self._tx_queues.pop(tid, None) if tid is not None else None
         try:
@@ -229,6 +336,9 @@ class Tablet:
             await self.backend.release(conn)
 
     async def close(self) -> None:
+        reaper, self._reaper = self._reaper, None
+        if reaper is not None and reaper.get_loop() is asyncio.get_running_loop():
+            await cancel_and_wait([reaper])  # (one of a finished loop ended with it)
         await self.queues.close()
         changes, self._changes = self._changes, None
         if changes is not None:

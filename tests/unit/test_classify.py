@@ -17,6 +17,7 @@ from shardgate.sql.statements import (
     Rollback,
     RollbackToSavepoint,
     Savepoint,
+    SetQueryTimeout,
     SetTransactionMode,
     ShowVitessKeyspaces,
     ShowVitessShards,
@@ -61,6 +62,8 @@ from shardgate.sql.statements import (
         ("SET transaction_mode = 'twopc'", SetTransactionMode("twopc")),
         ("set session transaction_mode = 'BEST_EFFORT'", SetTransactionMode("BEST_EFFORT")),
         ("SET @@transaction_mode = \"twopc\"", SetTransactionMode("twopc")),
+        ("SET query_timeout_ms = 250", SetQueryTimeout(250)),
+        ("set session query_timeout_ms = 0;", SetQueryTimeout(0)),
         ("SHOW VITESS_SHARDS", ShowVitessShards()),
         ("show vitess_shards like 'commerce/%';", ShowVitessShards("commerce/%")),
         ("SHOW VITESS_KEYSPACES", ShowVitessKeyspaces()),
@@ -250,3 +253,11 @@ def test_head_words() -> None:
 )
 def test_like_match(text: str, pattern: str, expected: bool) -> None:
     assert like_match(text, pattern) is expected
+
+
+@pytest.mark.parametrize(
+    "sql", ["SET query_timeout_ms = 'soon'", "SET query_timeout_ms = -5",
+            "SET query_timeout_ms = 1.5", "SET query_timeout_ms = 10, autocommit = 1"])
+def test_query_timeout_needs_whole_milliseconds_alone(sql: str) -> None:
+    with pytest.raises(InvalidArgument, match="query_timeout_ms"):
+        classify(sql)
