@@ -6,7 +6,7 @@ cluster file, ``tablet`` one shard's tablet; each serves gRPC until a signal::
     shardgate up [--data-dir DIR] [--cluster FILE] [--topo URL] [--host H] [--port P] [--check]
     shardgate gate (--topo URL | --cluster FILE) [--host H] [--port P]
     shardgate tablet --cluster FILE --keyspace KS --shard S [--host H] [--port P]
-                     [--metrics-port P]
+                     [--http-port P]
 
 ``up`` without ``--cluster`` runs the embedded default cluster (SQLite files
 under the data directory, created the first time; see
@@ -23,9 +23,9 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from prometheus_client import start_http_server
-
 from shardgate.api.client import GateClient
+from shardgate.api.http import HttpServer
+from shardgate.api.http.tablet import serve_tablet_http
 from shardgate.api.server import serve
 from shardgate.api.tablet_service import serve_tablet
 from shardgate.cli.common import (
@@ -34,7 +34,7 @@ from shardgate.cli.common import (
     add_listen_args,
     format_result,
 )
-from shardgate.errors import InvalidArgument
+from shardgate.errors import InvalidArgument, Unavailable
 from shardgate.gate import Gate
 from shardgate.queues.router import queue_options_of
 from shardgate.tablet import Tablet
@@ -58,6 +58,14 @@ TOPO_HELP = (
 )
 
 
+DEFAULT_HTTP_PORT = 15000
+
+
+def add_http_arg(p: argparse.ArgumentParser, default: int) -> None:
+    p.add_argument("--http-port", type=int, default=default,
+                   help=f"console, /debug and /metrics over HTTP on this port ({default}; 0: off)")
+
+
 def add_parsers(commands: Any) -> None:
     """Add the ``up``, ``gate`` and ``tablet`` subcommands to the ``shardgate`` parser."""
     up = commands.add_parser(
@@ -67,6 +75,7 @@ def add_parsers(commands: Any) -> None:
     up.add_argument("--cluster", help="serve this cluster file instead of the embedded one")
     up.add_argument("--topo", help=TOPO_HELP)
     add_listen_args(up)
+    add_http_arg(up, DEFAULT_HTTP_PORT)
     up.add_argument(
         "--check",
         action="store_true",
@@ -77,14 +86,14 @@ def add_parsers(commands: Any) -> None:
     gate.add_argument("--cluster", help="cluster file (YAML): seeds its topo store")
     gate.add_argument("--topo", help=TOPO_HELP)
     add_listen_args(gate)
+    add_http_arg(gate, DEFAULT_HTTP_PORT)
 
     tablet = commands.add_parser("tablet", help="serve one shard's tablet over gRPC")
     tablet.add_argument("--cluster", required=True, help="cluster file (YAML)")
     tablet.add_argument("--keyspace", required=True)
     tablet.add_argument("--shard", required=True)
     add_listen_args(tablet, port=DEFAULT_TABLET_PORT)
-    tablet.add_argument("--metrics-port", type=int, default=0,
-                        help="serve Prometheus metrics on this port (0: off)")
+    add_http_arg(tablet, 0)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -107,7 +116,7 @@ async def _up(args: argparse.Namespace) -> int:
     try:
         if args.check:
             return await _check(gate, args.host)
-        await _serve_until_signal(gate, args.host, args.port)
+        await _serve_until_signal(gate, args.host, args.port, args.http_port)
         return 0
     finally:
         await gate.close()
@@ -118,7 +127,7 @@ async def _gate(args: argparse.Namespace) -> int:
         raise InvalidArgument("shardgate gate needs --topo URL or --cluster FILE")
     gate = await _open_gate(args.cluster, args.topo)
     try:
-        await _serve_until_signal(gate, args.host, args.port)
+        await _serve_until_signal(gate, args.host, args.port, args.http_port)
         return 0
     finally:
         await gate.close()
@@ -202,15 +211,27 @@ async def _check(gate: Gate, host: str) -> int:
     return 0
 
 
-async def _serve_until_signal(gate: Gate, host: str, port: int) -> None:
+async def _serve_until_signal(gate: Gate, host: str, port: int, http_port: int = 0) -> None:
     server, bound = await serve(gate, host, port)
-    target = f"grpc://{host}:{bound}"
-    print(f"shardgate gate listening on {target}", flush=True)
-    print(f'try: shardgate sql --target {target} "select * from customer"', flush=True)
+    console: HttpServer | None = None
     try:
+        target = f"grpc://{host}:{bound}"
+        if http_port:
+            console = HttpServer(gate, host, http_port)
+            try:
+                http_bound = await console.start()
+            except OSError as exc:
+                raise Unavailable(
+                    f"cannot listen on {host}:{http_port} for the console: {exc.strerror}; "
+                    "pass --http-port N (0: no console)") from exc
+            print(f"shardgate console on http://{host}:{http_bound}/", flush=True)
+        print(f"shardgate gate listening on {target}", flush=True)
+        print(f'try: shardgate sql --target {target} "select * from customer"', flush=True)
         await _until_signal()
         print("shutting down", flush=True)
     finally:
+        if console is not None:
+            await console.stop()
         await server.stop(SHUTDOWN_GRACE_S)
     print("stopped", flush=True)
 
@@ -242,13 +263,17 @@ async def _tablet(args: argparse.Namespace) -> int:
         g.vschema = vschema
         tablet.queues.configure(queue_options_of(g, args.keyspace))
         tablet.queues.start()
-        if args.metrics_port:
-            start_http_server(args.metrics_port, addr=args.host)
+        http = None
+        if args.http_port:
+            http, http_port = await serve_tablet_http(tablet, args.host, args.http_port)
+            print(f"tablet http on http://{args.host}:{http_port}/metrics", flush=True)
         server, port = await serve_tablet(tablet, args.host, args.port)
         print(f"shardgate tablet {args.keyspace}/{args.shard} listening on "
               f"grpc://{args.host}:{port}", flush=True)
         await _until_signal()
         await server.stop(2.0)
+        if http is not None:
+            await http.cleanup()
         return 0
     finally:
         await tablet.close()

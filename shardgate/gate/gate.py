@@ -50,9 +50,11 @@ from shardgate.errors import (
     Unsupported,
     error_for_code,
 )
+from shardgate.gate import metrics as gate_metrics
 from shardgate.gate import options as exec_options
 from shardgate.gate import twopc
 from shardgate.gate.plan_cache import PlanCache
+from shardgate.gate.querylog import LiveQueries, LogEntry, QueryLog
 from shardgate.gate.sequences import Sequences
 from shardgate.gate.session import Session
 from shardgate.gate.split import QuerySplit, split_query
@@ -121,6 +123,10 @@ class Gate:
                     raise NotFound(f"no tablet for shard {ks.name}/{shard.name}")
         self.plans: PlanCache[Plan | GateStatement] = PlanCache(plan_cache_size)
         self.stats = Stats()
+        #: statements in flight (killable) and the last ones finished
+        self.live = LiveQueries()
+        self.querylog = QueryLog()
+        gate_metrics.COLLECTOR.gates.add(self)
         self.sequences = Sequences(self._allocate_sequence)
         #: (keyspace, table) -> column kinds, read from the first shard (DDL clears it)
         self._kinds: dict[tuple[str, str], dict[str, Kind]] = {}
@@ -383,16 +389,37 @@ class Gate:
         start, calls = time.perf_counter(), session.shard_calls
         if planned.statement_type == "DDL":
             self._kinds.clear()
+        live = self.live.start(session, planned.normalized)
         try:
             result = await self._run(session, planned.instructions, bv)
-        except ShardgateError:
-            self.stats.record(planned.normalized, time.perf_counter() - start, 0,
-                              session.shard_calls - calls, True)
+        except ShardgateError as exc:
+            self._finished(session, planned, start, calls, None, exc.code.value)
             raise
-        self.stats.record(planned.normalized, time.perf_counter() - start,
-                          len(result.rows) or result.rows_affected, session.shard_calls - calls,
-                          False)
+        except asyncio.CancelledError:
+            if not live.killed:
+                raise
+            asyncio.current_task().uncancel()  # type: ignore[union-attr]
+            self._finished(session, planned, start, calls, None, "ABORTED")
+            raise Aborted("the statement was killed by an operator") from None
+        finally:
+            self.live.finish(live)
+        self._finished(session, planned, start, calls, result, None)
         return result
+
+    def _finished(self, session: Session, planned: Plan, start: float, calls: int,
+                  result: Result | None, error: str | None) -> None:
+        """Count a finished statement: statistics, query log, metrics."""
+        seconds = time.perf_counter() - start
+        shard_calls = session.shard_calls - calls
+        rows = len(result.rows) if result is not None else 0
+        affected = result.rows_affected if result is not None else 0
+        self.stats.record(planned.normalized, seconds, rows or affected, shard_calls,
+                          error is not None)
+        self.querylog.add(LogEntry(time.time() - seconds, session.keyspace, planned.normalized,
+                                   seconds, rows or affected, shard_calls, error,
+                                   f"{id(session):x}"))
+        gate_metrics.record(session.keyspace, planned.statement_type, seconds, rows, affected,
+                            shard_calls, error)
 
     async def _run(self, session: Session, prim: Primitive, bv: Mapping[str, Any]) -> Result:
         """Execute a planned statement with the session's transaction rules."""

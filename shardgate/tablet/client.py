@@ -71,6 +71,10 @@ class TabletClient(ABC):
     @abstractmethod
     async def close(self) -> None: ...
 
+    def describe(self) -> dict[str, Any]:
+        """What the console shows of this tablet: how it is reached, its lease."""
+        return {"kind": type(self).__name__}
+
     # Two-phase commit, where ``supports_twopc``; see :class:`Tablet` for contracts.
 
     async def begin_twopc(self, xid: str) -> int:
@@ -122,6 +126,10 @@ class LocalTabletClient(TabletClient):
         self.dialect = tablet.dialect
         self.placeholder = tablet.placeholder
         self.supports_twopc = tablet.supports_twopc
+
+    def describe(self) -> dict[str, Any]:
+        return {"kind": "in-process", "lease_holder": self.tablet.queues.leader,
+                "open_transactions": len(self.tablet._transactions)}
 
     @property
     def collation(self) -> str | None:

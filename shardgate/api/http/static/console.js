@@ -1,0 +1,189 @@
+// shardgate console: light JavaScript over the gate's JSON APIs (no framework, no CDN).
+"use strict";
+const sg = (() => {
+  const $ = (sel, root = document) => root.querySelector(sel);
+  const el = (tag, attrs = {}, ...kids) => {
+    const e = document.createElement(tag);
+    for (const [k, v] of Object.entries(attrs)) {
+      if (k === "class") e.className = v; else if (k.startsWith("on")) e.addEventListener(k.slice(2), v);
+      else if (v !== undefined && v !== null) e.setAttribute(k, v);
+    }
+    for (const k of kids) e.append(k instanceof Node ? k : document.createTextNode(String(k)));
+    return e;
+  };
+  async function api(method, url, body) {
+    const r = await fetch(url, {method, headers: {"Content-Type": "application/json"},
+                                 body: body === undefined ? undefined : JSON.stringify(body)});
+    const data = await r.json().catch(() => ({}));
+    if (!r.ok) { const err = new Error(data.message || r.statusText); err.data = data; throw err; }
+    return data;
+  }
+
+  // ---- VSchema editor ------------------------------------------------------------
+  function vschemaEditor() {
+    const root = $(".editor"); if (!root) return;
+    const ks = root.dataset.keyspace;
+    let saved = null, version = null, doc = null, types = [], mode = "form", timer = null;
+    const json = $("#json"), form = $("#form"), findings = $("#findings"), diff = $("#diff");
+    const status = $("#status"), save = $("#save");
+
+    function setDoc(next, from) {
+      doc = next;
+      if (from !== "json") json.value = JSON.stringify(doc, null, 2);
+      if (from !== "form") renderForm();
+      renderRelations();
+      download();
+      clearTimeout(timer); timer = setTimeout(check, 250);
+    }
+    function download() {
+      $("#download").href = "data:application/json," + encodeURIComponent(JSON.stringify(doc, null, 2));
+    }
+    function field(path, value, onchange, opts) {
+      let input;
+      if (opts) {
+        input = el("select", {"data-path": path});
+        for (const o of opts) input.append(el("option", {value: o}, o));
+        if (!opts.includes(value)) input.append(el("option", {value}, value));
+        input.value = value;
+      } else input = el("input", {"data-path": path, value: value ?? "", size: 18});
+      input.addEventListener("input", () => { onchange(input.value); setDoc(doc, "form"); });
+      return input;
+    }
+    function renderForm() {
+      form.replaceChildren();
+      const typeNames = types.map(t => t.type);
+      const vfs = el("fieldset", {}, el("legend", {}, "Vindexes"));
+      const vindexes = doc.vindexes || {};
+      for (const [name, v] of Object.entries(vindexes)) {
+        const row = el("div", {class: "vindex", "data-name": name}, el("b", {}, name));
+        row.append(field(`vindexes.${name}.type`, v.type || "", x => { v.type = x; }, typeNames));
+        const spec = types.find(t => t.type === v.type);
+        const params = v.params || {};
+        for (const p of (spec ? spec.params : [])) {
+          row.append(el("label", {}, p.name + (p.required ? "*" : "")),
+            field(`vindexes.${name}.params.${p.name}`, params[p.name] || "", x => {
+              v.params = v.params || {}; if (x) v.params[p.name] = x; else delete v.params[p.name];
+            }));
+        }
+        row.append(el("label", {}, "owner"), field(`vindexes.${name}.owner`, v.owner || "", x => {
+          if (x) v.owner = x; else delete v.owner; }));
+        vfs.append(row);
+      }
+      const tfs = el("fieldset", {}, el("legend", {}, "Tables"));
+      for (const [tname, t] of Object.entries(doc.tables || {})) {
+        const row = el("div", {class: "table", "data-name": tname}, el("b", {}, tname));
+        (t.column_vindexes || []).forEach((cv, i) => {
+          row.append(el("span", {}, ` #${i} column`),
+            field(`tables.${tname}.column_vindexes[${i}].column`, cv.column || "", x => { cv.column = x; }),
+            el("span", {}, "vindex"),
+            field(`tables.${tname}.column_vindexes[${i}].name`, cv.name || "", x => { cv.name = x; }));
+        });
+        tfs.append(row);
+      }
+      form.append(vfs, tfs);
+    }
+    function renderRelations() {
+      const rel = $("#relations"); rel.replaceChildren();
+      const list = el("ul");
+      for (const [tname, t] of Object.entries(doc.tables || {})) {
+        for (const cv of (t.column_vindexes || [])) {
+          const v = (doc.vindexes || {})[cv.name] || {};
+          list.append(el("li", {}, `${tname}.${cv.column || (cv.columns || []).join(",")} → ${cv.name} (${v.type || "?"})`));
+        }
+      }
+      for (const [vname, v] of Object.entries(doc.vindexes || {})) {
+        if (v.owner) list.append(el("li", {}, `${v.owner} owns ${vname} (${v.type})`));
+      }
+      rel.append(list);
+    }
+    function mark(list, cls) {
+      for (const f of list) {
+        findings.append(el("li", {class: cls}, (f.path ? f.path + ": " : "") + f.message));
+        for (const input of form.querySelectorAll("[data-path]")) {
+          const p = input.dataset.path;
+          if (f.path && (p === f.path || p.startsWith(f.path + ".") || f.path.startsWith(p))) {
+            input.classList.add(cls === "error" ? "field-error" : "field-warning");
+            input.title = f.message;
+          }
+        }
+      }
+    }
+    function showDiff(text) {
+      diff.replaceChildren();
+      for (const line of text.split("\n")) {
+        const cls = line.startsWith("+") && !line.startsWith("+++") ? "add"
+          : line.startsWith("-") && !line.startsWith("---") ? "del" : "";
+        diff.append(el("span", {class: cls}, line + "\n"));
+      }
+    }
+    async function check() {
+      let body = doc;
+      if (mode === "json") {
+        try { body = JSON.parse(json.value); doc = body; renderForm(); }
+        catch (e) { findings.replaceChildren(el("li", {class: "error"}, "not JSON: " + e.message)); save.disabled = true; return; }
+      }
+      const r = await api("POST", `/api/vschema/${ks}/check`, body);
+      findings.replaceChildren();
+      for (const input of form.querySelectorAll("[data-path]")) {
+        input.classList.remove("field-error", "field-warning"); input.removeAttribute("title");
+      }
+      mark(r.errors, "error"); mark(r.warnings, "warning");
+      if (!r.errors.length && !r.warnings.length) findings.append(el("li", {class: "ok"}, "no problems found"));
+      showDiff(r.diff);
+      save.disabled = r.errors.length > 0 || !r.diff;
+    }
+    json.addEventListener("input", () => { clearTimeout(timer); timer = setTimeout(check, 250); });
+    $("#mode-json").onclick = () => { mode = "json"; json.hidden = false; form.hidden = true; };
+    $("#mode-form").onclick = () => { mode = "form"; json.hidden = true; form.hidden = false; renderForm(); };
+    $("#upload").onchange = async (e) => {
+      const text = await e.target.files[0].text();
+      try { setDoc(JSON.parse(text)); } catch (err) { status.textContent = "not JSON: " + err.message; }
+    };
+    save.onclick = async () => {
+      try {
+        const r = await api("PUT", `/api/vschema/${ks}`, {vschema: doc, version});
+        version = r.version; saved = JSON.parse(JSON.stringify(doc));
+        status.textContent = `saved (version ${r.version})`; status.className = "ok";
+        check();
+      } catch (e) { status.textContent = "not saved: " + e.message; status.className = "warning"; }
+    };
+    Promise.all([api("GET", "/api/vindex_types"), api("GET", `/api/vschema/${ks}`)]).then(([t, v]) => {
+      types = t; saved = v.vschema; version = v.version;
+      setDoc(JSON.parse(JSON.stringify(saved)));
+    });
+  }
+
+  // ---- queries -------------------------------------------------------------------
+  function killButtons() {
+    for (const b of document.querySelectorAll("button.kill")) {
+      b.onclick = async () => { await api("POST", `/api/live/${b.dataset.id}/kill`); location.reload(); };
+    }
+  }
+
+  // ---- queues --------------------------------------------------------------------
+  function queuesPage() {
+    const root = $("#queues");
+    async function refresh() {
+      const queues = await api("GET", "/api/queues");
+      const out = el("div");
+      if (!queues.length) out.append(el("p", {}, "no queues"));
+      for (const q of queues) {
+        out.append(el("h2", {}, `${q.keyspace}.${q.queue}`));
+        if (typeof q.shards === "string") { out.append(el("p", {class: "warning"}, q.shards)); continue; }
+        const keys = [...new Set(q.shards.flatMap(s => Object.keys(s)))];
+        const t = el("table", {class: "queue", "data-queue": q.queue});
+        t.append(el("tr", {}, ...keys.map(k => el("th", {}, k))));
+        for (const s of q.shards) t.append(el("tr", {}, ...keys.map(k => el("td", {"data-k": k},
+          typeof s[k] === "object" ? JSON.stringify(s[k]) : s[k] ?? ""))));
+        out.append(t);
+      }
+      root.replaceChildren(out);
+    }
+    refresh(); setInterval(refresh, 1000);
+  }
+
+  function streamsPage() { $("#streams").textContent = "no change-stream consumers connected"; }
+  function workflowsPage() { $("#workflows").textContent = "no workflows"; }
+
+  return {vschemaEditor, killButtons, queuesPage, streamsPage, workflowsPage, api};
+})();
