@@ -24,6 +24,7 @@ const sg = (() => {
     const root = $(".editor"); if (!root) return;
     const ks = root.dataset.keyspace;
     let saved = null, version = null, doc = null, types = [], mode = "form", timer = null;
+    let last = {errors: [], warnings: []};
     const json = $("#json"), form = $("#form"), findings = $("#findings"), diff = $("#diff");
     const status = $("#status"), save = $("#save");
 
@@ -81,6 +82,17 @@ const sg = (() => {
         tfs.append(row);
       }
       form.append(vfs, tfs);
+      markFields(last.errors, "field-error"); markFields(last.warnings, "field-warning");
+    }
+    function markFields(list, cls) {
+      for (const f of list) {
+        for (const input of form.querySelectorAll("[data-path]")) {
+          const p = input.dataset.path;
+          if (f.path && (p === f.path || p.startsWith(f.path + ".") || f.path.startsWith(p))) {
+            input.classList.add(cls); input.title = f.message;
+          }
+        }
+      }
     }
     function renderRelations() {
       const rel = $("#relations"); rel.replaceChildren();
@@ -99,14 +111,8 @@ const sg = (() => {
     function mark(list, cls) {
       for (const f of list) {
         findings.append(el("li", {class: cls}, (f.path ? f.path + ": " : "") + f.message));
-        for (const input of form.querySelectorAll("[data-path]")) {
-          const p = input.dataset.path;
-          if (f.path && (p === f.path || p.startsWith(f.path + ".") || f.path.startsWith(p))) {
-            input.classList.add(cls === "error" ? "field-error" : "field-warning");
-            input.title = f.message;
-          }
-        }
       }
+      markFields(list, cls === "error" ? "field-error" : "field-warning");
     }
     function showDiff(text) {
       diff.replaceChildren();
@@ -123,6 +129,7 @@ const sg = (() => {
         catch (e) { findings.replaceChildren(el("li", {class: "error"}, "not JSON: " + e.message)); save.disabled = true; return; }
       }
       const r = await api("POST", `/api/vschema/${ks}/check`, body);
+      last = r;
       findings.replaceChildren();
       for (const input of form.querySelectorAll("[data-path]")) {
         input.classList.remove("field-error", "field-warning"); input.removeAttribute("title");
