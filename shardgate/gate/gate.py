@@ -253,6 +253,13 @@ class Gate:
         """Per-shard figures of ``queue`` (depth per state, lag, rates, in flight...)."""
         return await queue_router.stats(self, keyspace, queue)
 
+    async def queue_admin(
+        self, keyspace: str, queue: str, action: str, *, shard: str | None = None,
+        ids: Sequence[int] = (),
+    ) -> int:
+        """An operator's action on ``queue`` (on one shard, or all); events changed."""
+        return await queue_router.admin(self, keyspace, queue, action, shard=shard, ids=ids)
+
     def session(
         self, keyspace: str | None = None, *, transaction_mode: str = twopc.BEST_EFFORT
     ) -> Session:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from playwright.async_api import Browser, Page, expect
@@ -109,3 +112,68 @@ async def test_vschema_editor_red_yellow_diff_save(
     assert plan["Instructions"]["Variant"] == "EqualUnique"
     assert plan["Instructions"]["Vindex"] == "hash"
     assert result.rows in ([("five",)], [])  # the row may now live on the other shard
+
+
+async def test_queue_page_depth_moves_and_retry_refires_a_failed_event(
+    browser: Browser, site: tuple[Gate, str]
+) -> None:
+    gate, base = site
+    s = gate.session("ks")
+    await gate.execute(s, "CREATE QUEUE jobs (user_id BIGINT NOT NULL, body VARCHAR(50)) "
+                          "SHARD BY user_id WITH (ack_wait = 1, max_attempts = 1, "
+                          "min_backoff = 0, max_backoff = 0)")
+    page = await _page(browser)
+    await page.goto(f"{base}/queues")
+    box = page.locator('section.queue[data-queue="jobs"]')
+    await expect(box).to_be_visible()
+
+    async def depth(state: str) -> int:
+        texts = await box.locator(f'td[data-k="{state}"]').all_inner_texts()
+        return sum(int(t or 0) for t in texts)
+
+    for i in range(3):
+        await gate.execute(s, f"INSERT INTO jobs (user_id, body) VALUES ({i}, 'job {i}')")
+    await _poll(lambda: depth("pending"), 3, 10)
+
+    fired: list[tuple[str, int, str]] = []
+    got = asyncio.Event()
+
+    async def receive() -> None:
+        async for batch in gate.queue_receive("ks", "jobs"):
+            for ev in batch.events:
+                fired.append((ev.shard, ev.id, str(ev.values[-1])))
+                got.set()
+
+    receiver = asyncio.create_task(receive())
+    try:
+        await asyncio.wait_for(_until(lambda: len(fired) >= 3), 10)
+        by_body = {body: (shard, eid) for shard, eid, body in fired}
+        for body in ("job 0", "job 1"):  # ack two, leave "job 2" to fail
+            shard, eid = by_body[body]
+            await gate.queue_ack("ks", "jobs", shard, [eid])
+        await _poll(lambda: depth("acked"), 2, 10)
+        await _poll(lambda: depth("failed"), 1, 15)
+        await page.screenshot(path=str(SHOTS / "queues.png"), full_page=True)
+        shard, eid = by_body["job 2"]
+        fired.clear()
+        await box.locator(f'table.failed tr[data-id="{eid}"] button.retry').click()
+        await asyncio.wait_for(_until(lambda: any(e == eid for _, e, _ in fired)), 10)
+        await _poll(lambda: depth("failed"), 0, 10)
+    finally:
+        receiver.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await receiver
+
+
+async def _poll(read: Any, want: int, timeout: float) -> None:
+    """Wait until ``await read()`` is ``want`` (what the page shows), or fail saying what it was."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while (got := await read()) != want:
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"the page shows {got}, expected {want}, after {timeout} s")
+        await asyncio.sleep(0.1)
+
+
+async def _until(cond: Any) -> None:
+    while not cond():
+        await asyncio.sleep(0.02)

@@ -99,6 +99,8 @@ def make_app(gate: Gate) -> web.Application:
         web.put("/api/vschema/{keyspace}", api_vschema_save),
         web.post("/api/vschema/{keyspace}/check", api_vschema_check),
         web.get("/api/queues", api_queues),
+        web.get("/api/queues/{keyspace}/{queue}/failed", api_queue_failed),
+        web.post("/api/queues/{keyspace}/{queue}/{action}", api_queue_action),
         web.get("/api/live", api_live),
         web.post("/api/live/{id}/kill", api_live_kill),
         web.get("/metrics", metrics),
@@ -289,6 +291,44 @@ async def debug_health(request: web.Request) -> web.Response:
 
 async def api_queues(request: web.Request) -> web.Response:
     return web.json_response(await queues_doc(request.app[GATE_KEY]), dumps=_dumps)
+
+
+async def api_queue_failed(request: web.Request) -> web.Response:
+    """The newest failed events of a queue table (id, shard by routing, attempts)."""
+    gate = request.app[GATE_KEY]
+    ks, queue = request.match_info["keyspace"], request.match_info["queue"]
+    limit = min(int(request.query.get("limit", "50")), 1000)
+    table = gate.vschema.find_table(queue, ks, ks)
+    rows = []
+    for shard in gate.topology.keyspace(table.keyspace).shards:
+        session = gate.session(table.keyspace)
+        await gate.execute(session, f"USE `{table.keyspace}:{shard.name}`")
+        res = await gate.execute(
+            session, f"SELECT id, epoch, time_scheduled FROM {table.name} "
+            f"WHERE state = 'failed' ORDER BY id DESC LIMIT {limit}")
+        # ids are 64-bit: as strings, JavaScript numbers would round them
+        rows += [{"shard": shard.name, "id": str(r[0]), "epoch": r[1],
+                  "time_scheduled": str(r[2])} for r in res.rows]
+    return web.json_response(rows)
+
+
+async def api_queue_action(request: web.Request) -> web.Response:
+    """``retry`` (ids), ``requeue_failed``, ``purge_acked``, ``purge_failed``, ``pause``,
+    ``resume``; body ``{"shard": "-80", "ids": [...]}`` (shard optional: all)."""
+    gate = request.app[GATE_KEY]
+    body = await _json_body(request) if request.can_read_body else {}
+    if not isinstance(body, dict):
+        raise InvalidArgument('send {"shard": "...", "ids": [...]}')
+    raw = body.get("ids") or []
+    if not isinstance(raw, list) or not all(
+        isinstance(i, int) or (isinstance(i, str) and i.lstrip("-").isdigit()) for i in raw
+    ):
+        raise InvalidArgument("'ids' must be a list of event ids (integers or digit strings)")
+    ids = [int(i) for i in raw]
+    shard = body.get("shard")
+    changed = await gate.queue_admin(request.match_info["keyspace"], request.match_info["queue"],
+                                     request.match_info["action"], shard=shard, ids=ids)
+    return web.json_response({"changed": changed})
 
 
 def _dumps(obj: Any) -> str:

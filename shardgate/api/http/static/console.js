@@ -170,19 +170,58 @@ const sg = (() => {
   // ---- queues --------------------------------------------------------------------
   function queuesPage() {
     const root = $("#queues");
+    const act = (q, action, body) => async () => {
+      await api("POST", `/api/queues/${q.keyspace}/${q.queue}/${action}`, body || {});
+      refresh();
+    };
+    let shown = "";
     async function refresh() {
       const queues = await api("GET", "/api/queues");
+      const failedBy = {};
+      for (const q of queues) {
+        failedBy[q.queue] = await api("GET", `/api/queues/${q.keyspace}/${q.queue}/failed`).catch(() => []);
+      }
+      const key = JSON.stringify([queues.map(q => [q.queue, (q.shards || []).map ? q.shards.map(
+        s => [s.shard, s.depth, s.paused, s.leader, s.receivers]) : q.shards]), failedBy]);
+      if (key === shown) return;  // unchanged: keep the page still under the pointer
+      shown = key;
       const out = el("div");
       if (!queues.length) out.append(el("p", {}, "no queues"));
       for (const q of queues) {
-        out.append(el("h2", {}, `${q.keyspace}.${q.queue}`));
-        if (typeof q.shards === "string") { out.append(el("p", {class: "warning"}, q.shards)); continue; }
-        const keys = [...new Set(q.shards.flatMap(s => Object.keys(s)))];
-        const t = el("table", {class: "queue", "data-queue": q.queue});
-        t.append(el("tr", {}, ...keys.map(k => el("th", {}, k))));
-        for (const s of q.shards) t.append(el("tr", {}, ...keys.map(k => el("td", {"data-k": k},
-          typeof s[k] === "object" ? JSON.stringify(s[k]) : s[k] ?? ""))));
-        out.append(t);
+        const box = el("section", {class: "queue", "data-queue": q.queue});
+        box.append(el("h2", {}, `${q.keyspace}.${q.queue}`));
+        if (typeof q.shards === "string") { box.append(el("p", {class: "warning"}, q.shards)); out.append(box); continue; }
+        const t = el("table", {class: "queue-shards"});
+        t.append(el("tr", {}, ...["shard", "pending", "in flight", "acked", "failed", "oldest due (s)",
+          "fired/s", "acked/s", "receivers", "dispatch", ""].map(h => el("th", {}, h))));
+        for (const s of q.shards) {
+          const d = s.depth || {};
+          const paused = !!s.paused;
+          t.append(el("tr", {"data-shard": s.shard},
+            el("td", {}, s.shard), el("td", {"data-k": "pending"}, d.to_be_fired ?? ""),
+            el("td", {"data-k": "fired"}, d.fired ?? ""), el("td", {"data-k": "acked"}, d.acked ?? ""),
+            el("td", {"data-k": "failed"}, d.failed ?? ""),
+            el("td", {}, (s.lag_seconds ?? 0).toFixed ? (s.lag_seconds ?? 0).toFixed(2) : ""),
+            el("td", {}, s.fired_per_s ?? ""), el("td", {}, s.acked_per_s ?? ""),
+            el("td", {}, s.receivers ?? ""), el("td", {}, paused ? "paused" : (s.leader ? "running" : "standby")),
+            el("td", {},
+              el("button", {class: "requeue", onclick: act(q, "requeue_failed", {shard: s.shard})}, "requeue failed"),
+              el("button", {class: "purge", onclick: act(q, "purge_acked", {shard: s.shard})}, "purge acked"),
+              el("button", {class: paused ? "resume" : "pause",
+                            onclick: act(q, paused ? "resume" : "pause", {shard: s.shard})},
+                 paused ? "resume" : "pause"))));
+        }
+        box.append(t);
+        const failed = failedBy[q.queue];
+        if (failed.length) {
+          const ft = el("table", {class: "failed"});
+          ft.append(el("tr", {}, ...["failed event", "shard", "attempts", ""].map(h => el("th", {}, h))));
+          for (const f of failed) ft.append(el("tr", {"data-id": f.id}, el("td", {}, f.id), el("td", {}, f.shard),
+            el("td", {}, f.epoch), el("td", {}, el("button", {class: "retry",
+              onclick: act(q, "retry", {shard: f.shard, ids: [f.id]})}, "retry"))));
+          box.append(ft);
+        }
+        out.append(box);
       }
       root.replaceChildren(out);
     }
