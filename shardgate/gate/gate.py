@@ -54,7 +54,7 @@ from shardgate.gate import metrics as gate_metrics
 from shardgate.gate import options as exec_options
 from shardgate.gate import twopc
 from shardgate.gate.plan_cache import PlanCache
-from shardgate.gate.querylog import LiveQueries, LogEntry, QueryLog
+from shardgate.gate.querylog import LiveQueries, LogEntry, QueryLog, StreamConsumers
 from shardgate.gate.sequences import Sequences
 from shardgate.gate.session import Session
 from shardgate.gate.split import QuerySplit, split_query
@@ -126,6 +126,8 @@ class Gate:
         #: statements in flight (killable) and the last ones finished
         self.live = LiveQueries()
         self.querylog = QueryLog()
+        #: change streams being read through this gate
+        self.streams = StreamConsumers()
         gate_metrics.COLLECTOR.gates.add(self)
         self.sequences = Sequences(self._allocate_sequence)
         #: (keyspace, table) -> column kinds, read from the first shard (DDL clears it)
@@ -499,8 +501,14 @@ class Gate:
         *,
         heartbeat_s: float = 1.0,
     ) -> AsyncIterator[StreamEvent]:
-        """The change stream of a keyspace or key range (see :mod:`shardgate.streams.merge`)."""
-        return update_stream(self, keyspace, key_range, start, heartbeat_s=heartbeat_s)
+        """The change stream of a keyspace or key range (see :mod:`shardgate.streams.merge`).
+
+        While it is being read it is listed in :attr:`streams` (the console's
+        consumers, their position and lag).
+        """
+        return self.streams.follow(
+            keyspace, str(key_range) if key_range is not None else None,
+            update_stream(self, keyspace, key_range, start, heartbeat_s=heartbeat_s))
 
     async def stream_execute(
         self, session: Session, sql: str, bind_vars: Mapping[str, Any] | None = None

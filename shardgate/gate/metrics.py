@@ -25,6 +25,7 @@ class _Gate(Protocol):
 
     plans: Any
     live: Any
+    streams: Any
     topology: Any
 
     @property
@@ -79,14 +80,25 @@ class GateCollector(Collector):
                                     "Topo store version the gate serves")
         degraded = GaugeMetricFamily("shardgate_gate_topo_degraded",
                                      "1 while the gate cannot read its topo store")
+        lag = GaugeMetricFamily("shardgate_stream_lag_seconds",
+                                "Largest change-stream lag among the gate's consumers",
+                                labels=["keyspace"])
+        consumers = GaugeMetricFamily("shardgate_stream_consumers",
+                                      "Change streams being read", labels=["keyspace"])
         for g in self.gates:
+            per_ks: dict[str, list[float]] = {}
+            for c in g.streams.snapshot():
+                per_ks.setdefault(c.keyspace, []).append(c.lag_seconds)
+            for ks, lags in per_ks.items():
+                lag.add_metric([ks], max(lags))
+                consumers.add_metric([ks], len(lags))
             hits.add_metric([], g.plans.hits)
             misses.add_metric([], g.plans.misses)
             size.add_metric([], len(g.plans))
             live.add_metric([], len(g.live.snapshot()))
             version.add_metric([], g.topology.version)
             degraded.add_metric([], 1 if g.degraded else 0)
-        yield from (hits, misses, size, live, version, degraded)
+        yield from (hits, misses, size, live, version, degraded, lag, consumers)
 
 
 COLLECTOR = GateCollector()

@@ -17,7 +17,7 @@ import asyncio
 import itertools
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -119,3 +119,57 @@ class QueryLog:
 
     def unsubscribe(self, q: asyncio.Queue[LogEntry]) -> None:
         self._subscribers.discard(q)
+
+
+@dataclass
+class StreamConsumer:
+    """One change stream being read: where it is and how far behind."""
+
+    id: int
+    keyspace: str
+    key_range: str | None
+    started: float
+    events: int = 0
+    #: the last event's token, serialized (an exact restart point of its shard)
+    position: str = ""
+    #: the merge's safe timestamp: every change before it has been delivered
+    safe_timestamp: float = 0.0
+
+    @property
+    def lag_seconds(self) -> float:
+        return max(0.0, time.time() - self.safe_timestamp) if self.safe_timestamp else 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "keyspace": self.keyspace, "key_range": self.key_range,
+                "started": self.started, "events": self.events, "position": self.position,
+                "safe_timestamp": self.safe_timestamp, "lag_seconds": self.lag_seconds}
+
+
+@dataclass
+class StreamConsumers:
+    """The change streams being read through a gate."""
+
+    _ids: Iterator[int] = field(default_factory=lambda: itertools.count(1))
+    _live: dict[int, StreamConsumer] = field(default_factory=dict)
+
+    def snapshot(self) -> list[StreamConsumer]:
+        return sorted(self._live.values(), key=lambda c: c.id)
+
+    async def follow(
+        self, keyspace: str, key_range: str | None, events: AsyncIterator[Any]
+    ) -> AsyncIterator[Any]:
+        """Yield ``events`` (stream events) unchanged, keeping the consumer's figures."""
+        c = StreamConsumer(next(self._ids), keyspace, key_range, time.time())
+        self._live[c.id] = c
+        try:
+            async for ev in events:
+                if not ev.heartbeat:
+                    c.events += 1
+                c.position = ev.token.serialize()
+                c.safe_timestamp = ev.safe_timestamp
+                yield ev
+        finally:
+            self._live.pop(c.id, None)
+            aclose = getattr(events, "aclose", None)
+            if aclose is not None:
+                await aclose()

@@ -3,6 +3,8 @@ saving a VSchema, /debug, /metrics parsed by prometheus_client."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -166,3 +168,39 @@ async def test_metrics_move_when_queries_run(console: tuple[Gate, str]) -> None:
     for family in ("shardgate_gate_plan_cache_hits_total", "shardgate_gate_shard_calls_bucket",
                    "shardgate_tablet_lease_holder", "shardgate_gate_topology_version"):
         assert family in after, family
+
+
+async def test_streams_list_consumers_with_position_and_lag(console: tuple[Gate, str]) -> None:
+    gate, base = console
+    s = gate.session("ks")
+    await gate.execute(s, "CREATE TABLE IF NOT EXISTS t (id BIGINT PRIMARY KEY, v TEXT)")
+    assert await _get(f"{base}/api/streams") == []
+    stream = gate.update_stream("ks", heartbeat_s=0.1)
+    seen = 0
+    beats = asyncio.Event()
+    done = asyncio.Event()
+
+    async def consume() -> None:
+        nonlocal seen
+        async for ev in stream:
+            if ev.heartbeat:
+                beats.set()
+            seen += len(ev.changes)
+            if seen >= 3:
+                done.set()
+
+    task = asyncio.create_task(consume())
+    await asyncio.wait_for(beats.wait(), 20)  # the stream runs: later commits reach it
+    for i in range(3):
+        await gate.execute(s, f"INSERT INTO t (id, v) VALUES ({i}, 'x')")
+    await asyncio.wait_for(done.wait(), 20)
+    consumers = await _get(f"{base}/api/streams")
+    assert len(consumers) == 1 and consumers[0]["keyspace"] == "ks"
+    assert consumers[0]["events"] >= 1 and consumers[0]["position"]
+    samples = await _scrape(base)
+    assert _total(samples, "shardgate_stream_consumers", keyspace="ks") == 1
+    assert "shardgate_stream_lag_seconds" in samples
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    assert await _get(f"{base}/api/streams") == []

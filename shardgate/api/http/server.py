@@ -102,6 +102,8 @@ def make_app(gate: Gate) -> web.Application:
         web.get("/api/queues/{keyspace}/{queue}/failed", api_queue_failed),
         web.post("/api/queues/{keyspace}/{queue}/{action}", api_queue_action),
         web.get("/api/live", api_live),
+        web.get("/api/streams", api_streams),
+        web.get("/api/workflows", api_workflows),
         web.post("/api/live/{id}/kill", api_live_kill),
         web.get("/metrics", metrics),
         web.static("/static", str(static)),
@@ -239,6 +241,18 @@ async def debug_query_plans(request: web.Request) -> web.Response:
         out.append({"sql": sql, "keyspace": keyspace,
                     "plan": describe() if describe is not None else repr(planned)})
     return web.json_response(out)
+
+
+async def api_streams(request: web.Request) -> web.Response:
+    gate = request.app[GATE_KEY]
+    return web.json_response([c.as_dict() for c in gate.streams.snapshot()])
+
+
+async def api_workflows(request: web.Request) -> web.Response:
+    """Workflow records of the topo store (lookup-vindex backfills, resharding)."""
+    gate = request.app[GATE_KEY]
+    return web.json_response([{"name": r.name, "version": r.version, **(r.doc or {})}
+                              for r in await gate.topo.list_workflows()], dumps=_dumps)
 
 
 async def api_live(request: web.Request) -> web.Response:

@@ -228,8 +228,28 @@ const sg = (() => {
     refresh(); setInterval(refresh, 1000);
   }
 
-  function streamsPage() { $("#streams").textContent = "no change-stream consumers connected"; }
-  function workflowsPage() { $("#workflows").textContent = "no workflows"; }
+  function tablePage(root, url, columns, empty) {
+    async function refresh() {
+      const rows = await api("GET", url);
+      if (!rows.length) { root.replaceChildren(el("p", {}, empty)); return; }
+      const t = el("table", {class: "rows"});
+      t.append(el("tr", {}, ...columns.map(c => el("th", {}, c))));
+      for (const r of rows) t.append(el("tr", {}, ...columns.map(c => el("td", {"data-k": c},
+        typeof r[c] === "object" && r[c] !== null ? JSON.stringify(r[c]) :
+        typeof r[c] === "number" && !Number.isInteger(r[c]) ? r[c].toFixed(3) : r[c] ?? ""))));
+      root.replaceChildren(t);
+    }
+    refresh(); setInterval(refresh, 1000);
+  }
+  function streamsPage() {
+    tablePage($("#streams"), "/api/streams",
+      ["id", "keyspace", "key_range", "events", "lag_seconds", "position"],
+      "no change-stream consumers connected");
+  }
+  function workflowsPage() {
+    tablePage($("#workflows"), "/api/workflows", ["name", "type", "state", "progress", "version"],
+      "no workflows");
+  }
 
   return {vschemaEditor, killButtons, queuesPage, streamsPage, workflowsPage, api};
 })();
