@@ -204,3 +204,35 @@ async def test_streams_list_consumers_with_position_and_lag(console: tuple[Gate,
     with contextlib.suppress(asyncio.CancelledError):
         await task
     assert await _get(f"{base}/api/streams") == []
+
+
+async def test_kill_a_live_query_on_postgresql(make_database: Any) -> None:
+    url = make_database("postgres", "console_kill")
+    from shardgate.topo.model import Topology
+
+    gate = Gate.open(Topology.from_dict({"keyspaces": {"pg": {
+        "shards": {"0": url}, "vschema": {"sharded": False}}}}))
+    server = HttpServer(gate, "127.0.0.1", 0)
+    base = f"http://127.0.0.1:{await server.start()}"
+    try:
+        s = gate.session("pg")
+        slow = asyncio.create_task(gate.execute(s, "SELECT pg_sleep(30)"))
+        live: list[Any] = []
+        for _ in range(200):
+            live = [q for q in await _get(f"{base}/api/live") if "PG_SLEEP" in q["sql"].upper()]
+            if live:
+                break
+            await asyncio.sleep(0.05)
+        assert live, "the running query is not listed"
+        async with aiohttp.ClientSession() as http, \
+                http.post(f"{base}/api/live/{live[0]['id']}/kill") as r:
+            assert r.status == 200
+        with pytest.raises(Exception, match="killed by an operator") as err:
+            await asyncio.wait_for(slow, 10)
+        assert "ABORTED" in str(err.value)
+        # the shard still answers, on a connection that is not stuck in the sleep
+        assert (await gate.execute(s, "SELECT 1")).rows == [(1,)]
+        assert [q for q in await _get(f"{base}/api/live") if "PG_SLEEP" in q["sql"].upper()] == []
+    finally:
+        await server.stop()
+        await gate.close()
