@@ -37,6 +37,7 @@ doctor: $(BASE)
 	$(BIN)/shardgate doctor
 
 servers:
+	bash scripts/install-system-deps.sh
 	bash scripts/setup-servers.sh
 
 test: $(STAMP) servers

@@ -10,18 +10,27 @@ the same auto-prepare). Both run one client, sequentially, same durability.
 
 Prints ops/s for each and the ratio gate/direct (goal: >= 0.6 for point
 selects by primary vindex with bind variables).
+
+Then the console's cost: the same gate point selects with the gate's HTTP
+server (console, /debug, /metrics) off and on, in interleaved rounds, with a
+scraper reading ``/metrics`` and ``/debug/querylogz`` every second while it is
+on (as Prometheus and an open console page would). Goal: within 5%.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import random
+import statistics
 import time
 from collections.abc import Awaitable, Callable
 
+import aiohttp
 import psycopg
 
+from shardgate.api.http import HttpServer
 from shardgate.gate import Gate
 from shardgate.topo import Topology
 
@@ -48,6 +57,37 @@ async def timed(seconds: float, op: Callable[[int], Awaitable[None]]) -> float:
         if time.perf_counter() >= deadline:
             break
     return n / (time.perf_counter() - start)
+
+
+async def console_cost(
+    gate: Gate, seconds: float, op: Callable[[int], Awaitable[None]], rounds: int = 3
+) -> tuple[float, float]:
+    """Median ops/s of ``op`` with the HTTP server off and on (scraped), interleaved."""
+    off: list[float] = []
+    on: list[float] = []
+    for _ in range(rounds):
+        off.append(await timed(seconds, op))
+        server = HttpServer(gate, "127.0.0.1", 0)
+        port = await server.start()
+        stop = asyncio.Event()
+
+        async def scrape(port: int = port, stop: asyncio.Event = stop) -> None:
+            async with aiohttp.ClientSession() as http:
+                while not stop.is_set():
+                    for path in ("/metrics", "/debug/querylogz"):
+                        async with http.get(f"http://127.0.0.1:{port}{path}") as r:
+                            await r.read()
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(stop.wait(), 1.0)
+
+        scraper = asyncio.create_task(scrape())
+        try:
+            on.append(await timed(seconds, op))
+        finally:
+            stop.set()
+            await scraper
+            await server.stop()
+    return statistics.median(off), statistics.median(on)
 
 
 async def main(seconds: float) -> None:
@@ -96,6 +136,9 @@ async def main(seconds: float) -> None:
         print(f"{'statement':<20}{'gate ops/s':>12}{'psycopg ops/s':>15}{'ratio':>8}")
         for name, g, d in results:
             print(f"{name:<20}{g:>12.0f}{d:>15.0f}{g / d:>8.2f}")
+        off, on = await console_cost(gate, seconds, gate_select)
+        print(f"console off {off:.0f} ops/s, on (scraped every 1 s) {on:.0f} ops/s: "
+              f"ratio on/off {on / off:.3f} (medians of interleaved rounds; goal >= 0.95)")
     finally:
         await gate.close()
         await direct.close()

@@ -9,7 +9,7 @@ cluster file, ``tablet`` one shard's tablet; each serves gRPC until a signal::
                    (--users-file F | --tls-ca CA | --no-auth) [security flags]
                    [--acl-file F [--acl-dry-run]] [LIMITS]
     shardgate tablet --cluster FILE --keyspace KS --shard S [--host H] [--port P]
-                     [--metrics-port P] (--users-file F | --tls-ca CA | --no-auth)
+                     [--http-port P] (--users-file F | --tls-ca CA | --no-auth)
                      [--allow-user NAME ...] [security flags]
                      [--idle-transaction-timeout S] [--max-result-rows N]
                      [--max-result-bytes N] [--pool-timeout S]
@@ -41,9 +41,9 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from prometheus_client import start_http_server
-
 from shardgate.api.client import GateClient
+from shardgate.api.http import HttpServer
+from shardgate.api.http.tablet import serve_tablet_http
 from shardgate.api.security import ServerSecurity, TLSFiles
 from shardgate.api.server import serve
 from shardgate.api.tablet_service import serve_tablet
@@ -58,7 +58,7 @@ from shardgate.cli.common import (
     add_listen_args,
     format_result,
 )
-from shardgate.errors import InvalidArgument
+from shardgate.errors import InvalidArgument, Unavailable
 from shardgate.gate import Gate
 from shardgate.gate.limits import (
     DEFAULT_SESSION_IDLE_TIMEOUT_S,
@@ -90,6 +90,14 @@ TOPO_HELP = (
 )
 
 
+DEFAULT_HTTP_PORT = 15000
+
+
+def add_http_arg(p: argparse.ArgumentParser, default: int) -> None:
+    p.add_argument("--http-port", type=int, default=default,
+                   help=f"console, /debug and /metrics over HTTP on this port ({default}; 0: off)")
+
+
 def add_parsers(commands: Any) -> None:
     """Add the ``up``, ``gate`` and ``tablet`` subcommands to the ``shardgate`` parser."""
     up = commands.add_parser(
@@ -101,6 +109,7 @@ def add_parsers(commands: Any) -> None:
     add_listen_args(up)
     _add_security_args(up, no_auth_flag=False)
     _add_acl_args(up)
+    add_http_arg(up, DEFAULT_HTTP_PORT)
     up.add_argument(
         "--check",
         action="store_true",
@@ -115,14 +124,14 @@ def add_parsers(commands: Any) -> None:
     _add_security_args(gate, no_auth_flag=True)
     _add_acl_args(gate)
     _add_gate_limits(gate)
+    add_http_arg(gate, DEFAULT_HTTP_PORT)
 
     tablet = commands.add_parser("tablet", help="serve one shard's tablet over gRPC")
     tablet.add_argument("--cluster", required=True, help="cluster file (YAML)")
     tablet.add_argument("--keyspace", required=True)
     tablet.add_argument("--shard", required=True)
     add_listen_args(tablet, port=DEFAULT_TABLET_PORT)
-    tablet.add_argument("--metrics-port", type=int, default=0,
-                        help="serve Prometheus metrics on this port (0: off)")
+    add_http_arg(tablet, 0)
     _add_security_args(tablet, no_auth_flag=True)
     tablet.add_argument("--allow-user", action="append", metavar="NAME",
                         help="only this caller (a gate's user or certificate name) may call; "
@@ -344,14 +353,27 @@ async def _serve_until_signal(
     host = args.host
     server, bound = await serve(gate, host, args.port, security=security, no_auth=no_auth,
                                 insecure=args.insecure_bind_anyway)
-    scheme = "grpcs" if security.tls is not None else "grpc"
-    target = f"{scheme}://{host}:{bound}"
-    print(f"shardgate gate listening on {target}", flush=True)
-    print(f'try: shardgate sql --target {target} "select * from customer"', flush=True)
+    console: HttpServer | None = None
+    http_port = args.http_port
     try:
+        scheme = "grpcs" if security.tls is not None else "grpc"
+        target = f"{scheme}://{host}:{bound}"
+        if http_port:
+            console = HttpServer(gate, host, http_port)
+            try:
+                http_bound = await console.start()
+            except OSError as exc:
+                raise Unavailable(
+                    f"cannot listen on {host}:{http_port} for the console: {exc.strerror}; "
+                    "pass --http-port N (0: no console)") from exc
+            print(f"shardgate console on http://{host}:{http_bound}/", flush=True)
+        print(f"shardgate gate listening on {target}", flush=True)
+        print(f'try: shardgate sql --target {target} "select * from customer"', flush=True)
         await _until_signal()
         print("shutting down", flush=True)
     finally:
+        if console is not None:
+            await console.stop()
         await server.stop(SHUTDOWN_GRACE_S)
     print("stopped", flush=True)
 
@@ -387,8 +409,10 @@ async def _tablet(args: argparse.Namespace) -> int:
         g.vschema = vschema
         tablet.queues.configure(queue_options_of(g, args.keyspace))
         tablet.queues.start()
-        if args.metrics_port:
-            start_http_server(args.metrics_port, addr=args.host)
+        http = None
+        if args.http_port:
+            http, http_port = await serve_tablet_http(tablet, args.host, args.http_port)
+            print(f"tablet http on http://{args.host}:{http_port}/metrics", flush=True)
         server, port = await serve_tablet(tablet, args.host, args.port, security=security,
                                           no_auth=args.no_auth,
                                           insecure=args.insecure_bind_anyway)
@@ -396,6 +420,8 @@ async def _tablet(args: argparse.Namespace) -> int:
               f"grpc://{args.host}:{port}", flush=True)
         await _until_signal()
         await server.stop(2.0)
+        if http is not None:
+            await http.cleanup()
         return 0
     finally:
         await tablet.close()

@@ -65,10 +65,12 @@ from shardgate.errors import (
     Unsupported,
     error_for_code,
 )
+from shardgate.gate import metrics as gate_metrics
 from shardgate.gate import options as exec_options
 from shardgate.gate import twopc
 from shardgate.gate.limits import GateLimits
 from shardgate.gate.plan_cache import PlanCache
+from shardgate.gate.querylog import LiveQueries, LogEntry, QueryLog, StreamConsumers
 from shardgate.gate.sequences import Sequences
 from shardgate.gate.session import Session
 from shardgate.gate.sessions import SessionTable
@@ -145,6 +147,12 @@ class Gate:
                     raise NotFound(f"no tablet for shard {ks.name}/{shard.name}")
         self.plans: PlanCache[Plan | GateStatement] = PlanCache(plan_cache_size)
         self.stats = Stats()
+        #: statements in flight (killable) and the last ones finished
+        self.live = LiveQueries()
+        self.querylog = QueryLog()
+        #: change streams being read through this gate
+        self.streams = StreamConsumers()
+        gate_metrics.COLLECTOR.gates.add(self)
         self.sequences = Sequences(self._allocate_sequence)
         #: (keyspace, table) -> column kinds, read from the first shard (DDL clears it)
         self._kinds: dict[tuple[str, str], dict[str, Kind]] = {}
@@ -284,6 +292,13 @@ class Gate:
     async def queue_stats(self, keyspace: str, queue: str) -> list[dict[str, Any]]:
         """Per-shard figures of ``queue`` (depth per state, lag, rates, in flight...)."""
         return await queue_router.stats(self, keyspace, queue)
+
+    async def queue_admin(
+        self, keyspace: str, queue: str, action: str, *, shard: str | None = None,
+        ids: Sequence[int] = (),
+    ) -> int:
+        """An operator's action on ``queue`` (on one shard, or all); events changed."""
+        return await queue_router.admin(self, keyspace, queue, action, shard=shard, ids=ids)
 
     def session(
         self,
@@ -498,6 +513,7 @@ class Gate:
             self._kinds.clear()
         timeout_ms = (session.query_timeout_ms if session.query_timeout_ms is not None
                       else self.limits.query_timeout_ms)
+        live = self.live.start(session, planned.normalized)
         try:
             if timeout_ms:
                 result = await self._run_with_timeout(session, planned.instructions, bv,
@@ -505,13 +521,18 @@ class Gate:
             else:
                 result = await self._run(session, planned.instructions, bv)
             self._check_result(result)
-        except ShardgateError:
-            self.stats.record(planned.normalized, time.perf_counter() - start, 0,
-                              session.shard_calls - calls, True)
+        except ShardgateError as exc:
+            self._finished(session, planned, start, calls, None, exc.code.value)
             raise
-        self.stats.record(planned.normalized, time.perf_counter() - start,
-                          len(result.rows) or result.rows_affected, session.shard_calls - calls,
-                          False)
+        except asyncio.CancelledError:
+            if not live.killed:
+                raise
+            asyncio.current_task().uncancel()  # type: ignore[union-attr]
+            self._finished(session, planned, start, calls, None, "ABORTED")
+            raise Aborted("the statement was killed by an operator") from None
+        finally:
+            self.live.finish(live)
+        self._finished(session, planned, start, calls, result, None)
         return result
 
     async def _run_with_timeout(
@@ -540,6 +561,21 @@ class Gate:
         n = len(result.rows)
         if n > 1000 or (limits.max_rows and n > limits.max_rows):
             limits.check(n, rows_size(result.rows) if limits.max_bytes else 0, "the shards")
+
+    def _finished(self, session: Session, planned: Plan, start: float, calls: int,
+                  result: Result | None, error: str | None) -> None:
+        """Count a finished statement: statistics, query log, metrics."""
+        seconds = time.perf_counter() - start
+        shard_calls = session.shard_calls - calls
+        rows = len(result.rows) if result is not None else 0
+        affected = result.rows_affected if result is not None else 0
+        self.stats.record(planned.normalized, seconds, rows or affected, shard_calls,
+                          error is not None)
+        self.querylog.add(LogEntry(time.time() - seconds, session.keyspace, planned.normalized,
+                                   seconds, rows or affected, shard_calls, error,
+                                   f"{id(session):x}"))
+        gate_metrics.record(session.keyspace, planned.statement_type, seconds, rows, affected,
+                            shard_calls, error)
 
     async def _run(self, session: Session, prim: Primitive, bv: Mapping[str, Any]) -> Result:
         """Execute a planned statement with the session's transaction rules."""
@@ -612,8 +648,14 @@ class Gate:
         *,
         heartbeat_s: float = 1.0,
     ) -> AsyncIterator[StreamEvent]:
-        """The change stream of a keyspace or key range (see :mod:`shardgate.streams.merge`)."""
-        return update_stream(self, keyspace, key_range, start, heartbeat_s=heartbeat_s)
+        """The change stream of a keyspace or key range (see :mod:`shardgate.streams.merge`).
+
+        While it is being read it is listed in :attr:`streams` (the console's
+        consumers, their position and lag).
+        """
+        return self.streams.follow(
+            keyspace, str(key_range) if key_range is not None else None,
+            update_stream(self, keyspace, key_range, start, heartbeat_s=heartbeat_s))
 
     async def stream_execute(
         self, session: Session, sql: str, bind_vars: Mapping[str, Any] | None = None

@@ -34,6 +34,10 @@ class PlanCache(Generic[V]):
         while len(self._items) > self.capacity:
             self._items.popitem(last=False)
 
+    def items(self) -> list[tuple[tuple[str, str | None], V]]:
+        """The cached entries, least recently used first (a copy)."""
+        return list(self._items.items())
+
     def clear(self) -> None:
         self._items.clear()
 

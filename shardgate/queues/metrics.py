@@ -1,8 +1,8 @@
 """Prometheus metrics of the queue managers (labels: keyspace, shard, queue).
 
 The same figures ``shardgate queue stats`` prints. Defined once, here, on
-prometheus_client's default registry; ``start_http_server`` on the tablet's
-metrics port exposes them.
+prometheus_client's default registry; ``/metrics`` of the gate's and the
+tablet's HTTP servers exposes them.
 """
 
 from __future__ import annotations

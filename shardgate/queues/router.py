@@ -69,6 +69,10 @@ class QueueShard(SqlShard, Protocol):
         """Declare (or update) the shard's queue tables and their options."""
         ...
 
+    async def queue_admin(self, queue: str, action: str, ids: Sequence[int] = ()) -> int:
+        """An operator's action on the shard's queue; events changed."""
+        ...
+
 
 #: What the router needs of the gate that composes it.
 QueueGate = GateView[QueueShard]
@@ -313,6 +317,17 @@ async def ack(gate: QueueGate, keyspace: str, queue: str, shard: str, ids: Seque
     n = await gate.tablets[(table.keyspace, shard)].queue_ack(table.name, list(ids))
     _recent_acks(gate).add(table.keyspace, table.name.lower(), shard, ids)
     return n
+
+
+async def admin(gate: QueueGate, keyspace: str, queue: str, action: str, *,
+                shard: str | None, ids: Sequence[int]) -> int:
+    """An operator's action on one queue, on ``shard`` or on every shard of it."""
+    table = gate.vschema.find_table(queue, keyspace, keyspace)
+    ks = gate.topology.keyspace(table.keyspace)
+    shards = [ks.shard(shard).name] if shard is not None else [s.name for s in ks.shards]
+    done = await asyncio.gather(
+        *(gate.tablets[(ks.name, s)].queue_admin(table.name, action, ids) for s in shards))
+    return sum(done)
 
 
 async def stats(gate: QueueGate, keyspace: str, queue: str) -> list[dict[str, Any]]:

@@ -71,6 +71,14 @@ class TabletClient(ABC):
     @abstractmethod
     async def close(self) -> None: ...
 
+    async def queue_admin(self, queue: str, action: str, ids: Sequence[int] = ()) -> int:
+        """An operator's action on a queue (see ``QueueService.admin``)."""
+        raise Unsupported(f"{type(self).__name__} does not take queue actions")
+
+    def describe(self) -> dict[str, Any]:
+        """What the console shows of this tablet: how it is reached, its lease."""
+        return {"kind": type(self).__name__}
+
     # Two-phase commit, where ``supports_twopc``; see :class:`Tablet` for contracts.
 
     async def begin_twopc(self, xid: str) -> int:
@@ -122,6 +130,13 @@ class LocalTabletClient(TabletClient):
         self.dialect = tablet.dialect
         self.placeholder = tablet.placeholder
         self.supports_twopc = tablet.supports_twopc
+
+    async def queue_admin(self, queue: str, action: str, ids: Sequence[int] = ()) -> int:
+        return await self.tablet.queues.admin(queue, action, ids)
+
+    def describe(self) -> dict[str, Any]:
+        return {"kind": "in-process", "lease_holder": self.tablet.queues.leader,
+                "open_transactions": len(self.tablet._transactions)}
 
     @property
     def collation(self) -> str | None:

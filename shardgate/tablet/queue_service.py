@@ -39,7 +39,7 @@ from shardgate.backends.base import Backend, LeaseHandle
 from shardgate.errors import InvalidArgument, NotFound, ShardgateError, Unavailable
 from shardgate.queues import metrics
 from shardgate.queues.ddl import comment_of, detect_sql
-from shardgate.queues.events import QueueBatch
+from shardgate.queues.events import ACKED, FAILED, QueueBatch
 from shardgate.queues.options import QueueOptions, parse_comment
 from shardgate.queues.receivers import Receiver
 from shardgate.queues.segmented.served import (
@@ -91,6 +91,8 @@ class QueueService:
         self._lease_check = lease_check
         self._detected = False
         self._watch: asyncio.Task[None] | None = None
+        #: queues whose dispatch an operator paused (until resumed or the tablet restarts)
+        self.paused: set[str] = set()
 
     @property
     def lease_name(self) -> str:
@@ -172,7 +174,7 @@ class QueueService:
             self._watch = asyncio.get_running_loop().create_task(self._watch_failures())
 
     async def _start_manager(self, name: str) -> None:
-        if self._writer is None or self._running(name):
+        if self._writer is None or self._running(name) or name in self.paused:
             return
         if self.is_segmented(name):
             served = ServedSegmentedQueue(
@@ -339,10 +341,59 @@ class QueueService:
         metrics.LAG.labels(self.keyspace, self.shard, name).set(out["lag_seconds"])
         out["shard"] = self.shard
         out["leader"] = self.leader
+        out["paused"] = name in self.paused
         m = self.managers.get(name)
         out.update(m.memory_stats() if m is not None else {"receivers": len(
             self.receivers.get(name, []))})
         return out
+
+    async def admin(self, queue: str, action: str, ids: Sequence[int] = ()) -> int:
+        """An operator's action on a queue table of this shard; returns events changed.
+
+        ``retry`` (failed events ``ids`` fire again now), ``requeue_failed``
+        (every failed event), ``purge_acked`` / ``purge_failed`` (delete them
+        now), ``pause`` (stop dispatching: the manager stops, receivers stay;
+        fired events keep their ack deadline) and ``resume``.
+        """
+        name = await self._known(queue)
+        if self.is_segmented(name) and action not in ("pause", "resume"):
+            raise InvalidArgument(
+                f"{action!r} is for queue tables; segmented queue {queue!r} retries and "
+                "aborts jobs by id (shardgate queue segments retry|abort)")
+        if action == "pause":
+            self.paused.add(name)
+            m = self.managers.pop(name, None)
+            if m is not None:
+                await m.stop()
+            sq = self.segmented.pop(name, None)
+            if sq is not None:
+                await sq.close()
+            return 0
+        if action == "resume":
+            self.paused.discard(name)
+            await self._start_manager(name)
+            return 0
+        store = QueueStore(name, self.backend.dialect, self.backend.placeholder)
+        since = time.time_ns()
+        conn = await self.backend.acquire()
+        try:
+            if action == "retry":
+                changed = await store.retry_failed(conn, ids)
+            elif action == "requeue_failed":
+                changed = await store.requeue_failed(conn)
+            elif action in ("purge_acked", "purge_failed"):
+                changed = await store.delete_state(conn, ACKED if action == "purge_acked"
+                                                   else FAILED)
+            else:
+                raise InvalidArgument(
+                    f"unknown queue action {action!r}; use retry, requeue_failed, "
+                    "purge_acked, purge_failed, pause or resume")
+        finally:
+            await self.backend.release(conn)
+        m = self.managers.get(name)
+        if m is not None and changed:  # re-queued events are new ones, scheduled from `since`
+            m.notify("insert", since_ns=since)
+        return changed
 
     async def enqueue(self, queue: str, jobs: Sequence[tuple[str, str | None]]) -> list[int]:
         """Store ``(key, payload)`` jobs of segmented ``queue`` on this shard (group commit,

@@ -39,9 +39,10 @@ from shardgate.aio import cancel_and_wait
 from shardgate.backends import Backend, Connection, open_backend
 from shardgate.backends._pool import DEFAULT_POOL_TIMEOUT_S, wait_for_slot
 from shardgate.backends.change_log import open_change_log
-from shardgate.errors import FailedPrecondition, InvalidArgument
+from shardgate.errors import FailedPrecondition, InvalidArgument, ShardgateError
 from shardgate.event_token import is_fresher
 from shardgate.result import ExecuteOptions, Result, ResultLimits, Row
+from shardgate.tablet import metrics
 from shardgate.tablet.queue_service import QueueService, QueueWrite
 from shardgate.tablet.stream import TabletStream
 
@@ -90,6 +91,7 @@ class Tablet:
         self.queues = QueueService(keyspace, shard, backend)
         #: queue tables each open transaction wrote, to wake their managers on commit
         self._tx_queues: dict[int, list[QueueWrite]] = {}
+        metrics.COLLECTOR.tablets.add(self)
 
     @classmethod
     def open(
@@ -134,13 +136,30 @@ class Tablet:
         transaction_id: int | None = None,
         options: ExecuteOptions | None = None,
     ) -> Result:
+        start = time.perf_counter()
+        labels = (self.keyspace, self.shard, self.dialect)
+        try:
+            result = await self._execute(sql, params, transaction_id, options)
+        except ShardgateError as exc:
+            metrics.ERRORS.labels("Execute", *labels, exc.code.value).inc()
+            raise
+        metrics.QUERIES.labels("Execute", *labels).observe(time.perf_counter() - start)
+        return result
+
+    async def _execute(
+        self,
+        sql: str,
+        params: Sequence[Any],
+        transaction_id: int | None = None,
+        options: ExecuteOptions | None = None,
+    ) -> Result:
         if options is not None and (
             options.include_event_token or options.compare_event_token is not None
         ):
             # The last seen token, read just before the query: the data is at least as fresh.
             stream = await self.change_stream()
             token = stream.last_token
-            result = await self.execute(sql, params, transaction_id)
+            result = await self._execute(sql, params, transaction_id)
             if options.include_event_token and transaction_id is None:
                 # Returned only when exact: no change of this shard committed between the
                 # token and the query (the reader has read past the log end as of after

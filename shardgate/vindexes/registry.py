@@ -51,3 +51,29 @@ def create_vindex(type_name: str, name: str, params: Mapping[str, str] | None = 
                 f"value, got {value!r}"
             )
     return factory(name, dict(params or {}))
+
+
+#: a param name no vindex accepts: asking with it makes a family list its params
+_PROBE = "__sg_probe__"
+
+
+def describe_types() -> list[dict[str, object]]:
+    """Every registered family with its params (``{"name", "required"}``) and traits.
+
+    The params come from each family's own check (the one that refuses bad
+    VSchemas), so this list cannot drift from what is accepted.
+    """
+    from shardgate.vindexes._params import ParamError
+
+    out: list[dict[str, object]] = []
+    for type_name in known_types():
+        try:
+            _FAMILIES[type_name]("probe", {_PROBE: "x"})
+        except ParamError as exc:
+            params = [{"name": p, "required": p in exc.required}
+                      for p in sorted(exc.allowed | exc.required)]
+        else:  # pragma: no cover - every family checks its params
+            params = []
+        out.append({"type": type_name, "params": params,
+                    "lookup": any(p["name"] == "table" for p in params)})
+    return out

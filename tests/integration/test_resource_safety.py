@@ -358,7 +358,8 @@ async def test_tablet_killed_during_commit_gives_outcome_unknown(
     topo = _unsharded(url)
     write_cluster_file(topo, cluster)
     port = _free_port()
-    with _process(["tablet", "--cluster", str(cluster), "--keyspace", "app", "--shard", "0",
+    with _process(["tablet", "--no-auth", "--cluster", str(cluster), "--keyspace", "app",
+                   "--shard", "0",
                    "--port", str(port)], "listening") as tablet_proc:
         remote = await GrpcTabletClient.connect(f"grpc://127.0.0.1:{port}")
         gate = Gate(topo, {("app", "0"): remote})
@@ -394,7 +395,8 @@ async def test_tablet_rolls_back_transactions_of_a_vanished_gate(
     cluster = tmp_path / "cluster.yaml"
     write_cluster_file(_unsharded(url), cluster)
     port = _free_port()
-    with _process(["tablet", "--cluster", str(cluster), "--keyspace", "app", "--shard", "0",
+    with _process(["tablet", "--no-auth", "--cluster", str(cluster), "--keyspace", "app",
+                   "--shard", "0",
                    "--port", str(port), "--idle-transaction-timeout", "1"], "listening"):
         remote = await GrpcTabletClient.connect(f"grpc://127.0.0.1:{port}")
         tid = await remote.begin()
@@ -516,7 +518,7 @@ async def test_execute_of_ten_million_rows_is_refused_in_bounded_memory(
     cluster = tmp_path / "cluster.yaml"
     write_cluster_file(_unsharded(url), cluster)
     port = _free_port()
-    with _process(["gate", "--cluster", str(cluster), "--port", str(port)],
+    with _process(["gate", "--no-auth", "--cluster", str(cluster), "--port", str(port)],
                   "listening") as gate_proc:
         async with GateClient(f"grpc://127.0.0.1:{port}", keyspace="app", timeout=120) as c:
             start = time.monotonic()

@@ -215,6 +215,24 @@ class QueueStore:
         )
         return res.rows_affected
 
+    async def retry_failed(self, conn: Connection, ids: Sequence[int]) -> int:
+        """Failed events ``ids`` become due now, with a fresh attempt count."""
+        if not ids:
+            return 0
+        cond, params = self._ids(ids)
+        ph = self.ph
+        res = await conn.execute(
+            f"UPDATE {self._t} SET state = {ph}, epoch = 0, time_next = 0, time_scheduled = {ph}"
+            f" WHERE state = {ph} AND {cond}",
+            [TO_BE_FIRED, now_ns(), FAILED, *params],
+        )
+        return res.rows_affected
+
+    async def delete_state(self, conn: Connection, state: str) -> int:
+        """Delete every event in ``state`` (an operator's purge)."""
+        res = await conn.execute(f"DELETE FROM {self._t} WHERE state = {self.ph}", [state])
+        return res.rows_affected
+
     # -- groups ----------------------------------------------------------------------
 
     async def group_open(self, conn: Connection, column: str, key: Any, exclude: int) -> int:

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Debian packages the tests and benchmarks need, installed only when missing
+# (idempotent; run by `make servers`, so a fresh machine gets them).
+#   chromium                  browser tests (Playwright drives /usr/bin/chromium)
+#   libpostgresql-jdbc-java   Spark JDBC references (benchmarks)
+set -euo pipefail
+
+want=()
+command -v chromium >/dev/null || want+=(chromium)
+test -e /usr/share/java/postgresql.jar || want+=(libpostgresql-jdbc-java)
+
+if ((${#want[@]})); then
+    echo "install-system-deps: installing ${want[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${want[@]}" >/dev/null
+fi
+echo "install-system-deps: ok"

@@ -1,0 +1,238 @@
+"""The console's HTTP server against a real gate on SQLite shards: JSON APIs,
+saving a VSchema, /debug, /metrics parsed by prometheus_client."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from shardgate.api.http import HttpServer
+from shardgate.gate import Gate
+from shardgate.topo.local import open_topo
+
+
+def _cluster(tmp_path: Path) -> Path:
+    path = tmp_path / "cluster.yaml"
+    path.write_text(
+        "default_keyspace: ks\n"
+        "keyspaces:\n"
+        "  ks:\n"
+        "    shards: {'-80': sqlite:///ks-80.db, '80-': 'sqlite:///ks80-.db'}\n"
+        "    vschema:\n"
+        "      sharded: true\n"
+        "      vindexes: {hash: {type: hash}}\n"
+        "      tables: {t: {column_vindexes: [{column: id, name: hash}]}}\n"
+    )
+    return path
+
+
+@pytest.fixture
+async def console(tmp_path: Path) -> AsyncIterator[tuple[Gate, str]]:
+    gate = await Gate.from_topo(await open_topo(_cluster(tmp_path)))
+    server = HttpServer(gate, "127.0.0.1", 0)
+    port = await server.start()
+    try:
+        yield gate, f"http://127.0.0.1:{port}"
+    finally:
+        await server.stop()
+        await gate.close()
+
+
+async def _get(url: str) -> Any:
+    async with aiohttp.ClientSession() as http, http.get(url) as r:
+        assert r.status == 200, await r.text()
+        return await r.json()
+
+
+async def test_cluster_lists_shards_with_redacted_urls(console: tuple[Gate, str]) -> None:
+    _, base = console
+    doc = await _get(f"{base}/api/cluster")
+    ks = doc["keyspaces"][0]
+    assert ks["name"] == "ks" and [s["name"] for s in ks["shards"]] == ["-80", "80-"]
+    assert all(s["backend"] == "sqlite" for s in ks["shards"])
+
+
+async def test_invalid_vschema_is_refused_with_its_path_and_nothing_written(
+    console: tuple[Gate, str],
+) -> None:
+    gate, base = console
+    before = await gate.topo.store.clock()
+    bad = {"sharded": True, "vindexes": {"hash": {"type": "hash"}},
+           "tables": {"t": {"column_vindexes": [{"column": "id", "name": "nosuch"}]}}}
+    async with aiohttp.ClientSession() as http:
+        async with http.put(f"{base}/api/vschema/ks", json={"vschema": bad}) as r:
+            body = await r.json()
+            assert r.status == 400, body
+            assert body["code"] == "INVALID_ARGUMENT"
+            assert body["path"].startswith("ks.tables.t.column_vindexes")
+        async with http.post(f"{base}/api/vschema/ks/check", json=bad) as r:
+            found = await r.json()
+            assert found["errors"] and found["errors"][0]["path"].startswith("tables.t")
+    assert await gate.topo.store.clock() == before
+
+
+async def test_save_routes_by_the_new_vschema_and_conflicts_are_coded(
+    console: tuple[Gate, str],
+) -> None:
+    gate, base = console
+    s = gate.session("ks")
+    await gate.execute(s, "CREATE TABLE IF NOT EXISTS u (id BIGINT PRIMARY KEY, v TEXT)")
+    cur = await _get(f"{base}/api/vschema/ks")
+    new = cur["vschema"]
+    new["tables"]["u"] = {"column_vindexes": [{"column": "id", "name": "hash"}]}
+    async with aiohttp.ClientSession() as http:
+        async with http.post(f"{base}/api/vschema/ks/check", json=new) as r:
+            found = await r.json()
+            assert found["errors"] == [] and '+    "u": {' in found["diff"]
+        async with http.put(f"{base}/api/vschema/ks",
+                            json={"vschema": new, "version": cur["version"]}) as r:
+            assert r.status == 200, await r.text()
+        async with http.put(f"{base}/api/vschema/ks",
+                            json={"vschema": new, "version": cur["version"]}) as r:
+            assert r.status == 409 and (await r.json())["code"] == "ABORTED"
+    await gate.execute(s, "INSERT INTO u (id, v) VALUES (7, 'x')")
+    plan = gate.explain("SELECT v FROM u WHERE id = 7", "ks")
+    assert plan["Instructions"]["Variant"] == "EqualUnique"
+
+
+async def test_warnings_for_a_vschema_that_compiles_but_looks_wrong(
+    console: tuple[Gate, str],
+) -> None:
+    _, base = console
+    doc = {"sharded": True,
+           "vindexes": {"hash": {"type": "hash"}, "spare": {"type": "xxhash"}},
+           "tables": {"t": {"column_vindexes": [{"column": "id", "name": "hash"}]}}}
+    async with aiohttp.ClientSession() as http, \
+            http.post(f"{base}/api/vschema/ks/check", json=doc) as r:
+        found = await r.json()
+    assert found["errors"] == []
+    assert {"path": "vindexes.spare", "message": "no table uses this vindex"} in found["warnings"]
+
+
+async def test_debug_endpoints_and_query_log(console: tuple[Gate, str]) -> None:
+    gate, base = console
+    s = gate.session("ks")
+    await gate.execute(s, "CREATE TABLE IF NOT EXISTS t (id BIGINT PRIMARY KEY, v TEXT)")
+    await gate.execute(s, "INSERT INTO t (id, v) VALUES (1, 'a')")
+    await gate.execute(s, "SELECT v FROM t WHERE id = 1")
+    queryz = await _get(f"{base}/debug/queryz")
+    assert any(q["query"] == "SELECT v FROM t WHERE id = ?" and q["count"] == 1 for q in queryz)
+    log = await _get(f"{base}/debug/querylogz")
+    assert log[0]["sql"] == "SELECT v FROM t WHERE id = ?" and log[0]["rows"] == 1
+    assert (await _get(f"{base}/debug/health"))["status"] == "ok"
+    assert "ks" in await _get(f"{base}/debug/schemaz")
+    assert (await _get(f"{base}/debug/vars"))["topology_version"] == gate.topology.version
+    plans = await _get(f"{base}/debug/query_plans")
+    assert any(p["sql"].startswith("SELECT v FROM t") for p in plans)
+
+
+async def _scrape(base: str) -> dict[str, Any]:
+    async with aiohttp.ClientSession() as http, http.get(f"{base}/metrics") as r:
+        text = await r.text()
+    out: dict[str, Any] = {}
+    for fam in text_string_to_metric_families(text):
+        for sample in fam.samples:
+            out.setdefault(sample.name, []).append(sample)
+    return out
+
+
+def _total(samples: dict[str, Any], name: str, **labels: str) -> float:
+    return sum(s.value for s in samples.get(name, [])
+               if all(s.labels.get(k) == v for k, v in labels.items()))
+
+
+async def test_metrics_move_when_queries_run(console: tuple[Gate, str]) -> None:
+    gate, base = console
+    s = gate.session("ks")
+    await gate.execute(s, "CREATE TABLE IF NOT EXISTS t (id BIGINT PRIMARY KEY, v TEXT)")
+    before = await _scrape(base)
+    for i in range(5):
+        await gate.execute(s, f"INSERT INTO t (id, v) VALUES ({100 + i}, 'x')")
+    await gate.execute(s, "SELECT * FROM t")
+    with pytest.raises(Exception, match="NOT_FOUND"):
+        await gate.execute(s, "SELECT * FROM nosuch")
+    after = await _scrape(base)
+    count = "shardgate_gate_api_seconds_count"
+    assert _total(after, count, keyspace="ks") - _total(before, count, keyspace="ks") >= 6
+    assert _total(after, "shardgate_gate_rows_affected_total", keyspace="ks") \
+        - _total(before, "shardgate_gate_rows_affected_total", keyspace="ks") == 5
+    assert _total(after, "shardgate_tablet_query_seconds_count", keyspace="ks") \
+        > _total(before, "shardgate_tablet_query_seconds_count", keyspace="ks")
+    for family in ("shardgate_gate_plan_cache_hits_total", "shardgate_gate_shard_calls_bucket",
+                   "shardgate_tablet_lease_holder", "shardgate_gate_topology_version"):
+        assert family in after, family
+
+
+async def test_streams_list_consumers_with_position_and_lag(console: tuple[Gate, str]) -> None:
+    gate, base = console
+    s = gate.session("ks")
+    await gate.execute(s, "CREATE TABLE IF NOT EXISTS t (id BIGINT PRIMARY KEY, v TEXT)")
+    assert await _get(f"{base}/api/streams") == []
+    stream = gate.update_stream("ks", heartbeat_s=0.1)
+    seen = 0
+    beats = asyncio.Event()
+    done = asyncio.Event()
+
+    async def consume() -> None:
+        nonlocal seen
+        async for ev in stream:
+            if ev.heartbeat:
+                beats.set()
+            seen += len(ev.changes)
+            if seen >= 3:
+                done.set()
+
+    task = asyncio.create_task(consume())
+    await asyncio.wait_for(beats.wait(), 20)  # the stream runs: later commits reach it
+    for i in range(3):
+        await gate.execute(s, f"INSERT INTO t (id, v) VALUES ({i}, 'x')")
+    await asyncio.wait_for(done.wait(), 20)
+    consumers = await _get(f"{base}/api/streams")
+    assert len(consumers) == 1 and consumers[0]["keyspace"] == "ks"
+    assert consumers[0]["events"] >= 1 and consumers[0]["position"]
+    samples = await _scrape(base)
+    assert _total(samples, "shardgate_stream_consumers", keyspace="ks") == 1
+    assert "shardgate_stream_lag_seconds" in samples
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    assert await _get(f"{base}/api/streams") == []
+
+
+async def test_kill_a_live_query_on_postgresql(make_database: Any) -> None:
+    url = make_database("postgres", "console_kill")
+    from shardgate.topo.model import Topology
+
+    gate = Gate.open(Topology.from_dict({"keyspaces": {"pg": {
+        "shards": {"0": url}, "vschema": {"sharded": False}}}}))
+    server = HttpServer(gate, "127.0.0.1", 0)
+    base = f"http://127.0.0.1:{await server.start()}"
+    try:
+        s = gate.session("pg")
+        slow = asyncio.create_task(gate.execute(s, "SELECT pg_sleep(30)"))
+        live: list[Any] = []
+        for _ in range(200):
+            live = [q for q in await _get(f"{base}/api/live") if "PG_SLEEP" in q["sql"].upper()]
+            if live:
+                break
+            await asyncio.sleep(0.05)
+        assert live, "the running query is not listed"
+        async with aiohttp.ClientSession() as http, \
+                http.post(f"{base}/api/live/{live[0]['id']}/kill") as r:
+            assert r.status == 200
+        with pytest.raises(Exception, match="killed by an operator") as err:
+            await asyncio.wait_for(slow, 10)
+        assert "ABORTED" in str(err.value)
+        # the shard still answers, on a connection that is not stuck in the sleep
+        assert (await gate.execute(s, "SELECT 1")).rows == [(1,)]
+        assert [q for q in await _get(f"{base}/api/live") if "PG_SLEEP" in q["sql"].upper()] == []
+    finally:
+        await server.stop()
+        await gate.close()
