@@ -247,21 +247,10 @@ class GateClient:
         keyspace: str | None = None,
     ) -> int:
         """Ack events (a received batch, or events of ``queue``); one call per shard."""
-        if isinstance(batch_or_events, QueueBatch):
-            events: Sequence[QueueEvent] = batch_or_events.events
-            queue = queue or batch_or_events.queue
-            keyspace = keyspace or batch_or_events.keyspace
-        else:
-            events = batch_or_events
-        if queue is None:
-            raise InvalidArgument("ack needs the queue name with a list of events")
-        by_shard: dict[str, list[int]] = {}
-        for e in events:
-            by_shard.setdefault(e.shard, []).append(e.id)
+        ks, queue, by_shard = self._events_by_shard(batch_or_events, queue, keyspace, "ack")
         total = 0
         for shard, ids in by_shard.items():
-            request = pb.QueueAckRequest(keyspace=keyspace or self.keyspace or "", queue=queue,
-                                         shard=shard, ids=ids)
+            request = pb.QueueAckRequest(keyspace=ks, queue=queue, shard=shard, ids=ids)
             try:
                 response: pb.QueueAckResponse = await self._stub.QueueAck(
                     request, timeout=self.timeout)
@@ -269,6 +258,73 @@ class GateClient:
                 raise error_from_rpc(exc, self.target) from None
             total += response.acked
         return total
+
+    async def nack(
+        self, batch_or_events: QueueBatch | Sequence[QueueEvent], reason: str, *,
+        retry_at: float | None = None, queue: str | None = None, keyspace: str | None = None,
+    ) -> int:
+        """Record a failed attempt of segmented-queue events (a received batch, or events
+        of ``queue``): each is retried after the queue's backoff, or not before
+        ``retry_at`` (seconds since the epoch), or aborted once out of attempts.
+        Returns how many were still executing; one call per shard."""
+        ks, queue, by_shard = self._events_by_shard(batch_or_events, queue, keyspace, "nack")
+        at = None if retry_at is None else int(retry_at * 1e9)
+        total = 0
+        for shard, ids in by_shard.items():
+            request = pb.QueueNackRequest(keyspace=ks, queue=queue, shard=shard, ids=ids,
+                                          reason=reason, retry_at_ns=at)
+            try:
+                response: pb.QueueNackResponse = await self._stub.QueueNack(
+                    request, timeout=self.timeout)
+            except grpc.aio.AioRpcError as exc:
+                raise error_from_rpc(exc, self.target) from None
+            total += response.nacked
+        return total
+
+    def _events_by_shard(
+        self, batch_or_events: QueueBatch | Sequence[QueueEvent], queue: str | None,
+        keyspace: str | None, verb: str,
+    ) -> tuple[str, str, dict[str, list[int]]]:
+        if isinstance(batch_or_events, QueueBatch):
+            events: Sequence[QueueEvent] = batch_or_events.events
+            queue = queue or batch_or_events.queue
+            keyspace = keyspace or batch_or_events.keyspace
+        else:
+            events = batch_or_events
+        if queue is None:
+            raise InvalidArgument(f"{verb} needs the queue name with a list of events")
+        by_shard: dict[str, list[int]] = {}
+        for e in events:
+            by_shard.setdefault(e.shard, []).append(e.id)
+        return keyspace or self.keyspace or "", queue, by_shard
+
+    async def enqueue(
+        self, queue: str, key: Any, payload: str | None, *, keyspace: str | None = None
+    ) -> tuple[str, int]:
+        """Store one job of a segmented queue; its ``(shard, job_id)`` (see :meth:`enqueue_many`)."""
+        return (await self.enqueue_many(queue, [(key, payload)], keyspace=keyspace))[0]
+
+    async def enqueue_many(
+        self, queue: str, jobs: Sequence[tuple[Any, str | None]], *,
+        keyspace: str | None = None,
+    ) -> list[tuple[str, int]]:
+        """Store ``(key, payload)`` jobs of a segmented queue in one call; their
+        ``(shard, job_id)`` in order.
+
+        In this session's transaction (after ``BEGIN``) the jobs commit or roll
+        back with it; otherwise they are committed when this returns.
+        """
+        request = pb.QueueEnqueueRequest(session_id=self.session_id,
+                                         keyspace=keyspace or self.keyspace or "", queue=queue,
+                                         jobs=queue_convert.jobs_of(jobs))
+        try:
+            response: pb.QueueEnqueueResponse = await self._stub.QueueEnqueue(
+                request, timeout=self.timeout)
+        except grpc.aio.AioRpcError as exc:
+            raise error_from_rpc(exc, self.target) from None
+        if response.session_id:
+            self.session_id = response.session_id
+        return [(j.shard, j.id) for j in response.jobs]
 
     async def queue_stats(self, queue: str, *, keyspace: str | None = None) -> list[Any]:
         """Per-shard figures of ``queue``."""

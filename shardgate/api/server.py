@@ -182,6 +182,31 @@ class GateServicer(pb_grpc.GateServicer):
                                       list(request.ids))
         return pb.QueueAckResponse(acked=n)
 
+    @unary(pb.QueueEnqueueResponse)
+    async def QueueEnqueue(
+        self, request: pb.QueueEnqueueRequest, context: Ctx
+    ) -> pb.QueueEnqueueResponse:
+        """Store jobs of a segmented queue, in the session's transaction if it has one."""
+        jobs = [(convert.from_value(j.key), j.payload if j.HasField("payload") else None)
+                for j in request.jobs]
+        if not request.session_id:
+            refs = await self.gate.queue_enqueue(request.keyspace, request.queue, jobs)
+            return queue_convert.enqueue_response(0, refs, False)
+        entry = self._entry(request.session_id, None)
+        async with entry.lock:
+            refs = await self.gate.queue_enqueue(request.keyspace, request.queue, jobs,
+                                                 session=entry.session)
+        return queue_convert.enqueue_response(entry.session.id, refs,
+                                              entry.session.in_transaction)
+
+    @unary(pb.QueueNackResponse)
+    async def QueueNack(self, request: pb.QueueNackRequest, context: Ctx) -> pb.QueueNackResponse:
+        """Record a failed attempt of segmented-queue jobs of one shard."""
+        retry_at = request.retry_at_ns if request.HasField("retry_at_ns") else None
+        n = await self.gate.queue_nack(request.keyspace, request.queue, request.shard,
+                                       list(request.ids), request.reason, retry_at)
+        return pb.QueueNackResponse(nacked=n)
+
     @unary(pb.QueueStatsResponse)
     async def QueueStats(
         self, request: pb.QueueStatsRequest, context: Ctx

@@ -36,7 +36,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from shardgate.backends.base import Backend, LeaseHandle
-from shardgate.errors import InvalidArgument, NotFound, ShardgateError, Unavailable
+from shardgate.errors import InvalidArgument, NotFound, ShardgateError, Unavailable, Unsupported
 from shardgate.queues import metrics
 from shardgate.queues.ddl import comment_of, detect_sql
 from shardgate.queues.events import QueueBatch
@@ -323,6 +323,25 @@ class QueueService:
             return await m.ack(ids)
         store = QueueStore(name, self.backend.dialect, self.backend.placeholder)
         return await store.ack_via(self.backend, ids)
+
+    async def nack(self, queue: str, ids: Sequence[int], reason: str,
+                   retry_at: int | None = None) -> int:
+        """Record a failed attempt of jobs ``ids`` of segmented ``queue`` (retried after
+        the backoff or at ``retry_at`` ns, aborted once out of attempts)."""
+        name = await self._known(queue)
+        if not self.is_segmented(name):
+            raise Unsupported(
+                f"{queue!r} on {self.keyspace}/{self.shard} is a queue table: its events "
+                "fire again after ack_wait when not acked; nack is for segmented queues")
+        sq = self.segmented.get(name)
+        if not ids:
+            return 0
+        if sq is None:
+            raise Unavailable(
+                f"segmented queue {name} on {self.keyspace}/{self.shard}: "
+                "this tablet does not consume it now (no shard lease); the jobs will be "
+                "handed out again after ack_wait")
+        return await sq.nack(ids, reason, retry_at)
 
     async def stats(self, queue: str) -> dict[str, Any]:
         name = await self._known(queue)
