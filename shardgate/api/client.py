@@ -301,7 +301,7 @@ class GateClient:
     async def enqueue(
         self, queue: str, key: Any, payload: str | None, *, keyspace: str | None = None
     ) -> tuple[str, int]:
-        """Store one job of a segmented queue; its ``(shard, job_id)`` (see :meth:`enqueue_many`)."""
+        """Store one job of a segmented queue; its ``(shard, job_id)`` (see enqueue_many)."""
         return (await self.enqueue_many(queue, [(key, payload)], keyspace=keyspace))[0]
 
     async def enqueue_many(
