@@ -23,12 +23,14 @@ from typing import Any
 
 import grpc
 
-from shardgate.api import convert, queue_convert, stream_convert
+from shardgate.api import convert, inbox_convert, queue_convert, stream_convert
 from shardgate.api import shardgate_pb2 as pb
 from shardgate.api import shardgate_pb2_grpc as pb_grpc
 from shardgate.api.server import GRPC_OPTIONS
 from shardgate.errors import Code, InvalidArgument, ShardgateError, error_for_code
 from shardgate.queues.events import QueueBatch, QueueEvent
+from shardgate.queues.inbox.model import InboxOptions, Message, Pointer
+from shardgate.queues.inbox.store import InboxRead, MaintainReport
 from shardgate.result import ExecuteOptions, Result
 from shardgate.sql.inputs import check_sql
 from shardgate.streams.merge import StreamEvent
@@ -336,6 +338,98 @@ class GateClient:
             raise error_from_rpc(exc, self.target) from None
         stats: list[Any] = json.loads(response.stats_json)
         return stats
+
+    # -- inboxes ---------------------------------------------------------------------
+
+    async def _call(self, method: Any, request: Any) -> Any:
+        try:
+            return await method(request, timeout=self.timeout)
+        except grpc.aio.AioRpcError as exc:
+            raise error_from_rpc(exc, self.target) from None
+
+    def _ks(self, keyspace: str | None) -> str:
+        return keyspace or self.keyspace or ""
+
+    async def inbox_create(
+        self, name: str, options: InboxOptions | Mapping[str, Any] | None = None, *,
+        keyspace: str | None = None,
+    ) -> MaintainReport:
+        """Create inbox ``name`` with ``options`` (stored with it; None: the defaults, or
+        the stored ones if it exists). ``FAILED_PRECONDITION`` if it exists with others."""
+        request = pb.InboxCreateRequest(keyspace=self._ks(keyspace), name=name,
+                                        options_json=inbox_convert.options_json(options))
+        return inbox_convert.report_of(await self._call(self._stub.InboxCreate, request))
+
+    async def inbox_maintain(self, name: str, *, keyspace: str | None = None) -> MaintainReport:
+        """Create buckets ahead and drop expired ones (run it periodically)."""
+        request = pb.InboxMaintainRequest(keyspace=self._ks(keyspace), name=name)
+        return inbox_convert.report_of(await self._call(self._stub.InboxMaintain, request))
+
+    async def inbox_append(
+        self, name: str, user: Any, body: str | None, *, ts: int | None = None,
+        keyspace: str | None = None,
+    ) -> Message:
+        """Append one message to ``user``'s inbox; in this session's transaction after
+        ``BEGIN`` (committed or rolled back with it), else committed at once."""
+        request = pb.InboxAppendRequest(session_id=self.session_id,
+                                        keyspace=self._ks(keyspace), name=name,
+                                        user=convert.to_value(user), body=body, ts=ts)
+        response: pb.InboxAppendResponse = await self._call(self._stub.InboxAppend, request)
+        if response.session_id:
+            self.session_id = response.session_id
+        return inbox_convert.message_of(response.message)
+
+    async def inbox_read(
+        self, name: str, user: Any, *, after: Pointer | str | None = None,
+        consumer: str | None = None, limit: int = 100, keyspace: str | None = None,
+    ) -> InboxRead:
+        """Up to ``limit`` messages of ``user`` after the pointer ``after``, or after
+        ``consumer``'s committed pointer (neither: from the oldest retained)."""
+        if after is not None and consumer is not None:
+            raise InvalidArgument("inbox read: give a pointer or a consumer, not both")
+        request = pb.InboxReadRequest(
+            keyspace=self._ks(keyspace), name=name, user=convert.to_value(user),
+            after=after.encode() if isinstance(after, Pointer) else after,
+            consumer=consumer, limit=limit)
+        return inbox_convert.read_of(await self._call(self._stub.InboxRead, request))
+
+    async def inbox_commit(
+        self, name: str, user: Any, consumer: str, pointer: Pointer | str, *,
+        keyspace: str | None = None,
+    ) -> None:
+        """Advance ``consumer``'s pointer for ``user`` to ``pointer`` (a read's pointer)."""
+        text = pointer.encode() if isinstance(pointer, Pointer) else pointer
+        request = pb.InboxCommitRequest(keyspace=self._ks(keyspace), name=name,
+                                        user=convert.to_value(user), consumer=consumer,
+                                        pointer=text)
+        await self._call(self._stub.InboxCommit, request)
+
+    async def inbox_committed(
+        self, name: str, user: Any, consumer: str, *, keyspace: str | None = None
+    ) -> Pointer | None:
+        """``consumer``'s committed pointer for ``user``, or None."""
+        request = pb.InboxCommittedRequest(keyspace=self._ks(keyspace), name=name,
+                                           user=convert.to_value(user), consumer=consumer)
+        response: pb.InboxCommittedResponse = await self._call(self._stub.InboxCommitted,
+                                                               request)
+        return Pointer.decode(response.pointer) if response.HasField("pointer") else None
+
+    async def inbox_list(self, *, keyspace: str | None = None) -> list[dict[str, Any]]:
+        """``[{"name", "options"}]`` of the keyspace's inboxes."""
+        request = pb.InboxListRequest(keyspace=self._ks(keyspace))
+        response: pb.InboxListResponse = await self._call(self._stub.InboxList, request)
+        out: list[dict[str, Any]] = json.loads(response.inboxes_json)
+        return out
+
+    async def inbox_stats(
+        self, name: str, *, counts: bool = False, keyspace: str | None = None
+    ) -> dict[str, Any]:
+        """The inbox's stored options and buckets; with ``counts``, the messages per
+        bucket and the pointers too (exact counts, reading every bucket)."""
+        request = pb.InboxStatsRequest(keyspace=self._ks(keyspace), name=name, counts=counts)
+        response: pb.InboxStatsResponse = await self._call(self._stub.InboxStats, request)
+        out: dict[str, Any] = json.loads(response.stats_json)
+        return out
 
     async def update_stream(
         self, keyspace: str | None = None, key_range: str | None = None,

@@ -469,12 +469,14 @@ class InboxListResponse(_message.Message):
     def __init__(self, inboxes_json: _Optional[str] = ...) -> None: ...
 
 class InboxStatsRequest(_message.Message):
-    __slots__ = ("keyspace", "name")
+    __slots__ = ("keyspace", "name", "counts")
     KEYSPACE_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
+    COUNTS_FIELD_NUMBER: _ClassVar[int]
     keyspace: str
     name: str
-    def __init__(self, keyspace: _Optional[str] = ..., name: _Optional[str] = ...) -> None: ...
+    counts: bool
+    def __init__(self, keyspace: _Optional[str] = ..., name: _Optional[str] = ..., counts: _Optional[bool] = ...) -> None: ...
 
 class InboxStatsResponse(_message.Message):
     __slots__ = ("stats_json",)
