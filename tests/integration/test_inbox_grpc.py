@@ -62,7 +62,7 @@ async def served(kind: str, make_database: Callable[..., str]
 
 
 async def test_inbox_over_grpc(served: tuple[Cluster, str]) -> None:
-    cluster, target = served
+    _, target = served
     async with GateClient(target, keyspace="commerce") as client:
         report = await client.inbox_create("notes", OPTIONS)
         assert len(report.created) == 1
