@@ -14,6 +14,9 @@ events are:
 ``since_ns``  the smallest ``time_scheduled`` the signalled events may carry
               (the start of the writing transaction), kept as the minimum
               over signals not yet consumed
+``signalled_ns`` the database's clock when the last signal was written (its
+              transaction's last statement: about its commit time), for
+              measuring the wake-up delay
 
 The leader tablet polls the table (one tiny primary-key read every
 ``signal_poll_s``; nothing on the hot path of the gate's own enqueues) and,
@@ -31,6 +34,7 @@ from __future__ import annotations
 import re
 
 from shardgate.errors import InvalidArgument
+from shardgate.queues.events import NOW_NS
 
 TABLE = "_sg_queue_signals"
 #: ``since_ns`` of a signal consumed with no new one since (larger than any time).
@@ -53,7 +57,7 @@ def ddl(dialect: str) -> str:
     """``CREATE TABLE IF NOT EXISTS`` of the signal table."""
     _dialect(dialect)
     return (f"CREATE TABLE IF NOT EXISTS {TABLE} (queue VARCHAR(64) NOT NULL PRIMARY KEY, "
-            "seq BIGINT NOT NULL, since_ns BIGINT NOT NULL)")
+            "seq BIGINT NOT NULL, since_ns BIGINT NOT NULL, signalled_ns BIGINT NOT NULL)")
 
 
 def signal_sql(dialect: str, queue: str, since_ns: int) -> str:
@@ -61,17 +65,19 @@ def signal_sql(dialect: str, queue: str, since_ns: int) -> str:
     ``queue`` must be a plain identifier, as queue table names are)."""
     if not _NAME.match(queue):
         raise InvalidArgument(f"queue signals: {queue!r} is not a plain table name")
-    q, since = queue.lower(), int(since_ns)
-    values = f"INSERT INTO {TABLE} (queue, seq, since_ns) VALUES ('{q}', 1, {since})"
-    d = _dialect(dialect)
+    q, since, d = queue.lower(), int(since_ns), _dialect(dialect)
+    values = (f"INSERT INTO {TABLE} (queue, seq, since_ns, signalled_ns) "
+              f"VALUES ('{q}', 1, {since}, {NOW_NS[d]})")
     if d == "postgres":
         return (f"{values} ON CONFLICT (queue) DO UPDATE SET seq = {TABLE}.seq + 1, "
-                f"since_ns = LEAST({TABLE}.since_ns, EXCLUDED.since_ns)")
+                f"since_ns = LEAST({TABLE}.since_ns, EXCLUDED.since_ns), "
+                "signalled_ns = EXCLUDED.signalled_ns")
     if d == "mysql":
         return (f"{values} ON DUPLICATE KEY UPDATE seq = seq + 1, "
-                "since_ns = LEAST(since_ns, VALUES(since_ns))")
+                "since_ns = LEAST(since_ns, VALUES(since_ns)), "
+                "signalled_ns = VALUES(signalled_ns)")
     return (f"{values} ON CONFLICT (queue) DO UPDATE SET seq = seq + 1, "
-            "since_ns = min(since_ns, excluded.since_ns)")
+            "since_ns = min(since_ns, excluded.since_ns), signalled_ns = excluded.signalled_ns")
 
 
 def read_sql() -> str:
