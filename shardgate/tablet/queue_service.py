@@ -41,8 +41,8 @@ import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, NamedTuple
 
-from shardgate.backends.base import Backend, LeaseHandle
 from shardgate.aio import cancel_and_wait
+from shardgate.backends.base import Backend, LeaseHandle
 from shardgate.errors import (
     AlreadyExists,
     InvalidArgument,

@@ -13,8 +13,9 @@ Parts
   table: losing it loses nothing.
 * **The run loop** (one task): scans, fires, sleeps until the next due time
   or a wake-up. Only this task fires and scans, so scans and fires never race.
-* **Scans.** *New*: after the tablet committed a write to this table
-  (:meth:`notify`, an in-process wake-up: no polling, no NOTIFY), one scan
+* **Scans.** *New*: after the tablet committed a write to this table, or
+  read a queue signal of another writer's commit (:meth:`notify`, an
+  in-process wake-up: the manager neither polls nor listens), one scan
   reads ``to_be_fired`` events scheduled since the watermark (less a slack),
   or since the start of the earliest write of the transactions committed since
   the last scan if that is older (a long transaction's events carry their insert
@@ -22,7 +23,8 @@ Parts
   the window; wake-ups that arrive during a scan coalesce into one more
   scan. The first scan after a wake-up reads only the earliest
   ``QUICK_SCAN_ROWS`` and fires them before a follow-up scan reads the rest,
-  so a bulk commit's first events go out without waiting for all of it. *Full*: once per window (and at start, and when a scan filled the
+  so a bulk commit's first events go out without waiting for all of it.
+  *Full*: once per window (and at start, and when a scan filled the
   window, "pending mode", as soon as it drains), new events up to now + window. *Collector*: every
   ``collector_interval``, fired-but-unacked events whose retry time falls in
   the window; retries due beyond the window are left to it, so the fast path
