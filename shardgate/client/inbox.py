@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from shardgate.api.client import GateClient
+from shardgate.client.queues import client_thread
 from shardgate.client.sync import LoopThread
 from shardgate.gate import Gate
 from shardgate.queues.inbox.model import Bucket, InboxOptions, Message, Pointer
@@ -118,16 +118,8 @@ class RemoteInbox:
                  timeout: float | None = None) -> None:
         self.keyspace = keyspace
         self.name = name
-        self._loop = LoopThread("shardgate-remote-inbox")
-
-        async def make() -> GateClient:
-            return GateClient(target, keyspace=keyspace, timeout=timeout)
-
-        try:
-            self._client = self._loop.run(make())
-        except BaseException:
-            self._loop.close()
-            raise
+        self._loop, self._client = client_thread("shardgate-remote-inbox", target,
+                                                 keyspace=keyspace, timeout=timeout)
 
     def create(self, options: InboxOptions | None = None) -> MaintainReport:
         return self._loop.run(self._client.inbox_create(self.name, options))

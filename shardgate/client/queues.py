@@ -22,6 +22,23 @@ from shardgate.client.sync import LoopThread
 from shardgate.queues.events import QueueBatch, QueueEvent
 
 
+def client_thread(
+    name: str, target: str, *, keyspace: str | None, timeout: float | None
+) -> tuple[LoopThread, GateClient]:
+    """A private loop thread and a :class:`GateClient` created on it (the thread is
+    closed again if the client cannot be made)."""
+    loop = LoopThread(name)
+
+    async def make() -> GateClient:
+        return GateClient(target, keyspace=keyspace, timeout=timeout)
+
+    try:
+        return loop, loop.run(make())
+    except BaseException:
+        loop.close()
+        raise
+
+
 class QueueReceiver:
     """Receive, ack and nack queue events, and enqueue segmented-queue jobs,
     synchronously (one private event loop thread)."""
@@ -29,16 +46,8 @@ class QueueReceiver:
     def __init__(
         self, target: str, *, keyspace: str | None = None, timeout: float | None = None
     ) -> None:
-        self._loop = LoopThread("shardgate-queue")
-
-        async def make() -> GateClient:
-            return GateClient(target, keyspace=keyspace, timeout=timeout)
-
-        try:
-            self._client = self._loop.run(make())
-        except BaseException:
-            self._loop.close()
-            raise
+        self._loop, self._client = client_thread("shardgate-queue", target, keyspace=keyspace,
+                                                 timeout=timeout)
 
     def receive(
         self,

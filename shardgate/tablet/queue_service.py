@@ -404,15 +404,7 @@ class QueueService:
     async def ack(self, queue: str, ids: Sequence[int]) -> int:
         name = await self._known(queue)
         if self.is_segmented(name):
-            sq = self.segmented.get(name)
-            if not ids:
-                return 0
-            if sq is None:
-                raise Unavailable(
-                    f"segmented queue {name} on {self.keyspace}/{self.shard}: "
-                    "this tablet does not consume it now (no shard lease); the jobs will be "
-                    "handed out again after ack_wait")
-            return await sq.ack(ids)
+            return await self._served(name).ack(ids) if ids else 0
         m = self.managers.get(name)
         if m is not None and not m.stopped.is_set():
             return await m.ack(ids)
@@ -428,15 +420,17 @@ class QueueService:
             raise Unsupported(
                 f"{queue!r} on {self.keyspace}/{self.shard} is a queue table: its events "
                 "fire again after ack_wait when not acked; nack is for segmented queues")
+        return await self._served(name).nack(ids, reason, retry_at) if ids else 0
+
+    def _served(self, name: str) -> ServedSegmentedQueue:
+        """The segmented queue ``name`` this tablet consumes now, else ``UNAVAILABLE``."""
         sq = self.segmented.get(name)
-        if not ids:
-            return 0
         if sq is None:
             raise Unavailable(
                 f"segmented queue {name} on {self.keyspace}/{self.shard}: "
                 "this tablet does not consume it now (no shard lease); the jobs will be "
                 "handed out again after ack_wait")
-        return await sq.nack(ids, reason, retry_at)
+        return sq
 
     async def stats(self, queue: str) -> dict[str, Any]:
         name = await self._known(queue)

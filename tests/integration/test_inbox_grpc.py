@@ -32,25 +32,15 @@ from shardgate.queues.inbox.model import Pointer
 from shardgate.topo import Topology
 from shardgate.topo.file import write_cluster_file
 from tests.acceptance.test_cli import STOP_TIMEOUT_S, cli_env, free_port, wait_for_port
-from tests.conftest import require_server
 from tests.integration.conftest import Cluster, open_cluster
 
 OPTIONS = InboxOptions(precreate=0, rescan_window_s=60.0, retention_s=7 * 86_400.0)
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres),
-                        pytest.param("mysql", marks=pytest.mark.mysql)])
-def kind(request: pytest.FixtureRequest) -> str:
-    k: str = request.param
-    if k != "sqlite":
-        require_server(k)
-    return k
-
-
 @pytest.fixture
-async def served(kind: str, make_database: Callable[..., str]
+async def served(backend_kind: str, make_database: Callable[..., str]
                  ) -> AsyncIterator[tuple[Cluster, str]]:
-    c = await open_cluster(kind, make_database, shards=2)
+    c = await open_cluster(backend_kind, make_database, shards=2)
     try:
         server, port = await serve(c.gate, "127.0.0.1", 0)
         try:
@@ -160,10 +150,10 @@ async def test_sync_remote_inbox(served: tuple[Cluster, str]) -> None:
     assert await asyncio.to_thread(work) == ["s0", "s1", "s2"]
 
 
-def test_remote_cli_session(kind: str, make_database: Callable[..., str],
+def test_remote_cli_session(backend_kind: str, make_database: Callable[..., str],
                             tmp_path: Path) -> None:
     """``shardgate inbox ... --target`` (each a process) against a ``shardgate gate`` process."""
-    shards = {"-80": make_database(kind, "i0"), "80-": make_database(kind, "i1")}
+    shards = {"-80": make_database(backend_kind, "i0"), "80-": make_database(backend_kind, "i1")}
     topo = Topology.from_dict({"default_keyspace": "commerce", "keyspaces": {"commerce": {
         "shards": shards, "vschema": {"sharded": True, "vindexes": {"hash": {"type": "hash"}}}}}})
     cluster = tmp_path / "cluster.yaml"

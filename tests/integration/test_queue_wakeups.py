@@ -31,7 +31,6 @@ from shardgate.gate import Gate
 from shardgate.queues import signals
 from shardgate.queues.events import QueueBatch
 from shardgate.topo.file import write_cluster_file
-from tests.conftest import require_server
 from tests.integration.conftest import Cluster, open_cluster
 
 QUEUE = ("CREATE QUEUE jobs (customer_id BIGINT NOT NULL, body VARCHAR(64)) "
@@ -44,18 +43,9 @@ FIRST_EVENT_TARGET_MS = 100.0
 FIRST_EVENT_MS = 1000.0
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres),
-                        pytest.param("mysql", marks=pytest.mark.mysql)])
-def kind(request: pytest.FixtureRequest) -> str:
-    k: str = request.param
-    if k != "sqlite":
-        require_server(k)
-    return k
-
-
 @pytest.fixture
-async def cluster(kind: str, make_database: Callable[..., str]) -> AsyncIterator[Cluster]:
-    c = await open_cluster(kind, make_database)
+async def cluster(backend_kind: str, make_database: Callable[..., str]) -> AsyncIterator[Cluster]:
+    c = await open_cluster(backend_kind, make_database)
     try:
         await c.gate.execute(c.gate.session("commerce"), QUEUE)
         yield c

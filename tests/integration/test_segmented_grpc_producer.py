@@ -26,7 +26,6 @@ from shardgate.errors import Unsupported
 from shardgate.queues.events import QueueEvent
 from shardgate.tablet import LocalTabletClient
 from tests.acceptance.test_cli import cli_env
-from tests.conftest import require_server
 from tests.integration.conftest import Cluster, open_cluster
 
 CREATE = ("CREATE QUEUE events (user_id BIGINT NOT NULL, body TEXT) SHARD BY user_id "
@@ -43,19 +42,10 @@ print(json.dumps([one, *many]))
 """
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres),
-                        pytest.param("mysql", marks=pytest.mark.mysql)])
-def kind(request: pytest.FixtureRequest) -> str:
-    k: str = request.param
-    if k != "sqlite":
-        require_server(k)
-    return k
-
-
 @pytest.fixture
-async def served(kind: str, make_database: Callable[..., str]
+async def served(backend_kind: str, make_database: Callable[..., str]
                  ) -> AsyncIterator[tuple[Cluster, str]]:
-    c = await open_cluster(kind, make_database, shards=2)
+    c = await open_cluster(backend_kind, make_database, shards=2)
     try:
         for client in c.gate.tablets.values():
             assert isinstance(client, LocalTabletClient)
