@@ -387,6 +387,8 @@ class GateClient:
         ``consumer``'s committed pointer (neither: from the oldest retained)."""
         if after is not None and consumer is not None:
             raise InvalidArgument("inbox read: give a pointer or a consumer, not both")
+        if not isinstance(limit, int) or limit < 1:
+            raise InvalidArgument(f"inbox read limit {limit!r}: give a positive number")
         request = pb.InboxReadRequest(
             keyspace=self._ks(keyspace), name=name, user=convert.to_value(user),
             after=after.encode() if isinstance(after, Pointer) else after,
