@@ -22,7 +22,7 @@ import pytest
 
 from shardgate.api.client import GateClient
 from shardgate.api.server import serve
-from shardgate.errors import Unsupported
+from shardgate.errors import FailedPrecondition, Unsupported
 from shardgate.queues.events import QueueEvent
 from shardgate.tablet import LocalTabletClient
 from tests.acceptance.test_cli import cli_env
@@ -165,3 +165,43 @@ async def test_nack_of_a_queue_table_is_refused(served: tuple[Cluster, str]) -> 
     async with GateClient(target, keyspace="commerce") as client:
         with pytest.raises(Unsupported, match="nack is for segmented queues"):
             await client.nack([QueueEvent(1, shard, 1, 0, 0, ())], "x", queue="plain")
+
+
+async def test_enqueue_in_a_transaction_rolls_over_to_a_spare_dataset(
+    backend_kind: str, make_database: Callable[..., str]
+) -> None:
+    """A full open dataset inside a transaction: the spare one takes over (ids go on
+    increasing); without a spare the enqueue is refused before writing anything."""
+    c = await open_cluster(backend_kind, make_database, shards=1)
+    gate = c.gate
+    try:
+        await gate.execute(gate.session("commerce"), CREATE.replace(
+            "batch_size = 8", "batch_size = 8, dataset_max_rows = 3"))
+        s = gate.session("commerce")
+        await gate.execute(s, "BEGIN")
+        first = await gate.queue_enqueue("commerce", "events", [(1, "a"), (2, "b"), (3, "c")],
+                                         session=s)
+        with pytest.raises(FailedPrecondition, match="no spare dataset"):
+            await gate.queue_enqueue("commerce", "events", [(4, "d")], session=s)
+        await gate.execute(s, "COMMIT")  # the first three only
+        # Outside a transaction the producer rolls over and creates the next spare.
+        outside = await gate.queue_enqueue("commerce", "events", [(5, "e")])
+        await gate.execute(s, "BEGIN")
+        inside = await gate.queue_enqueue(
+            "commerce", "events", [(6, "f"), (7, "g"), (8, "h")], session=s)
+        await gate.execute(s, "COMMIT")
+        ids = [job_id for _, job_id in [*first, *outside, *inside]]
+        assert ids == sorted(ids) and len(set(ids)) == 7
+        shard = c.topology.keyspace("commerce").shards[0].name
+        catalog = await gate.tablets[("commerce", shard)].execute(
+            "SELECT n, state, job_rows FROM events_datasets ORDER BY n", [])
+        assert [(str(r[1]), int(r[2])) for r in catalog.rows][:3] == [
+            ("closed", 3), ("closed", 1), ("open", 3)]
+        stored = []
+        for n in [int(r[0]) for r in catalog.rows][:3]:  # (the view is the consumer's)
+            res = await gate.tablets[("commerce", shard)].execute(
+                f"SELECT job_id, payload FROM events_jobs_{n} ORDER BY job_id", [])
+            stored += [(int(r[0]), str(r[1])) for r in res.rows]
+        assert stored == list(zip(ids, "abcefgh", strict=True))
+    finally:
+        await gate.close()
