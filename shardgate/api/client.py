@@ -24,13 +24,15 @@ from typing import Any
 
 import grpc
 
-from shardgate.api import convert, queue_convert, stream_convert
+from shardgate.api import convert, inbox_convert, queue_convert, stream_convert
 from shardgate.api import shardgate_pb2 as pb
 from shardgate.api import shardgate_pb2_grpc as pb_grpc
 from shardgate.api.security import ClientSecurity, open_channel
 from shardgate.api.server import GRPC_OPTIONS
 from shardgate.errors import Code, InvalidArgument, ShardgateError, error_for_code
 from shardgate.queues.events import QueueBatch, QueueEvent
+from shardgate.queues.inbox.model import InboxOptions, Message, Pointer
+from shardgate.queues.inbox.store import InboxRead, MaintainReport
 from shardgate.result import ExecuteOptions, Result
 from shardgate.sql.inputs import check_sql
 from shardgate.streams.merge import StreamEvent
@@ -279,21 +281,10 @@ class GateClient:
         keyspace: str | None = None,
     ) -> int:
         """Ack events (a received batch, or events of ``queue``); one call per shard."""
-        if isinstance(batch_or_events, QueueBatch):
-            events: Sequence[QueueEvent] = batch_or_events.events
-            queue = queue or batch_or_events.queue
-            keyspace = keyspace or batch_or_events.keyspace
-        else:
-            events = batch_or_events
-        if queue is None:
-            raise InvalidArgument("ack needs the queue name with a list of events")
-        by_shard: dict[str, list[int]] = {}
-        for e in events:
-            by_shard.setdefault(e.shard, []).append(e.id)
+        ks, queue, by_shard = self._events_by_shard(batch_or_events, queue, keyspace, "ack")
         total = 0
         for shard, ids in by_shard.items():
-            request = pb.QueueAckRequest(keyspace=keyspace or self.keyspace or "", queue=queue,
-                                         shard=shard, ids=ids)
+            request = pb.QueueAckRequest(keyspace=ks, queue=queue, shard=shard, ids=ids)
             try:
                 response: pb.QueueAckResponse = await self._stub.QueueAck(
                     request, timeout=self.timeout)
@@ -301,6 +292,73 @@ class GateClient:
                 raise error_from_rpc(exc, self.target) from None
             total += response.acked
         return total
+
+    async def nack(
+        self, batch_or_events: QueueBatch | Sequence[QueueEvent], reason: str, *,
+        retry_at: float | None = None, queue: str | None = None, keyspace: str | None = None,
+    ) -> int:
+        """Record a failed attempt of segmented-queue events (a received batch, or events
+        of ``queue``): each is retried after the queue's backoff, or not before
+        ``retry_at`` (seconds since the epoch), or aborted once out of attempts.
+        Returns how many were still executing; one call per shard."""
+        ks, queue, by_shard = self._events_by_shard(batch_or_events, queue, keyspace, "nack")
+        at = None if retry_at is None else int(retry_at * 1e9)
+        total = 0
+        for shard, ids in by_shard.items():
+            request = pb.QueueNackRequest(keyspace=ks, queue=queue, shard=shard, ids=ids,
+                                          reason=reason, retry_at_ns=at)
+            try:
+                response: pb.QueueNackResponse = await self._stub.QueueNack(
+                    request, timeout=self.timeout)
+            except grpc.aio.AioRpcError as exc:
+                raise error_from_rpc(exc, self.target) from None
+            total += response.nacked
+        return total
+
+    def _events_by_shard(
+        self, batch_or_events: QueueBatch | Sequence[QueueEvent], queue: str | None,
+        keyspace: str | None, verb: str,
+    ) -> tuple[str, str, dict[str, list[int]]]:
+        if isinstance(batch_or_events, QueueBatch):
+            events: Sequence[QueueEvent] = batch_or_events.events
+            queue = queue or batch_or_events.queue
+            keyspace = keyspace or batch_or_events.keyspace
+        else:
+            events = batch_or_events
+        if queue is None:
+            raise InvalidArgument(f"{verb} needs the queue name with a list of events")
+        by_shard: dict[str, list[int]] = {}
+        for e in events:
+            by_shard.setdefault(e.shard, []).append(e.id)
+        return keyspace or self.keyspace or "", queue, by_shard
+
+    async def enqueue(
+        self, queue: str, key: Any, payload: str | None, *, keyspace: str | None = None
+    ) -> tuple[str, int]:
+        """Store one job of a segmented queue; its ``(shard, job_id)`` (see enqueue_many)."""
+        return (await self.enqueue_many(queue, [(key, payload)], keyspace=keyspace))[0]
+
+    async def enqueue_many(
+        self, queue: str, jobs: Sequence[tuple[Any, str | None]], *,
+        keyspace: str | None = None,
+    ) -> list[tuple[str, int]]:
+        """Store ``(key, payload)`` jobs of a segmented queue in one call; their
+        ``(shard, job_id)`` in order.
+
+        In this session's transaction (after ``BEGIN``) the jobs commit or roll
+        back with it; otherwise they are committed when this returns.
+        """
+        request = pb.QueueEnqueueRequest(session_id=self.session_id,
+                                         keyspace=keyspace or self.keyspace or "", queue=queue,
+                                         jobs=queue_convert.jobs_of(jobs))
+        try:
+            response: pb.QueueEnqueueResponse = await self._stub.QueueEnqueue(
+                request, timeout=self.timeout)
+        except grpc.aio.AioRpcError as exc:
+            raise error_from_rpc(exc, self.target) from None
+        if response.session_id:
+            self.session_id = response.session_id
+        return [(j.shard, j.id) for j in response.jobs]
 
     async def queue_stats(self, queue: str, *, keyspace: str | None = None) -> list[Any]:
         """Per-shard figures of ``queue``."""
@@ -312,6 +370,100 @@ class GateClient:
             raise error_from_rpc(exc, self.target) from None
         stats: list[Any] = json.loads(response.stats_json)
         return stats
+
+    # -- inboxes ---------------------------------------------------------------------
+
+    async def _call(self, method: Any, request: Any) -> Any:
+        try:
+            return await method(request, timeout=self.timeout)
+        except grpc.aio.AioRpcError as exc:
+            raise error_from_rpc(exc, self.target) from None
+
+    def _ks(self, keyspace: str | None) -> str:
+        return keyspace or self.keyspace or ""
+
+    async def inbox_create(
+        self, name: str, options: InboxOptions | Mapping[str, Any] | None = None, *,
+        keyspace: str | None = None,
+    ) -> MaintainReport:
+        """Create inbox ``name`` with ``options`` (stored with it; None: the defaults, or
+        the stored ones if it exists). ``FAILED_PRECONDITION`` if it exists with others."""
+        request = pb.InboxCreateRequest(keyspace=self._ks(keyspace), name=name,
+                                        options_json=inbox_convert.options_json(options))
+        return inbox_convert.report_of(await self._call(self._stub.InboxCreate, request))
+
+    async def inbox_maintain(self, name: str, *, keyspace: str | None = None) -> MaintainReport:
+        """Create buckets ahead and drop expired ones (run it periodically)."""
+        request = pb.InboxMaintainRequest(keyspace=self._ks(keyspace), name=name)
+        return inbox_convert.report_of(await self._call(self._stub.InboxMaintain, request))
+
+    async def inbox_append(
+        self, name: str, user: Any, body: str | None, *, ts: int | None = None,
+        keyspace: str | None = None,
+    ) -> Message:
+        """Append one message to ``user``'s inbox; in this session's transaction after
+        ``BEGIN`` (committed or rolled back with it), else committed at once."""
+        request = pb.InboxAppendRequest(session_id=self.session_id,
+                                        keyspace=self._ks(keyspace), name=name,
+                                        user=convert.to_value(user), body=body, ts=ts)
+        response: pb.InboxAppendResponse = await self._call(self._stub.InboxAppend, request)
+        if response.session_id:
+            self.session_id = response.session_id
+        return inbox_convert.message_of(response.message)
+
+    async def inbox_read(
+        self, name: str, user: Any, *, after: Pointer | str | None = None,
+        consumer: str | None = None, limit: int = 100, keyspace: str | None = None,
+    ) -> InboxRead:
+        """Up to ``limit`` messages of ``user`` after the pointer ``after``, or after
+        ``consumer``'s committed pointer (neither: from the oldest retained)."""
+        if after is not None and consumer is not None:
+            raise InvalidArgument("inbox read: give a pointer or a consumer, not both")
+        if not isinstance(limit, int) or limit < 1:
+            raise InvalidArgument(f"inbox read limit {limit!r}: give a positive number")
+        request = pb.InboxReadRequest(
+            keyspace=self._ks(keyspace), name=name, user=convert.to_value(user),
+            after=after.encode() if isinstance(after, Pointer) else after,
+            consumer=consumer, limit=limit)
+        return inbox_convert.read_of(await self._call(self._stub.InboxRead, request))
+
+    async def inbox_commit(
+        self, name: str, user: Any, consumer: str, pointer: Pointer | str, *,
+        keyspace: str | None = None,
+    ) -> None:
+        """Advance ``consumer``'s pointer for ``user`` to ``pointer`` (a read's pointer)."""
+        text = pointer.encode() if isinstance(pointer, Pointer) else pointer
+        request = pb.InboxCommitRequest(keyspace=self._ks(keyspace), name=name,
+                                        user=convert.to_value(user), consumer=consumer,
+                                        pointer=text)
+        await self._call(self._stub.InboxCommit, request)
+
+    async def inbox_committed(
+        self, name: str, user: Any, consumer: str, *, keyspace: str | None = None
+    ) -> Pointer | None:
+        """``consumer``'s committed pointer for ``user``, or None."""
+        request = pb.InboxCommittedRequest(keyspace=self._ks(keyspace), name=name,
+                                           user=convert.to_value(user), consumer=consumer)
+        response: pb.InboxCommittedResponse = await self._call(self._stub.InboxCommitted,
+                                                               request)
+        return Pointer.decode(response.pointer) if response.HasField("pointer") else None
+
+    async def inbox_list(self, *, keyspace: str | None = None) -> list[dict[str, Any]]:
+        """``[{"name", "options"}]`` of the keyspace's inboxes."""
+        request = pb.InboxListRequest(keyspace=self._ks(keyspace))
+        response: pb.InboxListResponse = await self._call(self._stub.InboxList, request)
+        out: list[dict[str, Any]] = json.loads(response.inboxes_json)
+        return out
+
+    async def inbox_stats(
+        self, name: str, *, counts: bool = False, keyspace: str | None = None
+    ) -> dict[str, Any]:
+        """The inbox's stored options and buckets; with ``counts``, the messages per
+        bucket and the pointers too (exact counts, reading every bucket)."""
+        request = pb.InboxStatsRequest(keyspace=self._ks(keyspace), name=name, counts=counts)
+        response: pb.InboxStatsResponse = await self._call(self._stub.InboxStats, request)
+        out: dict[str, Any] = json.loads(response.stats_json)
+        return out
 
     async def update_stream(
         self, keyspace: str | None = None, key_range: str | None = None,

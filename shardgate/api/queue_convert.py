@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 from shardgate.api import convert
 from shardgate.api import shardgate_pb2 as pb
 from shardgate.queues.events import QueueBatch, QueueEvent
@@ -16,6 +19,18 @@ def batch_response(batch: QueueBatch) -> pb.QueueReceiveResponse:
             for e in batch.events
         ],
     )
+
+
+def enqueue_response(
+    session_id: int, refs: Sequence[tuple[str, int]], in_transaction: bool
+) -> pb.QueueEnqueueResponse:
+    return pb.QueueEnqueueResponse(
+        session_id=session_id, in_transaction=in_transaction,
+        jobs=[pb.QueueJobRef(shard=shard, id=job_id) for shard, job_id in refs])
+
+
+def jobs_of(jobs: Sequence[tuple[Any, str | None]]) -> list[pb.QueueJob]:
+    return [pb.QueueJob(key=convert.to_value(k), payload=p) for k, p in jobs]
 
 
 def batch_of(keyspace: str, queue: str, response: pb.QueueReceiveResponse) -> QueueBatch:

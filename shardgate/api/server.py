@@ -28,7 +28,7 @@ from collections.abc import AsyncIterator
 
 import grpc
 
-from shardgate.api import convert, queue_convert, stream_convert
+from shardgate.api import convert, inbox_convert, queue_convert, stream_convert
 from shardgate.api import shardgate_pb2 as pb
 from shardgate.api import shardgate_pb2_grpc as pb_grpc
 from shardgate.api.handlers import Ctx, relay, streaming, unary
@@ -43,6 +43,7 @@ from shardgate.auth.acl import Role
 from shardgate.auth.listen import check_listen
 from shardgate.errors import ShardgateError, Unavailable
 from shardgate.gate import Gate, Session
+from shardgate.queues.inbox.registry import InboxRegistry
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +60,8 @@ class GateServicer(pb_grpc.GateServicer):
 
     def __init__(self, gate: Gate) -> None:
         self.gate = gate
+        #: the inboxes served to clients, opened with their stored options
+        self.inboxes = InboxRegistry(gate)
 
     def _session(self, session_id: int, keyspace: str | None, context: Ctx) -> Session:
         """A new session of the caller (id 0), or the caller's own session ``session_id``.
@@ -186,6 +189,125 @@ class GateServicer(pb_grpc.GateServicer):
         n = await self.gate.queue_ack(request.keyspace, request.queue, request.shard,
                                       list(request.ids))
         return pb.QueueAckResponse(acked=n)
+
+    @unary(pb.QueueEnqueueResponse)
+    async def QueueEnqueue(
+        self, request: pb.QueueEnqueueRequest, context: Ctx
+    ) -> pb.QueueEnqueueResponse:
+        """Store jobs of a segmented queue, in the session's transaction if it has one."""
+        self.gate.guard.require(caller(), request.keyspace, [request.queue], Role.WRITER)
+        jobs = [(convert.from_value(j.key), j.payload if j.HasField("payload") else None)
+                for j in request.jobs]
+        if not request.session_id:
+            refs = await self.gate.queue_enqueue(request.keyspace, request.queue, jobs)
+            return queue_convert.enqueue_response(0, refs, False)
+        session = self._session(request.session_id, None, context)
+        async with session.lock:
+            refs = await self.gate.queue_enqueue(request.keyspace, request.queue, jobs,
+                                                 session=session)
+        return queue_convert.enqueue_response(session.id, refs, session.in_transaction)
+
+    @unary(pb.QueueNackResponse)
+    async def QueueNack(self, request: pb.QueueNackRequest, context: Ctx) -> pb.QueueNackResponse:
+        """Record a failed attempt of segmented-queue jobs of one shard."""
+        self.gate.guard.require(caller(), request.keyspace, [request.queue], Role.WRITER)
+        retry_at = request.retry_at_ns if request.HasField("retry_at_ns") else None
+        n = await self.gate.queue_nack(request.keyspace, request.queue, request.shard,
+                                       list(request.ids), request.reason, retry_at)
+        return pb.QueueNackResponse(nacked=n)
+
+    # -- inboxes --------------------------------------------------------------------
+
+    @unary(pb.InboxReportResponse)
+    async def InboxCreate(
+        self, request: pb.InboxCreateRequest, context: Ctx
+    ) -> pb.InboxReportResponse:
+        """Create an inbox with the request's options (stored with it)."""
+        self.gate.guard.require(caller(), request.keyspace, [request.name], Role.ADMIN)
+        report = await self.inboxes.create(request.keyspace, request.name,
+                                           inbox_convert.options_of(request.options_json))
+        return inbox_convert.report_response(report)
+
+    @unary(pb.InboxReportResponse)
+    async def InboxMaintain(
+        self, request: pb.InboxMaintainRequest, context: Ctx
+    ) -> pb.InboxReportResponse:
+        """Create buckets ahead and drop expired ones."""
+        self.gate.guard.require(caller(), request.keyspace, [request.name], Role.ADMIN)
+        report = await self.inboxes.maintain(request.keyspace, request.name)
+        return inbox_convert.report_response(report)
+
+    @unary(pb.InboxAppendResponse)
+    async def InboxAppend(
+        self, request: pb.InboxAppendRequest, context: Ctx
+    ) -> pb.InboxAppendResponse:
+        """Append one message, in the session's transaction if it has one."""
+        self.gate.guard.require(caller(), request.keyspace, [request.name], Role.WRITER)
+        store = await self.inboxes.get(request.keyspace, request.name)
+        user = convert.from_value(request.user)
+        body = request.body if request.HasField("body") else None
+        ts = request.ts if request.HasField("ts") else None
+        if not request.session_id:
+            msg = await store.append(user, body, ts=ts)
+            return pb.InboxAppendResponse(message=inbox_convert.message_pb(msg))
+        session = self._session(request.session_id, None, context)
+        async with session.lock:
+            msg = await store.append(user, body, ts=ts, session=session)
+        return pb.InboxAppendResponse(session_id=session.id,
+                                      message=inbox_convert.message_pb(msg),
+                                      in_transaction=session.in_transaction)
+
+    @unary(pb.InboxReadResponse)
+    async def InboxRead(
+        self, request: pb.InboxReadRequest, context: Ctx
+    ) -> pb.InboxReadResponse:
+        """A user's messages after a pointer, or after a consumer's committed pointer."""
+        self.gate.guard.require(caller(), request.keyspace, [request.name], Role.READER)
+        store = await self.inboxes.get(request.keyspace, request.name)
+        user = convert.from_value(request.user)
+        limit = request.limit or 100
+        if request.HasField("after"):
+            read = await store.read(user, after=request.after, limit=limit)
+        elif request.HasField("consumer"):
+            read = await store.read_committed(user, request.consumer, limit=limit)
+        else:
+            read = await store.read(user, limit=limit)
+        return inbox_convert.read_response(read)
+
+    @unary(pb.InboxCommitResponse)
+    async def InboxCommit(
+        self, request: pb.InboxCommitRequest, context: Ctx
+    ) -> pb.InboxCommitResponse:
+        """Store (advance) a consumer's pointer."""
+        self.gate.guard.require(caller(), request.keyspace, [request.name], Role.WRITER)
+        store = await self.inboxes.get(request.keyspace, request.name)
+        await store.commit(convert.from_value(request.user), request.consumer, request.pointer)
+        return pb.InboxCommitResponse()
+
+    @unary(pb.InboxCommittedResponse)
+    async def InboxCommitted(
+        self, request: pb.InboxCommittedRequest, context: Ctx
+    ) -> pb.InboxCommittedResponse:
+        """A consumer's committed pointer, if any."""
+        self.gate.guard.require(caller(), request.keyspace, [request.name], Role.READER)
+        store = await self.inboxes.get(request.keyspace, request.name)
+        p = await store.committed(convert.from_value(request.user), request.consumer)
+        return pb.InboxCommittedResponse(pointer=p.encode() if p is not None else None)
+
+    @unary(pb.InboxListResponse)
+    async def InboxList(self, request: pb.InboxListRequest, context: Ctx) -> pb.InboxListResponse:
+        """The inboxes of a keyspace with their stored options, as JSON."""
+        return pb.InboxListResponse(
+            inboxes_json=json.dumps(await self.inboxes.list(request.keyspace)))
+
+    @unary(pb.InboxStatsResponse)
+    async def InboxStats(
+        self, request: pb.InboxStatsRequest, context: Ctx
+    ) -> pb.InboxStatsResponse:
+        """An inbox's options, buckets and row counts, as JSON."""
+        self.gate.guard.require(caller(), request.keyspace, [request.name], Role.READER)
+        stats = await self.inboxes.stats(request.keyspace, request.name, counts=request.counts)
+        return pb.InboxStatsResponse(stats_json=json.dumps(stats, default=str))
 
     @unary(pb.QueueStatsResponse)
     async def QueueStats(

@@ -272,6 +272,218 @@ class QueueStatsResponse(_message.Message):
     stats_json: str
     def __init__(self, stats_json: _Optional[str] = ...) -> None: ...
 
+class QueueJob(_message.Message):
+    __slots__ = ("key", "payload")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    PAYLOAD_FIELD_NUMBER: _ClassVar[int]
+    key: Value
+    payload: str
+    def __init__(self, key: _Optional[_Union[Value, _Mapping]] = ..., payload: _Optional[str] = ...) -> None: ...
+
+class QueueJobRef(_message.Message):
+    __slots__ = ("shard", "id")
+    SHARD_FIELD_NUMBER: _ClassVar[int]
+    ID_FIELD_NUMBER: _ClassVar[int]
+    shard: str
+    id: int
+    def __init__(self, shard: _Optional[str] = ..., id: _Optional[int] = ...) -> None: ...
+
+class QueueEnqueueRequest(_message.Message):
+    __slots__ = ("session_id", "keyspace", "queue", "jobs")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    KEYSPACE_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    JOBS_FIELD_NUMBER: _ClassVar[int]
+    session_id: int
+    keyspace: str
+    queue: str
+    jobs: _containers.RepeatedCompositeFieldContainer[QueueJob]
+    def __init__(self, session_id: _Optional[int] = ..., keyspace: _Optional[str] = ..., queue: _Optional[str] = ..., jobs: _Optional[_Iterable[_Union[QueueJob, _Mapping]]] = ...) -> None: ...
+
+class QueueEnqueueResponse(_message.Message):
+    __slots__ = ("session_id", "jobs", "in_transaction")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    JOBS_FIELD_NUMBER: _ClassVar[int]
+    IN_TRANSACTION_FIELD_NUMBER: _ClassVar[int]
+    session_id: int
+    jobs: _containers.RepeatedCompositeFieldContainer[QueueJobRef]
+    in_transaction: bool
+    def __init__(self, session_id: _Optional[int] = ..., jobs: _Optional[_Iterable[_Union[QueueJobRef, _Mapping]]] = ..., in_transaction: _Optional[bool] = ...) -> None: ...
+
+class QueueNackRequest(_message.Message):
+    __slots__ = ("keyspace", "queue", "shard", "ids", "reason", "retry_at_ns")
+    KEYSPACE_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    SHARD_FIELD_NUMBER: _ClassVar[int]
+    IDS_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    RETRY_AT_NS_FIELD_NUMBER: _ClassVar[int]
+    keyspace: str
+    queue: str
+    shard: str
+    ids: _containers.RepeatedScalarFieldContainer[int]
+    reason: str
+    retry_at_ns: int
+    def __init__(self, keyspace: _Optional[str] = ..., queue: _Optional[str] = ..., shard: _Optional[str] = ..., ids: _Optional[_Iterable[int]] = ..., reason: _Optional[str] = ..., retry_at_ns: _Optional[int] = ...) -> None: ...
+
+class QueueNackResponse(_message.Message):
+    __slots__ = ("nacked",)
+    NACKED_FIELD_NUMBER: _ClassVar[int]
+    nacked: int
+    def __init__(self, nacked: _Optional[int] = ...) -> None: ...
+
+class InboxCreateRequest(_message.Message):
+    __slots__ = ("keyspace", "name", "options_json")
+    KEYSPACE_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    OPTIONS_JSON_FIELD_NUMBER: _ClassVar[int]
+    keyspace: str
+    name: str
+    options_json: str
+    def __init__(self, keyspace: _Optional[str] = ..., name: _Optional[str] = ..., options_json: _Optional[str] = ...) -> None: ...
+
+class InboxReportResponse(_message.Message):
+    __slots__ = ("report_json",)
+    REPORT_JSON_FIELD_NUMBER: _ClassVar[int]
+    report_json: str
+    def __init__(self, report_json: _Optional[str] = ...) -> None: ...
+
+class InboxMaintainRequest(_message.Message):
+    __slots__ = ("keyspace", "name")
+    KEYSPACE_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    keyspace: str
+    name: str
+    def __init__(self, keyspace: _Optional[str] = ..., name: _Optional[str] = ...) -> None: ...
+
+class InboxMessage(_message.Message):
+    __slots__ = ("user", "ts", "msg_id", "body")
+    USER_FIELD_NUMBER: _ClassVar[int]
+    TS_FIELD_NUMBER: _ClassVar[int]
+    MSG_ID_FIELD_NUMBER: _ClassVar[int]
+    BODY_FIELD_NUMBER: _ClassVar[int]
+    user: Value
+    ts: int
+    msg_id: int
+    body: str
+    def __init__(self, user: _Optional[_Union[Value, _Mapping]] = ..., ts: _Optional[int] = ..., msg_id: _Optional[int] = ..., body: _Optional[str] = ...) -> None: ...
+
+class InboxAppendRequest(_message.Message):
+    __slots__ = ("session_id", "keyspace", "name", "user", "body", "ts")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    KEYSPACE_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    USER_FIELD_NUMBER: _ClassVar[int]
+    BODY_FIELD_NUMBER: _ClassVar[int]
+    TS_FIELD_NUMBER: _ClassVar[int]
+    session_id: int
+    keyspace: str
+    name: str
+    user: Value
+    body: str
+    ts: int
+    def __init__(self, session_id: _Optional[int] = ..., keyspace: _Optional[str] = ..., name: _Optional[str] = ..., user: _Optional[_Union[Value, _Mapping]] = ..., body: _Optional[str] = ..., ts: _Optional[int] = ...) -> None: ...
+
+class InboxAppendResponse(_message.Message):
+    __slots__ = ("session_id", "message", "in_transaction")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    IN_TRANSACTION_FIELD_NUMBER: _ClassVar[int]
+    session_id: int
+    message: InboxMessage
+    in_transaction: bool
+    def __init__(self, session_id: _Optional[int] = ..., message: _Optional[_Union[InboxMessage, _Mapping]] = ..., in_transaction: _Optional[bool] = ...) -> None: ...
+
+class InboxReadRequest(_message.Message):
+    __slots__ = ("keyspace", "name", "user", "after", "consumer", "limit")
+    KEYSPACE_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    USER_FIELD_NUMBER: _ClassVar[int]
+    AFTER_FIELD_NUMBER: _ClassVar[int]
+    CONSUMER_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    keyspace: str
+    name: str
+    user: Value
+    after: str
+    consumer: str
+    limit: int
+    def __init__(self, keyspace: _Optional[str] = ..., name: _Optional[str] = ..., user: _Optional[_Union[Value, _Mapping]] = ..., after: _Optional[str] = ..., consumer: _Optional[str] = ..., limit: _Optional[int] = ...) -> None: ...
+
+class InboxReadResponse(_message.Message):
+    __slots__ = ("messages", "pointer", "more")
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    POINTER_FIELD_NUMBER: _ClassVar[int]
+    MORE_FIELD_NUMBER: _ClassVar[int]
+    messages: _containers.RepeatedCompositeFieldContainer[InboxMessage]
+    pointer: str
+    more: bool
+    def __init__(self, messages: _Optional[_Iterable[_Union[InboxMessage, _Mapping]]] = ..., pointer: _Optional[str] = ..., more: _Optional[bool] = ...) -> None: ...
+
+class InboxCommitRequest(_message.Message):
+    __slots__ = ("keyspace", "name", "user", "consumer", "pointer")
+    KEYSPACE_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    USER_FIELD_NUMBER: _ClassVar[int]
+    CONSUMER_FIELD_NUMBER: _ClassVar[int]
+    POINTER_FIELD_NUMBER: _ClassVar[int]
+    keyspace: str
+    name: str
+    user: Value
+    consumer: str
+    pointer: str
+    def __init__(self, keyspace: _Optional[str] = ..., name: _Optional[str] = ..., user: _Optional[_Union[Value, _Mapping]] = ..., consumer: _Optional[str] = ..., pointer: _Optional[str] = ...) -> None: ...
+
+class InboxCommitResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class InboxCommittedRequest(_message.Message):
+    __slots__ = ("keyspace", "name", "user", "consumer")
+    KEYSPACE_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    USER_FIELD_NUMBER: _ClassVar[int]
+    CONSUMER_FIELD_NUMBER: _ClassVar[int]
+    keyspace: str
+    name: str
+    user: Value
+    consumer: str
+    def __init__(self, keyspace: _Optional[str] = ..., name: _Optional[str] = ..., user: _Optional[_Union[Value, _Mapping]] = ..., consumer: _Optional[str] = ...) -> None: ...
+
+class InboxCommittedResponse(_message.Message):
+    __slots__ = ("pointer",)
+    POINTER_FIELD_NUMBER: _ClassVar[int]
+    pointer: str
+    def __init__(self, pointer: _Optional[str] = ...) -> None: ...
+
+class InboxListRequest(_message.Message):
+    __slots__ = ("keyspace",)
+    KEYSPACE_FIELD_NUMBER: _ClassVar[int]
+    keyspace: str
+    def __init__(self, keyspace: _Optional[str] = ...) -> None: ...
+
+class InboxListResponse(_message.Message):
+    __slots__ = ("inboxes_json",)
+    INBOXES_JSON_FIELD_NUMBER: _ClassVar[int]
+    inboxes_json: str
+    def __init__(self, inboxes_json: _Optional[str] = ...) -> None: ...
+
+class InboxStatsRequest(_message.Message):
+    __slots__ = ("keyspace", "name", "counts")
+    KEYSPACE_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    COUNTS_FIELD_NUMBER: _ClassVar[int]
+    keyspace: str
+    name: str
+    counts: bool
+    def __init__(self, keyspace: _Optional[str] = ..., name: _Optional[str] = ..., counts: _Optional[bool] = ...) -> None: ...
+
+class InboxStatsResponse(_message.Message):
+    __slots__ = ("stats_json",)
+    STATS_JSON_FIELD_NUMBER: _ClassVar[int]
+    stats_json: str
+    def __init__(self, stats_json: _Optional[str] = ...) -> None: ...
+
 class EventToken(_message.Message):
     __slots__ = ("timestamp", "shard", "position")
     TIMESTAMP_FIELD_NUMBER: _ClassVar[int]

@@ -79,6 +79,56 @@ class GateStub:
                 request_serializer=shardgate_dot_api_dot_shardgate__pb2.QueueStatsRequest.SerializeToString,
                 response_deserializer=shardgate_dot_api_dot_shardgate__pb2.QueueStatsResponse.FromString,
                 _registered_method=True)
+        self.QueueEnqueue = channel.unary_unary(
+                '/shardgate.v1.Gate/QueueEnqueue',
+                request_serializer=shardgate_dot_api_dot_shardgate__pb2.QueueEnqueueRequest.SerializeToString,
+                response_deserializer=shardgate_dot_api_dot_shardgate__pb2.QueueEnqueueResponse.FromString,
+                _registered_method=True)
+        self.QueueNack = channel.unary_unary(
+                '/shardgate.v1.Gate/QueueNack',
+                request_serializer=shardgate_dot_api_dot_shardgate__pb2.QueueNackRequest.SerializeToString,
+                response_deserializer=shardgate_dot_api_dot_shardgate__pb2.QueueNackResponse.FromString,
+                _registered_method=True)
+        self.InboxCreate = channel.unary_unary(
+                '/shardgate.v1.Gate/InboxCreate',
+                request_serializer=shardgate_dot_api_dot_shardgate__pb2.InboxCreateRequest.SerializeToString,
+                response_deserializer=shardgate_dot_api_dot_shardgate__pb2.InboxReportResponse.FromString,
+                _registered_method=True)
+        self.InboxMaintain = channel.unary_unary(
+                '/shardgate.v1.Gate/InboxMaintain',
+                request_serializer=shardgate_dot_api_dot_shardgate__pb2.InboxMaintainRequest.SerializeToString,
+                response_deserializer=shardgate_dot_api_dot_shardgate__pb2.InboxReportResponse.FromString,
+                _registered_method=True)
+        self.InboxAppend = channel.unary_unary(
+                '/shardgate.v1.Gate/InboxAppend',
+                request_serializer=shardgate_dot_api_dot_shardgate__pb2.InboxAppendRequest.SerializeToString,
+                response_deserializer=shardgate_dot_api_dot_shardgate__pb2.InboxAppendResponse.FromString,
+                _registered_method=True)
+        self.InboxRead = channel.unary_unary(
+                '/shardgate.v1.Gate/InboxRead',
+                request_serializer=shardgate_dot_api_dot_shardgate__pb2.InboxReadRequest.SerializeToString,
+                response_deserializer=shardgate_dot_api_dot_shardgate__pb2.InboxReadResponse.FromString,
+                _registered_method=True)
+        self.InboxCommit = channel.unary_unary(
+                '/shardgate.v1.Gate/InboxCommit',
+                request_serializer=shardgate_dot_api_dot_shardgate__pb2.InboxCommitRequest.SerializeToString,
+                response_deserializer=shardgate_dot_api_dot_shardgate__pb2.InboxCommitResponse.FromString,
+                _registered_method=True)
+        self.InboxCommitted = channel.unary_unary(
+                '/shardgate.v1.Gate/InboxCommitted',
+                request_serializer=shardgate_dot_api_dot_shardgate__pb2.InboxCommittedRequest.SerializeToString,
+                response_deserializer=shardgate_dot_api_dot_shardgate__pb2.InboxCommittedResponse.FromString,
+                _registered_method=True)
+        self.InboxList = channel.unary_unary(
+                '/shardgate.v1.Gate/InboxList',
+                request_serializer=shardgate_dot_api_dot_shardgate__pb2.InboxListRequest.SerializeToString,
+                response_deserializer=shardgate_dot_api_dot_shardgate__pb2.InboxListResponse.FromString,
+                _registered_method=True)
+        self.InboxStats = channel.unary_unary(
+                '/shardgate.v1.Gate/InboxStats',
+                request_serializer=shardgate_dot_api_dot_shardgate__pb2.InboxStatsRequest.SerializeToString,
+                response_deserializer=shardgate_dot_api_dot_shardgate__pb2.InboxStatsResponse.FromString,
+                _registered_method=True)
         self.UpdateStream = channel.unary_stream(
                 '/shardgate.v1.Gate/UpdateStream',
                 request_serializer=shardgate_dot_api_dot_shardgate__pb2.UpdateStreamRequest.SerializeToString,
@@ -155,6 +205,72 @@ class GateServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def QueueEnqueue(self, request, context):
+        """Store jobs of a segmented queue (in the session's transaction when it has
+        one); returns where each job lives once committed (or written, in a transaction).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def QueueNack(self, request, context):
+        """Record a failed attempt of segmented-queue jobs of one shard: retried
+        after the backoff (or at retry_at_ns), or aborted once out of attempts.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def InboxCreate(self, request, context):
+        """Inboxes (per-user queues read with a pointer per consumer).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def InboxMaintain(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def InboxAppend(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def InboxRead(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def InboxCommit(self, request, context):
+        """Advance (store) a consumer's pointer.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def InboxCommitted(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def InboxList(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def InboxStats(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def UpdateStream(self, request, context):
         """The change stream of a keyspace or key range: one message per committed
         transaction of a shard (or a heartbeat), each with its event token and the
@@ -212,6 +328,56 @@ def add_GateServicer_to_server(servicer, server):
                     servicer.QueueStats,
                     request_deserializer=shardgate_dot_api_dot_shardgate__pb2.QueueStatsRequest.FromString,
                     response_serializer=shardgate_dot_api_dot_shardgate__pb2.QueueStatsResponse.SerializeToString,
+            ),
+            'QueueEnqueue': grpc.unary_unary_rpc_method_handler(
+                    servicer.QueueEnqueue,
+                    request_deserializer=shardgate_dot_api_dot_shardgate__pb2.QueueEnqueueRequest.FromString,
+                    response_serializer=shardgate_dot_api_dot_shardgate__pb2.QueueEnqueueResponse.SerializeToString,
+            ),
+            'QueueNack': grpc.unary_unary_rpc_method_handler(
+                    servicer.QueueNack,
+                    request_deserializer=shardgate_dot_api_dot_shardgate__pb2.QueueNackRequest.FromString,
+                    response_serializer=shardgate_dot_api_dot_shardgate__pb2.QueueNackResponse.SerializeToString,
+            ),
+            'InboxCreate': grpc.unary_unary_rpc_method_handler(
+                    servicer.InboxCreate,
+                    request_deserializer=shardgate_dot_api_dot_shardgate__pb2.InboxCreateRequest.FromString,
+                    response_serializer=shardgate_dot_api_dot_shardgate__pb2.InboxReportResponse.SerializeToString,
+            ),
+            'InboxMaintain': grpc.unary_unary_rpc_method_handler(
+                    servicer.InboxMaintain,
+                    request_deserializer=shardgate_dot_api_dot_shardgate__pb2.InboxMaintainRequest.FromString,
+                    response_serializer=shardgate_dot_api_dot_shardgate__pb2.InboxReportResponse.SerializeToString,
+            ),
+            'InboxAppend': grpc.unary_unary_rpc_method_handler(
+                    servicer.InboxAppend,
+                    request_deserializer=shardgate_dot_api_dot_shardgate__pb2.InboxAppendRequest.FromString,
+                    response_serializer=shardgate_dot_api_dot_shardgate__pb2.InboxAppendResponse.SerializeToString,
+            ),
+            'InboxRead': grpc.unary_unary_rpc_method_handler(
+                    servicer.InboxRead,
+                    request_deserializer=shardgate_dot_api_dot_shardgate__pb2.InboxReadRequest.FromString,
+                    response_serializer=shardgate_dot_api_dot_shardgate__pb2.InboxReadResponse.SerializeToString,
+            ),
+            'InboxCommit': grpc.unary_unary_rpc_method_handler(
+                    servicer.InboxCommit,
+                    request_deserializer=shardgate_dot_api_dot_shardgate__pb2.InboxCommitRequest.FromString,
+                    response_serializer=shardgate_dot_api_dot_shardgate__pb2.InboxCommitResponse.SerializeToString,
+            ),
+            'InboxCommitted': grpc.unary_unary_rpc_method_handler(
+                    servicer.InboxCommitted,
+                    request_deserializer=shardgate_dot_api_dot_shardgate__pb2.InboxCommittedRequest.FromString,
+                    response_serializer=shardgate_dot_api_dot_shardgate__pb2.InboxCommittedResponse.SerializeToString,
+            ),
+            'InboxList': grpc.unary_unary_rpc_method_handler(
+                    servicer.InboxList,
+                    request_deserializer=shardgate_dot_api_dot_shardgate__pb2.InboxListRequest.FromString,
+                    response_serializer=shardgate_dot_api_dot_shardgate__pb2.InboxListResponse.SerializeToString,
+            ),
+            'InboxStats': grpc.unary_unary_rpc_method_handler(
+                    servicer.InboxStats,
+                    request_deserializer=shardgate_dot_api_dot_shardgate__pb2.InboxStatsRequest.FromString,
+                    response_serializer=shardgate_dot_api_dot_shardgate__pb2.InboxStatsResponse.SerializeToString,
             ),
             'UpdateStream': grpc.unary_stream_rpc_method_handler(
                     servicer.UpdateStream,
@@ -473,6 +639,276 @@ class Gate:
             _registered_method=True)
 
     @staticmethod
+    def QueueEnqueue(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/shardgate.v1.Gate/QueueEnqueue',
+            shardgate_dot_api_dot_shardgate__pb2.QueueEnqueueRequest.SerializeToString,
+            shardgate_dot_api_dot_shardgate__pb2.QueueEnqueueResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def QueueNack(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/shardgate.v1.Gate/QueueNack',
+            shardgate_dot_api_dot_shardgate__pb2.QueueNackRequest.SerializeToString,
+            shardgate_dot_api_dot_shardgate__pb2.QueueNackResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def InboxCreate(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/shardgate.v1.Gate/InboxCreate',
+            shardgate_dot_api_dot_shardgate__pb2.InboxCreateRequest.SerializeToString,
+            shardgate_dot_api_dot_shardgate__pb2.InboxReportResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def InboxMaintain(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/shardgate.v1.Gate/InboxMaintain',
+            shardgate_dot_api_dot_shardgate__pb2.InboxMaintainRequest.SerializeToString,
+            shardgate_dot_api_dot_shardgate__pb2.InboxReportResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def InboxAppend(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/shardgate.v1.Gate/InboxAppend',
+            shardgate_dot_api_dot_shardgate__pb2.InboxAppendRequest.SerializeToString,
+            shardgate_dot_api_dot_shardgate__pb2.InboxAppendResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def InboxRead(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/shardgate.v1.Gate/InboxRead',
+            shardgate_dot_api_dot_shardgate__pb2.InboxReadRequest.SerializeToString,
+            shardgate_dot_api_dot_shardgate__pb2.InboxReadResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def InboxCommit(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/shardgate.v1.Gate/InboxCommit',
+            shardgate_dot_api_dot_shardgate__pb2.InboxCommitRequest.SerializeToString,
+            shardgate_dot_api_dot_shardgate__pb2.InboxCommitResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def InboxCommitted(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/shardgate.v1.Gate/InboxCommitted',
+            shardgate_dot_api_dot_shardgate__pb2.InboxCommittedRequest.SerializeToString,
+            shardgate_dot_api_dot_shardgate__pb2.InboxCommittedResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def InboxList(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/shardgate.v1.Gate/InboxList',
+            shardgate_dot_api_dot_shardgate__pb2.InboxListRequest.SerializeToString,
+            shardgate_dot_api_dot_shardgate__pb2.InboxListResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def InboxStats(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/shardgate.v1.Gate/InboxStats',
+            shardgate_dot_api_dot_shardgate__pb2.InboxStatsRequest.SerializeToString,
+            shardgate_dot_api_dot_shardgate__pb2.InboxStatsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
     def UpdateStream(request,
             target,
             options=(),
@@ -554,6 +990,11 @@ class TabletStub:
                 request_serializer=shardgate_dot_api_dot_shardgate__pb2.QueueStatsRequest.SerializeToString,
                 response_deserializer=shardgate_dot_api_dot_shardgate__pb2.QueueStatsResponse.FromString,
                 _registered_method=True)
+        self.QueueNack = channel.unary_unary(
+                '/shardgate.v1.Tablet/QueueNack',
+                request_serializer=shardgate_dot_api_dot_shardgate__pb2.QueueNackRequest.SerializeToString,
+                response_deserializer=shardgate_dot_api_dot_shardgate__pb2.QueueNackResponse.FromString,
+                _registered_method=True)
 
 
 class TabletServicer:
@@ -614,6 +1055,12 @@ class TabletServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def QueueNack(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_TabletServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -661,6 +1108,11 @@ def add_TabletServicer_to_server(servicer, server):
                     servicer.QueueStats,
                     request_deserializer=shardgate_dot_api_dot_shardgate__pb2.QueueStatsRequest.FromString,
                     response_serializer=shardgate_dot_api_dot_shardgate__pb2.QueueStatsResponse.SerializeToString,
+            ),
+            'QueueNack': grpc.unary_unary_rpc_method_handler(
+                    servicer.QueueNack,
+                    request_deserializer=shardgate_dot_api_dot_shardgate__pb2.QueueNackRequest.FromString,
+                    response_serializer=shardgate_dot_api_dot_shardgate__pb2.QueueNackResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -906,6 +1358,33 @@ class Tablet:
             '/shardgate.v1.Tablet/QueueStats',
             shardgate_dot_api_dot_shardgate__pb2.QueueStatsRequest.SerializeToString,
             shardgate_dot_api_dot_shardgate__pb2.QueueStatsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def QueueNack(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/shardgate.v1.Tablet/QueueNack',
+            shardgate_dot_api_dot_shardgate__pb2.QueueNackRequest.SerializeToString,
+            shardgate_dot_api_dot_shardgate__pb2.QueueNackResponse.FromString,
             options,
             channel_credentials,
             insecure,

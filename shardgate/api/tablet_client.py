@@ -122,6 +122,16 @@ class GrpcTabletClient(TabletClient):
             raise error_from_rpc(exc, self.target, hint=_TABLET_HINT) from None
         return int(response.acked)
 
+    async def queue_nack(self, queue: str, ids: Sequence[int], reason: str,
+                         retry_at: int | None = None) -> int:
+        request = pb.QueueNackRequest(queue=queue, ids=list(ids), reason=reason,
+                                      retry_at_ns=retry_at)
+        try:
+            response = await self._stub.QueueNack(request, timeout=self.timeout)
+        except grpc.aio.AioRpcError as exc:
+            raise error_from_rpc(exc, self.target, hint=_TABLET_HINT) from None
+        return int(response.nacked)
+
     async def queue_stats(self, queue: str) -> dict[str, Any]:
         import json
 

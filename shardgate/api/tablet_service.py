@@ -97,6 +97,13 @@ class TabletServicer(pb_grpc.TabletServicer):
         n = await self.tablet.queues.ack(request.queue, list(request.ids))
         return pb.QueueAckResponse(acked=n)
 
+    @unary(pb.QueueNackResponse)
+    async def QueueNack(self, request: pb.QueueNackRequest, context: Ctx) -> pb.QueueNackResponse:
+        retry_at = request.retry_at_ns if request.HasField("retry_at_ns") else None
+        n = await self.tablet.queues.nack(request.queue, list(request.ids), request.reason,
+                                          retry_at)
+        return pb.QueueNackResponse(nacked=n)
+
     @unary(pb.QueueStatsResponse)
     async def QueueStats(
         self, request: pb.QueueStatsRequest, context: Ctx

@@ -23,25 +23,38 @@ from shardgate.client.sync import LoopThread
 from shardgate.queues.events import QueueBatch, QueueEvent
 
 
+def client_thread(
+    name: str, target: str, *, keyspace: str | None, timeout: float | None,
+    user: str | None = None, password: str | None = None,
+    security: ClientSecurity | None = None,
+) -> tuple[LoopThread, GateClient]:
+    """A private loop thread and a :class:`GateClient` created on it (the thread is
+    closed again if the client cannot be made)."""
+    loop = LoopThread(name)
+
+    async def make() -> GateClient:
+        return GateClient(target, keyspace=keyspace, timeout=timeout, user=user,
+                          password=password, security=security)
+
+    try:
+        return loop, loop.run(make())
+    except BaseException:
+        loop.close()
+        raise
+
+
 class QueueReceiver:
-    """Receive and ack queue events synchronously (one private event loop thread)."""
+    """Receive, ack and nack queue events, and enqueue segmented-queue jobs,
+    synchronously (one private event loop thread)."""
 
     def __init__(
         self, target: str, *, keyspace: str | None = None, timeout: float | None = None,
         user: str | None = None, password: str | None = None,
         security: ClientSecurity | None = None,
     ) -> None:
-        self._loop = LoopThread("shardgate-queue")
-
-        async def make() -> GateClient:
-            return GateClient(target, keyspace=keyspace, timeout=timeout, user=user,
-                              password=password, security=security)
-
-        try:
-            self._client = self._loop.run(make())
-        except BaseException:
-            self._loop.close()
-            raise
+        self._loop, self._client = client_thread(
+            "shardgate-queue", target, keyspace=keyspace, timeout=timeout, user=user,
+            password=password, security=security)
 
     def receive(
         self,
@@ -76,6 +89,30 @@ class QueueReceiver:
         """Ack a received batch (or events of ``queue``); returns how many were acked."""
         return self._loop.run(self._client.ack(batch_or_events, queue=queue, keyspace=keyspace))
 
+    def nack(
+        self,
+        batch_or_events: QueueBatch | Sequence[QueueEvent],
+        reason: str,
+        *,
+        retry_at: float | None = None,
+        queue: str | None = None,
+        keyspace: str | None = None,
+    ) -> int:
+        """Record a failed attempt of segmented-queue events (retried after the backoff,
+        or not before ``retry_at`` seconds since the epoch); how many were executing."""
+        return self._loop.run(self._client.nack(batch_or_events, reason, retry_at=retry_at,
+                                                queue=queue, keyspace=keyspace))
+
+    def enqueue(self, queue: str, key: Any, payload: str | None, *,
+                keyspace: str | None = None) -> tuple[str, int]:
+        """Store one job of a segmented queue; its ``(shard, job_id)`` once committed."""
+        return self._loop.run(self._client.enqueue(queue, key, payload, keyspace=keyspace))
+
+    def enqueue_many(self, queue: str, jobs: Sequence[tuple[Any, str | None]], *,
+                     keyspace: str | None = None) -> list[tuple[str, int]]:
+        """Store ``(key, payload)`` jobs of a segmented queue; their ``(shard, job_id)``."""
+        return self._loop.run(self._client.enqueue_many(queue, jobs, keyspace=keyspace))
+
     def stats(self, queue: str, *, keyspace: str | None = None) -> list[Any]:
         """Per-shard figures of ``queue``."""
         return self._loop.run(self._client.queue_stats(queue, keyspace=keyspace))
@@ -96,3 +133,7 @@ class QueueReceiver:
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+#: The same client under the name a producer looks for.
+QueueClient = QueueReceiver

@@ -283,11 +283,41 @@ class Gate:
         return await queue_router.ack(self, keyspace, queue, shard, ids)
 
     async def queue_enqueue(
-        self, keyspace: str, queue: str, jobs: Sequence[tuple[Any, str | None]]
+        self, keyspace: str, queue: str, jobs: Sequence[tuple[Any, str | None]],
+        *, session: Session | None = None,
     ) -> list[tuple[str, int]]:
-        """Store ``(key, payload)`` jobs of a segmented queue; ``(shard, job_id)`` of each
-        once committed (in-process tablets only; see ``queues.router.enqueue``)."""
-        return await queue_router.enqueue(self, keyspace, queue, jobs)
+        """Store ``(key, payload)`` jobs of a segmented queue; ``(shard, job_id)`` of each.
+
+        Without ``session`` (or with one outside a transaction) the jobs are
+        committed when this returns; with a session in a transaction they are
+        written in it and commit or roll back with it (see ``queues.router.enqueue``).
+        """
+        join: queue_router.JoinTransaction | None = None
+        if session is not None and session.in_transaction:
+            cursor = _SessionCursor(self, session)
+            in_tx = session
+
+            async def joined(keyspace: str, shard: str) -> queue_router.Execute:
+                tablet = self.tablets[(keyspace, shard)]
+                tid = await cursor.join(keyspace, shard, tablet)
+
+                async def execute(sql: str, params: Sequence[Any]) -> Result:
+                    in_tx.shard_calls += 1
+                    return await tablet.execute(sql, params, tid)
+
+                return execute
+
+            join = joined
+        return await queue_router.enqueue(self, keyspace, queue, jobs, join=join)
+
+    async def queue_nack(
+        self, keyspace: str, queue: str, shard: str, ids: Sequence[int], reason: str,
+        retry_at: int | None = None,
+    ) -> int:
+        """Record a failed attempt of segmented-queue jobs of one shard: each is retried
+        after the queue's backoff (or at ``retry_at``, ns since the epoch), or aborted
+        once out of attempts; how many were executing."""
+        return await queue_router.nack(self, keyspace, queue, shard, ids, reason, retry_at)
 
     async def queue_stats(self, keyspace: str, queue: str) -> list[dict[str, Any]]:
         """Per-shard figures of ``queue`` (depth per state, lag, rates, in flight...)."""
@@ -1069,24 +1099,30 @@ class _SessionCursor(ExecCursor):
             sql, args = query.for_dialect(tablet.dialect, tablet.placeholder).bind(bind_vars)
         tid: int | None = None
         if self.session.in_transaction:
-            key = (keyspace, shard)
-            tid = self.session.shard_txs.get(key)
-            if tid is None:
-                if self.session.transaction_mode == twopc.TWOPC:
-                    tid = await twopc.begin_participant(self.session, keyspace, shard, tablet)
-                else:
-                    tid = await tablet.begin()
-                if not self.session.shard_txs:  # the transaction now holds a shard
-                    self.session.tx_started = time.monotonic()
-                self.session.shard_txs[key] = tid
-                for name in self.session.savepoints:  # replay user savepoints on a joiner
-                    await tablet.execute(f"SAVEPOINT sgu_{name}", [], tid)
+            tid = await self.join(keyspace, shard, tablet)
         if self.internal is None:
             return await exec_options.shard_execute(tablet, sql, args, tid)
         try:
             return await exec_options.shard_execute(tablet, sql, args, tid)
         except ShardgateError as exc:
             raise internal_failure(exc, f"{keyspace}/{shard}", self.internal) from exc
+
+    async def join(self, keyspace: str, shard: str, tablet: TabletClient) -> int:
+        """The session's transaction id on the shard, which joins the open transaction
+        the first time (twopc participants included; user savepoints replayed)."""
+        key = (keyspace, shard)
+        tid = self.session.shard_txs.get(key)
+        if tid is None:
+            if self.session.transaction_mode == twopc.TWOPC:
+                tid = await twopc.begin_participant(self.session, keyspace, shard, tablet)
+            else:
+                tid = await tablet.begin()
+            if not self.session.shard_txs:  # the transaction now holds a shard
+                self.session.tx_started = time.monotonic()
+            self.session.shard_txs[key] = tid
+            for name in self.session.savepoints:  # replay user savepoints on a joiner
+                await tablet.execute(f"SAVEPOINT sgu_{name}", [], tid)
+        return tid
 
     async def execute_shards(
         self,

@@ -40,16 +40,12 @@ from typing import Any
 from sqlglot import exp
 
 from shardgate.errors import InvalidArgument
-from shardgate.queues.events import MANDATORY_COLUMNS
+from shardgate.queues.events import MANDATORY_COLUMNS, NOW_NS
 from shardgate.queues.options import QueueOptions
 from shardgate.sql.classify import create_queue_statement, head_words
 from shardgate.sql.statements import CreateQueueStatement
 
-_NOW_NS = {
-    "sqlite": "(CAST((julianday('now') - 2440587.5) * 86400000000000.0 AS INTEGER))",
-    "postgres": "((extract(epoch from clock_timestamp()) * 1000000000)::bigint)",
-    "mysql": "(FLOOR(UNIX_TIMESTAMP(NOW(6)) * 1000000000))",
-}
+_NOW_NS = NOW_NS
 _RANDOM_ID = {
     "sqlite": "(random() & 9223372036854775807)",
     "postgres": "(('x' || substr(replace(gen_random_uuid()::text, '-', ''), 1, 15))"

@@ -24,19 +24,21 @@ import contextlib
 import copy
 import logging
 import weakref
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from shardgate.aio import cancel_and_wait
 from shardgate.engine.primitives import ExecCursor, Primitive
-from shardgate.errors import InvalidArgument, ShardgateError, Unsupported
+from shardgate.errors import InvalidArgument, ShardgateError
 from shardgate.keys import parse_shard_name
 from shardgate.ports import GateView, SqlShard
 from shardgate.queues.ddl import CreateQueue
 from shardgate.queues.events import QueueBatch
 from shardgate.queues.options import QueueOptions
-from shardgate.queues.segmented.store import SegmentedStore
+from shardgate.queues.segmented.store import Execute, SegmentedStore
+
+__all__ = ["Execute", "JoinTransaction", "QueueGate", "QueueShard"]
 from shardgate.result import Result
 from shardgate.vindexes import SingleColumn
 from shardgate.vschema import VSchema
@@ -72,6 +74,32 @@ class QueueShard(SqlShard, Protocol):
     async def queue_admin(self, queue: str, action: str, ids: Sequence[int] = ()) -> int:
         """An operator's action on the shard's queue; events changed."""
         ...
+
+    async def queue_nack(self, queue: str, ids: Sequence[int], reason: str,
+                         retry_at: int | None = None) -> int:
+        """Record a failed attempt of segmented-queue jobs ``ids``."""
+        ...
+
+    async def execute(
+        self, sql: str, params: Sequence[Any], transaction_id: int | None = None
+    ) -> Result:
+        """Run ``sql`` on the shard, in tablet transaction ``transaction_id`` if given."""
+        ...
+
+    async def begin(self) -> int:
+        """Open a tablet transaction; its id."""
+        ...
+
+    async def commit(self, transaction_id: int) -> None:
+        ...
+
+    async def rollback(self, transaction_id: int) -> None:
+        ...
+
+
+#: Joins the caller's transaction on ``(keyspace, shard)``: an ``execute(sql, params)``
+#: running in it (see :meth:`shardgate.gate.Gate.queue_enqueue`).
+JoinTransaction = Callable[[str, str], Awaitable[Execute]]
 
 
 #: What the router needs of the gate that composes it.
@@ -269,16 +297,23 @@ async def receive(
 
 
 async def enqueue(
-    gate: QueueGate, keyspace: str, queue: str, jobs: Sequence[tuple[Any, str | None]]
+    gate: QueueGate, keyspace: str, queue: str, jobs: Sequence[tuple[Any, str | None]], *,
+    join: JoinTransaction | None = None,
 ) -> list[tuple[str, int]]:
     """Store ``(key, payload)`` jobs of a segmented queue, each on the shard its key maps
-    to through the queue's primary vindex; returns their ``(shard, job_id)`` in order once
-    every shard's write committed. Needs in-process tablets (``Gate.open``, ``shardgate
-    up``); elsewhere use :class:`~shardgate.queues.segmented.SegmentedQueue`."""
+    to through the queue's primary vindex; returns their ``(shard, job_id)`` in order.
+
+    With ``join`` (a caller's open transaction), the jobs are written in that
+    transaction on each shard and become visible when it commits (they vanish
+    if it rolls back). Without it, they are committed when this returns: by
+    the tablet's group-committing producer for an in-process tablet, in a
+    tablet transaction of their own for a remote one.
+    """
     table = gate.vschema.find_table(queue, keyspace, keyspace)
     if table.type != "queue" or str(table.options.get("storage", "")).lower() != "segmented":
         raise InvalidArgument(f"{table.qualified} is not a segmented queue; a queue table "
                               "takes INSERT INTO")
+    opts = QueueOptions.from_mapping(table.options, path=table.qualified)
     ks = gate.topology.keyspace(table.keyspace)
     shards = [s.name for s in ks.shards]
     by_shard: dict[str, list[int]] = {}
@@ -297,17 +332,47 @@ async def enqueue(
 
     async def one(shard: str, idx: list[int]) -> None:
         client = gate.tablets[(ks.name, shard)]
+        rows = [(str(jobs[i][0]), jobs[i][1]) for i in idx]
         service = getattr(getattr(client, "tablet", None), "queues", None)
-        if service is None:
-            raise Unsupported(
-                f"{table.qualified}: shard {shard} is a remote tablet; store jobs with "
-                "SegmentedQueue in a process with in-process tablets")
-        ids = await service.enqueue(table.name, [(str(jobs[i][0]), jobs[i][1]) for i in idx])
+        store = SegmentedStore(table.name.lower(), client.dialect, client.placeholder,
+                               max_rows=opts.dataset_max_rows, max_bytes=opts.dataset_max_bytes)
+        if join is not None:
+            ids = await store.append_in_transaction(await join(ks.name, shard), rows)
+        elif service is not None:
+            ids = await service.enqueue(table.name, rows)
+        else:
+            ids = await _append_own_transaction(client, store, rows)
         for i, job_id in zip(idx, ids, strict=True):
             out[i] = (shard, int(job_id))
 
     await asyncio.gather(*(one(s, idx) for s, idx in by_shard.items()))
     return out
+
+
+async def _append_own_transaction(
+    client: QueueShard, store: SegmentedStore, rows: Sequence[tuple[str, str | None]]
+) -> list[int]:
+    """Jobs written in a tablet transaction of their own (a remote tablet)."""
+    tid = await client.begin()
+    try:
+        ids = await store.append_in_transaction(
+            lambda sql, params: client.execute(sql, params, tid), rows)
+    except BaseException:
+        with contextlib.suppress(ShardgateError):
+            await client.rollback(tid)
+        raise
+    await client.commit(tid)
+    return ids
+
+
+async def nack(gate: QueueGate, keyspace: str, queue: str, shard: str, ids: Sequence[int],
+               reason: str, retry_at: int | None = None) -> int:
+    """Record a failed attempt of segmented-queue jobs of one shard (see
+    :meth:`~shardgate.queues.segmented.consumer.ShardConsumer.fail`)."""
+    table = gate.vschema.find_table(queue, keyspace, keyspace)
+    gate.topology.keyspace(table.keyspace).shard(shard)
+    return await gate.tablets[(table.keyspace, shard)].queue_nack(
+        table.name, list(ids), reason, retry_at)
 
 
 async def ack(gate: QueueGate, keyspace: str, queue: str, shard: str, ids: Sequence[int]) -> int:

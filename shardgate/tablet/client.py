@@ -108,6 +108,11 @@ class TabletClient(ABC):
     async def queue_stats(self, queue: str) -> dict[str, Any]:
         raise Unsupported(f"{type(self).__name__} does not serve queues")
 
+    async def queue_nack(self, queue: str, ids: Sequence[int], reason: str,
+                         retry_at: int | None = None) -> int:
+        """Record a failed attempt of segmented-queue jobs ``ids``; how many were executing."""
+        raise Unsupported(f"{type(self).__name__} does not serve queues")
+
     async def queue_configure(self, queues: Mapping[str, QueueOptions]) -> None:
         """Declare queue tables; tablets also find them by their comment marker."""
         return None
@@ -203,6 +208,10 @@ class LocalTabletClient(TabletClient):
 
     async def queue_stats(self, queue: str) -> dict[str, Any]:
         return await self.tablet.queues.stats(queue)
+
+    async def queue_nack(self, queue: str, ids: Sequence[int], reason: str,
+                         retry_at: int | None = None) -> int:
+        return await self.tablet.queues.nack(queue, ids, reason, retry_at)
 
     async def queue_configure(self, queues: Mapping[str, QueueOptions]) -> None:
         self.tablet.queues.configure(queues)

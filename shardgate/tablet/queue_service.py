@@ -23,7 +23,13 @@ Invariants:
   (``Unavailable`` otherwise: the job is handed out again after ``ack_wait``).
 * The tablet calls :meth:`QueueService.committed` after every commit (or
   autocommit statement) that wrote a queue table: that wake-up, not polling
-  or NOTIFY, is how a manager learns of new events.
+  or NOTIFY, is how a manager learns of new events its own tablet wrote.
+  Commits the leader does not run (the Spark writer's copy, bulk loads, a
+  gate in another process) leave a signal row (:mod:`shardgate.queues.signals`)
+  in the same transaction, or right after their commit; the leader polls the
+  signal table every ``signal_poll_s`` and wakes the managers named there.
+  A tablet that is not the leader sends that signal itself after each commit
+  that wrote a queue table (coalesced: one signal write at a time per queue).
 """
 
 from __future__ import annotations
@@ -35,9 +41,17 @@ import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, NamedTuple
 
+from shardgate.aio import cancel_and_wait
 from shardgate.backends.base import Backend, LeaseHandle
-from shardgate.errors import InvalidArgument, NotFound, ShardgateError, Unavailable
-from shardgate.queues import metrics
+from shardgate.errors import (
+    AlreadyExists,
+    InvalidArgument,
+    NotFound,
+    ShardgateError,
+    Unavailable,
+    Unsupported,
+)
+from shardgate.queues import metrics, signals
 from shardgate.queues.ddl import comment_of, detect_sql
 from shardgate.queues.events import ACKED, FAILED, QueueBatch
 from shardgate.queues.options import QueueOptions, parse_comment
@@ -57,6 +71,10 @@ log = logging.getLogger(__name__)
 
 #: A segmented queue ``q`` carries its comment marker on its catalog ``q_datasets``.
 SEGMENTED_CATALOG_SUFFIX = "_datasets"
+#: Seconds between two reads of the signal table by the leader (0: no polling).
+DEFAULT_SIGNAL_POLL_S = 0.02
+#: Seconds the signal watcher waits after a database error.
+SIGNAL_RETRY_S = 1.0
 
 
 
@@ -93,6 +111,12 @@ class QueueService:
         self._watch: asyncio.Task[None] | None = None
         #: queues whose dispatch an operator paused (until resumed or the tablet restarts)
         self.paused: set[str] = set()
+        #: seconds between the leader's reads of the signal table (0: off)
+        self.signal_poll_s = DEFAULT_SIGNAL_POLL_S
+        self._signals: asyncio.Task[None] | None = None
+        #: queues with a signal to send (non-leader), and the sender task
+        self._outbox: dict[str, int] = {}
+        self._sender: asyncio.Task[None] | None = None
 
     @property
     def lease_name(self) -> str:
@@ -172,6 +196,8 @@ class QueueService:
             await self._start_manager(name)
         if self._watch is None or self._watch.done():
             self._watch = asyncio.get_running_loop().create_task(self._watch_failures())
+        if self.signal_poll_s > 0 and (self._signals is None or self._signals.done()):
+            self._signals = asyncio.get_running_loop().create_task(self._watch_signals())
 
     async def _start_manager(self, name: str) -> None:
         if self._writer is None or self._running(name) or name in self.paused:
@@ -221,6 +247,8 @@ class QueueService:
 
     async def _lost(self) -> None:
         self._writer = None
+        signals, self._signals = self._signals, None
+        await cancel_and_wait([signals])
         managers, self.managers = self.managers, {}
         for m in managers.values():
             await m.stop()
@@ -259,6 +287,73 @@ class QueueService:
             m = self.managers.get(w.queue)
             if m is not None:
                 m.notify(w.kind, since_ns=w.since_ns)
+            elif w.kind == "insert" and not self.leader:
+                self._send_signal(w.queue, w.since_ns)
+
+    # -- signals (see shardgate.queues.signals) -----------------------------------------
+
+    def _send_signal(self, queue: str, since_ns: int) -> None:
+        """Tell the leader (in another process) that events of ``queue`` committed."""
+        self._outbox[queue] = min(since_ns, self._outbox.get(queue, since_ns))
+        if self._sender is None or self._sender.done():
+            self._sender = asyncio.get_running_loop().create_task(self._send_signals())
+
+    async def _send_signals(self) -> None:
+        """Send what the outbox holds, then wait one poll interval (the leader reads no
+        faster) while later commits' signals gather, and again until it stays empty."""
+        while self._outbox:
+            batch, self._outbox = self._outbox, {}
+            for queue, since in batch.items():
+                try:
+                    await self._signal(queue, since)
+                except ShardgateError as exc:  # latency only: the leader's full scan finds them
+                    log.info("queue %s on %s/%s: signal not sent: %s", queue, self.keyspace,
+                             self.shard, exc)
+            await asyncio.sleep(self.signal_poll_s)
+
+    async def _signal(self, queue: str, since_ns: int) -> None:
+        text = signals.signal_sql(self.backend.dialect, queue, since_ns)
+        try:
+            await self.backend.execute(text)
+        except NotFound:  # the first signal of this database: create the table
+            with contextlib.suppress(AlreadyExists):
+                await self.backend.execute(signals.ddl(self.backend.dialect))
+            await self.backend.execute(text)
+
+    async def _watch_signals(self) -> None:
+        """The leader's poll of the signal table (see the module docstring)."""
+        seen: dict[str, int] | None = None
+        ready = False
+        while True:
+            try:
+                if not ready:
+                    with contextlib.suppress(AlreadyExists):
+                        await self.backend.execute(signals.ddl(self.backend.dialect))
+                    ready = True
+                res = await self.backend.execute(signals.read_sql())
+            except ShardgateError as exc:
+                log.info("queue signals on %s/%s: %s", self.keyspace, self.shard, exc)
+                await asyncio.sleep(SIGNAL_RETRY_S)
+                continue
+            rows = {str(q): (int(seq), int(since)) for q, seq, since in res.rows}
+            if seen is not None:
+                for queue, (seq, since) in rows.items():
+                    if seen.get(queue) == seq:
+                        continue
+                    self._woken_by_signal(queue, since)
+                    with contextlib.suppress(ShardgateError):
+                        await self.backend.execute(signals.consumed_sql(self.backend.placeholder),
+                                                   [queue, seq])
+            seen = {q: seq for q, (seq, _) in rows.items()}
+            await asyncio.sleep(self.signal_poll_s)
+
+    def _woken_by_signal(self, queue: str, since_ns: int) -> None:
+        m = self.managers.get(queue)
+        if m is not None:
+            m.notify("insert", since_ns=None if since_ns >= signals.NONE_PENDING else since_ns)
+        sq = self.segmented.get(queue)
+        if sq is not None:
+            sq.consumer.wake()
 
     # -- receivers and acks ------------------------------------------------------------
 
@@ -311,20 +406,33 @@ class QueueService:
     async def ack(self, queue: str, ids: Sequence[int]) -> int:
         name = await self._known(queue)
         if self.is_segmented(name):
-            sq = self.segmented.get(name)
-            if not ids:
-                return 0
-            if sq is None:
-                raise Unavailable(
-                    f"segmented queue {name} on {self.keyspace}/{self.shard}: "
-                    "this tablet does not consume it now (no shard lease); the jobs will be "
-                    "handed out again after ack_wait")
-            return await sq.ack(ids)
+            return await self._served(name).ack(ids) if ids else 0
         m = self.managers.get(name)
         if m is not None and not m.stopped.is_set():
             return await m.ack(ids)
         store = QueueStore(name, self.backend.dialect, self.backend.placeholder)
         return await store.ack_via(self.backend, ids)
+
+    async def nack(self, queue: str, ids: Sequence[int], reason: str,
+                   retry_at: int | None = None) -> int:
+        """Record a failed attempt of jobs ``ids`` of segmented ``queue`` (retried after
+        the backoff or at ``retry_at`` ns, aborted once out of attempts)."""
+        name = await self._known(queue)
+        if not self.is_segmented(name):
+            raise Unsupported(
+                f"{queue!r} on {self.keyspace}/{self.shard} is a queue table: its events "
+                "fire again after ack_wait when not acked; nack is for segmented queues")
+        return await self._served(name).nack(ids, reason, retry_at) if ids else 0
+
+    def _served(self, name: str) -> ServedSegmentedQueue:
+        """The segmented queue ``name`` this tablet consumes now, else ``UNAVAILABLE``."""
+        sq = self.segmented.get(name)
+        if sq is None:
+            raise Unavailable(
+                f"segmented queue {name} on {self.keyspace}/{self.shard}: "
+                "this tablet does not consume it now (no shard lease); the jobs will be "
+                "handed out again after ack_wait")
+        return sq
 
     async def stats(self, queue: str) -> dict[str, Any]:
         name = await self._known(queue)
@@ -451,6 +559,8 @@ class QueueService:
             self._watch.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._watch
+        sender, self._sender = self._sender, None
+        await cancel_and_wait([sender])
         await self._lost()
 
 

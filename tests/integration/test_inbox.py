@@ -248,8 +248,15 @@ async def scenario_errors_have_codes(cluster: Cluster, name: str) -> None:
     # Another process's store discovers the buckets and serves the same data.
     other = InboxStore(gate, "commerce", name, InboxOptions(precreate=0), clock=clock)
     assert [m.body for m in (await other.read(1)).messages] == ["tomorrow"]
-    with pytest.raises(InvalidArgument, match="granularity"):
+    # Its options are stored with it: other explicit options are refused, naming each
+    # difference; a store opened without options adopts the stored ones.
+    with pytest.raises(FailedPrecondition) as other_opts:
         await InboxStore(gate, "commerce", name, InboxOptions(granularity="hour")).open()
+    assert "granularity='hour' (stored: 'day')" in other_opts.value.message
+    assert "precreate=1 (stored: 0)" in other_opts.value.message
+    adopted = InboxStore(gate, "commerce", name, clock=clock)
+    await adopted.open()
+    assert adopted.options == InboxOptions(precreate=0)
 
     await store.drop()
     assert not any(t.startswith(name + "_") for ts in (await tables_per_shard(cluster)).values()

@@ -136,6 +136,30 @@ class InboxOptions:
     def window_us(self) -> int:
         return int(self.rescan_window_s * US)
 
+    def stored(self) -> dict[str, Any]:
+        """The options stored with the inbox: all but :data:`LOCAL_OPTIONS` (JSON-ready)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)
+                if f.name not in LOCAL_OPTIONS}
+
+    def differences(self, other: InboxOptions) -> list[str]:
+        """``name: mine != other's`` for each stored option that differs."""
+        mine, theirs = self.stored(), other.stored()
+        return [f"{k}={mine[k]!r} (stored: {theirs[k]!r})" for k in sorted(mine)
+                if _norm(mine[k]) != _norm(theirs[k])]
+
+    def with_stored(self, doc: Mapping[str, Any], *, path: str) -> InboxOptions:
+        """These options' local ones with the stored ones of ``doc``."""
+        local = {name: getattr(self, name) for name in LOCAL_OPTIONS}
+        return InboxOptions.from_mapping({**dict(doc), **local}, path=path)
+
+
+#: Options of one process, not of the inbox: never stored nor compared.
+LOCAL_OPTIONS = ("bucket_refresh_s",)
+
+
+def _norm(v: Any) -> Any:
+    return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else v
+
 
 def check_name(name: str) -> str:
     """The inbox name if usable in table names (lower case letters, digits, ``_``)."""

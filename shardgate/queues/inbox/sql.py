@@ -56,6 +56,38 @@ def pointers_ddl(table: str, dialect: str, user_type: str) -> str:
     )
 
 
+#: One row per inbox of the shard's database: its name and stored options (JSON).
+OPTIONS_TABLE = "_sg_inboxes"
+
+
+def options_ddl(dialect: str) -> str:
+    """``CREATE TABLE IF NOT EXISTS`` of the table of inboxes and their options."""
+    _check_dialect(dialect)
+    return (f"CREATE TABLE IF NOT EXISTS {OPTIONS_TABLE} (name VARCHAR(64) NOT NULL "
+            f"PRIMARY KEY, options {_TEXT[dialect]} NOT NULL, created_at BIGINT NOT NULL)")
+
+
+def placeholder(dialect: str) -> str:
+    return "?" if dialect == "sqlite" else "%s"
+
+
+def options_select_sql(dialect: str) -> str:
+    return f"SELECT options FROM {OPTIONS_TABLE} WHERE name = {placeholder(dialect)}"
+
+
+def options_insert_sql(dialect: str) -> str:
+    ph = placeholder(dialect)
+    return f"INSERT INTO {OPTIONS_TABLE} (name, options, created_at) VALUES ({ph}, {ph}, {ph})"
+
+
+def options_delete_sql(dialect: str) -> str:
+    return f"DELETE FROM {OPTIONS_TABLE} WHERE name = {placeholder(dialect)}"
+
+
+def options_list_sql() -> str:
+    return f"SELECT name, options FROM {OPTIONS_TABLE} ORDER BY name"
+
+
 def drop_ddl(table: str) -> str:
     return f"DROP TABLE IF EXISTS {table}"
 

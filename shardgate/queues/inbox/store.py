@@ -45,7 +45,9 @@ a bucket it does not know).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
+import json
 import math
 import struct
 import time
@@ -134,29 +136,36 @@ class InboxStore:
         self.gate = gate
         self.keyspace = keyspace
         self.name = check_name(name)
+        #: whether the caller chose the options (checked against the stored ones on
+        #: open) or left them to the inbox (the stored ones are adopted)
+        self.explicit_options = options is not None
         self.options = options or InboxOptions()
         self.clock = clock
         ks_topo = gate.topology.keyspace(keyspace)
         self._sharded = ks_topo.sharded
-        if self._sharded:
-            vindex = gate.vschema.keyspace(keyspace).vindexes.get(self.options.vindex)
-            if vindex is None:
-                raise NotFound(
-                    f"inbox {name}: vindex {self.options.vindex!r} is not defined in "
-                    f"{keyspace}.vindexes; add it (e.g. {{\"type\": \"hash\"}}) or pass "
-                    "InboxOptions(vindex=...)"
-                )
-            if not isinstance(vindex, SingleColumn) or not vindex.unique or vindex.needs_cursor:
-                raise InvalidArgument(
-                    f"inbox {name}: vindex {self.options.vindex!r} must be a unique "
-                    "functional vindex (hash, xxhash, numeric, unicode_loose_md5...)"
-                )
+        self._check_vindex()
         self.pointers_table = f"{name}_pointers"
         self._buckets: dict[str, Bucket] = {}
         self._opened = False
         self._refreshed_at = -math.inf
         self._lock = asyncio.Lock()
         self._ids = IdGenerator()
+
+    def _check_vindex(self) -> None:
+        if not self._sharded:
+            return
+        vindex = self.gate.vschema.keyspace(self.keyspace).vindexes.get(self.options.vindex)
+        if vindex is None:
+            raise NotFound(
+                f"inbox {self.name}: vindex {self.options.vindex!r} is not defined in "
+                f"{self.keyspace}.vindexes; add it (e.g. {{\"type\": \"hash\"}}) or pass "
+                "InboxOptions(vindex=...)"
+            )
+        if not isinstance(vindex, SingleColumn) or not vindex.unique or vindex.needs_cursor:
+            raise InvalidArgument(
+                f"inbox {self.name}: vindex {self.options.vindex!r} must be a unique "
+                "functional vindex (hash, xxhash, numeric, unicode_loose_md5...)"
+            )
 
     # -- time --------------------------------------------------------------------
 
@@ -174,21 +183,87 @@ class InboxStore:
     # -- life cycle ----------------------------------------------------------------
 
     async def create(self) -> MaintainReport:
-        """Create the pointer table and the current buckets on every shard (idempotent)."""
+        """Create the pointer table and the current buckets on every shard (idempotent).
+
+        The options are stored with the inbox (table ``_sg_inboxes`` of every
+        shard). Creating an inbox that exists with other options fails with
+        ``FAILED_PRECONDITION`` naming them, before anything is written.
+        """
         async with self._lock:
+            missing = await self._load_options()
             await self._each_shard(
                 lambda dialect: sql.pointers_ddl(self.pointers_table, dialect,
                                                  self.options.user_type))
             self._register([self.pointers_table], [])
             await self._refresh()
+            await self._store_options(missing)
             self._opened = True
         return await self.maintain()
 
     async def open(self) -> None:
-        """Discover the inbox's buckets; ``NOT_FOUND`` if it was never created."""
+        """Discover the inbox's buckets; ``NOT_FOUND`` if it was never created.
+
+        The first open reads the inbox's stored options: explicit options that
+        differ fail with ``FAILED_PRECONDITION`` naming each difference; a
+        store created without options adopts them. An inbox created before
+        options were stored gets this store's options recorded.
+        """
         async with self._lock:
+            missing = await self._load_options() if not self._opened else []
             await self._refresh()
+            await self._store_options(missing)
             self._opened = True
+
+    async def _load_options(self) -> list[str]:
+        """Read the stored options from every shard and check or adopt them (see
+        :meth:`open`); the shards that hold none. Holds the lock."""
+        await self._each_shard(sql.options_ddl, suppress=AlreadyExists)
+        results = await self._each_shard_with(
+            lambda dialect: (sql.options_select_sql(dialect), [self.name]))
+        shards = [s.name for s in self.gate.topology.keyspace(self.keyspace).shards]
+        found: dict[str, list[str]] = {}
+        missing: list[str] = []
+        for shard, res in zip(shards, results, strict=True):
+            if res.rows:
+                found.setdefault(str(res.rows[0][0]), []).append(shard)
+            else:
+                missing.append(shard)
+        where = f"inbox {self.keyspace}.{self.name}"
+        if len(found) > 1:
+            raise FailedPrecondition(
+                f"{where}: its shards store different options ({found}); drop and re-create "
+                "the inbox, or fix the _sg_inboxes rows")
+        if found:
+            doc = json.loads(next(iter(found)))
+            stored = self.options.with_stored(doc, path=f"{where} (stored options)")
+            diff = self.options.differences(stored)
+            if diff and self.explicit_options:
+                raise FailedPrecondition(
+                    f"{where} exists with other options: {'; '.join(diff)}; open it without "
+                    "options to use the stored ones, or drop and re-create it")
+            if diff:
+                self.options = stored
+                self._check_vindex()
+        return missing
+
+    async def _store_options(self, shards: Sequence[str]) -> None:
+        """Record this store's options on ``shards`` (those that hold none), then check
+        that every shard agrees (a concurrent creator with other options loses)."""
+        if not shards:
+            return
+        text = json.dumps(self.options.stored(), sort_keys=True)
+        clients = [self.gate.tablets[(self.keyspace, s)] for s in shards]
+
+        async def put(c: Any) -> None:
+            with contextlib.suppress(AlreadyExists):
+                await c.execute(sql.options_insert_sql(c.dialect), [self.name, text, self.now()])
+
+        await asyncio.gather(*(put(c) for c in clients))
+        explicit, self.explicit_options = self.explicit_options, True
+        try:
+            await self._load_options()
+        finally:
+            self.explicit_options = explicit
 
     async def _ready(self) -> None:
         if not self._opened:
@@ -244,6 +319,8 @@ class InboxStore:
             self._buckets.clear()
             for t in tables:
                 await self._drop_table(t)
+            await self._each_shard_with(
+                lambda dialect: (sql.options_delete_sql(dialect), [self.name]))
             self._opened = False
 
     # -- writes -------------------------------------------------------------------
@@ -486,17 +563,39 @@ class InboxStore:
 
     # -- buckets and tables ---------------------------------------------------------
 
+    async def count_rows(self, table: str) -> int:
+        """Rows of one of this inbox's tables over every shard (an exact count)."""
+        results = await self._each_shard(lambda _dialect: f"SELECT COUNT(*) FROM {table}")
+        return sum(int(r.rows[0][0]) for r in results)
+
     def _q(self, table: str) -> str:
         return f"{self.keyspace}.{table}"
 
     def _shard_count(self) -> int:
         return len(self.gate.topology.keyspace(self.keyspace).shards)
 
-    async def _each_shard(self, statement: Callable[[str], str]) -> list[Any]:
+    async def _each_shard(
+        self, statement: Callable[[str], str], *, suppress: type[Exception] | None = None
+    ) -> list[Any]:
+        """``statement(dialect)`` on every shard at once (``suppress``: that error is fine)."""
+        return await self._each_shard_with(lambda d: (statement(d), []), suppress=suppress)
+
+    async def _each_shard_with(
+        self, statement: Callable[[str], tuple[str, list[Any]]], *,
+        suppress: type[Exception] | None = None,
+    ) -> list[Any]:
         ks = self.gate.topology.keyspace(self.keyspace)
         clients = [self.gate.tablets[(self.keyspace, s.name)] for s in ks.shards]
-        return list(await asyncio.gather(
-            *(c.execute(statement(c.dialect), []) for c in clients)))
+
+        async def one(c: Any) -> Any:
+            text, params = statement(c.dialect)
+            if suppress is None:
+                return await c.execute(text, params)
+            with contextlib.suppress(suppress):
+                return await c.execute(text, params)
+            return None
+
+        return list(await asyncio.gather(*(one(c) for c in clients)))
 
     async def _drop_table(self, table: str) -> None:
         await self._each_shard(lambda _dialect: sql.drop_ddl(table))

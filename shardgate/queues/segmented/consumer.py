@@ -553,15 +553,18 @@ class ShardConsumer:
         metrics.SEG_SUCCEEDED.labels(*self._labels).inc(len(jobs))
         return len(jobs)
 
-    async def fail(self, job_ids: Sequence[int], reason: str) -> int:
+    async def fail(self, job_ids: Sequence[int], reason: str, *,
+                   retry_at: int | None = None) -> int:
         """Record a failed attempt of ``job_ids`` (executing ones): each is retried after
-        its backoff, blocking the later jobs of its key, or aborted once out of
-        attempts. Returns how many were executing."""
+        its backoff (or at ``retry_at``, ns since the epoch, if later than now),
+        blocking the later jobs of its key, or aborted once out of attempts.
+        Returns how many were executing."""
         jobs = [j for j in (self._jobs.get(int(i)) for i in job_ids)
                 if j is not None and j.state == _EXECUTING]
-        return await self._fail(jobs, reason)
+        return await self._fail(jobs, reason, retry_at=retry_at)
 
-    async def _fail(self, jobs: Sequence[_Job], reason: str) -> int:
+    async def _fail(self, jobs: Sequence[_Job], reason: str, *,
+                    retry_at: int | None = None) -> int:
         if not jobs:
             return 0
         now = self._clock()
@@ -579,7 +582,8 @@ class ShardConsumer:
                 aborted.append(j)
             else:
                 j.state = _WAITING
-                j.due = now + self._backoff(j.attempt)
+                j.due = (now + self._backoff(j.attempt) if retry_at is None
+                         else max(now, int(retry_at)))
                 rows.append((j, j.attempt, FAILED, reason, now))
                 retried.append(j)
         await self._write(rows)

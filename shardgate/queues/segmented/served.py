@@ -186,16 +186,31 @@ class ServedSegmentedQueue:
         """Write ``succeeded`` for the jobs ``ids``; returns how many were not done yet,
         once committed. Raises ``Unavailable`` while the consumer does not hold the
         queue's lock (the jobs are then handed out again after ``ack_wait``)."""
+        self._check_leader()
+        n = await self.consumer.ack(ids)
+        self._forget(ids)
+        return n
+
+    def _check_leader(self) -> None:
         if not self.consumer.leader:
             raise Unavailable(
                 f"segmented queue {self.queue} on {self.consumer.keyspace}/"
                 f"{self.consumer.shard}: its consumer is not running here now (starting, or "
                 "another process holds the queue's lock); the jobs will be handed out again")
-        n = await self.consumer.ack(ids)
+
+    def _forget(self, ids: Sequence[int]) -> None:
+        """The jobs ``ids`` left their receivers (acked or failed)."""
         for jid in ids:
             held = self.holders.pop(int(jid), None)
             if held is not None:
                 held[0].in_flight.discard(int(jid))
+
+    async def nack(self, ids: Sequence[int], reason: str, retry_at: int | None = None) -> int:
+        """Record a failed attempt of the jobs ``ids`` (see :meth:`ShardConsumer.fail`);
+        returns how many were executing, once committed. ``Unavailable`` as :meth:`ack`."""
+        self._check_leader()
+        n = await self.consumer.fail(ids, reason, retry_at=retry_at)
+        self._forget(ids)
         return n
 
     async def stats(self) -> dict[str, Any]:

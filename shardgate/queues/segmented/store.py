@@ -38,7 +38,14 @@ from typing import Any
 
 from shardgate.backends import Backend, Connection
 from shardgate.backends.base import transaction
-from shardgate.errors import AlreadyExists, Internal, InvalidArgument, ShardgateError
+from shardgate.errors import (
+    Aborted,
+    AlreadyExists,
+    FailedPrecondition,
+    Internal,
+    InvalidArgument,
+    ShardgateError,
+)
 from shardgate.queues.segmented.ddl import (
     CLOSED,
     DATASET_STEP,
@@ -61,6 +68,9 @@ DEFAULT_WRITE_BATCH = 128
 IN_CHUNK = 500
 #: Bytes counted per job besides its key and payload (ids, timestamps, row header).
 ROW_OVERHEAD_BYTES = 32
+
+#: ``execute(sql, params)`` inside a transaction someone else opened and ends.
+Execute = Callable[[str, Sequence[Any]], Awaitable[Result]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -286,6 +296,85 @@ class SegmentedStore:
                         await conn.rollback()
                 raise
         raise Internal(f"segmented queue {self.names.queue}: could not create a spare dataset")
+
+    async def append_in_transaction(
+        self, execute: Execute, jobs: Sequence[tuple[str, str | None]]
+    ) -> list[int]:
+        """Write ``(key, payload)`` jobs inside a transaction the caller owns (a gate
+        session's shard transaction, or a tablet transaction); return their ids.
+
+        The same invariants as :meth:`append_jobs`: the first statement updates
+        the ``open`` catalog row (taking its row lock, or SQLite's write lock,
+        until the caller's transaction ends), so ids still increase in commit
+        order; a caller holding the transaction open holds back the shard's
+        other producers meanwhile. A roll-over needs a ``ready`` dataset (DDL
+        cannot run inside the caller's transaction): without one it fails with
+        ``FAILED_PRECONDITION`` before writing anything (the producers and the
+        consumer create one ahead, so retrying soon succeeds).
+        """
+        if not jobs:
+            return []
+        ph, cat = self.ph, self.names.catalog
+        count = len(jobs)
+        size = sum(job_bytes(k, p) for k, p in jobs)
+        res = await execute(
+            f"UPDATE {cat} SET next_id = next_id + {ph}, job_rows = job_rows + {ph}, "
+            f"job_bytes = job_bytes + {ph} WHERE state = {ph} AND (job_rows = 0 OR "
+            f"(job_rows + {ph} <= {ph} AND job_bytes + {ph} <= {ph}))",
+            [count, count, size, OPEN, count, self.max_rows, size, self.max_bytes])
+        if res.rows_affected:
+            got = await execute(f"SELECT n, next_id FROM {cat} WHERE state = {ph}", [OPEN])
+            n, first = int(got.rows[0][0]), int(got.rows[0][1]) - count
+        else:
+            n, first = await self._roll_over_in_transaction(execute, count, size)
+        ids = list(range(first, first + count))
+        now = time.time_ns()
+        table = self.names.jobs(n)
+        if self.dialect == "postgres":
+            await execute(
+                f"INSERT INTO {table} (job_id, job_key, payload, created) SELECT * FROM "
+                "unnest(%s::bigint[], %s::text[], %s::text[], %s::bigint[])",
+                [pg_array(ids), pg_array([k for k, _ in jobs]), pg_array([p for _, p in jobs]),
+                 pg_array([now] * count)])
+            return ids
+        for at in range(0, count, IN_CHUNK):
+            chunk = list(zip(ids[at:at + IN_CHUNK], jobs[at:at + IN_CHUNK], strict=True))
+            values = ", ".join([f"({ph}, {ph}, {ph}, {ph})"] * len(chunk))
+            await execute(
+                f"INSERT INTO {table} (job_id, job_key, payload, created) VALUES {values}",
+                [v for i, (k, p) in chunk for v in (i, k, p, now)])
+        return ids
+
+    async def _roll_over_in_transaction(
+        self, execute: Execute, count: int, size: int
+    ) -> tuple[int, int]:
+        """Close the open dataset and open the first ``ready`` one with ``count`` jobs of
+        ``size`` bytes, in the caller's transaction; its number and first job id."""
+        ph, cat = self.ph, self.names.catalog
+        spare = await execute(
+            f"SELECT n FROM {cat} WHERE state = {ph} ORDER BY n LIMIT 1", [READY])
+        if not spare.rows:
+            raise FailedPrecondition(
+                f"segmented queue {self.names.queue}: its open dataset is full and no spare "
+                "dataset is ready (tables are not created inside a transaction); retry in a "
+                "moment or enqueue outside the transaction")
+        cur = await execute(
+            f"SELECT n, next_id FROM {cat} WHERE state = {ph}{self._lock_clause}", [OPEN])
+        if not cur.rows:
+            raise Internal(f"segmented queue {self.names.queue}: no open dataset in the "
+                           "catalog; run ensure() (SegmentedQueue.open does)")
+        old, first = int(cur.rows[0][0]), int(cur.rows[0][1])
+        n, now = int(spare.rows[0][0]), time.time_ns()
+        await execute(f"UPDATE {cat} SET state = {ph}, closed = {ph} WHERE n = {ph}",
+                      [CLOSED, now, old])
+        opened = await execute(
+            f"UPDATE {cat} SET state = {ph}, first_id = {ph}, next_id = {ph}, job_rows = {ph}, "
+            f"job_bytes = {ph}, created = {ph} WHERE n = {ph} AND state = {ph}",
+            [OPEN, first, first + count, count, size, now, n, READY])
+        if not opened.rows_affected:
+            raise Aborted(f"segmented queue {self.names.queue}: another producer took the "
+                          "spare dataset meanwhile; retry the transaction")
+        return n, first
 
     async def _append_fast(self, conn: Connection, n: int,
                            jobs: Sequence[tuple[str, str | None]], size: int) -> list[int]:

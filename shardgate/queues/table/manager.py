@@ -13,14 +13,18 @@ Parts
   table: losing it loses nothing.
 * **The run loop** (one task): scans, fires, sleeps until the next due time
   or a wake-up. Only this task fires and scans, so scans and fires never race.
-* **Scans.** *New*: after the tablet committed a write to this table
-  (:meth:`notify`, an in-process wake-up: no polling, no NOTIFY), one scan
+* **Scans.** *New*: after the tablet committed a write to this table, or
+  read a queue signal of another writer's commit (:meth:`notify`, an
+  in-process wake-up: the manager neither polls nor listens), one scan
   reads ``to_be_fired`` events scheduled since the watermark (less a slack),
   or since the start of the earliest write of the transactions committed since
   the last scan if that is older (a long transaction's events carry their insert
   time, not their commit time), up to now + window, LIMIT the free room of
   the window; wake-ups that arrive during a scan coalesce into one more
-  scan. *Full*: once per window (and at start, and when a scan filled the
+  scan. The first scan after a wake-up reads only the earliest
+  ``QUICK_SCAN_ROWS`` and fires them before a follow-up scan reads the rest,
+  so a bulk commit's first events go out without waiting for all of it.
+  *Full*: once per window (and at start, and when a scan filled the
   window, "pending mode", as soon as it drains), new events up to now + window. *Collector*: every
   ``collector_interval``, fired-but-unacked events whose retry time falls in
   the window; retries due beyond the window are left to it, so the fast path
@@ -85,6 +89,9 @@ log = logging.getLogger(__name__)
 
 #: How far (ns: 2 s) the new-event scan reaches back before the watermark (late commits).
 SCAN_SLACK_NS = 2_000_000_000
+#: Rows the first new-event scan after a wake-up reads at most: the first events of a
+#: large commit (a bulk enqueue) fire before the rest is read by a follow-up scan.
+QUICK_SCAN_ROWS = 64
 #: Nanoseconds per second.
 _NS = 1_000_000_000
 
@@ -158,6 +165,8 @@ class QueueManager:
         self._watermark = 0
         #: earliest start of a committed transaction's writes not scanned for yet
         self._rescan_from: int | None = None
+        #: the last new-event scan was a quick one that filled its page: read on at once
+        self._follow_up = False
         self._tokens = float(options.batch_size)
         self._tokens_at = time.monotonic()
         self._key_owner: dict[Any, int] = {}
@@ -377,23 +386,32 @@ class QueueManager:
             added += 1
         return added
 
-    async def _scan(self, full: bool) -> None:
+    async def _scan(self, full: bool, *, quick: bool = False) -> None:
+        """Read due ``to_be_fired`` events into the window. ``quick``: at most
+        :data:`QUICK_SCAN_ROWS` (the earliest), and if that many came, another
+        (normal) new-event scan follows at once, after the loop fired these."""
         now = self._clock()
         horizon = now + int(self.options.window * _NS)
         room = self.options.cache_size - len(self._events)
         if room <= 0:
             self._pending_mode = True
             return
+        limit = min(room, QUICK_SCAN_ROWS) if quick else room
         since = 0 if full else max(0, self._watermark - SCAN_SLACK_NS)
         rescan_from, self._rescan_from = self._rescan_from, None
         if rescan_from is not None:
             since = min(since, max(0, rescan_from - SCAN_SLACK_NS))
         conn = await self.reader.acquire()
         try:
-            rows = await self.store.scan_new(conn, since, horizon, room)
+            rows = await self.store.scan_new(conn, since, horizon, limit)
         finally:
             await self.reader.release(conn)
-        self._pending_mode = len(rows) >= room
+        if quick and limit < room and len(rows) >= limit:
+            # The rows not read sort after these (by time_scheduled): the follow-up
+            # scan from the new watermark (less the slack) reaches them.
+            self._new_pending = self._follow_up = True
+        else:
+            self._pending_mode = len(rows) >= room
         self._admit(rows)
         seen = [r.time_scheduled for r in rows if r.time_scheduled <= now]
         if seen:
@@ -423,12 +441,13 @@ class QueueManager:
                 now = self._clock()
                 if now >= self._full_at or (self._pending_mode and
                                             len(self._events) < self.options.cache_size // 2):
-                    self._new_pending = False
+                    self._new_pending = self._follow_up = False
                     await self._scan(full=True)
                     self._full_at = now + int(self.options.window * _NS)
                 elif self._new_pending:
                     self._new_pending = False
-                    await self._scan(full=False)
+                    quick, self._follow_up = not self._follow_up, False
+                    await self._scan(full=False, quick=quick)
                 if now >= self._collect_at:
                     await self._collect()
                     self._collect_at = now + int(self.options.collector_interval * _NS)
