@@ -9,8 +9,10 @@ from pathlib import Path
 from typing import Any
 
 from shardgate.errors import InvalidArgument, NotFound
+from shardgate.gate import Gate
 from shardgate.result import Result
-from shardgate.topo import Topology, load_cluster_file
+from shardgate.topo import Topology
+from shardgate.topo.local import open_topo, read_topology
 
 DEFAULT_DATA_DIR = "./shardgate-data"
 DEFAULT_HOST = "127.0.0.1"
@@ -36,10 +38,10 @@ def add_target_args(p: argparse.ArgumentParser, *, remote: bool) -> None:
     where.add_argument("--data-dir", help="open the cluster of `shardgate up --data-dir DIR`")
 
 
-def local_topology(args: argparse.Namespace, *, default_data_dir: bool = False) -> Topology:
-    """The topology of ``--cluster FILE`` or ``--data-dir DIR`` (the default one if asked)."""
+def cluster_file_of(args: argparse.Namespace, *, default_data_dir: bool = False) -> Path:
+    """The cluster file ``--cluster FILE`` or ``--data-dir DIR`` names (the default if asked)."""
     if args.cluster:
-        return load_cluster_file(args.cluster)
+        return Path(args.cluster)
     data_dir = args.data_dir or (DEFAULT_DATA_DIR if default_data_dir else None)
     if data_dir is None:
         raise InvalidArgument("give --cluster FILE or --data-dir DIR")
@@ -48,7 +50,26 @@ def local_topology(args: argparse.Namespace, *, default_data_dir: bool = False) 
         raise NotFound(
             f"{cluster_file} does not exist: run `shardgate up --data-dir {data_dir}` first"
         )
-    return load_cluster_file(cluster_file)
+    return cluster_file
+
+
+def local_topology(args: argparse.Namespace, *, default_data_dir: bool = False) -> Topology:
+    """The topology of ``--cluster FILE`` / ``--data-dir DIR`` (its topo store's, if any)."""
+    return read_topology(cluster_file_of(args, default_data_dir=default_data_dir))
+
+
+async def local_gate(args: argparse.Namespace, *, default_data_dir: bool = False) -> Gate:
+    """An in-process gate over the cluster of ``--cluster`` / ``--data-dir``.
+
+    It reads and changes the cluster's topo store, so a VSchema change made
+    here is kept and reaches running gates.
+    """
+    topo = await open_topo(cluster_file_of(args, default_data_dir=default_data_dir))
+    try:
+        return await Gate.from_topo(topo, watch=False)
+    except BaseException:
+        await topo.close()
+        raise
 
 
 def format_value(v: Any) -> str:

@@ -22,9 +22,8 @@ import asyncio
 import json
 from typing import Any
 
-from shardgate.cli.common import add_target_args, local_topology
+from shardgate.cli.common import add_target_args, local_gate
 from shardgate.errors import InvalidArgument
-from shardgate.gate import Gate
 from shardgate.queues.inbox import model
 from shardgate.queues.inbox.store import InboxStore
 
@@ -76,7 +75,7 @@ def _options(args: argparse.Namespace) -> model.InboxOptions:
 
 
 async def _inbox(args: argparse.Namespace) -> int:
-    gate = Gate.open(local_topology(args))
+    gate = await local_gate(args)
     try:
         store = InboxStore(gate, args.keyspace, args.name, _options(args))
         cmd = args.inbox_command

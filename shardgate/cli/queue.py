@@ -23,9 +23,8 @@ import json
 from typing import Any
 
 from shardgate.api.client import GateClient
-from shardgate.cli.common import DEFAULT_TARGET, add_target_args, format_result, local_topology
+from shardgate.cli.common import DEFAULT_TARGET, add_target_args, format_result, local_gate
 from shardgate.errors import InvalidArgument
-from shardgate.gate import Gate
 from shardgate.queues.segmented.queue import SegmentedQueue
 from shardgate.queues.table.store import QueueStore
 
@@ -73,7 +72,7 @@ async def _queue(args: argparse.Namespace) -> int:
                     f"SELECT id, priority, time_scheduled, epoch, state FROM {args.queue} "
                     f"ORDER BY time_scheduled DESC LIMIT {int(args.limit)}")))
         return 0
-    gate = Gate.open(local_topology(args))
+    gate = await local_gate(args)
     try:
         session = gate.session(args.keyspace)
         if cmd == "create":
@@ -151,7 +150,7 @@ def _add_segments_parsers(sub: Any) -> None:
 
 
 async def _segments(args: argparse.Namespace) -> int:
-    gate = Gate.open(local_topology(args))
+    gate = await local_gate(args)
     try:
         q = SegmentedQueue.from_gate(gate, args.keyspace, args.queue)
         cmd = args.segments_command

@@ -3,8 +3,8 @@
 ``up`` runs the gate and every tablet in one process, ``gate`` the gate of a
 cluster file, ``tablet`` one shard's tablet; each serves gRPC until a signal::
 
-    shardgate up [--data-dir DIR] [--cluster FILE] [--host H] [--port P] [--check]
-    shardgate gate --cluster FILE [--host H] [--port P]
+    shardgate up [--data-dir DIR] [--cluster FILE] [--topo URL] [--host H] [--port P] [--check]
+    shardgate gate (--topo URL | --cluster FILE) [--host H] [--port P]
     shardgate tablet --cluster FILE --keyspace KS --shard S [--host H] [--port P]
                      [--metrics-port P]
 
@@ -34,20 +34,28 @@ from shardgate.cli.common import (
     add_listen_args,
     format_result,
 )
+from shardgate.errors import InvalidArgument
 from shardgate.gate import Gate
 from shardgate.queues.router import queue_options_of
 from shardgate.tablet import Tablet
-from shardgate.topo import load_cluster_file, write_cluster_file
+from shardgate.topo import write_cluster_file
 from shardgate.topo.embedded import (
     COMMERCE_DDL,
     LOOKUP_DDL,
     SEQUENCE_ROWS,
     embedded_topology,
 )
+from shardgate.topo.local import open_topo, read_topology
 
 #: Seconds in-flight RPCs get to finish on shutdown.
 SHUTDOWN_GRACE_S = 5.0
 DEFAULT_TABLET_PORT = 15999
+
+
+TOPO_HELP = (
+    "topo store URL (sqlite:///…, postgresql://…, mysql://…); default: the SQLite store "
+    "beside the cluster file (NAME.topo.db), seeded from the file the first time"
+)
 
 
 def add_parsers(commands: Any) -> None:
@@ -57,6 +65,7 @@ def add_parsers(commands: Any) -> None:
     )
     up.add_argument("--data-dir", default=DEFAULT_DATA_DIR, help="embedded cluster directory")
     up.add_argument("--cluster", help="serve this cluster file instead of the embedded one")
+    up.add_argument("--topo", help=TOPO_HELP)
     add_listen_args(up)
     up.add_argument(
         "--check",
@@ -65,7 +74,8 @@ def add_parsers(commands: Any) -> None:
     )
 
     gate = commands.add_parser("gate", help="serve the gate of a cluster file over gRPC")
-    gate.add_argument("--cluster", required=True, help="cluster file (YAML)")
+    gate.add_argument("--cluster", help="cluster file (YAML): seeds its topo store")
+    gate.add_argument("--topo", help=TOPO_HELP)
     add_listen_args(gate)
 
     tablet = commands.add_parser("tablet", help="serve one shard's tablet over gRPC")
@@ -89,9 +99,9 @@ def run(args: argparse.Namespace) -> int:
 
 async def _up(args: argparse.Namespace) -> int:
     if args.cluster:
-        gate = Gate.open(load_cluster_file(args.cluster))
+        gate = await _open_gate(args.cluster, args.topo)
     else:
-        gate = await _open_embedded(Path(args.data_dir))
+        gate = await _open_embedded(Path(args.data_dir), args.topo)
         cluster_file = (Path(args.data_dir) / CLUSTER_FILE_NAME).resolve()
         print(f"embedded cluster ready: {cluster_file}", flush=True)
     try:
@@ -104,7 +114,9 @@ async def _up(args: argparse.Namespace) -> int:
 
 
 async def _gate(args: argparse.Namespace) -> int:
-    gate = Gate.open(load_cluster_file(args.cluster))
+    if not args.cluster and not args.topo:
+        raise InvalidArgument("shardgate gate needs --topo URL or --cluster FILE")
+    gate = await _open_gate(args.cluster, args.topo)
     try:
         await _serve_until_signal(gate, args.host, args.port)
         return 0
@@ -112,26 +124,33 @@ async def _gate(args: argparse.Namespace) -> int:
         await gate.close()
 
 
-async def _open_embedded(data_dir: Path) -> Gate:
+async def _open_gate(cluster: str | None, topo_url: str | None) -> Gate:
+    """A gate following the topo store (seeded from ``cluster`` when it is empty)."""
+    topo = await open_topo(cluster, url=topo_url)
+    try:
+        return await Gate.from_topo(topo)
+    except BaseException:
+        await topo.close()
+        raise
+
+
+async def _open_embedded(data_dir: Path, topo_url: str | None = None) -> Gate:
     """The gate of the embedded cluster in ``data_dir``, created and set up if needed.
 
-    Idempotent: the cluster file is written once; the DDL is ``IF NOT EXISTS``
-    and the sequence rows are inserted only when missing.
+    Idempotent: the cluster file is written once and seeds the topo store
+    beside it (``cluster.topo.db``); the DDL is ``IF NOT EXISTS`` and the
+    sequence rows are inserted only when missing.
     """
     cluster_file = data_dir / CLUSTER_FILE_NAME
-    if cluster_file.exists():
-        topology = load_cluster_file(cluster_file)
-    else:
+    if not cluster_file.exists():
         data_dir.mkdir(parents=True, exist_ok=True)
-        topology = embedded_topology(data_dir)
-    gate = Gate.open(topology)
+        write_cluster_file(embedded_topology(data_dir), cluster_file)
+    gate = await _open_gate(str(cluster_file), topo_url)
     try:
         await _set_up_embedded(gate)
     except BaseException:
         await gate.close()
         raise
-    if not cluster_file.exists():
-        write_cluster_file(topology, cluster_file)
     return gate
 
 
@@ -210,7 +229,7 @@ async def _until_signal() -> None:
 
 
 async def _tablet(args: argparse.Namespace) -> int:
-    topo = load_cluster_file(args.cluster)
+    topo = read_topology(args.cluster)
     shard = topo.keyspace(args.keyspace).shard(args.shard)
     tablet = Tablet.open(args.keyspace, args.shard, shard.url)
     try:

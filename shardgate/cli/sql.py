@@ -27,10 +27,11 @@ from shardgate.cli.common import (
     DEFAULT_TARGET,
     add_target_args,
     format_result,
+    local_gate,
     local_topology,
 )
 from shardgate.errors import InvalidArgument, NotFound
-from shardgate.gate import Gate, twopc
+from shardgate.gate import twopc
 from shardgate.sql.parse import GATE_DIALECT
 
 
@@ -87,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
 
 async def _sql(args: argparse.Namespace) -> int:
     if args.cluster or args.data_dir:
-        gate = Gate.open(local_topology(args))
+        gate = await local_gate(args)
         try:
             session = gate.session(args.keyspace)
             if args.explain:
@@ -119,7 +120,7 @@ async def _schema_apply(args: argparse.Namespace) -> int:
     statements = [part for stmt in statements
                   for part in [stmt, *register_statements(stmt, args.vindex, args.register)]]
     if args.cluster or args.data_dir:
-        gate = Gate.open(local_topology(args))
+        gate = await local_gate(args)
         try:
             session = gate.session(args.keyspace)
             for stmt in statements:
@@ -137,7 +138,7 @@ async def _schema_apply(args: argparse.Namespace) -> int:
 
 
 async def _twopc_resolve(args: argparse.Namespace) -> int:
-    gate = Gate.open(local_topology(args, default_data_dir=True))
+    gate = await local_gate(args, default_data_dir=True)
     try:
         report = await gate.resolve_transactions(grace_s=args.grace)
     finally:

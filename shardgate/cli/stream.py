@@ -26,9 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from shardgate.api.client import GateClient
-from shardgate.cli.common import DEFAULT_TARGET, add_target_args, local_topology
+from shardgate.cli.common import DEFAULT_TARGET, add_target_args, local_gate
 from shardgate.errors import InvalidArgument
-from shardgate.gate import Gate
 from shardgate.streams.merge import StreamEvent, StreamPosition
 
 
@@ -71,7 +70,7 @@ async def _stream(args: argparse.Namespace) -> int:
         raise InvalidArgument("--count must be >= 0")
     start, position = _start(args)
     if args.cluster or args.data_dir:
-        gate = Gate.open(local_topology(args))
+        gate = await local_gate(args)
         try:
             events = gate.update_stream(
                 args.keyspace, args.key_range, start, heartbeat_s=args.heartbeat

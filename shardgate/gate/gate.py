@@ -23,7 +23,7 @@ import asyncio
 import contextlib
 import functools
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any
 
 from sqlglot import exp
@@ -88,6 +88,9 @@ from shardgate.sql.statements import (
 from shardgate.streams.merge import StartPoint, StreamEvent, update_stream
 from shardgate.tablet import LocalTabletClient, Tablet, TabletClient
 from shardgate.topo.model import Topology
+from shardgate.topo.server import TopoServer
+from shardgate.topo.store import MemoryTopoStore
+from shardgate.topo.watch import DEFAULT_INTERVAL, TopoWatcher
 from shardgate.vindexes import VCursor
 from shardgate.vschema import VSchema
 
@@ -101,10 +104,18 @@ class Gate:
         tablets: Mapping[tuple[str, str], TabletClient],
         *,
         plan_cache_size: int = 10_000,
+        topo: TopoServer | None = None,
+        open_tablet: Callable[[str, str, str], TabletClient] | None = None,
     ) -> None:
         self.topology = topology
         self.vschema: VSchema = topology.build_vschema()
         self.tablets = dict(tablets)
+        #: where the topology lives and changes (a private in-memory store if none)
+        self.topo = topo if topo is not None else TopoServer(MemoryTopoStore.seeded(topology))
+        #: opens a tablet for a shard that appears in a newer topology (keyspace, shard, url)
+        self._open_tablet = open_tablet
+        self._watcher: TopoWatcher | None = None
+        self._owns_topo = False
         for ks in topology.keyspaces.values():
             for shard in ks.shards:
                 if (ks.name, shard.name) not in self.tablets:
@@ -117,18 +128,95 @@ class Gate:
         queue_router.configure_local(self)
 
     @classmethod
-    def open(cls, topology: Topology, *, pool_size: int = 4) -> Gate:
-        """A gate with an in-process tablet for every shard of ``topology``."""
-        tablets: dict[tuple[str, str], TabletClient] = {}
-        for ks in topology.keyspaces.values():
-            for shard in ks.shards:
-                tablet = Tablet.open(ks.name, shard.name, shard.url, pool_size=pool_size)
-                tablets[(ks.name, shard.name)] = LocalTabletClient(tablet)
-        return cls(topology, tablets)
+    def open(
+        cls, topology: Topology, *, pool_size: int = 4, topo: TopoServer | None = None
+    ) -> Gate:
+        """A gate with an in-process tablet for every shard of ``topology``.
+
+        ``topo``: the store ``topology`` was read from (changes are saved there);
+        without one the gate keeps its topology in a private in-memory store.
+        """
+
+        def open_tablet(keyspace: str, shard: str, url: str) -> TabletClient:
+            return LocalTabletClient(Tablet.open(keyspace, shard, url, pool_size=pool_size))
+
+        tablets = {
+            (ks.name, shard.name): open_tablet(ks.name, shard.name, shard.url)
+            for ks in topology.keyspaces.values()
+            for shard in ks.shards
+        }
+        return cls(topology, tablets, topo=topo, open_tablet=open_tablet)
+
+    @classmethod
+    async def from_topo(
+        cls, topo: TopoServer, *, pool_size: int = 4, watch: bool = True
+    ) -> Gate:
+        """A gate (in-process tablets) serving the topology in ``topo``, following it.
+
+        Unavailable (coded) if the store cannot be reached; FailedPrecondition
+        if it holds no keyspace.
+        """
+        gate = cls.open(await topo.load_topology(), pool_size=pool_size, topo=topo)
+        gate._owns_topo = True
+        if watch:
+            gate.watch()
+        return gate
+
+    def watch(self, interval: float = DEFAULT_INTERVAL) -> None:
+        """Follow the topo store: changes from any process apply within ``interval``."""
+        if self._watcher is None:
+            self._watcher = TopoWatcher(self.topo, self.apply_topology,
+                                        version=self.topology.version, interval=interval)
+            self._watcher.start()
+
+    @property
+    def degraded(self) -> str | None:
+        """Why the gate is serving a possibly stale topology (None: it is not)."""
+        return None if self._watcher is None else self._watcher.degraded
 
     async def close(self) -> None:
+        if self._watcher is not None:
+            await self._watcher.stop()
         for t in self.tablets.values():
             await t.close()
+        if self._owns_topo:
+            await self.topo.close()
+
+    def apply_topology(self, topology: Topology) -> bool:
+        """Serve ``topology`` from now on; False if it is not newer than the current one.
+
+        Checked first (an invalid topology changes nothing). Statements
+        already running finish on the topology they started with (their
+        cursor holds it); cached plans are dropped; shards new to this gate
+        get a tablet.
+        """
+        if topology.version and topology.version <= self.topology.version:
+            return False
+        vschema = topology.build_vschema()
+        for ks in topology.keyspaces.values():
+            for shard in ks.shards:
+                key = (ks.name, shard.name)
+                if key not in self.tablets:
+                    if self._open_tablet is None:
+                        raise FailedPrecondition(
+                            f"shard {ks.name}/{shard.name} appeared in the topology and this "
+                            "gate cannot open a tablet for it"
+                        )
+                    self.tablets[key] = self._open_tablet(ks.name, shard.name, shard.url)
+        self.topology, self.vschema = topology, vschema
+        self.plans.clear()
+        self._kinds.clear()
+        return True
+
+    async def change_vschema(
+        self, keyspace: str, change: Callable[[dict[str, Any]], dict[str, Any]]
+    ) -> None:
+        """Change a keyspace's VSchema in the topo store, then serve it here at once.
+
+        Other gates following the same store pick it up through their watcher.
+        """
+        await self.topo.update_vschema(keyspace, change)
+        self.apply_topology(await self.topo.load_topology())
 
     def rebuild_vschema(self) -> None:
         """Rebuild the VSchema from the topology (changed at run time) and drop cached plans."""
@@ -748,15 +836,17 @@ class _SessionCursor(ExecCursor):
     query and the shard, instead of reading as a fault of the user's statement.
     """
 
-    __slots__ = ("gate", "internal", "session")
+    __slots__ = ("gate", "internal", "session", "topology")
 
     def __init__(self, gate: Gate, session: Session, internal: str | None = None) -> None:
         self.gate = gate
         self.session = session
         self.internal = internal or session.internal
+        #: the topology the statement started with: a change mid-statement waits
+        self.topology = gate.topology
 
     def shard_map(self, keyspace: str) -> ShardMap:
-        return self.gate.topology.keyspace(keyspace).shard_map
+        return self.topology.keyspace(keyspace).shard_map
 
     def lookup_cursor(self) -> VCursor:
         return _LookupCursor(self.gate, self.session)
@@ -768,7 +858,7 @@ class _SessionCursor(ExecCursor):
         return await self.gate.column_kinds(keyspace, table)
 
     def collation(self, keyspace: str) -> str | None:
-        ks = self.gate.topology.keyspace(keyspace)
+        ks = self.topology.keyspace(keyspace)
         if ks.collation:
             return ks.collation
         # Read by each shard's first connection: any shard already reached tells.

@@ -59,6 +59,8 @@ class Topology:
     default_keyspace: str | None = None
     #: Vitess's ``RoutingRules`` JSON (``{"rules": [...]}``), checked by :meth:`build_vschema`
     routing_rules: dict[str, Any] = field(default_factory=dict)
+    #: the topo store's clock when this topology was read (0: not from a store)
+    version: int = 0
 
     @classmethod
     def from_dict(cls, doc: Mapping[str, Any], *, path: str = "cluster") -> Topology:

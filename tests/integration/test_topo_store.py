@@ -1,0 +1,246 @@
+"""The topo store on SQLite, PostgreSQL and MariaDB: versions, compare-and-swap,
+changes since a version, the topology on top, and a gate that follows it."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from shardgate.errors import Code, FailedPrecondition, InvalidArgument, Unavailable
+from shardgate.gate import Gate
+from shardgate.topo.local import open_topo, read_topology, store_path_for
+from shardgate.topo.model import Topology
+from shardgate.topo.server import TopoServer
+from shardgate.topo.store import MemoryTopoStore, TopoConflict, TopoStore, open_topo_store
+from shardgate.topo.watch import TopoWatcher
+
+
+@pytest.fixture(params=["memory", "sqlite", "postgres", "mysql"])
+async def store(request: pytest.FixtureRequest, make_database: Any) -> AsyncIterator[TopoStore]:
+    kind: str = request.param
+    s = MemoryTopoStore() if kind == "memory" else open_topo_store(make_database(kind, "topo"))
+    yield s
+    await s.close()
+
+
+async def test_versions_follow_one_clock(store: TopoStore) -> None:
+    assert await store.clock() == 0
+    v1 = await store.put("keyspace", "a", {"x": 1})
+    v2 = await store.put("keyspace", "b", {"x": 2})
+    v3 = await store.put("keyspace", "a", {"x": 3})
+    assert (v1, v2, v3) == (1, 2, 3)
+    rec = await store.get("keyspace", "a")
+    assert rec is not None and rec.doc == {"x": 3} and rec.version == 3
+    assert [r.name for r in await store.list_records("keyspace")] == ["a", "b"]
+    clock, changed = await store.changes_since(1)
+    assert clock == 3
+    assert [(r.name, r.version) for r in changed] == [("b", 2), ("a", 3)]
+
+
+async def test_compare_and_swap_refuses_a_stale_writer(store: TopoStore) -> None:
+    v = await store.put("workflow", "w", {"step": 1}, expect=0)
+    with pytest.raises(TopoConflict) as err:
+        await store.put("workflow", "w", {"step": 9}, expect=0)  # create, but it exists
+    assert err.value.code is Code.ABORTED
+    v2 = await store.put("workflow", "w", {"step": 2}, expect=v)
+    with pytest.raises(TopoConflict):
+        await store.put("workflow", "w", {"step": 3}, expect=v)  # read before v2
+    rec = await store.get("workflow", "w")
+    assert rec is not None and rec.doc == {"step": 2} and rec.version == v2
+
+
+async def test_delete_leaves_a_tombstone_watchers_see(store: TopoStore) -> None:
+    v = await store.put("tablet", "t1", {"addr": "x"})
+    dv = await store.delete("tablet", "t1", expect=v)
+    assert await store.get("tablet", "t1") is None
+    assert await store.list_records("tablet") == []
+    _, changed = await store.changes_since(v)
+    assert [(r.name, r.doc, r.version) for r in changed] == [("t1", None, dv)]
+    assert await store.delete("tablet", "never") == await store.clock()  # no-op
+    # a deleted record can be created again
+    assert await store.put("tablet", "t1", {"addr": "y"}, expect=0) > dv
+
+
+async def test_concurrent_compare_and_swap_one_winner(store: TopoStore) -> None:
+    v = await store.put("keyspace", "k", {"n": 0})
+
+    async def write(n: int) -> int | None:
+        try:
+            return await store.put("keyspace", "k", {"n": n}, expect=v)
+        except TopoConflict:
+            return None
+
+    results = await asyncio.gather(*(write(n) for n in range(1, 9)))
+    winners = [r for r in results if r is not None]
+    assert len(winners) == 1
+    rec = await store.get("keyspace", "k")
+    assert rec is not None and rec.version == winners[0]
+
+
+def _cluster(tmp_path: Path, name: str = "cluster.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(
+        "default_keyspace: ks\n"
+        "keyspaces:\n"
+        "  ks:\n"
+        "    shards: {'-80': sqlite:///ks-80.db, '80-': sqlite:///ks80-.db}\n"
+        "    vschema:\n"
+        "      sharded: true\n"
+        "      vindexes: {hash: {type: hash}}\n"
+        "      tables: {t: {column_vindexes: [{column: id, name: hash}]}}\n"
+    )
+    return path
+
+
+async def test_server_refuses_invalid_vschema_and_saves_nothing(tmp_path: Path) -> None:
+    server = await open_topo(_cluster(tmp_path))
+    try:
+        before = await server.store.clock()
+
+        def bad(vs: dict[str, Any]) -> dict[str, Any]:
+            vs["tables"]["u"] = {"column_vindexes": [{"column": "id", "name": "nope"}]}
+            return vs
+
+        with pytest.raises(InvalidArgument) as err:
+            await server.update_vschema("ks", bad)
+        assert "nope" in err.value.message and "u" in err.value.message
+        assert await server.store.clock() == before
+    finally:
+        await server.close()
+
+
+async def test_update_with_expected_version_conflicts(tmp_path: Path) -> None:
+    server = await open_topo(_cluster(tmp_path))
+    try:
+        _, v = await server.keyspace_vschema("ks")
+
+        def add(name: str) -> Any:
+            def change(vs: dict[str, Any]) -> dict[str, Any]:
+                vs["tables"][name] = {"column_vindexes": [{"column": "id", "name": "hash"}]}
+                return vs
+            return change
+
+        await server.update_vschema("ks", add("a"), expect=v)
+        with pytest.raises(TopoConflict):
+            await server.update_vschema("ks", add("b"), expect=v)
+        await server.update_vschema("ks", add("c"))  # no expectation: re-reads, applies
+        vs, _ = await server.keyspace_vschema("ks")
+        assert set(vs["tables"]) == {"t", "a", "c"}
+    finally:
+        await server.close()
+
+
+async def test_cluster_file_seeds_the_store_once(tmp_path: Path) -> None:
+    path = _cluster(tmp_path)
+    assert read_topology(path).keyspace("ks").vschema["tables"].keys() == {"t"}
+    assert not store_path_for(path).exists()  # reading alone creates nothing
+    server = await open_topo(path)
+    try:
+        await server.update_vschema("ks", lambda vs: {**vs, "tables": {**vs["tables"], "n": {
+            "column_vindexes": [{"column": "id", "name": "hash"}]}}})
+    finally:
+        await server.close()
+    # the store is the truth from now on, also for synchronous readers
+    assert set(read_topology(path).keyspace("ks").vschema["tables"]) == {"t", "n"}
+    server = await open_topo(path)
+    try:
+        topo = await server.load_topology()
+        assert set(topo.keyspace("ks").vschema["tables"]) == {"t", "n"}
+        assert topo.version == await server.store.clock()
+    finally:
+        await server.close()
+
+
+async def test_empty_store_is_a_coded_error(tmp_path: Path) -> None:
+    server = TopoServer(open_topo_store(f"sqlite:///{tmp_path / 'empty.db'}"))
+    try:
+        with pytest.raises(FailedPrecondition, match="topo import"):
+            await server.load_topology()
+    finally:
+        await server.close()
+
+
+async def test_unreachable_store_is_a_coded_error() -> None:
+    server = TopoServer(open_topo_store("postgresql://postgres:secret@127.0.0.1:1/topo"))
+    try:
+        with pytest.raises(Unavailable) as err:
+            await Gate.from_topo(server)
+        assert "topo store" in err.value.message and "secret" not in err.value.message
+    finally:
+        await server.close()
+
+
+async def _wait_for(cond: Any, timeout: float = 5.0) -> float:
+    start = time.monotonic()
+    while not cond():
+        if time.monotonic() - start > timeout:
+            raise AssertionError("condition not met in time")
+        await asyncio.sleep(0.01)
+    return time.monotonic() - start
+
+
+async def test_second_gate_follows_a_change_within_a_second(tmp_path: Path) -> None:
+    path = _cluster(tmp_path)
+    g1 = await Gate.from_topo(await open_topo(path))
+    g2 = await Gate.from_topo(await open_topo(path))
+    try:
+        s1, s2 = g1.session("ks"), g2.session("ks")
+        await g1.execute(s1, "CREATE TABLE IF NOT EXISTS n (id BIGINT PRIMARY KEY, v TEXT)")
+        with pytest.raises(Exception, match="not in any VSchema|NOT_FOUND"):
+            await g2.execute(s2, "SELECT v FROM n WHERE id = 1")
+
+        await g1.change_vschema("ks", lambda vs: {**vs, "tables": {**vs["tables"], "n": {
+            "column_vindexes": [{"column": "id", "name": "hash"}]}}})
+        await g1.execute(s1, "INSERT INTO n (id, v) VALUES (1, 'one')")
+        took = await _wait_for(lambda: "n" in g2.topology.keyspace("ks").vschema["tables"])
+        assert took < 1.0
+        assert (await g2.execute(s2, "SELECT v FROM n WHERE id = 1")).rows == [("one",)]
+        assert g2.degraded is None
+    finally:
+        await g1.close()
+        await g2.close()
+
+
+async def test_gate_that_loses_the_store_keeps_serving_degraded(tmp_path: Path) -> None:
+    class Flaky(MemoryTopoStore):
+        down = False
+
+        async def clock(self) -> int:
+            if self.down:
+                raise Unavailable("the topo store at memory: is unreachable: test")
+            return await super().clock()
+
+    topology = Topology.from_dict({"keyspaces": {"ks": {"shards": {
+        "0": f"sqlite:///{tmp_path / 'u.db'}"}, "vschema": {"sharded": False}}}})
+    store = Flaky.seeded(topology)
+    gate = Gate.open(topology, topo=TopoServer(store))
+    gate.watch(interval=0.02)
+    try:
+        store.down = True
+        await _wait_for(lambda: gate.degraded is not None)
+        assert "unreachable" in (gate.degraded or "")
+        s = gate.session("ks")
+        assert (await gate.execute(s, "SELECT 1")).rows == [(1,)]
+        store.down = False
+        await _wait_for(lambda: gate.degraded is None)
+    finally:
+        await gate.close()
+
+
+async def test_watcher_delivers_in_clock_order_never_skips() -> None:
+    topology = Topology.from_dict({"keyspaces": {"ks": {"shards": {"0": "sqlite:///:memory:"},
+                                                        "vschema": {"sharded": False}}}})
+    store = MemoryTopoStore.seeded(topology)
+    server = TopoServer(store)
+    seen: list[int] = []
+    watcher = TopoWatcher(server, lambda t: seen.append(t.version), version=topology.version)
+    for n in range(3):
+        await server.update_vschema("ks", lambda vs, n=n: {**vs, "tables": {f"t{n}": {}}})
+        assert await watcher.poll()
+    assert not await watcher.poll()
+    assert seen == sorted(seen) and len(seen) == 3 and seen[-1] == await store.clock()
