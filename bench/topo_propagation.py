@@ -24,15 +24,15 @@ import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _pg import drop_database, fresh_database  # noqa: E402
+from _pg import drop_database, fresh_database
 
-from shardgate.gate import Gate  # noqa: E402
-from shardgate.keys import KeyRange  # noqa: E402
-from shardgate.topo.model import Topology  # noqa: E402
-from shardgate.topo.server import TopoServer  # noqa: E402
-from shardgate.topo.store import open_topo_store  # noqa: E402
-from shardgate.topo.watch import DEFAULT_INTERVAL  # noqa: E402
-from shardgate.workflows.lookup_vindex import LookupVindexSpec, LookupVindexWorkflow  # noqa: E402
+from shardgate.gate import Gate
+from shardgate.keys import KeyRange
+from shardgate.topo.model import Topology
+from shardgate.topo.server import TopoServer
+from shardgate.topo.store import open_topo_store
+from shardgate.topo.watch import DEFAULT_INTERVAL
+from shardgate.workflows.lookup_vindex import LookupVindexSpec, LookupVindexWorkflow
 
 PREFIX = "sg_bench_topo"
 

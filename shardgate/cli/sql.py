@@ -28,7 +28,6 @@ from shardgate.cli.common import (
     add_target_args,
     format_result,
     local_gate,
-    local_topology,
 )
 from shardgate.errors import InvalidArgument, NotFound
 from shardgate.gate import twopc

@@ -180,7 +180,7 @@ def drop_column_vindex(doc: Mapping[str, Any], keyspace: str, table: str, vindex
     """``ALTER VSCHEMA ON t DROP VINDEX v`` on ``doc`` (see the module docstring)."""
     out = _copy(doc)
     spec = _table(out, keyspace, table)
-    cvs = spec.get("column_vindexes", spec.get("columnVindexes", []))
+    cvs: list[dict[str, Any]] = spec.get("column_vindexes") or spec.get("columnVindexes") or []
     kept = [cv for cv in cvs if cv.get("name") != vindex]
     if len(kept) == len(cvs):
         raise NotFound(f"table {keyspace}.{table} has no vindex {vindex!r}")

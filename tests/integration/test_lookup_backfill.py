@@ -15,14 +15,12 @@ import os
 import random
 import re
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import psycopg
-import pytest
 
 from shardgate.gate import Gate
 from shardgate.topo.model import Topology
@@ -179,7 +177,7 @@ async def test_backfill_while_writing_survives_sigkill_and_externalizes(
         with contextlib.closing(psycopg.connect(url.replace("postgresql+psycopg", "postgresql"),
                                                 autocommit=True)) as conn:
             rows = conn.execute("SELECT id, email FROM owner").fetchall()
-        for (i, email), ks in zip(rows, hash_vindex.map([r[0] for r in rows]), strict=True):
+        for (_i, email), ks in zip(rows, hash_vindex.map([r[0] for r in rows]), strict=True):
             owner_pairs.add((email, ks[0]))
     with contextlib.closing(psycopg.connect(lk, autocommit=True)) as conn:
         lookup_rows = conn.execute("SELECT email, keyspace_id FROM owner_email_lookup").fetchall()

@@ -263,7 +263,7 @@ def test_vschema_apply_dry_run_and_concurrent_applies(seeded: str, tmp_path: Pat
          str(f), "--expect-version", str(version), "--topo", seeded],
         cwd=tmp_path, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         text=True) for f in (new, other)]
-    results = [p.communicate(timeout=COMMAND_TIMEOUT_S) + (p.returncode,) for p in procs]
+    results = [(*p.communicate(timeout=COMMAND_TIMEOUT_S), p.returncode) for p in procs]
     codes = sorted(r[2] for r in results)
     assert codes == [0, 1], results
     loser = next(r for r in results if r[2] == 1)
