@@ -67,8 +67,8 @@ DEFAULT_BATCH = 1000
 DEFAULT_SETTLE_S = 2.0
 #: Seconds between the two verification passes that must both see an orphan.
 DEFAULT_GRACE_S = 1.0
-#: Rows per INSERT / DELETE statement when the verification repairs rows.
-REPAIR_BATCH = 500
+#: Rows per INSERT statement of the lookup table.
+INSERT_BATCH = 500
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -140,6 +140,7 @@ class VerifyReport:
 
     @property
     def clean(self) -> bool:
+        """No conflict, and every difference repaired (or found to be a passing write)."""
         return not self.conflicts and self.missing == self.repaired_missing \
             and self.orphans == self.deleted_orphans
 
@@ -327,8 +328,8 @@ class LookupVindexWorkflow:
     async def _insert_lookup(self, pairs: Sequence[tuple[Any, bytes]]) -> None:
         lks, _, lname = self.spec.lookup_table.partition(".")
         s = self.gate.session(lks)
-        for i in range(0, len(pairs), REPAIR_BATCH):
-            part = pairs[i:i + REPAIR_BATCH]
+        for i in range(0, len(pairs), INSERT_BATCH):
+            part = pairs[i:i + INSERT_BATCH]
             values = ", ".join(f"(:v{j}, :k{j})" for j in range(len(part)))
             binds: dict[str, Any] = {}
             for j, (v, k) in enumerate(part):
@@ -361,7 +362,13 @@ class LookupVindexWorkflow:
         return {(_key(r[0]), bytes(r[1])): None for r in rows}
 
     async def verify(self, *, repair: bool = True) -> VerifyReport:
-        """Compare the owner table with the lookup table (see the module docstring)."""
+        """Compare the owner table with the lookup table (see the module docstring).
+
+        The two are read one after the other, so with writers running a
+        difference may be a write that happened in between: each one is
+        checked again on its own, on the owner's shard, before anything is
+        repaired or reported.
+        """
         report = VerifyReport()
         owner, lookup = await self._owner_pairs(), await self._lookup_pairs()
         report.owner_rows, report.lookup_rows = len(owner), len(lookup)
@@ -369,66 +376,70 @@ class LookupVindexWorkflow:
         orphans = [p for p in lookup if p not in owner]
         report.missing, report.orphans = len(missing), len(orphans)
         if self.spec.unique:
-            values: dict[Any, bytes] = {}
-            for v, k in owner:
-                if v in values and values[v] != k:
-                    report.conflicts.append(f"value {v!r} is in two owner rows "
-                                            f"({values[v].hex()} and {k.hex()})")
-                values[v] = k
-        if not repair or report.conflicts or not (missing or orphans):
+            seen: dict[Any, bytes] = {}
+            twice = {v for v, k in owner if seen.setdefault(v, k) != k}
+            for v in sorted(twice, key=repr):
+                rows = await self._owners_of(v)
+                if len({k for _, k in rows}) > 1:
+                    report.conflicts.append(
+                        f"value {v!r} of unique vindex {self.spec.name} is in {len(rows)} "
+                        "owner rows")
+        if not repair or report.conflicts:
             return report
-        if orphans:
+        if orphans:  # first: a unique value's orphan row blocks its owner's new row
             await asyncio.sleep(self.grace_s)  # a writer's pre-created row gets its owner
-            owner = await self._owner_pairs()
-            still = [p for p in orphans if p not in owner]
-            report.deleted_orphans = report.orphans - len(still)
-            report.deleted_orphans += await self._delete_orphans(still)
-            missing = [p for p in owner if p not in await self._lookup_pairs()]
-        report.repaired_missing = await self._repair_missing(missing)
-        report.missing = max(report.missing, report.repaired_missing)
+        for v, k in orphans:
+            if k in {kk for _, kk in await self._owners_of(v)}:
+                report.orphans -= 1  # its owner row came meanwhile
+            elif await self._delete_orphan(v, k):
+                report.deleted_orphans += 1
+            else:
+                report.orphans -= 1  # gone meanwhile
+        for v, k in missing:
+            if await self._repair_one(v, k):
+                report.repaired_missing += 1
+            else:
+                report.missing -= 1  # the owner row changed meanwhile: not missing
         return report
 
-    async def _delete_orphans(self, pairs: Sequence[tuple[Any, bytes]]) -> int:
-        """Delete lookup rows whose owner row is gone; how many were deleted."""
-        if not pairs:
-            return 0
-        lks, _, lname = self.spec.lookup_table.partition(".")
-        s = self.gate.session(lks)
-        owner = self.gate.session(self.spec.keyspace)
-        col = self.spec.column
-        deleted = 0
-        for v, k in pairs:
-            # the owner check routes by the table's vindexes (write_only ones never route)
-            found = await self.gate.execute(
-                owner, f"SELECT {col} FROM {self.spec.table} WHERE {col} = :v", {"v": v})
-            if found.rows:
-                continue
-            res = await self.gate.execute(
-                s, f"DELETE FROM {lname} WHERE {col} = :v AND keyspace_id = :k",
-                {"v": v, "k": k})
-            deleted += res.rows_affected
-        return deleted
+    async def _owners_of(self, value: Any) -> list[tuple[Any, bytes]]:
+        """``(primary value, keyspace id)`` of the owner rows holding ``value`` now."""
+        pcol, vindex = self._primary()
+        s = self.gate.session(self.spec.keyspace)
+        rows = (await self.gate.execute(
+            s, f"SELECT {pcol} FROM {self.spec.table} WHERE {self.spec.column} = :v",
+            {"v": value})).rows
+        return [(r[0], k[0]) for r, k in zip(rows, vindex.map([r[0] for r in rows]),
+                                             strict=True) if k]
 
-    async def _repair_missing(self, pairs: Sequence[tuple[Any, bytes]]) -> int:
-        """Insert the lookup rows of owner rows still there; how many were inserted."""
-        if not pairs:
-            return 0
-        pcol, _ = self._primary()
-        col = self.spec.column
-        owner = self.gate.session(self.spec.keyspace)
-        repaired = 0
-        for v, k in pairs:
-            await self.gate.execute(owner, "BEGIN")
-            try:
-                found = await self.gate.execute(
-                    owner, f"SELECT {pcol} FROM {self.spec.table} WHERE {col} = :v "
-                           "LOCK IN SHARE MODE", {"v": v})
-                if found.rows:
-                    await self._insert_lookup([(v, k)])
-                    repaired += 1
-            finally:
-                await self.gate.execute(owner, "ROLLBACK")
-        return repaired
+    async def _repair_one(self, value: Any, ksid: bytes) -> bool:
+        """Insert the lookup row of the owner row ``(value, ksid)`` if it is still there,
+        read under a shared lock on its shard (as the backfill does)."""
+        pcol, vindex = self._primary()
+        ks = self.gate.topology.keyspace(self.spec.keyspace)
+        shard = ks.shard_map.find(ksid)
+        s = self.gate.session(self.spec.keyspace)
+        await self.gate.execute(s, f"USE `{self.spec.keyspace}:{shard}`")
+        await self.gate.execute(s, "BEGIN")
+        try:
+            rows = (await self.gate.execute(
+                s, f"SELECT {pcol} FROM {self.spec.table} WHERE {self.spec.column} = :v "
+                   "LOCK IN SHARE MODE", {"v": value})).rows
+            if not any(k and k[0] == ksid for k in vindex.map([r[0] for r in rows])):
+                return False
+            await self._insert_lookup([(value, ksid)])
+            return True
+        finally:
+            await self.gate.execute(s, "ROLLBACK")
+
+    async def _delete_orphan(self, value: Any, ksid: bytes) -> bool:
+        """Delete the lookup row ``(value, ksid)``; whether there was one."""
+        lks, _, lname = self.spec.lookup_table.partition(".")
+        res = await self.gate.execute(
+            self.gate.session(lks),
+            f"DELETE FROM {lname} WHERE {self.spec.column} = :v AND keyspace_id = :k",
+            {"v": value, "k": ksid})
+        return res.rows_affected > 0
 
     # -- externalize ------------------------------------------------------------
 
