@@ -188,6 +188,9 @@ async def create_queue(gate: QueueDDLGate, cq: CreateQueue, keyspace: str) -> No
             "[USING vindex] so each event can be placed on a shard"
         )
 
+    if cq.name in gate.vschema.keyspace(keyspace).tables and not cq.if_not_exists:
+        raise InvalidArgument(f"table {keyspace}.{cq.name} already exists in the VSchema")
+
     def change(doc: dict[str, Any]) -> dict[str, Any]:
         return add_table(doc, keyspace, cq.name, cq.vschema_table(),
                          if_not_exists=cq.if_not_exists)
