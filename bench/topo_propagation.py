@@ -32,6 +32,8 @@ from shardgate.topo.model import Topology
 from shardgate.topo.server import TopoServer
 from shardgate.topo.store import open_topo_store
 from shardgate.topo.watch import DEFAULT_INTERVAL
+from shardgate.vindexes import create_vindex
+from shardgate.vindexes.base import SingleColumn
 from shardgate.workflows.lookup_vindex import LookupVindexSpec, LookupVindexWorkflow
 
 PREFIX = "sg_bench_topo"
@@ -73,6 +75,22 @@ async def propagation(topo_url: str, topo: Topology, changes: int) -> list[float
     return times
 
 
+def load(gate: Gate, rows: int) -> None:
+    """The owner rows, COPied straight into the shard ``hash`` places each on."""
+    ks = gate.topology.keyspace("app")
+    vindex = create_vindex("hash", "hash", {})
+    assert isinstance(vindex, SingleColumn)
+    ids = list(range(1, rows + 1))
+    per_shard: dict[str, list[int]] = {s.name: [] for s in ks.shards}
+    for i, ksids in zip(ids, vindex.map(ids), strict=True):
+        per_shard[ks.shard_map.find(ksids[0])].append(i)
+    for shard in ks.shards:
+        with psycopg.connect(shard.url, autocommit=True) as conn, conn.cursor() as cur, \
+                cur.copy("COPY owner (id, email, n) FROM STDIN") as copy:
+            for i in per_shard[shard.name]:
+                copy.write_row((i, f"e{i}@x", 0))
+
+
 async def backfill(topo_url: str, topo: Topology, rows: int) -> float:
     server = TopoServer(open_topo_store(topo_url))
     await server.import_topology(topo, replace=True)
@@ -81,10 +99,7 @@ async def backfill(topo_url: str, topo: Topology, rows: int) -> float:
     try:
         await gate.execute(s, "CREATE TABLE owner (id BIGINT PRIMARY KEY, "
                               "email VARCHAR(64) NOT NULL, n INT)")
-        for start in range(1, rows + 1, 2000):
-            values = ", ".join(f"({i}, 'e{i}@x', 0)"
-                               for i in range(start, min(start + 2000, rows + 1)))
-            await gate.execute(s, f"INSERT INTO owner (id, email, n) VALUES {values}")
+        load(gate, rows)
         spec = LookupVindexSpec(keyspace="app", table="owner", columns=("email",),
                                 vindex_type="consistent_lookup_unique",
                                 lookup_table="lk.owner_email_lookup")

@@ -68,7 +68,7 @@ DEFAULT_SETTLE_S = 2.0
 #: Seconds between the two verification passes that must both see an orphan.
 DEFAULT_GRACE_S = 1.0
 #: Rows per INSERT statement of the lookup table.
-INSERT_BATCH = 500
+INSERT_BATCH = 1000
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
