@@ -326,17 +326,20 @@ class LookupVindexWorkflow:
         return len(rows), [_jsonable(rows[-1][0]), _jsonable(rows[-1][1])]
 
     async def _insert_lookup(self, pairs: Sequence[tuple[Any, bytes]]) -> None:
+        """Insert lookup rows, keeping rows already there (the lookup keyspace's one
+        shard, through its tablet: the gate would only parse and route the same rows)."""
         lks, _, lname = self.spec.lookup_table.partition(".")
-        s = self.gate.session(lks)
+        shard = self.gate.topology.keyspace(lks).shards[0].name
+        client = self.gate.tablets[(lks, shard)]
+        head, tail = _insert_ignore(client.dialect)
         for i in range(0, len(pairs), INSERT_BATCH):
             part = pairs[i:i + INSERT_BATCH]
-            values = ", ".join(f"(:v{j}, :k{j})" for j in range(len(part)))
-            binds: dict[str, Any] = {}
-            for j, (v, k) in enumerate(part):
-                binds[f"v{j}"], binds[f"k{j}"] = v, k
-            await self.gate.execute(
-                s, f"INSERT IGNORE INTO {lname} ({self.spec.column}, keyspace_id) "
-                   f"VALUES {values}", binds)
+            mark = client.placeholder
+            values = ", ".join(f"({mark}, {mark})" for _ in part)
+            params = [x for v, k in part for x in (v, k)]
+            await client.execute(
+                f"{head} INTO {lname} ({self.spec.column}, keyspace_id) VALUES {values}{tail}",
+                params)
 
     # -- verify -----------------------------------------------------------------
 
@@ -466,6 +469,16 @@ class LookupVindexWorkflow:
             raise FailedPrecondition(f"vindex {keyspace}.{name} is still write_only")
         await self._save(state="externalized")
         return report
+
+
+def _insert_ignore(dialect: str) -> tuple[str, str]:
+    """The head and tail of an INSERT that skips rows whose key is already there."""
+    match dialect:
+        case "postgres":
+            return "INSERT", " ON CONFLICT DO NOTHING"
+        case "sqlite":
+            return "INSERT OR IGNORE", ""
+    return "INSERT IGNORE", ""
 
 
 def _sql_type(kind: Kind | None) -> str:
