@@ -26,13 +26,13 @@ these states, each recorded in the topo store's workflow record
 ``verified``
     :meth:`LookupVindexWorkflow.verify` compared every owner row with the
     lookup table: each owner row must have exactly its ``(value, keyspace
-    id)`` row and the table no other row. Rows a writer raced with are
-    repaired: a missing row is inserted while its owner row is locked (and
-    still there), a row whose owner is gone (an orphan, which consistent
-    lookups allow) is deleted once it has been seen orphaned in two passes
-    ``grace_s`` apart and its owner is still missing. Anything else (two
-    owner rows with one value of a unique vindex) stops the workflow with
-    ``FailedPrecondition``.
+    id)`` row and the table no other row. The two tables are read one after
+    the other, so each difference is checked again on its own: a row whose
+    owner is gone (an orphan, which consistent lookups allow) is deleted if
+    ``grace_s`` later no owner row holds its value and keyspace id; then a
+    missing row is inserted if its owner row is still there, read under a
+    shared lock on its shard. Two owner rows with one value of a unique
+    vindex stop the workflow with ``FailedPrecondition``.
 ``externalized``
     after one more verification the ``write_only`` param is removed: the
     vindex routes (``EqualUnique`` for a unique one).
