@@ -57,6 +57,7 @@ bench-smoke: $(STAMP) servers
 	$(BIN)/python bench/change_stream.py --smoke
 	$(BIN)/python bench/inbox.py --smoke
 	$(BIN)/python bench/auth_overhead.py --smoke
+	$(BIN)/python bench/topo_propagation.py --smoke
 	test -e /usr/share/java/postgresql.jar || (apt-get update -qq && apt-get install -y -qq libpostgresql-jdbc-java); PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/python bench/spark_read.py --smoke
 	PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/python bench/spark_stream.py --smoke
 	PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/python bench/spark_dump.py --smoke
@@ -70,6 +71,7 @@ bench: $(STAMP) servers
 	$(BIN)/python bench/segmented_served.py
 	$(BIN)/python bench/change_stream.py
 	$(BIN)/python bench/inbox.py
+	$(BIN)/python bench/topo_propagation.py
 	test -e /usr/share/java/postgresql.jar || (apt-get update -qq && apt-get install -y -qq libpostgresql-jdbc-java); PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/python bench/spark_read.py
 	PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/python bench/spark_stream.py
 	PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/python bench/spark_dump.py

@@ -26,7 +26,6 @@ shard-targeted ones (``USE `ks:-80```) included:
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 import sqlglot
@@ -37,7 +36,12 @@ from shardgate.auth.acl import Role
 from shardgate.errors import PermissionDenied
 from shardgate.sql.classify import classify, head_words
 from shardgate.sql.parse import GATE_DIALECT
-from shardgate.sql.statements import AlterVSchema, CreateQueueStatement, GateStatement
+from shardgate.sql.statements import (
+    AlterVSchema,
+    CreateQueueStatement,
+    DropQueueStatement,
+    GateStatement,
+)
 
 #: Server-side functions that read or write files, reach the network or run
 #: programs (PostgreSQL, MariaDB/MySQL, SQLite), or run SQL given as a string
@@ -109,9 +113,9 @@ KIND_ROLES: dict[type, tuple[str, Role]] = {
     exp.Drop: ("DDL", Role.ADMIN),
     exp.TruncateTable: ("DDL", Role.ADMIN),
     CreateQueueStatement: ("DDL", Role.ADMIN),
+    DropQueueStatement: ("DDL", Role.ADMIN),
     AlterVSchema: ("ALTER_VSCHEMA", Role.ADMIN),
 }
-_ALTER_VSCHEMA_TABLE = re.compile(r"\btable\s+`?([A-Za-z0-9_$.]+)`?", re.I)
 
 
 @dataclass(frozen=True)
@@ -146,7 +150,7 @@ def analyze(sql: str) -> Access:
     stmt = classify(sql)
     if isinstance(stmt, GateStatement) and not isinstance(stmt, AlterVSchema):
         return Access("SESSION")  # answered by the gate itself: every caller, no table
-    listed = KIND_ROLES.get(type(stmt))
+    listed = KIND_ROLES.get(AlterVSchema if isinstance(stmt, AlterVSchema) else type(stmt))
     if listed is None:
         name = stmt.key.upper() if isinstance(stmt, exp.Expression) else type(stmt).__name__
         raise PermissionDenied(
@@ -154,12 +158,13 @@ def analyze(sql: str) -> Access:
             "INSERT, UPDATE, DELETE, EXPLAIN, SHOW, DDL and session control)"
         )
     kind, role = listed
-    if isinstance(stmt, CreateQueueStatement):
+    if isinstance(stmt, CreateQueueStatement | DropQueueStatement):
         return Access(kind, (TableUse(stmt.keyspace or "", stmt.name, Role.ADMIN),))
     if isinstance(stmt, AlterVSchema):
-        m = _ALTER_VSCHEMA_TABLE.search(stmt.text)
-        ks, _, name = (m.group(1).rpartition(".") if m else ("", "", ""))
-        return Access(kind, (TableUse(ks, name, Role.ADMIN),))
+        # the table the change is about; vindex and sequence forms name none, so they
+        # need admin on the keyspace's unnamed entry (only a group for "%" grants it)
+        table = getattr(stmt, "table", "") or getattr(stmt, "sequence", "") or ""
+        return Access(kind, (TableUse(stmt.keyspace or "", str(table), Role.ADMIN),))
     assert isinstance(stmt, exp.Expression)
     for node in stmt.walk():
         reason = _denied_node(node)

@@ -3,7 +3,8 @@
 Configuration (flags, files) is read in :mod:`shardgate.cli` and only there.
 Each group's usage is in its module's docstring: :mod:`~shardgate.cli.serve`
 (``up``, ``gate``, ``tablet``), :mod:`~shardgate.cli.sql` (``sql``, ``schema
-apply``, ``vschema show``, ``twopc resolve``), :mod:`~shardgate.cli.queue`,
+apply``, ``twopc resolve``), :mod:`~shardgate.cli.topo` (``topo``, ``vschema``,
+``lookup-vindex``), :mod:`~shardgate.cli.queue`,
 :mod:`~shardgate.cli.stream`, :mod:`~shardgate.cli.spark`,
 :mod:`~shardgate.cli.inbox` and :mod:`~shardgate.cli.doctor`; and
 ``shardgate --version``.
@@ -20,7 +21,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from shardgate.cli import doctor, inbox, queue, serve, spark, sql, stream
+from shardgate.cli import doctor, inbox, queue, serve, spark, sql, stream, topo
 from shardgate.cli.common import local_topology
 from shardgate.errors import ShardgateError
 
@@ -37,6 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     serve.add_parsers(commands)
     sql.add_parsers(commands)
+    topo.add_parsers(commands)
     queue.add_parsers(commands)
     stream.add_parsers(commands)
     spark.add_parsers(commands)
@@ -63,8 +65,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         match args.command:
             case "up" | "gate" | "tablet":
                 return serve.run(args)
-            case "sql" | "schema" | "vschema" | "twopc":
+            case "sql" | "schema" | "twopc":
                 return sql.run(args)
+            case "topo" | "vschema" | "lookup-vindex":
+                return topo.run(args)
             case "queue":
                 return queue.run(args)
             case "stream":

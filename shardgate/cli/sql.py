@@ -1,12 +1,12 @@
-"""``shardgate sql``, ``schema apply``, ``vschema show`` and ``twopc resolve``.
+"""``shardgate sql``, ``schema apply`` and ``twopc resolve``.
 
 ::
 
     shardgate sql [--target grpc://H:P | --cluster FILE | --data-dir DIR]
                   [--keyspace KS] [--explain] "SQL"
     shardgate schema apply --keyspace KS (--file F.sql | --sql "DDL")
+                  [--vindex COLUMN:VINDEX[:TYPE] ... | --register]
                   [--target ... | --cluster FILE | --data-dir DIR]
-    shardgate vschema show [--target grpc://H:P | --cluster FILE | --data-dir DIR]
     shardgate twopc resolve [--cluster FILE | --data-dir DIR] [--grace SECONDS]
 """
 
@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import sqlglot
-from sqlglot import TokenType
+from sqlglot import TokenType, exp
 from sqlglot.errors import SqlglotError
 
 from shardgate.api.client import GateClient
@@ -29,7 +29,6 @@ from shardgate.cli.common import (
     client_security,
     format_result,
     local_gate,
-    local_topology,
 )
 from shardgate.errors import InvalidArgument, NotFound
 from shardgate.gate import twopc
@@ -37,7 +36,7 @@ from shardgate.sql.parse import GATE_DIALECT
 
 
 def add_parsers(commands: Any) -> None:
-    """Add the ``sql``, ``schema``, ``vschema`` and ``twopc`` subcommands."""
+    """Add the ``sql``, ``schema`` and ``twopc`` subcommands."""
     sql = commands.add_parser("sql", help="run one SQL statement and print its result")
     add_target_args(sql, remote=True)
     sql.add_argument("--keyspace", help="default keyspace of the session")
@@ -51,14 +50,16 @@ def add_parsers(commands: Any) -> None:
     source = apply.add_mutually_exclusive_group(required=True)
     source.add_argument("--file", type=Path, help="a .sql file of ;-separated DDL statements")
     source.add_argument("--sql", help="DDL statement(s)")
+    register = apply.add_mutually_exclusive_group()
+    register.add_argument(
+        "--vindex", action="append", default=[], metavar="COLUMN:VINDEX[:TYPE]",
+        help="add each table the DDL creates to the VSchema with this column vindex "
+        "(repeat for more; the first is the primary; TYPE defaults to VINDEX, e.g. "
+        "customer_id:hash)")
+    register.add_argument(
+        "--register", action="store_true",
+        help="add each table the DDL creates to the VSchema (unsharded keyspaces)")
     add_target_args(apply, remote=True)
-
-    vschema = commands.add_parser("vschema", help="VSchema commands")
-    vschema_cmds = vschema.add_subparsers(dest="vschema_command", required=True, metavar="COMMAND")
-    show = vschema_cmds.add_parser(
-        "show", help="print the VSchema of every keyspace (JSON), as a gate serves it"
-    )
-    add_target_args(show, remote=True)
 
     tpc = commands.add_parser("twopc", help="two-phase commit maintenance")
     tpc_cmds = tpc.add_subparsers(dest="twopc_command", required=True, metavar="COMMAND")
@@ -76,14 +77,12 @@ def add_parsers(commands: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run ``sql``, ``schema``, ``vschema`` or ``twopc``."""
+    """Run ``sql``, ``schema`` or ``twopc``."""
     match args.command:
         case "sql":
             return asyncio.run(_sql(args))
         case "schema":
             return asyncio.run(_schema_apply(args))
-        case "vschema":
-            return asyncio.run(_vschema_show(args))
     return asyncio.run(_twopc_resolve(args))
 
 
@@ -119,6 +118,8 @@ async def _schema_apply(args: argparse.Namespace) -> int:
     statements = split_statements(text)
     if not statements:
         raise InvalidArgument("no SQL statements to apply")
+    statements = [part for stmt in statements
+                  for part in [stmt, *register_statements(stmt, args.vindex, args.register)]]
     if args.cluster or args.data_dir:
         gate = await local_gate(args)
         try:
@@ -138,18 +139,6 @@ async def _schema_apply(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _vschema_show(args: argparse.Namespace) -> int:
-    if args.cluster or args.data_dir:
-        topology = local_topology(args)
-        doc = {ks.name: ks.vschema for ks in topology.keyspaces.values()}
-    else:
-        target = args.target or DEFAULT_TARGET
-        async with GateClient(target, security=client_security(args)) as client:
-            doc = await client.vschema()
-    print(json.dumps(doc, indent=2))
-    return 0
-
-
 async def _twopc_resolve(args: argparse.Namespace) -> int:
     gate = await local_gate(args, default_data_dir=True)
     try:
@@ -158,6 +147,34 @@ async def _twopc_resolve(args: argparse.Namespace) -> int:
         await gate.close()
     print(report)
     return 1 if report.errors else 0
+
+
+def register_statements(stmt: str, vindexes: list[str], register: bool) -> list[str]:
+    """The ``ALTER VSCHEMA`` statements adding the table ``stmt`` creates (if it is a
+    ``CREATE TABLE``) to the VSchema: one ``ADD VINDEX`` per ``COLUMN:VINDEX[:TYPE]``,
+    or ``ADD TABLE`` with ``register``; none otherwise."""
+    if not vindexes and not register:
+        return []
+    try:
+        tree = sqlglot.parse_one(stmt, read=GATE_DIALECT)
+    except SqlglotError:
+        return []
+    if not isinstance(tree, exp.Create) or str(tree.args.get("kind", "")).upper() != "TABLE":
+        return []
+    table = tree.find(exp.Table)
+    if table is None:
+        return []
+    name = f"{table.db}.{table.name}" if table.db else table.name
+    if register:
+        return [f"ALTER VSCHEMA ADD TABLE {name}"]
+    out = []
+    for spec in vindexes:
+        parts = spec.split(":")
+        if len(parts) not in (2, 3) or not all(parts):
+            raise InvalidArgument(f"--vindex {spec!r}: give COLUMN:VINDEX or COLUMN:VINDEX:TYPE")
+        column, vindex, vtype = parts[0], parts[1], parts[-1]
+        out.append(f"ALTER VSCHEMA ON {name} ADD VINDEX {vindex}({column}) USING {vtype}")
+    return out
 
 
 def split_statements(text: str) -> list[str]:

@@ -67,7 +67,7 @@ from shardgate.errors import (
 )
 from shardgate.gate import metrics as gate_metrics
 from shardgate.gate import options as exec_options
-from shardgate.gate import twopc
+from shardgate.gate import twopc, vschema_ddl
 from shardgate.gate.limits import GateLimits
 from shardgate.gate.plan_cache import PlanCache
 from shardgate.gate.querylog import LiveQueries, LogEntry, QueryLog, StreamConsumers
@@ -91,6 +91,7 @@ from shardgate.sql.statements import (
     Begin,
     Commit,
     CreateQueueStatement,
+    DropQueueStatement,
     GateStatement,
     ReleaseSavepoint,
     Rollback,
@@ -404,11 +405,14 @@ class Gate:
                 planned = self._resolve_use(stmt)
             case SetTransactionMode(mode=mode):
                 planned = SetTransactionMode(twopc.check_mode(mode))
-            case AlterVSchema():
-                raise Unsupported(
-                    "ALTER VSCHEMA is not implemented yet (it comes with the topo store); "
-                    "change the keyspace's VSchema in the topology and reload it"
-                )
+            case AlterVSchema():  # not cached: it changes the VSchema
+                ks = self.vschema.keyspace(_ddl_keyspace(stmt.keyspace, keyspace)).name
+                return Plan("DDL", sql, vschema_ddl.AlterVSchemaPrimitive(stmt, ks, self))
+            case DropQueueStatement():
+                ks = self.vschema.keyspace(_ddl_keyspace(stmt.keyspace, keyspace)).name
+                return Plan("DDL", sql, queue_router.DropQueuePrimitive(stmt, ks, self))
+            case exp.Drop() if (cascade := self._drop_cascade(stmt, sql, keyspace)) is not None:
+                return Plan("DDL", sql, cascade)
             case ShowVitessTablets():
                 raise Unsupported(
                     "SHOW VITESS_TABLETS is not implemented yet (it comes with the topo "
@@ -427,6 +431,26 @@ class Gate:
                 planned = stmt
         self.plans.put(key, planned)
         return planned
+
+    def _drop_cascade(self, stmt: exp.Drop, sql: str,
+                      keyspace: str | None) -> vschema_ddl.DropTableCascade | None:
+        """The plan of a ``DROP TABLE`` that changes a VSchema, else None (plain DDL)."""
+        if str(stmt.args.get("kind", "")).upper() != "TABLE" or (keyspace and ":" in keyspace):
+            return None
+        tables = [t for t in stmt.find_all(exp.Table)]
+        known = [(t.db or keyspace, t.name) for t in tables
+                 if (t.db or keyspace) and vschema_ddl.needs_cascade(
+                     self.topology, t.db or keyspace or "", t.name)]
+        if not known:
+            return None
+        if len(tables) != 1:
+            raise Unsupported(
+                f"DROP TABLE of several tables where {known[0][0]}.{known[0][1]} is in the "
+                "VSchema: drop the tables one per statement"
+            )
+        ks, name = known[0]
+        assert ks is not None
+        return vschema_ddl.DropTableCascade(ks, name, self, vschema_ddl.confirmed(sql))
 
     def _resolve_use(self, use: Use) -> Use:
         """``USE`` with its target checked, and a keyspace id resolved to its shard."""
@@ -954,6 +978,17 @@ class Gate:
 
 _SAVEPOINT_VERBS = {Savepoint: "SAVEPOINT", RollbackToSavepoint: "ROLLBACK TO",
                    ReleaseSavepoint: "RELEASE SAVEPOINT"}
+
+
+def _ddl_keyspace(written: str | None, session: str | None) -> str:
+    """The keyspace a gate DDL statement changes: the written one, else the session's."""
+    ks = written or (session.partition(":")[0] if session else None)
+    if not ks:
+        raise InvalidArgument(
+            "the statement needs a keyspace: qualify the name (keyspace.name) or set a "
+            "default keyspace (USE ks)"
+        )
+    return ks
 
 
 def _like(names: Sequence[str], pattern: str | None) -> list[str]:

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import copy
 import logging
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
@@ -30,7 +29,7 @@ from typing import Any, Protocol
 
 from shardgate.aio import cancel_and_wait
 from shardgate.engine.primitives import ExecCursor, Primitive
-from shardgate.errors import InvalidArgument, ShardgateError
+from shardgate.errors import InvalidArgument, NotFound, ShardgateError, Unsupported
 from shardgate.keys import parse_shard_name
 from shardgate.ports import GateView, SqlShard
 from shardgate.queues.ddl import CreateQueue
@@ -40,6 +39,8 @@ from shardgate.queues.segmented.store import Execute, SegmentedStore
 
 __all__ = ["Execute", "JoinTransaction", "QueueGate", "QueueShard"]
 from shardgate.result import Result
+from shardgate.sql.statements import DropQueueStatement
+from shardgate.topo.vschema_edits import add_table, drop_table
 from shardgate.vindexes import SingleColumn
 from shardgate.vschema import VSchema
 
@@ -94,6 +95,30 @@ class QueueShard(SqlShard, Protocol):
         ...
 
     async def rollback(self, transaction_id: int) -> None:
+        ...
+
+    @property
+    def shard(self) -> str:
+        """The shard's name."""
+        ...
+
+    @property
+    def forgets_queues(self) -> bool:
+        """Whether :meth:`queue_forget` works here."""
+        ...
+
+    async def queue_forget(self, queue: str) -> None:
+        """Stop serving ``queue`` (its tables are about to be dropped)."""
+        ...
+
+
+class QueueDDLGate(GateView[QueueShard], Protocol):
+    """The gate as CREATE QUEUE and DROP QUEUE need it: it saves VSchema changes."""
+
+    async def change_vschema(
+        self, keyspace: str, change: Callable[[dict[str, Any]], dict[str, Any]]
+    ) -> None:
+        """Save a change of the keyspace's VSchema (topo store) and serve it."""
         ...
 
 
@@ -153,7 +178,7 @@ class CreateQueuePrimitive(Primitive):
 
     statement: CreateQueue
     keyspace: str
-    gate: QueueGate
+    gate: QueueDDLGate
 
     async def execute(self, vc: ExecCursor, bind_vars: Mapping[str, Any]) -> Result:
         await create_queue(self.gate, self.statement, self.keyspace)
@@ -185,22 +210,29 @@ def configure_local(gate: QueueGate) -> None:
                 queues.configure(opts)
 
 
-async def create_queue(gate: QueueGate, cq: CreateQueue, keyspace: str) -> None:
+async def create_queue(gate: QueueDDLGate, cq: CreateQueue, keyspace: str) -> None:
+    """``CREATE QUEUE``: check the VSchema change, create the tables on every shard,
+    save the VSchema entry (topo store), then declare the queue to the tablets."""
     ks_topo = gate.topology.keyspace(keyspace)
     if ks_topo.sharded and cq.shard_column is None:
         raise InvalidArgument(
             f"CREATE QUEUE {cq.name} in sharded keyspace {keyspace}: add SHARD BY column "
             "[USING vindex] so each event can be placed on a shard"
         )
-    existing = gate.vschema.keyspace(keyspace).tables.get(cq.name)
-    if existing is not None and not cq.if_not_exists:
+
+    if cq.name in gate.vschema.keyspace(keyspace).tables and not cq.if_not_exists:
         raise InvalidArgument(f"table {keyspace}.{cq.name} already exists in the VSchema")
-    vdoc = copy.deepcopy(ks_topo.vschema)
-    vdoc.setdefault("tables", {})[cq.name] = cq.vschema_table()
+
+    def change(doc: dict[str, Any]) -> dict[str, Any]:
+        return add_table(doc, keyspace, cq.name, cq.vschema_table(),
+                         if_not_exists=cq.if_not_exists)
+
     # Validate the new VSchema before touching any shard.
     trial = {k.name: k.vschema for k in gate.topology.keyspaces.values()}
-    trial[keyspace] = vdoc
-    new_vschema = VSchema.from_json(trial)
+    trial[keyspace] = change(ks_topo.vschema)
+    new_vschema = VSchema.from_json(trial, gate.topology.routing_rules)
+    if new_vschema.keyspace(keyspace).tables[cq.name].type != "queue":
+        raise InvalidArgument(f"table {keyspace}.{cq.name} exists and is not a queue")
     if cq.segmented:
         _check_segmented_vindex(new_vschema, keyspace, cq, ks_topo.sharded)
     for shard in ks_topo.shards:
@@ -214,10 +246,57 @@ async def create_queue(gate: QueueGate, cq: CreateQueue, keyspace: str) -> None:
             continue
         for stmt in cq.table_ddl(client.dialect):
             await client.execute(stmt, [])
-    ks_topo.vschema = vdoc
-    gate.rebuild_vschema()
+    await gate.change_vschema(keyspace, change)
     for shard in ks_topo.shards:
         await gate.tablets[(keyspace, shard.name)].queue_configure({cq.name: cq.options})
+
+
+@dataclass(frozen=True)
+class DropQueuePrimitive(Primitive):
+    """``DROP QUEUE``: the VSchema entry, then the tablets stop serving it, then its tables."""
+
+    statement: DropQueueStatement
+    keyspace: str
+    gate: QueueDDLGate
+
+    async def execute(self, vc: ExecCursor, bind_vars: Mapping[str, Any]) -> Result:
+        await drop_queue(self.gate, self.statement, self.keyspace)
+        return Result()
+
+    def describe(self) -> dict[str, Any]:
+        return {"OperatorType": "DropQueue", "Keyspace": {"Name": self.keyspace},
+                "Table": self.statement.name}
+
+
+async def drop_queue(gate: QueueDDLGate, dq: DropQueueStatement, keyspace: str) -> None:
+    """``DROP QUEUE``: refused for a table that is not a queue; segmented queues
+    are not dropped yet (their dataset tables are many)."""
+    table = gate.vschema.keyspace(keyspace).tables.get(dq.name)
+    if table is None:
+        if dq.if_exists:
+            return
+        raise NotFound(f"queue {keyspace}.{dq.name} is not in the VSchema")
+    if table.type != "queue":
+        raise InvalidArgument(f"{keyspace}.{dq.name} is not a queue: use DROP TABLE")
+    if table.options.get("storage") == "segmented":
+        raise Unsupported(
+            f"DROP QUEUE {dq.name}: dropping a segmented queue is not implemented yet; "
+            "stop its receivers and drop its tables by hand"
+        )
+    ks_topo = gate.topology.keyspace(keyspace)
+    clients = [gate.tablets[(keyspace, s.name)] for s in ks_topo.shards]
+    for client in clients:  # refuse, before any change, when a tablet cannot stop it
+        if not client.forgets_queues:
+            raise Unsupported(
+                f"DROP QUEUE {dq.name}: the tablet of {keyspace}/{client.shard} cannot be "
+                "told to stop serving a queue (it is not in this process); drop it through "
+                "a gate with in-process tablets (shardgate up)"
+            )
+    name = table.name
+    await gate.change_vschema(keyspace, lambda doc: drop_table(doc, keyspace, name))
+    for client in clients:
+        await client.queue_forget(name)
+        await client.execute(f"DROP TABLE IF EXISTS {name}", [])
 
 
 def _check_segmented_vindex(vschema: VSchema, keyspace: str, cq: CreateQueue,

@@ -2,7 +2,8 @@
 
 :func:`classify` reads the first words of a statement (comments and case
 ignored) and takes the statements sqlglot does not model itself (``USE``
-targets, savepoints, ``CREATE QUEUE``, ``SHOW VITESS_*``, ``ALTER VSCHEMA``);
+targets, savepoints, ``CREATE QUEUE``, ``DROP QUEUE``, ``SHOW VITESS_*``,
+``ALTER VSCHEMA``);
 everything else is parsed by sqlglot, and transaction control and
 ``SET transaction_mode`` become the dataclasses of
 :mod:`shardgate.sql.statements`. Malformed statements raise coded
@@ -22,10 +23,20 @@ from sqlglot.errors import SqlglotError
 from shardgate.errors import InvalidArgument, SyntaxError_
 from shardgate.sql.parse import describe_error, line_col, parse
 from shardgate.sql.statements import (
+    AddAutoIncrement,
+    AddColumnVindex,
+    AddVSchemaSequence,
+    AddVSchemaTable,
     AlterVSchema,
     Begin,
     Commit,
     CreateQueueStatement,
+    CreateVSchemaVindex,
+    DropAutoIncrement,
+    DropColumnVindex,
+    DropQueueStatement,
+    DropVSchemaTable,
+    DropVSchemaVindex,
     ReleaseSavepoint,
     Rollback,
     RollbackToSavepoint,
@@ -403,10 +414,143 @@ def _show(head: _Head) -> ShowVitessShards | ShowVitessKeyspaces | ShowVitessTab
     return kind(like)
 
 
+_ALTER_VSCHEMA_FORMS = (
+    "ALTER VSCHEMA forms: ADD TABLE t | DROP TABLE t | ADD SEQUENCE s | "
+    "CREATE VINDEX v USING type [WITH k = v, ...] | DROP VINDEX v | "
+    "ON t ADD VINDEX v(col, ...) [USING type] [WITH k = v, ...] | ON t DROP VINDEX v | "
+    "ON t ADD AUTO_INCREMENT col USING seq | ON t DROP AUTO_INCREMENT"
+)
+
+
 def _alter(head: _Head) -> AlterVSchema | None:
     if not head.accept("vschema"):
         return None
-    return AlterVSchema(head.rest())
+    if head.accept("on"):
+        keyspace, table = _qualified(head, "ON needs a table")
+        return _alter_on(head, keyspace, table)
+    verb = head.word()
+    what = head.word()
+    stmt: AlterVSchema
+    match verb, what:
+        case ("add", "table"):
+            stmt = AddVSchemaTable(*_qualified(head, "ADD TABLE needs a table name"))
+        case ("drop", "table"):
+            stmt = DropVSchemaTable(*_qualified(head, "DROP TABLE needs a table name"))
+        case ("add", "sequence"):
+            stmt = AddVSchemaSequence(*_qualified(head, "ADD SEQUENCE needs a table name"))
+        case ("create", "vindex"):
+            keyspace, name = _qualified(head, "CREATE VINDEX needs a vindex name")
+            head.expect("using", _ALTER_VSCHEMA_FORMS)
+            vtype = _vindex_type(head)
+            stmt = CreateVSchemaVindex(keyspace, name, vtype, _with_params(head))
+        case ("drop", "vindex"):
+            stmt = DropVSchemaVindex(*_qualified(head, "DROP VINDEX needs a vindex name"))
+        case _:
+            raise head.error(_ALTER_VSCHEMA_FORMS)
+    head.end("ALTER VSCHEMA statement")
+    return stmt
+
+
+def _alter_on(head: _Head, keyspace: str | None, table: str) -> AlterVSchema:
+    stmt: AlterVSchema
+    match head.word(), head.word():
+        case ("add", "vindex"):
+            name = head.ident()
+            if name is None:
+                raise head.error("ADD VINDEX needs a vindex name")
+            if head.char() != "(":
+                raise head.error("ADD VINDEX name needs its column(s): name(col, ...)")
+            at = head.pos
+            columns = tuple(c.strip().strip("`") for c in _parenthesized(head, "columns")
+                            .split(","))
+            if not all(_is_name(c) for c in columns):
+                raise head.error(f"bad column list {columns}: plain column names only", at)
+            vtype = _vindex_type(head) if head.accept("using") else None
+            stmt = AddColumnVindex(keyspace, table, name, columns, vtype, _with_params(head))
+        case ("drop", "vindex"):
+            name = head.ident()
+            if name is None:
+                raise head.error("DROP VINDEX needs a vindex name")
+            stmt = DropColumnVindex(keyspace, table, name)
+        case ("add", "auto_increment"):
+            column = head.ident()
+            if column is None:
+                raise head.error("ADD AUTO_INCREMENT needs a column")
+            head.expect("using", "ADD AUTO_INCREMENT col USING sequence")
+            seq_ks, seq = _qualified(head, "USING needs a sequence table")
+            stmt = AddAutoIncrement(keyspace, table, column,
+                                    f"{seq_ks}.{seq}" if seq_ks else seq)
+        case ("drop", "auto_increment"):
+            stmt = DropAutoIncrement(keyspace, table)
+        case _:
+            raise head.error(_ALTER_VSCHEMA_FORMS)
+    head.end("ALTER VSCHEMA statement")
+    return stmt
+
+
+def _qualified(head: _Head, missing: str) -> tuple[str | None, str]:
+    """``[keyspace.]name`` as ``(keyspace or None, name)``."""
+    first = head.ident()
+    if first is None:
+        raise head.error(missing)
+    if head.char() == ".":
+        head.pos += 1
+        second = head.ident()
+        if second is None:
+            raise head.error(missing)
+        return first, second
+    return None, first
+
+
+def _vindex_type(head: _Head) -> str:
+    vtype = head.ident()
+    if vtype is None:
+        raise head.error("USING needs a vindex type (hash, consistent_lookup_unique, ...)")
+    return vtype.lower()
+
+
+def _with_params(head: _Head) -> tuple[tuple[str, str], ...]:
+    """``WITH k = v, ...`` (values bare up to the next ``,`` or quoted); () without WITH."""
+    if not head.accept("with"):
+        return ()
+    out: list[tuple[str, str]] = []
+    while True:
+        key = head.ident()
+        if key is None:
+            raise head.error("WITH takes key = value, ...")
+        if head.char() != "=":
+            raise head.error(f"WITH {key}: expected '='")
+        head.pos += 1
+        if head.char() in ("'", '"'):
+            value = head.quoted()
+        else:
+            start = head.pos
+            while head.pos < len(head.sql) and head.sql[head.pos] not in ",;" \
+                    and not head.sql[head.pos].isspace():
+                head.pos += 1
+            value = head.sql[start:head.pos]
+            if not value:
+                raise head.error(f"WITH {key} = needs a value")
+        if any(k == key.lower() for k, _ in out):
+            raise head.error(f"WITH: {key!r} is given twice")
+        out.append((key.lower(), value))
+        if head.char() != ",":
+            return tuple(out)
+        head.pos += 1
+
+
+# -- DROP QUEUE ---------------------------------------------------------------------------------
+
+
+def _drop_queue(head: _Head) -> DropQueueStatement | None:
+    if not head.accept("queue"):
+        return None
+    if_exists = head.accept("if")
+    if if_exists:
+        head.expect("exists", "DROP QUEUE [IF EXISTS] [keyspace.]name")
+    keyspace, name = _qualified(head, "DROP QUEUE needs a queue name")
+    head.end("DROP QUEUE statement")
+    return DropQueueStatement(name, keyspace, if_exists)
 
 
 # -- CREATE QUEUE -------------------------------------------------------------------------------
@@ -514,4 +658,5 @@ _OWN: dict[str, Callable[[_Head], Statement | None]] = {
     "show": _show,
     "alter": _alter,
     "create": _create_queue,
+    "drop": _drop_queue,
 }

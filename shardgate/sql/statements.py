@@ -118,9 +118,102 @@ class ShowVitessTablets:
 
 @dataclass(frozen=True, slots=True)
 class AlterVSchema:
-    """``ALTER VSCHEMA ...``; ``text`` is what follows ``ALTER VSCHEMA``."""
+    """``ALTER VSCHEMA ...``: one change to one keyspace's VSchema (Vitess's forms).
 
-    text: str
+    ``keyspace`` is the qualifier written before the table or vindex name
+    (``ALTER VSCHEMA ON ks.t ...``), None when unqualified (the session's
+    keyspace applies). The subclasses are the forms; the gate turns each into
+    a pure edit of the VSchema JSON (:mod:`shardgate.topo.vschema_edits`).
+    """
+
+    keyspace: str | None
+    query_type: ClassVar[str] = "DDL"
+
+
+@dataclass(frozen=True, slots=True)
+class AddVSchemaTable(AlterVSchema):
+    """``ALTER VSCHEMA ADD TABLE [ks.]t`` (unsharded keyspaces, as in Vitess)."""
+
+    table: str
+
+
+@dataclass(frozen=True, slots=True)
+class DropVSchemaTable(AlterVSchema):
+    """``ALTER VSCHEMA DROP TABLE [ks.]t``: the VSchema entry only, never the data."""
+
+    table: str
+
+
+@dataclass(frozen=True, slots=True)
+class AddVSchemaSequence(AlterVSchema):
+    """``ALTER VSCHEMA ADD SEQUENCE [ks.]s``: a table of type ``sequence``."""
+
+    table: str
+
+
+@dataclass(frozen=True, slots=True)
+class CreateVSchemaVindex(AlterVSchema):
+    """``ALTER VSCHEMA CREATE VINDEX [ks.]name USING type [WITH k = v, ...]``."""
+
+    vindex: str
+    vindex_type: str
+    params: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class DropVSchemaVindex(AlterVSchema):
+    """``ALTER VSCHEMA DROP VINDEX [ks.]name`` (refused while a table uses it)."""
+
+    vindex: str
+
+
+@dataclass(frozen=True, slots=True)
+class AddColumnVindex(AlterVSchema):
+    """``ALTER VSCHEMA ON [ks.]t ADD VINDEX name(col, ...) [USING type] [WITH k = v, ...]``.
+
+    Without ``USING`` the vindex must already be defined in the keyspace;
+    with it, it is created (or must match the existing definition). The
+    ``owner`` param is not a vindex param: it makes ``t`` the vindex's owner.
+    """
+
+    table: str
+    vindex: str
+    columns: tuple[str, ...]
+    vindex_type: str | None = None
+    params: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class DropColumnVindex(AlterVSchema):
+    """``ALTER VSCHEMA ON [ks.]t DROP VINDEX name``."""
+
+    table: str
+    vindex: str
+
+
+@dataclass(frozen=True, slots=True)
+class AddAutoIncrement(AlterVSchema):
+    """``ALTER VSCHEMA ON [ks.]t ADD AUTO_INCREMENT col USING [ks.]seq``."""
+
+    table: str
+    column: str
+    sequence: str
+
+
+@dataclass(frozen=True, slots=True)
+class DropAutoIncrement(AlterVSchema):
+    """``ALTER VSCHEMA ON [ks.]t DROP AUTO_INCREMENT``."""
+
+    table: str
+
+
+@dataclass(frozen=True, slots=True)
+class DropQueueStatement:
+    """``DROP QUEUE [IF EXISTS] [ks.]name``: the queue's tables and its VSchema entry."""
+
+    name: str
+    keyspace: str | None
+    if_exists: bool = False
     query_type: ClassVar[str] = "DDL"
 
 
@@ -154,7 +247,7 @@ GateStatement = (
 )
 
 #: What :func:`shardgate.sql.classify.classify` returns.
-Statement = exp.Expression | GateStatement | CreateQueueStatement
+Statement = exp.Expression | GateStatement | CreateQueueStatement | DropQueueStatement
 
 
 def like_match(text: str, pattern: str) -> bool:

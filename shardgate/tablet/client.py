@@ -29,6 +29,8 @@ class TabletClient(ABC):
     placeholder: str
     #: whether the shard can prepare transactions (PostgreSQL, MariaDB)
     supports_twopc: bool = False
+    #: whether :meth:`queue_forget` can stop a queue here (DROP QUEUE)
+    forgets_queues: bool = False
 
     @property
     def collation(self) -> str | None:
@@ -117,6 +119,13 @@ class TabletClient(ABC):
         """Declare queue tables; tablets also find them by their comment marker."""
         return None
 
+    async def queue_forget(self, queue: str) -> None:
+        """Stop serving ``queue`` before its tables are dropped (DROP QUEUE)."""
+        raise Unsupported(
+            f"DROP QUEUE through {type(self).__name__}: this tablet cannot be told to stop "
+            "serving a queue; drop it through a gate with in-process tablets (shardgate up)"
+        )
+
 
 def _no_twopc(client: TabletClient) -> FailedPrecondition:
     return FailedPrecondition(
@@ -135,6 +144,7 @@ class LocalTabletClient(TabletClient):
         self.dialect = tablet.dialect
         self.placeholder = tablet.placeholder
         self.supports_twopc = tablet.supports_twopc
+        self.forgets_queues = True
 
     async def queue_admin(self, queue: str, action: str, ids: Sequence[int] = ()) -> int:
         return await self.tablet.queues.admin(queue, action, ids)
@@ -215,6 +225,9 @@ class LocalTabletClient(TabletClient):
 
     async def queue_configure(self, queues: Mapping[str, QueueOptions]) -> None:
         self.tablet.queues.configure(queues)
+
+    async def queue_forget(self, queue: str) -> None:
+        await self.tablet.queues.forget(queue)
 
     async def close(self) -> None:
         await self.tablet.close()

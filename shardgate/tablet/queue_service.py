@@ -137,6 +137,20 @@ class QueueService:
                 if self._writer is not None and not self._running(key):
                     asyncio.get_running_loop().create_task(self._start_manager(key))
 
+    async def forget(self, queue: str) -> None:
+        """Stop serving ``queue`` (DROP QUEUE): its manager or consumer stops, its
+        receivers' streams end, and it is no longer declared here."""
+        key = queue.lower()
+        self.options.pop(key, None)
+        manager = self.managers.pop(key, None)
+        if manager is not None:
+            await manager.stop()
+        served = self.segmented.pop(key, None)
+        if served is not None:
+            await served.close()
+        for r in self.receivers.pop(key, []):
+            r.end()
+
     def _running(self, key: str) -> bool:
         return key in self.managers or key in self.segmented
 

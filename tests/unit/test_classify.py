@@ -9,10 +9,19 @@ from shardgate.errors import Code, InvalidArgument, ShardgateError, SyntaxError_
 from shardgate.sql.classify import classify, head_words, write_target
 from shardgate.sql.parse import parse
 from shardgate.sql.statements import (
-    AlterVSchema,
+    AddAutoIncrement,
+    AddColumnVindex,
+    AddVSchemaSequence,
+    AddVSchemaTable,
     Begin,
     Commit,
     CreateQueueStatement,
+    CreateVSchemaVindex,
+    DropAutoIncrement,
+    DropColumnVindex,
+    DropQueueStatement,
+    DropVSchemaTable,
+    DropVSchemaVindex,
     ReleaseSavepoint,
     Rollback,
     RollbackToSavepoint,
@@ -69,8 +78,22 @@ from shardgate.sql.statements import (
         ("SHOW VITESS_KEYSPACES", ShowVitessKeyspaces()),
         ("show keyspaces like \"c%\"", ShowVitessKeyspaces("c%")),
         ("SHOW VITESS_TABLETS", ShowVitessTablets()),
-        ("ALTER VSCHEMA ADD TABLE t;", AlterVSchema("ADD TABLE t")),
-        ("alter vschema on t add vindex hash(id)", AlterVSchema("on t add vindex hash(id)")),
+        ("ALTER VSCHEMA ADD TABLE t;", AddVSchemaTable(None, "t")),
+        ("alter vschema on t add vindex hash(id)", AddColumnVindex(None, "t", "hash", ("id",))),
+        ("ALTER VSCHEMA ON ks.`t` ADD VINDEX v(a, b) USING multicol WITH "
+         "column_count=2, column_bytes='1,7'",
+         AddColumnVindex("ks", "t", "v", ("a", "b"), "multicol",
+                         (("column_count", "2"), ("column_bytes", "1,7")))),
+        ("alter vschema on t drop vindex v", DropColumnVindex(None, "t", "v")),
+        ("ALTER VSCHEMA DROP TABLE lookup.t", DropVSchemaTable("lookup", "t")),
+        ("ALTER VSCHEMA ADD SEQUENCE lookup.s", AddVSchemaSequence("lookup", "s")),
+        ("alter vschema on t add auto_increment id using lookup.s",
+         AddAutoIncrement(None, "t", "id", "lookup.s")),
+        ("alter vschema on t drop auto_increment", DropAutoIncrement(None, "t")),
+        ("ALTER VSCHEMA CREATE VINDEX ks.h USING Hash", CreateVSchemaVindex("ks", "h", "hash")),
+        ("alter vschema drop vindex h", DropVSchemaVindex(None, "h")),
+        ("DROP QUEUE IF EXISTS app.jobs", DropQueueStatement("jobs", "app", True)),
+        ("drop queue jobs;", DropQueueStatement("jobs", None, False)),
     ],
 )
 def test_own_statements(sql: str, expected: object) -> None:
@@ -88,6 +111,7 @@ def test_own_statements(sql: str, expected: object) -> None:
         ("CREATE TABLE t (a INT)", exp.Create),
         ("INSERT INTO savepoint_log (a) VALUES (1)", exp.Insert),
         ("UPDATE t SET a = 1", exp.Update),
+        ("DROP TABLE queue", exp.Drop),
     ],
 )
 def test_standard_sql_stays_sqlglot(sql: str, kind: type[exp.Expression]) -> None:
@@ -261,3 +285,23 @@ def test_like_match(text: str, pattern: str, expected: bool) -> None:
 def test_query_timeout_needs_whole_milliseconds_alone(sql: str) -> None:
     with pytest.raises(InvalidArgument, match="query_timeout_ms"):
         classify(sql)
+
+
+@pytest.mark.parametrize(
+    "sql,detail",
+    [
+        ("ALTER VSCHEMA ADD VINDEX x", "ALTER VSCHEMA forms"),
+        ("ALTER VSCHEMA ON t ADD VINDEX v", "column(s)"),
+        ("ALTER VSCHEMA ON t ADD VINDEX v(a) USING", "vindex type"),
+        ("ALTER VSCHEMA ON t ADD VINDEX v(a) USING hash WITH a", "expected '='"),
+        ("ALTER VSCHEMA ON t ADD VINDEX v(a) USING hash WITH a=1, a=2", "twice"),
+        ("ALTER VSCHEMA ON t ADD VINDEX v(a b) USING hash", "plain column names"),
+        ("ALTER VSCHEMA ON t ADD AUTO_INCREMENT id", "USING"),
+        ("ALTER VSCHEMA DROP TABLE t extra", "unexpected text"),
+        ("DROP QUEUE", "queue name"),
+    ],
+)
+def test_alter_vschema_refusals(sql: str, detail: str) -> None:
+    with pytest.raises(SyntaxError_) as err:
+        classify(sql)
+    assert detail in err.value.message

@@ -169,8 +169,22 @@ def test_a_thousand_or_terms_evaluated_at_the_gate_work(h: Harness) -> None:
     assert h.run(f"SELECT COUNT(*) FROM customer HAVING {having}").rows == []
 
 
+def _drop_behind_the_vschema(h: Harness, table: str) -> None:
+    """Drop ``table`` of keyspace lookup on its shard only (a shard-targeted session
+    sends DDL as is), leaving the VSchema that uses it as it is."""
+    s = h.gate.session("lookup")
+    h.run("USE `lookup:0`", session=s)
+    h.run(f"DROP TABLE {table}", session=s)
+
+
+def test_a_plain_drop_of_a_lookup_table_needs_confirmation(h: Harness) -> None:
+    err = h.error("DROP TABLE lookup.customer_email_idx")
+    assert err.code is Code.FAILED_PRECONDITION
+    assert "CONFIRM_DROP" in err.message
+
+
 def test_errors_in_the_gates_own_lookup_query_say_so(h: Harness) -> None:
-    h.run("DROP TABLE customer_email_idx", session=h.gate.session("lookup"))
+    _drop_behind_the_vschema(h, "customer_email_idx")
     err = h.error(BY_EMAIL, {"e": "a@x"})
     assert err.code is Code.NOT_FOUND
     assert err.message.startswith("internal query for shard lookup/0 failed (the lookup "
@@ -178,7 +192,7 @@ def test_errors_in_the_gates_own_lookup_query_say_so(h: Harness) -> None:
 
 
 def test_errors_in_sequence_allocation_say_so(h: Harness) -> None:
-    h.run("DROP TABLE customer_seq", session=h.gate.session("lookup"))
+    _drop_behind_the_vschema(h, "customer_seq")
     err = h.error("INSERT INTO customer (email, name) VALUES ('n@x', 'n')")
     assert err.message.startswith("internal query for shard lookup/0 failed (allocating "
                                   "values of sequence lookup.customer_seq)"), err.message

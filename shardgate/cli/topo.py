@@ -1,0 +1,266 @@
+"""``shardgate topo``, ``vschema`` and ``lookup-vindex``: the topo store's commands.
+
+::
+
+    shardgate topo import FILE.yaml [--replace]      [--topo URL | --cluster F | --data-dir D]
+    shardgate topo export                             [--topo URL | --cluster F | --data-dir D]
+    shardgate vschema show [--target grpc://H:P | --cluster FILE | --data-dir DIR | --topo URL]
+    shardgate vschema get --keyspace KS               [--topo URL | --cluster F | --data-dir D]
+    shardgate vschema apply --keyspace KS FILE.json [--dry-run] [--expect-version N]
+                                                      [--topo URL | --cluster F | --data-dir D]
+    shardgate lookup-vindex create --keyspace KS --table-owner T --columns C
+                  --type consistent_lookup_unique --lookup-table LKS.T [--name V]
+                  [--column-type SQLTYPE] [--ignore-nulls] [--batch N] [--settle S]
+                                                      [--topo URL | --cluster F | --data-dir D]
+    shardgate lookup-vindex externalize --keyspace KS --name V    [--topo ... ]
+    shardgate lookup-vindex show [--name WORKFLOW]                [--topo ... ]
+
+They all work on the topo store itself (``--topo URL``, or the store beside
+``--cluster FILE`` / the ``--data-dir`` of ``shardgate up``, the default
+``./shardgate-data``), never through a running gate: a change is written to
+the store (validated first; an invalid one is refused with its JSON path and
+nothing is saved) and running gates pick it up through their watchers.
+
+``vschema get`` prints the keyspace's VSchema (JSON) and, on stderr, its
+version; ``vschema apply`` replaces it with FILE.json, compare-and-swap on the
+version read at the start (or on ``--expect-version``): if another change got
+in first it fails with ``ABORTED`` and saves nothing. ``--dry-run`` prints a
+unified diff against the current VSchema and saves nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import difflib
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from shardgate.cli.common import DEFAULT_TARGET, cluster_file_of
+from shardgate.errors import InvalidArgument, NotFound
+from shardgate.gate import Gate
+from shardgate.topo.file import load_cluster_file
+from shardgate.topo.local import open_topo, store_url_for
+from shardgate.topo.server import TopoServer
+from shardgate.workflows.lookup_vindex import (
+    DEFAULT_BATCH,
+    DEFAULT_SETTLE_S,
+    TYPES,
+    LookupVindexSpec,
+    LookupVindexWorkflow,
+)
+
+STORE_HELP = "the topo store (sqlite:///…, postgresql://…, mysql://…)"
+
+
+def _store_args(p: argparse.ArgumentParser) -> None:
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--topo", help=STORE_HELP)
+    where.add_argument("--cluster", help="the store beside this cluster file")
+    where.add_argument("--data-dir", help="the store of `shardgate up --data-dir DIR` "
+                       "(default ./shardgate-data)")
+
+
+def add_parsers(commands: Any) -> None:
+    """Add the ``topo``, ``vschema`` and ``lookup-vindex`` subcommands."""
+    topo = commands.add_parser("topo", help="the topo store: import and export the topology")
+    topo_cmds = topo.add_subparsers(dest="topo_command", required=True, metavar="COMMAND")
+    imp = topo_cmds.add_parser("import", help="write a cluster file's topology into the store")
+    imp.add_argument("file", type=Path, help="cluster file (YAML)")
+    imp.add_argument("--replace", action="store_true",
+                     help="overwrite keyspaces already there and delete the others")
+    _store_args(imp)
+    exp_ = topo_cmds.add_parser("export", help="print the stored topology as a cluster file")
+    _store_args(exp_)
+
+    vschema = commands.add_parser("vschema", help="VSchema commands")
+    vs_cmds = vschema.add_subparsers(dest="vschema_command", required=True, metavar="COMMAND")
+    show = vs_cmds.add_parser(
+        "show", help="print the VSchema of every keyspace (JSON), as a gate serves it")
+    where = show.add_mutually_exclusive_group()
+    where.add_argument("--target", help=f"a running gate (default {DEFAULT_TARGET})")
+    where.add_argument("--topo", help=STORE_HELP)
+    where.add_argument("--cluster", help="the store beside this cluster file")
+    where.add_argument("--data-dir", help="the store of `shardgate up --data-dir DIR`")
+    get = vs_cmds.add_parser("get", help="print one keyspace's VSchema (its version on stderr)")
+    get.add_argument("--keyspace", required=True)
+    _store_args(get)
+    apply = vs_cmds.add_parser("apply", help="replace one keyspace's VSchema with a JSON file")
+    apply.add_argument("--keyspace", required=True)
+    apply.add_argument("file", type=Path, help="the new VSchema (JSON)")
+    apply.add_argument("--dry-run", action="store_true",
+                       help="validate and print the diff; save nothing")
+    apply.add_argument("--expect-version", type=int,
+                       help="fail (ABORTED) unless the keyspace is still at this version")
+    _store_args(apply)
+
+    lv = commands.add_parser("lookup-vindex", help="add a lookup vindex to a live table")
+    lv_cmds = lv.add_subparsers(dest="lookup_command", required=True, metavar="COMMAND")
+    create = lv_cmds.add_parser(
+        "create", help="create (or resume) the lookup table, backfill and verify it")
+    create.add_argument("--keyspace", required=True, help="the owner table's keyspace")
+    create.add_argument("--table-owner", required=True, help="the owner table")
+    create.add_argument("--columns", required=True, help="the looked-up column")
+    create.add_argument("--type", required=True, choices=TYPES, dest="vindex_type")
+    create.add_argument("--lookup-table", required=True,
+                        help="keyspace.table to create (an unsharded keyspace)")
+    create.add_argument("--name", default="", help="vindex name (default: the lookup table's)")
+    create.add_argument("--column-type", help="SQL type of the lookup column "
+                        "(default from the owner column: BIGINT or VARCHAR(255))")
+    create.add_argument("--ignore-nulls", action="store_true")
+    create.add_argument("--batch", type=int, default=DEFAULT_BATCH, help="rows per step")
+    create.add_argument("--settle", type=float, default=DEFAULT_SETTLE_S,
+                        help="seconds for running gates to see the write_only vindex")
+    _store_args(create)
+    ext = lv_cmds.add_parser("externalize", help="verify, then let the vindex route")
+    ext.add_argument("--keyspace", required=True)
+    ext.add_argument("--name", required=True, help="the vindex name")
+    _store_args(ext)
+    lshow = lv_cmds.add_parser("show", help="print lookup-vindex workflow records")
+    lshow.add_argument("--name", help="one workflow (lookup_vindex:KS.VINDEX)")
+    _store_args(lshow)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``topo``, ``vschema`` or ``lookup-vindex``."""
+    match args.command:
+        case "topo":
+            return asyncio.run(_topo(args))
+        case "vschema":
+            return asyncio.run(_vschema(args))
+    return asyncio.run(_lookup_vindex(args))
+
+
+async def open_store(args: argparse.Namespace) -> TopoServer:
+    """The topo store ``--topo`` / ``--cluster`` / ``--data-dir`` names."""
+    if getattr(args, "topo", None):
+        return await open_topo(url=args.topo)
+    return await open_topo(cluster_file_of(args, default_data_dir=True))
+
+
+async def _topo(args: argparse.Namespace) -> int:
+    if args.topo_command == "import":
+        topology = load_cluster_file(args.file)
+        beside = cluster_file_of(args) if (args.cluster or args.data_dir) else args.file
+        server = await open_topo(url=args.topo or store_url_for(beside))
+        try:
+            version = await server.import_topology(topology, replace=args.replace)
+        finally:
+            await server.close()
+        print(f"imported {len(topology.keyspaces)} keyspace(s) into {server.location}, "
+              f"version {version}")
+        return 0
+    server = await open_store(args)
+    try:
+        topology = await server.load_topology()
+    finally:
+        await server.close()
+    print(f"# topo version {topology.version}")
+    print(yaml.safe_dump(topology.to_dict(), sort_keys=False), end="")
+    return 0
+
+
+async def _vschema(args: argparse.Namespace) -> int:
+    if args.vschema_command == "show" and not (args.topo or args.cluster or args.data_dir):
+        from shardgate.api.client import GateClient  # only this form needs gRPC
+
+        async with GateClient(args.target or DEFAULT_TARGET) as client:
+            print(json.dumps(await client.vschema(), indent=2))
+        return 0
+    server = await open_store(args)
+    try:
+        match args.vschema_command:
+            case "show":
+                topology = await server.load_topology()
+                print(json.dumps({k.name: k.vschema for k in topology.keyspaces.values()},
+                                 indent=2))
+            case "get":
+                doc, version = await server.keyspace_vschema(args.keyspace)
+                print(json.dumps(doc, indent=2))
+                print(f"# keyspace {args.keyspace} version {version}", file=sys.stderr)
+            case _:
+                await _vschema_apply(server, args)
+    finally:
+        await server.close()
+    return 0
+
+
+async def _vschema_apply(server: TopoServer, args: argparse.Namespace) -> None:
+    try:
+        text = args.file.read_text()
+    except OSError as exc:
+        raise NotFound(f"cannot read {args.file}: {exc.strerror}") from exc
+    try:
+        new = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InvalidArgument(f"{args.file}: not valid JSON: {exc}") from exc
+    if not isinstance(new, dict):
+        raise InvalidArgument(f"{args.file}: a VSchema is a JSON object")
+    current, version = await server.keyspace_vschema(args.keyspace)
+    expect = args.expect_version if args.expect_version is not None else version
+    _, saved = await server.update_vschema(args.keyspace, lambda _doc: new, expect=expect,
+                                           dry_run=args.dry_run)
+    if args.dry_run:
+        diff = difflib.unified_diff(
+            _lines(current), _lines(new), fromfile=f"{args.keyspace} (version {version})",
+            tofile=str(args.file))
+        sys.stdout.writelines(diff)
+        print(f"dry run: the VSchema of {args.keyspace} is valid; nothing saved")
+        return
+    print(f"applied {args.file} to keyspace {args.keyspace}: version {saved}")
+
+
+def _lines(doc: Any) -> list[str]:
+    return [line + "\n" for line in json.dumps(doc, indent=2, sort_keys=True).splitlines()]
+
+
+async def _lookup_vindex(args: argparse.Namespace) -> int:
+    server = await open_store(args)
+    try:
+        if args.lookup_command == "show":
+            records = await server.list_workflows()
+            docs = {r.name: r.doc for r in records
+                    if r.doc is not None and (args.name is None or r.name == args.name)}
+            print(json.dumps(docs, indent=2, default=str))
+            return 0
+        gate = Gate.open(await server.load_topology(), topo=server)
+        try:
+            if args.lookup_command == "create":
+                spec = LookupVindexSpec(
+                    keyspace=args.keyspace, table=args.table_owner,
+                    columns=tuple(c.strip() for c in args.columns.split(",")),
+                    vindex_type=args.vindex_type, lookup_table=args.lookup_table,
+                    name=args.name, column_type=args.column_type,
+                    ignore_nulls=args.ignore_nulls)
+                flow = LookupVindexWorkflow(gate, server, spec, batch=args.batch,
+                                            settle_s=args.settle, progress=_progress_bar)
+                report = await flow.create()
+                print(file=sys.stderr)
+                print(f"{spec.workflow}: verified: {report.owner_rows} owner rows, "
+                      f"{report.lookup_rows} lookup rows ({report.repaired_missing} "
+                      f"inserted, {report.deleted_orphans} orphans deleted); run "
+                      f"`shardgate lookup-vindex externalize --keyspace {spec.keyspace} "
+                      f"--name {spec.name}` to route by it")
+            else:
+                flow = await LookupVindexWorkflow.resume(gate, server, args.keyspace, args.name)
+                await flow.externalize()
+                print(f"{flow.spec.workflow}: externalized: vindex {args.keyspace}.{args.name} "
+                      "now routes")
+        finally:
+            await gate.close()
+    finally:
+        await server.close()
+    return 0
+
+
+def _progress_bar(done: int, estimate: int) -> None:
+    total = max(estimate, done, 1)
+    width = 30
+    filled = int(width * done / total)
+    sys.stderr.write(f"\rbackfill [{'#' * filled}{'.' * (width - filled)}] "
+                     f"{done}/{estimate} rows ({100 * done // total}%)")
+    sys.stderr.flush()
