@@ -473,7 +473,11 @@ async def test_gate_statements_are_typed_and_answered(cluster: Cluster) -> None:
     r = await g.execute(s, "SHOW VITESS_KEYSPACES")
     assert (r.fields, r.rows) == (["Database"], [("commerce",), ("lookup",)])
     assert (await g.execute(s, "SHOW KEYSPACES LIKE 'LOOK%'")).rows == [("lookup",)]
-    for sql in ("SHOW VITESS_TABLETS", "ALTER VSCHEMA ADD TABLE t", "USE commerce@replica"):
+    r = await g.execute(s, "SHOW VITESS_TABLETS LIKE 'local-lookup-%'")
+    assert r.fields[:4] == ["Cell", "Keyspace", "Shard", "TabletType"]
+    assert r.rows == [("local", "lookup", "0", "PRIMARY", "SERVING", "local-lookup-0",
+                       "localhost", "")]
+    for sql in ("ALTER VSCHEMA ADD TABLE t", "USE commerce@replica"):
         with pytest.raises(ShardgateError) as err:
             await g.execute(s, sql)
         assert err.value.code is Code.UNIMPLEMENTED, sql
