@@ -4,13 +4,24 @@
 cluster file, ``tablet`` one shard's tablet; each serves gRPC until a signal::
 
     shardgate up [--data-dir DIR] [--cluster FILE] [--host H] [--port P] [--check]
+                 [MySQL listener flags]
     shardgate gate --cluster FILE [--host H] [--port P]
+                   (--mysql-auth-file FILE | --mysql-no-auth) [MySQL listener flags]
     shardgate tablet --cluster FILE --keyspace KS --shard S [--host H] [--port P]
                      [--metrics-port P]
 
 ``up`` without ``--cluster`` runs the embedded default cluster (SQLite files
 under the data directory, created the first time; see
 :mod:`shardgate.topo.embedded`).
+
+``up`` and ``gate`` also serve the MySQL protocol on ``--mysql-port``
+(15306; 0: off), on ``--mysql-host`` (default: ``--host``). MySQL listener
+flags: ``--mysql-auth-file`` (Vitess's static users file), ``--mysql-no-auth``
+(``gate`` only; loopback only), ``--mysql-tls-cert``/``--mysql-tls-key``,
+``--mysql-require-tls``. ``up`` serves loopback clients without a password when
+no users file is given; ``gate`` serves MySQL only with a users file or
+``--mysql-no-auth`` (without either it says so and serves gRPC alone), and
+nothing serves MySQL on a non-loopback address without users.
 """
 
 from __future__ import annotations
@@ -26,14 +37,17 @@ from typing import Any
 from prometheus_client import start_http_server
 
 from shardgate.api.client import GateClient
+from shardgate.api.mysql import DEFAULT_MYSQL_PORT, MysqlListener, TlsConfig, serve_mysql
 from shardgate.api.server import serve
 from shardgate.api.tablet_service import serve_tablet
+from shardgate.auth.users import StaticUsers
 from shardgate.cli.common import (
     CLUSTER_FILE_NAME,
     DEFAULT_DATA_DIR,
     add_listen_args,
     format_result,
 )
+from shardgate.errors import InvalidArgument
 from shardgate.gate import Gate
 from shardgate.queues.router import queue_options_of
 from shardgate.tablet import Tablet
@@ -58,6 +72,7 @@ def add_parsers(commands: Any) -> None:
     up.add_argument("--data-dir", default=DEFAULT_DATA_DIR, help="embedded cluster directory")
     up.add_argument("--cluster", help="serve this cluster file instead of the embedded one")
     add_listen_args(up)
+    _add_mysql_args(up, no_auth_flag=False)
     up.add_argument(
         "--check",
         action="store_true",
@@ -67,6 +82,7 @@ def add_parsers(commands: Any) -> None:
     gate = commands.add_parser("gate", help="serve the gate of a cluster file over gRPC")
     gate.add_argument("--cluster", required=True, help="cluster file (YAML)")
     add_listen_args(gate)
+    _add_mysql_args(gate, no_auth_flag=True)
 
     tablet = commands.add_parser("tablet", help="serve one shard's tablet over gRPC")
     tablet.add_argument("--cluster", required=True, help="cluster file (YAML)")
@@ -75,6 +91,44 @@ def add_parsers(commands: Any) -> None:
     add_listen_args(tablet, port=DEFAULT_TABLET_PORT)
     tablet.add_argument("--metrics-port", type=int, default=0,
                         help="serve Prometheus metrics on this port (0: off)")
+
+
+def _add_mysql_args(p: argparse.ArgumentParser, *, no_auth_flag: bool) -> None:
+    """The MySQL listener's flags of ``up`` and ``gate``."""
+    p.add_argument("--mysql-port", type=int, default=DEFAULT_MYSQL_PORT,
+                   help=f"MySQL protocol port ({DEFAULT_MYSQL_PORT}; 0: off)")
+    p.add_argument("--mysql-host", help="MySQL listen address (default: --host)")
+    p.add_argument("--mysql-auth-file",
+                   help="Vitess static users file (JSON) for the MySQL listener")
+    if no_auth_flag:
+        p.add_argument("--mysql-no-auth", action="store_true",
+                       help="serve MySQL clients without a password (loopback addresses only)")
+    p.add_argument("--mysql-tls-cert", help="TLS certificate (PEM) for the MySQL listener")
+    p.add_argument("--mysql-tls-key", help="TLS private key (PEM) for the MySQL listener")
+    p.add_argument("--mysql-require-tls", action="store_true",
+                   help="refuse MySQL clients that do not switch to TLS")
+
+
+def mysql_needs_auth(args: argparse.Namespace) -> bool:
+    """True when ``gate`` was given neither users nor ``--mysql-no-auth``: no MySQL listener."""
+    return args.command == "gate" and not args.mysql_auth_file and not args.mysql_no_auth
+
+
+def mysql_options(args: argparse.Namespace) -> tuple[StaticUsers | None, TlsConfig | None]:
+    """The users and TLS settings of the MySQL listener, checked against the flags' rules.
+
+    ``up`` serves loopback clients without users; ``gate`` serves MySQL only
+    with ``--mysql-auth-file`` or ``--mysql-no-auth`` (see :func:`mysql_needs_auth`);
+    neither ever serves a non-loopback address without users.
+    """
+    users = StaticUsers.load(args.mysql_auth_file) if args.mysql_auth_file else None
+    if bool(args.mysql_tls_cert) != bool(args.mysql_tls_key):
+        raise InvalidArgument("--mysql-tls-cert and --mysql-tls-key go together")
+    if args.mysql_require_tls and not args.mysql_tls_cert:
+        raise InvalidArgument("--mysql-require-tls needs --mysql-tls-cert and --mysql-tls-key")
+    tls = TlsConfig(args.mysql_tls_cert, args.mysql_tls_key, args.mysql_require_tls) \
+        if args.mysql_tls_cert else None
+    return users, tls
 
 
 def run(args: argparse.Namespace) -> int:
@@ -97,16 +151,17 @@ async def _up(args: argparse.Namespace) -> int:
     try:
         if args.check:
             return await _check(gate, args.host)
-        await _serve_until_signal(gate, args.host, args.port)
+        await _serve_until_signal(gate, args)
         return 0
     finally:
         await gate.close()
 
 
 async def _gate(args: argparse.Namespace) -> int:
+    mysql_options(args)  # flags checked before anything opens
     gate = Gate.open(load_cluster_file(args.cluster))
     try:
-        await _serve_until_signal(gate, args.host, args.port)
+        await _serve_until_signal(gate, args)
         return 0
     finally:
         await gate.close()
@@ -183,15 +238,31 @@ async def _check(gate: Gate, host: str) -> int:
     return 0
 
 
-async def _serve_until_signal(gate: Gate, host: str, port: int) -> None:
-    server, bound = await serve(gate, host, port)
-    target = f"grpc://{host}:{bound}"
-    print(f"shardgate gate listening on {target}", flush=True)
-    print(f'try: shardgate sql --target {target} "select * from customer"', flush=True)
+async def _serve_until_signal(gate: Gate, args: argparse.Namespace) -> None:
+    users, tls = mysql_options(args)
+    host = args.host
+    server, bound = await serve(gate, host, args.port)
+    listener: MysqlListener | None = None
     try:
+        target = f"grpc://{host}:{bound}"
+        print(f"shardgate gate listening on {target}", flush=True)
+        print(f'try: shardgate sql --target {target} "select * from customer"', flush=True)
+        if args.mysql_port and mysql_needs_auth(args):
+            print("MySQL listener off: shardgate gate serves MySQL clients only with "
+                  "--mysql-auth-file FILE or --mysql-no-auth (loopback only)", flush=True)
+        elif args.mysql_port:
+            mysql_host = args.mysql_host or host
+            listener, mysql_port = await serve_mysql(gate, mysql_host, args.mysql_port,
+                                                     users=users, tls=tls)
+            print(f"shardgate MySQL listener on {mysql_host}:{mysql_port}", flush=True)
+            print(f"try: mariadb -h {mysql_host} -P {mysql_port} -u root commerce "
+                  '-e "select * from customer"', flush=True)
         await _until_signal()
         print("shutting down", flush=True)
     finally:
+        if listener is not None:
+            listener.close()
+            await listener.wait_closed()
         await server.stop(SHUTDOWN_GRACE_S)
     print("stopped", flush=True)
 

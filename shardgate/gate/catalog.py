@@ -96,7 +96,9 @@ def is_internal(name: str) -> bool:
     return name.lower().startswith(INTERNAL_PREFIXES)
 
 
-async def _rows(tablet: TabletClient, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+async def _rows(
+    tablet: TabletClient, sql: str, params: Sequence[Any] = ()
+) -> list[tuple[Any, ...]]:
     sql = sql.replace("%s", tablet.placeholder)
     return [tuple(r) for r in (await tablet.execute(sql, list(params))).rows]
 

@@ -32,7 +32,7 @@ def _xor(a: bytes, b: bytes) -> bytes:
     return bytes(x ^ y for x, y in zip(a, b, strict=False))
 
 
-class _NativePassword(NativePasswordAuthPlugin):  # type: ignore[misc]
+class _NativePassword(NativePasswordAuthPlugin):
     """``mysql_native_password`` against every entry of the user (password rotation)."""
 
     def __init__(self, users: StaticUsers) -> None:
@@ -48,7 +48,7 @@ class _NativePassword(NativePasswordAuthPlugin):  # type: ignore[misc]
         return False
 
 
-class UsersProvider(IdentityProvider):  # type: ignore[misc]
+class UsersProvider(IdentityProvider):
     """Users of a static users file, checked with ``mysql_native_password``."""
 
     def __init__(self, users: StaticUsers) -> None:
@@ -71,7 +71,7 @@ class UsersProvider(IdentityProvider):  # type: ignore[misc]
             return None
 
 
-class NoAuthProvider(IdentityProvider):  # type: ignore[misc]
+class NoAuthProvider(IdentityProvider):
     """Any user name, no password (``shardgate up`` on loopback, ``--mysql-no-auth``)."""
 
     def get_plugins(self) -> Sequence[AuthPlugin]:
@@ -84,6 +84,6 @@ class NoAuthProvider(IdentityProvider):  # type: ignore[misc]
         return ANONYMOUS
 
 
-class _AnyPassword(NativePasswordAuthPlugin):  # type: ignore[misc]
+class _AnyPassword(NativePasswordAuthPlugin):
     def password_matches(self, user: User, scramble: bytes, nonce: bytes) -> bool:
         return True

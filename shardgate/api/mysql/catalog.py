@@ -16,7 +16,7 @@ from typing import Any
 
 from mysql_mimic.constants import INFO_SCHEMA
 from mysql_mimic.schema import InfoSchema
-from sqlglot.executor import Table
+from sqlglot.executor.table import Table
 
 from shardgate.gate.catalog import ColumnInfo, TableInfo
 from shardgate.sql.statements import like_match
@@ -111,14 +111,14 @@ def info_schema(catalogs: dict[str, list[TableInfo]]) -> InfoSchema:
                 "table_name": name, "column_name": col, "ordinal_position": pos,
                 "is_nullable": "YES", "data_type": str(cols[col]).lower(),
                 "column_type": str(cols[col]).lower()})
-    tables = {
+    executor_tables = {
         db: {name: _table(INFO_SCHEMA[db][name], rows) for name, rows in by_name.items()}
         for db, by_name in data.items()
     }
     for db, names in INFO_SCHEMA.items():
         for name, cols in names.items():
-            tables.setdefault(db, {}).setdefault(name, _table(cols, []))
-    return InfoSchema(tables)
+            executor_tables.setdefault(db, {}).setdefault(name, _table(cols, []))
+    return InfoSchema(executor_tables)
 
 
 def _add_table(ischema: dict[str, list[dict[str, Any]]], db: str, t: TableInfo) -> None:
@@ -180,8 +180,8 @@ def _is_text(c: ColumnInfo) -> bool:
 
 def _literal(c: ColumnInfo) -> str:
     d = c.default or ""
-    if d.upper() in ("NULL", "CURRENT_TIMESTAMP", "CURRENT_TIMESTAMP()") or _is_number(d) and \
-            not _is_text(c):
+    if d.upper() in ("NULL", "CURRENT_TIMESTAMP", "CURRENT_TIMESTAMP()") or (_is_number(d) and \
+            not _is_text(c)):
         return d
     return "'" + d.replace("'", "''") + "'"
 

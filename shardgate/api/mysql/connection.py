@@ -24,8 +24,11 @@ from typing import Any
 
 from mysql_mimic.charset import CharacterSet
 from mysql_mimic.connection import Connection
-from mysql_mimic.packets import make_column_count, make_column_definition_41, \
-    make_text_resultset_row
+from mysql_mimic.packets import (
+    make_column_count,
+    make_column_definition_41,
+    make_text_resultset_row,
+)
 from mysql_mimic.results import ResultSet
 from mysql_mimic.types import Capabilities, ColumnType, ServerStatus, str_fixed, uint_1, uint_2
 from mysql_mimic.utils import aiterate
@@ -65,7 +68,8 @@ class GateConnection(Connection):
         if self.session.username is None:
             raise AuthenticationFailed()
         db = self.session.database
-        if db and db.partition(":")[0].partition("[")[0] not in self.session.gate.topology.keyspaces:
+        keyspace = db.partition(":")[0].partition("[")[0] if db else None
+        if keyspace and keyspace not in self.session.gate.topology.keyspaces:
             await self.stream.write(self.error(msg=f"Unknown database '{db}'", code=BAD_DB.errno))
             raise AuthenticationFailed()
 
@@ -105,11 +109,13 @@ class GateConnection(Connection):
             last = self.session.last
             kwargs.update(affected_rows=last.rows_affected, last_insert_id=last.insert_id or 0)
         self._counted = False
-        return super().ok(**kwargs)
+        packet: bytes = super().ok(**kwargs)
+        return packet
 
     def eof(self, **kwargs: Any) -> bytes:
         self.status_flags = self._flags()
-        return super().eof(**kwargs)
+        packet: bytes = super().eof(**kwargs)
+        return packet
 
     _counted = False
 

@@ -68,7 +68,7 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-class MysqlListener(MysqlServer):  # type: ignore[misc]
+class MysqlListener(MysqlServer):
     """mysql-mimic's server with shardgate's connection, session and auth."""
 
     def __init__(self, gate: Gate, *, users: StaticUsers | None = None,

@@ -32,7 +32,7 @@ transaction is rolled back.
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from typing import Any
 
 from mysql_mimic import Session
@@ -53,6 +53,7 @@ from shardgate.gate import Gate
 from shardgate.gate import Session as GateSessionState
 from shardgate.gate.catalog import TableInfo, vschema_tables, vschema_vindexes
 from shardgate.result import Result
+from shardgate.sql.statements import like_match
 
 #: What the listener reports as the server version (clients read "8.0" features from it).
 SERVER_VERSION = "8.0.31-shardgate"
@@ -122,6 +123,11 @@ _FALSE = frozenset({"0", "off", "false", "'off'", "'0'", "'false'"})
 class GateSession(Session):
     """A MySQL connection's session: a gate session plus MySQL's session variables."""
 
+    #: the current database as the client sees it (a keyspace, or ``ks:shard``)
+    database: str | None
+    #: the authenticated user name (None until the handshake succeeded)
+    username: str | None
+
     def __init__(self, gate: Gate, identity: Callable[[str], Identity | None]) -> None:
         super().__init__(SessionVariables(GlobalVariables(VARIABLES)))
         self.gate = gate
@@ -138,8 +144,9 @@ class GateSession(Session):
     async def init(self, connection: Any) -> None:
         await super().init(connection)
         self.identity = self._identity(self.username or "")
-        if self.database:
-            await self.use(self.database)
+        database: str | None = self.database
+        if database:
+            await self.use(database)
         else:
             self.database = self.state.keyspace
 
@@ -173,7 +180,7 @@ class GateSession(Session):
             return await self._dispatch(sql, attrs)
         except ShardgateError as exc:
             code = mysql_code(exc)
-            raise MysqlError(exc.message, code=code.errno) from exc  # type: ignore[arg-type]
+            raise MysqlError(exc.message, code=code.errno) from exc
 
     async def _dispatch(self, sql: str, attrs: dict[str, str]) -> AllowedResult:
         body = sql[_COMMENTS.match(sql).end():]  # type: ignore[union-attr]
@@ -225,7 +232,8 @@ class GateSession(Session):
         except StopAsyncIteration:
             return None
         if not first.fields:
-            await chunks.aclose()
+            if isinstance(chunks, AsyncGenerator):
+                await chunks.aclose()
             self.last = first
             return None
         return _rows(first, chunks), first.fields
@@ -242,7 +250,7 @@ class GateSession(Session):
             value = m.group(1).lower()
             if value not in _TRUE | _FALSE:
                 raise MysqlError(f"Variable 'autocommit' can't be set to the value of '{value}'",
-                                 code=1231)  # type: ignore[arg-type]
+                                 code=1231)
             on = value in _TRUE
             if on and not self.autocommit and self.state.in_transaction:
                 await self.gate.commit(self.state)  # MySQL commits when autocommit turns on
@@ -299,13 +307,13 @@ class GateSession(Session):
         match kind:
             case "DATABASES" | "SCHEMAS":
                 names = ["information_schema", *sorted(self.gate.topology.keyspaces)]
-                return [(n,) for n in names if like is None or catalog.like_match(n, like)], \
+                return [(n,) for n in names if like is None or like_match(n, like)], \
                     ["Database"]
             case "TABLES":
                 ks = self._keyspace(db)
                 tables = await self.gate.catalog(ks)
                 rows = [(t.name, "BASE TABLE") for t in tables
-                        if like is None or catalog.like_match(t.name, like)]
+                        if like is None or like_match(t.name, like)]
                 fields = [f"Tables_in_{ks}"]
                 if expression.args.get("full"):
                     return rows, [*fields, "Table_type"]
@@ -325,8 +333,8 @@ class GateSession(Session):
                     ["Table", "Create Table"]
             case "CREATE DATABASE" | "CREATE SCHEMA":
                 ks = self._keyspace(expression.text("target") or db)
-                return [(ks, f"CREATE DATABASE `{ks}` /*!40100 DEFAULT CHARACTER SET utf8mb4 */")], \
-                    ["Database", "Create Database"]
+                text = f"CREATE DATABASE `{ks}` /*!40100 DEFAULT CHARACTER SET utf8mb4 */"
+                return [(ks, text)], ["Database", "Create Database"]
             case "ENGINES":
                 return [("InnoDB", "DEFAULT", "shardgate's shards", "YES", "YES", "YES")], \
                     ["Engine", "Support", "Comment", "Transactions", "XA", "Savepoints"]
@@ -340,14 +348,14 @@ class GateSession(Session):
             case "TABLE STATUS":
                 ks = self._keyspace(db)
                 return [(t.name, "InnoDB", 10, "Dynamic") for t in await self.gate.catalog(ks)
-                        if like is None or catalog.like_match(t.name, like)], \
+                        if like is None or like_match(t.name, like)], \
                     ["Name", "Engine", "Version", "Row_format"]
         return await super()._show(expression)
 
     async def _describe(self, body: str) -> AllowedResult:
         m = re.match(r"^\w+\s+`?(\w+)`?(?:\.`?(\w+)`?)?\s*;?\s*$", body)
         if m is None:
-            raise MysqlError("DESCRIBE takes a table name", code=PARSE.errno)  # type: ignore[arg-type]
+            raise MysqlError("DESCRIBE takes a table name", code=PARSE.errno)
         db, name = (m.group(1), m.group(2)) if m.group(2) else (None, m.group(1))
         fields, rows = catalog.show_columns(await self._table(name, db))
         return rows, fields
@@ -360,9 +368,9 @@ class GateSession(Session):
     def _keyspace(self, db: str | None) -> str:
         name = db or self.state.keyspace
         if not name:
-            raise MysqlError("No database selected", code=1046)  # type: ignore[arg-type]
+            raise MysqlError("No database selected", code=1046)
         if name not in self.gate.topology.keyspaces:
-            raise MysqlError(f"Unknown database '{name}'", code=BAD_DB.errno)  # type: ignore[arg-type]
+            raise MysqlError(f"Unknown database '{name}'", code=BAD_DB.errno)
         return name
 
     async def _table(self, name: str, db: str | None) -> TableInfo:
@@ -370,7 +378,7 @@ class GateSession(Session):
         found = await self.gate.catalog(ks, name)
         if not found:
             raise MysqlError(f"Table '{ks}.{name}' doesn't exist",
-                             code=NO_SUCH_TABLE.errno)  # type: ignore[arg-type]
+                             code=NO_SUCH_TABLE.errno)
         return found[0]
 
 
@@ -383,5 +391,6 @@ async def _rows(first: Result, rest: AsyncIterator[Result]) -> AsyncIterator[Seq
             for row in chunk.rows:
                 yield row
     finally:
-        await rest.aclose()  # type: ignore[attr-defined]
+        if isinstance(rest, AsyncGenerator):
+            await rest.aclose()
 
