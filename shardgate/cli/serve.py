@@ -261,8 +261,7 @@ async def _serve_until_signal(gate: Gate, args: argparse.Namespace) -> None:
         print("shutting down", flush=True)
     finally:
         if listener is not None:
-            listener.close()
-            await listener.wait_closed()
+            await listener.stop()
         await server.stop(SHUTDOWN_GRACE_S)
     print("stopped", flush=True)
 

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
+from asyncio import sslproto
 from typing import Any
 
 from mysql_mimic.charset import CharacterSet
@@ -30,22 +32,74 @@ from mysql_mimic.packets import (
     make_text_resultset_row,
 )
 from mysql_mimic.results import ResultSet
+from mysql_mimic.stream import MysqlStream
 from mysql_mimic.types import Capabilities, ColumnType, ServerStatus, str_fixed, uint_1, uint_2
 from mysql_mimic.utils import aiterate
 
-from shardgate.api.mysql.errors import ACCESS_DENIED, BAD_DB, sqlstate_of
+from shardgate.api.mysql.errors import BAD_DB, sqlstate_of
 from shardgate.api.mysql.session import GateSession
 
 log = logging.getLogger(__name__)
 
+#: Seconds a client has to finish the handshake (MySQL's default ``connect_timeout``).
+DEFAULT_CONNECT_TIMEOUT_S = 10.0
 #: Rows written between two waits for the socket to drain.
 ROW_BATCH = 500
 _BINARY_TYPES = frozenset({ColumnType.BLOB, ColumnType.TINY_BLOB, ColumnType.MEDIUM_BLOB,
                            ColumnType.LONG_BLOB})
 
 
-class AuthenticationFailed(Exception):
-    """The client did not authenticate (the error packet was sent): close the connection."""
+class GateStream:
+    """mysql-mimic's packet stream (wrapped: it is compiled), with a TLS upgrade that
+    keeps early bytes.
+
+    A client sends its TLS ClientHello right after the SSLRequest packet,
+    without waiting; when both arrive together the ClientHello sits in the
+    ``StreamReader``'s buffer, which ``loop.start_tls`` does not see (the
+    handshake would hang). :meth:`start_tls` hands those bytes to the TLS
+    protocol once it is connected, before any later read.
+    """
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.inner = MysqlStream(reader, writer)
+        self.reader = reader
+        self.writer = writer
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    async def start_tls(self, ssl_context: ssl.SSLContext) -> None:
+        reader_buffer: bytearray = self.reader._buffer  # type: ignore[attr-defined]
+        early = bytes(reader_buffer)
+        reader_buffer.clear()
+        transport = self.writer.transport
+        loop = asyncio.get_running_loop()
+        upgrade = loop.create_task(loop.start_tls(
+            transport, transport.get_protocol(), ssl_context, server_side=True))
+        if early:
+            # start_tls swaps in its protocol at once and connects it with call_soon:
+            # two turns of the loop later it is connected and nothing new was read.
+            while not isinstance(transport.get_protocol(), sslproto.SSLProtocol) \
+                    and not upgrade.done():
+                await asyncio.sleep(0)
+            await asyncio.sleep(0)
+            tls = transport.get_protocol()
+            if isinstance(tls, sslproto.SSLProtocol):
+                buf = tls.get_buffer(len(early))
+                buf[: len(early)] = early
+                tls.buffer_updated(len(early))
+        new_transport = await upgrade
+        self.writer._transport = new_transport  # type: ignore[attr-defined]
+        self.reader._transport = new_transport  # type: ignore[attr-defined]
+
+
+class AuthenticationFailed(BaseException):
+    """The client did not authenticate (the error packet was sent): close the connection.
+
+    A ``BaseException`` so that mysql-mimic's handlers (``except Exception``,
+    which would send a second error packet or go on serving) let it through
+    to :meth:`GateConnection._start`.
+    """
 
 
 class GateConnection(Connection):
@@ -54,6 +108,17 @@ class GateConnection(Connection):
     session: GateSession
     #: refuse clients that did not switch to TLS in the handshake
     require_tls = False
+    #: seconds a client has to finish the handshake (MySQL's ``connect_timeout``)
+    connect_timeout_s = DEFAULT_CONNECT_TIMEOUT_S
+
+    async def connection_phase(self) -> None:
+        """The handshake, closed when the client does not finish it in time."""
+        try:
+            await asyncio.wait_for(super().connection_phase(), self.connect_timeout_s)
+        except TimeoutError:
+            log.info("mysql connection %s: no handshake in %ss, closed", self.connection_id,
+                     self.connect_timeout_s)
+            raise AuthenticationFailed() from None
 
     # -- handshake ---------------------------------------------------------------
 
@@ -64,14 +129,24 @@ class GateConnection(Connection):
                 msg="Connections using insecure transport are prohibited: connect with TLS",
                 code=3159))
             raise AuthenticationFailed()
-        await super().authenticate(*args, **kwargs)
-        if self.session.username is None:
+        self._authenticating = True
+        try:
+            await super().authenticate(*args, **kwargs)
+        finally:
+            self._authenticating = False
+        if self.session.username is None or self._refused:
             raise AuthenticationFailed()
+
+    _authenticating = False
+    _refused = False
+
+    def _unknown_database(self) -> str | None:
+        """The client's default database when it names no keyspace (checked once authenticated)."""
         db = self.session.database
         keyspace = db.partition(":")[0].partition("[")[0] if db else None
         if keyspace and keyspace not in self.session.gate.topology.keyspaces:
-            await self.stream.write(self.error(msg=f"Unknown database '{db}'", code=BAD_DB.errno))
-            raise AuthenticationFailed()
+            return str(db)
+        return None
 
     async def _start(self) -> None:
         try:
@@ -82,8 +157,6 @@ class GateConnection(Connection):
     def error(self, **kwargs: Any) -> bytes:
         """An ERR packet: the error number, its SQLSTATE, the message."""
         code = int(kwargs.get("code", 1105))
-        if isinstance(kwargs.get("msg"), AuthenticationFailed):
-            code = ACCESS_DENIED.errno
         parts = [uint_1(0xFF), uint_2(code)]
         if Capabilities.CLIENT_PROTOCOL_41 in self.capabilities or not self.capabilities:
             parts += [str_fixed(1, b"#"), str_fixed(5, sqlstate_of(code).encode())]
@@ -103,7 +176,15 @@ class GateConnection(Connection):
         return flags
 
     def ok(self, **kwargs: Any) -> bytes:
-        """An OK packet; after a statement it carries the statement's counts."""
+        """An OK packet; after a statement it carries the statement's counts.
+
+        The handshake's OK becomes error 1049 when the default database is unknown.
+        """
+        if self._authenticating and self.session.username is not None:
+            unknown = self._unknown_database()
+            if unknown is not None:
+                self._refused = True
+                return self.error(msg=f"Unknown database '{unknown}'", code=BAD_DB.errno)
         self.status_flags = self._flags()
         if self._counted and "affected_rows" not in kwargs:
             last = self.session.last

@@ -25,10 +25,13 @@ from typing import Any
 
 from mysql_mimic import MysqlServer
 from mysql_mimic.control import TooManyConnections
-from mysql_mimic.stream import MysqlStream
 
 from shardgate.api.mysql.auth import NoAuthProvider, UsersProvider
-from shardgate.api.mysql.connection import GateConnection
+from shardgate.api.mysql.connection import (
+    DEFAULT_CONNECT_TIMEOUT_S,
+    GateConnection,
+    GateStream,
+)
 from shardgate.api.mysql.errors import TOO_MANY_CONNECTIONS
 from shardgate.api.mysql.session import GateSession
 from shardgate.auth.users import StaticUsers
@@ -72,13 +75,26 @@ class MysqlListener(MysqlServer):
     """mysql-mimic's server with shardgate's connection, session and auth."""
 
     def __init__(self, gate: Gate, *, users: StaticUsers | None = None,
-                 tls: TlsConfig | None = None) -> None:
+                 tls: TlsConfig | None = None,
+                 connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S) -> None:
         self.gate = gate
+        self.connect_timeout_s = connect_timeout_s
         self.provider: UsersProvider | NoAuthProvider = (
             UsersProvider(users) if users is not None else NoAuthProvider())
         self.tls = tls
+        #: the tasks serving open connections (cancelled by :meth:`stop`)
+        self.tasks: set[asyncio.Task[Any]] = set()
         super().__init__(identity_provider=self.provider,
                          ssl=tls.context() if tls is not None else None)
+
+    async def stop(self) -> None:
+        """Stop listening, close every open connection (their transactions roll back)."""
+        self.close()
+        for task in list(self.tasks):
+            task.cancel()
+        if self.tasks:
+            await asyncio.wait(list(self.tasks), timeout=10)
+        await self.wait_closed()
 
     def _session(self) -> GateSession:
         return GateSession(self.gate, self.provider.identity)
@@ -86,12 +102,17 @@ class MysqlListener(MysqlServer):
     async def _client_connected_cb(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
-        stream = MysqlStream(reader, writer)
+        task = asyncio.current_task()
+        if task is not None:
+            self.tasks.add(task)
+            task.add_done_callback(self.tasks.discard)
+        stream = GateStream(reader, writer)
         connection = GateConnection(
             stream=stream, session=self._session(), control=self.control,
             server_capabilities=self.capabilities, identity_provider=self.identity_provider,
             ssl=self.ssl)
         connection.require_tls = self.tls is not None and self.tls.required
+        connection.connect_timeout_s = self.connect_timeout_s
         try:
             connection.connection_id = await self.control.add(connection)
         except TooManyConnections:
@@ -103,6 +124,8 @@ class MysqlListener(MysqlServer):
             await connection.start()
         except (ConnectionError, asyncio.IncompleteReadError, EOFError) as exc:
             log.info("mysql connection %s closed: %s", connection.connection_id, exc)
+        except asyncio.CancelledError:  # the listener stops: end quietly
+            log.info("mysql connection %s closed by the listener", connection.connection_id)
         except Exception:
             log.warning("mysql connection %s failed", connection.connection_id, exc_info=True)
         finally:
@@ -117,12 +140,13 @@ async def serve_mysql(
     *,
     users: StaticUsers | None = None,
     tls: TlsConfig | None = None,
+    connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
     **kwargs: Any,
 ) -> tuple[MysqlListener, int]:
     """Start the MySQL listener on ``host:port`` (0: a free port); the listener and its port.
 
     Without ``users`` only a loopback ``host`` is allowed (``FAILED_PRECONDITION``
-    otherwise). The caller stops it: ``listener.close(); await listener.wait_closed()``.
+    otherwise). The caller stops it: ``await listener.stop()``.
     """
     if users is None and not is_loopback(host):
         raise FailedPrecondition(
@@ -130,7 +154,7 @@ async def serve_mysql(
             "(--mysql-auth-file) or listen on a loopback address")
     if tls is not None and tls.required and not tls.cert:
         raise InvalidArgument("requiring TLS needs --mysql-tls-cert and --mysql-tls-key")
-    listener = MysqlListener(gate, users=users, tls=tls)
+    listener = MysqlListener(gate, users=users, tls=tls, connect_timeout_s=connect_timeout_s)
     try:
         await listener.start_server(host=host, port=port, **kwargs)
     except OSError as exc:

@@ -270,7 +270,6 @@ class GateSession(Session):
     def _functions(self) -> Functions:
         functions = mysql_function_mapping(self)
         functions["LAST_INSERT_ID"] = lambda: self._last_insert_id
-        functions["DATABASE"] = functions["SCHEMA"] = lambda: self.state.keyspace
         return functions
 
     _last_insert_id = 0
