@@ -18,8 +18,8 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-import MySQLdb
 import mysql.connector
+import MySQLdb
 import pandas as pd
 import pymysql
 import pytest
@@ -239,7 +239,8 @@ async def test_catalog_answers(cluster: Cluster, mysql_port: int) -> None:
         assert ("customer_email_idx", "BASE TABLE") in cur.fetchall()
         cur.execute("DESCRIBE customer")
         rows = {r[0]: r for r in cur.fetchall()}
-        assert rows["customer_id"][1:4] == ("bigint", "NO", "PRI")
+        assert rows["customer_id"][1].startswith("bigint")  # MariaDB says bigint(20)
+        assert rows["customer_id"][2:4] == ("NO", "PRI")
         assert rows["email"][1] == "varchar(128)"
         cur.execute("SHOW COLUMNS FROM customer_email_idx FROM lookup")
         assert [r[0] for r in cur.fetchall()] == ["email", "keyspace_id"]
