@@ -33,6 +33,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, rela
 from shardgate.api.mysql import MysqlListener, TlsConfig, serve_mysql
 from shardgate.auth.users import StaticUsers
 from shardgate.errors import FailedPrecondition
+from tests.acceptance.test_cli_mysql import SCRIPT, mariadb
 from tests.integration.conftest import Cluster
 
 T = TypeVar("T")
@@ -588,3 +589,15 @@ async def test_a_thousand_connections_at_once(cluster: Cluster, mysql_port: int)
         conn.close()
 
     await run(client)
+
+
+async def test_mariadb_command_line_client(cluster: Cluster, mysql_port: int) -> None:
+    done = await run(lambda: mariadb(mysql_port, "commerce", stdin=SCRIPT))
+    assert done.returncode == 0, done.stderr
+    out = done.stdout.splitlines()
+    assert out[:2] == ["name", "Ada"]
+    assert "bob@example.com\tRobert" in out and "commerce/c0-" in out
+    dup = await run(lambda: mariadb(
+        mysql_port, "commerce", "-e",
+        "INSERT INTO customer (email, name) VALUES ('ada@example.com', 'again')"))
+    assert "ERROR 1062 (23000)" in dup.stderr
