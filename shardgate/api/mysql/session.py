@@ -8,7 +8,8 @@
   ``SET transaction_mode``, ``SHOW VITESS_*``) go to the gate, which answers them.
 * **Plain DML and queries** (``SELECT ... FROM``, ``INSERT``, ``UPDATE``,
   ``DELETE``, ``REPLACE``) that name no system variable, information function
-  or system schema go straight to :meth:`Gate.execute` (writes) or
+  or system schema go, their comparison literals made bind variables
+  (:mod:`shardgate.sql.literals`), straight to :meth:`Gate.execute` (writes) or
   :meth:`Gate.stream_execute` (reads: scatter results stream shard by shard,
   the rows written to the socket as they come, bounded memory).
 * **The rest** is parsed by mysql-mimic (sqlglot, MySQL dialect): ``SET`` of
@@ -48,11 +49,14 @@ from sqlglot import exp
 from shardgate.api.mysql import catalog
 from shardgate.api.mysql.errors import BAD_DB, NO_SUCH_TABLE, PARSE, mysql_code
 from shardgate.auth.identity import Identity
+from shardgate.engine.primitives import Opcode, Route
 from shardgate.errors import ShardgateError
 from shardgate.gate import Gate
 from shardgate.gate import Session as GateSessionState
 from shardgate.gate.catalog import TableInfo, vschema_tables, vschema_vindexes
+from shardgate.planner.build import Plan
 from shardgate.result import Result
+from shardgate.sql.literals import bind_literals
 from shardgate.sql.statements import like_match
 
 #: What the listener reports as the server version (clients read "8.0" features from it).
@@ -216,17 +220,25 @@ class GateSession(Session):
         return None
 
     async def _run(self, sql: str, read: bool) -> AllowedResult:
-        """A routed statement: streamed when it reads, counted when it writes."""
+        """A routed statement: streamed when it reads, counted when it writes.
+
+        Comparison literals become bind variables first (:func:`bind_literals`),
+        so statements that differ only in their values share one cached plan.
+        """
         if not self.autocommit and not self.state.in_transaction:
             await self.gate.begin(self.state)
-        if not read:
-            self.last = await self.gate.execute(self.state, sql)
+        bound = bind_literals(sql)
+        binds: dict[str, Any] | None = None
+        if bound is not None:
+            sql, binds = bound
+        if not read or _point(self.gate.plan(sql, self.state.plan_key)):
+            self.last = await self.gate.execute(self.state, sql, binds)
             if self.last.insert_id is not None:
                 self._last_insert_id = self.last.insert_id
             if self.last.fields:
                 return self.last.rows, self.last.fields
             return None
-        chunks = self.gate.stream_execute(self.state, sql)
+        chunks = self.gate.stream_execute(self.state, sql, binds)
         try:
             first = await anext(chunks)
         except StopAsyncIteration:
@@ -379,6 +391,12 @@ class GateSession(Session):
             raise MysqlError(f"Table '{ks}.{name}' doesn't exist",
                              code=NO_SUCH_TABLE.errno)
         return found[0]
+
+
+def _point(planned: object) -> bool:
+    """A read of one vindex value on one shard: run whole (a stream costs more round trips)."""
+    return isinstance(planned, Plan) and isinstance(planned.instructions, Route) and \
+        planned.instructions.opcode is Opcode.EQUAL_UNIQUE
 
 
 async def _rows(first: Result, rest: AsyncIterator[Result]) -> AsyncIterator[Sequence[Any]]:
