@@ -19,6 +19,9 @@ $(BASE): pyproject.toml | $(BIN)/python
 	touch $(BASE)
 
 $(STAMP): pyproject.toml | $(BIN)/python
+	@# mysqlclient builds against libmariadb-dev; the MySQL-listener tests use the mariadb
+	@# client and Spark's MariaDB Connector/J (Debian packages, installed once, as root)
+	(command -v mariadb_config >/dev/null && command -v mariadb >/dev/null && test -e /usr/share/java/mariadb-java-client.jar) || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libmariadb-dev pkg-config mariadb-client libmariadb-java)
 	$(BIN)/pip install --disable-pip-version-check -e '.[dev]'
 	touch $(STAMP) $(BASE)
 

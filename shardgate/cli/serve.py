@@ -239,30 +239,37 @@ async def _check(gate: Gate, host: str) -> int:
 
 
 async def _serve_until_signal(gate: Gate, args: argparse.Namespace) -> None:
+    """Serve MySQL (when on), then gRPC, until a signal: once the gRPC port answers,
+    both listeners are up."""
     users, tls = mysql_options(args)
     host = args.host
-    server, bound = await serve(gate, host, args.port)
     listener: MysqlListener | None = None
+    mysql_line = ""
+    if args.mysql_port and mysql_needs_auth(args):
+        mysql_line = ("MySQL listener off: shardgate gate serves MySQL clients only with "
+                      "--mysql-auth-file FILE or --mysql-no-auth (loopback only)")
+    elif args.mysql_port:
+        mysql_host = args.mysql_host or host
+        listener, mysql_port = await serve_mysql(gate, mysql_host, args.mysql_port,
+                                                 users=users, tls=tls)
+        mysql_line = (f"shardgate MySQL listener on {mysql_host}:{mysql_port}\n"
+                      f"try: mariadb -h {mysql_host} -P {mysql_port} -u root commerce "
+                      '-e "select * from customer"')
     try:
-        target = f"grpc://{host}:{bound}"
-        print(f"shardgate gate listening on {target}", flush=True)
-        print(f'try: shardgate sql --target {target} "select * from customer"', flush=True)
-        if args.mysql_port and mysql_needs_auth(args):
-            print("MySQL listener off: shardgate gate serves MySQL clients only with "
-                  "--mysql-auth-file FILE or --mysql-no-auth (loopback only)", flush=True)
-        elif args.mysql_port:
-            mysql_host = args.mysql_host or host
-            listener, mysql_port = await serve_mysql(gate, mysql_host, args.mysql_port,
-                                                     users=users, tls=tls)
-            print(f"shardgate MySQL listener on {mysql_host}:{mysql_port}", flush=True)
-            print(f"try: mariadb -h {mysql_host} -P {mysql_port} -u root commerce "
-                  '-e "select * from customer"', flush=True)
-        await _until_signal()
-        print("shutting down", flush=True)
+        server, bound = await serve(gate, host, args.port)
+        try:
+            target = f"grpc://{host}:{bound}"
+            print(f"shardgate gate listening on {target}", flush=True)
+            print(f'try: shardgate sql --target {target} "select * from customer"', flush=True)
+            if mysql_line:
+                print(mysql_line, flush=True)
+            await _until_signal()
+            print("shutting down", flush=True)
+        finally:
+            await server.stop(SHUTDOWN_GRACE_S)
     finally:
         if listener is not None:
             await listener.stop()
-        await server.stop(SHUTDOWN_GRACE_S)
     print("stopped", flush=True)
 
 

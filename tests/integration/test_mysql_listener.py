@@ -601,3 +601,25 @@ async def test_mariadb_command_line_client(cluster: Cluster, mysql_port: int) ->
         mysql_port, "commerce", "-e",
         "INSERT INTO customer (email, name) VALUES ('ada@example.com', 'again')"))
     assert "ERROR 1062 (23000)" in dup.stderr
+
+
+@pytest.mark.parametrize("backend_kind", ["sqlite", "postgres"], indirect=True)
+async def test_spark_jdbc_reads_a_sharded_table(
+    cluster: Cluster, mysql_port: int, spark: Any
+) -> None:
+    def client() -> None:
+        conn = connect(mysql_port)
+        cur = conn.cursor()
+        values = ", ".join(f"('{i}@spark.io', 'n{i}')" for i in range(200))
+        cur.execute(f"INSERT INTO customer (email, name) VALUES {values}")
+        conn.close()
+        frame = (spark.read.format("jdbc")
+                 .option("url", f"jdbc:mysql://127.0.0.1:{mysql_port}/commerce")
+                 .option("driver", "org.mariadb.jdbc.Driver")
+                 .option("user", "spark").option("dbtable", "customer").load())
+        assert frame.columns == ["customer_id", "email", "name"]
+        rows = frame.where("name LIKE 'n1%'").collect()
+        assert len(rows) == 1 + 10 + 100
+        assert frame.count() == 200
+
+    await run(client)

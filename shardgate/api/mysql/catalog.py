@@ -14,8 +14,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from mysql_mimic.charset import CharacterSet
 from mysql_mimic.constants import INFO_SCHEMA
+from mysql_mimic.results import ResultColumn
 from mysql_mimic.schema import InfoSchema
+from mysql_mimic.types import ColumnType
 from sqlglot.executor.table import Table
 
 from shardgate.gate.catalog import ColumnInfo, TableInfo
@@ -155,6 +158,35 @@ def _add_table(ischema: dict[str, list[dict[str, Any]]], db: str, t: TableInfo) 
                 "constraint_catalog": "def", "constraint_schema": db,
                 "constraint_name": index.name, "table_schema": db, "table_name": t.name,
                 "constraint_type": "PRIMARY KEY" if index.name == "PRIMARY" else "UNIQUE"})
+
+
+_TYPES = {
+    "tinyint": ColumnType.TINY, "smallint": ColumnType.SHORT, "mediumint": ColumnType.INT24,
+    "int": ColumnType.LONG, "integer": ColumnType.LONG, "bigint": ColumnType.LONGLONG,
+    "float": ColumnType.FLOAT, "double": ColumnType.DOUBLE, "decimal": ColumnType.NEWDECIMAL,
+    "date": ColumnType.DATE, "datetime": ColumnType.DATETIME, "timestamp": ColumnType.TIMESTAMP,
+    "time": ColumnType.TIME, "year": ColumnType.YEAR, "json": ColumnType.JSON,
+    "varchar": ColumnType.VAR_STRING, "char": ColumnType.STRING, "text": ColumnType.BLOB,
+    "varbinary": ColumnType.VAR_STRING, "binary": ColumnType.STRING, "blob": ColumnType.BLOB,
+    "longblob": ColumnType.LONG_BLOB, "longtext": ColumnType.LONG_BLOB,
+}
+
+
+def result_columns(fields: list[str], table: TableInfo) -> list[ResultColumn | str]:
+    """Column definitions for ``fields`` from ``table``'s declared types (a result without
+    rows has no values to infer them from); names the table lacks stay names."""
+    declared = {c.name.lower(): c for c in table.columns}
+    out: list[ResultColumn | str] = []
+    for name in fields:
+        c = declared.get(name.lower())
+        kind = _TYPES.get(c.data_type) if c is not None else None
+        if c is None or kind is None:
+            out.append(name)
+            continue
+        binary = "binary" in c.data_type or "blob" in c.data_type
+        out.append(ResultColumn(name, kind, CharacterSet.binary if binary else
+                                CharacterSet.utf8mb4))
+    return out
 
 
 def _table(columns: dict[str, str], rows: Iterable[dict[str, Any]]) -> Table:

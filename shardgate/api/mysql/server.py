@@ -24,7 +24,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from mysql_mimic import MysqlServer
+from mysql_mimic.constants import DEFAULT_SERVER_CAPABILITIES
 from mysql_mimic.control import TooManyConnections
+from mysql_mimic.types import Capabilities
 
 from shardgate.api.mysql.auth import NoAuthProvider, UsersProvider
 from shardgate.api.mysql.connection import (
@@ -39,6 +41,11 @@ from shardgate.errors import FailedPrecondition, InvalidArgument, Unavailable
 from shardgate.gate import Gate
 
 log = logging.getLogger(__name__)
+
+#: What the listener offers: mysql-mimic's set, with classic EOF packets (MariaDB
+#: Connector/J 2.x misreads mysql-mimic's OK-terminated result sets) and transactions.
+CAPABILITIES = (DEFAULT_SERVER_CAPABILITIES & ~Capabilities.CLIENT_DEPRECATE_EOF) \
+    | Capabilities.CLIENT_TRANSACTIONS
 
 #: The MySQL listener's port unless told otherwise (Vitess's vtgate default).
 DEFAULT_MYSQL_PORT = 15306
@@ -84,7 +91,7 @@ class MysqlListener(MysqlServer):
         self.tls = tls
         #: the tasks serving open connections (cancelled by :meth:`stop`)
         self.tasks: set[asyncio.Task[Any]] = set()
-        super().__init__(identity_provider=self.provider,
+        super().__init__(identity_provider=self.provider, capabilities=CAPABILITIES,
                          ssl=tls.context() if tls is not None else None)
 
     async def stop(self) -> None:

@@ -45,6 +45,7 @@ from mysql_mimic.session import Query, mysql_function_mapping
 from mysql_mimic.variable_processor import VariableProcessor
 from mysql_mimic.variables import SYSTEM_VARIABLES, GlobalVariables, SessionVariables
 from sqlglot import exp
+from sqlglot.executor import execute
 
 from shardgate.api.mysql import catalog
 from shardgate.api.mysql.errors import BAD_DB, NO_SUCH_TABLE, PARSE, mysql_code
@@ -107,13 +108,14 @@ _NOT_DIRECT = re.compile(
     re.I,
 )
 _HAS_FROM = re.compile(r"\bfrom\b", re.I)
+#: A select from one table (``FROM t`` / ``FROM ks.t``, no join), for a schema probe's types.
+_ONE_TABLE = re.compile(
+    r"^\s*select\b(?:(?!\bfrom\b).)*\bfrom\s+`?(\w+)`?(?:\s*\.\s*`?(\w+)`?)?"
+    r"(?:\s+(?:as\s+)?\w+)?\s*(?:$|where\b|limit\b|order\b|;)", re.I | re.S)
 _GATE_CONTROL = frozenset({"begin", "commit", "rollback", "savepoint", "release", "start"})
 _SHOW_VSCHEMA = re.compile(
     r"^show\s+vschema\s+(tables|vindexes)(?:\s+(?:on|from)\s+`?([\w.]+)`?)?\s*;?\s*$", re.I)
 _SHOW_GATE = re.compile(r"^show\s+(?:vitess_\w+|keyspaces)\b", re.I)
-_SET_AUTOCOMMIT = re.compile(
-    r"^set\s+(?:(?:session|local)\s+|@@(?:session\.|local\.)?)?autocommit\s*(?:=|:=)\s*"
-    r"(\w+|'\w+')\s*;?\s*$", re.I)
 _SET_TX_MODE = re.compile(
     r"^set\s+(?:(?:session|local)\s+|@@(?:session\.|local\.)?)?transaction_mode\s*(?:=|:=)",
     re.I)
@@ -236,7 +238,7 @@ class GateSession(Session):
             if self.last.insert_id is not None:
                 self._last_insert_id = self.last.insert_id
             if self.last.fields:
-                return self.last.rows, self.last.fields
+                return self.last.rows, await self._columns(self.last, sql)
             return None
         chunks = self.gate.stream_execute(self.state, sql, binds)
         try:
@@ -248,7 +250,23 @@ class GateSession(Session):
                 await chunks.aclose()
             self.last = first
             return None
-        return _rows(first, chunks), first.fields
+        return _rows(first, chunks), await self._columns(first, sql)
+
+    async def _columns(self, first: Result, sql: str) -> list[Any]:
+        """The result's columns: names (types inferred from the values), or, when the
+        first chunk has no rows (a schema probe such as ``WHERE 1=0``), the declared
+        types of a single-table select's table, so the client learns real types."""
+        if first.rows:
+            return list(first.fields)
+        m = _ONE_TABLE.match(sql)
+        if m is None or self.state.keyspace is None:
+            return list(first.fields)
+        db, name = (m.group(1), m.group(2)) if m.group(2) else (None, m.group(1))
+        ks = db or self.state.keyspace
+        if ks not in self.gate.topology.keyspaces:
+            return list(first.fields)
+        found = await self.gate.catalog(ks, name)
+        return catalog.result_columns(first.fields, found[0]) if found else list(first.fields)
 
     async def query(self, expression: exp.Expression, sql: str, attrs: dict[str, str]) -> \
             AllowedResult:
@@ -257,22 +275,53 @@ class GateSession(Session):
         return await self._run(text, isinstance(expression, exp.Query))
 
     async def _set(self, sql: str, body: str, attrs: dict[str, str]) -> AllowedResult:
-        m = _SET_AUTOCOMMIT.match(body)
-        if m is not None:
-            value = m.group(1).lower()
-            if value not in _TRUE | _FALSE:
-                raise MysqlError(f"Variable 'autocommit' can't be set to the value of '{value}'",
-                                 code=1231)
-            on = value in _TRUE
-            if on and not self.autocommit and self.state.in_transaction:
-                await self.gate.commit(self.state)  # MySQL commits when autocommit turns on
-            self.autocommit = on
-            self.variables.set("autocommit", on)
-            return None
+        """``SET``: ``transaction_mode`` goes to the gate, the rest to the session variables
+        (``autocommit`` among them, applied here: turning it on commits, as MySQL does)."""
         if _SET_TX_MODE.match(body):
             return await self._gate(re.sub(r"@@(?:session\.|local\.)?|\b(?:session|local)\s+",
                                            "", sql, count=1, flags=re.I))
-        return await super().handle_query(sql, attrs)
+        result = await super().handle_query(sql, attrs)
+        on = bool(self.variables.get("autocommit"))
+        if on and not self.autocommit and self.state.in_transaction:
+            await self.gate.commit(self.state)
+        self.autocommit = on
+        return result
+
+    def _set_variable(self, setitem: exp.SetItem) -> None:
+        """One ``name = value`` of a SET: ``autocommit`` read as MySQL reads it (ON/OFF/1/0),
+        expressions such as ``CONCAT(@@sql_mode, ',X')`` evaluated."""
+        assignment = setitem.this
+        name, right = assignment.left.name.lower(), assignment.right
+        if name == "autocommit":
+            text = (right.name if isinstance(right, exp.Column | exp.Var | exp.Identifier)
+                    else right.sql()).lower().strip("'\"")
+            if text not in _TRUE | _FALSE:
+                raise MysqlError(f"Variable 'autocommit' can't be set to the value of '{text}'",
+                                 code=1231)
+            self.variables.set("autocommit", text in _TRUE)
+            return
+        try:
+            super()._set_variable(setitem)
+        except MysqlError:
+            if isinstance(right, exp.Literal | exp.Column | exp.Var | exp.Identifier):
+                raise
+            value = self._evaluate(right)
+            setitem.this.set("expression", exp.Literal.string(str(value)))
+            super()._set_variable(setitem)
+
+    def _evaluate(self, expression: exp.Expression) -> Any:
+        """A constant expression's value, ``@@variables`` replaced by their values."""
+        def value_of(node: exp.Expression) -> exp.Expression:
+            if isinstance(node, exp.SessionParameter):
+                return exp.Literal.string(str(self.variables.get(node.name) or ""))
+            return node
+
+        constant = expression.copy().transform(value_of)
+        try:
+            return execute(exp.select(constant)).rows[0][0]
+        except Exception as exc:
+            raise MysqlError(f"cannot evaluate {expression.sql(dialect='mysql')}: {exc}",
+                             code=1231) from exc
 
     async def _set_var_middleware(self, q: Query) -> AllowedResult:
         """Information functions replaced by their values (LAST_INSERT_ID too)."""
