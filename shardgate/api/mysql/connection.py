@@ -22,6 +22,7 @@ import asyncio
 import logging
 import ssl
 from asyncio import sslproto
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from mysql_mimic.charset import CharacterSet
@@ -201,16 +202,16 @@ class GateConnection(Connection):
     _counted = False
 
     async def handle_query(self, data: bytes) -> None:
-        self._counted = True
-        try:
-            await super().handle_query(data)
-        finally:
-            self._counted = False
+        await self._counting(super().handle_query, data)
 
     async def handle_stmt_execute(self, data: bytes) -> None:
+        await self._counting(super().handle_stmt_execute, data)
+
+    async def _counting(self, handler: Callable[[bytes], Awaitable[None]], data: bytes) -> None:
+        """Run a statement command; its OK packet carries the statement's counts."""
         self._counted = True
         try:
-            await super().handle_stmt_execute(data)
+            await handler(data)
         finally:
             self._counted = False
 
