@@ -19,6 +19,9 @@ $(BASE): pyproject.toml | $(BIN)/python
 	touch $(BASE)
 
 $(STAMP): pyproject.toml | $(BIN)/python
+	@# mysqlclient builds against libmariadb-dev; the MySQL-listener tests use the mariadb
+	@# client and Spark's MariaDB Connector/J (Debian packages, installed once, as root)
+	(command -v mariadb_config >/dev/null && command -v mariadb >/dev/null && test -e /usr/share/java/mariadb-java-client.jar) || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libmariadb-dev pkg-config mariadb-client libmariadb-java)
 	$(BIN)/pip install --disable-pip-version-check -e '.[dev]'
 	touch $(STAMP) $(BASE)
 
@@ -51,6 +54,7 @@ lint: $(STAMP)
 bench-smoke: $(STAMP) servers
 	$(BIN)/python bench/gate_point_select.py --smoke && $(BIN)/python bench/scatter_aggregate.py --smoke
 	$(BIN)/python bench/planning.py --smoke && $(BIN)/python bench/result_limits.py --smoke
+	$(BIN)/python bench/mysql_point_select.py --smoke
 	$(BIN)/pip install --quiet -e '.[bench]' && $(BIN)/python bench/queue_e2e.py --smoke
 	$(BIN)/python bench/segmented_queue.py --smoke
 	$(BIN)/python bench/segmented_served.py --smoke
@@ -66,6 +70,7 @@ bench: $(STAMP) servers
 	$(BIN)/python bench/gate_point_select.py
 	$(BIN)/python bench/scatter_aggregate.py
 	$(BIN)/python bench/planning.py
+	$(BIN)/python bench/mysql_point_select.py
 	$(BIN)/pip install --quiet -e '.[bench]' && $(BIN)/python bench/queue_e2e.py
 	$(BIN)/python bench/segmented_queue.py
 	$(BIN)/python bench/segmented_served.py

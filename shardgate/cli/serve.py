@@ -5,9 +5,11 @@ cluster file, ``tablet`` one shard's tablet; each serves gRPC until a signal::
 
     shardgate up [--data-dir DIR] [--cluster FILE] [--topo URL] [--host H] [--port P] [--check]
                  [security flags] [--acl-file F [--acl-dry-run]] [LIMITS]
+                 [MySQL listener flags]
     shardgate gate (--topo URL | --cluster FILE) [--host H] [--port P]
                    (--users-file F | --tls-ca CA | --no-auth) [security flags]
                    [--acl-file F [--acl-dry-run]] [LIMITS]
+                   [MySQL listener flags]
     shardgate tablet --cluster FILE --keyspace KS --shard S [--host H] [--port P]
                      [--http-port P] (--users-file F | --tls-ca CA | --no-auth)
                      [--allow-user NAME ...] [security flags]
@@ -29,6 +31,13 @@ LIMITS are ``--transaction-timeout S``, ``--session-idle-timeout S``,
 ``up`` without ``--cluster`` runs the embedded default cluster (SQLite files
 under the data directory, created the first time; see
 :mod:`shardgate.topo.embedded`).
+
+``up`` and ``gate`` also serve the MySQL protocol on ``--mysql-port``
+(15306; 0: off), on ``--mysql-host`` (default: ``--host``), with the same
+users as gRPC (``--users-file``; ``up`` and ``gate --no-auth`` serve loopback
+clients without a password) and its own TLS (``--mysql-tls-cert``/
+``--mysql-tls-key``, ``--mysql-require-tls``). Nothing serves MySQL on a
+non-loopback address without users.
 """
 
 from __future__ import annotations
@@ -44,6 +53,7 @@ from typing import Any
 from shardgate.api.client import GateClient
 from shardgate.api.http import HttpServer
 from shardgate.api.http.tablet import serve_tablet_http
+from shardgate.api.mysql import DEFAULT_MYSQL_PORT, MysqlListener, TlsConfig, serve_mysql
 from shardgate.api.security import ServerSecurity, TLSFiles
 from shardgate.api.server import serve
 from shardgate.api.tablet_service import serve_tablet
@@ -110,6 +120,7 @@ def add_parsers(commands: Any) -> None:
     _add_security_args(up, no_auth_flag=False)
     _add_acl_args(up)
     add_http_arg(up, DEFAULT_HTTP_PORT)
+    _add_mysql_args(up)
     up.add_argument(
         "--check",
         action="store_true",
@@ -125,6 +136,7 @@ def add_parsers(commands: Any) -> None:
     _add_acl_args(gate)
     _add_gate_limits(gate)
     add_http_arg(gate, DEFAULT_HTTP_PORT)
+    _add_mysql_args(gate)
 
     tablet = commands.add_parser("tablet", help="serve one shard's tablet over gRPC")
     tablet.add_argument("--cluster", required=True, help="cluster file (YAML)")
@@ -224,6 +236,32 @@ def _guard(args: argparse.Namespace) -> Guard:
 
 
 
+def _add_mysql_args(p: argparse.ArgumentParser) -> None:
+    """The MySQL listener's flags of ``up`` and ``gate``."""
+    p.add_argument("--mysql-port", type=int, default=DEFAULT_MYSQL_PORT,
+                   help=f"MySQL protocol port ({DEFAULT_MYSQL_PORT}; 0: off)")
+    p.add_argument("--mysql-host", help="MySQL listen address (default: --host)")
+    p.add_argument("--mysql-tls-cert", help="TLS certificate (PEM) for the MySQL listener")
+    p.add_argument("--mysql-tls-key", help="TLS private key (PEM) for the MySQL listener")
+    p.add_argument("--mysql-require-tls", action="store_true",
+                   help="refuse MySQL clients that do not switch to TLS")
+
+
+def mysql_tls(args: argparse.Namespace) -> TlsConfig | None:
+    """The MySQL listener's TLS from its flags (checked before anything opens).
+
+    Its users are the gRPC listener's (``--users-file``); ``up`` and ``gate
+    --no-auth`` serve loopback clients without them, and nothing serves a
+    non-loopback address without users.
+    """
+    if bool(args.mysql_tls_cert) != bool(args.mysql_tls_key):
+        raise InvalidArgument("--mysql-tls-cert and --mysql-tls-key go together")
+    if args.mysql_require_tls and not args.mysql_tls_cert:
+        raise InvalidArgument("--mysql-require-tls needs --mysql-tls-cert and --mysql-tls-key")
+    return TlsConfig(args.mysql_tls_cert, args.mysql_tls_key, args.mysql_require_tls) \
+        if args.mysql_tls_cert else None
+
+
 def run(args: argparse.Namespace) -> int:
     """Run ``up``, ``gate`` or ``tablet``."""
     match args.command:
@@ -255,6 +293,7 @@ async def _up(args: argparse.Namespace) -> int:
 async def _gate(args: argparse.Namespace) -> int:
     if not args.cluster and not args.topo:
         raise InvalidArgument("shardgate gate needs --topo URL or --cluster FILE")
+    mysql_tls(args)  # flags checked before anything opens
     security, guard = server_security(args), _guard(args)
     gate = await _open_gate(args.cluster, args.topo, guard, gate_limits(args))
     try:
@@ -350,31 +389,50 @@ async def _check(gate: Gate) -> int:
 async def _serve_until_signal(
     gate: Gate, args: argparse.Namespace, security: ServerSecurity, *, no_auth: bool
 ) -> None:
+    """Serve MySQL (when on), the console (when on), then gRPC, until a signal: once
+    the gRPC port answers, every listener is up."""
+    tls = mysql_tls(args)
+    users = security.users
     host = args.host
-    server, bound = await serve(gate, host, args.port, security=security, no_auth=no_auth,
-                                insecure=args.insecure_bind_anyway)
+    listener: MysqlListener | None = None
     console: HttpServer | None = None
-    http_port = args.http_port
+    mysql_line = ""
+    if args.mysql_port:
+        mysql_host = args.mysql_host or host
+        listener, mysql_port = await serve_mysql(gate, mysql_host, args.mysql_port,
+                                                 users=users, tls=tls)
+        mysql_line = (f"shardgate MySQL listener on {mysql_host}:{mysql_port}\n"
+                      f"try: mariadb -h {mysql_host} -P {mysql_port} -u root commerce "
+                      '-e "select * from customer"')
     try:
-        scheme = "grpcs" if security.tls is not None else "grpc"
-        target = f"{scheme}://{host}:{bound}"
-        if http_port:
-            console = HttpServer(gate, host, http_port)
+        if args.http_port:
+            console = HttpServer(gate, host, args.http_port)
             try:
                 http_bound = await console.start()
             except OSError as exc:
                 raise Unavailable(
-                    f"cannot listen on {host}:{http_port} for the console: {exc.strerror}; "
-                    "pass --http-port N (0: no console)") from exc
-            print(f"shardgate console on http://{host}:{http_bound}/", flush=True)
-        print(f"shardgate gate listening on {target}", flush=True)
-        print(f'try: shardgate sql --target {target} "select * from customer"', flush=True)
-        await _until_signal()
-        print("shutting down", flush=True)
+                    f"cannot listen on {host}:{args.http_port} for the console: "
+                    f"{exc.strerror}; pass --http-port N (0: no console)") from exc
+        server, bound = await serve(gate, host, args.port, security=security, no_auth=no_auth,
+                                    insecure=args.insecure_bind_anyway)
+        try:
+            scheme = "grpcs" if security.tls is not None else "grpc"
+            target = f"{scheme}://{host}:{bound}"
+            if console is not None:
+                print(f"shardgate console on http://{host}:{http_bound}/", flush=True)
+            print(f"shardgate gate listening on {target}", flush=True)
+            print(f'try: shardgate sql --target {target} "select * from customer"', flush=True)
+            if mysql_line:
+                print(mysql_line, flush=True)
+            await _until_signal()
+            print("shutting down", flush=True)
+        finally:
+            await server.stop(SHUTDOWN_GRACE_S)
     finally:
         if console is not None:
             await console.stop()
-        await server.stop(SHUTDOWN_GRACE_S)
+        if listener is not None:
+            await listener.stop()
     print("stopped", flush=True)
 
 

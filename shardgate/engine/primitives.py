@@ -426,6 +426,8 @@ class Route(Primitive):
         ):
             yield Result(fields=[] if sent_fields else fields, rows=rows)
             sent_fields = True
+        if not sent_fields:  # no shard sent a row: the fields still come (over no rows)
+            yield await self.execute(vc, bind_vars)
 
     def describe(self) -> dict[str, Any]:
         out: dict[str, Any] = {

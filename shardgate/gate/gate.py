@@ -68,6 +68,7 @@ from shardgate.errors import (
 from shardgate.gate import metrics as gate_metrics
 from shardgate.gate import options as exec_options
 from shardgate.gate import twopc, vschema_ddl
+from shardgate.gate.catalog import TableInfo, read_catalog
 from shardgate.gate.limits import GateLimits
 from shardgate.gate.plan_cache import PlanCache
 from shardgate.gate.querylog import LiveQueries, LogEntry, QueryLog, StreamConsumers
@@ -413,11 +414,6 @@ class Gate:
                 return Plan("DDL", sql, queue_router.DropQueuePrimitive(stmt, ks, self))
             case exp.Drop() if (cascade := self._drop_cascade(stmt, sql, keyspace)) is not None:
                 return Plan("DDL", sql, cascade)
-            case ShowVitessTablets():
-                raise Unsupported(
-                    "SHOW VITESS_TABLETS is not implemented yet (it comes with the topo "
-                    "store); SHOW VITESS_SHARDS lists the shards, one primary tablet each"
-                )
             case exp.Expression() if keyspace is not None and ":" in keyspace:
                 planned = self._targeted(stmt, sql, keyspace)
             case exp.Expression():
@@ -828,6 +824,14 @@ class Gate:
                 shards = [f"{ks.name}/{shard.name}" for ks in self.topology.keyspaces.values()
                           for shard in ks.shards]
                 return Result.of_rows(["Shards"], [(n,) for n in _like(shards, like)])
+            case ShowVitessTablets(like=like):
+                rows = [("local", ks.name, shard.name, "PRIMARY", "SERVING",
+                         f"local-{ks.name}-{shard.name}", "localhost", "")
+                        for ks in self.topology.keyspaces.values() for shard in ks.shards]
+                return Result.of_rows(
+                    ["Cell", "Keyspace", "Shard", "TabletType", "State", "Alias", "Hostname",
+                     "PrimaryTermStartTime"],
+                    [r for r in rows if like is None or like_match(r[5], like)])
             case ShowVitessKeyspaces(like=like):
                 names = sorted(self.topology.keyspaces)
                 return Result.of_rows(["Database"], [(n,) for n in _like(names, like)])
@@ -913,6 +917,15 @@ class Gate:
         if found:
             self._kinds[key] = found
         return found
+
+    async def catalog(self, keyspace: str, table: str | None = None) -> list[TableInfo]:
+        """The tables of ``keyspace`` (or only ``table``) with columns and indexes.
+
+        Read from the keyspace's first shard's own catalog, types in MySQL's
+        shapes (see :mod:`shardgate.gate.catalog`); not cached.
+        """
+        _, tablet = self._first_shard(self.topology.keyspace(keyspace).name)
+        return await read_catalog(tablet, table)
 
     # -- sequences --------------------------------------------------------------
 

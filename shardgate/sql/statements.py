@@ -110,7 +110,7 @@ class ShowVitessKeyspaces:
 
 @dataclass(frozen=True, slots=True)
 class ShowVitessTablets:
-    """``SHOW VITESS_TABLETS [LIKE 'pattern']`` (classified; not answered yet)."""
+    """``SHOW VITESS_TABLETS [LIKE 'pattern']``: a primary tablet per shard (LIKE: its alias)."""
 
     like: str | None = None
     query_type: ClassVar[str] = "SHOW"

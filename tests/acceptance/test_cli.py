@@ -74,6 +74,8 @@ def server(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], str]]:
             str(tmp_path / "data"),
             "--port",
             str(port),
+            "--mysql-port",
+            "0",
         ],
         cwd=tmp_path,
         env=cli_env(),

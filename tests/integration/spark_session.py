@@ -12,6 +12,8 @@ import pytest
 from tests.conftest import in_ci
 
 JVM_FLAGS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+#: MariaDB Connector/J (Debian's libmariadb-java)
+MARIADB_JDBC_JAR = "/usr/share/java/mariadb-java-client.jar"
 
 
 def _unavailable(reason: str) -> None:
@@ -33,8 +35,11 @@ def start_spark() -> Any:
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from shardgate.spark import register
 
+    builder = SparkSession.builder
+    if os.path.exists(MARIADB_JDBC_JAR):  # the MySQL listener's JDBC test reads through it
+        builder = builder.config("spark.jars", MARIADB_JDBC_JAR)
     session = (
-        SparkSession.builder.master("local[2,2]")
+        builder.master("local[2,2]")
         .appName("shardgate-tests")
         .config("spark.ui.enabled", "false")
         .config("spark.driver.extraJavaOptions", JVM_FLAGS)

@@ -473,7 +473,11 @@ async def test_gate_statements_are_typed_and_answered(cluster: Cluster) -> None:
     r = await g.execute(s, "SHOW VITESS_KEYSPACES")
     assert (r.fields, r.rows) == (["Database"], [("commerce",), ("lookup",)])
     assert (await g.execute(s, "SHOW KEYSPACES LIKE 'LOOK%'")).rows == [("lookup",)]
-    for sql in ("SHOW VITESS_TABLETS", "USE commerce@replica"):
+    r = await g.execute(s, "SHOW VITESS_TABLETS LIKE 'local-lookup-%'")
+    assert r.fields[:4] == ["Cell", "Keyspace", "Shard", "TabletType"]
+    assert r.rows == [("local", "lookup", "0", "PRIMARY", "SERVING", "local-lookup-0",
+                       "localhost", "")]
+    for sql in ("USE commerce@replica",):
         with pytest.raises(ShardgateError) as err:
             await g.execute(s, sql)
         assert err.value.code is Code.UNIMPLEMENTED, sql
@@ -497,3 +501,11 @@ async def test_gate_statements_are_typed_and_answered(cluster: Cluster) -> None:
     assert g.explain("ROLLBACK TO a")["QueryType"] == "ROLLBACK_TO"
     assert g.explain("SET transaction_mode = 'twopc'")["QueryType"] == "TRANSACTION_MODE"
     assert g.explain("USE `commerce:-40`")["QueryType"] == "USE"
+
+
+async def test_a_scatter_stream_over_empty_shards_sends_its_fields(cluster: Cluster) -> None:
+    """The first chunk of stream_execute has the fields even when no shard has a row."""
+    g = cluster.gate
+    chunks = [c async for c in g.stream_execute(g.session(), "SELECT * FROM customer")]
+    assert chunks and chunks[0].fields == ["customer_id", "email", "name"]
+    assert sum(len(c.rows) for c in chunks) == 0

@@ -1,0 +1,252 @@
+"""mysql-mimic's connection, with what shardgate's clients need on the wire.
+
+Over mysql-mimic's ``Connection`` this adds:
+
+* OK packets that carry the statement's affected rows and last insert id
+  (``cursor.rowcount`` / ``lastrowid``; ORMs check both), and status flags
+  saying whether autocommit is on and a transaction is open;
+* error packets with the SQLSTATE of each MySQL error number
+  (:mod:`shardgate.api.mysql.errors`);
+* result rows written with back-pressure: after each batch the writer waits
+  until the socket drained, so a slow client holds back the stream instead of
+  filling the gate's memory;
+* a failed authentication closes the connection (mysql-mimic would go on to
+  the command phase), and so does an unknown default database;
+* binary columns (``bytes`` values) are sent with the binary character set,
+  so clients return bytes rather than decoding them as text.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import ssl
+from asyncio import sslproto
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from mysql_mimic.charset import CharacterSet
+from mysql_mimic.connection import Connection
+from mysql_mimic.packets import (
+    make_column_count,
+    make_column_definition_41,
+    make_text_resultset_row,
+)
+from mysql_mimic.results import ResultSet
+from mysql_mimic.stream import MysqlStream
+from mysql_mimic.types import Capabilities, ColumnType, ServerStatus, str_fixed, uint_1, uint_2
+from mysql_mimic.utils import aiterate
+
+from shardgate.api.mysql.errors import BAD_DB, sqlstate_of
+from shardgate.api.mysql.session import GateSession
+
+log = logging.getLogger(__name__)
+
+#: Seconds a client has to finish the handshake (MySQL's default ``connect_timeout``).
+DEFAULT_CONNECT_TIMEOUT_S = 10.0
+#: Rows written between two waits for the socket to drain.
+ROW_BATCH = 500
+_BINARY_TYPES = frozenset({ColumnType.BLOB, ColumnType.TINY_BLOB, ColumnType.MEDIUM_BLOB,
+                           ColumnType.LONG_BLOB})
+
+
+class GateStream:
+    """mysql-mimic's packet stream (wrapped: it is compiled), with a TLS upgrade that
+    keeps early bytes.
+
+    A client sends its TLS ClientHello right after the SSLRequest packet,
+    without waiting; when both arrive together the ClientHello sits in the
+    ``StreamReader``'s buffer, which ``loop.start_tls`` does not see (the
+    handshake would hang). :meth:`start_tls` hands those bytes to the TLS
+    protocol once it is connected, before any later read.
+    """
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.inner = MysqlStream(reader, writer)
+        self.reader = reader
+        self.writer = writer
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    async def start_tls(self, ssl_context: ssl.SSLContext) -> None:
+        reader_buffer: bytearray = self.reader._buffer  # type: ignore[attr-defined]
+        early = bytes(reader_buffer)
+        reader_buffer.clear()
+        transport = self.writer.transport
+        loop = asyncio.get_running_loop()
+        upgrade = loop.create_task(loop.start_tls(
+            transport, transport.get_protocol(), ssl_context, server_side=True))
+        if early:
+            # start_tls swaps in its protocol at once and connects it with call_soon:
+            # two turns of the loop later it is connected and nothing new was read.
+            while not isinstance(transport.get_protocol(), sslproto.SSLProtocol) \
+                    and not upgrade.done():
+                await asyncio.sleep(0)
+            await asyncio.sleep(0)
+            tls = transport.get_protocol()
+            if isinstance(tls, sslproto.SSLProtocol):
+                buf = tls.get_buffer(len(early))
+                buf[: len(early)] = early
+                tls.buffer_updated(len(early))
+        new_transport = await upgrade
+        self.writer._transport = new_transport  # type: ignore[attr-defined]
+        self.reader._transport = new_transport  # type: ignore[attr-defined]
+
+
+class AuthenticationFailed(BaseException):
+    """The client did not authenticate (the error packet was sent): close the connection.
+
+    A ``BaseException`` so that mysql-mimic's handlers (``except Exception``,
+    which would send a second error packet or go on serving) let it through
+    to :meth:`GateConnection._start`.
+    """
+
+
+class GateConnection(Connection):
+    """One client connection of the MySQL listener."""
+
+    session: GateSession
+    #: refuse clients that did not switch to TLS in the handshake
+    require_tls = False
+    #: seconds a client has to finish the handshake (MySQL's ``connect_timeout``)
+    connect_timeout_s = DEFAULT_CONNECT_TIMEOUT_S
+
+    async def connection_phase(self) -> None:
+        """The handshake, closed when the client does not finish it in time."""
+        try:
+            await asyncio.wait_for(super().connection_phase(), self.connect_timeout_s)
+        except TimeoutError:
+            log.info("mysql connection %s: no handshake in %ss, closed", self.connection_id,
+                     self.connect_timeout_s)
+            raise AuthenticationFailed() from None
+
+    # -- handshake ---------------------------------------------------------------
+
+    async def authenticate(self, *args: Any, **kwargs: Any) -> None:
+        """mysql-mimic's authentication; a failure ends the connection."""
+        if self.require_tls and Capabilities.CLIENT_SSL not in self.capabilities:
+            await self.stream.write(self.error(
+                msg="Connections using insecure transport are prohibited: connect with TLS",
+                code=3159))
+            raise AuthenticationFailed()
+        self._authenticating = True
+        try:
+            await super().authenticate(*args, **kwargs)
+        finally:
+            self._authenticating = False
+        if self.session.username is None or self._refused:
+            raise AuthenticationFailed()
+
+    _authenticating = False
+    _refused = False
+
+    def _unknown_database(self) -> str | None:
+        """The client's default database when it names no keyspace (checked once authenticated)."""
+        db = self.session.database
+        keyspace = db.partition(":")[0].partition("[")[0] if db else None
+        if keyspace and keyspace not in self.session.gate.topology.keyspaces:
+            return str(db)
+        return None
+
+    async def _start(self) -> None:
+        try:
+            await super()._start()
+        except AuthenticationFailed:
+            return
+
+    def error(self, **kwargs: Any) -> bytes:
+        """An ERR packet: the error number, its SQLSTATE, the message."""
+        code = int(kwargs.get("code", 1105))
+        parts = [uint_1(0xFF), uint_2(code)]
+        if Capabilities.CLIENT_PROTOCOL_41 in self.capabilities or not self.capabilities:
+            parts += [str_fixed(1, b"#"), str_fixed(5, sqlstate_of(code).encode())]
+        parts.append(self.server_charset.encode(str(kwargs.get("msg", ""))))
+        return b"".join(parts)
+
+    # -- status and counts ---------------------------------------------------------
+
+    def _flags(self) -> ServerStatus:
+        flags = ServerStatus(0)
+        session = self.session
+        if isinstance(session, GateSession):
+            if session.autocommit:
+                flags |= ServerStatus.SERVER_STATUS_AUTOCOMMIT
+            if session.in_transaction:
+                flags |= ServerStatus.SERVER_STATUS_IN_TRANS
+        return flags
+
+    def ok(self, **kwargs: Any) -> bytes:
+        """An OK packet; after a statement it carries the statement's counts.
+
+        The handshake's OK becomes error 1049 when the default database is unknown.
+        """
+        if self._authenticating and self.session.username is not None:
+            unknown = self._unknown_database()
+            if unknown is not None:
+                self._refused = True
+                return self.error(msg=f"Unknown database '{unknown}'", code=BAD_DB.errno)
+        self.status_flags = self._flags()
+        if self._counted and "affected_rows" not in kwargs:
+            last = self.session.last
+            kwargs.update(affected_rows=last.rows_affected, last_insert_id=last.insert_id or 0)
+        self._counted = False
+        packet: bytes = super().ok(**kwargs)
+        return packet
+
+    def eof(self, **kwargs: Any) -> bytes:
+        self.status_flags = self._flags()
+        packet: bytes = super().eof(**kwargs)
+        return packet
+
+    _counted = False
+
+    async def handle_query(self, data: bytes) -> None:
+        await self._counting(super().handle_query, data)
+
+    async def handle_stmt_execute(self, data: bytes) -> None:
+        await self._counting(super().handle_stmt_execute, data)
+
+    async def _counting(self, handler: Callable[[bytes], Awaitable[None]], data: bytes) -> None:
+        """Run a statement command; its OK packet carries the statement's counts."""
+        self._counted = True
+        try:
+            await handler(data)
+        finally:
+            self._counted = False
+
+    async def query(self, sql: str, query_attrs: dict[str, str]) -> ResultSet:
+        result_set = await super().query(sql, query_attrs)
+        for column in result_set.columns:
+            if column.type in _BINARY_TYPES:
+                column.character_set = CharacterSet.binary
+                column.codec = CharacterSet.binary.codec
+        return result_set
+
+    # -- results -------------------------------------------------------------------
+
+    async def write_text_resultset(self, result_set: ResultSet) -> None:
+        """Column definitions, then rows in batches, each batch drained before the next."""
+        header = [make_column_count(capabilities=self.capabilities,
+                                    column_count=len(result_set.columns))]
+        header += [make_column_definition_41(server_charset=self.server_charset, name=c.name,
+                                             column_type=c.type, character_set=c.character_set)
+                   for c in result_set.columns]
+        if not self.deprecate_eof():
+            header.append(self.eof())
+        self.stream.write_many(header)
+        cols = result_set.columns
+        count = 0
+        batch: list[bytes] = []
+        async for row in aiterate(result_set.rows):
+            count += 1
+            batch.append(make_text_resultset_row(row, cols))
+            if len(batch) >= ROW_BATCH:
+                self.stream.write_many(batch)
+                batch = []
+                await self.stream.drain()
+                await asyncio.sleep(0)
+        if batch:
+            self.stream.write_many(batch)
+        await self.stream.write(self.ok_or_eof(affected_rows=count), drain=False)
+        await self.stream.drain()

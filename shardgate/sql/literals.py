@@ -1,0 +1,146 @@
+"""Comparison literals of MySQL text as bind variables, so the plan cache is hit.
+
+MySQL clients usually send values inline (PyMySQL, mysqlclient and JDBC
+without server-side prepare interpolate them), so every point select is a new
+text and the gate would parse and plan each one. Like Vitess's normalizer,
+:func:`bind_literals` turns ``WHERE id = 42`` into ``WHERE id = :_l0`` with
+``{"_l0": 42}``; the text, now the same for every id, is planned once.
+
+It is deliberately narrow, a scan of the text (no parse): in a ``SELECT``,
+``UPDATE`` or ``DELETE`` with one ``SELECT`` at most (no subqueries or
+unions), only an integer or a quoted string that follows a comparison
+operator (``=``, ``<=>``, ``<>``, ``!=``, ``<``, ``<=``, ``>``, ``>=``) after
+the ``WHERE`` keyword, and is followed by the end of the value (whitespace,
+``)``, ``,``, ``;`` or the end of the text), is replaced, outside comments,
+quoted identifiers and other strings. So result column names (the select
+list) never change. Decimals and floats (kept exact as text), strings with a
+character set introducer, a ``COLLATE`` or another string after them, hex or
+bit literals, JSON ``->`` paths, anything it does not understand, stay as
+they are; ``None`` means the statement runs exactly as sent. String escapes
+are MySQL's (``\\n``, ``\\'``, ``''``...).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+#: Prefix of the bind variable names this module makes (not used by clients' own).
+PREFIX = "_l"
+
+_OPERATOR = re.compile(r"(<=>|<=|>=|<>|!=|=|<|>)\s*")
+_NUMBER = re.compile(r"-?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?")
+_AFTER = re.compile(r"\s*(?:$|[),;]|(?=\s)(?!\s*(?:collate\b|['\"])))", re.I)
+_SELECT = re.compile(r"\bselect\b", re.I)
+_WHERE = re.compile(r"where\b", re.I)
+_ESCAPES = {"0": "\0", "'": "'", '"': '"', "b": "\b", "n": "\n", "r": "\r", "t": "\t",
+            "Z": "\x1a", "\\": "\\", "%": "\\%", "_": "\\_"}
+#: Statements whose comparison literals are bound.
+_STATEMENTS = re.compile(r"^\s*(select|update|delete)\b", re.I)
+
+
+def bind_literals(sql: str) -> tuple[str, dict[str, Any]] | None:
+    """``sql`` with its comparison literals as ``:_lN`` bind variables, and their values.
+
+    None when there is nothing to bind, or the text has ``:`` bind variables
+    of its own, or anything the scan does not understand.
+    """
+    if not _STATEMENTS.match(sql) or ":" in sql or len(_SELECT.findall(sql)) > 1:
+        return None
+    out: list[str] = []
+    binds: dict[str, Any] = {}
+    i, n, last = 0, len(sql), 0
+    where = False
+    while i < n:
+        c = sql[i]
+        if c in "'\"`":
+            end = _skip_quoted(sql, i)
+            if end < 0:
+                return None
+            i = end
+            continue
+        if c == "#" or sql.startswith("--", i):
+            end = sql.find("\n", i)
+            i = n if end < 0 else end + 1
+            continue
+        if sql.startswith("/*", i):
+            end = sql.find("*/", i + 2)
+            if end < 0:
+                return None
+            i = end + 2
+            continue
+        if not where:
+            where = c in "wW" and (i == 0 or not (sql[i - 1].isalnum() or sql[i - 1] == "_")) \
+                and _WHERE.match(sql, i) is not None
+            i += 1
+            continue
+        m = _OPERATOR.match(sql, i) if c in "<>=!" and sql[i - 1] != "-" else None
+        if m is None:
+            i += 1
+            continue
+        start = m.end()
+        value, end = _literal(sql, start)
+        if end < 0 or not _AFTER.match(sql, end):
+            i = start
+            continue
+        name = f"{PREFIX}{len(binds)}"
+        binds[name] = value
+        out.append(sql[last:start])
+        out.append(f":{name}")
+        last = i = end
+    if not binds:
+        return None
+    out.append(sql[last:])
+    return "".join(out), binds
+
+
+def _literal(sql: str, i: int) -> tuple[Any, int]:
+    """The literal at ``i`` and where it ends; ``(None, -1)`` when there is none."""
+    if i < len(sql) and sql[i] in "'\"":
+        end = _skip_quoted(sql, i)
+        if end < 0:
+            return None, -1
+        return _unescape(sql[i + 1 : end - 1], sql[i]), end
+    m = _NUMBER.match(sql, i)
+    if m is None or (m.end() < len(sql) and (sql[m.end()].isalnum() or sql[m.end()] in "_.")):
+        return None, -1
+    text = m.group(0)
+    if re.fullmatch(r"-?\d+", text):
+        return int(text), m.end()
+    return None, -1  # decimals and floats keep their exact text
+
+
+def _skip_quoted(sql: str, i: int) -> int:
+    """The index after the quoted text starting at ``i`` (-1 when it never ends)."""
+    q = sql[i]
+    j = i + 1
+    while j < len(sql):
+        c = sql[j]
+        if c == "\\" and q != "`":
+            j += 2
+            continue
+        if c == q:
+            if j + 1 < len(sql) and sql[j + 1] == q:
+                j += 2
+                continue
+            return j + 1
+        j += 1
+    return -1
+
+
+def _unescape(body: str, quote: str) -> str:
+    out: list[str] = []
+    j = 0
+    while j < len(body):
+        c = body[j]
+        if c == "\\" and j + 1 < len(body):
+            nxt = body[j + 1]
+            out.append(_ESCAPES.get(nxt, nxt))
+            j += 2
+        elif c == quote and j + 1 < len(body) and body[j + 1] == quote:
+            out.append(quote)
+            j += 2
+        else:
+            out.append(c)
+            j += 1
+    return "".join(out)
