@@ -50,6 +50,13 @@ _NOW_NS = {
     "postgres": "((extract(epoch from clock_timestamp()) * 1000000000)::bigint)",
     "mysql": "(FLOOR(UNIX_TIMESTAMP(NOW(6)) * 1000000000))",
 }
+
+
+def now_ns_sql(dialect: str) -> str:
+    """The SQL expression of the database clock stamping ``time_scheduled`` (ns)."""
+    return _NOW_NS[dialect]
+
+
 _RANDOM_ID = {
     "sqlite": "(random() & 9223372036854775807)",
     "postgres": "(('x' || substr(replace(gen_random_uuid()::text, '-', ''), 1, 15))"
