@@ -124,7 +124,7 @@ async def measure(s: Setup, backlog: int, warmup: float, seconds: float) -> Samp
 
 @contextlib.asynccontextmanager
 async def shardgate_setup(shards: int) -> AsyncIterator[Setup]:
-    topo, names = app_keyspace(f"perfq_bench_q{shards}", shards)
+    topo, names = app_keyspace(f"sg_bench_qe2e{shards}", shards)
     gate = Gate.open(topo, pool_size=6)
     try:
         await gate.execute(gate.session(), "CREATE QUEUE jobs (user_id BIGINT NOT NULL, "
@@ -182,7 +182,7 @@ async def pgqueuer_setup() -> AsyncIterator[Setup]:
     from pgqueuer.qm import QueueManager
     from pgqueuer.queries import Queries
 
-    url = fresh_database("perfq_bench_pgqueuer")
+    url = fresh_database("sg_bench_qe2e_pgqueuer")
     conns: list[Any] = []
     try:
         admin = await asyncpg.connect(url)
@@ -220,7 +220,7 @@ async def pgqueuer_setup() -> AsyncIterator[Setup]:
         for conn in conns:
             with contextlib.suppress(Exception):
                 await conn.close()
-        drop_database("perfq_bench_pgqueuer")
+        drop_database("sg_bench_qe2e_pgqueuer")
 
 
 # -- raw claim-then-ack ---------------------------------------------------------------------
@@ -233,7 +233,7 @@ RAW_ACK = "DELETE FROM jobs WHERE id = ANY(%s)"
 
 @contextlib.asynccontextmanager
 async def raw_setup() -> AsyncIterator[Setup]:
-    url = fresh_database("perfq_bench_raw")
+    url = fresh_database("sg_bench_qe2e_raw")
     conns: list[psycopg.AsyncConnection[Any]] = []
     try:
         async with await psycopg.AsyncConnection.connect(url, autocommit=True) as c:
@@ -268,7 +268,7 @@ async def raw_setup() -> AsyncIterator[Setup]:
     finally:
         for conn in conns:
             await conn.close()
-        drop_database("perfq_bench_raw")
+        drop_database("sg_bench_qe2e_raw")
 
 
 # -- the driver ------------------------------------------------------------------------------
