@@ -1,10 +1,13 @@
 """The queue manager: fires one queue table's events on one shard (Vitess's messageManager).
 
 One manager runs per shard and queue table, only in the tablet holding the
-shard's lease (:mod:`shardgate.tablet.lease`); all its writes go through the
-lease's own connection (:class:`Writer`), so losing the lease (the
-connection or lock file is gone) makes the next write fail, and a failed
-write stops the manager at once (:attr:`QueueManager.failure`).
+shard's lease (:mod:`shardgate.tablet.lease`); its fire, fail, purge and
+follow-up writes go through the lease's own connection (:class:`Writer`), so
+losing the lease (the connection or lock file is gone) makes the next write
+fail, and a failed write stops the manager at once
+(:attr:`QueueManager.failure`). Acks, idempotent conditional UPDATEs valid
+with or without the lease, go through pooled connections so they never wait
+behind a fire write.
 
 Parts
 -----
@@ -15,13 +18,24 @@ Parts
   or a wake-up. Only this task fires and scans, so scans and fires never race.
 * **Scans.** *New*: after the tablet committed a write to this table
   (:meth:`notify`, an in-process wake-up: no polling, no NOTIFY), one scan
-  reads ``to_be_fired`` events scheduled since the watermark (less a slack),
-  or since the start of the earliest write of the transactions committed since
-  the last scan if that is older (a long transaction's events carry their insert
-  time, not their commit time), up to now + window, LIMIT the free room of
-  the window; wake-ups that arrive during a scan coalesce into one more
-  scan. *Full*: once per window (and at start, and when a scan filled the
-  window, "pending mode", as soon as it drains), new events up to now + window. *Collector*: every
+  reads ``to_be_fired`` events from the *cursor* up to now + window, LIMIT the
+  free room of the window, so it reads only rows it has not seen (the
+  backlog held in the window is not read again). The cursor is on the
+  database's clock (which stamps ``time_scheduled``): after a complete scan
+  it moves to the scan's start time in that clock (our clock plus a lower
+  bound of the offset, measured at each full scan, less
+  :data:`CLOCK_MARGIN_NS`): an event stamped earlier belongs to a statement
+  that started before the scan, and if its transaction committed after the
+  scan, its wake-up says when its first write started (``since_ns``) and
+  the next scan reaches back to that, however long ago (a long transaction's
+  events carry their insert time, not their commit time). A wake-up without
+  that start reaches back :data:`SCAN_SLACK_NS`. A scan that filled the
+  window ("pending mode") leaves the cursor at the last row it took; the
+  next scan, as soon as the window drains to half, continues from there.
+  Wake-ups that arrive during a scan coalesce into one more scan. *Full*:
+  once per window (and at start), new events from the beginning up to now +
+  window: the backstop for rows no wake-up announced (written around the
+  tablet, or with an explicit ``time_scheduled`` in the past). *Collector*: every
   ``collector_interval``, fired-but-unacked events whose retry time falls in
   the window; retries due beyond the window are left to it, so the fast path
   stays on fresh events.
@@ -34,8 +48,10 @@ Parts
   events that statement changed to the least busy receiver. Events out of
   attempts (``max_attempts``) are written ``failed`` instead.
 * **Acks** (:meth:`ack`) are gathered while one ack write is running and
-  written together by primary key; the caller returns once its ack is
-  committed. An acked event leaves the window and in-flight table.
+  written together by primary key on a pooled connection; the caller returns
+  once its ack is committed. An acked event leaves the window and in-flight
+  table; one acked while a fire write including it runs is not put back in
+  flight by that write (``_acked_while_firing``).
 * **The purge** (its own task) deletes acked events older than
   ``retention``, 500 rows per statement.
 
