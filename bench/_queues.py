@@ -12,13 +12,23 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 
 from shardgate.gate import Gate
+from shardgate.queues.events import QueueEvent
 
 BATCH = 128
 PRODUCERS = 2
 CONSUMERS = 2
+
+
+async def ack_batch(gate: Gate, keyspace: str, queue: str, events: Sequence[QueueEvent]) -> None:
+    """Ack a received batch: one ``Gate.queue_ack`` per shard it came from."""
+    by_shard: dict[str, list[int]] = {}
+    for e in events:
+        by_shard.setdefault(e.shard, []).append(e.id)
+    for shard, ids in by_shard.items():
+        await gate.queue_ack(keyspace, queue, shard, ids)
 
 
 async def run_e2e(
@@ -46,11 +56,7 @@ async def run_e2e(
             async for batch in stream:
                 if not batch.events:
                     continue
-                by_shard: dict[str, list[int]] = {}
-                for e in batch.events:
-                    by_shard.setdefault(e.shard, []).append(e.id)
-                for shard, ids in by_shard.items():
-                    await gate.queue_ack(keyspace, queue, shard, ids)
+                await ack_batch(gate, keyspace, queue, batch.events)
                 acked += len(batch.events)
                 if acked >= n:
                     done.set()

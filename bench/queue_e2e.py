@@ -52,7 +52,7 @@ import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _pg import app_keyspace, drop_database, fresh_database
-from _queues import BATCH, CONSUMERS, PRODUCERS
+from _queues import BATCH, CONSUMERS, PRODUCERS, ack_batch
 
 from shardgate.gate import Gate
 
@@ -154,14 +154,9 @@ async def shardgate_setup(shards: int) -> AsyncIterator[Setup]:
             stream = gate.queue_receive("app", "jobs")
             try:
                 async for batch in stream:
-                    if not batch.events:
-                        continue
-                    by_shard: dict[str, list[int]] = {}
-                    for e in batch.events:
-                        by_shard.setdefault(e.shard, []).append(e.id)
-                    for shard, ids in by_shard.items():
-                        await gate.queue_ack("app", "jobs", shard, ids)
-                    processed(len(batch.events))
+                    if batch.events:
+                        await ack_batch(gate, "app", "jobs", batch.events)
+                        processed(len(batch.events))
             finally:
                 await stream.aclose()  # type: ignore[attr-defined]
 
