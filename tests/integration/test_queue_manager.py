@@ -21,12 +21,13 @@ from tests.conftest import require_server
 VSCHEMA = {"sharded": True, "vindexes": {"hash": {"type": "hash"}}, "tables": {}}
 
 
-async def open_gate(kind: str, make_database: Callable[..., str], shards: int = 2) -> Gate:
+async def open_gate(kind: str, make_database: Callable[..., str], shards: int = 2,
+                    pool_size: int = 4) -> Gate:
     urls = {kr.name: make_database(kind, f"q{i}")
             for i, kr in enumerate(KeyRange(b"", b"").split(shards))}
     topo = Topology.from_dict({"default_keyspace": "app", "keyspaces": {
         "app": {"shards": urls, "vschema": {**VSCHEMA, "tables": {}}}}})
-    return Gate.open(topo)
+    return Gate.open(topo, pool_size=pool_size)
 
 
 @pytest.fixture
@@ -381,5 +382,30 @@ async def test_new_event_scans_read_only_rows_not_seen(
         assert scanned and sum(scanned) <= 10 * 5 * 2, scanned
         got = await receive(gate, 1050, timeout=30)
         assert len({e.id for e in got}) == 1050
+    finally:
+        await gate.close()
+
+
+@pytest.mark.parametrize("kind", [pytest.param("postgres", marks=pytest.mark.postgres),
+                                  pytest.param("mysql", marks=pytest.mark.mysql)])
+async def test_an_ack_inside_a_transaction_holding_the_only_pooled_connection(
+        kind: str, make_database: Callable[..., str]) -> None:
+    """Acks go through the shard's pool, except when it has no connection free: the
+    receiver may hold the last one in its own transaction while it acks (business
+    rows and the ack together); the ack then takes the lease's connection and
+    returns instead of waiting for that transaction. (SQLite: one writer at a time
+    per database file, whatever the connection.)"""
+    require_server(kind)
+    gate = await open_gate(kind, make_database, shards=1, pool_size=1)
+    try:
+        await create(gate, "ack_wait = 30")
+        await insert(gate, [(1, "a")], tx=False)
+        got = await receive(gate, 1, ack=False)
+        s = gate.session()
+        await gate.execute(s, "begin")
+        await gate.execute(s, "SELECT count(*) FROM jobs WHERE user_id = 1")  # holds the pool
+        await asyncio.wait_for(gate.queue_ack("app", "jobs", got[0].shard, [got[0].id]), 10)
+        await gate.execute(s, "commit")
+        assert (await states(gate))["acked"] == 1
     finally:
         await gate.close()

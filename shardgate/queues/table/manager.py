@@ -7,7 +7,8 @@ losing the lease (the connection or lock file is gone) makes the next write
 fail, and a failed write stops the manager at once
 (:attr:`QueueManager.failure`). Acks, idempotent conditional UPDATEs valid
 with or without the lease, go through pooled connections so they never wait
-behind a fire write.
+behind a fire write (through the lease's when the pool has none free: the
+acking receiver may hold the last one in its own transaction).
 
 Parts
 -----
@@ -322,14 +323,7 @@ class QueueManager:
             self._ack_pending = set()
             self._ack_waiters = []
             try:
-                # A pooled connection, not the lease's: acks never wait for a fire
-                # write (an ack is an idempotent conditional UPDATE; see invariant 2).
-                conn = await self.reader.acquire()
-                try:
-                    for i in range(0, len(ids), 1000):
-                        await self.store.ack(conn, ids[i : i + 1000])
-                finally:
-                    await self.reader.release(conn)
+                await self._write_acks(ids)
             except BaseException as exc:
                 for w in waiters:
                     if not w.done():
@@ -355,6 +349,23 @@ class QueueManager:
             if groups:
                 await self._check_groups(groups)
             self._wake.set()
+
+    async def _write_acks(self, ids: list[int]) -> None:
+        """Write acks on a pooled connection, so they never wait for a fire write (an
+        ack is an idempotent conditional UPDATE; see invariant 2); on the lease's
+        connection, as fires, when the pool has none free at once (its borrowers may
+        be waiting for this very ack, inside their transactions)."""
+        if self.reader.can_lend_now():
+            conn = await self.reader.acquire()
+            try:
+                for i in range(0, len(ids), 1000):
+                    await self.store.ack(conn, ids[i : i + 1000])
+            finally:
+                await self.reader.release(conn)
+            return
+        async with self.writer.use() as conn:
+            for i in range(0, len(ids), 1000):
+                await self.store.ack(conn, ids[i : i + 1000])
 
     def _forget(self, eid: int, *, acked: bool) -> None:
         ev = self._in_flight.pop(eid, None) or self._events.get(eid)
