@@ -117,15 +117,24 @@ class QueueStore:
         )
         return res.rows
 
-    async def clock_offset(self, conn: Connection) -> int:
+    async def clock_offset(self, conn: Connection, samples: int = 3) -> int:
         """A lower bound of (database clock - this process's clock) in ns.
 
         The database's reading of the clock that stamps ``time_scheduled`` happened
         before the local reading taken after the answer, so ``db - after`` never
-        exceeds the true offset."""
-        res = await conn.execute(f"SELECT {now_ns_sql(self.dialect)}")
-        after = now_ns()
-        return int(res.rows[0][0]) - after
+        exceeds the true offset; the tightest of ``samples`` readings is kept (a
+        busy event loop reads its clock late). SQLite runs in this process, on
+        this clock: 0."""
+        if self.dialect == "sqlite":
+            return 0
+        sql = f"SELECT {now_ns_sql(self.dialect)}"
+        best: int | None = None
+        for _ in range(samples):
+            res = await conn.execute(sql)
+            bound = int(res.rows[0][0]) - now_ns()
+            best = bound if best is None else max(best, bound)
+        assert best is not None
+        return best
 
     async def fired_keys(self, conn: Connection, column: str) -> list[tuple[Any, int]]:
         """(ordering key, id) of every fired, unacked event (they block their keys)."""
