@@ -3,8 +3,8 @@
 ``run_e2e``: receivers take events through ``Gate.queue_receive`` and ack each
 batch (``Gate.queue_ack``) while producers enqueue; throughput is N / (time from
 the first enqueue to the last ack). ``pgqueuer_rate``: the same shape with
-pgqueuer 1.6 (``Queries.enqueue`` batches, a ``QueueManager`` with its own
-LISTEN/NOTIFY wake-ups).
+pgqueuer on asyncpg, its recommended driver (two producers' ``Queries.enqueue``
+batches, a ``QueueManager`` with its own LISTEN/NOTIFY wake-ups).
 """
 
 from __future__ import annotations
@@ -12,15 +12,23 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import Awaitable, Callable
-
-import psycopg
+from collections.abc import Awaitable, Callable, Sequence
 
 from shardgate.gate import Gate
+from shardgate.queues.events import QueueEvent
 
 BATCH = 128
 PRODUCERS = 2
 CONSUMERS = 2
+
+
+async def ack_batch(gate: Gate, keyspace: str, queue: str, events: Sequence[QueueEvent]) -> None:
+    """Ack a received batch: one ``Gate.queue_ack`` per shard it came from."""
+    by_shard: dict[str, list[int]] = {}
+    for e in events:
+        by_shard.setdefault(e.shard, []).append(e.id)
+    for shard, ids in by_shard.items():
+        await gate.queue_ack(keyspace, queue, shard, ids)
 
 
 async def run_e2e(
@@ -48,11 +56,7 @@ async def run_e2e(
             async for batch in stream:
                 if not batch.events:
                     continue
-                by_shard: dict[str, list[int]] = {}
-                for e in batch.events:
-                    by_shard.setdefault(e.shard, []).append(e.id)
-                for shard, ids in by_shard.items():
-                    await gate.queue_ack(keyspace, queue, shard, ids)
+                await ack_batch(gate, keyspace, queue, batch.events)
                 acked += len(batch.events)
                 if acked >= n:
                     done.set()
@@ -75,16 +79,18 @@ async def run_e2e(
 
 
 async def pgqueuer_rate(url: str, n: int) -> float:
-    """Events/s of ``n`` jobs through pgqueuer on the database at ``url`` (installs its schema)."""
+    """Events/s of ``n`` jobs through pgqueuer on the database at ``url`` (installs its schema),
+    in its recommended setup: the asyncpg driver, PRODUCERS producers on their own
+    connections enqueueing batches of BATCH, one ``QueueManager`` (``batch_size=BATCH``)."""
+    import asyncpg
     from pgqueuer import QueueManager
-    from pgqueuer.db import PsycopgDriver
+    from pgqueuer.db import AsyncpgDriver
     from pgqueuer.queries import Queries
 
-    conn = await psycopg.AsyncConnection.connect(url, autocommit=True)
-    pconn = await psycopg.AsyncConnection.connect(url, autocommit=True)
+    conns = [await asyncpg.connect(url) for _ in range(1 + PRODUCERS)]
     try:
-        await Queries(PsycopgDriver(conn)).install()
-        qm = QueueManager(Queries(PsycopgDriver(conn)))
+        await Queries(AsyncpgDriver(conns[0])).install()
+        qm = QueueManager(Queries(AsyncpgDriver(conns[0])))
         count = 0
 
         @qm.entrypoint("bench")
@@ -94,21 +100,21 @@ async def pgqueuer_rate(url: str, n: int) -> float:
             if count >= n:
                 qm.shutdown.set()
 
-        producer_q = Queries(PsycopgDriver(pconn))
+        producers = [Queries(AsyncpgDriver(c)) for c in conns[1:]]
         t0 = time.perf_counter()
 
-        async def produce() -> None:
-            for start in range(0, n, BATCH):
-                k = min(BATCH, n - start)
-                await producer_q.enqueue(["bench"] * k, [b"x"] * k, [0] * k)
+        async def produce(k: int) -> None:
+            for start in range(k * BATCH, n, BATCH * PRODUCERS):
+                m = min(BATCH, n - start)
+                await producers[k].enqueue(["bench"] * m, [b"x"] * m, [0] * m)
 
-        prod = asyncio.create_task(produce())
+        prods = [asyncio.create_task(produce(k)) for k in range(PRODUCERS)]
         await qm.run(batch_size=BATCH)
-        await prod
+        await asyncio.gather(*prods)
         return n / (time.perf_counter() - t0)
     finally:
-        await conn.close()
-        await pconn.close()
+        for c in conns:
+            await c.close()
 
 
 def table_producer(gate: Gate, n: int, queue: str = "jobs") -> Callable[[int], Awaitable[None]]:

@@ -10,15 +10,20 @@ For PostgreSQL (pgoutput) and MariaDB (binlog), on the same data in one run:
 3. **gate**: an in-process gate's ``update_stream`` client reads the same
    backlog from the saved start position (log reader thread -> tablet stream
    -> gate merge -> client), counting row events;
-4. **latency**: a live gate stream while a writer commits single-row
+4. **floor** (PostgreSQL): the server's own decoding of the same backlog with
+   ``pgoutput`` (``pg_logical_slot_peek_binary_changes`` on a slot created
+   before the backlog, counting the row messages), no client at all: the
+   physical limit any reader of the log meets;
+5. **latency**: a live gate stream while a writer commits single-row
    transactions at ``--rate`` per second; commit-to-client latency is the
    client's receive time minus the time the writer sent the COMMIT.
 
 Rates are counted from the first row delivered to the last (steady state; the
 time to the first row, connection and slot set-up included, is printed
-apart), medians of ``--rounds`` interleaved raw/gate rounds. Prints events/s,
-the gate/raw ratio (goals: PostgreSQL >= 0.5, MariaDB >= 0.8) and latency
-p50/p99 (goal: PostgreSQL p99 < 100 ms).
+apart), medians of ``--rounds`` interleaved floor/raw/gate rounds. Prints
+events/s, the gate/raw ratio (goals: PostgreSQL >= 0.5, MariaDB >= 0.8), the
+gate and raw rates against PostgreSQL's own decoding, and latency p50/p99 (goal:
+PostgreSQL p99 < 100 ms).
 
     python bench/change_stream.py [--rows 100000] [--rate 200] [--seconds 5] [--smoke]
 """
@@ -32,6 +37,7 @@ import statistics
 import time
 from typing import Any
 
+import psycopg
 import pymysql
 
 from shardgate.backends.change_log import open_change_log
@@ -89,6 +95,36 @@ async def _backlog(gate: Gate, rows: int) -> None:
         await tablet.execute(
             f"UPDATE t SET n = n + 1 WHERE id >= {ph} AND id < {ph}", [base, base + per_tx]
         )
+
+
+FLOOR_SLOT = "sg_bench_changes_floor"
+FLOOR_PUB = "sg_bench_changes_floor"
+#: pgoutput row messages: Insert, Update, Delete
+FLOOR_SQL = (f"SELECT count(*) FROM pg_logical_slot_peek_binary_changes('{FLOOR_SLOT}', NULL,"
+             f" NULL, 'proto_version', '1', 'publication_names', '{FLOOR_PUB}')"
+             " WHERE get_byte(data, 0) IN (73, 85, 68)")
+
+
+def _floor_setup(url: str) -> None:
+    """A pgoutput slot (and a publication of ``t``) from before the backlog."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f"CREATE PUBLICATION {FLOOR_PUB} FOR TABLE t")
+        conn.execute(f"SELECT pg_create_logical_replication_slot('{FLOOR_SLOT}', 'pgoutput')")
+
+
+def _floor_rate(url: str) -> tuple[float, int]:
+    """PostgreSQL's own pgoutput decoding of the backlog: (row messages/s, rows)."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        t0 = time.perf_counter()
+        row = conn.execute(FLOOR_SQL).fetchone()
+        n = int(row[0]) if row else 0
+        return n / (time.perf_counter() - t0), n
+
+
+def _floor_drop(url: str) -> None:
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots"
+                     " WHERE slot_name = %s", [FLOOR_SLOT])
 
 
 async def _gate_rate(gate: Gate, start: str, expected: int) -> tuple[float, float]:
@@ -161,6 +197,8 @@ async def run_backend(
     try:
         tablet = gate.tablets[(KS, "0")]
         await tablet.execute("CREATE TABLE t (id BIGINT PRIMARY KEY, v VARCHAR(64), n BIGINT)", [])
+        if kind == "postgres":
+            _floor_setup(url)
         await log.prepare()
         start = await log.current_position()
         await _backlog(gate, rows)
@@ -175,8 +213,12 @@ async def run_backend(
         gates: list[float] = []
         raw_starts: list[float] = []
         gate_starts: list[float] = []
-        raw_rows = 0
-        for _ in range(rounds):  # interleaved, so load from elsewhere hits both alike
+        floors: list[float] = []
+        raw_rows = floor_rows = 0
+        for _ in range(rounds):  # interleaved, so load from elsewhere hits all alike
+            if kind == "postgres":
+                rate, floor_rows = await asyncio.to_thread(_floor_rate, url)
+                floors.append(rate)
             t0 = time.perf_counter()
             raw_rows, first = await asyncio.to_thread(raw_decode, log, start, end)  # type: ignore[arg-type]
             raws.append(raw_rows / (time.perf_counter() - first))
@@ -186,7 +228,9 @@ async def run_backend(
             gate_starts.append(started)
         raw, via_gate = statistics.median(raws), statistics.median(gates)
         p50, p99, n = await _latency(gate, rate_per_s, seconds)
+        floor = statistics.median(floors) if floors else float("nan")
         return {"raw": raw, "gate": via_gate, "ratio": via_gate / raw, "p50": p50,
+                "floor": floor, "floor_rows": floor_rows,
                 "p99": p99, "samples": n, "raw_rows": raw_rows,
                 "raw_start": statistics.median(raw_starts),
                 "gate_start": statistics.median(gate_starts)}
@@ -195,6 +239,7 @@ async def run_backend(
         await log.drop()
         await log.close()
         if kind == "postgres":
+            _floor_drop(url)
             drop_database(PG_DB)
         else:
             _drop_mysql()
@@ -224,6 +269,11 @@ async def main() -> None:
             f"{r['gate_start'] * 1000:.0f} ms (gate)",
             flush=True,
         )
+        if kind == "postgres":
+            print(f"{'':9s} floor: PostgreSQL's own pgoutput decoding "
+                  f"(pg_logical_slot_peek_binary_changes, {int(r['floor_rows'])} row messages)"
+                  f" {r['floor']:>10,.0f} rows/s; raw decoder / floor {r['raw'] / r['floor']:.2f},"
+                  f" gate client / floor {r['gate'] / r['floor']:.2f}", flush=True)
     _ = ADMIN_URL
 
 

@@ -16,8 +16,11 @@ p50/p99 latency per operation:
 The Redis inbox is the usual list-per-user design: in memory, no fsync
 (the machine's Redis runs without an append-only file), no retention by
 whole buckets, no transaction with business rows; it is the latency floor,
-not an equivalent. A third column sends the same statements straight to one
-PostgreSQL shard with psycopg (no gate): the database's own floor, fsync
+not an equivalent. A third column runs the same operations with the very
+statements the gate sent to the shards (recorded from one shardgate operation
+of each kind, dialect rewrites included: the pointer UPDATE, then its INSERT
+when no row was there; the pointer SELECT, then the bucket scan), straight to
+each user's shard with psycopg (no gate): the database's own floor, fsync
 included. The rows are loaded with ``InboxStore.bulk_load`` (COPY) and Redis
 pipelines; loading time is printed too.
 
@@ -35,6 +38,7 @@ import sys
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import redis
 
@@ -45,6 +49,8 @@ from shardgate.gate import Gate
 from shardgate.queues.inbox.store import InboxStore
 
 REDIS_URL = "redis://127.0.0.1:6379/0"
+#: the shard statements the raw column runs (filled by bench_shardgate)
+sg_statements: dict[str, str] = {}
 SHARDS = 4
 LOAD_BATCH = 250_000
 READ_LIMIT = 10
@@ -98,7 +104,9 @@ async def bench_shardgate(users: int, ops: int, rnd: random.Random) -> dict[str,
         await timed(min(200, ops), append)  # warm the pools and plan cache
         out = {"append": await timed(ops, append), "read": await timed(ops, read),
                "commit": await timed(ops, commit)}
-        raw = await bench_raw(topo.keyspace("app").shards[0].url, bucket, ops, rnd)
+        statements = await record_statements(gate, store)
+        raw = await bench_raw(gate, statements, ops, rnd, users)
+        sg_statements.update(statements)
         return out | {f"raw {k}": v for k, v in raw.items()}
     finally:
         await gate.close()
@@ -106,30 +114,75 @@ async def bench_shardgate(users: int, ops: int, rnd: random.Random) -> dict[str,
             drop_database(name)
 
 
-async def bench_raw(url: str, bucket: str, ops: int, rnd: random.Random) -> dict[str, list[float]]:
-    """The same statements sent straight to one shard with psycopg (no gate): the floor."""
+async def record_statements(gate: Gate, store: InboxStore) -> dict[str, str]:
+    """The shard statements of one append, read and first commit, as the gate sent them."""
+    seen: list[str] = []
+    reals = {}
+    for key, tablet in gate.tablets.items():
+        reals[key] = real = tablet.execute
+
+        async def spy(sql: str, params: Any, *args: Any, real: Any = real, **kw: Any) -> Any:
+            if "information_schema" not in sql:
+                seen.append(sql)
+            return await real(sql, params, *args, **kw)
+
+        tablet.execute = spy  # type: ignore[method-assign]
+    try:
+        user = 2**41 + 1  # a user of its own: its first commit inserts the pointer row
+        await store.append(user, "hello")
+        got = await store.read_committed(user, "rec", limit=READ_LIMIT)
+        await store.commit(user, "rec", got.pointer)  # type: ignore[arg-type]
+    finally:
+        for key, tablet in gate.tablets.items():
+            tablet.execute = reals[key]  # type: ignore[method-assign]
+    assert len(seen) == 5, seen
+    return dict(zip(("append", "pointer", "scan", "update", "insert"), seen, strict=True))
+
+
+async def bench_raw(gate: Gate, stmts: dict[str, str], ops: int, rnd: random.Random,
+                    users: int) -> dict[str, list[float]]:
+    """The statements the gate sends (``stmts``), straight to each user's shard with
+    psycopg (no gate): the floor. Same logic as the store: the pointer UPDATE, then
+    the INSERT when it changed no row; the pointer SELECT, then the bucket scan."""
     import psycopg
 
-    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
-        picks = [rnd.randrange(2**40) for _ in range(ops)]
+    shards = gate.topology.keyspace("app").shards
+    smap = gate.topology.keyspace("app").shard_map
+    vindex: Any = gate.vschema.keyspace("app").vindexes["hash"]
+    conns = {s.name: await psycopg.AsyncConnection.connect(s.url, autocommit=True)
+             for s in shards}
+    try:
+        picks = [rnd.randrange(users) for _ in range(ops)]
+        conn_of = [conns[smap.find(vindex.map([u])[0][0])] for u in picks]
+        pointers: dict[int, tuple[int, int]] = {}
+        base = 2**62
 
         async def append(i: int) -> None:
-            await conn.execute(f"INSERT INTO {bucket} (user_id, ts, msg_id, body) "
-                               "VALUES (%s, %s, %s, %s)", (picks[i], i, i, "hello"))
+            await conn_of[i].execute(stmts["append"],
+                                     (picks[i], time.time_ns() // 1000, base + i, "hello"))
 
         async def read(i: int) -> None:
-            await conn.execute("SELECT ts, msg_id, recent FROM inbox_pointers "
-                               "WHERE user_id = %s AND consumer = %s", (picks[i], "app"))
-            await conn.execute(f"SELECT ts, msg_id, body FROM {bucket} WHERE user_id = %s "
-                               "AND ts >= %s ORDER BY ts, msg_id LIMIT 16", (picks[i], 0))
+            conn = conn_of[i]
+            cur = await conn.execute(stmts["pointer"], (picks[i], "raw"))
+            row = await cur.fetchone()
+            cur = await conn.execute(stmts["scan"], (picks[i], 0 if row is None else row[0]))
+            rows = await cur.fetchall()
+            pointers[i] = (int(rows[-1][0]), int(rows[-1][1])) if rows else (0, 0)
 
         async def commit(i: int) -> None:
-            await conn.execute("INSERT INTO inbox_pointers (user_id, consumer, ts, msg_id, "
-                               "recent, updated_at) VALUES (%s, 'app', %s, %s, '', 0)",
-                               (picks[i], i, i))
+            ts, msg_id = pointers[i]
+            now, recent = time.time_ns() // 1000, f"{ts}.{msg_id}"
+            cur = await conn_of[i].execute(stmts["update"],
+                                           (ts, msg_id, recent, now, picks[i], "raw"))
+            if cur.rowcount == 0:
+                await conn_of[i].execute(stmts["insert"],
+                                         (picks[i], "raw", ts, msg_id, recent, now))
 
         return {"append": await timed(ops, append), "read": await timed(ops, read),
                 "commit": await timed(ops, commit)}
+    finally:
+        for conn in conns.values():
+            await conn.close()
 
 
 async def bench_redis(users: int, ops: int, rnd: random.Random) -> dict[str, list[float]]:
@@ -198,8 +251,10 @@ async def main() -> None:
         p50, p99 = pct(sg[f"raw {op}"], 0.5), pct(sg[f"raw {op}"], 0.99)
         print(f"  {op:<8} {s50:>11,.0f} µs {s99:>6,.0f} µs {r50:>7,.0f} µs {r99:>6,.0f} µs"
               f" {s50 / r50:>9.1f}x {s99 / r99:>9.1f}x   {p50:>7,.0f} µs {p99:>6,.0f} µs")
-    print("  raw pg: the same statements sent to one shard with psycopg, no gate (the floor);"
-          " commit there is a plain INSERT")
+    print("  raw pg: the statements the gate sent, straight to each user's shard with psycopg,"
+          " no gate (the floor):")
+    for name, text in sg_statements.items():
+        print(f"    {name:<8} {text}")
     print(f"  (means: shardgate append {statistics.fmean(sg['append']):,.0f} µs, "
           f"read {statistics.fmean(sg['read']):,.0f} µs)")
 

@@ -7,7 +7,10 @@ Spark writer). Then, in one Spark session (``local[2]``):
 1. **snapshot**: ``DumpJob`` (first run) reads every shard in its snapshot
    transaction and commits the Delta table; reference: Spark's JDBC reader,
    one read per shard unioned, written as Parquet (the same bytes to disk,
-   without a consistent snapshot, positions or a Delta commit);
+   without a consistent snapshot, positions or a Delta commit). Both are warmed
+   up first (untimed runs: JVM JIT, JDBC, Python workers), then timed in
+   ``--rounds`` interleaved rounds (each DumpJob snapshot into a fresh lake);
+   medians;
 2. **catch-up**: ``--changes`` row changes are committed on the shards
    (updates of every row in turn, 1,000 rows per transaction, and 10 % deletes),
    then the reference reads them through the gate's change stream alone (from
@@ -25,6 +28,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import shutil
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -53,6 +57,8 @@ from shardgate.topo import Topology
 
 SHARDS = 4
 TX_ROWS = 1000
+#: untimed runs of each snapshot path before the timed rounds (as spark_read.py)
+WARMUP = 2
 
 
 def jdbc_snapshot(spark: Any, names: list[str], out: Path) -> float:
@@ -133,7 +139,7 @@ def progress(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-def main(rows: int, changes: int, batch_rows: int) -> None:
+def main(rows: int, changes: int, batch_rows: int, rounds: int, warmup: int) -> None:
     import psycopg
 
     from shardgate.spark.jobs import DumpJob, read_table
@@ -149,10 +155,26 @@ def main(rows: int, changes: int, batch_rows: int) -> None:
         for url in urls:
             with psycopg.connect(url, autocommit=True) as conn:
                 conn.execute("VACUUM ANALYZE t")
-        jd = jdbc_snapshot(spark, names, tmp / "jdbc") if Path(JDBC_JAR).exists() else 0.0
+        has_jdbc = Path(JDBC_JAR).exists()
 
-        snap = DumpJob(topo, "bench", "t", lake, spark=spark, batch_rows=batch_rows,
-                       progress=progress).run_sync()
+        def dump(path: str) -> Any:
+            return DumpJob(topo, "bench", "t", path, spark=spark, batch_rows=batch_rows,
+                           progress=progress).run_sync()
+
+        for w in range(warmup):  # both paths to steady state: JIT, JDBC, Python workers
+            if has_jdbc:
+                jdbc_snapshot(spark, names, tmp / f"jdbc_warm{w}")
+            dump(str(tmp / f"lake_warm{w}"))
+        jds: list[float] = []
+        snaps: list[Any] = []
+        for r in range(rounds):  # interleaved: load from elsewhere hits both alike
+            if has_jdbc:
+                jds.append(jdbc_snapshot(spark, names, tmp / f"jdbc{r}"))
+            lake = str(tmp / f"lake{r}")
+            snaps.append(dump(lake))
+        snap_s = statistics.median(s.snapshot_s for s in snaps)
+        snap_rate = statistics.median(s.snapshot_rows_per_s for s in snaps)
+        jd = statistics.median(jds) if jds else 0.0
         made = make_changes(urls, changes, rows)
         ref_events, ref_s = asyncio.run(stream_only(topo, lake))
         catch = DumpJob(topo, "bench", "t", lake, batch_rows=batch_rows,
@@ -164,8 +186,8 @@ def main(rows: int, changes: int, batch_rows: int) -> None:
         assert lake_df.count() == total, "the lake does not match the tables"
 
         print(f"{'what':<44}{'seconds':>9}{'rate/s':>12}")
-        print(f"{'snapshot: DumpJob (rows)':<44}{snap.snapshot_s:>9.2f}"
-              f"{snap.snapshot_rows_per_s:>12.0f}")
+        print(f"medians of {rounds} interleaved rounds after {warmup} untimed warm-up runs each")
+        print(f"{'snapshot: DumpJob (rows)':<44}{snap_s:>9.2f}{snap_rate:>12.0f}")
         if jd:
             print(f"{'snapshot ref: Spark JDBC -> Parquet (rows)':<44}{jd:>9.2f}"
                   f"{rows / jd:>12.0f}")
@@ -174,7 +196,9 @@ def main(rows: int, changes: int, batch_rows: int) -> None:
         print(f"{'catch-up ref: gate stream only (events)':<44}{ref_s:>9.2f}"
               f"{ref_events / ref_s:>12.0f}")
         if jd:
-            print(f"ratio snapshot DumpJob/JDBC: {snap.snapshot_rows_per_s / (rows / jd):.2f}x")
+            print(f"ratio snapshot DumpJob/JDBC: {snap_rate / (rows / jd):.2f}x (per round: "
+                  + ", ".join(f"{s.snapshot_rows_per_s / (rows / j):.2f}"
+                              for s, j in zip(snaps, jds, strict=True)) + ")")
         print(f"ratio catch-up apply/stream: "
               f"{catch.catchup_events_per_s / (ref_events / ref_s):.2f}x "
               f"({catch.change_events} events, {made} rows changed, {catch.merges} merges of "
@@ -190,9 +214,10 @@ if __name__ == "__main__":
     ap.add_argument("--rows", type=int, default=1_000_000)
     ap.add_argument("--changes", type=int, default=200_000)
     ap.add_argument("--batch-rows", type=int, default=100_000, help="change rows per MERGE")
+    ap.add_argument("--rounds", type=int, default=3, help="interleaved timed snapshot rounds")
     ap.add_argument("--smoke", action="store_true", help="a short run (20k rows), for CI")
     args = ap.parse_args()
     if args.smoke:
-        main(20_000, 10_000, 5_000)
+        main(20_000, 10_000, 5_000, 1, 1)
     else:
-        main(args.rows, args.changes, args.batch_rows)
+        main(args.rows, args.changes, args.batch_rows, args.rounds, WARMUP)

@@ -368,6 +368,9 @@ class PooledBackend(Backend):
     async def _connect(self) -> PooledConnection:
         """Open one connection (autocommit); raise ``Unavailable`` if unreachable."""
 
+    def can_lend_now(self) -> bool:
+        return not self._slots.locked()
+
     async def acquire(self) -> Connection:
         if self._closed:
             raise FailedPrecondition(f"backend for {self.safe_url} is closed")

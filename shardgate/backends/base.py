@@ -180,6 +180,11 @@ class Backend(ABC):
     async def release(self, conn: Connection) -> None:
         """Give a connection back; one left inside a transaction is rolled back first."""
 
+    def can_lend_now(self) -> bool:
+        """Whether :meth:`acquire` would lend a connection without waiting for another
+        borrower to release one."""
+        return True
+
     @abstractmethod
     async def close(self) -> None:
         """Close every pooled connection."""

@@ -12,7 +12,11 @@ Invariants:
   ``ROLLBACK``.
 * **Prepared statements.** psycopg prepares a statement server-side after it
   ran 5 times on a connection (``prepare_threshold``); kept, it is the hot
-  path. BEGIN/COMMIT/ROLLBACK are never prepared.
+  path. BEGIN/COMMIT/ROLLBACK are never prepared. ``execute`` turns the ``%s``
+  placeholders into PostgreSQL's ``$n`` once per statement text (a bounded
+  cache, :func:`native_placeholders`) and sends it through a raw cursor:
+  psycopg would otherwise re-parse every statement with more than 50
+  parameters (a multi-row INSERT) on every call.
 * **Streaming.** ``stream`` declares a server-side (named) cursor and fetches
   ``batch_size`` rows per round trip. A named cursor lives inside a
   transaction: outside one, ``stream`` opens its own and ends it when the
@@ -40,6 +44,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import re
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
@@ -141,6 +146,40 @@ def _gid(xid: str) -> str:
     return "'" + xid.replace("'", "''") + "'"
 
 
+_PERCENT = re.compile(r"%(.)", re.DOTALL)
+#: statement texts converted by :func:`native_placeholders` (cleared when full)
+_NATIVE: dict[str, tuple[str, int] | None] = {}
+_NATIVE_MAX = 2048
+
+
+def native_placeholders(sql: str) -> tuple[str, int] | None:
+    """``sql`` with each ``%s`` as ``$1``, ``$2``... and ``%%`` as ``%``, and the
+    number of placeholders; None when it holds another ``%`` sequence (psycopg
+    then reads it, and refuses what it must)."""
+    hit = _NATIVE.get(sql, False)
+    if hit is not False:
+        return hit  # type: ignore[return-value]
+    count = 0
+    bad = False
+
+    def sub(m: re.Match[str]) -> str:
+        nonlocal count, bad
+        c = m.group(1)
+        if c == "s":
+            count += 1
+            return f"${count}"
+        if c != "%":
+            bad = True
+        return "%"
+
+    out = _PERCENT.sub(sub, sql)
+    answer = None if bad or "%" in sql[-1:] else (out, count)
+    if len(_NATIVE) >= _NATIVE_MAX:
+        _NATIVE.clear()
+    _NATIVE[sql] = answer
+    return answer
+
+
 class PostgresConnection(PooledConnection):
     """One psycopg ``AsyncConnection`` in autocommit mode."""
 
@@ -168,8 +207,14 @@ class PostgresConnection(PooledConnection):
         if limits is not None and is_read(sql):
             return await self._execute_limited(sql, params, limits)
         try:
-            cur = self._raw.cursor()
-            await cur.execute(sql, params)
+            native = native_placeholders(sql)
+            cur: psycopg.AsyncCursor[Any] | psycopg.AsyncRawCursor[Any]
+            if native is not None and native[1] == len(params):
+                cur = psycopg.AsyncRawCursor(self._raw)
+                await cur.execute(native[0], params)
+            else:
+                cur = self._raw.cursor()
+                await cur.execute(sql, params)
             description = cur.description
             if description is not None:
                 result = Result([c.name for c in description], await cur.fetchall())

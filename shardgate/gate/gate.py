@@ -641,6 +641,20 @@ class Gate:
                 raise _with_note(exc, "the transaction was rolled back") from exc
         if session.in_transaction:  # an implicit transaction: its owner handles errors
             return await _execute(prim, cursor, bv)
+        if _one_statement_insert(prim):
+            # Rows of one shard go in one autocommit statement (atomic by itself, no
+            # BEGIN/COMMIT); rows of several shards open the implicit transaction
+            # when they reach the shards (_SessionCursor._each).
+            cursor.may_open_implicit = True
+            try:
+                result = await _execute(prim, cursor, bv)
+            except BaseException:
+                if session.in_transaction:
+                    await self.rollback(session)
+                raise
+            if session.in_transaction:
+                await self.commit(session)
+            return result
         if _needs_implicit_tx(prim):
             session.in_transaction = session.implicit = True
             try:
@@ -1050,6 +1064,13 @@ def _writes(prim: object) -> bool:
     return isinstance(prim, Route) and prim.write
 
 
+def _one_statement_insert(prim: object) -> bool:
+    """An INSERT whose only shard call is the insert itself (no lookup rows, no
+    sequence, no secondary vindex checks, not a reference table)."""
+    return (isinstance(prim, Insert) and len(prim.rows) > 1 and not prim.owned_lookups
+            and not prim.broadcast and not prim.secondary and prim.auto_increment is None)
+
+
 def _needs_implicit_tx(prim: object) -> bool:
     if isinstance(prim, ScalarSubqueries):
         return _needs_implicit_tx(prim.outer)
@@ -1089,7 +1110,7 @@ class _SessionCursor(ExecCursor):
     query and the shard, instead of reading as a fault of the user's statement.
     """
 
-    __slots__ = ("gate", "internal", "session", "topology")
+    __slots__ = ("gate", "internal", "may_open_implicit", "session", "topology")
 
     def __init__(self, gate: Gate, session: Session, internal: str | None = None) -> None:
         self.gate = gate
@@ -1097,6 +1118,9 @@ class _SessionCursor(ExecCursor):
         self.internal = internal or session.internal
         #: the topology the statement started with: a change mid-statement waits
         self.topology = gate.topology
+        #: a write to several shards outside a transaction opens the implicit one
+        #: (the caller commits or rolls it back) instead of being refused
+        self.may_open_implicit = False
 
     def shard_map(self, keyspace: str) -> ShardMap:
         return self.topology.keyspace(keyspace).shard_map
@@ -1198,7 +1222,9 @@ class _SessionCursor(ExecCursor):
         if len(shards) == 1:
             return [await self._one(keyspace, shards[0], query, bind_vars[0])]
         if write and not self.session.in_transaction:
-            raise Internal("a multi-shard write reached the shards outside a transaction")
+            if not self.may_open_implicit:
+                raise Internal("a multi-shard write reached the shards outside a transaction")
+            self.session.in_transaction = self.session.implicit = True
         results = await asyncio.gather(
             *(self._one(keyspace, s, query, bv) for s, bv in zip(shards, bind_vars, strict=True)),
             return_exceptions=True,

@@ -46,6 +46,13 @@ from shardgate.sql.classify import create_queue_statement, head_words
 from shardgate.sql.statements import CreateQueueStatement
 
 _NOW_NS = NOW_NS
+
+
+def now_ns_sql(dialect: str) -> str:
+    """The SQL expression of the database clock stamping ``time_scheduled`` (ns)."""
+    return NOW_NS[dialect]
+
+
 _RANDOM_ID = {
     "sqlite": "(random() & 9223372036854775807)",
     "postgres": "(('x' || substr(replace(gen_random_uuid()::text, '-', ''), 1, 15))"

@@ -16,8 +16,11 @@ Where each step runs:
   running gate over gRPC (option ``gate``). Received events wait in a
   bounded buffer.
 * ``latestOffset(start, limit)``: first acks every batch up to ``start``
-  (Spark asks for the next offset only after the previous batch committed),
-  then takes up to ``maxEventsPerTrigger`` buffered events (waiting up to
+  (Spark asks for the next offset only after the previous batch committed)
+  without waiting for that write: it runs on the receiver's loop while the
+  next batch is planned and processed (a failed ack write is raised by the
+  next call; ``commit`` and ``stop`` wait for the writes in flight), then
+  takes up to ``maxEventsPerTrigger`` buffered events (waiting up to
   ``waitMs`` for the first), stashes them under a new batch number and
   returns ``{"seq": n, "events": {shard: "id,id,..."}}``; no events: ``start``
   (no batch).
@@ -43,6 +46,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import concurrent.futures
 import contextlib
 import threading
 import time
@@ -160,6 +164,7 @@ class _Receiver:
 
     ``buffer`` and ``error`` are guarded by ``cond``; the pump task is the
     only writer of ``buffer`` appends, callers of :meth:`take` the only readers.
+    ``acks`` are the ack writes in flight (only the driver thread touches it).
     """
 
     def __init__(self, opts: SourceOptions, qopts: QueueSourceOptions) -> None:
@@ -169,6 +174,7 @@ class _Receiver:
         self.buffer: collections.deque[QueueEvent] = collections.deque()
         self.fields: list[str] | None = None
         self.error: BaseException | None = None
+        self.acks: list[concurrent.futures.Future[None]] = []
         self.loop: LoopThread = LoopThread("shardgate-spark-queue")
         try:
             self.source: _Source = self.loop.run(self._open(opts, qopts))
@@ -210,6 +216,7 @@ class _Receiver:
     def take(self, n: int, wait_s: float, admit: Any) -> list[QueueEvent]:
         """Up to ``n`` buffered events that ``admit(event)``; waits ``wait_s`` for the first."""
         deadline = time.monotonic() + wait_s
+        self.reap()
         with self.cond:
             while True:
                 if self.error is not None:
@@ -239,13 +246,36 @@ class _Receiver:
             self.buffer = collections.deque(
                 e for e in self.buffer if (e.shard, e.id) not in acked)
 
-    def ack(self, by_shard: dict[str, list[int]]) -> None:
+    def ack(self, by_shard: dict[str, list[int]], *, wait: bool) -> None:
+        """Write the acks on the loop; with ``wait``, return once they and every
+        earlier ack write committed, else at once (see :meth:`reap`)."""
         async def run() -> None:
             await asyncio.gather(*(self.source.ack(s, ids) for s, ids in by_shard.items() if ids))
 
-        self.loop.run(run())
+        self.reap()
+        if by_shard:
+            self.acks.append(asyncio.run_coroutine_threadsafe(run(), self.loop.loop))
+        if wait:
+            pending, self.acks = self.acks, []
+            for fut in pending:
+                _ack_result(fut, None)
+
+    def reap(self) -> None:
+        """Forget the ack writes that finished; raise the first that failed."""
+        pending = []
+        for fut in self.acks:
+            if fut.done():
+                _ack_result(fut, 0)
+            else:
+                pending.append(fut)
+        self.acks = pending
 
     def close(self) -> None:
+        for fut in self.acks:  # unacked events would fire again after ack_wait: wait
+            with contextlib.suppress(Exception):
+                fut.result(30)
+        self.acks = []
+
         async def shut() -> None:
             self.task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -256,6 +286,15 @@ class _Receiver:
             self.loop.run(shut(), timeout=30)
         finally:
             self.loop.close()
+
+
+def _ack_result(fut: concurrent.futures.Future[None], timeout: float | None) -> None:
+    try:
+        fut.result(timeout)
+    except ShardgateError:
+        raise
+    except Exception as exc:
+        raise ShardgateError(f"acking a committed batch failed: {exc!r}") from exc
 
 
 class QueueEventsPartition(InputPartition):
@@ -393,7 +432,7 @@ class QueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 return True
         return False
 
-    def _ack_upto(self, end: dict[str, Any]) -> None:
+    def _ack_upto(self, end: dict[str, Any], *, wait: bool = False) -> None:
         seq = int(end.get("seq", 0))
         by_shard: dict[str, set[int]] = {}
         if seq > self._acked_seq:  # the ids in ``end``: once (idle triggers repeat ``start``)
@@ -405,10 +444,12 @@ class QueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 by_shard.setdefault(e.shard, set()).add(e.id)
         if not any(by_shard.values()):
             self._acked_seq = max(self._acked_seq, seq)
+            if wait and self._receiver is not None:
+                self._receiver.ack({}, wait=True)
             return
         acks = {s: sorted(ids) for s, ids in by_shard.items()}
         rx = self._rx()
-        rx.ack(acks)
+        rx.ack(acks, wait=wait)
         self._acked_seq = max(self._acked_seq, seq)
         acked = {(s, i) for s, ids in acks.items() for i in ids}
         rx.forget(acked)
@@ -465,7 +506,7 @@ class QueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return rows
 
     def commit(self, end: dict[str, Any]) -> None:
-        self._ack_upto(end)
+        self._ack_upto(end, wait=True)
 
     def stop(self) -> None:
         rx, self._receiver = self._receiver, None

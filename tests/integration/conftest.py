@@ -23,8 +23,12 @@ from shardgate.topo.embedded import (
 @dataclass
 class Cluster:
     gate: Gate
-    topology: Topology
     kind: str
+
+    @property
+    def topology(self) -> Topology:
+        """The gate's topology now (VSchema changes such as CREATE QUEUE included)."""
+        return self.gate.topology
 
     def shard_urls(self, keyspace: str) -> dict[str, str]:
         return {s.name: s.url for s in self.topology.keyspace(keyspace).shards}
@@ -53,7 +57,7 @@ async def open_cluster(kind: str, make_database: Callable[..., str], shards: int
         await gate.execute(ls, ddl)
     for seq in SEQUENCE_ROWS:
         await gate.execute(ls, f"INSERT INTO {seq} (id, next_id, cache) VALUES (0, 1, 50)")
-    return Cluster(gate, topo, kind)
+    return Cluster(gate, kind)
 
 
 @pytest.fixture

@@ -425,7 +425,11 @@ def test_queue_reader_over_grpc_gate_acks_after_next_offset_and_replays(tmp_path
         assert sorted(r[1] for r in replay) == sorted(ids)
 
         off2 = reader.latestOffset(off1, ReadMaxRows(10))  # batch 1 committed: acked now
-        assert states(ids) == {"acked"}
+        # (the ack write runs on the receiver's loop, not holding up the next batch)
+        deadline = time.monotonic() + 10
+        while states(ids) != {"acked"}:
+            assert time.monotonic() < deadline, states(ids)
+            time.sleep(0.02)
         more = [r[1] for p in reader.partitions(off1, off2) for r in reader.read(p)]
         assert 0 < len(more) <= 10 and not set(more) & set(ids)
         assert states(more) == {"fired"}

@@ -273,3 +273,40 @@ def _by_shard(gate: Gate, vindex: str, values: list[Any]) -> dict[str, list[Any]
     for v in values:
         out.setdefault(shard_of(gate, vindex, v), []).append(v)
     return {k: sorted(v) for k, v in out.items()}
+
+
+def _count_begins(gate: Gate) -> list[str]:
+    """Record every shard transaction the gate begins (the tablets still begin them)."""
+    begun: list[str] = []
+    for (ks, shard), tablet in gate.tablets.items():
+        real = tablet.begin
+
+        async def begin(real: Any = real, name: str = f"{ks}/{shard}") -> int:
+            begun.append(name)
+            return int(await real())
+
+        tablet.begin = begin  # type: ignore[method-assign]
+    return begun
+
+
+async def test_a_multi_row_insert_into_one_shard_is_one_autocommit_statement(
+        gate: Gate) -> None:
+    """No BEGIN/COMMIT around a one-shard INSERT; rows of several shards stay atomic."""
+    values = range(1, 200)
+    by_shard: dict[str, list[int]] = {}
+    for v in values:
+        by_shard.setdefault(shard_of(gate, "xxhash", v), []).append(v)
+    first, second = sorted(by_shard, key=lambda s: -len(by_shard[s]))[:2]
+    same = by_shard[first][:3]
+    begun = _count_begins(gate)
+    await gate.execute(gate.session(), "INSERT INTO t2 (k, v) VALUES (:a, 'x'), (:b, 'y'), "
+                       "(:c, 'z')", {"a": same[0], "b": same[1], "c": same[2]})
+    assert begun == []
+    assert (await placed(gate, "t2", "k")) == {first: sorted(same)}
+    # Rows for two shards, one of them a duplicate: nothing of the statement stays.
+    other = by_shard[second][0]
+    with pytest.raises(ShardgateError):
+        await gate.execute(gate.session(), "INSERT INTO t2 (k, v) VALUES (:a, 'x'), (:b, 'y')",
+                           {"a": other, "b": same[0]})
+    assert sorted(begun) == sorted([f"ks/{first}", f"ks/{second}"])
+    assert (await placed(gate, "t2", "k")) == {first: sorted(same)}

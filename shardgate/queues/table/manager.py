@@ -1,10 +1,14 @@
 """The queue manager: fires one queue table's events on one shard (Vitess's messageManager).
 
 One manager runs per shard and queue table, only in the tablet holding the
-shard's lease (:mod:`shardgate.tablet.lease`); all its writes go through the
-lease's own connection (:class:`Writer`), so losing the lease (the
-connection or lock file is gone) makes the next write fail, and a failed
-write stops the manager at once (:attr:`QueueManager.failure`).
+shard's lease (:mod:`shardgate.tablet.lease`); its fire, fail, purge and
+follow-up writes go through the lease's own connection (:class:`Writer`), so
+losing the lease (the connection or lock file is gone) makes the next write
+fail, and a failed write stops the manager at once
+(:attr:`QueueManager.failure`). Acks, idempotent conditional UPDATEs valid
+with or without the lease, go through pooled connections so they never wait
+behind a fire write (through the lease's when the pool has none free: the
+acking receiver may hold the last one in its own transaction).
 
 Parts
 -----
@@ -13,19 +17,26 @@ Parts
   table: losing it loses nothing.
 * **The run loop** (one task): scans, fires, sleeps until the next due time
   or a wake-up. Only this task fires and scans, so scans and fires never race.
-* **Scans.** *New*: after the tablet committed a write to this table, or
-  read a queue signal of another writer's commit (:meth:`notify`, an
-  in-process wake-up: the manager neither polls nor listens), one scan
-  reads ``to_be_fired`` events scheduled since the watermark (less a slack),
-  or since the start of the earliest write of the transactions committed since
-  the last scan if that is older (a long transaction's events carry their insert
-  time, not their commit time), up to now + window, LIMIT the free room of
-  the window; wake-ups that arrive during a scan coalesce into one more
-  scan. The first scan after a wake-up reads only the earliest
-  ``QUICK_SCAN_ROWS`` and fires them before a follow-up scan reads the rest,
-  so a bulk commit's first events go out without waiting for all of it.
-  *Full*: once per window (and at start, and when a scan filled the
-  window, "pending mode", as soon as it drains), new events up to now + window. *Collector*: every
+* **Scans.** *New*: after the tablet committed a write to this table
+  (:meth:`notify`, an in-process wake-up: no polling, no NOTIFY), one scan
+  reads ``to_be_fired`` events from the *cursor* up to now + window, LIMIT the
+  free room of the window, so it reads only rows it has not seen (the
+  backlog held in the window is not read again). The cursor is on the
+  database's clock (which stamps ``time_scheduled``): after a complete scan
+  it moves to the scan's start time in that clock (our clock plus a lower
+  bound of the offset, measured at each full scan, less
+  :data:`CLOCK_MARGIN_NS`): an event stamped earlier belongs to a statement
+  that started before the scan, and if its transaction committed after the
+  scan, its wake-up says when its first write started (``since_ns``) and
+  the next scan reaches back to that, however long ago (a long transaction's
+  events carry their insert time, not their commit time). A wake-up without
+  that start reaches back :data:`SCAN_SLACK_NS`. A scan that filled the
+  window ("pending mode") leaves the cursor at the last row it took; the
+  next scan, as soon as the window drains to half, continues from there.
+  Wake-ups that arrive during a scan coalesce into one more scan. *Full*:
+  once per window (and at start), new events from the beginning up to now +
+  window: the backstop for rows no wake-up announced (written around the
+  tablet, or with an explicit ``time_scheduled`` in the past). *Collector*: every
   ``collector_interval``, fired-but-unacked events whose retry time falls in
   the window; retries due beyond the window are left to it, so the fast path
   stays on fresh events.
@@ -38,8 +49,10 @@ Parts
   events that statement changed to the least busy receiver. Events out of
   attempts (``max_attempts``) are written ``failed`` instead.
 * **Acks** (:meth:`ack`) are gathered while one ack write is running and
-  written together by primary key; the caller returns once its ack is
-  committed. An acked event leaves the window and in-flight table.
+  written together by primary key on a pooled connection; the caller returns
+  once its ack is committed. An acked event leaves the window and in-flight
+  table; one acked while a fire write including it runs is not put back in
+  flight by that write (``_acked_while_firing``).
 * **The purge** (its own task) deletes acked events older than
   ``retention``, 500 rows per statement.
 
@@ -83,15 +96,25 @@ from shardgate.queues import metrics
 from shardgate.queues.events import QueueEvent
 from shardgate.queues.options import QueueOptions
 from shardgate.queues.receivers import Receiver
-from shardgate.queues.table.store import QueueStore, ScannedRow
+from shardgate.queues.table.store import (
+    EPOCH,
+    ID,
+    PRIORITY,
+    STATE,
+    TIME_NEXT,
+    TIME_SCHEDULED,
+    VALUES,
+    QueueStore,
+)
 
 log = logging.getLogger(__name__)
 
-#: How far (ns: 2 s) the new-event scan reaches back before the watermark (late commits).
+#: How far (ns: 2 s) a new-event scan reaches back before the cursor after a wake-up
+#: that does not say when the committed writes started (``notify`` without ``since_ns``).
 SCAN_SLACK_NS = 2_000_000_000
-#: Rows the first new-event scan after a wake-up reads at most: the first events of a
-#: large commit (a bulk enqueue) fire before the rest is read by a follow-up scan.
-QUICK_SCAN_ROWS = 64
+#: Allowance (ns) for the database clock's resolution and drift between two
+#: measurements of its offset from ours (SQLite stamps whole milliseconds).
+CLOCK_MARGIN_NS = 20_000_000
 #: Nanoseconds per second.
 _NS = 1_000_000_000
 
@@ -109,15 +132,24 @@ class Writer:
             yield self.conn
 
 
-@dataclass
 class _Event:
-    row: ScannedRow
-    due: int
-    epoch: int
-    key: Any = None
-    group: Any = None
-    receiver: Receiver | None = None
-    deadline: int = 0
+    """One event of the window: the scanned row (the driver's tuple, kept as is)
+    and the manager's bookkeeping. A slotted class, built once per event admitted,
+    never per row scanned."""
+
+    __slots__ = ("deadline", "due", "epoch", "group", "id", "key", "priority", "receiver",
+                 "row")
+
+    def __init__(self, row: Sequence[Any], due: int, epoch: int) -> None:
+        self.row = row
+        self.id: int = row[ID]
+        self.priority: int = row[PRIORITY] or 0
+        self.due = due
+        self.epoch = epoch
+        self.key: Any = None
+        self.group: Any = None
+        self.receiver: Receiver | None = None
+        self.deadline = 0
 
 
 @dataclass
@@ -162,11 +194,20 @@ class QueueManager:
         self._full_at = 0
         self._collect_at = 0
         self._pending_mode = False
-        self._watermark = 0
-        #: earliest start of a committed transaction's writes not scanned for yet
+        #: new-event scans start here (database clock, inclusive): every unfired row
+        #: stamped earlier and committed before the last scan began has been read,
+        #: except those from ``_gap`` on
+        self._cursor = 0
+        #: when set, rows from here (inclusive) up to the cursor still need a re-read
+        #: (a late commit's rows, read only in part because the window filled)
+        self._gap: int | None = None
+        #: earliest start (our clock) of a committed transaction's writes not scanned for yet
         self._rescan_from: int | None = None
-        #: the last new-event scan was a quick one that filled its page: read on at once
-        self._follow_up = False
+        #: a lower bound of (database clock - our clock), measured at each full scan
+        self._offset = 0
+        #: ids of the fire write in progress, and those of them acked meanwhile
+        self._firing: set[int] = set()
+        self._acked_while_firing: set[int] = set()
         self._tokens = float(options.batch_size)
         self._tokens_at = time.monotonic()
         self._key_owner: dict[Any, int] = {}
@@ -232,16 +273,19 @@ class QueueManager:
     def notify(self, kind: str = "insert", since_ns: int | None = None) -> None:
         """The tablet committed a write to this table: look for new events soon.
 
-        ``since_ns`` is when the committed transaction's first write to the table
-        started: the next new-event scan reaches back to it, however long ago the
-        transaction began (its events' ``time_scheduled`` are at least that).
+        ``since_ns`` is when (our clock) the committed transaction's first write to
+        the table started: the next new-event scan reaches back to it, however long
+        ago the transaction began (its events' ``time_scheduled`` are at least that,
+        on the database's clock). Without it, the scan reaches back
+        :data:`SCAN_SLACK_NS` from now.
         """
         if kind == "insert":
             self._new_pending = True
-            if since_ns is not None:
-                self._rescan_from = (
-                    since_ns if self._rescan_from is None else min(self._rescan_from, since_ns)
-                )
+            if since_ns is None:
+                since_ns = self._clock() - SCAN_SLACK_NS
+            self._rescan_from = (
+                since_ns if self._rescan_from is None else min(self._rescan_from, since_ns)
+            )
         self._wake.set()
 
     def wake(self) -> None:
@@ -279,9 +323,7 @@ class QueueManager:
             self._ack_pending = set()
             self._ack_waiters = []
             try:
-                async with self.writer.use() as conn:
-                    for i in range(0, len(ids), 1000):
-                        await self.store.ack(conn, ids[i : i + 1000])
+                await self._write_acks(ids)
             except BaseException as exc:
                 for w in waiters:
                     if not w.done():
@@ -291,6 +333,8 @@ class QueueManager:
                     self._fail(exc)
                     return
                 raise
+            if self._firing:  # that fire write must not put these back in flight
+                self._acked_while_firing.update(i for i in ids if i in self._firing)
             groups: dict[Any, int] = {}
             for eid in ids:
                 ev = self._in_flight.get(eid) or self._events.get(eid)
@@ -305,6 +349,23 @@ class QueueManager:
             if groups:
                 await self._check_groups(groups)
             self._wake.set()
+
+    async def _write_acks(self, ids: list[int]) -> None:
+        """Write acks on a pooled connection, so they never wait for a fire write (an
+        ack is an idempotent conditional UPDATE; see invariant 2); on the lease's
+        connection, as fires, when the pool has none free at once (its borrowers may
+        be waiting for this very ack, inside their transactions)."""
+        if self.reader.can_lend_now():
+            conn = await self.reader.acquire()
+            try:
+                for i in range(0, len(ids), 1000):
+                    await self.store.ack(conn, ids[i : i + 1000])
+            finally:
+                await self.reader.release(conn)
+            return
+        async with self.writer.use() as conn:
+            for i in range(0, len(ids), 1000):
+                await self.store.ack(conn, ids[i : i + 1000])
 
     def _forget(self, eid: int, *, acked: bool) -> None:
         ev = self._in_flight.pop(eid, None) or self._events.get(eid)
@@ -348,7 +409,7 @@ class QueueManager:
         if self._key_idx is None or not self._ordered(ev.key):
             return False
         owner = self._key_owner.get(ev.key)
-        if owner is None or owner == ev.row.id:
+        if owner is None or owner == ev.id:
             return False
         waiting = self._key_waiting.setdefault(ev.key, collections.deque())
         waiting.append(ev)
@@ -365,59 +426,72 @@ class QueueManager:
     # -- the window --------------------------------------------------------------------
 
     def _push(self, ev: _Event) -> None:
-        self._events[ev.row.id] = ev
-        heapq.heappush(self._heap, (ev.due, ev.row.priority, ev.row.id))
+        self._events[ev.id] = ev
+        heapq.heappush(self._heap, (ev.due, ev.priority, ev.id))
 
-    def _admit(self, rows: Sequence[ScannedRow]) -> int:
-        added = 0
-        for r in rows:
-            if r.id in self._events or r.id in self._ack_pending:
+    def _admit(self, rows: Sequence[Sequence[Any]]) -> int:
+        """Put the scanned ``rows`` not held yet into the window; return how many rows
+        were taken or already held (fewer than ``len(rows)`` when the window filled)."""
+        events = self._events
+        ack_pending = self._ack_pending
+        cache_size = self.options.cache_size
+        key_idx, group_idx = self._key_idx, self._group_idx
+        for n, r in enumerate(rows):
+            eid = r[ID]
+            if eid in events or eid in ack_pending:
                 continue
-            if len(self._events) >= self.options.cache_size:
+            if len(events) >= cache_size:
                 self._pending_mode = True
-                break
-            due = r.time_next if r.state == "fired" else r.time_scheduled
-            ev = _Event(row=r, due=due, epoch=r.epoch)
-            if self._key_idx is not None:
-                ev.key = r.values[self._key_idx]
-            if self._group_idx is not None:
-                ev.group = r.values[self._group_idx]
+                return n
+            ev = _Event(r, r[TIME_NEXT] if r[STATE] == "fired" else r[TIME_SCHEDULED],
+                        r[EPOCH] or 0)
+            if key_idx is not None:
+                ev.key = r[VALUES + key_idx]
+            if group_idx is not None:
+                ev.group = r[VALUES + group_idx]
             self._push(ev)
-            added += 1
-        return added
+        return len(rows)
 
-    async def _scan(self, full: bool, *, quick: bool = False) -> None:
-        """Read due ``to_be_fired`` events into the window. ``quick``: at most
-        :data:`QUICK_SCAN_ROWS` (the earliest), and if that many came, another
-        (normal) new-event scan follows at once, after the loop fired these."""
+    async def _scan(self, full: bool) -> None:
+        """Read unfired events into the window: from the cursor (or, ``full``, from
+        the beginning), and from the start of every write committed since the last
+        scan (see the module docstring, *Scans*)."""
         now = self._clock()
         horizon = now + int(self.options.window * _NS)
         room = self.options.cache_size - len(self._events)
         if room <= 0:
             self._pending_mode = True
             return
-        limit = min(room, QUICK_SCAN_ROWS) if quick else room
-        since = 0 if full else max(0, self._watermark - SCAN_SLACK_NS)
         rescan_from, self._rescan_from = self._rescan_from, None
-        if rescan_from is not None:
-            since = min(since, max(0, rescan_from - SCAN_SLACK_NS))
         conn = await self.reader.acquire()
         try:
-            rows = await self.store.scan_new(conn, since, horizon, limit)
+            if full:
+                self._offset = await self.store.clock_offset(conn)
+            # No statement starting after `now` stamps its events earlier than `floor`.
+            floor = now + self._offset - CLOCK_MARGIN_NS
+            lower = 0 if full else self._cursor
+            if self._gap is not None:
+                lower = min(lower, self._gap)
+            if rescan_from is not None:
+                lower = min(lower, rescan_from + self._offset - CLOCK_MARGIN_NS)
+            rows = await self.store.scan_new(conn, max(0, lower), horizon, room)
         finally:
             await self.reader.release(conn)
-        if quick and limit < room and len(rows) >= limit:
-            # The rows not read sort after these (by time_scheduled): the follow-up
-            # scan from the new watermark (less the slack) reaches them.
-            self._new_pending = self._follow_up = True
+        taken = self._admit(rows)
+        if taken == len(rows) and len(rows) < room:
+            # Everything from `lower` to the horizon was read.
+            self._pending_mode = False
+            self._gap = None
+            self._cursor = max(self._cursor, floor)
+            return
+        # The window filled: rows from `reached` on (inclusive) may be unread.
+        self._pending_mode = True
+        reached = int(rows[min(taken, len(rows) - 1)][TIME_SCHEDULED])
+        if reached >= self._cursor:
+            self._gap = None
+            self._cursor = max(self._cursor, min(reached, floor))
         else:
-            self._pending_mode = len(rows) >= room
-        self._admit(rows)
-        seen = [r.time_scheduled for r in rows if r.time_scheduled <= now]
-        if seen:
-            self._watermark = max(self._watermark, max(seen))
-        elif full:
-            self._watermark = max(self._watermark, now - SCAN_SLACK_NS)
+            self._gap = reached
 
     async def _collect(self) -> None:
         now = self._clock()
@@ -439,15 +513,14 @@ class QueueManager:
             while not self.stopped.is_set():
                 self._wake.clear()
                 now = self._clock()
-                if now >= self._full_at or (self._pending_mode and
-                                            len(self._events) < self.options.cache_size // 2):
-                    self._new_pending = self._follow_up = False
+                if now >= self._full_at:
+                    self._new_pending = False
                     await self._scan(full=True)
                     self._full_at = now + int(self.options.window * _NS)
-                elif self._new_pending:
+                elif self._new_pending or (self._pending_mode and
+                                           len(self._events) < self.options.cache_size // 2):
                     self._new_pending = False
-                    quick, self._follow_up = not self._follow_up, False
-                    await self._scan(full=False, quick=quick)
+                    await self._scan(full=False)
                 if now >= self._collect_at:
                     await self._collect()
                     self._collect_at = now + int(self.options.collector_interval * _NS)
@@ -529,25 +602,32 @@ class QueueManager:
         for e in live:
             by_epoch.setdefault(e.epoch, []).append(e)
         fired: list[_Event] = []
+        self._firing = {e.id for e in live}
         try:
             async with self.writer.use() as conn:
                 if dead:
-                    await self.store.fail(conn, [e.row.id for e in dead])
+                    await self.store.fail(conn, [e.id for e in dead])
                 for epoch, evs in by_epoch.items():
                     time_next = now + int((opts.ack_wait + self._backoff(epoch)) * _NS)
-                    changed = await self.store.fire(conn, [e.row.id for e in evs], time_next)
+                    changed = await self.store.fire(conn, [e.id for e in evs], time_next)
+                    acked = self._acked_while_firing
                     for e in evs:
-                        if e.row.id in changed:
+                        if e.id in acked:  # acked after this write: already forgotten
+                            continue
+                        if e.id in changed:
                             e.deadline = time_next
                             fired.append(e)
-                        else:  # acked meanwhile
-                            self._forget(e.row.id, acked=True)
+                        else:  # acked before this write
+                            self._forget(e.id, acked=True)
         except ShardgateError as exc:
             # Invariant 1: nothing of this batch is sent.
             self._fail(exc)
             raise
+        finally:
+            self._firing = set()
+            self._acked_while_firing = set()
         for e in dead:
-            self._forget(e.row.id, acked=False)
+            self._forget(e.id, acked=False)
         if dead:
             self.counters.failed += len(dead)
             metrics.FAILED.labels(*self._labels).inc(len(dead))
@@ -562,12 +642,12 @@ class QueueManager:
             if e.epoch > 1:
                 retries += 1
             if self._key_idx is not None and self._ordered(e.key):
-                self._key_owner[e.key] = e.row.id
+                self._key_owner[e.key] = e.id
             if e.deadline <= horizon:
                 e.due = e.deadline
                 self._push(e)
             else:
-                self._events.pop(e.row.id, None)
+                self._events.pop(e.id, None)
         # Receivers may have left during the write: theirs go back to the window.
         receivers = [r for r in receivers if not r.closed]
         if not receivers:
@@ -583,16 +663,16 @@ class QueueManager:
             rcv = receivers[(i // bs) % len(receivers)]
             out: list[QueueEvent] = []
             for e in chunk:
-                old = self._in_flight.get(e.row.id)
+                old = self._in_flight.get(e.id)
                 for prev in (e.receiver, old.receiver if old is not None else None):
                     if prev is not None and prev is not rcv:
-                        prev.in_flight.discard(e.row.id)
+                        prev.in_flight.discard(e.id)
                 e.receiver = rcv
-                rcv.in_flight.add(e.row.id)
-                self._in_flight[e.row.id] = e
+                rcv.in_flight.add(e.id)
+                self._in_flight[e.id] = e
                 r = e.row
-                out.append(QueueEvent(r.id, self.shard, e.epoch, r.time_scheduled, r.priority,
-                                      r.values))
+                out.append(QueueEvent(e.id, self.shard, e.epoch, r[TIME_SCHEDULED], e.priority,
+                                      tuple(r[VALUES:])))
             rcv.batches.put_nowait(out)
         self.counters.fired += len(fired)
         self.counters.retries += retries
@@ -618,10 +698,11 @@ class QueueManager:
             fid = followup_id(self.store.table, key)
             if some_id == fid:
                 continue
+            started = self._clock()
             async with self.writer.use() as conn:
                 if await self.store.group_open(conn, column, key, fid) == 0:
                     await self.store.insert_followup(conn, column, key, fid, some_id)
-            self.notify("insert")
+            self.notify("insert", since_ns=started)
 
     async def _purge_loop(self) -> None:
         interval = max(1.0, min(60.0, self.options.retention / 10))

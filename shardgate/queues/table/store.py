@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from sqlglot import exp
 
 from shardgate.backends import Connection
+from shardgate.queues.ddl import now_ns_sql
 from shardgate.queues.events import ACKED, EVENT_COLUMNS, FAILED, FIRED, STATES, TO_BE_FIRED
 from shardgate.result import Row
 
@@ -36,15 +36,11 @@ def now_ns() -> int:
     return time.time_ns()
 
 
-@dataclass(frozen=True)
-class ScannedRow:
-    id: int
-    priority: int
-    time_scheduled: int
-    time_next: int
-    epoch: int
-    state: str
-    values: tuple[Any, ...]
+#: Positions in a scanned row (the scans return the driver's tuples as they are: no
+#: object per row): ``id, priority, time_scheduled, time_next, epoch, state, *values``.
+ID, PRIORITY, TIME_SCHEDULED, TIME_NEXT, EPOCH, STATE = range(6)
+#: Where the user's columns start in a scanned row.
+VALUES = 6
 
 
 class QueueStore:
@@ -88,15 +84,8 @@ class QueueStore:
                 *self.user_columns]
         return ", ".join(self.quote(c) for c in cols)
 
-    def _rows(self, rows: Sequence[Row]) -> list[ScannedRow]:
-        return [
-            ScannedRow(int(r[0]), int(r[1] or 0), int(r[2]), int(r[3] or 0), int(r[4] or 0),
-                       str(r[5]), tuple(r[6:]))
-            for r in rows
-        ]
-
     def column_index(self, column: str) -> int:
-        """Index of a user column in :attr:`ScannedRow.values`."""
+        """Index of a user column among the user's columns (a scanned row's ``[VALUES:]``)."""
         lowered = [c.lower() for c in self.user_columns]
         return lowered.index(column.lower())
 
@@ -104,23 +93,48 @@ class QueueStore:
 
     async def scan_new(
         self, conn: Connection, since: int, horizon: int, limit: int
-    ) -> list[ScannedRow]:
+    ) -> list[Row]:
+        """Unfired events with ``since <= time_scheduled <= horizon``, in that order, at
+        most ``limit``: rows laid out as :data:`ID` ... :data:`VALUES` say.
+
+        One statement text whatever the arguments (the LIMIT is a parameter), so the
+        driver keeps it prepared."""
         ph = self.ph
         res = await conn.execute(
             f"SELECT {self._select} FROM {self._t} WHERE state = {ph} AND time_scheduled >= {ph}"
-            f" AND time_scheduled <= {ph} ORDER BY time_scheduled LIMIT {int(limit)}",
-            [TO_BE_FIRED, since, horizon],
+            f" AND time_scheduled <= {ph} ORDER BY time_scheduled LIMIT {ph}",
+            [TO_BE_FIRED, since, horizon, int(limit)],
         )
-        return self._rows(res.rows)
+        return res.rows
 
-    async def scan_fired(self, conn: Connection, horizon: int, limit: int) -> list[ScannedRow]:
+    async def scan_fired(self, conn: Connection, horizon: int, limit: int) -> list[Row]:
+        """Fired, unacked events whose retry time is at most ``horizon`` (as :meth:`scan_new`)."""
         ph = self.ph
         res = await conn.execute(
             f"SELECT {self._select} FROM {self._t} WHERE state = {ph} AND time_next <= {ph}"
-            f" ORDER BY time_next LIMIT {int(limit)}",
-            [FIRED, horizon],
+            f" ORDER BY time_next LIMIT {ph}",
+            [FIRED, horizon, int(limit)],
         )
-        return self._rows(res.rows)
+        return res.rows
+
+    async def clock_offset(self, conn: Connection, samples: int = 3) -> int:
+        """A lower bound of (database clock - this process's clock) in ns.
+
+        The database's reading of the clock that stamps ``time_scheduled`` happened
+        before the local reading taken after the answer, so ``db - after`` never
+        exceeds the true offset; the tightest of ``samples`` readings is kept (a
+        busy event loop reads its clock late). SQLite runs in this process, on
+        this clock: 0."""
+        if self.dialect == "sqlite":
+            return 0
+        sql = f"SELECT {now_ns_sql(self.dialect)}"
+        best: int | None = None
+        for _ in range(samples):
+            res = await conn.execute(sql)
+            bound = int(res.rows[0][0]) - now_ns()
+            best = bound if best is None else max(best, bound)
+        assert best is not None
+        return best
 
     async def fired_keys(self, conn: Connection, column: str) -> list[tuple[Any, int]]:
         """(ordering key, id) of every fired, unacked event (they block their keys)."""
