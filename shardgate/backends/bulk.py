@@ -106,6 +106,8 @@ def _mysql_connect(url: DatabaseURL) -> Any:
         host=url.host, port=url.port or 3306, user=url.user or "root",
         password=url.password or "", database=url.database or None, autocommit=True,
         charset="utf8mb4", connect_timeout=CONNECT_TIMEOUT_S,
+        # TIMESTAMP values are read and written in UTC (they are zoned, see docs/types.md).
+        init_command="SET time_zone = '+00:00'",
     )
 
 
@@ -478,6 +480,12 @@ def _inferred(values: Sequence[Any]) -> pa.DataType:
         return pa.string()
 
 
+#: field metadata key naming a type decision left to :mod:`shardgate.spark.types`:
+#: ``numeric`` (PostgreSQL NUMERIC without precision, given as text), ``bool``
+#: (MariaDB TINYINT(1)/BOOLEAN, given as integers)
+SG_TYPE = b"shardgate.type"
+
+
 def sqlite_type(declared: str) -> pa.DataType:
     """The Arrow type of a SQLite declared column type (SQLite's affinity rules)."""
     import pyarrow as pa
@@ -502,6 +510,9 @@ def _mysql_field(f: Any) -> pa.Field:
     from pymysql.constants.FLAG import NOT_NULL
 
     t = f.type_code
+    meta: dict[bytes, bytes] | None = None
+    if t == FIELD_TYPE.TINY and int(f.length) == 1:
+        meta = {SG_TYPE: b"bool"}
     if t in (FIELD_TYPE.TINY, FIELD_TYPE.SHORT, FIELD_TYPE.LONG, FIELD_TYPE.INT24,
              FIELD_TYPE.LONGLONG, FIELD_TYPE.YEAR):
         typ: pa.DataType = pa.int64()
@@ -513,13 +524,15 @@ def _mysql_field(f: Any) -> pa.Field:
         typ = pa.decimal128(max(precision, scale), scale)
     elif t in (FIELD_TYPE.DATE, FIELD_TYPE.NEWDATE):
         typ = pa.date32()
-    elif t in (FIELD_TYPE.DATETIME, FIELD_TYPE.TIMESTAMP):
+    elif t == FIELD_TYPE.DATETIME:
         typ = pa.timestamp("us")
+    elif t == FIELD_TYPE.TIMESTAMP:  # stored in UTC; sessions read it in UTC
+        typ = pa.timestamp("us", tz="UTC")
     elif f.charsetnr == 63 and t not in (FIELD_TYPE.TIME,):
         typ = pa.binary()
     else:
         typ = pa.string()
-    return pa.field(f.name, typ, nullable=not f.flags & NOT_NULL)
+    return pa.field(f.name, typ, nullable=not f.flags & NOT_NULL, metadata=meta)
 
 
 def _not_null(schema: pa.Schema, columns: set[str]) -> pa.Schema:
@@ -534,13 +547,15 @@ def normalize_schema(schema: pa.Schema) -> pa.Schema:
     """Replace driver-specific Arrow types with plain ones Spark knows.
 
     PostgreSQL NUMERIC arrives as an opaque extension of strings: with a
-    typmod it becomes ``decimal128(p, s)``, without one a string.
+    typmod it becomes ``decimal128(p, s)``, without one a string tagged
+    ``numeric`` (:data:`SG_TYPE`; :mod:`shardgate.spark.types` decides its type).
     """
     import pyarrow as pa
 
     fields = []
     for f in schema:
         typ = f.type
+        tag: dict[bytes, bytes] | None = None
         if isinstance(typ, pa.ExtensionType) or str(typ).startswith("extension<"):
             meta = {k.decode(): v.decode() for k, v in (f.metadata or {}).items()}
             typmod = int(meta.get("POSTGRESQL:typmod", "-1") or -1)
@@ -549,9 +564,11 @@ def normalize_schema(schema: pa.Schema) -> pa.Schema:
                 typ = pa.decimal128(min(precision, 38), scale)
             else:
                 typ = pa.string()
+                if meta.get("POSTGRESQL:type") == "numeric":
+                    tag = {SG_TYPE: b"numeric"}
         elif pa.types.is_null(typ):
             typ = pa.string()
-        fields.append(pa.field(f.name, typ, nullable=f.nullable))
+        fields.append(pa.field(f.name, typ, nullable=f.nullable, metadata=tag))
     return pa.schema(fields)
 
 

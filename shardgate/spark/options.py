@@ -77,13 +77,15 @@ class SourceOptions:
 
 @dataclass(frozen=True)
 class ReadOptions:
-    """``table`` or ``query``; ``splits`` (total, default one per shard); ``path``."""
+    """``table`` or ``query``; ``splits`` (total, default one per shard); ``path``;
+    ``numeric_as`` (``decimal`` or ``string``: unbounded NUMERIC, see docs/types.md)."""
 
     table: str | None
     query: str | None
     splits: int | None
     path: str
     batch_rows: int
+    numeric_as: str = "decimal"
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> ReadOptions:
@@ -97,7 +99,11 @@ class ReadOptions:
         if path not in READ_PATHS:
             raise InvalidArgument(f"option 'path' must be one of {READ_PATHS}, got {path!r}")
         splits = _int(options, "splits", 0, low=0) or None
-        return cls(table, query, splits, path, _int(options, "batch_rows", 65_536))
+        numeric_as = (options.get("numeric_as") or "decimal").lower()
+        if numeric_as not in ("decimal", "string"):
+            raise InvalidArgument(
+                f"option 'numeric_as' must be 'decimal' or 'string', got {numeric_as!r}")
+        return cls(table, query, splits, path, _int(options, "batch_rows", 65_536), numeric_as)
 
 
 @dataclass(frozen=True)

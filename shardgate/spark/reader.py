@@ -255,7 +255,8 @@ class ShardgateDataSource(DataSource):
         plan = plan_splits(opts, read, None, first_only=True)[0]
         with bulk.ShardReader(plan.url) as r:
             arrow = r.result_schema(plan.shard_sql, table=read.table)
-        return sgtypes.to_spark(sgtypes.drop_last(arrow, plan.hidden))
+        return sgtypes.to_spark(sgtypes.canonical_schema(
+            sgtypes.drop_last(arrow, plan.hidden), numeric_as=read.numeric_as))
 
     def reader(self, schema: StructType) -> DataSourceReader:
         settle()
@@ -296,7 +297,7 @@ class ShardgateReader(DataSourceReader):
 
     def read(
         self, partition: InputPartition
-    ) -> Iterator[tuple[Any, ...]] | Iterator[pa.RecordBatch]:
+    ) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, SplitPartition)
         settle()
         plan = partition.plan
@@ -317,26 +318,26 @@ class ShardgateReader(DataSourceReader):
                     if not keep.all():  # stray rows are rare: no copy without them
                         batch = batch.filter(keep)
                 if batch.num_rows:
-                    yield bulk.conform(batch, target)
+                    yield sgtypes.conform(batch, target)
 
-    def _tuples(self, plan: _Plan) -> Iterator[tuple[Any, ...]]:
+    def _tuples(self, plan: _Plan) -> Iterator[pa.RecordBatch]:
         import pyarrow as pa
 
+        target = sgtypes.to_arrow(self.schema)
         mapper = KsidMapper(plan.vindex) if plan.vindex is not None else None
         kr = KeyRange(plan.start, plan.end)
         with bulk.ShardReader(plan.url) as r:
             for fields, rows in r.row_batches(plan.shard_sql, self.read_opts.batch_rows):
-                pick = _positions(fields, self.schema)
                 if mapper is not None:
                     idx = [i for i, f in enumerate(fields)
                            if f.lower() in {c.lower() for c in mapper.spec.columns}]
                     keys = pa.table({fields[i]: [r[i] for r in rows] for i in idx})
                     mask = mapper.in_range(keys, kr)
                     rows = [row for row, keep in zip(rows, mask.tolist(), strict=True) if keep]
-                for row in rows:
-                    yield tuple(row[i] for i in pick)
+                if rows:
+                    yield sgtypes.python_row_batch(fields, rows, target)
 
-    def _through_gate(self, plan: _Plan) -> Iterator[tuple[Any, ...]]:
+    def _through_gate(self, plan: _Plan) -> Iterator[pa.RecordBatch]:
         async def run() -> tuple[list[str], list[tuple[Any, ...]]]:
             gate = _open_gate(self.opts.topo())
             try:
@@ -346,16 +347,5 @@ class ShardgateReader(DataSourceReader):
                 await gate.close()
 
         fields, rows = asyncio.run(run())
-        pick = _positions(fields, self.schema)
-        for row in rows:
-            yield tuple(row[i] for i in pick)
-
-
-def _positions(fields: Sequence[str], schema: StructType) -> list[int]:
-    lowered = [f.lower() for f in fields]
-    try:
-        return [lowered.index(f.name.lower()) for f in schema.fields]
-    except ValueError:
-        raise InvalidArgument(
-            f"the schema names columns {schema.fieldNames()} but the query returns {list(fields)}"
-        ) from None
+        if rows:
+            yield sgtypes.python_row_batch(fields, rows, sgtypes.to_arrow(self.schema))

@@ -104,6 +104,21 @@ def check_event_columns(queue: str, columns: set[str]) -> None:
         )
 
 
+def _staged_type(f: pa.Field, data: pa.Table) -> pa.Field:
+    """The type a batch's column is sent as to a PostgreSQL staging column ``f``.
+
+    An unbounded NUMERIC column reads as text but takes Arrow decimals as they are
+    (COPY converts decimal128 to numeric exactly; text it cannot convert).
+    """
+    import pyarrow as pa
+
+    if (f.metadata or {}).get(bulk.SG_TYPE) == b"numeric":
+        i = data.schema.get_field_index(f.name)
+        if i >= 0 and pa.types.is_decimal(data.schema.field(i).type):
+            return f.with_type(data.schema.field(i).type)
+    return f
+
+
 class ShardgateWriter(DataSourceArrowWriter):
     """Stages rows per task in the executors, commits them in the driver."""
 
@@ -153,6 +168,20 @@ class ShardgateWriter(DataSourceArrowWriter):
             for s in topo.keyspace(opts.keyspace).shards
         ]
         self.stage = STAGE_PREFIX + secrets.token_hex(6)
+        # PostgreSQL unbounded NUMERIC columns the DataFrame gives as strings (the reader's
+        # numeric_as='string' form): staged as text, cast by the commit's copy (COPY has no
+        # text -> numeric conversion).
+        self.numeric_text: set[str] = set()
+        pg_first = next((s for s in self.shards if s.kind == "postgresql"), None)
+        if pg_first is not None:
+            from pyspark.sql.types import StringType
+
+            strings = {f.name.lower() for f in schema.fields
+                       if isinstance(f.dataType, StringType)}
+            self.numeric_text = {
+                f.name for f in bulk.table_schema(pg_first.url, self.table)
+                if (f.metadata or {}).get(bulk.SG_TYPE) == b"numeric"
+                and f.name.lower() in strings}
         self._create_stages()
         # PostgreSQL shards: the Arrow types of the staged columns, which batches are
         # cast to (binary COPY wants exact types: INT is int32, DOUBLE float64). SQLite
@@ -171,11 +200,13 @@ class ShardgateWriter(DataSourceArrowWriter):
         def create(s: _Shard) -> None:
             cols = ", ".join(self._q(s.kind, c) for c in self.columns)
             unlogged = "UNLOGGED " if s.kind == "postgresql" else ""
+            stage = self._q(s.kind, self.stage)
             bulk.run(s.url, [
-                f"CREATE {unlogged}TABLE {self._q(s.kind, self.stage)} AS SELECT {cols} "
+                f"CREATE {unlogged}TABLE {stage} AS SELECT {cols} "
                 f"FROM {self._q(s.kind, self.table)} WHERE 1 = 0",
-                f"ALTER TABLE {self._q(s.kind, self.stage)} ADD COLUMN "
-                f"{self._q(s.kind, TASK_COLUMN)} VARCHAR(64)",
+                f"ALTER TABLE {stage} ADD COLUMN {self._q(s.kind, TASK_COLUMN)} VARCHAR(64)",
+                *(f"ALTER TABLE {stage} ALTER COLUMN {self._q(s.kind, c)} TYPE text"
+                  for c in sorted(self.numeric_text) if s.kind == "postgresql"),
             ], transaction=s.kind != "mysql")
 
         try:
@@ -208,6 +239,9 @@ class ShardgateWriter(DataSourceArrowWriter):
             if not any(m.rows.get(s.name) for m in staged):
                 return
             cols = ", ".join(self._q(s.kind, c) for c in self.columns)
+            picks = ", ".join(
+                f"{self._q(s.kind, c)}::numeric" if s.kind == "postgresql"
+                and c in self.numeric_text else self._q(s.kind, c) for c in self.columns)
             task_list = ", ".join(f"'{t}'" for t in tasks)
             insert, tail = "INSERT INTO", ""
             if self.write_opts.ignore_duplicates:
@@ -215,7 +249,7 @@ class ShardgateWriter(DataSourceArrowWriter):
                           "mysql": "INSERT IGNORE INTO"}[s.kind]
                 tail = " ON CONFLICT DO NOTHING" if s.kind == "postgresql" else ""
             bulk.run(s.url, [
-                f"{insert} {self._q(s.kind, self.table)} ({cols}) SELECT {cols} FROM "
+                f"{insert} {self._q(s.kind, self.table)} ({cols}) SELECT {picks} FROM "
                 f"{self._q(s.kind, self.stage)} WHERE {self._q(s.kind, TASK_COLUMN)} "
                 f"IN ({task_list}){tail}"
             ])
@@ -267,8 +301,8 @@ class ShardgateWriter(DataSourceArrowWriter):
             data = pa.concat_tables(parts)
             target = self.arrow_schemas.get(name)
             if target is not None:
-                data = bulk.conform(data, pa.schema([f for f in target
-                                                     if f.name != TASK_COLUMN]))
+                data = bulk.conform(data, pa.schema([
+                    _staged_type(f, data) for f in target if f.name != TASK_COLUMN]))
             data = data.append_column(TASK_COLUMN, pa.array([task] * data.num_rows, pa.string()))
             bulk.ingest(by_name[name].url, self.stage, data)
             counts[name] = counts.get(name, 0) + data.num_rows
