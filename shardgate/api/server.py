@@ -120,7 +120,7 @@ class GateServicer(pb_grpc.GateServicer):
             keyspace = self._entry(request.session_id, None).session.keyspace
         else:
             keyspace = self.gate.session(_keyspace(request)).keyspace
-        plan = self.gate.explain(request.sql, keyspace)
+        plan = await self.gate.explain_shards(request.sql, keyspace)
         return pb.ExplainPlanResponse(plan_json=json.dumps(plan, default=str))
 
     @unary(pb.GetVSchemaResponse)

@@ -204,12 +204,22 @@ def _exact(value: Any) -> bool:
     )
 
 
-def filter_term(f: Filter, columns: set[str]) -> tuple[str, bool] | None:
-    """A Spark filter as a gate SQL term, and whether it is exact; None if not pushable."""
+def filter_term(
+    f: Filter, columns: set[str], byte_order: set[str] | None = None
+) -> tuple[str, bool] | None:
+    """A Spark filter as a gate SQL term, and whether it is exact; None if not pushable.
+
+    ``byte_order``: the (lowercased) columns the shards compare byte-wise (None:
+    all). A string comparison with another column is pushed only where the
+    database's answer is a superset of Spark's (``=`` and ``IN``: equal bytes
+    are equal under every collation); ranges and ``<>`` are left to Spark.
+    """
     from sqlglot import exp
 
     if isinstance(f, Not) and isinstance(f.child, EqualTo):
-        inner = filter_term(f.child, columns)
+        if _collated(f.child, byte_order):
+            return None
+        inner = filter_term(f.child, columns, byte_order)
         if inner is None:
             return None
         return f"NOT ({inner[0]})", inner[1]
@@ -234,11 +244,20 @@ def filter_term(f: Filter, columns: set[str]) -> tuple[str, bool] | None:
     op = ops.get(type(f))
     if op is None:
         return None
+    if op is not exp.EQ and _collated(f, byte_order):
+        return None
     value = getattr(f, "value", None)
     lit = _literal(value)
     if lit is None:
         return None
     return op(this=col, expression=lit).sql(GATE_DIALECT), _exact(value)
+
+
+def _collated(f: Filter, byte_order: set[str] | None) -> bool:
+    """True for a comparison of a string with a column the shards compare by a collation."""
+    attr = getattr(f, "attribute", None)
+    return (byte_order is not None and isinstance(getattr(f, "value", None), str)
+            and isinstance(attr, tuple) and attr[0].lower() not in byte_order)
 
 
 class ShardgateDataSource(DataSource):
@@ -281,14 +300,26 @@ class ShardgateReader(DataSourceReader):
 
     def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:
         columns = {f.name.lower() for f in self.schema.fields}
+        byte_order = self._byte_order()
         for f in filters:
-            term = filter_term(f, columns)
+            term = filter_term(f, columns, byte_order)
             if term is None:
                 yield f
                 continue
             self.terms.append(term[0])
             if not term[1]:
                 yield f  # pushed, and checked again by Spark
+
+    def _byte_order(self) -> set[str]:
+        """Columns every shard compares byte-wise (a query: none, it may rename them)."""
+        if self.read_opts.table is None:
+            return set()
+        shards = self.opts.topo().keyspace(self.opts.keyspace).shards
+        out: set[str] | None = None
+        for shard in shards:  # shards may differ in collation: the columns binary on all
+            cols = bulk.byte_order_columns(shard.url, self.read_opts.table)
+            out = cols if out is None else out & cols
+        return out or set()
 
     def partitions(self) -> Sequence[InputPartition]:
         columns = [f.name for f in self.schema.fields] if self.read_opts.table else None

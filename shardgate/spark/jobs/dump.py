@@ -218,7 +218,7 @@ def snapshot_shard(spec: dict[str, Any]) -> dict[str, Any]:
         count = 0
 
     with bulk.ShardReader(spec["url"]) as reader:
-        position = reader.snapshot()
+        position = reader.snapshot(spec["table"])
         snap_ts = time.time()
         order = token_order(position) if position else 0
         q = bulk.quote_ident(reader.kind, spec["table"])
