@@ -161,6 +161,10 @@ class ChangesOptions:
                               ``earliest`` (default: nothing lost) or ``latest``.
     ``readTimeout``           seconds a task may wait for a shard's log to reach the batch's
                               end position before failing (retryable).
+    ``images``                ``struct``: ``before``/``after`` as structs with the table's own
+                              column types (needs ``tables`` naming one table; the default
+                              then); ``json``: JSON strings (the default for several tables).
+    ``numeric_as``            unbounded NUMERIC in struct images: ``decimal`` or ``string``.
     """
 
     starting: str
@@ -168,6 +172,8 @@ class ChangesOptions:
     tables: tuple[str, ...]
     new_shards: str
     read_timeout: float
+    images: str = "json"
+    numeric_as: str = "decimal"
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> ChangesOptions:
@@ -180,8 +186,19 @@ class ChangesOptions:
                                   f"got {new_shards!r}")
         tables = tuple(t.strip().lower() for t in (options.get("tables") or "").split(",")
                        if t.strip())
+        images = (options.get("images") or ("struct" if len(tables) == 1 else "json")).lower()
+        if images not in ("struct", "json"):
+            raise InvalidArgument(f"option 'images' must be 'struct' or 'json', got {images!r}")
+        if images == "struct" and len(tables) != 1:
+            raise InvalidArgument(
+                "option images='struct' types the images with one table's columns: name that "
+                "table in option 'tables' (or use images='json' for a mixed-table stream)")
+        numeric_as = (options.get("numeric_as") or "decimal").lower()
+        if numeric_as not in ("decimal", "string"):
+            raise InvalidArgument(
+                f"option 'numeric_as' must be 'decimal' or 'string', got {numeric_as!r}")
         return cls(starting, _int(options, "maxEventsPerTrigger", 0, low=0), tables,
-                   new_shards, float(_int(options, "readTimeout", 120)))
+                   new_shards, float(_int(options, "readTimeout", 120)), images, numeric_as)
 
 
 @dataclass(frozen=True)
