@@ -26,8 +26,8 @@ the same in every session time zone); with a zone (PostgreSQL
 ``timestamptz``, MariaDB ``TIMESTAMP``) ``timestamp[us, UTC]`` and Spark
 ``TIMESTAMP``. PostgreSQL's ``infinity`` and ``-infinity`` (timestamps and
 dates) map to the ends of Spark's range, :data:`TS_MAX`/:data:`TS_MIN` and
-:data:`DATE_MAX`/:data:`DATE_MIN`; any other value outside that range is
-refused. ``time`` becomes a string (``HH:MM:SS[.ffffff]``), Spark having no
+:data:`DATE_MAX`/:data:`DATE_MIN` (the gate's own PostgreSQL sessions read
+them the same way); any other value outside that range is refused. ``time`` becomes a string (``HH:MM:SS[.ffffff]``), Spark having no
 time type.
 
 Values. :func:`conform` converts a driver's Arrow batch (whole columns, no
@@ -55,18 +55,21 @@ from shardgate.errors import InvalidArgument
 UNBOUNDED_NUMERIC = pa.decimal128(38, 18)
 #: how unbounded NUMERIC columns are typed: ``decimal`` (default) or ``string``
 NUMERIC_AS = ("decimal", "string")
-#: Spark's range, where PostgreSQL's infinities land
-TS_MIN = datetime.datetime(1, 1, 1)
+#: where PostgreSQL's infinities land: the ends of Spark's range, except that
+#: -infinity is 0001-01-02 (PySpark cannot turn a zoned timestamp of 0001-01-01
+#: into a Python datetime)
+TS_MIN = datetime.datetime(1, 1, 2)
 TS_MAX = datetime.datetime(9999, 12, 31, 23, 59, 59, 999999)
 DATE_MIN = datetime.date(1, 1, 1)
 DATE_MAX = datetime.date(9999, 12, 31)
 _EPOCH = datetime.datetime(1970, 1, 1)
 _TS_MIN_US = -62135596800_000000
+_TS_LOW_US = -62135510400_000000  # TS_MIN
 _TS_MAX_US = 253402300799_999999
 _DATE_MIN_D, _DATE_MAX_D = -719162, 2932896
 # ADBC's PostgreSQL driver adds the 2000-01-01 epoch offset to PostgreSQL's
 # infinity sentinels (INT64/INT32 max and min) and wraps around: these values.
-_TS_INF = {-9222425352054775809: _TS_MAX_US, -9222425352054775808: _TS_MIN_US}
+_TS_INF = {-9222425352054775809: _TS_MAX_US, -9222425352054775808: _TS_LOW_US}
 _DATE_INF = {-2147472692: _DATE_MAX_D, -2147472691: _DATE_MIN_D}
 _TEXT_INF = {"infinity": 1, "+infinity": 1, "-infinity": -1}
 
@@ -89,7 +92,7 @@ def _canonical_type(f: pa.Field, numeric_as: str) -> pa.DataType:
     if tag == "bool":
         return pa.bool_()
     t = f.type
-    if isinstance(t, pa.ExtensionType):
+    if isinstance(t, pa.BaseExtensionType):
         return pa.string()
     if pa.types.is_large_string(t) or pa.types.is_string_view(t) or pa.types.is_null(t):
         return pa.string()
@@ -151,7 +154,7 @@ def arrow_column(col: Any, f: pa.Field) -> Any:
     """One Arrow column converted to ``f``'s type by the mapping (see the module doc)."""
     if isinstance(col, pa.ChunkedArray):
         return pa.chunked_array([arrow_column(c, f) for c in col.chunks], f.type)
-    opaque = isinstance(col.type, pa.ExtensionType)
+    opaque = isinstance(col.type, pa.BaseExtensionType)
     if opaque:
         col = col.storage  # PostgreSQL NUMERIC (and other opaque types) as text
     t = f.type
@@ -164,7 +167,7 @@ def arrow_column(col: Any, f: pa.Field) -> Any:
             return pa.array([None if v is None else v.isoformat() for v in col.to_pylist()],
                             pa.string())
         if pa.types.is_string(col.type) and pa.types.is_decimal(t):
-            return _check_nan(col, f).cast(t)
+            return _check_fits(col, f).cast(t)
         if pa.types.is_string(col.type) and pa.types.is_string(t):
             return _numeric_names(col) if opaque else col
         if pa.types.is_integer(col.type) and pa.types.is_boolean(t):
@@ -177,11 +180,22 @@ def arrow_column(col: Any, f: pa.Field) -> Any:
                               f"{t} exactly: {exc}") from exc
 
 
-def _check_nan(col: pa.Array, f: pa.Field) -> pa.Array:
-    lowered = pc.utf8_lower(col)
-    if pc.any(pc.is_in(lowered, pa.array(["nan", "infinity", "-infinity"]))).as_py():
-        raise InvalidArgument(f"column {f.name!r}: NaN or infinity has no decimal form; read "
-                              "unbounded NUMERIC columns with numeric_as='string'")
+def _check_fits(col: pa.Array, f: pa.Field) -> pa.Array:
+    """Refuse decimal text that does not fit ``f``'s type exactly.
+
+    Checked on the text itself: Arrow's string -> decimal cast wraps around, with
+    no error, values of more than 38 digits once scaled.
+    """
+    t = f.type
+    whole = t.precision - t.scale
+    pattern = (rf"^[+-]?[0-9]{{1,{max(1, whole)}}}(\.[0-9]{{0,{t.scale}}}0*)?$" if t.scale
+               else rf"^[+-]?[0-9]{{1,{max(1, whole)}}}(\.0*)?$")
+    ok = pc.match_substring_regex(col, pattern)
+    if not pc.all(pc.or_kleene(ok, pc.is_null(col))).as_py():
+        bad = col.filter(pc.invert(pc.fill_null(ok, True)))[0].as_py()
+        raise InvalidArgument(
+            f"column {f.name!r}: {bad!r} does not fit {t} (NaN, infinity and wider values "
+            "have no such form): read unbounded NUMERIC columns with numeric_as='string'")
     return col
 
 
@@ -195,11 +209,16 @@ def _numeric_names(col: pa.Array) -> pa.Array:
                      for v in col.to_pylist()], pa.string())
 
 
+def _outside(raw: pa.Array, low: int, high: int) -> bool:
+    """True when a non-null value of the integer array ``raw`` is outside [low, high]."""
+    mm = pc.min_max(raw).as_py()
+    return mm["min"] is not None and (mm["min"] < low or mm["max"] > high)
+
+
 def _timestamps(col: pa.Array, t: pa.TimestampType) -> pa.Array:
     us = col.cast(pa.timestamp("us", tz=col.type.tz)) if col.type.unit != "us" else col
     raw = us.view(pa.int64()) if hasattr(us, "view") else us.cast(pa.int64())
-    values = raw.to_numpy(zero_copy_only=False)
-    if len(values) and (values.min() < _TS_MIN_US or values.max() > _TS_MAX_US):
+    if _outside(raw, _TS_MIN_US, _TS_MAX_US):
         fixed = []
         for v in raw.to_pylist():
             if v is not None and not _TS_MIN_US <= v <= _TS_MAX_US:
@@ -213,8 +232,7 @@ def _timestamps(col: pa.Array, t: pa.TimestampType) -> pa.Array:
 
 def _dates(col: pa.Array) -> pa.Array:
     raw = col.cast(pa.int32())
-    values = raw.to_numpy(zero_copy_only=False)
-    if len(values) and (values.min() < _DATE_MIN_D or values.max() > _DATE_MAX_D):
+    if _outside(raw, _DATE_MIN_D, _DATE_MAX_D):
         fixed = []
         for v in raw.to_pylist():
             if v is not None and not _DATE_MIN_D <= v <= _DATE_MAX_D:
@@ -280,6 +298,8 @@ def value(v: Any, f: pa.Field) -> Any:
             return decimal_text(v)
         if isinstance(v, datetime.time):
             return v.isoformat()
+        if isinstance(v, datetime.timedelta):
+            return time_text(v)
         if isinstance(v, bytes | memoryview):
             return bytes(v).decode()
         return str(v)
@@ -314,6 +334,15 @@ def value(v: Any, f: pa.Field) -> Any:
             return _pg_bytea(v)
         return bytes(v)
     return v
+
+
+def time_text(td: datetime.timedelta) -> str:
+    """A MariaDB ``TIME`` (a duration, up to ±838 h) as ``[-]HH:MM:SS[.ffffff]``."""
+    sign = "-" if td < datetime.timedelta(0) else ""
+    us = abs(td) // datetime.timedelta(microseconds=1)
+    secs, frac = divmod(us, 1_000_000)
+    text = f"{sign}{secs // 3600:02d}:{secs // 60 % 60:02d}:{secs % 60:02d}"
+    return text + (f".{frac:06d}" if frac else "")
 
 
 def _timestamp_value(v: Any, zoned: bool) -> datetime.datetime:

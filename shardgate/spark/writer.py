@@ -168,20 +168,24 @@ class ShardgateWriter(DataSourceArrowWriter):
             for s in topo.keyspace(opts.keyspace).shards
         ]
         self.stage = STAGE_PREFIX + secrets.token_hex(6)
-        # PostgreSQL unbounded NUMERIC columns the DataFrame gives as strings (the reader's
-        # numeric_as='string' form): staged as text, cast by the commit's copy (COPY has no
-        # text -> numeric conversion).
-        self.numeric_text: set[str] = set()
+        # PostgreSQL columns the DataFrame gives as strings in the reader's form (unbounded
+        # NUMERIC with numeric_as='string', TIME): staged as text and cast by the commit's
+        # copy, as COPY from Arrow has no text -> numeric/time conversion.
+        self.text_casts: dict[str, str] = {}
         pg_first = next((s for s in self.shards if s.kind == "postgresql"), None)
         if pg_first is not None:
+            import pyarrow as pa
             from pyspark.sql.types import StringType
 
             strings = {f.name.lower() for f in schema.fields
                        if isinstance(f.dataType, StringType)}
-            self.numeric_text = {
-                f.name for f in bulk.table_schema(pg_first.url, self.table)
-                if (f.metadata or {}).get(bulk.SG_TYPE) == b"numeric"
-                and f.name.lower() in strings}
+            for f in bulk.table_schema(pg_first.url, self.table):
+                if f.name.lower() not in strings:
+                    continue
+                if (f.metadata or {}).get(bulk.SG_TYPE) == b"numeric":
+                    self.text_casts[f.name] = "numeric"
+                elif pa.types.is_time(f.type):
+                    self.text_casts[f.name] = "time"
         self._create_stages()
         # PostgreSQL shards: the Arrow types of the staged columns, which batches are
         # cast to (binary COPY wants exact types: INT is int32, DOUBLE float64). SQLite
@@ -206,7 +210,7 @@ class ShardgateWriter(DataSourceArrowWriter):
                 f"FROM {self._q(s.kind, self.table)} WHERE 1 = 0",
                 f"ALTER TABLE {stage} ADD COLUMN {self._q(s.kind, TASK_COLUMN)} VARCHAR(64)",
                 *(f"ALTER TABLE {stage} ALTER COLUMN {self._q(s.kind, c)} TYPE text"
-                  for c in sorted(self.numeric_text) if s.kind == "postgresql"),
+                  for c in sorted(self.text_casts) if s.kind == "postgresql"),
             ], transaction=s.kind != "mysql")
 
         try:
@@ -240,8 +244,8 @@ class ShardgateWriter(DataSourceArrowWriter):
                 return
             cols = ", ".join(self._q(s.kind, c) for c in self.columns)
             picks = ", ".join(
-                f"{self._q(s.kind, c)}::numeric" if s.kind == "postgresql"
-                and c in self.numeric_text else self._q(s.kind, c) for c in self.columns)
+                f"{self._q(s.kind, c)}::{self.text_casts[c]}" if s.kind == "postgresql"
+                and c in self.text_casts else self._q(s.kind, c) for c in self.columns)
             task_list = ", ".join(f"'{t}'" for t in tasks)
             insert, tail = "INSERT INTO", ""
             if self.write_opts.ignore_duplicates:
