@@ -410,7 +410,7 @@ async def test_mariadb_snapshot_position_is_exact_under_writes(
     from the recorded positions holds no change the snapshot already has."""
     from deltalake import DeltaTable
 
-    from shardgate.event_token import EventToken, position_key
+    from shardgate.event_token import EventToken
     from shardgate.streams.merge import StreamPosition
 
     ddl = {"ver": "CREATE TABLE ver (id BIGINT PRIMARY KEY, v BIGINT NOT NULL)"}
@@ -420,50 +420,68 @@ async def test_mariadb_snapshot_position_is_exact_under_writes(
     try:
         await ks.ingest("ver", [{"id": i, "v": 0} for i in range(1, 2001)])
 
-        async def write() -> None:
-            n = 10_000
+        async def write(w: int) -> None:
+            session = ks.gate.session(KS)
+            n = 1_000_000 * (w + 1)
             while not stop.is_set():
                 n += 1
-                await ks.sql(f"INSERT INTO ver (id, v) VALUES ({n}, 0)")
-                await ks.sql(f"UPDATE ver SET v = v + 1 WHERE id = {n % 2000 + 1}")
+                await ks.gate.execute(session, f"INSERT INTO ver (id, v) VALUES ({n}, 0)")
+                await ks.gate.execute(
+                    session, f"UPDATE ver SET v = v + 1 WHERE id = {n % 2000 + 1}")
 
-        writers = [asyncio.ensure_future(write()) for _ in range(2)]
+        async def stop_after_snapshot() -> None:
+            while not (LakeTable(lake).exists() and _version(lake) >= 1):
+                await asyncio.sleep(0.05)
+            stop.set()
+
+        writers = [asyncio.ensure_future(write(w)) for w in range(2)]
+        stopper = asyncio.ensure_future(stop_after_snapshot())
         await asyncio.sleep(0.5)  # writes are running when the snapshot starts
         job = DumpJob(ks.topology, KS, "ver", lake, spark=spark, batch_interval_s=0.2)
         await job.run()
-        stop.set()
+        await stopper
         await asyncio.gather(*writers)
         dt = DeltaTable(lake, version=1)  # the snapshot's commit
         snap = {r["id"]: r["v"] for r in dt.to_pyarrow_table().to_pylist()}
         positions = json.loads(next(h for h in DeltaTable(lake).history()
                                     if h.get("version") == 1)["shardgate.positions"])
         tokens = {s: EventToken(float(v[0]), s, str(v[1])) for s, v in positions.items()}
-        ends = {s: position_key(str(bulk.query(
-            ks.topology.keyspace(KS).shard(s.split("/")[1]).url,
-            "SELECT @@gtid_binlog_pos")[0][0])) for s in tokens}
+        # One sentinel row per shard, written last: the stream is read up to both.
+        smap = ks.topology.keyspace(KS).shard_map
+        sentinels: dict[str, int] = {}
+        for i in range(9_000_000, 9_000_100):
+            sentinels.setdefault(smap.find(_ksid(i)), i)
+        for i in sentinels.values():
+            await ks.sql(f"INSERT INTO ver (id, v) VALUES ({i}, 0)")
         seen = 0
-        events = ks.gate.update_stream(KS, None, StreamPosition(dict(tokens)), heartbeat_s=0.2)
-        done: set[str] = set()
-        try:
-            async for event in events:
-                for c in event.changes:
-                    if c.table != "ver":
-                        continue
-                    seen += 1
-                    key = (c.after or c.before)["id"]
-                    if c.op == "insert":
-                        assert key not in snap, f"insert of {key} is already in the snapshot"
-                    elif c.op == "update" and key in snap:
-                        assert c.after["v"] > snap[key], (key, c.after, snap[key])
-                s = event.token.shard
-                if position_key(event.token.position) >= ends[s]:
-                    done.add(s)
-                if done == set(tokens):
-                    break
-        finally:
-            await events.aclose()  # type: ignore[attr-defined]
-        assert seen > 0
-        assert _collect(read_table(spark, lake)) == _collect(_read(spark, ks, "ver"))
+        pending = set(sentinels.values())
+
+        async def check() -> None:
+            nonlocal seen
+            events = ks.gate.update_stream(KS, None, StreamPosition(dict(tokens)),
+                                           heartbeat_s=0.2)
+            try:
+                async for event in events:
+                    for c in event.changes:
+                        if c.table != "ver":
+                            continue
+                        seen += 1
+                        key = (c.after or c.before)["id"]
+                        pending.discard(key)
+                        if c.op == "insert":
+                            assert key not in snap, f"insert of {key} is in the snapshot"
+                        elif c.op == "update" and key in snap:
+                            assert c.after["v"] > snap[key], (key, c.after, snap[key])
+                    if not pending:
+                        return
+            finally:
+                await events.aclose()  # type: ignore[attr-defined]
+
+        await asyncio.wait_for(check(), 120)
+        assert seen > len(sentinels)
+        # (the sentinels came after the dump's run)
+        assert _collect(read_table(spark, lake)) == _collect(
+            _read(spark, ks, "ver").where("id < 9000000"))
     finally:
         stop.set()
         await ks.close()
@@ -523,3 +541,61 @@ async def test_changes_source_gives_typed_images(
         assert deleted.token.startswith("et1.") and deleted.position
     finally:
         await ks.close()
+
+
+@pytest.mark.mysql
+async def test_mariadb_snapshot_position_matches_the_snapshots_rows(
+    make_database: Callable[..., str]
+) -> None:
+    """Many snapshots under concurrent inserts: each snapshot holds exactly the inserts
+    committed at or before its position (a position read apart from the snapshot is
+    off whenever a commit lands between the two)."""
+    from shardgate.backends.change_log import open_change_log
+    from shardgate.event_token import position_key
+    from shardgate.spark.changes_source import read_range
+
+    url = make_database("mysql", "lakesnap")
+    bulk.run(url, ["CREATE TABLE ins (id BIGINT AUTO_INCREMENT PRIMARY KEY, w INT)"],
+             transaction=False)
+    log = open_change_log(url, "snap/0")
+    stop = asyncio.Event()
+    try:
+        await log.prepare()
+        start = await log.current_position()
+
+        async def write(w: int) -> None:
+            be = open_backend(url)
+            try:
+                while not stop.is_set():
+                    await be.execute("INSERT INTO ins (w) VALUES (%s)", [w])
+            finally:
+                await be.close()
+
+        def trial() -> tuple[str, int, str]:
+            with bulk.ShardReader(url) as r:
+                position = r.snapshot("ins")
+                [(_fields, rows)] = list(r.row_batches("SELECT COUNT(*) FROM ins"))
+                return position, int(rows[0][0]), r.snapshot_method
+
+        writers = [asyncio.ensure_future(write(w)) for w in range(4)]
+        trials = []
+        for _ in range(60):
+            trials.append(await asyncio.to_thread(trial))
+        stop.set()
+        await asyncio.gather(*writers)
+        end = await log.current_position()
+        inserts: list[tuple[tuple[int, ...], int]] = []  # (position key, inserts in the tx)
+        async for tx in read_range(log, start, end, idle_timeout=60):
+            inserts.append((position_key(tx.token.position), sum(
+                1 for c in tx.changes if c.table.rsplit(".", 1)[-1] == "ins")))
+        assert {m for _p, _n, m in trials} == {"consistent-snapshot"}
+        moved = 0
+        for position, count, _m in trials:
+            key = position_key(position)
+            assert count == sum(n for k, n in inserts if k <= key), (position, count)
+            moved += count > 0
+        assert moved > 10 and len(inserts) > 100  # the writers ran during the snapshots
+    finally:
+        stop.set()
+        await log.drop()
+        await log.close()
