@@ -100,7 +100,7 @@ DEFAULT_BATCH_INTERVAL_S = 1.0
 #: rows per Parquet file of the snapshot
 DEFAULT_FILE_ROWS = 1_000_000
 #: the snapshot picks the bucket count (a power of two) for about this many rows a bucket
-DEFAULT_ROWS_PER_BUCKET = 2048
+DEFAULT_ROWS_PER_BUCKET = 512
 #: stream heartbeats (seconds): how soon an idle shard's position moves
 HEARTBEAT_S = 0.2
 #: errors after which a step is tried again (a busy SQLite shard, a shard away), how often

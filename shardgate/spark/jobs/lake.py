@@ -307,7 +307,12 @@ class LakeTable:
             self.path, schema, mode=mode, name="shardgate_dump", description=description,
             partition_by=[BUCKET],
             configuration={"delta.logRetentionDuration": f"interval {retention} seconds",
-                           "delta.checkpointInterval": str(CHECKPOINT_EVERY)},
+                           "delta.deletedFileRetentionDuration":
+                               f"interval {retention} seconds",
+                           "delta.checkpointInterval": str(CHECKPOINT_EVERY),
+                           # statistics (for MERGE file pruning) of the key only: a smaller log
+                           "delta.dataSkippingStatsColumns":
+                               ",".join(_ident(c) for c in [*self.key, ORDER])},
         )
         self.bucketing = bucketing
 
@@ -450,7 +455,9 @@ class LakeTable:
         for root, _dirs, names in os.walk(self.path):
             if os.path.basename(root) == QUARANTINE_DIR or QUARANTINE_DIR in root.split(os.sep):
                 continue
-            total += sum(os.path.getsize(os.path.join(root, n)) for n in names)
+            for n in names:
+                with contextlib.suppress(FileNotFoundError):  # vacuumed meanwhile
+                    total += os.path.getsize(os.path.join(root, n))
         return total
 
 
