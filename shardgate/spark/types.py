@@ -27,8 +27,8 @@ the same in every session time zone); with a zone (PostgreSQL
 ``TIMESTAMP``. PostgreSQL's ``infinity`` and ``-infinity`` (timestamps and
 dates) map to the ends of Spark's range, :data:`TS_MAX`/:data:`TS_MIN` and
 :data:`DATE_MAX`/:data:`DATE_MIN` (the gate's own PostgreSQL sessions read
-them the same way); any other value outside that range is refused. ``time`` becomes a string (``HH:MM:SS[.ffffff]``), Spark having no
-time type.
+them the same way); any other value outside that range is refused.
+``time`` becomes a string (``HH:MM:SS[.ffffff]``), Spark having no time type.
 
 Values. :func:`conform` converts a driver's Arrow batch (whole columns, no
 Python objects); :func:`column` converts Python values (change images, the
@@ -218,30 +218,29 @@ def _outside(raw: pa.Array, low: int, high: int) -> bool:
 def _timestamps(col: pa.Array, t: pa.TimestampType) -> pa.Array:
     us = col.cast(pa.timestamp("us", tz=col.type.tz)) if col.type.unit != "us" else col
     raw = us.view(pa.int64()) if hasattr(us, "view") else us.cast(pa.int64())
-    if _outside(raw, _TS_MIN_US, _TS_MAX_US):
-        fixed = []
-        for v in raw.to_pylist():
-            if v is not None and not _TS_MIN_US <= v <= _TS_MAX_US:
-                if v not in _TS_INF:
-                    raise InvalidArgument(f"timestamp {v} µs is outside Spark's range")
-                v = _TS_INF[v]
-            fixed.append(v)
-        raw = pa.array(fixed, pa.int64())
+    raw = _clamped(raw, _TS_MIN_US, _TS_MAX_US, _TS_INF, "timestamp", "µs")
     return raw.cast(pa.timestamp("us", tz=col.type.tz)).cast(t)
 
 
 def _dates(col: pa.Array) -> pa.Array:
-    raw = col.cast(pa.int32())
-    if _outside(raw, _DATE_MIN_D, _DATE_MAX_D):
-        fixed = []
-        for v in raw.to_pylist():
-            if v is not None and not _DATE_MIN_D <= v <= _DATE_MAX_D:
-                if v not in _DATE_INF:
-                    raise InvalidArgument(f"date {v} days is outside Spark's range")
-                v = _DATE_INF[v]
-            fixed.append(v)
-        raw = pa.array(fixed, pa.int32())
+    raw = _clamped(col.cast(pa.int32()), _DATE_MIN_D, _DATE_MAX_D, _DATE_INF, "date", "days")
     return raw.cast(pa.date32())
+
+
+def _clamped(raw: pa.Array, low: int, high: int, infinities: dict[int, int], what: str,
+             unit: str) -> pa.Array:
+    """``raw`` (epoch offsets) with PostgreSQL's infinity sentinels at the range's ends;
+    refuses any other value outside [low, high]."""
+    if not _outside(raw, low, high):
+        return raw
+    fixed = []
+    for v in raw.to_pylist():
+        if v is not None and not low <= v <= high:
+            if v not in infinities:
+                raise InvalidArgument(f"{what} {v} {unit} is outside Spark's range")
+            v = infinities[v]
+        fixed.append(v)
+    return pa.array(fixed, raw.type)
 
 
 def _ints_as_bools(col: pa.Array, f: pa.Field) -> pa.Array:

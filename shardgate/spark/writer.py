@@ -58,6 +58,7 @@ from shardgate.backends import bulk
 from shardgate.backends.urls import parse_url
 from shardgate.errors import Internal, InvalidArgument, ShardgateError, Unsupported
 from shardgate.keys import KeyRange
+from shardgate.spark import types as sgtypes
 from shardgate.spark._worker import settle
 from shardgate.spark.ksids import KsidMapper, ShardIndex, VindexSpec, group_by_shard
 from shardgate.spark.options import SourceOptions, WriteOptions
@@ -305,7 +306,7 @@ class ShardgateWriter(DataSourceArrowWriter):
             data = pa.concat_tables(parts)
             target = self.arrow_schemas.get(name)
             if target is not None:
-                data = bulk.conform(data, pa.schema([
+                data = sgtypes.conform(data, pa.schema([
                     _staged_type(f, data) for f in target if f.name != TASK_COLUMN]))
             data = data.append_column(TASK_COLUMN, pa.array([task] * data.num_rows, pa.string()))
             bulk.ingest(by_name[name].url, self.stage, data)
