@@ -6,7 +6,8 @@ Four PostgreSQL databases are the shards ``-40 40-80 80-c0 c0-`` of keyspace
 * **Change stream.** Capture is prepared, ``--rows`` rows are written by the
   shardgate writer (one bulk insert per shard), then read back from the logs
   by ``availableNow`` queries on ``shardgate_changes`` (``noop`` sink; after a
-  warm-up query), in one batch and with ``maxEventsPerTrigger`` = rows / 4,
+  warm-up query), in one batch (JSON images, and typed ``images=struct``
+  images of the one table) and with ``maxEventsPerTrigger`` = rows / 4,
   against the reference: the same log ranges read by ``ChangeLog.read`` in
   one Python process, the four shards concurrently.
 * **Queue.** ``--events`` events are bulk-enqueued by the writer (events/s),
@@ -159,6 +160,8 @@ def main(rows: int, events: int) -> None:
         # Warm up (the JVM's first streaming query, the Python workers): nothing to read.
         run_query(spark, changes(starting="latest"), tmp, "warm")
         sg_one = run_query(spark, changes(starting=json.dumps(begin)), tmp, "changes-one")
+        sg_typed = run_query(spark, changes(starting=json.dumps(begin), tables="t",
+                                            images="struct"), tmp, "changes-typed")
         sg_s = run_query(spark, changes(starting=json.dumps(begin),
                                         maxEventsPerTrigger=str(max(1, rows // 4))),
                          tmp, "changes")
@@ -181,8 +184,11 @@ def main(rows: int, events: int) -> None:
               f"{rows / raw_s:>12.0f}")
         print(f"{'changes: shardgate_changes, one batch':<44}{sg_one:>10.2f}"
               f"{rows / sg_one:>12.0f}")
+        print(f"{'changes: shardgate_changes, typed images':<44}{sg_typed:>10.2f}"
+              f"{rows / sg_typed:>12.0f}")
         print(f"{'changes: shardgate_changes, 4 batches':<44}{sg_s:>10.2f}{rows / sg_s:>12.0f}")
         print(f"ratio shardgate_changes/reference: {raw_s / sg_one:.2f}x one batch, "
+              f"{raw_s / sg_typed:.2f}x typed images, "
               f"{raw_s / sg_s:.2f}x with maxEventsPerTrigger ({rows} row changes)")
         print(f"{'queue: bulk enqueue (writer)':<44}{enq_s:>10.2f}{events / enq_s:>12.0f}")
         print(f"{'queue: gate receive+ack (reference)':<44}{ref_q:>10.2f}{events / ref_q:>12.0f}")

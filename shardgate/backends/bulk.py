@@ -106,6 +106,8 @@ def _mysql_connect(url: DatabaseURL) -> Any:
         host=url.host, port=url.port or 3306, user=url.user or "root",
         password=url.password or "", database=url.database or None, autocommit=True,
         charset="utf8mb4", connect_timeout=CONNECT_TIMEOUT_S,
+        # TIMESTAMP values are read and written in UTC (they are zoned, see docs/types.md).
+        init_command="SET time_zone = '+00:00'",
     )
 
 
@@ -239,6 +241,9 @@ class ShardReader:
         self._conn: Any = None
         self._sqlite: sqlite3.Connection | None = None
         self._in_tx = False
+        #: how the last :meth:`snapshot` took its position (MariaDB: ``consistent-snapshot``
+        #: or ``table-lock``)
+        self.snapshot_method = ""
         #: False while a result is being read, or after an error: the connection
         #: then goes back to no pool
         self._clean = True
@@ -280,13 +285,14 @@ class ShardReader:
         with contextlib.suppress(Exception):
             self._conn.close()
 
-    def snapshot(self) -> str:
+    def snapshot(self, table: str | None = None) -> str:
         """Start the consistent read all later reads see; return the log position then.
 
         The position is the backend's own: a PostgreSQL LSN, a MariaDB GTID
         position, a SQLite ``_sg_changes`` sequence (``"0"`` if nothing was
         captured yet). Changes committed after the position are not in the
-        snapshot; every change before it is.
+        snapshot; every change before it is. ``table``: the table the snapshot
+        will read (MariaDB's table-lock method locks it, see :meth:`_mysql_snapshot`).
         """
         try:
             if self.kind == "postgresql":
@@ -304,17 +310,58 @@ class ShardReader:
                     seq = int(cur.fetchone()[0])
                 cur.close()
                 return str(seq)
-            with self._conn.cursor() as cur:
-                cur.execute("SELECT @@gtid_binlog_pos")  # before the snapshot, as above
-                row = cur.fetchone()
-                cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-                cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
-            self._in_tx = True
-            return str(row[0] or "")
+            return self._mysql_snapshot(table)
         except ShardgateError:
             raise
         except Exception as exc:
             raise _translate(exc, self.url, "snapshot") from exc
+
+    def _mysql_snapshot(self, table: str | None) -> str:
+        """MariaDB: the GTID position taken with the snapshot, exactly.
+
+        MariaDB's ``START TRANSACTION WITH CONSISTENT SNAPSHOT`` records the binlog
+        file and offset that match the snapshot (status ``Binlog_snapshot_file``
+        and ``Binlog_snapshot_position``, no lock); ``BINLOG_GTID_POS`` turns
+        them into the GTID position. Where the server does not give them (binary
+        log off, a server without the status), Vitess's table-lock method: ``LOCK
+        TABLES ... READ`` stops writers of the table, the position and the
+        snapshot are taken while no write can commit to it, then the lock goes.
+        """
+        with self._conn.cursor() as cur:
+            cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+            cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
+            self._in_tx = True
+            cur.execute("SHOW SESSION STATUS LIKE 'binlog_snapshot_%'")
+            status = {str(k).lower(): str(v) for k, v in cur.fetchall()}
+            file = status.get("binlog_snapshot_file", "")
+            offset = status.get("binlog_snapshot_position", "")
+            if file and offset.isdigit():
+                cur.execute("SELECT BINLOG_GTID_POS(%s, %s)", (file, int(offset)))
+                row = cur.fetchone()
+                if row is not None and row[0] is not None:
+                    self.snapshot_method = "consistent-snapshot"
+                    return str(row[0])
+            # The table-lock method (as Vitess's vstreamer copy does): another connection
+            # holds a read lock on the table (START TRANSACTION would release a lock
+            # held by this one) while this one reads the position and starts its snapshot.
+            cur.execute("ROLLBACK")
+            self._in_tx = False
+            locker = _mysql_connect(self.url)
+            try:
+                with locker.cursor() as lock:
+                    lock.execute("FLUSH TABLES WITH READ LOCK" if table is None
+                                 else f"LOCK TABLES {quote_ident('mysql', table)} READ")
+                    cur.execute("SELECT @@gtid_binlog_pos")
+                    row = cur.fetchone()
+                    cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
+                    self._in_tx = True
+                    cur.execute("SELECT 1")  # the snapshot is fixed by the first read
+                    cur.fetchall()
+                    lock.execute("UNLOCK TABLES")
+            finally:
+                locker.close()
+            self.snapshot_method = "table-lock"
+            return str(row[0] or "") if row else ""
 
     def _pg_exported_snapshot(self) -> str:
         """PostgreSQL: import the snapshot of a new temporary logical slot; its consistent point.
@@ -478,6 +525,12 @@ def _inferred(values: Sequence[Any]) -> pa.DataType:
         return pa.string()
 
 
+#: field metadata key naming a type decision left to :mod:`shardgate.spark.types`:
+#: ``numeric`` (PostgreSQL NUMERIC without precision, given as text), ``bool``
+#: (MariaDB TINYINT(1)/BOOLEAN, given as integers)
+SG_TYPE = b"shardgate.type"
+
+
 def sqlite_type(declared: str) -> pa.DataType:
     """The Arrow type of a SQLite declared column type (SQLite's affinity rules)."""
     import pyarrow as pa
@@ -502,6 +555,9 @@ def _mysql_field(f: Any) -> pa.Field:
     from pymysql.constants.FLAG import NOT_NULL
 
     t = f.type_code
+    meta: dict[bytes, bytes] | None = None
+    if t == FIELD_TYPE.TINY and int(f.length) == 1:
+        meta = {SG_TYPE: b"bool"}
     if t in (FIELD_TYPE.TINY, FIELD_TYPE.SHORT, FIELD_TYPE.LONG, FIELD_TYPE.INT24,
              FIELD_TYPE.LONGLONG, FIELD_TYPE.YEAR):
         typ: pa.DataType = pa.int64()
@@ -513,13 +569,15 @@ def _mysql_field(f: Any) -> pa.Field:
         typ = pa.decimal128(max(precision, scale), scale)
     elif t in (FIELD_TYPE.DATE, FIELD_TYPE.NEWDATE):
         typ = pa.date32()
-    elif t in (FIELD_TYPE.DATETIME, FIELD_TYPE.TIMESTAMP):
+    elif t == FIELD_TYPE.DATETIME:
         typ = pa.timestamp("us")
+    elif t == FIELD_TYPE.TIMESTAMP:  # stored in UTC; sessions read it in UTC
+        typ = pa.timestamp("us", tz="UTC")
     elif f.charsetnr == 63 and t not in (FIELD_TYPE.TIME,):
         typ = pa.binary()
     else:
         typ = pa.string()
-    return pa.field(f.name, typ, nullable=not f.flags & NOT_NULL)
+    return pa.field(f.name, typ, nullable=not f.flags & NOT_NULL, metadata=meta)
 
 
 def _not_null(schema: pa.Schema, columns: set[str]) -> pa.Schema:
@@ -534,13 +592,15 @@ def normalize_schema(schema: pa.Schema) -> pa.Schema:
     """Replace driver-specific Arrow types with plain ones Spark knows.
 
     PostgreSQL NUMERIC arrives as an opaque extension of strings: with a
-    typmod it becomes ``decimal128(p, s)``, without one a string.
+    typmod it becomes ``decimal128(p, s)``, without one a string tagged
+    ``numeric`` (:data:`SG_TYPE`; :mod:`shardgate.spark.types` decides its type).
     """
     import pyarrow as pa
 
     fields = []
     for f in schema:
         typ = f.type
+        tag: dict[bytes, bytes] | None = None
         if isinstance(typ, pa.ExtensionType) or str(typ).startswith("extension<"):
             meta = {k.decode(): v.decode() for k, v in (f.metadata or {}).items()}
             typmod = int(meta.get("POSTGRESQL:typmod", "-1") or -1)
@@ -549,9 +609,11 @@ def normalize_schema(schema: pa.Schema) -> pa.Schema:
                 typ = pa.decimal128(min(precision, 38), scale)
             else:
                 typ = pa.string()
+                if meta.get("POSTGRESQL:type") == "numeric":
+                    tag = {SG_TYPE: b"numeric"}
         elif pa.types.is_null(typ):
             typ = pa.string()
-        fields.append(pa.field(f.name, typ, nullable=f.nullable))
+        fields.append(pa.field(f.name, typ, nullable=f.nullable, metadata=tag))
     return pa.schema(fields)
 
 
@@ -656,6 +718,40 @@ def query(url: str, sql: str) -> list[tuple[Any, ...]]:
         raise
     except Exception as exc:
         raise _translate(exc, u, "query") from exc
+
+
+def byte_order_columns(url: str, table: str) -> set[str]:
+    """The (lowercased) columns of ``table`` whose comparisons are exactly byte-wise.
+
+    Those are the only string columns a range filter may be pushed to: under a
+    case-insensitive, linguistic or PAD SPACE collation the database's ``>``
+    disagrees with Spark's binary one and would drop rows Spark's re-check
+    needs. PostgreSQL: the ``C``/``POSIX``/``ucs_basic`` collations (also as the
+    database default); MariaDB: ``binary`` and ``*_nopad_bin`` (``*_bin`` pads
+    trailing spaces); SQLite: every column of a table declaring no ``COLLATE``.
+    Non-string columns are listed too (they have no collation).
+    """
+    u = parse_url(url)
+    lit = "'" + table.replace("'", "''") + "'"
+    if u.kind == "sqlite":
+        rows = query(url, f"SELECT sql FROM sqlite_master WHERE type = 'table' AND name = {lit}")
+        if rows and "COLLATE" in str(rows[0][0] or "").upper():
+            return set()
+        return {str(r[0]).lower() for r in query(url, f"SELECT name FROM pragma_table_info({lit})")}
+    if u.kind == "postgresql":
+        rows = query(url, (
+            "SELECT a.attname, CASE WHEN a.attcollation = 0 THEN NULL WHEN c.collname = "
+            "'default' THEN d.datcollate ELSE c.collname END FROM pg_attribute a "
+            "LEFT JOIN pg_collation c ON c.oid = a.attcollation "
+            "JOIN pg_database d ON d.datname = current_database() "
+            f"WHERE a.attrelid = to_regclass({lit}) AND a.attnum > 0 AND NOT a.attisdropped"))
+        return {str(n).lower() for n, coll in rows
+                if coll is None or str(coll) in ("C", "POSIX", "ucs_basic")}
+    rows = query(url, (
+        "SELECT COLUMN_NAME, COLLATION_NAME FROM information_schema.COLUMNS WHERE "
+        f"TABLE_SCHEMA = DATABASE() AND TABLE_NAME = {lit}"))
+    return {str(n).lower() for n, coll in rows
+            if coll is None or str(coll) == "binary" or str(coll).endswith("_nopad_bin")}
 
 
 def table_schema(url: str, table: str) -> pa.Schema:

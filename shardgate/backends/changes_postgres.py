@@ -33,6 +33,7 @@ Invariants and traps (see FIELD-NOTES, "Change capture"):
 
 from __future__ import annotations
 
+import datetime
 import hashlib
 import logging
 import re
@@ -94,7 +95,7 @@ def _bytea(s: str) -> bytes:
 
 _CONVERT: dict[int, Callable[[str], Any]] = {
     16: _bool, 17: _bytea, 20: int, 21: int, 23: int, 26: int,
-    700: float, 701: float, 1700: Decimal,
+    700: float, 701: float, 1083: datetime.time.fromisoformat, 1700: Decimal,
 }
 
 

@@ -132,6 +132,36 @@ def translate(exc: psycopg.Error, safe_url: str) -> ShardgateError:
     return Internal(f"unexpected error (SQLSTATE {state or 'none'}) from {where}")
 
 
+def _load_infinities(conn: psycopg.AsyncConnection[tuple[Any, ...]]) -> None:
+    """Read PostgreSQL's ``infinity``/``-infinity`` dates and timestamps as the ends of
+    Python's (and Spark's) range, as every shardgate path does (``docs/types.md``),
+    instead of failing the whole result."""
+    import datetime
+
+    from psycopg.types.datetime import DateLoader, TimestampLoader, TimestamptzLoader
+
+    utc = datetime.UTC
+    low = datetime.datetime(1, 1, 2)  # shardgate.spark.types.TS_MIN
+    ends: list[tuple[str, type[Any], Any, Any]] = [
+        ("date", DateLoader, datetime.date.max, datetime.date.min),
+        ("timestamp", TimestampLoader, datetime.datetime.max, low),
+        ("timestamptz", TimestamptzLoader, datetime.datetime.max.replace(tzinfo=utc),
+         low.replace(tzinfo=utc)),
+    ]
+    for name, base, high, low in ends:
+        def load(self: Any, data: Any, _base: Any = base, _hi: Any = high, _lo: Any = low
+                 ) -> Any:
+            raw = bytes(data)
+            if raw == b"infinity":
+                return _hi
+            if raw == b"-infinity":
+                return _lo
+            return _base.load(self, data)
+
+        loader = type(f"Infinite{base.__name__}", (base,), {"load": load})
+        conn.adapters.register_loader(name, loader)
+
+
 def translate_connect(exc: psycopg.Error, safe_url: str) -> ShardgateError:
     """A failed connect: unreachable unless the server said something more precise."""
     state = exc.sqlstate or ""
@@ -434,6 +464,7 @@ class PostgresBackend(PooledBackend):
             raw = await psycopg.AsyncConnection.connect(self._conninfo, autocommit=True)
         except psycopg.Error as exc:
             raise translate_connect(exc, self.safe_url) from exc
+        _load_infinities(raw)
         if self.collation is None:
             # The gate merges, groups and sorts strings as this collation does.
             try:

@@ -4,7 +4,8 @@
 
     shardgate spark dump    (--cluster F | --data-dir D) --keyspace K --table T
                             --lake PATH [--follow] [--key COL,COL] [--batch-rows N]
-                            [--batch-interval S]
+                            [--batch-interval S] [--retention S] [--buckets N]
+                            [--numeric-as decimal|string]
     shardgate spark archive (--cluster F | --data-dir D) --keyspace K --queue Q
                             --before ISO --out PATH [--chunk-rows N]
 
@@ -44,6 +45,12 @@ def add_parsers(commands: Any) -> None:
     dump.add_argument("--batch-rows", type=int, default=50_000, help="change rows per MERGE")
     dump.add_argument("--batch-interval", type=float, default=1.0,
                       help="a MERGE at least this often while changes come (s)")
+    dump.add_argument("--retention", type=float, default=60.0,
+                      help="seconds old lake versions stay readable before vacuum")
+    dump.add_argument("--buckets", type=int, default=None,
+                      help="lake partitions, a power of two (default: ~512 rows each)")
+    dump.add_argument("--numeric-as", choices=("decimal", "string"), default="decimal",
+                      help="type of unbounded NUMERIC columns (docs/types.md)")
     archive = sub.add_parser(
         "archive", help="acked queue events older than a cut-off into Parquet, then purged")
     archive.add_argument("--queue", required=True)
@@ -113,7 +120,8 @@ def _dump(args: argparse.Namespace, topology: Any) -> int:
         job = DumpJob(
             topology, args.keyspace, args.table, args.lake, spark=spark, key=key,
             batch_rows=args.batch_rows, batch_interval_s=args.batch_interval,
-            progress=_progress,
+            progress=_progress, retention_s=args.retention, buckets=args.buckets,
+            numeric_as=args.numeric_as,
         )
         summary = asyncio.run(run())
     finally:

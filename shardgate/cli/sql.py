@@ -92,7 +92,7 @@ async def _sql(args: argparse.Namespace) -> int:
         try:
             session = gate.session(args.keyspace)
             if args.explain:
-                print(json.dumps(gate.explain(args.sql, session.keyspace), indent=2))
+                print(json.dumps(await gate.explain_shards(args.sql, session.keyspace), indent=2))
             else:
                 print(format_result(await gate.execute(session, args.sql)))
         finally:

@@ -504,6 +504,18 @@ class Gate:
             return {"QueryType": planned.query_type, "Original": sql}
         return planned.describe()
 
+    async def explain_shards(self, sql: str, keyspace: str | None = None) -> dict[str, Any]:
+        """:meth:`explain`, with the shards each route of the plan reaches (``"Shards"``,
+        as ``keyspace/shard``), resolved from the statement's values as execution would."""
+        from shardgate.engine.explain import with_target_shards
+
+        planned = self.plan(sql, keyspace)
+        if not isinstance(planned, Plan):
+            return {"QueryType": planned.query_type, "Original": sql}
+        session = self.session(keyspace)
+        return await with_target_shards(planned.instructions, planned.describe(),
+                                        _SessionCursor(self, session))
+
     # -- execution --------------------------------------------------------------
 
     async def execute(

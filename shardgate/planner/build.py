@@ -182,7 +182,8 @@ def _plan_explain(stmt: exp.Describe, vschema: VSchema, default_ks: str | None) 
     inner = stmt.this
     if not isinstance(inner, exp.Query | exp.Insert | exp.Update | exp.Delete):
         raise Unsupported("EXPLAIN takes a SELECT, INSERT, UPDATE or DELETE")
-    return Explain(build_plan(inner, inner.sql(dialect="mysql"), vschema, default_ks).describe())
+    built = build_plan(inner, inner.sql(dialect="mysql"), vschema, default_ks)
+    return Explain(built.describe(), built.instructions)
 
 
 def _refs(stmt: exp.Expression, vschema: VSchema, default_keyspace: str | None) -> list[_Ref]:

@@ -94,6 +94,25 @@ SCHEMA = StructType([
     StructField("ordinal", IntegerType(), False),    # the change's index in its transaction
     StructField("commit_ts", TimestampType(), False),
 ])
+#: the column of typed rows (``images=struct``) naming values that could not be converted
+ERROR_COLUMN = "error"
+
+
+def typed_schema(image: StructType) -> StructType:
+    """The rows of ``shardgate_changes`` with ``images=struct``: ``before``/``after`` typed.
+
+    ``image``: the table's columns as the one type mapping gives them. A value
+    the mapping cannot convert exactly is NULL in its image and the row's
+    ``error`` says which and why (the stream goes on).
+    """
+    fields = []
+    for f in SCHEMA.fields:
+        if f.name in ("before", "after"):
+            fields.append(StructField(f.name, image, True))
+        else:
+            fields.append(f)
+    fields.append(StructField(ERROR_COLUMN, StringType(), True))
+    return StructType(fields)
 
 #: Rows per Arrow batch a task emits.
 BATCH_ROWS = 8192
@@ -215,7 +234,20 @@ class ShardgateChangesDataSource(DataSource):
         return "shardgate_changes"
 
     def schema(self) -> StructType:
-        return SCHEMA
+        changes = ChangesOptions.parse(self.options)
+        if changes.images == "json":
+            return SCHEMA
+        import pyarrow as pa
+
+        from shardgate.backends import bulk
+
+        opts = SourceOptions.parse(self.options)
+        shard = opts.topo().keyspace(opts.keyspace).shards[0]
+        raw = bulk.table_schema(shard.url, changes.tables[0])
+        arrow = sgtypes.canonical_schema(raw, numeric_as=changes.numeric_as)
+        # Nullable: a delete has no after image, an insert no before image.
+        return typed_schema(sgtypes.to_spark(
+            pa.schema([f.with_nullable(True) for f in arrow])))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         return ChangesStreamReader(SourceOptions.parse(self.options),
@@ -233,11 +265,13 @@ class ChangesStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """
 
     def __init__(self, opts: SourceOptions, changes: ChangesOptions, schema: StructType) -> None:
-        if [f.name for f in schema.fields] != SCHEMA.fieldNames():
+        want = SCHEMA.fieldNames() + ([ERROR_COLUMN] if changes.images == "struct" else [])
+        if [f.name for f in schema.fields] != want:
             raise InvalidArgument(
-                f"shardgate_changes has the fixed schema {SCHEMA.simpleString()}; "
+                f"shardgate_changes has the fixed columns {want}; "
                 "select columns after load() instead"
             )
+        self.schema = schema
         self.opts = opts
         self.changes = changes
         self._target: dict[str, str] | None = None
@@ -442,23 +476,39 @@ class ChangesStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         cheaper than Spark converting tuples row by row)."""
         import pyarrow as pa
 
-        arrow = sgtypes.to_arrow(SCHEMA)
+        arrow = sgtypes.to_arrow(self.schema)
+        typed = self.changes.images == "struct"
         keyspace = self.opts.keyspace
         tables = self.changes.tables
-        cols: list[list[Any]] = [[] for _ in SCHEMA.fields]
-        (_ks, _shard, table_c, op_c, pk_c, before_c, after_c, token_c, pos_c, ord_c,
-         ts_c) = cols
+        table_c: list[str] = []
+        op_c: list[str] = []
+        pk_c: list[str] = []
+        before_c: list[Any] = []
+        after_c: list[Any] = []
+        token_c: list[str] = []
+        pos_c: list[str] = []
+        ord_c: list[int] = []
+        ts_c: list[datetime.datetime] = []
+        cols: list[list[Any]] = [table_c, op_c, pk_c, before_c, after_c, token_c, pos_c, ord_c,
+                                 ts_c]
 
         def batch() -> pa.RecordBatch:
             n = len(table_c)
-            out = pa.RecordBatch.from_arrays(
-                [pa.array([keyspace] * n, pa.string()), pa.array([p.shard] * n, pa.string()),
-                 *(pa.array(c, f.type) for c, f in zip(cols[2:], list(arrow)[2:], strict=True))],
-                schema=arrow)
+            errors: list[str | None] = [None] * n
+            arrays = [pa.array([keyspace] * n, pa.string()), pa.array([p.shard] * n, pa.string())]
+            for c, f in zip(cols, list(arrow)[2:2 + len(cols)], strict=True):
+                if typed and f.name in ("before", "after"):
+                    arrays.append(_images(c, f, errors))
+                else:
+                    arrays.append(pa.array(c, f.type))
+            if typed:
+                arrays.append(pa.array(errors, pa.string()))
+            out = pa.RecordBatch.from_arrays(arrays, schema=arrow)
             for c in cols:
                 c.clear()
             return out
 
+        encode = (lambda image: image) if typed else to_json
         loop = asyncio.new_event_loop()
         log = open_change_log(p.url, f"{keyspace}/{p.shard}")
         txs = read_range(log, p.start, p.end, idle_timeout=self.changes.read_timeout)
@@ -476,8 +526,8 @@ class ChangesStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     table_c.append(c.table)
                     op_c.append(c.op)
                     pk_c.append(_ENCODER.encode(list(c.pk)))
-                    before_c.append(to_json(c.before))
-                    after_c.append(to_json(c.after))
+                    before_c.append(encode(c.before))
+                    after_c.append(encode(c.after))
                     token_c.append(token)
                     pos_c.append(tx.token.position)
                     ord_c.append(i)
@@ -492,6 +542,34 @@ class ChangesStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 loop.run_until_complete(log.close())
             finally:
                 loop.close()
+
+
+def _images(images: list[dict[str, Any] | None], f: pa.Field, errors: list[str | None]
+            ) -> pa.Array:
+    """Row images (dicts) as one struct column of ``f``'s type, converted field by field
+    by the one type mapping; a value it cannot convert is NULL, its reason in ``errors``."""
+    import pyarrow as pa
+
+    struct = f.type
+    present = [img is not None for img in images]
+    children = []
+    for child in struct:
+        lowered = child.name.lower()
+        values: list[Any] = []
+        for img in images:
+            if img is None:
+                values.append(None)
+                continue
+            v = img.get(child.name)
+            if v is None and child.name not in img:
+                v = next((x for k, x in img.items() if k.lower() == lowered), None)
+            values.append(v)
+        arr, bad = sgtypes.column(values, child)
+        for i, why in bad.items():
+            errors[i] = f"{f.name}: {why}" if errors[i] is None else errors[i]
+        children.append(arr)
+    mask = pa.array([not x for x in present], pa.bool_())
+    return pa.StructArray.from_arrays(children, fields=list(struct), mask=mask)
 
 
 def _table_name(table: str) -> str:

@@ -77,13 +77,15 @@ class SourceOptions:
 
 @dataclass(frozen=True)
 class ReadOptions:
-    """``table`` or ``query``; ``splits`` (total, default one per shard); ``path``."""
+    """``table`` or ``query``; ``splits`` (total, default one per shard); ``path``;
+    ``numeric_as`` (``decimal`` or ``string``: unbounded NUMERIC, see docs/types.md)."""
 
     table: str | None
     query: str | None
     splits: int | None
     path: str
     batch_rows: int
+    numeric_as: str = "decimal"
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> ReadOptions:
@@ -97,7 +99,11 @@ class ReadOptions:
         if path not in READ_PATHS:
             raise InvalidArgument(f"option 'path' must be one of {READ_PATHS}, got {path!r}")
         splits = _int(options, "splits", 0, low=0) or None
-        return cls(table, query, splits, path, _int(options, "batch_rows", 65_536))
+        numeric_as = (options.get("numeric_as") or "decimal").lower()
+        if numeric_as not in ("decimal", "string"):
+            raise InvalidArgument(
+                f"option 'numeric_as' must be 'decimal' or 'string', got {numeric_as!r}")
+        return cls(table, query, splits, path, _int(options, "batch_rows", 65_536), numeric_as)
 
 
 @dataclass(frozen=True)
@@ -155,6 +161,10 @@ class ChangesOptions:
                               ``earliest`` (default: nothing lost) or ``latest``.
     ``readTimeout``           seconds a task may wait for a shard's log to reach the batch's
                               end position before failing (retryable).
+    ``images``                ``struct``: ``before``/``after`` as structs with the table's own
+                              column types (needs ``tables`` naming one table; the default
+                              then); ``json``: JSON strings (the default for several tables).
+    ``numeric_as``            unbounded NUMERIC in struct images: ``decimal`` or ``string``.
     """
 
     starting: str
@@ -162,6 +172,8 @@ class ChangesOptions:
     tables: tuple[str, ...]
     new_shards: str
     read_timeout: float
+    images: str = "json"
+    numeric_as: str = "decimal"
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> ChangesOptions:
@@ -174,8 +186,19 @@ class ChangesOptions:
                                   f"got {new_shards!r}")
         tables = tuple(t.strip().lower() for t in (options.get("tables") or "").split(",")
                        if t.strip())
+        images = (options.get("images") or ("struct" if len(tables) == 1 else "json")).lower()
+        if images not in ("struct", "json"):
+            raise InvalidArgument(f"option 'images' must be 'struct' or 'json', got {images!r}")
+        if images == "struct" and len(tables) != 1:
+            raise InvalidArgument(
+                "option images='struct' types the images with one table's columns: name that "
+                "table in option 'tables' (or use images='json' for a mixed-table stream)")
+        numeric_as = (options.get("numeric_as") or "decimal").lower()
+        if numeric_as not in ("decimal", "string"):
+            raise InvalidArgument(
+                f"option 'numeric_as' must be 'decimal' or 'string', got {numeric_as!r}")
         return cls(starting, _int(options, "maxEventsPerTrigger", 0, low=0), tables,
-                   new_shards, float(_int(options, "readTimeout", 120)))
+                   new_shards, float(_int(options, "readTimeout", 120)), images, numeric_as)
 
 
 @dataclass(frozen=True)

@@ -208,12 +208,22 @@ def _exact(value: Any) -> bool:
     )
 
 
-def filter_term(f: Filter, columns: set[str]) -> tuple[str, bool] | None:
-    """A Spark filter as a gate SQL term, and whether it is exact; None if not pushable."""
+def filter_term(
+    f: Filter, columns: set[str], byte_order: set[str] | None = None
+) -> tuple[str, bool] | None:
+    """A Spark filter as a gate SQL term, and whether it is exact; None if not pushable.
+
+    ``byte_order``: the (lowercased) columns the shards compare byte-wise (None:
+    all). A string comparison with another column is pushed only where the
+    database's answer is a superset of Spark's (``=`` and ``IN``: equal bytes
+    are equal under every collation); ranges and ``<>`` are left to Spark.
+    """
     from sqlglot import exp
 
     if isinstance(f, Not) and isinstance(f.child, EqualTo):
-        inner = filter_term(f.child, columns)
+        if _collated(f.child, byte_order):
+            return None
+        inner = filter_term(f.child, columns, byte_order)
         if inner is None:
             return None
         return f"NOT ({inner[0]})", inner[1]
@@ -238,11 +248,20 @@ def filter_term(f: Filter, columns: set[str]) -> tuple[str, bool] | None:
     op = ops.get(type(f))
     if op is None:
         return None
+    if op is not exp.EQ and _collated(f, byte_order):
+        return None
     value = getattr(f, "value", None)
     lit = _literal(value)
     if lit is None:
         return None
     return op(this=col, expression=lit).sql(GATE_DIALECT), _exact(value)
+
+
+def _collated(f: Filter, byte_order: set[str] | None) -> bool:
+    """True for a comparison of a string with a column the shards compare by a collation."""
+    attr = getattr(f, "attribute", None)
+    return (byte_order is not None and isinstance(getattr(f, "value", None), str)
+            and isinstance(attr, tuple) and attr[0].lower() not in byte_order)
 
 
 class ShardgateDataSource(DataSource):
@@ -259,7 +278,8 @@ class ShardgateDataSource(DataSource):
         plan = plan_splits(opts, read, None, first_only=True)[0]
         with bulk.ShardReader(plan.url) as r:
             arrow = r.result_schema(plan.shard_sql, table=read.table)
-        return sgtypes.to_spark(sgtypes.drop_last(arrow, plan.hidden))
+        return sgtypes.to_spark(sgtypes.canonical_schema(
+            sgtypes.drop_last(arrow, plan.hidden), numeric_as=read.numeric_as))
 
     def reader(self, schema: StructType) -> DataSourceReader:
         settle()
@@ -284,14 +304,26 @@ class ShardgateReader(DataSourceReader):
 
     def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:
         columns = {f.name.lower() for f in self.schema.fields}
+        byte_order = self._byte_order()
         for f in filters:
-            term = filter_term(f, columns)
+            term = filter_term(f, columns, byte_order)
             if term is None:
                 yield f
                 continue
             self.terms.append(term[0])
             if not term[1]:
                 yield f  # pushed, and checked again by Spark
+
+    def _byte_order(self) -> set[str]:
+        """Columns every shard compares byte-wise (a query: none, it may rename them)."""
+        if self.read_opts.table is None:
+            return set()
+        shards = self.opts.topo().keyspace(self.opts.keyspace).shards
+        out: set[str] | None = None
+        for shard in shards:  # shards may differ in collation: the columns binary on all
+            cols = bulk.byte_order_columns(shard.url, self.read_opts.table)
+            out = cols if out is None else out & cols
+        return out or set()
 
     def partitions(self) -> Sequence[InputPartition]:
         columns = [f.name for f in self.schema.fields] if self.read_opts.table else None
@@ -300,7 +332,7 @@ class ShardgateReader(DataSourceReader):
 
     def read(
         self, partition: InputPartition
-    ) -> Iterator[tuple[Any, ...]] | Iterator[pa.RecordBatch]:
+    ) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, SplitPartition)
         settle()
         plan = partition.plan
@@ -321,26 +353,26 @@ class ShardgateReader(DataSourceReader):
                     if not keep.all():  # stray rows are rare: no copy without them
                         batch = batch.filter(keep)
                 if batch.num_rows:
-                    yield bulk.conform(batch, target)
+                    yield sgtypes.conform(batch, target)
 
-    def _tuples(self, plan: _Plan) -> Iterator[tuple[Any, ...]]:
+    def _tuples(self, plan: _Plan) -> Iterator[pa.RecordBatch]:
         import pyarrow as pa
 
+        target = sgtypes.to_arrow(self.schema)
         mapper = KsidMapper(plan.vindex) if plan.vindex is not None else None
         kr = KeyRange(plan.start, plan.end)
         with bulk.ShardReader(plan.url) as r:
             for fields, rows in r.row_batches(plan.shard_sql, self.read_opts.batch_rows):
-                pick = _positions(fields, self.schema)
                 if mapper is not None:
                     idx = [i for i, f in enumerate(fields)
                            if f.lower() in {c.lower() for c in mapper.spec.columns}]
                     keys = pa.table({fields[i]: [r[i] for r in rows] for i in idx})
                     mask = mapper.in_range(keys, kr)
                     rows = [row for row, keep in zip(rows, mask.tolist(), strict=True) if keep]
-                for row in rows:
-                    yield tuple(row[i] for i in pick)
+                if rows:
+                    yield sgtypes.python_row_batch(fields, rows, target)
 
-    def _through_gate(self, plan: _Plan) -> Iterator[tuple[Any, ...]]:
+    def _through_gate(self, plan: _Plan) -> Iterator[pa.RecordBatch]:
         async def run() -> tuple[list[str], list[tuple[Any, ...]]]:
             gate = _open_gate(self.opts.topo())
             try:
@@ -350,16 +382,5 @@ class ShardgateReader(DataSourceReader):
                 await gate.close()
 
         fields, rows = asyncio.run(run())
-        pick = _positions(fields, self.schema)
-        for row in rows:
-            yield tuple(row[i] for i in pick)
-
-
-def _positions(fields: Sequence[str], schema: StructType) -> list[int]:
-    lowered = [f.lower() for f in fields]
-    try:
-        return [lowered.index(f.name.lower()) for f in schema.fields]
-    except ValueError:
-        raise InvalidArgument(
-            f"the schema names columns {schema.fieldNames()} but the query returns {list(fields)}"
-        ) from None
+        if rows:
+            yield sgtypes.python_row_batch(fields, rows, sgtypes.to_arrow(self.schema))

@@ -68,6 +68,7 @@ from shardgate.errors import (
 )
 from shardgate.keys import KeyRange
 from shardgate.queues import signals
+from shardgate.spark import types as sgtypes
 from shardgate.spark._worker import settle
 from shardgate.spark.ksids import KsidMapper, ShardIndex, VindexSpec, group_by_shard
 from shardgate.spark.options import SourceOptions, WriteOptions
@@ -112,6 +113,21 @@ def check_event_columns(queue: str, columns: set[str]) -> None:
             f"and their fire state belongs to the queue managers; drop those columns "
             f"(events may carry {list(EVENT_INPUT_COLUMNS)} and the queue's own columns)"
         )
+
+
+def _staged_type(f: pa.Field, data: pa.Table) -> pa.Field:
+    """The type a batch's column is sent as to a PostgreSQL staging column ``f``.
+
+    An unbounded NUMERIC column reads as text but takes Arrow decimals as they are
+    (COPY converts decimal128 to numeric exactly; text it cannot convert).
+    """
+    import pyarrow as pa
+
+    if (f.metadata or {}).get(bulk.SG_TYPE) == b"numeric":
+        i = data.schema.get_field_index(f.name)
+        if i >= 0 and pa.types.is_decimal(data.schema.field(i).type):
+            return f.with_type(data.schema.field(i).type)
+    return f
 
 
 class ShardgateWriter(DataSourceArrowWriter):
@@ -167,6 +183,24 @@ class ShardgateWriter(DataSourceArrowWriter):
             for s in topo.keyspace(opts.keyspace).shards
         ]
         self.stage = STAGE_PREFIX + secrets.token_hex(6)
+        # PostgreSQL columns the DataFrame gives as strings in the reader's form (unbounded
+        # NUMERIC with numeric_as='string', TIME): staged as text and cast by the commit's
+        # copy, as COPY from Arrow has no text -> numeric/time conversion.
+        self.text_casts: dict[str, str] = {}
+        pg_first = next((s for s in self.shards if s.kind == "postgresql"), None)
+        if pg_first is not None:
+            import pyarrow as pa
+            from pyspark.sql.types import StringType
+
+            strings = {f.name.lower() for f in schema.fields
+                       if isinstance(f.dataType, StringType)}
+            for f in bulk.table_schema(pg_first.url, self.table):
+                if f.name.lower() not in strings:
+                    continue
+                if (f.metadata or {}).get(bulk.SG_TYPE) == b"numeric":
+                    self.text_casts[f.name] = "numeric"
+                elif pa.types.is_time(f.type):
+                    self.text_casts[f.name] = "time"
         self._create_stages()
         # PostgreSQL shards: the Arrow types of the staged columns, which batches are
         # cast to (binary COPY wants exact types: INT is int32, DOUBLE float64). SQLite
@@ -185,11 +219,13 @@ class ShardgateWriter(DataSourceArrowWriter):
         def create(s: _Shard) -> None:
             cols = ", ".join(self._q(s.kind, c) for c in self.columns)
             unlogged = "UNLOGGED " if s.kind == "postgresql" else ""
+            stage = self._q(s.kind, self.stage)
             bulk.run(s.url, [
-                f"CREATE {unlogged}TABLE {self._q(s.kind, self.stage)} AS SELECT {cols} "
+                f"CREATE {unlogged}TABLE {stage} AS SELECT {cols} "
                 f"FROM {self._q(s.kind, self.table)} WHERE 1 = 0",
-                f"ALTER TABLE {self._q(s.kind, self.stage)} ADD COLUMN "
-                f"{self._q(s.kind, TASK_COLUMN)} VARCHAR(64)",
+                f"ALTER TABLE {stage} ADD COLUMN {self._q(s.kind, TASK_COLUMN)} VARCHAR(64)",
+                *(f"ALTER TABLE {stage} ALTER COLUMN {self._q(s.kind, c)} TYPE text"
+                  for c in sorted(self.text_casts) if s.kind == "postgresql"),
             ], transaction=s.kind != "mysql")
             if self.queue:
                 with contextlib.suppress(AlreadyExists):  # two jobs creating it at once
@@ -227,6 +263,9 @@ class ShardgateWriter(DataSourceArrowWriter):
             if not any(m.rows.get(s.name) for m in staged):
                 return
             cols = ", ".join(self._q(s.kind, c) for c in self.columns)
+            picks = ", ".join(
+                f"{self._q(s.kind, c)}::{self.text_casts[c]}" if s.kind == "postgresql"
+                and c in self.text_casts else self._q(s.kind, c) for c in self.columns)
             task_list = ", ".join(f"'{t}'" for t in tasks)
             insert, tail = "INSERT INTO", ""
             if self.write_opts.ignore_duplicates:
@@ -234,7 +273,7 @@ class ShardgateWriter(DataSourceArrowWriter):
                           "mysql": "INSERT IGNORE INTO"}[s.kind]
                 tail = " ON CONFLICT DO NOTHING" if s.kind == "postgresql" else ""
             statements = [
-                f"{insert} {self._q(s.kind, self.table)} ({cols}) SELECT {cols} FROM "
+                f"{insert} {self._q(s.kind, self.table)} ({cols}) SELECT {picks} FROM "
                 f"{self._q(s.kind, self.stage)} WHERE {self._q(s.kind, TASK_COLUMN)} "
                 f"IN ({task_list}){tail}"
             ]
@@ -289,8 +328,8 @@ class ShardgateWriter(DataSourceArrowWriter):
             data = pa.concat_tables(parts)
             target = self.arrow_schemas.get(name)
             if target is not None:
-                data = bulk.conform(data, pa.schema([f for f in target
-                                                     if f.name != TASK_COLUMN]))
+                data = sgtypes.conform(data, pa.schema([
+                    _staged_type(f, data) for f in target if f.name != TASK_COLUMN]))
             data = data.append_column(TASK_COLUMN, pa.array([task] * data.num_rows, pa.string()))
             bulk.ingest(by_name[name].url, self.stage, data)
             counts[name] = counts.get(name, 0) + data.num_rows

@@ -132,7 +132,8 @@ async def test_changes_source_exact_set_admission_and_restart(
 
         def start(limit: int | None) -> Any:
             r = (spark.readStream.format("shardgate_changes").option("cluster", path)
-                 .option("starting", "earliest").option("tables", "corder"))
+                 .option("starting", "earliest").option("tables", "corder")
+                 .option("images", "json"))
             if limit is not None:
                 r = r.option("maxEventsPerTrigger", str(limit))
             return (r.load().writeStream.foreachBatch(sink)

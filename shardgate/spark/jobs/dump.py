@@ -69,14 +69,19 @@ from shardgate.errors import (
 )
 from shardgate.event_token import EventToken, position_key
 from shardgate.spark.jobs.lake import (
+    BUCKET,
+    DEFAULT_RETENTION_S,
     DELETED,
     DESCRIPTION_PREFIX,
     ORDER,
     POSITION,
     SHARD,
     TS,
+    Bucketing,
     LakeTable,
     Positions,
+    Quarantine,
+    choose_bucketing,
     lake_schema,
     token_order,
 )
@@ -94,6 +99,8 @@ DEFAULT_BATCH_ROWS = 50_000
 DEFAULT_BATCH_INTERVAL_S = 1.0
 #: rows per Parquet file of the snapshot
 DEFAULT_FILE_ROWS = 1_000_000
+#: the snapshot picks the bucket count (a power of two) for about this many rows a bucket
+DEFAULT_ROWS_PER_BUCKET = 512
 #: stream heartbeats (seconds): how soon an idle shard's position moves
 HEARTBEAT_S = 0.2
 #: errors after which a step is tried again (a busy SQLite shard, a shard away), how often
@@ -121,6 +128,10 @@ class DumpSummary:
     merges: int = 0
     catchup_s: float = 0.0
     compacted_files: int = 0
+    vacuumed_files: int = 0
+    quarantined: int = 0
+    buckets: int = 0
+    lake_bytes: int = 0
     positions: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -163,69 +174,85 @@ def snapshot_shard(spec: dict[str, Any]) -> dict[str, Any]:
 
     ``spec``: ``shard`` (qualified), ``url``, ``table``, ``schema`` (Arrow
     schema of the lake table), ``lake`` (directory), ``run`` (id),
-    ``file_rows``, ``key``. Returns the shard's position, its snapshot time and
-    the files written (path relative to the lake, size, rows, statistics). The
-    files of an attempt that fails are never returned, hence never committed.
+    ``file_rows``, ``key``, ``bucketing`` (JSON). Values are converted by the
+    one type mapping (:mod:`shardgate.spark.types`); a value it cannot convert
+    exactly fails the task with its reason. Rows are buffered per bucket and
+    written, one file per bucket under ``_sg_bucket=<n>/``, whenever
+    ``file_rows`` rows are buffered and at the end. Returns the shard's
+    position, its snapshot time and the files written (path relative to the
+    lake, bucket, size, rows, statistics). The files of an attempt that fails
+    are never returned, hence never committed.
     """
     import pyarrow as pa
+    import pyarrow.compute as pc
     import pyarrow.parquet as pq
+
+    from shardgate.spark import types as sgtypes
 
     schema: pa.Schema = spec["schema"]
     source = pa.schema([f for f in schema if not f.name.startswith("_sg_")])
+    stored = pa.schema([f for f in schema if f.name != BUCKET])  # partition values: in paths
+    bucketing = Bucketing.from_json(spec["bucketing"])
     shard = spec["shard"]
     tag = f"{spec['run']}-{shard.replace('/', '_')}-{uuid.uuid4().hex[:8]}"
     files: list[dict[str, Any]] = []
-    writer: Any = None
-    current: dict[str, Any] = {}
+    buffered: dict[int, list[pa.Table]] = {}
+    count = 0
 
-    def close_file() -> None:
-        nonlocal writer
-        if writer is None:
-            return
-        writer.close()
-        writer = None
-        full = os.path.join(spec["lake"], current["path"])
-        with open(full, "rb") as fh:
-            os.fsync(fh.fileno())
-        current["size"] = os.path.getsize(full)
-        files.append(dict(current))
+    def write_out() -> None:
+        nonlocal count
+        for bucket, parts in sorted(buffered.items()):
+            data = pa.concat_tables(parts)
+            rel = f"{BUCKET}={bucket}/part-{tag}-{len(files):05d}.parquet"
+            full = os.path.join(spec["lake"], rel)
+            os.makedirs(os.path.dirname(full), exist_ok=True)
+            pq.write_table(data, full)
+            with open(full, "rb") as fh:
+                os.fsync(fh.fileno())
+            stats = _Stats(spec["key"])
+            for b in data.to_batches():
+                stats.add(b)
+            files.append({"path": rel, "bucket": bucket, "rows": data.num_rows,
+                          "size": os.path.getsize(full), "stats": stats.to_dict()})
+        buffered.clear()
+        count = 0
 
     with bulk.ShardReader(spec["url"]) as reader:
-        position = reader.snapshot()
+        position = reader.snapshot(spec["table"])
         snap_ts = time.time()
         order = token_order(position) if position else 0
         q = bulk.quote_ident(reader.kind, spec["table"])
         sql = f"SELECT * FROM {q}"
         if not bulk.supports_arrow(spec["url"]):
-            batches: Any = (
-                pa.RecordBatch.from_pylist([dict(zip(fields, r, strict=True)) for r in rows])
-                for fields, rows in reader.row_batches(sql)
-            )
+            batches: Any = (sgtypes.python_row_batch(fields, rows, source)
+                            for fields, rows in reader.row_batches(sql))
         else:
-            batches = reader.arrow_batches(sql)
-        for raw in batches:
-            if raw.num_rows == 0:
+            batches = (sgtypes.conform(raw, source) for raw in reader.arrow_batches(sql))
+        for batch in batches:
+            if batch.num_rows == 0:
                 continue
-            batch = bulk.conform(raw, source)
             n = batch.num_rows
             extra = [pa.array([shard] * n, pa.string()), pa.array([position] * n, pa.string()),
                      pa.array([order] * n, pa.int64()), pa.array([snap_ts] * n, pa.float64()),
                      pa.array([False] * n, pa.bool_())]
-            out = pa.RecordBatch.from_arrays(list(batch.columns) + extra, schema=schema)
-            if writer is None:
-                current = {"path": f"part-{tag}-{len(files):05d}.parquet", "rows": 0,
-                           "stats": _Stats(spec["key"])}
-                writer = pq.ParquetWriter(os.path.join(spec["lake"], current["path"]), schema)
-            writer.write_batch(out)
-            current["rows"] += n
-            current["stats"].add(out)
-            if current["rows"] >= spec["file_rows"]:
-                close_file()
-        close_file()
-    for f in files:
-        f["stats"] = f["stats"].to_dict()
+            out = pa.Table.from_arrays(list(batch.columns) + extra, schema=stored)
+            buckets = bucketing.buckets(out)
+            for bucket in pc_unique_ints(buckets):
+                part = out.filter(pc.equal(buckets, pa.scalar(bucket, pa.int32())))
+                buffered.setdefault(bucket, []).append(part)
+            count += n
+            if count >= spec["file_rows"]:
+                write_out()
+        write_out()
     return {"shard": shard, "position": position, "timestamp": snap_ts, "files": files,
             "rows": sum(f["rows"] for f in files)}
+
+
+def pc_unique_ints(arr: pa.Array) -> list[int]:
+    """The distinct values of an integer array, sorted."""
+    import pyarrow.compute as pc
+
+    return sorted(int(v) for v in pc.unique(arr).to_pylist())
 
 
 class _Stats:
@@ -265,7 +292,11 @@ class DumpJob:
 
     ``spark`` is needed for the snapshot only (a rerun of a dump that has
     one does not touch Spark). ``key``: the columns identifying a row in the lake
-    (default: the table's primary key on the first shard).
+    (default: the table's primary key on the first shard). ``retention_s``: how
+    long a replaced version's files stay readable before they are vacuumed.
+    ``buckets``: the partition count (a power of two; default: about
+    ``rows_per_bucket`` rows each, at the snapshot). ``numeric_as``: the type of
+    unbounded NUMERIC columns (see ``docs/types.md``).
     """
 
     def __init__(
@@ -282,10 +313,22 @@ class DumpJob:
         file_rows: int = DEFAULT_FILE_ROWS,
         progress: Progress | None = None,
         stall_s: float = DEFAULT_STALL_S,
+        retention_s: float = DEFAULT_RETENTION_S,
+        buckets: int | None = None,
+        rows_per_bucket: int = DEFAULT_ROWS_PER_BUCKET,
+        numeric_as: str = "decimal",
     ) -> None:
         if batch_rows < 1 or file_rows < 1 or batch_interval_s <= 0 or stall_s <= 0:
             raise InvalidArgument(
                 "batch_rows and file_rows must be >= 1, batch_interval_s and stall_s > 0")
+        if buckets is not None and (buckets < 1 or buckets & (buckets - 1)
+                                    or buckets > 1 << 10):
+            raise InvalidArgument("buckets must be a power of two from 1 to 1024")
+        if rows_per_bucket < 1:
+            raise InvalidArgument("rows_per_bucket must be >= 1")
+        self.buckets = buckets
+        self.rows_per_bucket = rows_per_bucket
+        self.numeric_as = numeric_as
         self.topology = topology
         self.keyspace = keyspace
         self.table = table
@@ -294,7 +337,8 @@ class DumpJob:
         if not self.shards:
             raise NotFound(f"keyspace {keyspace!r} has no shards")
         self.key = list(key) if key else []
-        self.lake = LakeTable(lake, self.key)
+        self.lake = LakeTable(lake, self.key, retention_s=retention_s)
+        self.quarantine = Quarantine(self.lake.path)
         self.batch_rows = batch_rows
         self.batch_interval_s = batch_interval_s
         self.file_rows = file_rows
@@ -334,7 +378,10 @@ class DumpJob:
                     f"{sorted(missing)} (the keyspace was resharded?): dump to a new --lake")
             self.progress(f"resuming {self.keyspace}.{self.table} from the lake's positions")
         await self._apply(positions, summary, follow=follow, stop=stop)
-        summary.compacted_files = await asyncio.to_thread(self.lake.compact)
+        summary.compacted_files += await asyncio.to_thread(self.lake.compact)
+        summary.vacuumed_files += await asyncio.to_thread(self.lake.vacuum)
+        summary.buckets = self.lake.bucketing.count
+        summary.lake_bytes = await asyncio.to_thread(self.lake.size_bytes)
         return summary
 
     async def _prepare_capture(self, shard: str, url: str) -> None:
@@ -357,12 +404,14 @@ class DumpJob:
         for k in self.key:
             if k not in source.names:
                 raise NotFound(f"key column {k!r} is not a column of {self.table!r}")
-        schema = lake_schema(source)
-        await asyncio.to_thread(self.lake.create, schema, self.description)
+        schema = lake_schema(source, numeric_as=self.numeric_as)
+        bucketing = await asyncio.to_thread(self._bucketing, schema)
+        await asyncio.to_thread(self.lake.create, schema, self.description, bucketing)
         run = time.strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:6]
         specs = [
             {"shard": q, "url": u, "table": self.table, "schema": schema,
-             "lake": self.lake.path, "run": run, "file_rows": self.file_rows, "key": self.key}
+             "lake": self.lake.path, "run": run, "file_rows": self.file_rows, "key": self.key,
+             "bucketing": bucketing.to_json()}
             for q, u in self.shards.items()
         ]
         self.progress(f"snapshot of {self.keyspace}.{self.table}: {len(specs)} shards")
@@ -383,6 +432,27 @@ class DumpJob:
         self.progress(f"snapshot committed: {summary.snapshot_rows} rows in "
                       f"{summary.snapshot_s:.2f} s ({summary.snapshot_rows_per_s:,.0f} rows/s)")
         return positions
+
+    def _bucketing(self, schema: pa.Schema) -> Bucketing:
+        """The snapshot's bucketing: by the primary vindex's keyspace ids where it can."""
+        rows = self.rows_per_bucket
+        if self.buckets is None:
+            q = bulk.quote_ident
+            total = sum(int(bulk.query(u, f"SELECT COUNT(*) FROM {q(parse_url(u).kind, self.table)}"
+                                       )[0][0]) for u in self.shards.values())
+        else:
+            total, rows = self.buckets, 1
+        primary = None
+        ks = self.topology.build_vschema().keyspace(self.keyspace)
+        table = ks.tables.get(self.table)
+        if ks.sharded and table is not None and table.primary is not None:
+            from shardgate.vindexes import MultiColumn, SingleColumn
+
+            v = table.primary.vindex
+            if isinstance(v, SingleColumn | MultiColumn):
+                primary = (v.type_name, dict(v.params), list(table.primary.columns))
+        types = [schema.field(k).type for k in self.key]
+        return choose_bucketing(self.key, primary, types, total, rows)
 
     # -- change apply -----------------------------------------------------------------
 
@@ -407,7 +477,7 @@ class DumpJob:
         from shardgate.streams.merge import StreamEvent, StreamPosition
 
         schema = await asyncio.to_thread(self.lake.schema)
-        builder = _RowBuilder(schema, self.key)
+        builder = _RowBuilder(schema, self.key, self.lake.bucketing)
         targets = await self._targets()
         current = dict(positions.tokens)
         reached = {q for q, t in current.items() if position_key(t.position) >= targets[q]}
@@ -425,12 +495,22 @@ class DumpJob:
 
         merging: asyncio.Future[None] | None = None
 
-        def merge(rows: pa.Table, snap: Positions) -> None:
+        def merge(pending_rows: list[tuple[Any, ...]], snap: Positions) -> None:
             try:
-                self.lake.merge(rows, snap)
+                rows, poison = builder.table(pending_rows, self.table)
+                if poison:
+                    # Before the MERGE that records positions past them (at least once).
+                    self.quarantine.add(poison)
+                    summary.quarantined += len(poison)
+                    self.progress(f"  quarantined {len(poison)} changes: {poison[0]['reason']}")
+                if rows.num_rows:
+                    self.lake.merge(rows, snap)
+                done = self.lake.maintain()
             except ShardgateError as exc:
                 # Not a stream failure: reopening the stream would skip these rows.
                 raise _MergeFailed(exc) from exc
+            summary.compacted_files += done["compacted"]
+            summary.vacuumed_files += done["vacuumed"]
             summary.merges += 1
             summary.change_rows_merged += rows.num_rows
 
@@ -441,7 +521,7 @@ class DumpJob:
             nonlocal last_flush, merging
             last_flush = time.monotonic()
             if pending:
-                rows = builder.table(list(pending.values()))
+                rows = list(pending.values())
                 pending.clear()
                 snap = Positions(dict(current))
                 if merging is not None:
@@ -571,12 +651,16 @@ class _RowBuilder:
     ``_sg_order``, ``_sg_ts``, ``_sg_deleted`` (see :func:`lake_schema`).
     """
 
-    def __init__(self, schema: pa.Schema, key: Sequence[str]) -> None:
+    def __init__(self, schema: pa.Schema, key: Sequence[str], bucketing: Bucketing) -> None:
+        import pyarrow as pa
+
         self.schema = schema
         self.key = list(key)
+        self.bucketing = bucketing
         self.columns = [n for n in schema.names if not n.startswith("_sg_")]
-        if schema.names[len(self.columns):] != [SHARD, POSITION, ORDER, TS, DELETED]:
+        if schema.names[len(self.columns):] != [SHARD, POSITION, ORDER, TS, DELETED, BUCKET]:
             raise FailedPrecondition(f"the lake table's columns are not a dump's: {schema.names}")
+        self.stored = pa.schema([f for f in schema if f.name != BUCKET])
         self._key_at = [self.columns.index(k) for k in self.key]
         self._token: EventToken | None = None
         self._tok: tuple[Any, ...] = ()
@@ -607,28 +691,41 @@ class _RowBuilder:
                         (*[after.get(col) for col in self.columns], *self._tok, False)))
         return out
 
-    def table(self, rows: list[tuple[Any, ...]]) -> pa.Table:
+    def table(self, rows: list[tuple[Any, ...]], table: str
+              ) -> tuple[pa.Table, list[dict[str, Any]]]:
+        """Lake rows as an Arrow table (buckets filled) and the quarantine rows of those
+        whose values the type mapping cannot convert exactly (left out of the table)."""
         import pyarrow as pa
+        import pyarrow.compute as pc
+
+        from shardgate.spark import types as sgtypes
 
         arrays = []
-        for f, values in zip(self.schema, zip(*rows, strict=True), strict=True):
-            try:
-                arrays.append(pa.array(values, f.type))
-            except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError):
-                arrays.append(_cast_text(list(values), f))
-        return pa.Table.from_arrays(arrays, schema=self.schema)
+        bad: dict[int, str] = {}
+        for f, values in zip(self.stored, zip(*rows, strict=True), strict=True):
+            arr, reasons = sgtypes.column(values, f)
+            arrays.append(arr)
+            for i, why in reasons.items():
+                bad.setdefault(i, why)
+        data = pa.Table.from_arrays(arrays, schema=self.stored)
+        poison: list[dict[str, Any]] = []
+        if bad:
+            keep = [i not in bad for i in range(len(rows))]
+            data = data.filter(pa.array(keep))
+            poison = [self._poison(rows[i], table, why) for i, why in sorted(bad.items())]
+        buckets = self.bucketing.buckets(data)
+        data = data.append_column(pa.field(BUCKET, pa.int32()), pc.cast(buckets, pa.int32()))
+        return data, poison
 
-
-def _cast_text(values: Sequence[Any], f: pa.Field) -> pa.Array:
-    """Values the change stream gave as text (timestamps, dates...) cast to the column type."""
-    import pyarrow as pa
-
-    text = pa.array([None if v is None else str(v) for v in values], pa.string())
-    try:
-        return text.cast(f.type)
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-        raise InvalidArgument(
-            f"column {f.name!r}: cannot store change values as {f.type}: {exc}") from exc
+    def _poison(self, row: tuple[Any, ...], table: str, reason: str) -> dict[str, Any]:
+        n = len(self.columns)
+        image = {c: None if v is None else str(v) for c, v in zip(self.columns, row[:n],
+                                                                   strict=True)}
+        key = {k: image[k] for k in self.key}
+        shard, position, _order, ts, deleted = row[n:]
+        return {"shard": shard, "position": position, "tbl": table,
+                "op": "delete" if deleted else "upsert", "key": json.dumps(key),
+                "image": json.dumps(image), "reason": reason, "ts": float(ts)}
 
 
 __all__ = ["DumpJob", "DumpSummary", "primary_key", "snapshot_shard"]

@@ -12,6 +12,23 @@ Spark reads the table through the list of its live Parquet files
 (:func:`read_table`), which is exact because delta-rs writes no deletion
 vectors.
 
+**Layout: buckets by keyspace-id range.** The table is partitioned by
+``_sg_bucket``, the top bits of the row's keyspace id (:class:`Bucketing`:
+the table's primary vindex when its columns are part of the key, else the
+``hash`` vindex of a single integer key, else a BLAKE2 hash of the key). A
+key's bucket depends on the key alone, so the MERGE joins on it, prunes the
+buckets its source does not touch (``t._sg_bucket IN (...)``) and rewrites
+only the files of the buckets that hold changed keys. delta-rs writes no
+deletion vectors, so a touched bucket's file is copied whole: the bucket
+count trades file size against the bytes a MERGE rewrites.
+
+**Maintenance** (:meth:`LakeTable.maintain`, after every MERGE): small files
+are compacted when a bucket holds several; versions older than the user's
+retention are vacuumed (their files deleted) and the commit log is
+checkpointed and trimmed to the same retention, so the lake stays near one
+snapshot's size plus what the MERGEs of one retention period rewrote.
+Every commit, maintenance included, carries the positions.
+
 Columns: the source table's columns, then
 
 ==================  =========  =================================================
@@ -22,6 +39,7 @@ column              type       meaning
 ``_sg_order``       bigint     the position as a number: orders changes of a shard
 ``_sg_ts``          double     commit time (snapshot rows: the snapshot time)
 ``_sg_deleted``     boolean    a tombstone: the row was deleted at that token
+``_sg_bucket``      int        partition: the key's keyspace-id range bucket
 ==================  =========  =================================================
 
 Invariants (kept by :meth:`LakeTable.merge`):
@@ -44,8 +62,10 @@ lives on one shard (see "Limits" in ``docs/spark.md`` for resharding).
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -59,14 +79,20 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 SHARD, POSITION, ORDER = "_sg_shard", "_sg_position", "_sg_order"
-TS, DELETED = "_sg_ts", "_sg_deleted"
-TOKEN_COLUMNS = (SHARD, POSITION, ORDER, TS, DELETED)
+TS, DELETED, BUCKET = "_sg_ts", "_sg_deleted", "_sg_bucket"
+TOKEN_COLUMNS = (SHARD, POSITION, ORDER, TS, DELETED, BUCKET)
 #: commit metadata key holding the positions (JSON: {qualified shard: [timestamp, position]})
 POSITIONS_KEY = "shardgate.positions"
+#: commit metadata key holding the bucketing (JSON, :meth:`Bucketing.to_json`)
+BUCKETING_KEY = "shardgate.bucketing"
+#: at most this many buckets (partitions)
+MAX_BUCKET_BITS = 10
+#: default retention of old versions (seconds): vacuumed after it
+DEFAULT_RETENTION_S = 60.0
+#: checkpoint the commit log every this many commits
+CHECKPOINT_EVERY = 20
 #: table description marking a table this module created
 DESCRIPTION_PREFIX = "shardgate dump of "
-#: compact when a run leaves more live files than this
-COMPACT_FILES = 64
 
 
 def _need_deltalake() -> Any:
@@ -102,34 +128,102 @@ def token_schema() -> pa.Schema:
     return pa.schema([
         pa.field(SHARD, pa.string()), pa.field(POSITION, pa.string()),
         pa.field(ORDER, pa.int64()), pa.field(TS, pa.float64()),
-        pa.field(DELETED, pa.bool_()),
+        pa.field(DELETED, pa.bool_()), pa.field(BUCKET, pa.int32()),
     ])
 
 
-def lake_schema(table_schema: pa.Schema) -> pa.Schema:
-    """The lake table's schema: the source columns, then the token columns."""
+def lake_schema(table_schema: pa.Schema, *, numeric_as: str = "decimal") -> pa.Schema:
+    """The lake table's schema: the source columns typed by :mod:`shardgate.spark.types`
+    (the one mapping), then the token columns."""
     import pyarrow as pa
+
+    from shardgate.spark import types as sgtypes
 
     for name in table_schema.names:
         if name.startswith("_sg_"):
             raise InvalidArgument(f"column {name!r}: names starting with _sg_ are reserved")
-    fields = [pa.field(f.name, _lake_type(f.type)) for f in table_schema]
+    canonical = sgtypes.canonical_schema(table_schema, numeric_as=numeric_as)
+    fields = [pa.field(f.name, f.type) for f in canonical]
     return pa.schema(fields + list(token_schema()))
 
 
-def _lake_type(t: pa.DataType) -> pa.DataType:
-    """Types Delta stores: large strings/binaries as plain ones, time zones as UTC."""
+@dataclass(frozen=True)
+class Bucketing:
+    """How a key maps to its bucket: the top ``bits`` bits of a keyspace id.
+
+    ``vindex`` (type name, params, columns) computes the keyspace id from the
+    key columns; None: a BLAKE2 hash of the values of the ``key`` columns.
+    Stored with every data commit, so a rerun buckets exactly as the snapshot did.
+    """
+
+    bits: int
+    vindex: tuple[str, tuple[tuple[str, str], ...], tuple[str, ...]] | None
+    key: tuple[str, ...] = ()
+
+    @property
+    def count(self) -> int:
+        return 1 << self.bits
+
+    def to_json(self) -> str:
+        return json.dumps({"bits": self.bits, "vindex": self.vindex, "key": self.key})
+
+    @classmethod
+    def from_json(cls, text: str) -> Bucketing:
+        try:
+            doc = json.loads(text)
+            v = doc["vindex"]
+            vindex = None if v is None else (str(v[0]), tuple((str(a), str(b)) for a, b in v[1]),
+                                              tuple(str(c) for c in v[2]))
+            return cls(int(doc["bits"]), vindex, tuple(str(k) for k in doc.get("key", ())))
+        except (ValueError, TypeError, KeyError, IndexError) as exc:
+            raise FailedPrecondition(f"corrupt {BUCKETING_KEY} in the lake table: {exc}") from exc
+
+    def buckets(self, rows: pa.Table) -> pa.Array:
+        """The bucket of each row of ``rows`` (which has the key columns)."""
+        import numpy as np
+        import pyarrow as pa
+
+        if self.bits == 0 or rows.num_rows == 0:
+            return pa.array(np.zeros(rows.num_rows, dtype=np.int32))
+        shift = np.uint64(64 - self.bits)
+        if self.vindex is not None:
+            from shardgate.spark.ksids import KsidMapper, VindexSpec
+
+            type_name, params, columns = self.vindex
+            u, valid, _ = KsidMapper(VindexSpec(type_name, type_name, params, columns)).u64(rows)
+            if not bool(valid.all()):
+                raise InvalidArgument(f"a key of the lake table has no keyspace id ({columns})")
+            return pa.array((u >> shift).astype(np.int32))
+        keys = list(zip(*(rows.column(c).to_pylist() for c in self.key), strict=True))
+        out = np.empty(len(keys), dtype=np.int32)
+        for i, k in enumerate(keys):
+            h = int.from_bytes(hashlib.blake2b(repr(k).encode(), digest_size=8).digest(), "big")
+            out[i] = h >> (64 - self.bits)
+        return pa.array(out)
+
+
+def choose_bucketing(
+    key: Sequence[str], primary: tuple[str, dict[str, str], Sequence[str]] | None,
+    key_types: Sequence[pa.DataType], rows: int, rows_per_bucket: int,
+) -> Bucketing:
+    """Bucketing for a table of about ``rows`` rows keyed on ``key``.
+
+    ``primary``: the table's primary vindex (type name, params, columns) when it
+    is functional. Its keyspace ids are used when its columns are all key
+    columns; else the ``hash`` vindex of a single integer key; else a hash of
+    the key.
+    """
     import pyarrow as pa
 
-    if pa.types.is_large_string(t) or pa.types.is_string_view(t):
-        return pa.string()
-    if pa.types.is_large_binary(t) or pa.types.is_binary_view(t):
-        return pa.binary()
-    if pa.types.is_timestamp(t):
-        return pa.timestamp("us", tz="UTC" if t.tz else None)
-    if pa.types.is_time(t):
-        return pa.string()
-    return t
+    want = max(1, rows // max(1, rows_per_bucket))
+    bits = min(MAX_BUCKET_BITS, max(0, (want - 1).bit_length()))
+    lowered = {k.lower() for k in key}
+    if primary is not None and {c.lower() for c in primary[2]} <= lowered:
+        return Bucketing(bits, (primary[0], tuple(sorted(primary[1].items())),
+                                tuple(primary[2])))
+    if len(key) == 1 and pa.types.is_integer(key_types[0]):
+        return Bucketing(bits, ("hash", (), (key[0],)))
+    return Bucketing(bits, None, tuple(key))
 
 
 @dataclass(frozen=True)
@@ -154,15 +248,25 @@ class LakeTable:
     """One dump's Delta table at ``path`` (a local directory), keyed on ``key`` columns.
 
     Not thread-safe; one writer at a time (the dump job). Readers may read at
-    any time and see committed versions only.
+    any time and see committed versions only, for ``retention_s`` after a
+    version stops being the newest (then :meth:`maintain` vacuums its files).
     """
 
-    def __init__(self, path: str, key: Sequence[str] = ()) -> None:
+    def __init__(self, path: str, key: Sequence[str] = (), *,
+                 retention_s: float = DEFAULT_RETENTION_S) -> None:
+        if retention_s < 0:
+            raise InvalidArgument("the lake's retention must be >= 0 seconds")
         self.path = os.path.abspath(path)
         #: the key columns; :meth:`merge` needs them (the dump job sets them when it
         #: has read the primary key)
         self.key = list(key)
+        self.retention_s = retention_s
+        #: set by :meth:`create` or :meth:`open` (from the last data commit)
+        self.bucketing = Bucketing(0, None)
         self._dt: DeltaTable | None = None
+        self._positions: Positions | None = None
+        self._commits = 0
+        self._last_vacuum = time.monotonic()
 
     # -- opening --------------------------------------------------------------------
 
@@ -186,17 +290,31 @@ class LakeTable:
         for commit in self._dt.history():
             text = commit.get(POSITIONS_KEY)
             if text:
-                return Positions.from_json(str(text))
+                bucketing = commit.get(BUCKETING_KEY)
+                if bucketing:
+                    self.bucketing = Bucketing.from_json(str(bucketing))
+                self._positions = Positions.from_json(str(text))
+                return self._positions
         return None
 
-    def create(self, schema: pa.Schema, description: str) -> None:
+    def create(self, schema: pa.Schema, description: str, bucketing: Bucketing) -> None:
         """Create the (empty) table, replacing an empty one left by a crashed first run."""
         deltalake = _need_deltalake()
         os.makedirs(self.path, exist_ok=True)
         mode = "overwrite" if deltalake.DeltaTable.is_deltatable(self.path) else "error"
+        retention = max(1, int(self.retention_s))
         self._dt = deltalake.DeltaTable.create(
             self.path, schema, mode=mode, name="shardgate_dump", description=description,
+            partition_by=[BUCKET],
+            configuration={"delta.logRetentionDuration": f"interval {retention} seconds",
+                           "delta.deletedFileRetentionDuration":
+                               f"interval {retention} seconds",
+                           "delta.checkpointInterval": str(CHECKPOINT_EVERY),
+                           # statistics (for MERGE file pruning) of the key only: a smaller log
+                           "delta.dataSkippingStatsColumns":
+                               ",".join(_ident(c) for c in [*self.key, ORDER])},
         )
+        self.bucketing = bucketing
 
     @property
     def table(self) -> DeltaTable:
@@ -209,58 +327,65 @@ class LakeTable:
 
         return pa.schema(self.table.schema().to_arrow())
 
+    def _commit_properties(self, positions: Positions | None) -> Any:
+        deltalake = _need_deltalake()
+        positions = positions or self._positions
+        if positions is None:
+            return None
+        return deltalake.CommitProperties(custom_metadata={
+            POSITIONS_KEY: positions.to_json(), BUCKETING_KEY: self.bucketing.to_json()})
+
     # -- writing --------------------------------------------------------------------
 
     def add_files(self, files: Sequence[dict[str, Any]], positions: Positions) -> None:
         """Commit Parquet files already written under the table's directory, with positions.
 
-        ``files``: ``{"path": relative path, "size": bytes, "rows": n, "stats": {...}}``.
-        One commit: the snapshot's rows appear together with the positions they
-        were read at, or not at all.
+        ``files``: ``{"path": relative path, "bucket": n, "size": bytes, "rows": n,
+        "stats": {...}}``. One commit: the snapshot's rows appear together with
+        the positions they were read at, or not at all.
         """
-        import time
-
-        deltalake = _need_deltalake()
         from deltalake.transaction import AddAction, RemoveAction
 
         now = int(time.time() * 1000)
         actions: list[AddAction | RemoveAction] = [
-            AddAction(f["path"], int(f["size"]), {}, now, True,
+            AddAction(f["path"], int(f["size"]), {BUCKET: str(int(f["bucket"]))}, now, True,
                       json.dumps({"numRecords": int(f["rows"]), **f.get("stats", {})}))
             for f in files
         ]
         with _delta_errors(self.path, "commit the snapshot"):
             self.table.create_write_transaction(
                 actions, mode="append", schema=self.table.schema(),
-                commit_properties=deltalake.CommitProperties(
-                    custom_metadata={POSITIONS_KEY: positions.to_json()}),
+                partition_by=[BUCKET], commit_properties=self._commit_properties(positions),
             )
             self.table.update_incremental()
+        self._positions = positions
 
     def merge(self, rows: pa.Table, positions: Positions) -> dict[str, Any]:
         """Upsert change rows (one per key) where they are newer; record ``positions``.
 
-        ``rows`` has the lake schema. Returns delta-rs's merge metrics.
+        ``rows`` has the lake schema (its ``_sg_bucket`` filled by
+        :meth:`Bucketing.buckets`). Only the buckets of ``rows`` are scanned and
+        only their files holding matched keys are rewritten. Returns delta-rs's
+        merge metrics.
         """
-        deltalake = _need_deltalake()
+        import pyarrow.compute as pc
+
         if not self.key:
             raise InvalidArgument("the lake table needs key columns (the primary key)")
-        on = " AND ".join(f"t.{_ident(k)} = s.{_ident(k)}" for k in self.key)
+        buckets = sorted(int(b) for b in pc.unique(rows.column(BUCKET)).to_pylist())
+        on = " AND ".join([f"t.{BUCKET} IN ({', '.join(map(str, buckets))})",
+                           f"t.{BUCKET} = s.{BUCKET}",
+                           *(f"t.{_ident(k)} = s.{_ident(k)}" for k in self.key)])
         with _delta_errors(self.path, "merge changes"):
-            return self._merge(rows, on, positions, deltalake)
-
-    def _merge(self, rows: pa.Table, on: str, positions: Positions, deltalake: Any
-               ) -> dict[str, Any]:
-        metrics = (
-            self.table.merge(
-                rows, predicate=on, source_alias="s", target_alias="t",
-                commit_properties=deltalake.CommitProperties(
-                    custom_metadata={POSITIONS_KEY: positions.to_json()}),
+            metrics = (
+                self.table.merge(rows, predicate=on, source_alias="s", target_alias="t",
+                                 commit_properties=self._commit_properties(positions))
+                .when_matched_update_all(predicate=f"s.{ORDER} > t.{ORDER}")
+                .when_not_matched_insert_all()
+                .execute()
             )
-            .when_matched_update_all(predicate=f"s.{ORDER} > t.{ORDER}")
-            .when_not_matched_insert_all()
-            .execute()
-        )
+        self._positions = positions
+        self._commits += 1
         return dict(metrics)
 
     def tombstone_shard(self, shard: str, token: EventToken) -> None:
@@ -272,21 +397,111 @@ class LakeTable:
                      TS: repr(float(token.timestamp))})
         with _delta_errors(self.path, "apply a TRUNCATE"):
             self.table.update(
-                predicate=f"{SHARD} = {_sql_str(shard)} AND {ORDER} < {order}", updates=sets)
+                predicate=f"{SHARD} = {_sql_str(shard)} AND {ORDER} < {order}", updates=sets,
+                commit_properties=self._commit_properties(None))
+        self._commits += 1
 
-    def compact(self, min_files: int = COMPACT_FILES) -> int:
-        """Rewrite small files into bigger ones when there are more than ``min_files``.
+    def compact(self, min_files: int | None = None) -> int:
+        """Rewrite small files into bigger ones, per bucket, when the table holds more
+        than ``min_files`` (default: two per bucket, at least 8).
 
         Returns the number of files removed (0 when nothing was done). Old files
-        stay on disk for readers of older versions until ``vacuum``.
+        stay on disk for readers of older versions until :meth:`vacuum`.
         """
-        if len(self.table.file_uris()) <= min_files:
+        limit = min_files if min_files is not None else max(8, 2 * self.bucketing.count)
+        if len(self.table.file_uris()) <= limit:
             return 0
-        metrics = self.table.optimize.compact()
+        with _delta_errors(self.path, "compact"):
+            metrics = self.table.optimize.compact(
+                commit_properties=self._commit_properties(None))
+        self._commits += 1
         return int(metrics.get("numFilesRemoved", 0))
+
+    def vacuum(self) -> int:
+        """Delete the files no version younger than the retention needs; trim the log.
+
+        Returns the number of files deleted. The commit log is checkpointed and
+        its entries older than the retention (``delta.logRetentionDuration``)
+        removed.
+        """
+        dt = self.table
+        horizon_ms = (time.time() - self.retention_s) * 1000
+        keep = [int(h["version"]) for h in dt.history(limit=10_000)
+                if float(h.get("timestamp", 0)) >= horizon_ms and "version" in h]
+        keep.append(dt.version())
+        with _delta_errors(self.path, "vacuum"):
+            deleted = dt.vacuum(retention_hours=0, dry_run=False,
+                                enforce_retention_duration=False, keep_versions=sorted(set(keep)),
+                                commit_properties=self._commit_properties(None))
+            dt.update_incremental()
+            dt.create_checkpoint()
+            dt.cleanup_metadata()
+        self._last_vacuum = time.monotonic()
+        return len(deleted)
+
+    def maintain(self) -> dict[str, int]:
+        """After a MERGE: compact when small files piled up; vacuum once per retention/2."""
+        out = {"compacted": self.compact(), "vacuumed": 0}
+        if time.monotonic() - self._last_vacuum >= min(self.retention_s / 2, 30.0):
+            out["vacuumed"] = self.vacuum()
+        return out
 
     def live_files(self) -> list[str]:
         return list(self.table.file_uris())
+
+    def size_bytes(self) -> int:
+        """Bytes the lake directory holds (data, old versions not vacuumed yet, the log)."""
+        total = 0
+        for root, _dirs, names in os.walk(self.path):
+            if os.path.basename(root) == QUARANTINE_DIR or QUARANTINE_DIR in root.split(os.sep):
+                continue
+            for n in names:
+                with contextlib.suppress(FileNotFoundError):  # vacuumed meanwhile
+                    total += os.path.getsize(os.path.join(root, n))
+        return total
+
+
+#: the quarantine table's directory inside the lake's (a Delta table of its own)
+QUARANTINE_DIR = "_sg_quarantine"
+
+
+class Quarantine:
+    """Changes the apply could not convert: kept with their token and the reason.
+
+    A Delta table at ``<lake>/_sg_quarantine``: ``shard``, ``position``,
+    ``ts`` (commit time), ``tbl``, ``op`` (``insert``/``update``/``delete``),
+    ``key`` and ``image`` (JSON, values as text), ``reason``. Appended before
+    the MERGE that records positions past those changes, so a crash in
+    between quarantines them again on the rerun (at least once).
+    """
+
+    def __init__(self, lake_path: str) -> None:
+        self.path = os.path.join(lake_path, QUARANTINE_DIR)
+
+    @staticmethod
+    def schema() -> pa.Schema:
+        import pyarrow as pa
+
+        return pa.schema([(n, pa.string()) for n in
+                          ("shard", "position", "tbl", "op", "key", "image", "reason")]
+                         + [("ts", pa.float64())])
+
+    def add(self, rows: Sequence[dict[str, Any]]) -> None:
+        import pyarrow as pa
+
+        deltalake = _need_deltalake()
+        if not rows:
+            return
+        data = pa.Table.from_pylist(list(rows), schema=self.schema())
+        with _delta_errors(self.path, "quarantine changes"):
+            deltalake.write_deltalake(self.path, data, mode="append")
+
+    def rows(self) -> list[dict[str, Any]]:
+        """Every quarantined change (for tests and ``shardgate spark dump`` reports)."""
+        deltalake = _need_deltalake()
+        if not deltalake.DeltaTable.is_deltatable(self.path):
+            return []
+        return list(deltalake.DeltaTable(self.path).to_pyarrow_table().to_pylist())
 
 
 @contextlib.contextmanager
