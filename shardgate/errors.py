@@ -102,6 +102,16 @@ class Unavailable(ShardgateError):
     code = Code.UNAVAILABLE
 
 
+class OutcomeUnknown(ShardgateError):
+    """The outcome is unknown: the tablet went away after the statement was sent; check first.
+
+    The statement may or may not have been applied. shardgate never retries
+    it itself; check the data before retrying it. Code ``UNKNOWN``.
+    """
+
+    code = Code.UNKNOWN
+
+
 class ResourceExhausted(ShardgateError):
     """A limit was reached (rows, connections, rate); slow down or raise the limit."""
 

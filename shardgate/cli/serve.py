@@ -5,8 +5,15 @@ cluster file, ``tablet`` one shard's tablet; each serves gRPC until a signal::
 
     shardgate up [--data-dir DIR] [--cluster FILE] [--topo URL] [--host H] [--port P] [--check]
     shardgate gate (--topo URL | --cluster FILE) [--host H] [--port P]
-    shardgate tablet --cluster FILE --keyspace KS --shard S [--host H] [--port P]
+                   [--failover-timeout S] [--health-interval S]
+    shardgate tablet (--topo URL | --cluster FILE) --keyspace KS --shard S
+                     [--host H] [--port P] [--advertise HOST] [--alias NAME]
+                     [--heartbeat S] [--idle-timeout S] [--drain-timeout S]
                      [--metrics-port P]
+
+``gate`` opens no tablet of its own: it finds the ``tablet`` processes of
+every shard in the topo store and fails over between them (see
+:mod:`shardgate.api.fleet` and ``docs/production.md``).
 
 ``up`` without ``--cluster`` runs the embedded default cluster (SQLite files
 under the data directory, created the first time; see
@@ -26,8 +33,13 @@ from typing import Any
 from prometheus_client import start_http_server
 
 from shardgate.api.client import GateClient
+from shardgate.api.fleet import (
+    DEFAULT_FAILOVER_TIMEOUT_S,
+    DEFAULT_HEALTH_INTERVAL_S,
+    open_remote_gate,
+)
 from shardgate.api.server import serve
-from shardgate.api.tablet_service import serve_tablet
+from shardgate.api.tablet_service import DEFAULT_IDLE_TIMEOUT_S, serve_tablet_service
 from shardgate.cli.common import (
     CLUSTER_FILE_NAME,
     DEFAULT_DATA_DIR,
@@ -38,6 +50,7 @@ from shardgate.errors import InvalidArgument
 from shardgate.gate import Gate
 from shardgate.queues.router import queue_options_of
 from shardgate.tablet import Tablet
+from shardgate.tablet.registry import DEFAULT_HEARTBEAT_S, DRAINING, SERVING, TabletRegistration
 from shardgate.topo import write_cluster_file
 from shardgate.topo.embedded import (
     COMMERCE_DDL,
@@ -45,10 +58,13 @@ from shardgate.topo.embedded import (
     SEQUENCE_ROWS,
     embedded_topology,
 )
-from shardgate.topo.local import open_topo, read_topology
+from shardgate.topo.local import open_topo
+from shardgate.topo.server import TopoServer
 
 #: Seconds in-flight RPCs get to finish on shutdown.
 SHUTDOWN_GRACE_S = 5.0
+#: Seconds a draining tablet gives open transactions and statements in flight.
+DEFAULT_DRAIN_S = 10.0
 DEFAULT_TABLET_PORT = 15999
 
 
@@ -73,18 +89,37 @@ def add_parsers(commands: Any) -> None:
         help="set up, run one insert and select through the gate, print them and exit",
     )
 
-    gate = commands.add_parser("gate", help="serve the gate of a cluster file over gRPC")
+    gate = commands.add_parser(
+        "gate", help="serve a gate over gRPC that reaches `shardgate tablet` processes")
     gate.add_argument("--cluster", help="cluster file (YAML): seeds its topo store")
     gate.add_argument("--topo", help=TOPO_HELP)
     add_listen_args(gate)
+    gate.add_argument("--failover-timeout", type=float, default=DEFAULT_FAILOVER_TIMEOUT_S,
+                      help="seconds a statement waits for a shard's new lease holder "
+                           f"({DEFAULT_FAILOVER_TIMEOUT_S:.0f})")
+    gate.add_argument("--health-interval", type=float, default=DEFAULT_HEALTH_INTERVAL_S,
+                      help=f"seconds between tablet health checks ({DEFAULT_HEALTH_INTERVAL_S})")
 
     tablet = commands.add_parser("tablet", help="serve one shard's tablet over gRPC")
-    tablet.add_argument("--cluster", required=True, help="cluster file (YAML)")
+    tablet.add_argument("--cluster", help="cluster file (YAML): seeds its topo store")
+    tablet.add_argument("--topo", help=TOPO_HELP)
     tablet.add_argument("--keyspace", required=True)
     tablet.add_argument("--shard", required=True)
     add_listen_args(tablet, port=DEFAULT_TABLET_PORT)
+    tablet.add_argument("--advertise", help="host gates dial to reach this tablet "
+                                            "(default: --host)")
+    tablet.add_argument("--alias", help="the tablet's name in the topo store "
+                                        "(default: KEYSPACE-SHARD-<random>)")
     tablet.add_argument("--metrics-port", type=int, default=0,
                         help="serve Prometheus metrics on this port (0: off)")
+    tablet.add_argument("--heartbeat", type=float, default=DEFAULT_HEARTBEAT_S,
+                        help=f"seconds between topo store heartbeats ({DEFAULT_HEARTBEAT_S})")
+    tablet.add_argument("--idle-timeout", type=float, default=DEFAULT_IDLE_TIMEOUT_S,
+                        help="roll back a transaction whose gate has been silent this long "
+                             f"(seconds, {DEFAULT_IDLE_TIMEOUT_S:.0f})")
+    tablet.add_argument("--drain-timeout", type=float, default=DEFAULT_DRAIN_S,
+                        help="on SIGTERM, seconds open transactions and statements in flight "
+                             f"get to finish ({DEFAULT_DRAIN_S:.0f})")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -114,14 +149,26 @@ async def _up(args: argparse.Namespace) -> int:
 
 
 async def _gate(args: argparse.Namespace) -> int:
+    """A gate with no tablet of its own: it finds tablet processes in the topo store."""
     if not args.cluster and not args.topo:
         raise InvalidArgument("shardgate gate needs --topo URL or --cluster FILE")
-    gate = await _open_gate(args.cluster, args.topo)
+    topo = await open_topo(args.cluster, url=args.topo)
     try:
+        gate, fleet = await open_remote_gate(topo, owns_topo=False,
+                                             health_interval=args.health_interval,
+                                             failover_timeout=args.failover_timeout)
+    except BaseException:
+        await topo.close()
+        raise
+    try:
+        found = len(fleet.roster.live())
+        print(f"gate following {topo.location}: {found} tablet(s) registered", flush=True)
         await _serve_until_signal(gate, args.host, args.port)
         return 0
     finally:
         await gate.close()
+        await fleet.close()
+        await topo.close()
 
 
 async def _open_gate(cluster: str | None, topo_url: str | None) -> Gate:
@@ -229,26 +276,49 @@ async def _until_signal() -> None:
 
 
 async def _tablet(args: argparse.Namespace) -> int:
-    topo = read_topology(args.cluster)
-    shard = topo.keyspace(args.keyspace).shard(args.shard)
-    tablet = Tablet.open(args.keyspace, args.shard, shard.url)
+    """One shard's tablet: serve, register in the topo store, drain on SIGTERM."""
+    if not args.cluster and not args.topo:
+        raise InvalidArgument("shardgate tablet needs --topo URL or --cluster FILE")
+    topo_server = await open_topo(args.cluster, url=args.topo)
     try:
-        vschema = topo.build_vschema()
+        topo = await topo_server.load_topology()
+        shard = topo.keyspace(args.keyspace).shard(args.shard)
+        tablet = Tablet.open(args.keyspace, args.shard, shard.url)
+        try:
+            await _serve_tablet(args, topo_server, tablet)
+            return 0
+        finally:
+            await tablet.close()
+    finally:
+        await topo_server.close()
 
-        class _G:  # queue_options_of needs only .vschema
-            pass
 
-        g: Any = _G()
-        g.vschema = vschema
-        tablet.queues.configure(queue_options_of(g, args.keyspace))
-        tablet.queues.start()
-        if args.metrics_port:
-            start_http_server(args.metrics_port, addr=args.host)
-        server, port = await serve_tablet(tablet, args.host, args.port)
-        print(f"shardgate tablet {args.keyspace}/{args.shard} listening on "
+async def _serve_tablet(args: argparse.Namespace, topo_server: TopoServer, tablet: Tablet) -> None:
+    class _G:  # queue_options_of needs only .vschema
+        pass
+
+    g: Any = _G()
+    g.vschema = (await topo_server.load_topology()).build_vschema()
+    tablet.queues.configure(queue_options_of(g, args.keyspace))
+    tablet.queues.start()
+    if args.metrics_port:
+        start_http_server(args.metrics_port, addr=args.host)
+    server, port, servicer = await serve_tablet_service(tablet, args.host, args.port,
+                                                        idle_timeout=args.idle_timeout)
+    alias = args.alias or f"{args.keyspace}-{args.shard}-{uuid.uuid4().hex[:8]}"
+    registration = TabletRegistration(
+        topo_server.store, tablet, alias, f"{args.advertise or args.host}:{port}",
+        heartbeat_s=args.heartbeat,
+        health=lambda: DRAINING if servicer.draining else SERVING)
+    try:
+        await registration.start()
+        print(f"shardgate tablet {args.keyspace}/{args.shard} ({alias}) listening on "
               f"grpc://{args.host}:{port}", flush=True)
         await _until_signal()
-        await server.stop(2.0)
-        return 0
+        print("draining", flush=True)
+        await servicer.drain(args.drain_timeout)
     finally:
-        await tablet.close()
+        await registration.stop()
+        await server.stop(1.0)
+        await servicer.close()
+    print("stopped", flush=True)

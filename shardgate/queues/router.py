@@ -30,7 +30,7 @@ from typing import Any, Protocol
 
 from shardgate.aio import cancel_and_wait
 from shardgate.engine.primitives import ExecCursor, Primitive
-from shardgate.errors import InvalidArgument, ShardgateError, Unsupported
+from shardgate.errors import InvalidArgument, ShardgateError
 from shardgate.keys import parse_shard_name
 from shardgate.ports import GateView, SqlShard
 from shardgate.queues.ddl import CreateQueue
@@ -67,6 +67,10 @@ class QueueShard(SqlShard, Protocol):
 
     async def queue_configure(self, queues: Mapping[str, QueueOptions]) -> None:
         """Declare (or update) the shard's queue tables and their options."""
+        ...
+
+    async def queue_enqueue(self, queue: str, jobs: Sequence[tuple[str, str | None]]) -> list[int]:
+        """Store ``(key, payload)`` jobs of a segmented queue; their ids once committed."""
         ...
 
 
@@ -269,8 +273,7 @@ async def enqueue(
 ) -> list[tuple[str, int]]:
     """Store ``(key, payload)`` jobs of a segmented queue, each on the shard its key maps
     to through the queue's primary vindex; returns their ``(shard, job_id)`` in order once
-    every shard's write committed. Needs in-process tablets (``Gate.open``, ``shardgate
-    up``); elsewhere use :class:`~shardgate.queues.segmented.SegmentedQueue`."""
+    every shard's write committed (in-process tablets or tablet processes alike)."""
     table = gate.vschema.find_table(queue, keyspace, keyspace)
     if table.type != "queue" or str(table.options.get("storage", "")).lower() != "segmented":
         raise InvalidArgument(f"{table.qualified} is not a segmented queue; a queue table "
@@ -293,12 +296,8 @@ async def enqueue(
 
     async def one(shard: str, idx: list[int]) -> None:
         client = gate.tablets[(ks.name, shard)]
-        service = getattr(getattr(client, "tablet", None), "queues", None)
-        if service is None:
-            raise Unsupported(
-                f"{table.qualified}: shard {shard} is a remote tablet; store jobs with "
-                "SegmentedQueue in a process with in-process tablets")
-        ids = await service.enqueue(table.name, [(str(jobs[i][0]), jobs[i][1]) for i in idx])
+        ids = await client.queue_enqueue(table.name,
+                                         [(str(jobs[i][0]), jobs[i][1]) for i in idx])
         for i, job_id in zip(idx, ids, strict=True):
             out[i] = (shard, int(job_id))
 

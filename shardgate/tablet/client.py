@@ -104,6 +104,17 @@ class TabletClient(ABC):
         """Declare queue tables; tablets also find them by their comment marker."""
         return None
 
+    async def queue_enqueue(self, queue: str, jobs: Sequence[tuple[str, str | None]]) -> list[int]:
+        """Store ``(key, payload)`` jobs of a segmented queue; their ids once committed."""
+        raise Unsupported(f"{type(self).__name__} does not serve segmented queues")
+
+    #: whether the shard has tablets other than the lease holder (``@replica`` reads)
+    has_replicas: bool = False
+
+    def for_tablet_type(self, tablet_type: str) -> TabletClient:
+        """The client that serves reads of ``tablet_type`` (``replica``); self by default."""
+        return self
+
 
 def _no_twopc(client: TabletClient) -> FailedPrecondition:
     return FailedPrecondition(
@@ -191,6 +202,9 @@ class LocalTabletClient(TabletClient):
 
     async def queue_configure(self, queues: Mapping[str, QueueOptions]) -> None:
         self.tablet.queues.configure(queues)
+
+    async def queue_enqueue(self, queue: str, jobs: Sequence[tuple[str, str | None]]) -> list[int]:
+        return [int(i) for i in await self.tablet.queues.enqueue(queue, jobs)]
 
     async def close(self) -> None:
         await self.tablet.close()
