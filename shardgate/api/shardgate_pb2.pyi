@@ -7,7 +7,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class Value(_message.Message):
-    __slots__ = ("null_value", "int64_value", "uint64_value", "double_value", "string_value", "bytes_value", "bool_value")
+    __slots__ = ("null_value", "int64_value", "uint64_value", "double_value", "string_value", "bytes_value", "bool_value", "decimal_value", "date_value", "time_value", "datetime_value", "uuid_value")
     class Null(_message.Message):
         __slots__ = ()
         def __init__(self) -> None: ...
@@ -18,6 +18,11 @@ class Value(_message.Message):
     STRING_VALUE_FIELD_NUMBER: _ClassVar[int]
     BYTES_VALUE_FIELD_NUMBER: _ClassVar[int]
     BOOL_VALUE_FIELD_NUMBER: _ClassVar[int]
+    DECIMAL_VALUE_FIELD_NUMBER: _ClassVar[int]
+    DATE_VALUE_FIELD_NUMBER: _ClassVar[int]
+    TIME_VALUE_FIELD_NUMBER: _ClassVar[int]
+    DATETIME_VALUE_FIELD_NUMBER: _ClassVar[int]
+    UUID_VALUE_FIELD_NUMBER: _ClassVar[int]
     null_value: Value.Null
     int64_value: int
     uint64_value: int
@@ -25,7 +30,12 @@ class Value(_message.Message):
     string_value: str
     bytes_value: bytes
     bool_value: bool
-    def __init__(self, null_value: _Optional[_Union[Value.Null, _Mapping]] = ..., int64_value: _Optional[int] = ..., uint64_value: _Optional[int] = ..., double_value: _Optional[float] = ..., string_value: _Optional[str] = ..., bytes_value: _Optional[bytes] = ..., bool_value: _Optional[bool] = ...) -> None: ...
+    decimal_value: str
+    date_value: str
+    time_value: str
+    datetime_value: str
+    uuid_value: str
+    def __init__(self, null_value: _Optional[_Union[Value.Null, _Mapping]] = ..., int64_value: _Optional[int] = ..., uint64_value: _Optional[int] = ..., double_value: _Optional[float] = ..., string_value: _Optional[str] = ..., bytes_value: _Optional[bytes] = ..., bool_value: _Optional[bool] = ..., decimal_value: _Optional[str] = ..., date_value: _Optional[str] = ..., time_value: _Optional[str] = ..., datetime_value: _Optional[str] = ..., uuid_value: _Optional[str] = ...) -> None: ...
 
 class Field(_message.Message):
     __slots__ = ("name",)

@@ -11,15 +11,15 @@ from shardgate.event_token import EventToken
 from shardgate.streams.merge import StreamEvent
 
 
-def _image(image: dict[str, Any] | None) -> dict[str, pb.Value]:
-    return {} if image is None else {k: to_value(v) for k, v in image.items()}
+def _image(image: dict[str, Any] | None, typed: bool = False) -> dict[str, pb.Value]:
+    return {} if image is None else {k: to_value(v, typed) for k, v in image.items()}
 
 
-def change_message(c: RowChange) -> pb.RowChange:
-    """A row change as its message."""
+def change_message(c: RowChange, typed: bool = False) -> pb.RowChange:
+    """A row change as its message (``typed``: see :func:`~shardgate.api.convert.to_value`)."""
     return pb.RowChange(
-        table=c.table, op=c.op, pk=[to_value(v) for v in c.pk],
-        before=_image(c.before), after=_image(c.after),
+        table=c.table, op=c.op, pk=[to_value(v, typed) for v in c.pk],
+        before=_image(c.before, typed), after=_image(c.after, typed),
         has_before=c.before is not None, has_after=c.after is not None,
     )
 

@@ -111,7 +111,7 @@ class GrpcTabletClient(TabletClient):
     async def execute(self, sql: str, params: Sequence[Any],
                       transaction_id: int | None = None,
                       options: ExecuteOptions | None = None) -> Result:
-        request = pb.TabletExecuteRequest(sql=sql, params=[convert.to_value(p) for p in params],
+        request = pb.TabletExecuteRequest(sql=sql, params=_params(params),
                                           transaction_id=transaction_id or 0,
                                           **convert.option_fields(options))
         try:
@@ -123,7 +123,7 @@ class GrpcTabletClient(TabletClient):
     async def stream_execute(
         self, sql: str, params: Sequence[Any]
     ) -> AsyncIterator[tuple[list[str], list[Row]]]:
-        request = pb.TabletExecuteRequest(sql=sql, params=[convert.to_value(p) for p in params])
+        request = pb.TabletExecuteRequest(sql=sql, params=_params(params))
         call = self._stub.StreamExecute(request)
         fields: list[str] = []
         try:
@@ -249,6 +249,10 @@ class GrpcTabletClient(TabletClient):
 
     async def close(self) -> None:
         await self._channel.close()
+
+
+def _params(params: Sequence[Any]) -> list[pb.Value]:
+    return [convert.to_value(p, typed=True) for p in params]
 
 
 def log_item_of(response: pb.TabletUpdateStreamResponse) -> LogItem:

@@ -179,7 +179,7 @@ class TabletServicer(pb_grpc.TabletServicer):
                                                convert.options_of(request))
             if tid is not None:
                 self._touch(tid)
-            return convert.execute_response(0, result)
+            return convert.execute_response(0, result, typed=True)
 
     @streaming
     async def StreamExecute(
@@ -193,7 +193,7 @@ class TabletServicer(pb_grpc.TabletServicer):
             fields, rows = batch
             response = pb.StreamExecuteResponse(
                 fields=[pb.Field(name=f) for f in fields] if first else [],
-                rows=convert.to_rows(rows))
+                rows=convert.to_rows(rows, typed=True))
             first = False
             return response
 
@@ -325,7 +325,7 @@ def log_item_response(item: LogItem) -> pb.TabletUpdateStreamResponse:
                                              position=item.position)
     return pb.TabletUpdateStreamResponse(
         token=convert.to_token(item.token),
-        changes=[stream_convert.change_message(c) for c in item.changes])
+        changes=[stream_convert.change_message(c, typed=True) for c in item.changes])
 
 
 async def serve_tablet(
