@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,6 +18,7 @@ from shardgate.queues.table.manager import SCAN_SLACK_NS, followup_id
 from shardgate.tablet import LocalTabletClient, Tablet
 from shardgate.topo import Topology
 from tests.conftest import require_server
+from tests.integration.tablet_procs import serve_with_processes
 
 VSCHEMA = {"sharded": True, "vindexes": {"hash": {"type": "hash"}}, "tables": {}}
 
@@ -30,12 +32,22 @@ async def open_gate(kind: str, make_database: Callable[..., str], shards: int = 
 
 
 @pytest.fixture
-async def gate(backend_kind: str, make_database: Callable[..., str]) -> AsyncIterator[Gate]:
+async def gate(
+    backend_kind: str, tablets: str, make_database: Callable[..., str], tmp_path: Path
+) -> AsyncIterator[Gate]:
     g = await open_gate(backend_kind, make_database)
+    if tablets == "in-process":
+        try:
+            yield g
+        finally:
+            await g.close()
+        return
+    await g.close()  # its tablets would hold the shard leases
+    procs = await serve_with_processes(g.topology, tmp_path / "tablets")
     try:
-        yield g
+        yield procs.gate
     finally:
-        await g.close()
+        await procs.close()
 
 
 async def create(gate: Gate, options: str = "ack_wait = 0.4, min_backoff = 0.1") -> None:
