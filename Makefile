@@ -50,6 +50,7 @@ lint: $(STAMP)
 bench-smoke: $(STAMP) servers
 	$(BIN)/python bench/gate_point_select.py --smoke && $(BIN)/python bench/scatter_aggregate.py --smoke
 	$(BIN)/python bench/planning.py --smoke
+	$(BIN)/python bench/gate_hop.py --smoke
 	$(BIN)/pip install --quiet -e '.[bench]' && $(BIN)/python bench/queue_e2e.py --smoke
 	$(BIN)/python bench/segmented_queue.py --smoke
 	$(BIN)/python bench/segmented_served.py --smoke
@@ -63,6 +64,7 @@ bench: $(STAMP) servers
 	$(BIN)/python bench/gate_point_select.py
 	$(BIN)/python bench/scatter_aggregate.py
 	$(BIN)/python bench/planning.py
+	$(BIN)/python bench/gate_hop.py
 	$(BIN)/pip install --quiet -e '.[bench]' && $(BIN)/python bench/queue_e2e.py
 	$(BIN)/python bench/segmented_queue.py
 	$(BIN)/python bench/segmented_served.py
