@@ -332,8 +332,12 @@ async def serve_tablet(
     tablet: Tablet, host: str = "127.0.0.1", port: int = 0, *,
     idle_timeout: float = DEFAULT_IDLE_TIMEOUT_S,
 ) -> tuple[grpc.aio.Server, int]:
-    """Serve ``tablet`` on ``host:port`` (0: a free port); return the server and port."""
-    server, bound, _ = await serve_tablet_service(tablet, host, port, idle_timeout=idle_timeout)
+    """Serve ``tablet`` on ``host:port`` (0: a free port); return the server and port.
+
+    Without reaping (the caller owns the tablet's lifecycle); the ``shardgate
+    tablet`` process uses :func:`serve_tablet_service`.
+    """
+    server, bound, _ = await _start(tablet, host, port, idle_timeout)
     return server, bound
 
 
@@ -341,11 +345,21 @@ async def serve_tablet_service(
     tablet: Tablet, host: str = "127.0.0.1", port: int = 0, *,
     idle_timeout: float = DEFAULT_IDLE_TIMEOUT_S,
 ) -> tuple[grpc.aio.Server, int, TabletServicer]:
-    """Like :func:`serve_tablet`, also returning the servicer (to drain it)."""
+    """Like :func:`serve_tablet`, also reaping the idle transactions of silent gates.
+
+    Returns the servicer too: drain it on SIGTERM, close it after the server.
+    """
+    server, bound, servicer = await _start(tablet, host, port, idle_timeout)
+    servicer.start_reaper()
+    return server, bound, servicer
+
+
+async def _start(
+    tablet: Tablet, host: str, port: int, idle_timeout: float
+) -> tuple[grpc.aio.Server, int, TabletServicer]:
     server = new_server()
     servicer = TabletServicer(tablet, idle_timeout=idle_timeout)
     pb_grpc.add_TabletServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
     bound = listen(server, host, port)
     await server.start()
-    servicer.start_reaper()
     return server, bound, servicer
