@@ -240,6 +240,32 @@ async def test_a_dead_gates_transactions_are_rolled_back(pair: TabletProcesses) 
         await asyncio.sleep(0.2)
 
 
+async def test_segmented_queue_through_tablet_processes(pair: TabletProcesses) -> None:
+    """Jobs stored through the gate (QueueEnqueue on the holder), received, acked."""
+    gate = pair.gate
+    await gate.execute(gate.session("app"),
+                       "CREATE QUEUE seg (user_id BIGINT NOT NULL, body TEXT) SHARD BY user_id "
+                       "WITH (storage = segmented, ack_wait = 2, batch_size = 16)")
+    jobs = [(k, f"u{k} #{i}") for i in range(5) for k in range(8)]
+    placed = await gate.queue_enqueue("app", "seg", jobs)
+    assert {shard for shard, _ in placed} == {"-80", "80-"}
+    stored = dict(zip(placed, jobs, strict=True))
+    acked: set[tuple[str, int]] = set()
+
+    async def run() -> None:
+        async for batch in gate.queue_receive("app", "seg"):
+            for e in batch.events:
+                assert stored[(e.shard, e.id)] == (int(e.values[0]), e.values[1])
+                assert await gate.queue_ack("app", "seg", e.shard, [e.id]) == 1
+                acked.add((e.shard, e.id))
+            if acked == set(stored):
+                return
+
+    await asyncio.wait_for(run(), 30)
+    stats = await gate.queue_stats("app", "seg")
+    assert sum(s["depth"].get("succeeded", 0) for s in stats) == len(jobs)
+
+
 async def _until(cond: Callable[[], bool], timeout: float, state: object = None) -> None:
     deadline = time.monotonic() + timeout
     while not cond():
