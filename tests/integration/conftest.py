@@ -73,13 +73,16 @@ def tablets(request: pytest.FixtureRequest) -> str:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Tablet processes run over PostgreSQL shards only: deselect the other kinds' runs."""
+    """The ``tablets=processes`` variant runs for tests marked ``tablet_processes`` (a
+    representative subset: the whole re-run would add minutes), on PostgreSQL shards
+    only; the other variants are deselected."""
     keep: list[pytest.Item] = []
     dropped: list[pytest.Item] = []
     for item in items:
         params = getattr(getattr(item, "callspec", None), "params", {})
         kind = params.get("backend_kind", params.get("kind", "postgres"))
-        if params.get("tablets") == "processes" and kind != "postgres":
+        marked = item.get_closest_marker("tablet_processes") is not None
+        if params.get("tablets") == "processes" and (kind != "postgres" or not marked):
             dropped.append(item)
         else:
             keep.append(item)

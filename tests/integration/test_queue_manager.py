@@ -106,6 +106,7 @@ async def wait_for_condition(cond: Callable[[], bool], timeout: float) -> None:
         await asyncio.sleep(0.02)
 
 
+@pytest.mark.tablet_processes
 async def test_transactional_enqueue_fire_and_ack(gate: Gate) -> None:
     await create(gate)
     s = gate.session()
@@ -132,6 +133,7 @@ async def test_transactional_enqueue_fire_and_ack(gate: Gate) -> None:
     assert (await gate.execute(s, "SELECT count(*) FROM account")).rows[0][0] == 1
 
 
+@pytest.mark.tablet_processes
 async def test_unacked_event_fires_again_with_backoff_then_fails(gate: Gate) -> None:
     await create(gate, "ack_wait = 0.3, min_backoff = 0.1, max_backoff = 0.2, max_attempts = 3")
     await insert(gate, [(1, "retry")], tx=False)
@@ -236,6 +238,7 @@ async def test_max_per_second(gate: Gate) -> None:
     assert elapsed >= (31 - 5) / 20 * 0.9
 
 
+@pytest.mark.tablet_processes
 async def test_per_key_ordering_under_failures(gate: Gate) -> None:
     await create(gate, "ack_wait = 0.3, min_backoff = 0.05, max_backoff = 0.1, "
                        "ordering_key = user_id")

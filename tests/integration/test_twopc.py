@@ -185,6 +185,7 @@ async def _insert_customers(cluster: Cluster, session: Any, ids: range) -> None:
 # -- happy path, modes ----------------------------------------------------------------
 
 
+@pytest.mark.tablet_processes
 @server_kind
 async def test_twopc_commit_is_atomic_and_best_effort_is_unchanged(cluster: Cluster) -> None:
     gate = cluster.gate
@@ -321,6 +322,7 @@ CRASHES = [
 ]
 
 
+@pytest.mark.tablet_processes
 @server_kind
 async def test_gate_killed_mid_commit_is_resolved_consistently(
     cluster: Cluster, tmp_path: Path
