@@ -20,7 +20,6 @@ import asyncio
 import random
 import subprocess
 import tempfile
-import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -34,27 +33,13 @@ from shardgate.topo.local import open_topo
 
 try:
     from bench._pg import drop_database, fresh_database
+    from bench.gate_point_select import timed
 except ImportError:  # run as a script
     from _pg import drop_database, fresh_database  # type: ignore[no-redef]
+    from gate_point_select import timed  # type: ignore[no-redef]
 
 DB = "sg_bench_gate_hop"
 ROWS = 10_000
-
-
-async def timed(seconds: float, op: Callable[[int], Awaitable[None]]) -> float:
-    """Run ``op(i)`` for ``seconds`` after a warm-up; return operations per second."""
-    for i in range(200):
-        await op(i)
-    n = 0
-    start = time.perf_counter()
-    deadline = start + seconds
-    while True:
-        for _ in range(50):
-            await op(n)
-            n += 1
-        if time.perf_counter() >= deadline:
-            break
-    return n / (time.perf_counter() - start)
 
 
 async def main(seconds: float) -> None:
