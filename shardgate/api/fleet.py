@@ -41,7 +41,7 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from shardgate.aio import cancel_and_wait
@@ -78,13 +78,39 @@ def is_read(sql: str) -> bool:
 
 @dataclass
 class _Remote:
-    """One tablet process as the gate sees it."""
+    """One tablet process as the gate sees it.
+
+    ``down`` is set while its health checks fail: calls in flight to it are
+    then abandoned (see :func:`_guarded`), so a tablet that hangs without
+    closing its connections (stopped, overloaded) cannot hang a caller.
+    """
 
     record: TabletRecord
     client: GrpcTabletClient
     healthy: bool = False
     lease_holder: bool = False
     serving: bool = False
+    down: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+async def _guarded(remote: _Remote, call: Awaitable[T]) -> T:
+    """``call``, abandoned as not answered if ``remote`` fails its health checks meanwhile."""
+    task = asyncio.ensure_future(call)
+    watch = asyncio.ensure_future(remote.down.wait())
+    try:
+        await asyncio.wait({task, watch}, return_when=asyncio.FIRST_COMPLETED)
+    except BaseException:  # the caller was cancelled: so is the call
+        task.cancel()
+        raise
+    finally:
+        watch.cancel()
+    if task.done():
+        return task.result()
+    task.cancel()
+    with contextlib.suppress(BaseException):
+        await task
+    raise TabletUnreachable(f"tablet {remote.record.address} stopped answering its health "
+                            "checks while the call was in flight", sent=True)
 
 
 class TabletFleet:
@@ -161,7 +187,9 @@ class TabletFleet:
             health = await remote.client.health(max(1.0, 2 * self.health_interval))
         except Unavailable:
             remote.healthy = remote.serving = remote.lease_holder = False
+            remote.down.set()
             return
+        remote.down.clear()
         remote.healthy, remote.serving = True, health.serving
         remote.lease_holder = health.lease_holder
 
@@ -274,7 +302,7 @@ class ShardTablets(TabletClient):
             remote = await self.fleet.wait_pick(self.keyspace, self.shard, deadline,
                                                 replica=self.replica)
             try:
-                return await fn(remote.client)
+                return await _guarded(remote, fn(remote.client))
             except TabletUnreachable as exc:
                 self.fleet.mark_down(remote)
                 if exc.sent and not may_resend:
@@ -314,7 +342,7 @@ class ShardTablets(TabletClient):
                                     may_resend=is_read(sql), what="the statement")
         remote, tid = self._held(transaction_id)
         try:
-            return await remote.client.execute(sql, params, tid, options)
+            return await _guarded(remote, remote.client.execute(sql, params, tid, options))
         except TabletUnreachable as exc:
             raise self._lost(transaction_id, remote, exc) from exc
 
@@ -363,7 +391,7 @@ class ShardTablets(TabletClient):
         remote, tid = self._held(transaction_id)
         self._txs.pop(transaction_id, None)
         try:
-            await remote.client.commit(tid)
+            await _guarded(remote, remote.client.commit(tid))
         except TabletUnreachable as exc:
             self.fleet.mark_down(remote)
             if exc.sent:
@@ -380,14 +408,14 @@ class ShardTablets(TabletClient):
             return
         remote, tid = found
         try:
-            await remote.client.rollback(tid)
+            await _guarded(remote, remote.client.rollback(tid))
         except TabletUnreachable:
             self.fleet.mark_down(remote)  # the transaction dies with the tablet
 
     async def prepare(self, transaction_id: int, xid: str) -> None:
         remote, tid = self._held(transaction_id)
         try:
-            await remote.client.prepare(tid, xid)
+            await _guarded(remote, remote.client.prepare(tid, xid))
         except TabletUnreachable as exc:
             self._txs.pop(transaction_id, None)
             self.fleet.mark_down(remote)

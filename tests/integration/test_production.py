@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import signal
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -238,6 +240,26 @@ async def test_a_dead_gates_transactions_are_rolled_back(pair: TabletProcesses) 
                 break
         assert time.monotonic() < deadline, "the dead gate's transaction was never rolled back"
         await asyncio.sleep(0.2)
+
+
+async def test_a_hung_tablet_never_hangs_a_call(pair: TabletProcesses) -> None:
+    """A lease holder that stops answering (SIGSTOP: its connections stay open, it keeps
+    the lease): a write through the gate ends with a code, within a bound, never hangs."""
+    gate = pair.gate
+    old = pair.holder("app", "-80")
+    pid = pair.procs[old].pid
+    assert pid is not None
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        start = time.monotonic()
+        with pytest.raises(ShardgateError) as err:  # 1 hashes to -80
+            await asyncio.wait_for(gate.execute(gate.session("app"),
+                                                "INSERT INTO w (id, v) VALUES (1, 'x')"), 30)
+        # Sent before the gate noticed: outcome unknown; after: no serving lease holder.
+        assert err.value.code in (Code.UNKNOWN, Code.UNAVAILABLE), err.value
+        assert time.monotonic() - start < 15
+    finally:
+        os.kill(pid, signal.SIGCONT)
 
 
 async def test_segmented_queue_through_tablet_processes(pair: TabletProcesses) -> None:
