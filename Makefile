@@ -55,6 +55,7 @@ bench-smoke: $(STAMP) servers
 	$(BIN)/python bench/gate_point_select.py --smoke && $(BIN)/python bench/scatter_aggregate.py --smoke
 	$(BIN)/python bench/planning.py --smoke && $(BIN)/python bench/result_limits.py --smoke
 	$(BIN)/python bench/mysql_point_select.py --smoke
+	$(BIN)/python bench/gate_hop.py --smoke
 	$(BIN)/pip install --quiet -e '.[bench]' && $(BIN)/python bench/queue_e2e.py --smoke
 	$(BIN)/python bench/segmented_queue.py --smoke
 	$(BIN)/python bench/segmented_served.py --smoke
@@ -71,6 +72,7 @@ bench: $(STAMP) servers
 	$(BIN)/python bench/scatter_aggregate.py
 	$(BIN)/python bench/planning.py
 	$(BIN)/python bench/mysql_point_select.py
+	$(BIN)/python bench/gate_hop.py
 	$(BIN)/pip install --quiet -e '.[bench]' && $(BIN)/python bench/queue_e2e.py
 	$(BIN)/python bench/segmented_queue.py
 	$(BIN)/python bench/segmented_served.py

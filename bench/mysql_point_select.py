@@ -87,8 +87,8 @@ def start_gate(workdir: Path) -> tuple[subprocess.Popen[bytes], int, int]:
     write_cluster_file(topo, cluster)
     grpc_port, mysql_port = free_port(), free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "shardgate.cli", "gate", "--cluster", str(cluster),
-         "--port", str(grpc_port), "--mysql-port", str(mysql_port), "--no-auth"],
+        [sys.executable, "-m", "shardgate.cli", "up", "--cluster", str(cluster),
+         "--port", str(grpc_port), "--mysql-port", str(mysql_port), "--http-port", "0"],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:

@@ -109,11 +109,21 @@ class DeadlineExceeded(ShardgateError):
     code = Code.DEADLINE_EXCEEDED
 
 
+class OutcomeUnknown(ShardgateError):
+    """The outcome is unknown: the tablet went away after the statement was sent; check first.
+
+    The statement may or may not have been applied. shardgate never retries
+    it itself; check the data before retrying it. Code ``UNKNOWN``.
+    """
+
+    code = Code.UNKNOWN
+
+
 #: How a :class:`CommitOutcomeUnknown` message starts (the stable marker clients may test).
 COMMIT_OUTCOME_UNKNOWN = "commit outcome unknown"
 
 
-class CommitOutcomeUnknown(ShardgateError):
+class CommitOutcomeUnknown(OutcomeUnknown):
     """commit outcome unknown: a shard was lost after COMMIT was sent; check before retrying.
 
     Code ``UNKNOWN``; the message starts with :data:`COMMIT_OUTCOME_UNKNOWN` and

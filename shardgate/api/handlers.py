@@ -38,11 +38,21 @@ def status_of(exc: Exception) -> tuple[grpc.StatusCode, str]:
     return grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}: {exc}"
 
 
+#: trailing metadata key marking a status the service itself set (not the transport)
+ORIGIN_KEY = "sg-origin"
+
+
 def fail(context: Ctx, exc: Exception) -> None:
-    """Report ``exc`` as the status of the call."""
+    """Report ``exc`` as the status of the call, marked as the service's own.
+
+    The mark (``sg-origin`` trailing metadata) lets a caller tell an error the
+    server sent from one the transport made up (a connection that broke),
+    which matters for whether a statement may have run.
+    """
     code, details = status_of(exc)
     context.set_code(code)
     context.set_details(details)
+    context.set_trailing_metadata(((ORIGIN_KEY, "shardgate"),))
 
 
 UnaryBody = Callable[[S, Req, Ctx], Awaitable[Resp]]

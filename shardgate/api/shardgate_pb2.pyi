@@ -7,7 +7,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class Value(_message.Message):
-    __slots__ = ("null_value", "int64_value", "uint64_value", "double_value", "string_value", "bytes_value", "bool_value")
+    __slots__ = ("null_value", "int64_value", "uint64_value", "double_value", "string_value", "bytes_value", "bool_value", "decimal_value", "date_value", "time_value", "datetime_value", "uuid_value")
     class Null(_message.Message):
         __slots__ = ()
         def __init__(self) -> None: ...
@@ -18,6 +18,11 @@ class Value(_message.Message):
     STRING_VALUE_FIELD_NUMBER: _ClassVar[int]
     BYTES_VALUE_FIELD_NUMBER: _ClassVar[int]
     BOOL_VALUE_FIELD_NUMBER: _ClassVar[int]
+    DECIMAL_VALUE_FIELD_NUMBER: _ClassVar[int]
+    DATE_VALUE_FIELD_NUMBER: _ClassVar[int]
+    TIME_VALUE_FIELD_NUMBER: _ClassVar[int]
+    DATETIME_VALUE_FIELD_NUMBER: _ClassVar[int]
+    UUID_VALUE_FIELD_NUMBER: _ClassVar[int]
     null_value: Value.Null
     int64_value: int
     uint64_value: int
@@ -25,7 +30,12 @@ class Value(_message.Message):
     string_value: str
     bytes_value: bytes
     bool_value: bool
-    def __init__(self, null_value: _Optional[_Union[Value.Null, _Mapping]] = ..., int64_value: _Optional[int] = ..., uint64_value: _Optional[int] = ..., double_value: _Optional[float] = ..., string_value: _Optional[str] = ..., bytes_value: _Optional[bytes] = ..., bool_value: _Optional[bool] = ...) -> None: ...
+    decimal_value: str
+    date_value: str
+    time_value: str
+    datetime_value: str
+    uuid_value: str
+    def __init__(self, null_value: _Optional[_Union[Value.Null, _Mapping]] = ..., int64_value: _Optional[int] = ..., uint64_value: _Optional[int] = ..., double_value: _Optional[float] = ..., string_value: _Optional[str] = ..., bytes_value: _Optional[bytes] = ..., bool_value: _Optional[bool] = ..., decimal_value: _Optional[str] = ..., date_value: _Optional[str] = ..., time_value: _Optional[str] = ..., datetime_value: _Optional[str] = ..., uuid_value: _Optional[str] = ...) -> None: ...
 
 class Field(_message.Message):
     __slots__ = ("name",)
@@ -575,22 +585,112 @@ class TabletInfoRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class TabletInfoResponse(_message.Message):
-    __slots__ = ("keyspace", "shard", "dialect", "placeholder")
+    __slots__ = ("keyspace", "shard", "dialect", "placeholder", "supports_twopc", "collation", "lease_holder")
     KEYSPACE_FIELD_NUMBER: _ClassVar[int]
     SHARD_FIELD_NUMBER: _ClassVar[int]
     DIALECT_FIELD_NUMBER: _ClassVar[int]
     PLACEHOLDER_FIELD_NUMBER: _ClassVar[int]
+    SUPPORTS_TWOPC_FIELD_NUMBER: _ClassVar[int]
+    COLLATION_FIELD_NUMBER: _ClassVar[int]
+    LEASE_HOLDER_FIELD_NUMBER: _ClassVar[int]
     keyspace: str
     shard: str
     dialect: str
     placeholder: str
-    def __init__(self, keyspace: _Optional[str] = ..., shard: _Optional[str] = ..., dialect: _Optional[str] = ..., placeholder: _Optional[str] = ...) -> None: ...
+    supports_twopc: bool
+    collation: str
+    lease_holder: bool
+    def __init__(self, keyspace: _Optional[str] = ..., shard: _Optional[str] = ..., dialect: _Optional[str] = ..., placeholder: _Optional[str] = ..., supports_twopc: _Optional[bool] = ..., collation: _Optional[str] = ..., lease_holder: _Optional[bool] = ...) -> None: ...
 
 class TabletTransactionRequest(_message.Message):
-    __slots__ = ("transaction_id",)
+    __slots__ = ("transaction_id", "gate_id")
     TRANSACTION_ID_FIELD_NUMBER: _ClassVar[int]
+    GATE_ID_FIELD_NUMBER: _ClassVar[int]
     transaction_id: int
-    def __init__(self, transaction_id: _Optional[int] = ...) -> None: ...
+    gate_id: str
+    def __init__(self, transaction_id: _Optional[int] = ..., gate_id: _Optional[str] = ...) -> None: ...
+
+class TabletTwopcRequest(_message.Message):
+    __slots__ = ("transaction_id", "xid", "gate_id")
+    TRANSACTION_ID_FIELD_NUMBER: _ClassVar[int]
+    XID_FIELD_NUMBER: _ClassVar[int]
+    GATE_ID_FIELD_NUMBER: _ClassVar[int]
+    transaction_id: int
+    xid: str
+    gate_id: str
+    def __init__(self, transaction_id: _Optional[int] = ..., xid: _Optional[str] = ..., gate_id: _Optional[str] = ...) -> None: ...
+
+class TabletListPreparedRequest(_message.Message):
+    __slots__ = ("prefix",)
+    PREFIX_FIELD_NUMBER: _ClassVar[int]
+    prefix: str
+    def __init__(self, prefix: _Optional[str] = ...) -> None: ...
+
+class TabletListPreparedResponse(_message.Message):
+    __slots__ = ("xids",)
+    XIDS_FIELD_NUMBER: _ClassVar[int]
+    xids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, xids: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class TabletUpdateStreamRequest(_message.Message):
+    __slots__ = ("position", "timestamp", "heartbeat_seconds")
+    POSITION_FIELD_NUMBER: _ClassVar[int]
+    TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEAT_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    position: str
+    timestamp: float
+    heartbeat_seconds: float
+    def __init__(self, position: _Optional[str] = ..., timestamp: _Optional[float] = ..., heartbeat_seconds: _Optional[float] = ...) -> None: ...
+
+class TabletUpdateStreamResponse(_message.Message):
+    __slots__ = ("heartbeat", "token", "changes", "watermark", "position")
+    HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    CHANGES_FIELD_NUMBER: _ClassVar[int]
+    WATERMARK_FIELD_NUMBER: _ClassVar[int]
+    POSITION_FIELD_NUMBER: _ClassVar[int]
+    heartbeat: bool
+    token: EventToken
+    changes: _containers.RepeatedCompositeFieldContainer[RowChange]
+    watermark: float
+    position: str
+    def __init__(self, heartbeat: _Optional[bool] = ..., token: _Optional[_Union[EventToken, _Mapping]] = ..., changes: _Optional[_Iterable[_Union[RowChange, _Mapping]]] = ..., watermark: _Optional[float] = ..., position: _Optional[str] = ...) -> None: ...
+
+class TabletHealthRequest(_message.Message):
+    __slots__ = ("gate_id",)
+    GATE_ID_FIELD_NUMBER: _ClassVar[int]
+    gate_id: str
+    def __init__(self, gate_id: _Optional[str] = ...) -> None: ...
+
+class TabletHealthResponse(_message.Message):
+    __slots__ = ("lease_holder", "serving")
+    LEASE_HOLDER_FIELD_NUMBER: _ClassVar[int]
+    SERVING_FIELD_NUMBER: _ClassVar[int]
+    lease_holder: bool
+    serving: bool
+    def __init__(self, lease_holder: _Optional[bool] = ..., serving: _Optional[bool] = ...) -> None: ...
+
+class TabletQueueJob(_message.Message):
+    __slots__ = ("key", "payload")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    PAYLOAD_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    payload: str
+    def __init__(self, key: _Optional[str] = ..., payload: _Optional[str] = ...) -> None: ...
+
+class TabletQueueEnqueueRequest(_message.Message):
+    __slots__ = ("queue", "jobs")
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    JOBS_FIELD_NUMBER: _ClassVar[int]
+    queue: str
+    jobs: _containers.RepeatedCompositeFieldContainer[TabletQueueJob]
+    def __init__(self, queue: _Optional[str] = ..., jobs: _Optional[_Iterable[_Union[TabletQueueJob, _Mapping]]] = ...) -> None: ...
+
+class TabletQueueEnqueueResponse(_message.Message):
+    __slots__ = ("ids",)
+    IDS_FIELD_NUMBER: _ClassVar[int]
+    ids: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, ids: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class TabletTransactionResponse(_message.Message):
     __slots__ = ("transaction_id",)

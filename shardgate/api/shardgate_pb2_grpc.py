@@ -995,6 +995,46 @@ class TabletStub:
                 request_serializer=shardgate_dot_api_dot_shardgate__pb2.QueueNackRequest.SerializeToString,
                 response_deserializer=shardgate_dot_api_dot_shardgate__pb2.QueueNackResponse.FromString,
                 _registered_method=True)
+        self.QueueEnqueue = channel.unary_unary(
+                '/shardgate.v1.Tablet/QueueEnqueue',
+                request_serializer=shardgate_dot_api_dot_shardgate__pb2.TabletQueueEnqueueRequest.SerializeToString,
+                response_deserializer=shardgate_dot_api_dot_shardgate__pb2.TabletQueueEnqueueResponse.FromString,
+                _registered_method=True)
+        self.BeginTwopc = channel.unary_unary(
+                '/shardgate.v1.Tablet/BeginTwopc',
+                request_serializer=shardgate_dot_api_dot_shardgate__pb2.TabletTwopcRequest.SerializeToString,
+                response_deserializer=shardgate_dot_api_dot_shardgate__pb2.TabletTransactionResponse.FromString,
+                _registered_method=True)
+        self.Prepare = channel.unary_unary(
+                '/shardgate.v1.Tablet/Prepare',
+                request_serializer=shardgate_dot_api_dot_shardgate__pb2.TabletTwopcRequest.SerializeToString,
+                response_deserializer=shardgate_dot_api_dot_shardgate__pb2.TabletTransactionResponse.FromString,
+                _registered_method=True)
+        self.CommitPrepared = channel.unary_unary(
+                '/shardgate.v1.Tablet/CommitPrepared',
+                request_serializer=shardgate_dot_api_dot_shardgate__pb2.TabletTwopcRequest.SerializeToString,
+                response_deserializer=shardgate_dot_api_dot_shardgate__pb2.TabletTransactionResponse.FromString,
+                _registered_method=True)
+        self.RollbackPrepared = channel.unary_unary(
+                '/shardgate.v1.Tablet/RollbackPrepared',
+                request_serializer=shardgate_dot_api_dot_shardgate__pb2.TabletTwopcRequest.SerializeToString,
+                response_deserializer=shardgate_dot_api_dot_shardgate__pb2.TabletTransactionResponse.FromString,
+                _registered_method=True)
+        self.ListPrepared = channel.unary_unary(
+                '/shardgate.v1.Tablet/ListPrepared',
+                request_serializer=shardgate_dot_api_dot_shardgate__pb2.TabletListPreparedRequest.SerializeToString,
+                response_deserializer=shardgate_dot_api_dot_shardgate__pb2.TabletListPreparedResponse.FromString,
+                _registered_method=True)
+        self.UpdateStream = channel.unary_stream(
+                '/shardgate.v1.Tablet/UpdateStream',
+                request_serializer=shardgate_dot_api_dot_shardgate__pb2.TabletUpdateStreamRequest.SerializeToString,
+                response_deserializer=shardgate_dot_api_dot_shardgate__pb2.TabletUpdateStreamResponse.FromString,
+                _registered_method=True)
+        self.Health = channel.unary_unary(
+                '/shardgate.v1.Tablet/Health',
+                request_serializer=shardgate_dot_api_dot_shardgate__pb2.TabletHealthRequest.SerializeToString,
+                response_deserializer=shardgate_dot_api_dot_shardgate__pb2.TabletHealthResponse.FromString,
+                _registered_method=True)
 
 
 class TabletServicer:
@@ -1061,6 +1101,56 @@ class TabletServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def QueueEnqueue(self, request, context):
+        """Store jobs of a segmented queue on this shard.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def BeginTwopc(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Prepare(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CommitPrepared(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RollbackPrepared(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListPrepared(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UpdateStream(self, request, context):
+        """This shard's change stream (transactions and heartbeats, in commit order).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Health(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_TabletServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -1113,6 +1203,46 @@ def add_TabletServicer_to_server(servicer, server):
                     servicer.QueueNack,
                     request_deserializer=shardgate_dot_api_dot_shardgate__pb2.QueueNackRequest.FromString,
                     response_serializer=shardgate_dot_api_dot_shardgate__pb2.QueueNackResponse.SerializeToString,
+            ),
+            'QueueEnqueue': grpc.unary_unary_rpc_method_handler(
+                    servicer.QueueEnqueue,
+                    request_deserializer=shardgate_dot_api_dot_shardgate__pb2.TabletQueueEnqueueRequest.FromString,
+                    response_serializer=shardgate_dot_api_dot_shardgate__pb2.TabletQueueEnqueueResponse.SerializeToString,
+            ),
+            'BeginTwopc': grpc.unary_unary_rpc_method_handler(
+                    servicer.BeginTwopc,
+                    request_deserializer=shardgate_dot_api_dot_shardgate__pb2.TabletTwopcRequest.FromString,
+                    response_serializer=shardgate_dot_api_dot_shardgate__pb2.TabletTransactionResponse.SerializeToString,
+            ),
+            'Prepare': grpc.unary_unary_rpc_method_handler(
+                    servicer.Prepare,
+                    request_deserializer=shardgate_dot_api_dot_shardgate__pb2.TabletTwopcRequest.FromString,
+                    response_serializer=shardgate_dot_api_dot_shardgate__pb2.TabletTransactionResponse.SerializeToString,
+            ),
+            'CommitPrepared': grpc.unary_unary_rpc_method_handler(
+                    servicer.CommitPrepared,
+                    request_deserializer=shardgate_dot_api_dot_shardgate__pb2.TabletTwopcRequest.FromString,
+                    response_serializer=shardgate_dot_api_dot_shardgate__pb2.TabletTransactionResponse.SerializeToString,
+            ),
+            'RollbackPrepared': grpc.unary_unary_rpc_method_handler(
+                    servicer.RollbackPrepared,
+                    request_deserializer=shardgate_dot_api_dot_shardgate__pb2.TabletTwopcRequest.FromString,
+                    response_serializer=shardgate_dot_api_dot_shardgate__pb2.TabletTransactionResponse.SerializeToString,
+            ),
+            'ListPrepared': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListPrepared,
+                    request_deserializer=shardgate_dot_api_dot_shardgate__pb2.TabletListPreparedRequest.FromString,
+                    response_serializer=shardgate_dot_api_dot_shardgate__pb2.TabletListPreparedResponse.SerializeToString,
+            ),
+            'UpdateStream': grpc.unary_stream_rpc_method_handler(
+                    servicer.UpdateStream,
+                    request_deserializer=shardgate_dot_api_dot_shardgate__pb2.TabletUpdateStreamRequest.FromString,
+                    response_serializer=shardgate_dot_api_dot_shardgate__pb2.TabletUpdateStreamResponse.SerializeToString,
+            ),
+            'Health': grpc.unary_unary_rpc_method_handler(
+                    servicer.Health,
+                    request_deserializer=shardgate_dot_api_dot_shardgate__pb2.TabletHealthRequest.FromString,
+                    response_serializer=shardgate_dot_api_dot_shardgate__pb2.TabletHealthResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1385,6 +1515,222 @@ class Tablet:
             '/shardgate.v1.Tablet/QueueNack',
             shardgate_dot_api_dot_shardgate__pb2.QueueNackRequest.SerializeToString,
             shardgate_dot_api_dot_shardgate__pb2.QueueNackResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def QueueEnqueue(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/shardgate.v1.Tablet/QueueEnqueue',
+            shardgate_dot_api_dot_shardgate__pb2.TabletQueueEnqueueRequest.SerializeToString,
+            shardgate_dot_api_dot_shardgate__pb2.TabletQueueEnqueueResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def BeginTwopc(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/shardgate.v1.Tablet/BeginTwopc',
+            shardgate_dot_api_dot_shardgate__pb2.TabletTwopcRequest.SerializeToString,
+            shardgate_dot_api_dot_shardgate__pb2.TabletTransactionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Prepare(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/shardgate.v1.Tablet/Prepare',
+            shardgate_dot_api_dot_shardgate__pb2.TabletTwopcRequest.SerializeToString,
+            shardgate_dot_api_dot_shardgate__pb2.TabletTransactionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CommitPrepared(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/shardgate.v1.Tablet/CommitPrepared',
+            shardgate_dot_api_dot_shardgate__pb2.TabletTwopcRequest.SerializeToString,
+            shardgate_dot_api_dot_shardgate__pb2.TabletTransactionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RollbackPrepared(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/shardgate.v1.Tablet/RollbackPrepared',
+            shardgate_dot_api_dot_shardgate__pb2.TabletTwopcRequest.SerializeToString,
+            shardgate_dot_api_dot_shardgate__pb2.TabletTransactionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListPrepared(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/shardgate.v1.Tablet/ListPrepared',
+            shardgate_dot_api_dot_shardgate__pb2.TabletListPreparedRequest.SerializeToString,
+            shardgate_dot_api_dot_shardgate__pb2.TabletListPreparedResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UpdateStream(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/shardgate.v1.Tablet/UpdateStream',
+            shardgate_dot_api_dot_shardgate__pb2.TabletUpdateStreamRequest.SerializeToString,
+            shardgate_dot_api_dot_shardgate__pb2.TabletUpdateStreamResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Health(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/shardgate.v1.Tablet/Health',
+            shardgate_dot_api_dot_shardgate__pb2.TabletHealthRequest.SerializeToString,
+            shardgate_dot_api_dot_shardgate__pb2.TabletHealthResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -21,7 +21,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from shardgate.cli import doctor, inbox, queue, serve, spark, sql, stream, topo
+from shardgate.cli import cluster, doctor, inbox, queue, serve, spark, sql, stream, topo
 from shardgate.cli.common import local_topology
 from shardgate.errors import ShardgateError
 
@@ -37,6 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"shardgate {_version()}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     serve.add_parsers(commands)
+    cluster.add_parsers(commands)
     sql.add_parsers(commands)
     topo.add_parsers(commands)
     queue.add_parsers(commands)
@@ -65,6 +66,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         match args.command:
             case "up" | "gate" | "tablet":
                 return serve.run(args)
+            case "cluster":
+                return cluster.run(args)
             case "sql" | "schema" | "twopc":
                 return sql.run(args)
             case "topo" | "vschema" | "lookup-vindex":

@@ -9,12 +9,17 @@ cluster file, ``tablet`` one shard's tablet; each serves gRPC until a signal::
     shardgate gate (--topo URL | --cluster FILE) [--host H] [--port P]
                    (--users-file F | --tls-ca CA | --no-auth) [security flags]
                    [--acl-file F [--acl-dry-run]] [LIMITS]
-                   [MySQL listener flags]
-    shardgate tablet --cluster FILE --keyspace KS --shard S [--host H] [--port P]
+                   [MySQL listener flags] [--failover-timeout S] [--health-interval S]
+    shardgate tablet (--topo URL | --cluster FILE) --keyspace KS --shard S
+                     [--host H] [--port P] [--advertise HOST] [--alias NAME]
+                     [--heartbeat S] [--idle-timeout S] [--drain-timeout S]
                      [--http-port P] (--users-file F | --tls-ca CA | --no-auth)
                      [--allow-user NAME ...] [security flags]
-                     [--idle-transaction-timeout S] [--max-result-rows N]
-                     [--max-result-bytes N] [--pool-timeout S]
+                     [--max-result-rows N] [--max-result-bytes N] [--pool-timeout S]
+
+``gate`` has no tablets of its own: it finds the tablet processes of every
+shard in the topo store (see ``docs/production.md``); ``up`` runs gate and
+tablets in one process.
 
 Security flags: ``--users-file F`` (callers' users, Vitess's static file),
 ``--tls-cert F --tls-key F`` (serve TLS; reloaded when the files change),
@@ -27,6 +32,10 @@ and ``tablet`` need ``--no-auth`` for that (see :mod:`shardgate.auth.listen`).
 LIMITS are ``--transaction-timeout S``, ``--session-idle-timeout S``,
 ``--query-timeout-ms N``, ``--max-result-rows N``, ``--max-result-bytes N`` and
 ``--pool-timeout S`` (see :mod:`shardgate.gate.limits`; 0 turns one off).
+
+``gate`` opens no tablet of its own: it finds the ``tablet`` processes of
+every shard in the topo store and fails over between them (see
+:mod:`shardgate.api.fleet` and ``docs/production.md``).
 
 ``up`` without ``--cluster`` runs the embedded default cluster (SQLite files
 under the data directory, created the first time; see
@@ -51,16 +60,21 @@ from pathlib import Path
 from typing import Any
 
 from shardgate.api.client import GateClient
+from shardgate.api.fleet import (
+    DEFAULT_FAILOVER_TIMEOUT_S,
+    DEFAULT_HEALTH_INTERVAL_S,
+    open_remote_gate,
+)
 from shardgate.api.http import HttpServer
 from shardgate.api.http.tablet import serve_tablet_http
 from shardgate.api.mysql import DEFAULT_MYSQL_PORT, MysqlListener, TlsConfig, serve_mysql
 from shardgate.api.security import ServerSecurity, TLSFiles
 from shardgate.api.server import serve
-from shardgate.api.tablet_service import serve_tablet
+from shardgate.api.tablet_service import DEFAULT_IDLE_TIMEOUT_S, serve_tablet_service
 from shardgate.auth import StaticUsers
 from shardgate.auth.acl import TableACL
 from shardgate.auth.guard import Guard
-from shardgate.auth.listen import INSECURE_FLAG
+from shardgate.auth.listen import INSECURE_FLAG, check_listen
 from shardgate.backends._pool import DEFAULT_POOL_TIMEOUT_S
 from shardgate.cli.common import (
     CLUSTER_FILE_NAME,
@@ -79,7 +93,7 @@ from shardgate.gate.limits import (
 from shardgate.queues.router import queue_options_of
 from shardgate.result import DEFAULT_MAX_RESULT_BYTES, DEFAULT_MAX_RESULT_ROWS, ResultLimits
 from shardgate.tablet import Tablet
-from shardgate.tablet.tablet import DEFAULT_IDLE_TRANSACTION_TIMEOUT_S
+from shardgate.tablet.registry import DEFAULT_HEARTBEAT_S, DRAINING, SERVING, TabletRegistration
 from shardgate.topo import write_cluster_file
 from shardgate.topo.embedded import (
     COMMERCE_DDL,
@@ -87,10 +101,13 @@ from shardgate.topo.embedded import (
     SEQUENCE_ROWS,
     embedded_topology,
 )
-from shardgate.topo.local import open_topo, read_topology
+from shardgate.topo.local import open_topo
+from shardgate.topo.server import TopoServer
 
 #: Seconds in-flight RPCs get to finish on shutdown.
 SHUTDOWN_GRACE_S = 5.0
+#: Seconds a draining tablet gives open transactions and statements in flight.
+DEFAULT_DRAIN_S = 10.0
 DEFAULT_TABLET_PORT = 15999
 
 
@@ -128,7 +145,8 @@ def add_parsers(commands: Any) -> None:
     )
     _add_gate_limits(up)
 
-    gate = commands.add_parser("gate", help="serve the gate of a cluster file over gRPC")
+    gate = commands.add_parser(
+        "gate", help="serve a gate over gRPC that reaches `shardgate tablet` processes")
     gate.add_argument("--cluster", help="cluster file (YAML): seeds its topo store")
     gate.add_argument("--topo", help=TOPO_HELP)
     add_listen_args(gate)
@@ -137,9 +155,15 @@ def add_parsers(commands: Any) -> None:
     _add_gate_limits(gate)
     add_http_arg(gate, DEFAULT_HTTP_PORT)
     _add_mysql_args(gate)
+    gate.add_argument("--failover-timeout", type=float, default=DEFAULT_FAILOVER_TIMEOUT_S,
+                      help="seconds a statement waits for a shard's new lease holder "
+                           f"({DEFAULT_FAILOVER_TIMEOUT_S:.0f})")
+    gate.add_argument("--health-interval", type=float, default=DEFAULT_HEALTH_INTERVAL_S,
+                      help=f"seconds between tablet health checks ({DEFAULT_HEALTH_INTERVAL_S})")
 
     tablet = commands.add_parser("tablet", help="serve one shard's tablet over gRPC")
-    tablet.add_argument("--cluster", required=True, help="cluster file (YAML)")
+    tablet.add_argument("--cluster", help="cluster file (YAML): seeds its topo store")
+    tablet.add_argument("--topo", help=TOPO_HELP)
     tablet.add_argument("--keyspace", required=True)
     tablet.add_argument("--shard", required=True)
     add_listen_args(tablet, port=DEFAULT_TABLET_PORT)
@@ -149,10 +173,18 @@ def add_parsers(commands: Any) -> None:
                         help="only this caller (a gate's user or certificate name) may call; "
                         "repeat for several (default: anyone the users file or CA admits)")
 
-    tablet.add_argument(
-        "--idle-transaction-timeout", type=float, default=DEFAULT_IDLE_TRANSACTION_TIMEOUT_S,
-        metavar="S", help="roll back a transaction no statement used for S seconds, e.g. "
-        "of a gate that went away (default %(default)s; 0: never)")
+    tablet.add_argument("--advertise", help="host gates dial to reach this tablet "
+                                            "(default: --host)")
+    tablet.add_argument("--alias", help="the tablet's name in the topo store "
+                                        "(default: KEYSPACE-SHARD-<random>)")
+    tablet.add_argument("--heartbeat", type=float, default=DEFAULT_HEARTBEAT_S,
+                        help=f"seconds between topo store heartbeats ({DEFAULT_HEARTBEAT_S})")
+    tablet.add_argument("--idle-timeout", type=float, default=DEFAULT_IDLE_TIMEOUT_S,
+                        help="roll back a transaction whose gate has been silent this long "
+                             f"(seconds, {DEFAULT_IDLE_TIMEOUT_S:.0f})")
+    tablet.add_argument("--drain-timeout", type=float, default=DEFAULT_DRAIN_S,
+                        help="on SIGTERM, seconds open transactions and statements in flight "
+                             f"get to finish ({DEFAULT_DRAIN_S:.0f})")
     _add_result_limits(tablet)
 
 
@@ -274,7 +306,7 @@ def run(args: argparse.Namespace) -> int:
 
 async def _up(args: argparse.Namespace) -> int:
     security, guard = server_security(args), _guard(args)
-    if args.cluster:
+    if args.cluster or args.topo:
         gate = await _open_gate(args.cluster, args.topo, guard, gate_limits(args))
     else:
         gate = await _open_embedded(Path(args.data_dir), args.topo, guard, gate_limits(args))
@@ -291,16 +323,29 @@ async def _up(args: argparse.Namespace) -> int:
 
 
 async def _gate(args: argparse.Namespace) -> int:
+    """A gate with no tablet of its own: it finds tablet processes in the topo store."""
     if not args.cluster and not args.topo:
         raise InvalidArgument("shardgate gate needs --topo URL or --cluster FILE")
     mysql_tls(args)  # flags checked before anything opens
     security, guard = server_security(args), _guard(args)
-    gate = await _open_gate(args.cluster, args.topo, guard, gate_limits(args))
+    topo = await open_topo(args.cluster, url=args.topo)
     try:
+        gate, fleet = await open_remote_gate(topo, owns_topo=False,
+                                             health_interval=args.health_interval,
+                                             failover_timeout=args.failover_timeout,
+                                             guard=guard, limits=gate_limits(args))
+    except BaseException:
+        await topo.close()
+        raise
+    try:
+        found = len(fleet.roster.live())
+        print(f"gate following {topo.location}: {found} tablet(s) registered", flush=True)
         await _serve_until_signal(gate, args, security, no_auth=args.no_auth)
         return 0
     finally:
         await gate.close()
+        await fleet.close()
+        await topo.close()
 
 
 async def _open_gate(cluster: str | None, topo_url: str | None, guard: Guard | None,
@@ -394,6 +439,9 @@ async def _serve_until_signal(
     tls = mysql_tls(args)
     users = security.users
     host = args.host
+    # the gRPC listener's rules first: the MySQL and HTTP listeners follow the same users
+    check_listen(host, tls=security.tls is not None, auth=security.authenticates,
+                 no_auth=no_auth, insecure=args.insecure_bind_anyway, what="gate")
     listener: MysqlListener | None = None
     console: HttpServer | None = None
     mysql_line = ""
@@ -450,36 +498,60 @@ async def _until_signal() -> None:
 
 
 async def _tablet(args: argparse.Namespace) -> int:
+    """One shard's tablet: serve, register in the topo store, drain on SIGTERM."""
+    if not args.cluster and not args.topo:
+        raise InvalidArgument("shardgate tablet needs --topo URL or --cluster FILE")
     security = server_security(args)
-    topo = read_topology(args.cluster)
-    shard = topo.keyspace(args.keyspace).shard(args.shard)
-    tablet = Tablet.open(
-        args.keyspace, args.shard, shard.url, pool_timeout_s=args.pool_timeout,
-        result_limits=ResultLimits(args.max_result_rows, args.max_result_bytes),
-        idle_transaction_timeout_s=args.idle_transaction_timeout or None)
+    topo_server = await open_topo(args.cluster, url=args.topo)
     try:
-        vschema = topo.build_vschema()
+        topo = await topo_server.load_topology()
+        shard = topo.keyspace(args.keyspace).shard(args.shard)
+        tablet = Tablet.open(
+            args.keyspace, args.shard, shard.url, pool_timeout_s=args.pool_timeout,
+            result_limits=ResultLimits(args.max_result_rows, args.max_result_bytes),
+            idle_transaction_timeout_s=args.idle_timeout or None)
+        try:
+            await _serve_tablet(args, topo_server, tablet, security)
+            return 0
+        finally:
+            await tablet.close()
+    finally:
+        await topo_server.close()
 
-        class _G:  # queue_options_of needs only .vschema
-            pass
 
-        g: Any = _G()
-        g.vschema = vschema
-        tablet.queues.configure(queue_options_of(g, args.keyspace))
-        tablet.queues.start()
-        http = None
-        if args.http_port:
-            http, http_port = await serve_tablet_http(tablet, args.host, args.http_port)
-            print(f"tablet http on http://{args.host}:{http_port}/metrics", flush=True)
-        server, port = await serve_tablet(tablet, args.host, args.port, security=security,
-                                          no_auth=args.no_auth,
-                                          insecure=args.insecure_bind_anyway)
-        print(f"shardgate tablet {args.keyspace}/{args.shard} listening on "
+async def _serve_tablet(
+    args: argparse.Namespace, topo_server: TopoServer, tablet: Tablet, security: ServerSecurity
+) -> None:
+    class _G:  # queue_options_of needs only .vschema
+        pass
+
+    g: Any = _G()
+    g.vschema = (await topo_server.load_topology()).build_vschema()
+    tablet.queues.configure(queue_options_of(g, args.keyspace))
+    tablet.queues.start()
+    http = None
+    if args.http_port:
+        http, http_port = await serve_tablet_http(tablet, args.host, args.http_port)
+        print(f"tablet http on http://{args.host}:{http_port}/metrics", flush=True)
+    server, port, servicer = await serve_tablet_service(
+        tablet, args.host, args.port, security=security, no_auth=args.no_auth,
+        insecure=args.insecure_bind_anyway, idle_timeout=args.idle_timeout)
+    alias = args.alias or f"{args.keyspace}-{args.shard}-{uuid.uuid4().hex[:8]}"
+    registration = TabletRegistration(
+        topo_server.store, tablet, alias, f"{args.advertise or args.host}:{port}",
+        heartbeat_s=args.heartbeat,
+        health=lambda: DRAINING if servicer.draining else SERVING)
+    try:
+        await registration.start()
+        print(f"shardgate tablet {args.keyspace}/{args.shard} ({alias}) listening on "
               f"grpc://{args.host}:{port}", flush=True)
         await _until_signal()
-        await server.stop(2.0)
+        print("draining", flush=True)
+        await servicer.drain(args.drain_timeout)
+    finally:
+        await registration.stop()
+        await server.stop(1.0)
+        await servicer.close()
         if http is not None:
             await http.cleanup()
-        return 0
-    finally:
-        await tablet.close()
+    print("stopped", flush=True)

@@ -110,7 +110,7 @@ from shardgate.streams.merge import StartPoint, StreamEvent, update_stream
 from shardgate.tablet import LocalTabletClient, Tablet, TabletClient
 from shardgate.topo.model import Topology
 from shardgate.topo.server import TopoServer
-from shardgate.topo.store import MemoryTopoStore
+from shardgate.topo.store import MemoryTopoStore, Record
 from shardgate.topo.watch import DEFAULT_INTERVAL, TopoWatcher
 from shardgate.vindexes import VCursor
 from shardgate.vschema import VSchema
@@ -129,6 +129,7 @@ class Gate:
         open_tablet: Callable[[str, str, str], TabletClient] | None = None,
         guard: Guard | None = None,
         limits: GateLimits | None = None,
+        owns_topo: bool = False,
     ) -> None:
         self.topology = topology
         #: statement rules and table ACLs, asked before every caller's statement
@@ -142,7 +143,8 @@ class Gate:
         #: opens a tablet for a shard that appears in a newer topology (keyspace, shard, url)
         self._open_tablet = open_tablet
         self._watcher: TopoWatcher | None = None
-        self._owns_topo = False
+        #: whether :meth:`close` closes ``topo``
+        self._owns_topo = owns_topo
         for ks in topology.keyspaces.values():
             for shard in ks.shards:
                 if (ks.name, shard.name) not in self.tablets:
@@ -208,11 +210,20 @@ class Gate:
             gate.watch()
         return gate
 
-    def watch(self, interval: float = DEFAULT_INTERVAL) -> None:
-        """Follow the topo store: changes from any process apply within ``interval``."""
+    def watch(
+        self,
+        interval: float = DEFAULT_INTERVAL,
+        *,
+        on_records: Callable[[list[Record]], None] | None = None,
+    ) -> None:
+        """Follow the topo store: changes from any process apply within ``interval``.
+
+        ``on_records`` gets changed records other than keyspaces (e.g. tablets).
+        """
         if self._watcher is None:
             self._watcher = TopoWatcher(self.topo, self.apply_topology,
-                                        version=self.topology.version, interval=interval)
+                                        version=self.topology.version, interval=interval,
+                                        on_records=on_records)
             self._watcher.start()
 
     @property
@@ -450,19 +461,21 @@ class Gate:
 
     def _resolve_use(self, use: Use) -> Use:
         """``USE`` with its target checked, and a keyspace id resolved to its shard."""
-        if use.tablet_type not in (None, "primary"):
+        tablet_type = use.tablet_type or "primary"
+        if tablet_type != "primary" and not all(t.has_replicas for t in self.tablets.values()):
             raise Unsupported(
-                f"USE {use.keyspace}@{use.tablet_type}: shardgate serves each shard from its "
-                "primary only; there are no replica or rdonly tablets"
+                f"USE {use.keyspace}@{use.tablet_type}: this gate serves each shard from one "
+                "in-process tablet; replica reads need tablet processes (`shardgate gate "
+                "--topo URL` with two `shardgate tablet` processes per shard)"
             )
         if use.shard is None and use.keyspace_id is None:
-            return Use(self.vschema.keyspace(use.keyspace).name)
+            return Use(self.vschema.keyspace(use.keyspace).name, tablet_type=tablet_type)
         ks = self.topology.keyspace(use.keyspace)
         if use.shard is not None:
             ks.shard(use.shard)
-            return Use(ks.name, shard=use.shard)
+            return Use(ks.name, shard=use.shard, tablet_type=tablet_type)
         assert use.keyspace_id is not None
-        return Use(ks.name, shard=ks.shard_map.find(use.keyspace_id))
+        return Use(ks.name, shard=ks.shard_map.find(use.keyspace_id), tablet_type=tablet_type)
 
     def _targeted(self, stmt: exp.Expression, sql: str, key: str) -> Plan:
         """A statement sent as is to the shard the session targets (no routing)."""
@@ -834,8 +847,9 @@ class Gate:
                 await self.commit(session)
             case Rollback():
                 await self.rollback(session)
-            case Use(keyspace=keyspace, shard=shard):
+            case Use(keyspace=keyspace, shard=shard, tablet_type=tablet_type):
                 session.keyspace, session.target = keyspace, shard
+                session.tablet_type = tablet_type or "primary"
             case SetTransactionMode(mode=mode):
                 if session.shard_txs:
                     raise FailedPrecondition(
@@ -1168,6 +1182,13 @@ class _SessionCursor(ExecCursor):
                     self.gate._allocate_in_transaction, tid))
         return await self.gate.sequences.next_values(sequence, count)
 
+    def _tablet(self, keyspace: str, shard: str) -> TabletClient:
+        """The shard's client; outside a transaction, of the session's tablet type."""
+        tablet = self.gate.tablets[(keyspace, shard)]
+        if self.session.tablet_type != "primary" and not self.session.in_transaction:
+            return tablet.for_tablet_type(self.session.tablet_type)
+        return tablet
+
     async def _one(
         self,
         keyspace: str,
@@ -1175,7 +1196,7 @@ class _SessionCursor(ExecCursor):
         query: ShardQuery,
         bind_vars: Mapping[str, Any],
     ) -> Result:
-        tablet = self.gate.tablets[(keyspace, shard)]
+        tablet = self._tablet(keyspace, shard)
         self.session.shard_calls += 1
         if isinstance(query, _InsertQuery):
             sql, args = query.for_shard(shard, tablet.dialect, tablet.placeholder, bind_vars)
@@ -1231,6 +1252,11 @@ class _SessionCursor(ExecCursor):
         bind_vars: Sequence[Mapping[str, Any]],
         write: bool,
     ) -> list[Result]:
+        if write and self.session.tablet_type != "primary":
+            raise FailedPrecondition(
+                f"writes go to the primary: the session reads from @{self.session.tablet_type} "
+                f"tablets (USE {keyspace} or USE {keyspace}@primary first)"
+            )
         if len(shards) == 1:
             return [await self._one(keyspace, shards[0], query, bind_vars[0])]
         if write and not self.session.in_transaction:
@@ -1255,7 +1281,7 @@ class _SessionCursor(ExecCursor):
         shard_vars: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> AsyncIterator[tuple[str, list[str], list[Row]]]:
         for shard in shards:
-            tablet = self.gate.tablets[(keyspace, shard)]
+            tablet = self._tablet(keyspace, shard)
             bv = {**bind_vars, **shard_vars[shard]} if shard_vars else bind_vars
             sql, args = query.for_dialect(tablet.dialect, tablet.placeholder).bind(bv)
             async for fields, rows in tablet.stream_execute(sql, args):

@@ -50,6 +50,8 @@ class Session:
     savepoints: list[str] = field(default_factory=list)
     #: a shard of ``keyspace`` every statement goes to, unrouted (``USE `ks:-80```)
     target: str | None = None
+    #: which tablets serve the session's reads outside transactions (``USE ks@replica``)
+    tablet_type: str = "primary"
     #: shard calls made for this session so far (statistics read the difference)
     shard_calls: int = 0
 

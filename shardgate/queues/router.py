@@ -111,6 +111,10 @@ class QueueShard(SqlShard, Protocol):
         """Stop serving ``queue`` (its tables are about to be dropped)."""
         ...
 
+    async def queue_enqueue(self, queue: str, jobs: Sequence[tuple[str, str | None]]) -> list[int]:
+        """Store ``(key, payload)`` jobs of a segmented queue; their ids once committed."""
+        ...
+
 
 class QueueDDLGate(GateView[QueueShard], Protocol):
     """The gate as CREATE QUEUE and DROP QUEUE need it: it saves VSchema changes."""
@@ -412,15 +416,13 @@ async def enqueue(
     async def one(shard: str, idx: list[int]) -> None:
         client = gate.tablets[(ks.name, shard)]
         rows = [(str(jobs[i][0]), jobs[i][1]) for i in idx]
-        service = getattr(getattr(client, "tablet", None), "queues", None)
-        store = SegmentedStore(table.name.lower(), client.dialect, client.placeholder,
-                               max_rows=opts.dataset_max_rows, max_bytes=opts.dataset_max_bytes)
         if join is not None:
+            store = SegmentedStore(table.name.lower(), client.dialect, client.placeholder,
+                                   max_rows=opts.dataset_max_rows,
+                                   max_bytes=opts.dataset_max_bytes)
             ids = await store.append_in_transaction(await join(ks.name, shard), rows)
-        elif service is not None:
-            ids = await service.enqueue(table.name, rows)
-        else:
-            ids = await _append_own_transaction(client, store, rows)
+        else:  # the tablet's group-committing producer (in-process or a tablet process)
+            ids = await client.queue_enqueue(table.name, rows)
         for i, job_id in zip(idx, ids, strict=True):
             out[i] = (shard, int(job_id))
 

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shardgate.aio import cancel_and_wait
-from shardgate.backends.changes import Heartbeat, RowChange, Transaction
+from shardgate.backends.changes import Heartbeat, LogItem, RowChange, Transaction
 from shardgate.errors import InvalidArgument, ShardgateError, Unavailable, Unsupported
 from shardgate.event_token import EventToken, position_key
 from shardgate.keys import FULL_RANGE, KeyRange, KeyspaceId, parse_key_range
@@ -212,10 +212,13 @@ async def update_stream(
     async def pump(name: str) -> None:
         tablet = gate.tablets[(keyspace, name)]
         position, timestamp = starts[name]
-        items = tablet.update_stream(
-            position=position, timestamp=timestamp, heartbeat_s=heartbeat_s
-        )
+        items: AsyncIterator[LogItem] | None = None
         try:
+            # Inside the try: a tablet that refuses the stream at once must reach the
+            # consumer as an error, not leave it waiting for items that never come.
+            items = tablet.update_stream(
+                position=position, timestamp=timestamp, heartbeat_s=heartbeat_s
+            )
             async for item in items:
                 await queue.put((name, item))
         except asyncio.CancelledError:
@@ -223,8 +226,9 @@ async def update_stream(
         except BaseException as exc:
             await queue.put((name, exc))
         finally:
-            with contextlib.suppress(Exception):
-                await items.aclose()  # type: ignore[attr-defined]
+            if items is not None:
+                with contextlib.suppress(Exception):
+                    await items.aclose()  # type: ignore[attr-defined]
 
     tasks = [
         asyncio.create_task(pump(n), name=f"update-stream {keyspace}/{n}") for n in shard_names

@@ -125,6 +125,16 @@ class TabletClient(ABC):
             f"DROP QUEUE through {type(self).__name__}: this tablet cannot be told to stop "
             "serving a queue; drop it through a gate with in-process tablets (shardgate up)"
         )
+    async def queue_enqueue(self, queue: str, jobs: Sequence[tuple[str, str | None]]) -> list[int]:
+        """Store ``(key, payload)`` jobs of a segmented queue; their ids once committed."""
+        raise Unsupported(f"{type(self).__name__} does not serve segmented queues")
+
+    #: whether the shard has tablets other than the lease holder (``@replica`` reads)
+    has_replicas: bool = False
+
+    def for_tablet_type(self, tablet_type: str) -> TabletClient:
+        """The client that serves reads of ``tablet_type`` (``replica``); self by default."""
+        return self
 
 
 def _no_twopc(client: TabletClient) -> FailedPrecondition:
@@ -228,6 +238,8 @@ class LocalTabletClient(TabletClient):
 
     async def queue_forget(self, queue: str) -> None:
         await self.tablet.queues.forget(queue)
+    async def queue_enqueue(self, queue: str, jobs: Sequence[tuple[str, str | None]]) -> list[int]:
+        return [int(i) for i in await self.tablet.queues.enqueue(queue, jobs)]
 
     async def close(self) -> None:
         await self.tablet.close()

@@ -110,7 +110,7 @@ def test_gate_mysql_auth_flags(tmp_path: Path) -> None:
 
     users = tmp_path / "users.json"
     users.write_text(json.dumps({"app": [{"Password": "pw1"}]}))
-    served = _serve(tmp_path, "gate", "--cluster", cluster, "--users-file", str(users))
+    served = _serve(tmp_path, "up", "--cluster", cluster, "--users-file", str(users))
     _, mysql_port = next(served)
     try:
         ok = mariadb(mysql_port, "commerce", "-papp-wrong", user="app", stdin="SELECT 1;")

@@ -114,8 +114,9 @@ def test_passwords_never_printed(tmp_path: Path) -> None:
 def secured_gate(cluster: Path, tmp_path: Path) -> Iterator[str]:
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "shardgate.cli", "gate", "--cluster", str(cluster),
-         "--port", str(port), "--users-file", "users.json", "--acl-file", "acl.json"],
+        [sys.executable, "-m", "shardgate.cli", "up", "--cluster", str(cluster),
+         "--port", str(port), "--users-file", "users.json", "--acl-file", "acl.json",
+         "--http-port", "0", "--mysql-port", "0"],
         cwd=tmp_path, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         wait_for_port(proc, port)

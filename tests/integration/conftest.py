@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,12 +19,15 @@ from shardgate.topo.embedded import (
     LOOKUP_VSCHEMA,
     SEQUENCE_ROWS,
 )
+from tests.integration.tablet_procs import TabletProcesses, serve_with_processes
 
 
 @dataclass
 class Cluster:
     gate: Gate
     kind: str
+    #: set when the shards are served by tablet processes (``tablets="processes"``)
+    processes: TabletProcesses | None = None
 
     @property
     def topology(self) -> Topology:
@@ -60,18 +64,68 @@ async def open_cluster(kind: str, make_database: Callable[..., str], shards: int
     return Cluster(gate, kind)
 
 
-@pytest.fixture
-async def cluster(backend_kind: str, make_database: Callable[..., str]) -> AsyncIterator[Cluster]:
-    c = await open_cluster(backend_kind, make_database)
-    try:
-        yield c
-    finally:
+#: how a cluster's shards are served: tablets inside the gate's process, or
+#: ``shardgate tablet`` processes reached over gRPC (PostgreSQL shards only)
+TABLETS = ["in-process", pytest.param("processes", marks=pytest.mark.postgres)]
+
+
+@pytest.fixture(params=TABLETS)
+def tablets(request: pytest.FixtureRequest) -> str:
+    """``in-process`` or ``processes`` (see :data:`TABLETS`)."""
+    mode: str = request.param
+    return mode
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The ``tablets=processes`` variant runs for tests marked ``tablet_processes`` (a
+    representative subset: the whole re-run would add minutes), on PostgreSQL shards
+    only; the other variants are deselected."""
+    keep: list[pytest.Item] = []
+    dropped: list[pytest.Item] = []
+    for item in items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        kind = params.get("backend_kind", params.get("kind", "postgres"))
+        marked = item.get_closest_marker("tablet_processes") is not None
+        if params.get("tablets") == "processes" and (kind != "postgres" or not marked):
+            dropped.append(item)
+        else:
+            keep.append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = keep
+
+
+async def with_tablets(c: Cluster, tablets: str, directory: Path) -> Cluster:
+    """``c`` as is, or with its in-process gate replaced by one reaching tablet processes."""
+    if tablets == "in-process":
+        return c
+    await c.gate.close()  # its tablets would hold the shard leases
+    procs = await serve_with_processes(c.topology, directory)
+    return Cluster(procs.gate, c.topology, c.kind, procs)
+
+
+async def close_cluster(c: Cluster) -> None:
+    if c.processes is not None:
+        await c.processes.close()
+    else:
         await c.gate.close()
 
 
 @pytest.fixture
+async def cluster(
+    backend_kind: str, tablets: str, make_database: Callable[..., str], tmp_path: Path
+) -> AsyncIterator[Cluster]:
+    c = await with_tablets(await open_cluster(backend_kind, make_database), tablets,
+                           tmp_path / "tablets")
+    try:
+        yield c
+    finally:
+        await close_cluster(c)
+
+
+@pytest.fixture
 async def streams_cluster(
-    backend_kind: str, make_database: Callable[..., str]
+    backend_kind: str, tablets: str, make_database: Callable[..., str], tmp_path: Path
 ) -> AsyncIterator[Cluster]:
     """``cluster``, whose shards' change capture (slots, triggers) is dropped at the end."""
     from shardgate.backends.change_log import open_change_log
@@ -87,9 +141,10 @@ async def streams_cluster(
                     await log.prepare()
                 finally:
                     await log.close()
+        c = await with_tablets(c, tablets, tmp_path / "tablets")
         yield c
     finally:
-        await c.gate.close()
+        await close_cluster(c)
         for ks in c.topology.keyspaces.values():
             for shard in ks.shards:
                 log = open_change_log(shard.url, f"{ks.name}/{shard.name}")

@@ -73,6 +73,7 @@ def _expected_count() -> int:
     return N + len(range(1, N + 1, 4)) + len(range(2, N + 1, 5))
 
 
+@pytest.mark.tablet_processes
 async def test_update_stream_merges_shards_and_resumes(streams_cluster: Cluster) -> None:
     gate = streams_cluster.gate
     began = time.time()
@@ -153,6 +154,7 @@ async def test_topology_change_ends_the_stream(streams_cluster: Cluster) -> None
         await events.aclose()  # type: ignore[attr-defined]
 
 
+@pytest.mark.tablet_processes
 async def test_event_token_options(streams_cluster: Cluster) -> None:
     gate = streams_cluster.gate
     s = gate.session()

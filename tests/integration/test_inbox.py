@@ -5,6 +5,7 @@ from __future__ import annotations
 import calendar
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 
@@ -13,7 +14,7 @@ from shardgate.queues.inbox import sql as inbox_sql
 from shardgate.queues.inbox.model import US, InboxOptions, Pointer
 from shardgate.queues.inbox.store import InboxStore
 from tests.conftest import require_server
-from tests.integration.conftest import Cluster, open_cluster
+from tests.integration.conftest import Cluster, close_cluster, open_cluster, with_tablets
 
 DAY = 86_400
 Scenario = Callable[[Cluster, str], Awaitable[None]]
@@ -265,7 +266,7 @@ async def scenario_errors_have_codes(cluster: Cluster, name: str) -> None:
 
 async def scenario_string_users_through_a_string_vindex(cluster: Cluster, name: str) -> None:
     gate = cluster.gate
-    ks = cluster.topology.keyspace("commerce")
+    ks = gate.topology.keyspace("commerce")  # the gate's own (read from its topo store)
     ks.vschema = {**ks.vschema, "vindexes": {**ks.vschema["vindexes"],
                                              "md5": {"type": "unicode_loose_md5"}}}
     gate.rebuild_vschema()
@@ -314,13 +315,16 @@ async def test_inbox_on_sqlite(scenario: Scenario, make_database: Callable[..., 
         await c.gate.close()
 
 
+@pytest.mark.tablet_processes
 @pytest.mark.parametrize("kind", [pytest.param("postgres", marks=pytest.mark.postgres),
                                   pytest.param("mysql", marks=pytest.mark.mysql)])
-async def test_inbox_on_servers(kind: str, make_database: Callable[..., str]) -> None:
+async def test_inbox_on_servers(kind: str, tablets: str, make_database: Callable[..., str],
+                                tmp_path: Path) -> None:
     require_server(kind)
-    c = await open_cluster(kind, make_database)
+    c = await with_tablets(await open_cluster(kind, make_database), tablets,
+                           tmp_path / "tablets")
     try:
         for i, scenario in enumerate(SERVER_SCENARIOS):
             await scenario(c, f"inbox{i}")
     finally:
-        await c.gate.close()
+        await close_cluster(c)

@@ -160,7 +160,8 @@ def test_remote_cli_session(backend_kind: str, make_database: Callable[..., str]
     write_cluster_file(topo, cluster)
     port = free_port()
     gate = subprocess.Popen(
-        [sys.executable, "-m", "shardgate.cli", "gate", "--no-auth", "--cluster", str(cluster),
+        [sys.executable, "-m", "shardgate.cli", "up", "--http-port", "0", "--mysql-port", "0",
+         "--cluster", str(cluster),
          "--port", str(port)],
         cwd=tmp_path, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     target = f"grpc://127.0.0.1:{port}"

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,6 +18,7 @@ from shardgate.queues.table.manager import SCAN_SLACK_NS, followup_id
 from shardgate.tablet import LocalTabletClient, Tablet
 from shardgate.topo import Topology
 from tests.conftest import require_server
+from tests.integration.tablet_procs import serve_with_processes
 
 VSCHEMA = {"sharded": True, "vindexes": {"hash": {"type": "hash"}}, "tables": {}}
 
@@ -31,12 +33,22 @@ async def open_gate(kind: str, make_database: Callable[..., str], shards: int = 
 
 
 @pytest.fixture
-async def gate(backend_kind: str, make_database: Callable[..., str]) -> AsyncIterator[Gate]:
+async def gate(
+    backend_kind: str, tablets: str, make_database: Callable[..., str], tmp_path: Path
+) -> AsyncIterator[Gate]:
     g = await open_gate(backend_kind, make_database)
+    if tablets == "in-process":
+        try:
+            yield g
+        finally:
+            await g.close()
+        return
+    await g.close()  # its tablets would hold the shard leases
+    procs = await serve_with_processes(g.topology, tmp_path / "tablets")
     try:
-        yield g
+        yield procs.gate
     finally:
-        await g.close()
+        await procs.close()
 
 
 async def create(gate: Gate, options: str = "ack_wait = 0.4, min_backoff = 0.1") -> None:
@@ -95,6 +107,7 @@ async def wait_for_condition(cond: Callable[[], bool], timeout: float) -> None:
         await asyncio.sleep(0.02)
 
 
+@pytest.mark.tablet_processes
 async def test_transactional_enqueue_fire_and_ack(gate: Gate) -> None:
     await create(gate)
     s = gate.session()
@@ -121,6 +134,7 @@ async def test_transactional_enqueue_fire_and_ack(gate: Gate) -> None:
     assert (await gate.execute(s, "SELECT count(*) FROM account")).rows[0][0] == 1
 
 
+@pytest.mark.tablet_processes
 async def test_unacked_event_fires_again_with_backoff_then_fails(gate: Gate) -> None:
     await create(gate, "ack_wait = 0.3, min_backoff = 0.1, max_backoff = 0.2, max_attempts = 3")
     await insert(gate, [(1, "retry")], tx=False)
@@ -225,6 +239,7 @@ async def test_max_per_second(gate: Gate) -> None:
     assert elapsed >= (31 - 5) / 20 * 0.9
 
 
+@pytest.mark.tablet_processes
 async def test_per_key_ordering_under_failures(gate: Gate) -> None:
     await create(gate, "ack_wait = 0.3, min_backoff = 0.05, max_backoff = 0.1, "
                        "ordering_key = user_id")

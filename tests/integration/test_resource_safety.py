@@ -518,7 +518,8 @@ async def test_execute_of_ten_million_rows_is_refused_in_bounded_memory(
     cluster = tmp_path / "cluster.yaml"
     write_cluster_file(_unsharded(url), cluster)
     port = _free_port()
-    with _process(["gate", "--no-auth", "--cluster", str(cluster), "--port", str(port)],
+    with _process(["up", "--http-port", "0", "--mysql-port", "0", "--cluster", str(cluster),
+                   "--port", str(port)],
                   "listening") as gate_proc:
         async with GateClient(f"grpc://127.0.0.1:{port}", keyspace="app", timeout=120) as c:
             start = time.monotonic()

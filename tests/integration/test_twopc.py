@@ -26,7 +26,7 @@ from shardgate.gate import twopc
 from shardgate.topo import write_cluster_file
 from shardgate.vindexes.hash import Hash
 from tests.conftest import _mysql_admin, _postgres_admin
-from tests.integration.conftest import Cluster, open_cluster
+from tests.integration.conftest import Cluster, close_cluster, open_cluster, with_tablets
 
 WORKER = Path(__file__).with_name("twopc_worker.py")
 ROWS = 8  # customers per transaction: rows on every commerce shard, plus lookup rows
@@ -161,12 +161,15 @@ def _assert_all_or_nothing(cluster: Cluster, ids: range, committed: bool) -> Non
 
 
 @pytest.fixture
-async def cluster(kind: str, make_database: Callable[..., str]) -> AsyncIterator[Cluster]:
-    c = await open_cluster(kind, make_database)
+async def cluster(
+    kind: str, tablets: str, make_database: Callable[..., str], tmp_path: Path
+) -> AsyncIterator[Cluster]:
+    c = await with_tablets(await open_cluster(kind, make_database), tablets,
+                           tmp_path / "tablets")
     try:
         yield c
     finally:
-        await c.gate.close()
+        await close_cluster(c)
         _clear_prepared(kind, _all_urls(c))
 
 
@@ -182,6 +185,7 @@ async def _insert_customers(cluster: Cluster, session: Any, ids: range) -> None:
 # -- happy path, modes ----------------------------------------------------------------
 
 
+@pytest.mark.tablet_processes
 @server_kind
 async def test_twopc_commit_is_atomic_and_best_effort_is_unchanged(cluster: Cluster) -> None:
     gate = cluster.gate
@@ -318,6 +322,7 @@ CRASHES = [
 ]
 
 
+@pytest.mark.tablet_processes
 @server_kind
 async def test_gate_killed_mid_commit_is_resolved_consistently(
     cluster: Cluster, tmp_path: Path

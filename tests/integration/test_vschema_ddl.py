@@ -91,7 +91,8 @@ class GateProcess:
 
     def start(self) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "shardgate.cli", "gate", "--no-auth", "--topo", self.url,
+            [sys.executable, "-m", "shardgate.cli", "up", "--http-port", "0", "--mysql-port", "0",
+             "--topo", self.url,
              "--port", str(self.port)],
             cwd=self.cwd, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             text=True)
