@@ -454,7 +454,7 @@ async def _serve_until_signal(
                       '-e "select * from customer"')
     try:
         if args.http_port:
-            console = HttpServer(gate, host, args.http_port)
+            console = HttpServer(gate, host, args.http_port, users=users)
             try:
                 http_bound = await console.start()
             except OSError as exc:
@@ -531,7 +531,8 @@ async def _serve_tablet(
     tablet.queues.start()
     http = None
     if args.http_port:
-        http, http_port = await serve_tablet_http(tablet, args.host, args.http_port)
+        http, http_port = await serve_tablet_http(tablet, args.host, args.http_port,
+                                                  users=security.users)
         print(f"tablet http on http://{args.host}:{http_port}/metrics", flush=True)
     server, port, servicer = await serve_tablet_service(
         tablet, args.host, args.port, security=security, no_auth=args.no_auth,

@@ -236,3 +236,45 @@ async def test_kill_a_live_query_on_postgresql(make_database: Any) -> None:
     finally:
         await server.stop()
         await gate.close()
+
+
+async def test_console_needs_the_gates_users_and_admins_to_change(tmp_path: Path) -> None:
+    from shardgate.auth.acl import TableACL
+    from shardgate.auth.guard import Guard
+    from shardgate.auth.users import StaticUsers
+
+    users = StaticUsers.from_mapping({"rita": [{"Password": "r-pw"}],
+                                      "dba": [{"Password": "d-pw"}]})
+    acl = TableACL.from_mapping({"table_groups": [{
+        "name": "all", "table_names_or_prefixes": ["%"], "readers": ["rita"],
+        "writers": [], "admins": ["dba"]}]})
+    gate = await Gate.from_topo(await open_topo(_cluster(tmp_path)), guard=Guard(acl))
+    server = HttpServer(gate, "127.0.0.1", 0, users=users)
+    base = f"http://127.0.0.1:{await server.start()}"
+    def basic(user: str, pw: str) -> dict[str, str]:
+        return {"Authorization": aiohttp.encode_basic_auth(user, pw)}
+
+    rita, dba = basic("rita", "r-pw"), basic("dba", "d-pw")
+    try:
+        async with aiohttp.ClientSession() as http:
+            for path in ("/", "/api/cluster", "/metrics", "/debug/vars"):
+                async with http.get(base + path) as r:
+                    assert r.status == 401 and "Basic" in r.headers["WWW-Authenticate"], path
+            async with http.get(base + "/api/cluster",
+                               headers=basic("rita", "wrong")) as r:
+                assert r.status == 401
+            async with http.get(base + "/api/vschema/ks", headers=rita) as r:
+                assert r.status == 200
+                cur = await r.json()
+            before = await gate.topo.store.clock()
+            async with http.put(base + "/api/vschema/ks", headers=rita,
+                                json={"vschema": cur["vschema"], "version": cur["version"]}) as r:
+                body = await r.json()
+                assert r.status == 403 and body["code"] == "PERMISSION_DENIED", body
+            assert await gate.topo.store.clock() == before
+            async with http.put(base + "/api/vschema/ks", headers=dba,
+                                json={"vschema": cur["vschema"], "version": cur["version"]}) as r:
+                assert r.status == 200, await r.text()
+    finally:
+        await server.stop()
+        await gate.close()

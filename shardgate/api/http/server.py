@@ -31,6 +31,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
 from shardgate.api.http import pages
+from shardgate.api.http.auth import basic_auth, identity_of
 from shardgate.api.http.model import (
     GATE_KEY,
     STARTED_KEY,
@@ -39,6 +40,8 @@ from shardgate.api.http.model import (
     queues_doc,
     vschema_diff,
 )
+from shardgate.auth.acl import Role
+from shardgate.auth.users import StaticUsers
 from shardgate.errors import Code, InvalidArgument, ShardgateError, VSchemaError
 from shardgate.gate import Gate
 from shardgate.topo.lint import check_vschema
@@ -72,9 +75,10 @@ async def coded_errors(request: web.Request, handler: Handler) -> web.StreamResp
         return error_response(exc)
 
 
-def make_app(gate: Gate) -> web.Application:
-    """The console application for ``gate``."""
-    app = web.Application(middlewares=[coded_errors], client_max_size=4 * 1024 * 1024)
+def make_app(gate: Gate, users: StaticUsers | None = None) -> web.Application:
+    """The console application for ``gate`` (``users``: who may use it; see :mod:`.auth`)."""
+    app = web.Application(middlewares=[basic_auth(users), coded_errors],
+                          client_max_size=4 * 1024 * 1024)
     app[GATE_KEY] = gate
     app[STARTED_KEY] = time.time()
     static = resources.files("shardgate.api.http") / "static"
@@ -114,13 +118,14 @@ def make_app(gate: Gate) -> web.Application:
 class HttpServer:
     """The console server of one gate, on ``host:port`` (0: a free port)."""
 
-    def __init__(self, gate: Gate, host: str = "127.0.0.1", port: int = 15000) -> None:
-        self.gate, self.host, self.port = gate, host, port
+    def __init__(self, gate: Gate, host: str = "127.0.0.1", port: int = 15000, *,
+                 users: StaticUsers | None = None) -> None:
+        self.gate, self.host, self.port, self.users = gate, host, port, users
         self._runner: web.AppRunner | None = None
 
     async def start(self) -> int:
         """Start listening; return the port."""
-        self._runner = web.AppRunner(make_app(self.gate), access_log=None)
+        self._runner = web.AppRunner(make_app(self.gate, self.users), access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, self.port)
         await site.start()
@@ -185,6 +190,10 @@ async def api_vschema_save(request: web.Request) -> web.Response:
     version = body.get("version")
     if version is not None and not isinstance(version, int):
         raise InvalidArgument("'version' must be the integer version the edit started from")
+    tables = sorted((doc.get("tables") or {}) if isinstance(doc, dict) else {})
+    saved_tables = sorted(gate.topology.keyspace(ks).vschema.get("tables") or {})
+    gate.guard.require(identity_of(request), ks, sorted({*tables, *saved_tables, ""}),
+                       Role.ADMIN)
     found = check_vschema(gate.topology, ks, doc)
     if found["errors"]:
         first = found["errors"][0]
@@ -266,6 +275,9 @@ async def api_live_kill(request: web.Request) -> web.Response:
         qid = int(request.match_info["id"])
     except ValueError:
         raise InvalidArgument("the query id must be an integer") from None
+    live = {q.id: q for q in gate.live.snapshot()}
+    if qid in live:  # killing needs admin where the statement runs
+        gate.guard.require(identity_of(request), live[qid].keyspace or "", [""], Role.ADMIN)
     if not gate.live.kill(qid):
         raise ShardgateError(f"query {qid} is not running", code=Code.NOT_FOUND)
     return web.json_response({"killed": qid})
@@ -340,6 +352,8 @@ async def api_queue_action(request: web.Request) -> web.Response:
         raise InvalidArgument("'ids' must be a list of event ids (integers or digit strings)")
     ids = [int(i) for i in raw]
     shard = body.get("shard")
+    gate.guard.require(identity_of(request), request.match_info["keyspace"],
+                       [request.match_info["queue"]], Role.ADMIN)
     changed = await gate.queue_admin(request.match_info["keyspace"], request.match_info["queue"],
                                      request.match_info["action"], shard=shard, ids=ids)
     return web.json_response({"changed": changed})

@@ -7,6 +7,8 @@ import time
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
+from shardgate.api.http.auth import basic_auth
+from shardgate.auth.users import StaticUsers
 from shardgate.tablet import Tablet
 
 TABLET_KEY = web.AppKey("tablet", Tablet)
@@ -39,9 +41,14 @@ async def debug_vars(request: web.Request) -> web.Response:
     })
 
 
-async def serve_tablet_http(tablet: Tablet, host: str, port: int) -> tuple[web.AppRunner, int]:
-    """Start the tablet's HTTP server; return its runner (cleanup() stops it) and port."""
-    app = web.Application()
+async def serve_tablet_http(
+    tablet: Tablet, host: str, port: int, *, users: StaticUsers | None = None
+) -> tuple[web.AppRunner, int]:
+    """Start the tablet's HTTP server; return its runner (cleanup() stops it) and port.
+
+    ``users``: who may read it (HTTP Basic), as for the tablet's gRPC service.
+    """
+    app = web.Application(middlewares=[basic_auth(users)])
     app[TABLET_KEY] = tablet
     app[STARTED_KEY] = time.time()
     app.add_routes([web.get("/metrics", metrics), web.get("/debug/health", health),
