@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from shardgate.aio import cancel_and_wait
+from shardgate.api.security import ClientSecurity
 from shardgate.api.tablet_client import GrpcTabletClient, TabletUnreachable
 from shardgate.auth.guard import Guard
 from shardgate.backends.changes import LogItem
@@ -126,8 +127,11 @@ class TabletFleet:
         health_interval: float = DEFAULT_HEALTH_INTERVAL_S,
         failover_timeout: float = DEFAULT_FAILOVER_TIMEOUT_S,
         call_timeout: float | None = None,
+        security: ClientSecurity | None = None,
     ) -> None:
         self.store = store
+        #: what this gate presents to tablets (their users file or CA decides)
+        self.security = security
         self.gate_id = gate_id or uuid.uuid4().hex
         self.health_interval = health_interval
         self.failover_timeout = failover_timeout
@@ -160,7 +164,7 @@ class TabletFleet:
                 self._retire(found)
             client = GrpcTabletClient(
                 rec.address, rec.keyspace, rec.shard, rec.dialect, rec.placeholder,
-                timeout=self.call_timeout, gate_id=self.gate_id,
+                timeout=self.call_timeout, gate_id=self.gate_id, security=self.security,
                 supports_twopc=rec.supports_twopc, collation=rec.collation)
             self._remotes[rec.alias] = _Remote(rec, client)
         known = {rec.alias for rec in self.roster.all()}
@@ -511,6 +515,7 @@ async def open_remote_gate(
     watch_interval: float | None = None,
     guard: Guard | None = None,
     limits: GateLimits | None = None,
+    tablet_security: ClientSecurity | None = None,
 ) -> tuple[Gate, TabletFleet]:
     """A gate with no tablet of its own: every shard is served by tablet processes.
 
@@ -518,7 +523,8 @@ async def open_remote_gate(
     first, then the fleet.
     """
     fleet = TabletFleet(topo.store, health_interval=health_interval,
-                        failover_timeout=failover_timeout, call_timeout=call_timeout)
+                        failover_timeout=failover_timeout, call_timeout=call_timeout,
+                        security=tablet_security)
     await fleet.start()
     try:
         topology = await topo.load_topology()

@@ -84,7 +84,8 @@ class GrpcTabletClient(TabletClient):
         self.supports_twopc = supports_twopc
         self._collation = collation
         self._channel = open_channel(parse_target(target), security, GRPC_OPTIONS,
-                                     tls=target.startswith(TLS_SCHEME))
+                                     tls=target.startswith(TLS_SCHEME)
+                                     or (security is not None and security.tls))
         self._stub = pb_grpc.TabletStub(self._channel)  # type: ignore[no-untyped-call]
 
     @classmethod

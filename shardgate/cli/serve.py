@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import signal
 import sys
 import uuid
@@ -68,7 +69,7 @@ from shardgate.api.fleet import (
 from shardgate.api.http import HttpServer
 from shardgate.api.http.tablet import serve_tablet_http
 from shardgate.api.mysql import DEFAULT_MYSQL_PORT, MysqlListener, TlsConfig, serve_mysql
-from shardgate.api.security import ServerSecurity, TLSFiles
+from shardgate.api.security import ClientSecurity, ServerSecurity, TLSFiles
 from shardgate.api.server import serve
 from shardgate.api.tablet_service import DEFAULT_IDLE_TIMEOUT_S, serve_tablet_service
 from shardgate.auth import StaticUsers
@@ -155,6 +156,12 @@ def add_parsers(commands: Any) -> None:
     _add_gate_limits(gate)
     add_http_arg(gate, DEFAULT_HTTP_PORT)
     _add_mysql_args(gate)
+    gate.add_argument("--tablet-user", help="the user this gate presents to tablets "
+                      "(their --users-file / --allow-user); password from "
+                      "SHARDGATE_TABLET_PASSWORD")
+    gate.add_argument("--tablet-tls-ca", help="verify tablets' certificates with this CA")
+    gate.add_argument("--tablet-tls-cert", help="this gate's client certificate for tablets")
+    gate.add_argument("--tablet-tls-key", help="the client certificate's key")
     gate.add_argument("--failover-timeout", type=float, default=DEFAULT_FAILOVER_TIMEOUT_S,
                       help="seconds a statement waits for a shard's new lease holder "
                            f"({DEFAULT_FAILOVER_TIMEOUT_S:.0f})")
@@ -333,7 +340,8 @@ async def _gate(args: argparse.Namespace) -> int:
         gate, fleet = await open_remote_gate(topo, owns_topo=False,
                                              health_interval=args.health_interval,
                                              failover_timeout=args.failover_timeout,
-                                             guard=guard, limits=gate_limits(args))
+                                             guard=guard, limits=gate_limits(args),
+                                             tablet_security=_tablet_credentials(args))
     except BaseException:
         await topo.close()
         raise
@@ -346,6 +354,18 @@ async def _gate(args: argparse.Namespace) -> int:
         await gate.close()
         await fleet.close()
         await topo.close()
+
+
+def _tablet_credentials(args: argparse.Namespace) -> ClientSecurity:
+    """What ``gate`` presents to its tablets: ``--tablet-user`` with the password in
+    ``SHARDGATE_TABLET_PASSWORD`` (never a flag: flags show in ``ps``), and TLS files."""
+    return ClientSecurity(
+        user=args.tablet_user,
+        password=os.environ.get("SHARDGATE_TABLET_PASSWORD") if args.tablet_user else None,
+        tls_ca=Path(args.tablet_tls_ca) if args.tablet_tls_ca else None,
+        tls_cert=Path(args.tablet_tls_cert) if args.tablet_tls_cert else None,
+        tls_key=Path(args.tablet_tls_key) if args.tablet_tls_key else None,
+    )
 
 
 async def _open_gate(cluster: str | None, topo_url: str | None, guard: Guard | None,

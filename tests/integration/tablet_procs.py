@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from shardgate.api.fleet import TabletFleet, open_remote_gate
+from shardgate.api.security import ClientSecurity
 from shardgate.cli.cluster import wait_for_tablets
 from shardgate.gate import Gate
 from shardgate.topo import Topology
@@ -88,7 +89,7 @@ def start_tablet_process(
 
 async def serve_with_processes(
     topology: Topology, directory: Path, *, per_shard: int = 1, extra: tuple[str, ...] = (),
-    failover_timeout: float = 10.0,
+    failover_timeout: float = 10.0, tablet_security: ClientSecurity | None = None,
 ) -> TabletProcesses:
     """Import ``topology`` into a new topo store in ``directory``, start ``per_shard`` tablet
     processes per shard, wait until each shard has a lease holder, open the remote gate."""
@@ -108,7 +109,8 @@ async def serve_with_processes(
                     shards.setdefault((ks.name, shard.name), []).append(alias)
         await wait_for_tablets(topo.store, set(procs), lease_holders=set(shards))
         gate, fleet = await open_remote_gate(topo, owns_topo=False,
-                                             failover_timeout=failover_timeout)
+                                             failover_timeout=failover_timeout,
+                                             tablet_security=tablet_security)
         # the gate's first health answers decide where it sends: wait for every holder
         for ks_name, shard_name in shards:
             await fleet.wait_pick(ks_name, shard_name, time.monotonic() + 30)

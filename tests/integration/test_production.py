@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import signal
 import time
@@ -19,6 +20,8 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from shardgate.api.security import ClientSecurity
+from shardgate.api.tablet_client import GrpcTabletClient
 from shardgate.errors import Code, OutcomeUnknown, ShardgateError
 from shardgate.gate import Gate
 from shardgate.keys import KeyRange
@@ -293,3 +296,27 @@ async def _until(cond: Callable[[], bool], timeout: float, state: object = None)
     while not cond():
         assert time.monotonic() < deadline, f"condition not met within {timeout} s: {state}"
         await asyncio.sleep(0.02)
+
+
+async def test_tablets_accept_only_the_gates_credential(
+    make_database: Callable[..., str], tmp_path: Path
+) -> None:
+    users = tmp_path / "tablet-users.json"
+    users.write_text(json.dumps({"gate": [{"Password": "gate-pw"}]}))
+    topo = Topology.from_dict({"keyspaces": {"u": {
+        "shards": {"0": make_database("sqlite", "tsec")}, "vschema": {"sharded": False}}}})
+    procs = await serve_with_processes(
+        topo, tmp_path / "tablets", extra=("--users-file", str(users), "--allow-user", "gate"),
+        tablet_security=ClientSecurity(user="gate", password="gate-pw"))
+    try:
+        s = procs.gate.session("u")
+        assert (await procs.gate.execute(s, "SELECT 1")).rows == [(1,)]
+        address = procs.fleet.roster.all()[0].address
+        for who in (None, ClientSecurity(user="gate", password="wrong")):
+            with pytest.raises(ShardgateError) as err:
+                client = await GrpcTabletClient.connect(f"grpc://{address}", timeout=5,
+                                                        security=who)
+                await client.execute("SELECT 1", [])
+            assert err.value.code is Code.UNAUTHENTICATED, who
+    finally:
+        await procs.close()
