@@ -122,6 +122,8 @@ async def create_queues(topo: Topology) -> None:
         for q in ("jobs", "jobs_ref"):
             await gate.execute(s, f"CREATE QUEUE {q} (customer_id BIGINT NOT NULL, body TEXT) "
                                   f"SHARD BY customer_id {QUEUE_OPTS}")
+        # CREATE QUEUE saved the queues in the gate's topo store: copy them back
+        topo.keyspaces["bench"].vschema = gate.topology.keyspace("bench").vschema
     finally:
         await gate.close()
 
