@@ -59,6 +59,10 @@ def add_parsers(commands: Any) -> None:
     up.add_argument("--tablets-per-shard", type=int, default=2)
     up.add_argument("--host", default="127.0.0.1")
     up.add_argument("--port", type=int, default=15991, help="the gate's gRPC port (15991)")
+    up.add_argument("--http-port", type=int, default=15000,
+                    help="the gate's console port (15000; 0: off)")
+    up.add_argument("--mysql-port", type=int, default=15306,
+                    help="the gate's MySQL protocol port (15306; 0: off)")
     down = sub.add_parser("down", help="stop what `cluster up` started")
     down.add_argument("--dir", default=DEFAULT_DIR, help=f"state and logs ({DEFAULT_DIR})")
 
@@ -151,7 +155,9 @@ async def _up(args: argparse.Namespace) -> int:
         with open(logs / "gate.log", "ab") as log:
             started["gate"] = subprocess.Popen(
                 shardgate_command("gate", "--topo", topo_url, "--host", args.host,
-                                  "--port", str(args.port), "--no-auth"),
+                                  "--port", str(args.port), "--no-auth",
+                                  "--http-port", str(args.http_port),
+                                  "--mysql-port", str(args.mysql_port)),
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 start_new_session=True)
         deadline = time.monotonic() + START_TIMEOUT_S

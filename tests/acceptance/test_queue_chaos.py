@@ -88,6 +88,7 @@ async def setup_cluster(urls: dict[str, str], tmp: Path) -> tuple[Topology, Path
     gate = Gate.open(topo)
     try:
         await gate.execute(gate.session(), QUEUE_SQL)
+        topo = gate.topology  # with the queue CREATE QUEUE added to the VSchema
     finally:
         await gate.close()
     cluster = tmp / "cluster.yaml"
