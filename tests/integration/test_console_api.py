@@ -57,6 +57,7 @@ async def test_cluster_lists_shards_with_redacted_urls(console: tuple[Gate, str]
     ks = doc["keyspaces"][0]
     assert ks["name"] == "ks" and [s["name"] for s in ks["shards"]] == ["-80", "80-"]
     assert all(s["backend"] == "sqlite" for s in ks["shards"])
+    assert all(s["tablet"]["health"] == "serving" for s in ks["shards"])
 
 
 async def test_invalid_vschema_is_refused_with_its_path_and_nothing_written(

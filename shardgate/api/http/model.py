@@ -20,7 +20,24 @@ STARTED_KEY = web.AppKey("started", float)
 INBOXES_KEY = web.AppKey("inboxes", InboxRegistry)
 
 
-def cluster_doc(gate: Gate) -> dict[str, Any]:
+async def registered_tablets(gate: Gate) -> dict[tuple[str, str], list[dict[str, Any]]]:
+    """Tablet processes registered in the topo store, by shard (production mode)."""
+    out: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    try:
+        records = await gate.topo.store.list_records("tablet")
+    except ShardgateError:
+        return out  # the store is unreachable: the page says degraded
+    for r in records:
+        doc = r.doc or {}
+        out.setdefault((str(doc.get("keyspace")), str(doc.get("shard"))), []).append({
+            "alias": r.name, "address": doc.get("address"), "role": doc.get("role"),
+            "health": doc.get("health"), "position": doc.get("position"),
+            "heartbeat_at": doc.get("heartbeat_at")})
+    return out
+
+
+def cluster_doc(gate: Gate, registered: dict[tuple[str, str], list[dict[str, Any]]] | None = None
+                ) -> dict[str, Any]:
     """Keyspaces and shards with redacted URLs, serving state and lease holders."""
     out = []
     for ks in gate.topology.keyspaces.values():
@@ -34,6 +51,7 @@ def cluster_doc(gate: Gate) -> dict[str, Any]:
                 "url": redacted(shard.url),
                 "serving": True,
                 "tablet": tablet.describe() if tablet is not None else None,
+                "tablets": (registered or {}).get((ks.name, shard.name), []),
             })
         out.append({"name": ks.name, "sharded": ks.sharded, "collation": ks.collation,
                     "shards": shards})

@@ -40,6 +40,7 @@ from shardgate.api.http.model import (
     inboxes_doc,
     queryz_doc,
     queues_doc,
+    registered_tablets,
     segmented_request,
     vschema_diff,
 )
@@ -151,7 +152,8 @@ class HttpServer:
 
 
 async def api_cluster(request: web.Request) -> web.Response:
-    return web.json_response(cluster_doc(request.app[GATE_KEY]))
+    gate = request.app[GATE_KEY]
+    return web.json_response(cluster_doc(gate, await registered_tablets(gate)))
 
 
 async def api_vindex_types(request: web.Request) -> web.Response:
