@@ -160,7 +160,10 @@ class LocalTabletClient(TabletClient):
         return await self.tablet.queues.admin(queue, action, ids)
 
     def describe(self) -> dict[str, Any]:
+        stream = self.tablet._changes
+        token = stream.last_token if stream is not None else None
         return {"kind": "in-process", "lease_holder": self.tablet.queues.leader,
+                "health": "serving", "position": token.position if token is not None else "",
                 "open_transactions": len(self.tablet._transactions)}
 
     @property

@@ -177,3 +177,29 @@ async def _poll(read: Any, want: int, timeout: float) -> None:
 async def _until(cond: Any) -> None:
     while not cond():
         await asyncio.sleep(0.02)
+
+
+async def test_queue_page_shows_segmented_queues_and_inbox_stores(
+    browser: Browser, site: tuple[Gate, str]
+) -> None:
+    from shardgate.queues.inbox.store import InboxStore
+
+    gate, base = site
+    s = gate.session("ks")
+    await gate.execute(s, "CREATE QUEUE sjobs (user_id BIGINT NOT NULL, body VARCHAR(50)) "
+                          "SHARD BY user_id WITH (storage = segmented)")
+    await gate.queue_enqueue("ks", "sjobs", [(str(i), f"job {i}") for i in range(4)])
+    inbox = InboxStore(gate, "ks", "notes")
+    await inbox.create()
+    await inbox.append(7, "hello")
+    await inbox.append(8, "world")
+    page = await _page(browser)
+    await page.goto(f"{base}/queues")
+    seg = page.locator('section.queue[data-queue="sjobs"] table.segmented-shards')
+    await expect(seg.locator("tr[data-shard]")).to_have_count(2)
+    await expect(seg).to_contain_text("pending")
+    row = page.locator('table.inbox-stores tr[data-inbox="notes"]')
+    await expect(row).to_be_visible()
+    await row.locator("button.count").click()
+    await expect(row.locator('td[data-k="counts"]')).to_contain_text('"messages":2')
+    await page.screenshot(path=str(SHOTS / "queues-segmented-inbox.png"), full_page=True)

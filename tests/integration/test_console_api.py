@@ -57,6 +57,7 @@ async def test_cluster_lists_shards_with_redacted_urls(console: tuple[Gate, str]
     ks = doc["keyspaces"][0]
     assert ks["name"] == "ks" and [s["name"] for s in ks["shards"]] == ["-80", "80-"]
     assert all(s["backend"] == "sqlite" for s in ks["shards"])
+    assert all(s["tablet"]["health"] == "serving" for s in ks["shards"])
 
 
 async def test_invalid_vschema_is_refused_with_its_path_and_nothing_written(
@@ -278,3 +279,34 @@ async def test_console_needs_the_gates_users_and_admins_to_change(tmp_path: Path
     finally:
         await server.stop()
         await gate.close()
+
+
+async def test_segmented_queues_and_inbox_stores_on_the_queue_api(
+    console: tuple[Gate, str],
+) -> None:
+    from shardgate.queues.inbox.store import InboxStore
+
+    gate, base = console
+    s = gate.session("ks")
+    await gate.execute(s, "CREATE QUEUE sjobs (user_id BIGINT NOT NULL, body VARCHAR(50)) "
+                          "SHARD BY user_id WITH (storage = segmented)")
+    refs = await gate.queue_enqueue("ks", "sjobs", [(str(i), f"job {i}") for i in range(6)])
+    inbox = InboxStore(gate, "ks", "notes")
+    await inbox.create()
+    await inbox.append(7, "hello")
+    queues = {q["queue"]: q for q in await _get(f"{base}/api/queues")}
+    seg = queues["sjobs"]
+    assert seg["storage"] == "segmented"
+    assert sum(sum(sh["jobs_by_state"].values()) for sh in seg["shards"]) == 6
+    shard, job_id = refs[0]
+    async with aiohttp.ClientSession() as http:
+        async with http.post(f"{base}/api/queues/ks/sjobs/abort_job",
+                             json={"shard": shard, "ids": [str(job_id)], "reason": "test"}) as r:
+            assert r.status == 200 and (await r.json()) == {"requested": 1}, await r.text()
+        async with http.post(f"{base}/api/queues/ks/sjobs/retry_job", json={"ids": [1]}) as r:
+            assert r.status == 400 and "shard" in (await r.json())["message"]
+    inboxes = await _get(f"{base}/api/inboxes")
+    notes = [i for i in inboxes if i["name"] == "notes"]
+    assert notes and notes[0]["keyspace"] == "ks" and notes[0]["bucket_count"] >= 1
+    counted = await _get(f"{base}/api/inboxes/ks/notes?counts=1")
+    assert counted["messages"] == 1

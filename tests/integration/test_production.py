@@ -17,9 +17,11 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import aiohttp
 import psycopg
 import pytest
 
+from shardgate.api.http import HttpServer
 from shardgate.api.security import ClientSecurity
 from shardgate.api.tablet_client import GrpcTabletClient
 from shardgate.errors import Code, OutcomeUnknown, ShardgateError
@@ -311,6 +313,17 @@ async def test_tablets_accept_only_the_gates_credential(
     try:
         s = procs.gate.session("u")
         assert (await procs.gate.execute(s, "SELECT 1")).rows == [(1,)]
+        # the console lists the registered tablet processes with role and health
+        console = HttpServer(procs.gate, "127.0.0.1", 0)
+        port = await console.start()
+        try:
+            async with aiohttp.ClientSession() as http, \
+                    http.get(f"http://127.0.0.1:{port}/api/cluster") as r:
+                shard = (await r.json())["keyspaces"][0]["shards"][0]
+        finally:
+            await console.stop()
+        assert [(t["role"], t["health"]) for t in shard["tablets"]] == [
+            ("lease_holder", "serving")]
         address = procs.fleet.roster.all()[0].address
         for who in (None, ClientSecurity(user="gate", password="wrong")):
             with pytest.raises(ShardgateError) as err:

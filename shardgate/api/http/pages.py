@@ -12,7 +12,7 @@ from typing import Any
 
 from aiohttp import web
 
-from shardgate.api.http.model import GATE_KEY, cluster_doc, queryz_doc
+from shardgate.api.http.model import GATE_KEY, cluster_doc, queryz_doc, registered_tablets
 
 NAV = [("/", "Cluster"), ("/vschema", "VSchema"), ("/queryz", "Queries"),
        ("/querylogz", "Query log"), ("/queues", "Queues"), ("/streams", "Streams"),
@@ -47,22 +47,34 @@ def table(headers: list[str], rows: list[list[str]], *, id_: str = "") -> str:
 
 
 async def cluster_page(request: web.Request) -> web.Response:
-    doc = cluster_doc(request.app[GATE_KEY])
+    gate = request.app[GATE_KEY]
+    doc = cluster_doc(gate, await registered_tablets(gate))
     rows = []
     for ks in doc["keyspaces"]:
         for s in ks["shards"]:
             tablet = s["tablet"] or {}
+            procs = s["tablets"]
+            if procs:  # production mode: the registered tablet processes
+                kind = "<br>".join(f'{esc(t["alias"])} {esc(t["address"])}' for t in procs)
+                holder = "<br>".join(f'{esc(t["alias"])}: {esc(t["role"])}' for t in procs)
+                health = "<br>".join(esc(t["health"]) for t in procs)
+                position = "<br>".join(f'<code>{esc(t["position"])}</code>' for t in procs)
+            else:
+                kind = esc(tablet.get("kind", ""))
+                holder = "yes" if tablet.get("lease_holder") else "no"
+                health = esc(tablet.get("health", ""))
+                position = f'<code>{esc(tablet.get("position", ""))}</code>'
             rows.append([esc(ks["name"]), esc(s["name"]), esc(s["key_range"]),
                          esc(s["backend"]), f'<code>{esc(s["url"])}</code>',
                          "serving" if s["serving"] else "not serving",
-                         esc(tablet.get("kind", "")),
-                         "yes" if tablet.get("lease_holder") else "no"])
+                         kind, holder, health, position])
     status = (f'<p class="warning">degraded: {esc(doc["degraded"])}</p>'
               if doc["degraded"] else "")
     body = (f'<p>topology version {doc["topology_version"]} from '
             f'<code>{esc(doc["topo"])}</code></p>{status}'
             + table(["keyspace", "shard", "key range", "backend", "database", "state",
-                     "tablet", "lease holder"], rows, id_="shards"))
+                     "tablet", "lease holder", "health", "change-log position"], rows,
+                    id_="shards"))
     return layout("Cluster", body, active="/")
 
 

@@ -34,16 +34,21 @@ from shardgate.api.http import pages
 from shardgate.api.http.auth import basic_auth, identity_of
 from shardgate.api.http.model import (
     GATE_KEY,
+    INBOXES_KEY,
     STARTED_KEY,
     cluster_doc,
+    inboxes_doc,
     queryz_doc,
     queues_doc,
+    registered_tablets,
+    segmented_request,
     vschema_diff,
 )
 from shardgate.auth.acl import Role
 from shardgate.auth.users import StaticUsers
 from shardgate.errors import Code, InvalidArgument, ShardgateError, VSchemaError
 from shardgate.gate import Gate
+from shardgate.queues.inbox.registry import InboxRegistry
 from shardgate.topo.lint import check_vschema
 from shardgate.topo.store import TopoConflict
 from shardgate.vindexes.registry import describe_types
@@ -81,6 +86,7 @@ def make_app(gate: Gate, users: StaticUsers | None = None) -> web.Application:
                           client_max_size=4 * 1024 * 1024)
     app[GATE_KEY] = gate
     app[STARTED_KEY] = time.time()
+    app[INBOXES_KEY] = InboxRegistry(gate)
     static = resources.files("shardgate.api.http") / "static"
     app.add_routes([
         web.get("/", pages.cluster_page),
@@ -104,6 +110,8 @@ def make_app(gate: Gate, users: StaticUsers | None = None) -> web.Application:
         web.post("/api/vschema/{keyspace}/check", api_vschema_check),
         web.get("/api/queues", api_queues),
         web.get("/api/queues/{keyspace}/{queue}/failed", api_queue_failed),
+        web.get("/api/inboxes", api_inboxes),
+        web.get("/api/inboxes/{keyspace}/{name}", api_inbox_stats),
         web.post("/api/queues/{keyspace}/{queue}/{action}", api_queue_action),
         web.get("/api/live", api_live),
         web.get("/api/streams", api_streams),
@@ -144,7 +152,8 @@ class HttpServer:
 
 
 async def api_cluster(request: web.Request) -> web.Response:
-    return web.json_response(cluster_doc(request.app[GATE_KEY]))
+    gate = request.app[GATE_KEY]
+    return web.json_response(cluster_doc(gate, await registered_tablets(gate)))
 
 
 async def api_vindex_types(request: web.Request) -> web.Response:
@@ -352,11 +361,34 @@ async def api_queue_action(request: web.Request) -> web.Response:
         raise InvalidArgument("'ids' must be a list of event ids (integers or digit strings)")
     ids = [int(i) for i in raw]
     shard = body.get("shard")
-    gate.guard.require(identity_of(request), request.match_info["keyspace"],
-                       [request.match_info["queue"]], Role.ADMIN)
+    ks, queue, action = (request.match_info["keyspace"], request.match_info["queue"],
+                         request.match_info["action"])
+    gate.guard.require(identity_of(request), ks, [queue], Role.ADMIN)
+    if action in ("retry_job", "abort_job"):  # segmented queues: by job id, on one shard
+        if not isinstance(shard, str) or not ids:
+            raise InvalidArgument(f"{action} needs 'shard' and the job 'ids'")
+        reason = body.get("reason")
+        asked = await segmented_request(gate, ks, queue, shard, ids, action.removesuffix("_job"),
+                                        reason if isinstance(reason, str) else None)
+        return web.json_response({"requested": asked})
     changed = await gate.queue_admin(request.match_info["keyspace"], request.match_info["queue"],
                                      request.match_info["action"], shard=shard, ids=ids)
     return web.json_response({"changed": changed})
+
+
+async def api_inboxes(request: web.Request) -> web.Response:
+    """Every inbox store: its stored options and buckets."""
+    return web.json_response(await inboxes_doc(request.app[INBOXES_KEY], request.app[GATE_KEY]),
+                             dumps=_dumps)
+
+
+async def api_inbox_stats(request: web.Request) -> web.Response:
+    """One inbox store; ``?counts=1`` also counts its messages and pointers (reads every
+    bucket)."""
+    stats = await request.app[INBOXES_KEY].stats(
+        request.match_info["keyspace"], request.match_info["name"],
+        counts=request.query.get("counts") in ("1", "true"))
+    return web.json_response(stats, dumps=_dumps)
 
 
 def _dumps(obj: Any) -> str:

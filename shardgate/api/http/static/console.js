@@ -174,6 +174,48 @@ const sg = (() => {
       await api("POST", `/api/queues/${q.keyspace}/${q.queue}/${action}`, body || {});
       refresh();
     };
+    const show = (v) => typeof v === "object" && v !== null ? JSON.stringify(v) : (v ?? "");
+    function segmentedTable(q) {
+      const t = el("table", {class: "segmented-shards"});
+      t.append(el("tr", {}, ...["shard", "datasets", "jobs by state", "busiest keys",
+        "blocked keys (first failed job)", "job id", ""].map(h => el("th", {}, h))));
+      for (const s of q.shards) {
+        const id = el("input", {class: "job-id", size: 12, placeholder: "job id"});
+        const job = (action) => async () => {
+          if (!id.value) return;
+          await api("POST", `/api/queues/${q.keyspace}/${q.queue}/${action}`,
+                    {shard: s.shard, ids: [id.value], reason: "console"});
+          id.value = "";
+        };
+        t.append(el("tr", {"data-shard": s.shard},
+          el("td", {}, s.shard), el("td", {"data-k": "datasets"}, (s.datasets || []).length),
+          el("td", {"data-k": "jobs_by_state"}, show(s.jobs_by_state)),
+          el("td", {}, show(s.pending_per_key)), el("td", {"data-k": "blocked_keys"}, show(s.blocked_keys)),
+          el("td", {}, id),
+          el("td", {}, el("button", {class: "retry-job", onclick: job("retry_job")}, "retry job"),
+                       el("button", {class: "abort-job", onclick: job("abort_job")}, "abort job"),
+                       el("button", {class: "pause", onclick: act(q, "pause", {shard: s.shard})}, "pause"),
+                       el("button", {class: "resume", onclick: act(q, "resume", {shard: s.shard})}, "resume"))));
+      }
+      return t;
+    }
+    function inboxes(list) {
+      const box = el("section", {class: "inboxes"}, el("h2", {}, "Inbox stores"));
+      if (!list.length) { box.append(el("p", {}, "no inbox stores")); return box; }
+      const t = el("table", {class: "inbox-stores"});
+      t.append(el("tr", {}, ...["keyspace", "inbox", "buckets", "options", "messages / pointers"].map(h => el("th", {}, h))));
+      for (const i of list) {
+        const counts = el("td", {"data-k": "counts"},
+          el("button", {class: "count", onclick: async () => {
+            const r = await api("GET", `/api/inboxes/${i.keyspace}/${i.name}?counts=1`);
+            counts.textContent = show({messages: r.messages, pointers: r.pointers});
+          }}, "count"));
+        t.append(el("tr", {"data-inbox": i.name}, el("td", {}, i.keyspace), el("td", {}, i.name),
+          el("td", {}, i.bucket_count ?? ""), el("td", {}, show(i.options || i.error)), counts));
+      }
+      box.append(t);
+      return box;
+    }
     let shown = "";
     async function refresh() {
       const queues = await api("GET", "/api/queues");
@@ -181,16 +223,19 @@ const sg = (() => {
       for (const q of queues) {
         failedBy[q.queue] = await api("GET", `/api/queues/${q.keyspace}/${q.queue}/failed`).catch(() => []);
       }
+      const inboxList = await api("GET", "/api/inboxes").catch(() => []);
       const key = JSON.stringify([queues.map(q => [q.queue, (q.shards || []).map ? q.shards.map(
-        s => [s.shard, s.depth, s.paused, s.leader, s.receivers]) : q.shards]), failedBy]);
+        s => [s.shard, s.depth, s.paused, s.leader, s.receivers, s.jobs_by_state, s.blocked_keys])
+        : q.shards]), failedBy, inboxList.map(i => [i.keyspace, i.name, i.bucket_count])]);
       if (key === shown) return;  // unchanged: keep the page still under the pointer
       shown = key;
       const out = el("div");
       if (!queues.length) out.append(el("p", {}, "no queues"));
       for (const q of queues) {
         const box = el("section", {class: "queue", "data-queue": q.queue});
-        box.append(el("h2", {}, `${q.keyspace}.${q.queue}`));
+        box.append(el("h2", {}, `${q.keyspace}.${q.queue}` + (q.storage === "segmented" ? " (segmented)" : "")));
         if (typeof q.shards === "string") { box.append(el("p", {class: "warning"}, q.shards)); out.append(box); continue; }
+        if (q.storage === "segmented") { box.append(segmentedTable(q)); out.append(box); continue; }
         const t = el("table", {class: "queue-shards"});
         t.append(el("tr", {}, ...["shard", "pending", "in flight", "acked", "failed", "oldest due (s)",
           "fired/s", "acked/s", "receivers", "dispatch", ""].map(h => el("th", {}, h))));
@@ -223,6 +268,7 @@ const sg = (() => {
         }
         out.append(box);
       }
+      out.append(inboxes(inboxList));
       root.replaceChildren(out);
     }
     refresh(); setInterval(refresh, 1000);
