@@ -101,7 +101,7 @@ async def with_tablets(c: Cluster, tablets: str, directory: Path) -> Cluster:
         return c
     await c.gate.close()  # its tablets would hold the shard leases
     procs = await serve_with_processes(c.topology, directory)
-    return Cluster(procs.gate, c.topology, c.kind, procs)
+    return Cluster(procs.gate, c.kind, procs)
 
 
 async def close_cluster(c: Cluster) -> None:
