@@ -397,7 +397,7 @@ async def test_tablet_rolls_back_transactions_of_a_vanished_gate(
     port = _free_port()
     with _process(["tablet", "--no-auth", "--cluster", str(cluster), "--keyspace", "app",
                    "--shard", "0",
-                   "--port", str(port), "--idle-transaction-timeout", "1"], "listening"):
+                   "--port", str(port), "--idle-timeout", "1"], "listening"):
         remote = await GrpcTabletClient.connect(f"grpc://127.0.0.1:{port}")
         tid = await remote.begin()
         await remote.execute("INSERT INTO t (id, v) VALUES (%s, %s)", [1, "x"], tid)
