@@ -107,6 +107,10 @@ class QueryLog:
             if q.qsize() < SUBSCRIBER_BACKLOG:
                 q.put_nowait(entry)
 
+    def clear(self) -> None:
+        """Forget the finished statements (subscribers stay)."""
+        self._entries.clear()
+
     def recent(self, limit: int | None = None) -> list[LogEntry]:
         """Newest first."""
         out = list(reversed(self._entries))
