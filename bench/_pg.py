@@ -39,3 +39,19 @@ def app_keyspace(prefix: str, shards: int) -> tuple[Topology, list[str]]:
         "shards": urls,
         "vschema": {"sharded": True, "vindexes": {"hash": {"type": "hash"}}, "tables": {}}}}})
     return topo, names
+
+
+def point_table(url: str, rows: int) -> Topology:
+    """Table ``t (id, v)`` with ``rows`` rows in the database at ``url``, and a topology
+    seeing it as keyspace ``bench``: one shard (``-``), a ``hash`` primary vindex."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE t (id BIGINT PRIMARY KEY, v TEXT)")
+        with conn.cursor() as cur:
+            cur.executemany("INSERT INTO t VALUES (%s, %s)",
+                            [(i, f"value {i}") for i in range(rows)])
+        conn.execute("ANALYZE t")
+    return Topology.from_dict({"keyspaces": {"bench": {
+        "shards": {"-": url},
+        "vschema": {"sharded": True, "vindexes": {"hash": {"type": "hash"}},
+                    "tables": {"t": {"column_vindexes": [{"column": "id", "name": "hash"}]}}},
+    }}})

@@ -30,8 +30,6 @@ import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-import psycopg
-
 from shardgate.api.client import GateClient
 from shardgate.api.security import ClientSecurity, ServerSecurity, TLSFiles
 from shardgate.api.server import serve
@@ -39,12 +37,15 @@ from shardgate.auth import Identity, StaticUsers
 from shardgate.auth.acl import TableACL
 from shardgate.auth.guard import Guard
 from shardgate.gate import Gate
-from shardgate.topo import Topology
 
 try:
-    from bench._pg import drop_database, fresh_database
+    from bench._pg import drop_database, fresh_database, point_table
 except ImportError:  # run as a script
-    from _pg import drop_database, fresh_database  # type: ignore[no-redef]
+    from _pg import (  # type: ignore[no-redef]
+        drop_database,
+        fresh_database,
+        point_table,
+    )
 
 DB = "sec_bench_auth"
 ROWS = 10_000
@@ -85,17 +86,7 @@ async def measure(seconds: float, op: Callable[[int], Awaitable[None]]) -> tuple
 
 async def main(seconds: float, rounds: int) -> None:
     url = fresh_database(DB)
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("CREATE TABLE t (id BIGINT PRIMARY KEY, v TEXT)")
-        with conn.cursor() as cur:
-            cur.executemany("INSERT INTO t VALUES (%s, %s)",
-                            [(i, f"value {i}") for i in range(ROWS)])
-        conn.execute("ANALYZE t")
-    topo = Topology.from_dict({"keyspaces": {"bench": {
-        "shards": {"-": url},
-        "vschema": {"sharded": True, "vindexes": {"hash": {"type": "hash"}},
-                    "tables": {"t": {"column_vindexes": [{"column": "id", "name": "hash"}]}}},
-    }}})
+    topo = point_table(url, ROWS)
     ca = Path(tempfile.mkdtemp(prefix="sec-bench-ca-"))
     subprocess.run([str(REPO / "scripts" / "make-test-ca.sh"), str(ca)], check=True,
                    capture_output=True)

@@ -23,19 +23,20 @@ import tempfile
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-import psycopg
-
 from shardgate.api.fleet import open_remote_gate
 from shardgate.cli.cluster import start_tablet, wait_for_tablets
 from shardgate.gate import Gate
-from shardgate.topo import Topology
 from shardgate.topo.local import open_topo
 
 try:
-    from bench._pg import drop_database, fresh_database
+    from bench._pg import drop_database, fresh_database, point_table
     from bench.gate_point_select import timed
 except ImportError:  # run as a script
-    from _pg import drop_database, fresh_database  # type: ignore[no-redef]
+    from _pg import (  # type: ignore[no-redef]
+        drop_database,
+        fresh_database,
+        point_table,
+    )
     from gate_point_select import timed  # type: ignore[no-redef]
 
 DB = "sg_bench_gate_hop"
@@ -44,17 +45,7 @@ ROWS = 10_000
 
 async def main(seconds: float) -> None:
     url = fresh_database(DB)
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("CREATE TABLE t (id BIGINT PRIMARY KEY, v TEXT)")
-        with conn.cursor() as cur:
-            cur.executemany("INSERT INTO t VALUES (%s, %s)",
-                            [(i, f"value {i}") for i in range(ROWS)])
-        conn.execute("ANALYZE t")
-    topology = Topology.from_dict({"keyspaces": {"bench": {
-        "shards": {"-": url},
-        "vschema": {"sharded": True, "vindexes": {"hash": {"type": "hash"}},
-                    "tables": {"t": {"column_vindexes": [{"column": "id", "name": "hash"}]}}},
-    }}})
+    topology = point_table(url, ROWS)
     keys = [random.randrange(ROWS) for _ in range(4096)]
     tmp = Path(tempfile.mkdtemp(prefix="sg-gate-hop-"))
     topo_url = f"sqlite:///{tmp / 'topo.db'}"

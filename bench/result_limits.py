@@ -20,17 +20,18 @@ import asyncio
 import random
 import time
 
-import psycopg
-
 from shardgate.gate import Gate
 from shardgate.gate.limits import GateLimits
 from shardgate.result import ResultLimits
-from shardgate.topo import Topology
 
 try:
-    from bench._pg import drop_database, fresh_database
+    from bench._pg import drop_database, fresh_database, point_table
 except ImportError:  # run as a script
-    from _pg import drop_database, fresh_database  # type: ignore[no-redef]
+    from _pg import (  # type: ignore[no-redef]
+        drop_database,
+        fresh_database,
+        point_table,
+    )
 
 DB = "sg_bench_result_limits"
 ROWS = 10_000
@@ -60,17 +61,7 @@ async def ops_per_second(gate: Gate, seconds: float, keys: list[int]) -> float:
 async def main(seconds: float, rounds: int) -> None:
     url = fresh_database(DB)
     try:
-        with psycopg.connect(url, autocommit=True) as conn:
-            conn.execute("CREATE TABLE t (id BIGINT PRIMARY KEY, v TEXT)")
-            with conn.cursor() as cur:
-                cur.executemany("INSERT INTO t VALUES (%s, %s)",
-                                [(i, f"value {i}") for i in range(ROWS)])
-            conn.execute("ANALYZE t")
-        topo = Topology.from_dict({"keyspaces": {"bench": {
-            "shards": {"-": url},
-            "vschema": {"sharded": True, "vindexes": {"hash": {"type": "hash"}},
-                        "tables": {"t": {"column_vindexes": [{"column": "id", "name": "hash"}]}}},
-        }}})
+        topo = point_table(url, ROWS)
         gates = {name: Gate.open(topo, pool_size=1, limits=limits)
                  for name, limits in CONFIGS.items()}
         keys = [random.randrange(ROWS) for _ in range(4096)]

@@ -45,8 +45,6 @@ from shardgate.queues.options import QueueOptions
 from shardgate.sql.classify import create_queue_statement, head_words
 from shardgate.sql.statements import CreateQueueStatement
 
-_NOW_NS = NOW_NS
-
 
 def now_ns_sql(dialect: str) -> str:
     """The SQL expression of the database clock stamping ``time_scheduled`` (ns)."""
@@ -176,7 +174,7 @@ def queue_table_ddl(
     state_type = "VARCHAR(16)"
     cols = [
         f"id BIGINT NOT NULL DEFAULT {_RANDOM_ID[dialect]} PRIMARY KEY",
-        f"time_scheduled BIGINT NOT NULL DEFAULT {_NOW_NS[dialect]}",
+        f"time_scheduled BIGINT NOT NULL DEFAULT {NOW_NS[dialect]}",
         "time_next BIGINT NOT NULL DEFAULT 0",
         "epoch INT NOT NULL DEFAULT 0",
         f"state {state_type} NOT NULL DEFAULT 'to_be_fired'",
