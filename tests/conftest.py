@@ -47,6 +47,7 @@ import pytest
 
 from shardgate.backends import Backend, open_backend
 from shardgate.backends.urls import parse_url, redacted
+from shardgate.gate import Gate
 
 POSTGRES_ADMIN_URL = os.environ.get(
     "SHARDGATE_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
@@ -266,3 +267,39 @@ async def backend(database_url: str) -> AsyncIterator[Backend]:
         yield be
     finally:
         await be.close()
+
+
+def console_cluster(tmp_path: Path) -> Path:
+    """A cluster file for console tests: keyspace ``ks`` (2 SQLite shards, table ``t``
+    by ``hash``) and an unsharded ``lookup``."""
+    path = tmp_path / "cluster.yaml"
+    path.write_text(
+        "default_keyspace: ks\n"
+        "keyspaces:\n"
+        "  ks:\n"
+        "    shards: {'-80': sqlite:///ks-80.db, '80-': 'sqlite:///ks80-.db'}\n"
+        "    vschema:\n"
+        "      sharded: true\n"
+        "      vindexes: {hash: {type: hash}}\n"
+        "      tables: {t: {column_vindexes: [{column: id, name: hash}]}}\n"
+        "  lookup:\n"
+        "    shards: {'0': sqlite:///lookup.db}\n"
+        "    vschema: {sharded: false, tables: {}}\n"
+    )
+    return path
+
+
+@pytest.fixture
+async def console_site(tmp_path: Path) -> AsyncIterator[tuple[Gate, str]]:
+    """A gate over :func:`console_cluster`'s store with its HTTP server; (gate, base URL)."""
+    from shardgate.api.http import HttpServer
+    from shardgate.topo.local import open_topo
+
+    gate = await Gate.from_topo(await open_topo(console_cluster(tmp_path)))
+    server = HttpServer(gate, "127.0.0.1", 0)
+    port = await server.start()
+    try:
+        yield gate, f"http://127.0.0.1:{port}"
+    finally:
+        await server.stop()
+        await gate.close()

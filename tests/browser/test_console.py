@@ -4,48 +4,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from playwright.async_api import Browser, Page, expect
 
-from shardgate.api.http import HttpServer
 from shardgate.gate import Gate
-from shardgate.topo.local import open_topo
 
 SHOTS = Path(__file__).resolve().parents[2] / "docs" / "console"
 
 
-def _cluster(tmp_path: Path) -> Path:
-    path = tmp_path / "cluster.yaml"
-    path.write_text(
-        "default_keyspace: ks\n"
-        "keyspaces:\n"
-        "  ks:\n"
-        "    shards: {'-80': sqlite:///ks-80.db, '80-': 'sqlite:///ks80-.db'}\n"
-        "    vschema:\n"
-        "      sharded: true\n"
-        "      vindexes: {hash: {type: hash}}\n"
-        "      tables: {t: {column_vindexes: [{column: id, name: hash}]}}\n"
-        "  lookup:\n"
-        "    shards: {'0': sqlite:///lookup.db}\n"
-        "    vschema: {sharded: false, tables: {}}\n"
-    )
-    return path
-
-
 @pytest.fixture
-async def site(tmp_path: Path) -> AsyncIterator[tuple[Gate, str]]:
-    gate = await Gate.from_topo(await open_topo(_cluster(tmp_path)))
-    server = HttpServer(gate, "127.0.0.1", 0)
-    port = await server.start()
-    try:
-        yield gate, f"http://127.0.0.1:{port}"
-    finally:
-        await server.stop()
-        await gate.close()
+def site(console_site: tuple[Gate, str]) -> tuple[Gate, str]:
+    return console_site
 
 
 async def _page(browser: Browser) -> Page:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -16,33 +15,12 @@ from prometheus_client.parser import text_string_to_metric_families
 from shardgate.api.http import HttpServer
 from shardgate.gate import Gate
 from shardgate.topo.local import open_topo
-
-
-def _cluster(tmp_path: Path) -> Path:
-    path = tmp_path / "cluster.yaml"
-    path.write_text(
-        "default_keyspace: ks\n"
-        "keyspaces:\n"
-        "  ks:\n"
-        "    shards: {'-80': sqlite:///ks-80.db, '80-': 'sqlite:///ks80-.db'}\n"
-        "    vschema:\n"
-        "      sharded: true\n"
-        "      vindexes: {hash: {type: hash}}\n"
-        "      tables: {t: {column_vindexes: [{column: id, name: hash}]}}\n"
-    )
-    return path
+from tests.conftest import console_cluster
 
 
 @pytest.fixture
-async def console(tmp_path: Path) -> AsyncIterator[tuple[Gate, str]]:
-    gate = await Gate.from_topo(await open_topo(_cluster(tmp_path)))
-    server = HttpServer(gate, "127.0.0.1", 0)
-    port = await server.start()
-    try:
-        yield gate, f"http://127.0.0.1:{port}"
-    finally:
-        await server.stop()
-        await gate.close()
+def console(console_site: tuple[Gate, str]) -> tuple[Gate, str]:
+    return console_site
 
 
 async def _get(url: str) -> Any:
@@ -249,7 +227,7 @@ async def test_console_needs_the_gates_users_and_admins_to_change(tmp_path: Path
     acl = TableACL.from_mapping({"table_groups": [{
         "name": "all", "table_names_or_prefixes": ["%"], "readers": ["rita"],
         "writers": [], "admins": ["dba"]}]})
-    gate = await Gate.from_topo(await open_topo(_cluster(tmp_path)), guard=Guard(acl))
+    gate = await Gate.from_topo(await open_topo(console_cluster(tmp_path)), guard=Guard(acl))
     server = HttpServer(gate, "127.0.0.1", 0, users=users)
     base = f"http://127.0.0.1:{await server.start()}"
     def basic(user: str, pw: str) -> dict[str, str]:
