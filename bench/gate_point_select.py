@@ -6,10 +6,23 @@ statement is planned (cache hit), routed through the vindex and sent to the
 shard; the reference sends the same SQL straight to psycopg 3 (async, with
 the same auto-prepare). Both run one client, sequentially, same durability.
 
-    python bench/gate_point_select.py [--seconds 3] [--smoke]
+    python bench/gate_point_select.py [--seconds 3] [--rounds 3] [--clients 1,8]
+                                      [--workers 2] [--no-in-process] [--smoke]
 
 Prints ops/s for each and the ratio gate/direct (goal: >= 0.6 for point
 selects by primary vindex with bind variables).
+
+Then **the application's path**: clients in processes of their own (1 and 8
+of them, one connection each: GateClient over gRPC, and mysqlclient over the
+gate's MySQL listener) against ``shardgate gate`` (a process, no tablet of
+its own) in front of one ``shardgate tablet`` process, beside psycopg clients
+in processes of their own against the same database (``--event-loop``: the
+gate's and tablet's loop, uvloop when installed by default); the
+gate's CPU per select (utime+stime of its worker processes from
+``/proc/PID/stat`` over the run / selects) and the tablet's. A gate with
+``--workers 2`` runs beside the 1-worker gate and the two are measured in
+interleaved rounds (medians); the ratio is printed. The machine's other load
+shares its cores with all of it: compare ratios within one run.
 
 Then the console's cost: the same gate point selects with the gate's HTTP
 server (console, /debug, /metrics) off and on, in interleaved rounds, with a
@@ -22,21 +35,33 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
 import random
 import statistics
+import tempfile
 import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 
 import aiohttp
 import psycopg
 
 from shardgate.api.http import HttpServer
+from shardgate.cli.cluster import start_tablet, wait_for_tablets
 from shardgate.gate import Gate
 from shardgate.topo import Topology
+from shardgate.topo.local import open_topo
 
 try:
+    from bench._app_path import ClientPool, GateProcess, RunResult, start_gate
     from bench._pg import drop_database, fresh_database
 except ImportError:  # run as a script
+    from _app_path import (  # type: ignore[no-redef]
+        ClientPool,
+        GateProcess,
+        RunResult,
+        start_gate,
+    )
     from _pg import drop_database, fresh_database  # type: ignore[no-redef]
 
 DB = "sg_bench_point"
@@ -90,7 +115,87 @@ async def console_cost(
     return statistics.median(off), statistics.median(on)
 
 
-async def main(seconds: float) -> None:
+def _median_run(runs: list[RunResult]) -> RunResult:
+    """The run of median throughput (its CPU figures with it)."""
+    return sorted(runs, key=lambda r: r.ops_per_s)[len(runs) // 2]
+
+
+async def app_path(url: str, topology: Topology, keys: list[int], seconds: float,
+                   rounds: int, clients: list[int], workers: int, event_loop: str) -> None:
+    """Clients in processes of their own: psycopg, gate (1 worker), gate (``workers``)."""
+    tmp = Path(tempfile.mkdtemp(prefix="sg-bench-app-"))
+    topo_url = f"sqlite:///{tmp / 'topo.db'}"
+    topo = await open_topo(url=topo_url)
+    await topo.import_topology(topology)
+    tablet_log = open(tmp / "tablet.log", "wb")  # noqa: SIM115 (closed below)
+    tablet = start_tablet(topo_url, "bench", "-", "bench-app-1", log=tablet_log,
+                          extra=("--event-loop", event_loop))
+    gates: dict[int, GateProcess] = {}
+    pool = ClientPool(max(clients), keys)
+    try:
+        try:
+            await wait_for_tablets(topo.store, {"bench-app-1"},
+                                   lease_holders={("bench", "-")})
+        except Exception:
+            print((tmp / "tablet.log").read_text()[-3000:])
+            raise
+        for w in sorted({1, workers}):
+            gates[w] = start_gate(topo_url, w, event_loop)
+        configs: list[tuple[str, str, int, int]] = []  # (label, kind, clients, workers)
+        for c in clients:
+            configs.append((f"psycopg, {c} client(s)", "pg", c, 0))
+            configs.append((f"gate 1 worker, {c} client(s)", "gate", c, 1))
+            configs.append((f"gate MySQL 1 worker, {c} client(s)", "mysql", c, 1))
+            if workers > 1 and c == max(clients):
+                configs.append((f"gate {workers} workers, {c} client(s)", "gate", c, workers))
+        runs: dict[str, list[RunResult]] = {label: [] for label, *_ in configs}
+        for _ in range(rounds):  # interleaved: each round runs every configuration once
+            for label, kind, c, w in configs:
+                if kind == "pg":
+                    runs[label].append(pool.run("pg", url, c, seconds, {}))
+                else:
+                    g = gates[w]
+                    target = g.target if kind == "gate" else g.mysql_target
+                    runs[label].append(pool.run(kind, target, c, seconds, {
+                        "gate": g.worker_pids, "tablet": [tablet.pid]}))
+        med = {label: _median_run(r) for label, r in runs.items()}
+        print(f"\napplication path: clients in processes of their own, one connection each; "
+              f"gate = `shardgate gate` process -> `shardgate tablet` process -> PostgreSQL; "
+              f"medians of {rounds} interleaved rounds of {seconds:g} s "
+              f"(this machine: {os.cpu_count()} cores, shared with other work); "
+              "clients: GateClient (gRPC), mysqlclient (gate MySQL listener), psycopg 3; "
+              f"gate and tablet --event-loop {event_loop}")
+        print(f"{'':<34}{'ops/s':>9}{'x psycopg':>11}{'gate CPU us/op':>16}"
+              f"{'tablet CPU us/op':>18}  connections per worker")
+        for label, _kind, c, _w in configs:
+            r = med[label]
+            ref = med[f"psycopg, {c} client(s)"].ops_per_s
+            gate_cpu = f"{r.cpu_us['gate']:.0f}" if "gate" in r.cpu_us else "-"
+            tablet_cpu = f"{r.cpu_us['tablet']:.0f}" if "tablet" in r.cpu_us else "-"
+            split = " ".join(f"w{k}:{v}" for k, v in sorted(r.per_worker.items()))
+            print(f"{label:<34}{r.ops_per_s:>9.0f}{r.ops_per_s / ref:>11.3f}{gate_cpu:>16}"
+                  f"{tablet_cpu:>18}  {split}")
+        if workers > 1:
+            c = max(clients)
+            one = [r.ops_per_s for r in runs[f"gate 1 worker, {c} client(s)"]]
+            many = [r.ops_per_s for r in runs[f"gate {workers} workers, {c} client(s)"]]
+            ratios = [m / o for m, o in zip(many, one, strict=True)]
+            print(f"gate {workers} workers / 1 worker, {c} clients: median ratio of rounds "
+                  f"{statistics.median(ratios):.2f} (rounds: "
+                  f"{', '.join(f'{x:.2f}' for x in ratios)}; goal >= 1.4)")
+        print("goals (issue 17): >= 0.35x psycopg with 8 clients; gate CPU <= 250 us/select")
+    finally:  # the processes go first: an orphaned tablet would keep the shard's lease
+        for g in gates.values():
+            g.stop()
+        tablet.terminate()
+        tablet.wait(30)
+        tablet_log.close()
+        await topo.close()
+        pool.close()
+
+
+async def main(seconds: float, rounds: int, clients: list[int], workers: int,
+               in_process: bool, event_loop: str = "auto") -> None:
     url = fresh_database(DB)
     direct = await psycopg.AsyncConnection.connect(url, autocommit=True)
     await direct.execute("CREATE TABLE t (id BIGINT PRIMARY KEY, v TEXT)")
@@ -127,6 +232,10 @@ async def main(seconds: float) -> None:
         await direct.execute("INSERT INTO ins_direct (id, v) VALUES (%s, %s)", (i, "x"))
 
     try:
+        if clients:
+            await app_path(url, topo, keys, seconds, rounds, clients, workers, event_loop)
+        if not in_process:
+            return
         results = []
         for name, g_op, d_op in (("point select", gate_select, direct_select),
                                  ("single-row insert", gate_insert, direct_insert)):
@@ -148,6 +257,22 @@ async def main(seconds: float) -> None:
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--seconds", type=float, default=3.0)
+    ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds (application path)")
+    ap.add_argument("--clients", default="1,8",
+                    help="client processes of the application path runs, comma-separated "
+                    "('' skips the application path)")
+    ap.add_argument("--workers", type=int, default=2,
+                    help="also a gate with this many workers (most clients only; 1: none)")
+    ap.add_argument("--no-in-process", dest="in_process", action="store_false",
+                    help="only the application path")
+    ap.add_argument("--event-loop", default="auto", choices=("auto", "asyncio", "uvloop"),
+                    help="the gate's and tablet's event loop (auto: uvloop when installed)")
     ap.add_argument("--smoke", action="store_true", help="a short run, for CI")
     args = ap.parse_args()
-    asyncio.run(main(0.2 if args.smoke else args.seconds))
+    counts = [int(c) for c in args.clients.split(",") if c.strip()]
+    if args.smoke:
+        asyncio.run(main(0.3, 1, [1, 2] if counts else [], args.workers, args.in_process,
+                         args.event_loop))
+    else:
+        asyncio.run(main(args.seconds, args.rounds, counts, args.workers, args.in_process,
+                         args.event_loop))

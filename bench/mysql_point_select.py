@@ -38,7 +38,8 @@ import pymysql
 from shardgate.api.client import GateClient
 from shardgate.topo import Topology, write_cluster_file
 
-DB = "sg_bench_mysql_point"
+#: Per process, so two runs at once (two checkouts on one machine) do not drop each other's rows.
+DB = f"sg_bench_mysql_point_{os.getpid()}"
 ROWS = 10_000
 HOST = os.environ.get("SHARDGATE_BENCH_MYSQL_HOST", "127.0.0.1")
 PORT = int(os.environ.get("SHARDGATE_BENCH_MYSQL_PORT", "3306"))

@@ -53,6 +53,9 @@ spellings of one field is refused. As in Vitess (``go/vt/vtgate/vindexes/vschema
   apply them); an empty ``to_tables`` disables the name (Vitess's
   "table ... has been disabled"), more than one target is refused, as are
   tablet-type rules (``ks@replica.t``: shardgate has no tablet types).
+  A shardgate extension, ``"read_rules"`` (same shape as ``rules``), applies
+  only to reads outside transactions, before ``rules`` (MoveTables'
+  ``switch-traffic --reads``, :mod:`shardgate.workflows.movetables`).
 
 Refused, naming the feature: ``sequence`` tables in a sharded keyspace (even
 pinned: shardgate's sequence allocator reads them from an unsharded keyspace),
@@ -74,7 +77,7 @@ from shardgate.errors import (
     ShardgateError,
     VSchemaError,
 )
-from shardgate.vindexes import Lookup, MultiColumn, Vindex, create_vindex
+from shardgate.vindexes import Lookup, MultiColumn, SingleColumn, Vindex, create_vindex
 from shardgate.vindexes.consistent_lookup import ConsistentLookupBase
 
 TABLE_TYPES = ("", "sequence", "reference", "queue")
@@ -163,6 +166,12 @@ class Keyspace:
     source: dict[str, Any] = field(default_factory=dict)
     #: tables are left out of the global (unqualified) name space
     require_explicit_routing: bool = False
+    #: the vindex a CREATE TABLE through the gate shards a new table by (on its first
+    #: primary key column), or None: new tables must be added to the VSchema by hand
+    auto_shard: str | None = None
+    #: ``auto_shard.sequence_keyspace``: the unsharded keyspace where the gate creates
+    #: a sequence for each auto-sharded table with an AUTO_INCREMENT key (None: none)
+    auto_shard_sequences: str | None = None
 
 
 @dataclass(frozen=True)
@@ -180,9 +189,12 @@ class VSchema:
         self,
         keyspaces: Mapping[str, Keyspace],
         routing_rules: Mapping[str, RoutingRule] | None = None,
+        read_routing_rules: Mapping[str, RoutingRule] | None = None,
     ) -> None:
         self.keyspaces = dict(keyspaces)
         self.routing_rules = dict(routing_rules or {})
+        #: rules for reads outside transactions, tried before :attr:`routing_rules`
+        self.read_routing_rules = dict(read_routing_rules or {})
         self._global: dict[str, list[Table]] = {}
         for ks in self.keyspaces.values():
             if ks.require_explicit_routing:
@@ -212,8 +224,10 @@ class VSchema:
             parsed[name] = doc
         keyspaces = {name: _build_keyspace(name, doc) for name, doc in parsed.items()}
         _resolve_sequences(keyspaces)
+        _check_auto_shard_sequences(keyspaces)
         rules = parse_routing_rules(routing_rules or {}, keyspaces)
-        return cls(keyspaces, rules)
+        reads = parse_routing_rules(routing_rules or {}, keyspaces, key="read_rules")
+        return cls(keyspaces, rules, reads)
 
     def keyspace(self, name: str) -> Keyspace:
         try:
@@ -267,7 +281,8 @@ class VSchema:
         )
 
     def routing_target(
-        self, name: str, keyspace: str | None, default_keyspace: str | None
+        self, name: str, keyspace: str | None, default_keyspace: str | None,
+        *, reads: bool = False,
     ) -> tuple[str, str] | None:
         """Where a routing rule sends the table reference ``[keyspace.]name``, if one does.
 
@@ -276,13 +291,19 @@ class VSchema:
         neither does the rule for the bare ``name`` apply (so, as in Vitess, a
         rule meant for every session is written for ``t`` and ``ks.t``). One
         rule applies, once (no chains). A rule with no target raises
-        :class:`FailedPrecondition` ("table ... has been disabled").
+        :class:`FailedPrecondition` ("table ... has been disabled"). ``reads``:
+        the reference is read outside a transaction, so a read rule
+        (:attr:`read_routing_rules`) for it comes first.
         """
-        if not self.routing_rules:
+        if not self.routing_rules and not (reads and self.read_routing_rules):
             return None
         qualifier = keyspace if keyspace is not None else default_keyspace
         key = f"{qualifier}.{name}" if qualifier else name
-        rule = self.routing_rules.get(key) or self.routing_rules.get(key.lower())
+        rule = None
+        if reads:
+            rule = self.read_routing_rules.get(key) or self.read_routing_rules.get(key.lower())
+        if rule is None:
+            rule = self.routing_rules.get(key) or self.routing_rules.get(key.lower())
         if rule is None:
             return None
         if rule.target is None:
@@ -296,22 +317,24 @@ class VSchema:
 
 
 def parse_routing_rules(
-    doc: Mapping[str, Any], keyspaces: Mapping[str, Keyspace]
+    doc: Mapping[str, Any], keyspaces: Mapping[str, Keyspace], *, key: str = "rules"
 ) -> dict[str, RoutingRule]:
     """Read Vitess's ``RoutingRules`` JSON: ``{"rules": [{"from_table", "to_tables"}]}``.
 
     ``from_table`` is ``table`` or ``keyspace.table``; ``to_tables`` lists at
     most one ``keyspace.table`` (empty: the name is disabled). Errors are
-    :class:`VSchemaError` naming ``routing_rules.rules[i]``.
+    :class:`VSchemaError` naming ``routing_rules.rules[i]``. ``key``:
+    ``"read_rules"`` reads shardgate's rules for reads outside transactions
+    (same shape) instead.
     """
     path = "routing_rules"
     _expect(doc, Mapping, path, "an object")
     doc = _canonical(doc, path)
-    _check_keys(doc, ("rules",), path)
-    rules = _expect(doc.get("rules", []), list, f"{path}.rules", "a list")
+    _check_keys(doc, ("rules", "read_rules"), path)
+    rules = _expect(doc.get(key, []), list, f"{path}.{key}", "a list")
     out: dict[str, RoutingRule] = {}
     for i, raw in enumerate(rules):
-        rpath = f"{path}.rules[{i}]"
+        rpath = f"{path}.{key}[{i}]"
         _expect(raw, Mapping, rpath, "an object")
         rule = _canonical(raw, rpath)
         _check_keys(rule, ("from_table", "to_tables"), rpath)
@@ -387,7 +410,8 @@ def _build_keyspace(name: str, source: Mapping[str, Any]) -> Keyspace:
                            "not supported")
     _check_keys(
         doc,
-        ("sharded", "vindexes", "tables", "require_explicit_routing", "foreign_key_mode"),
+        ("sharded", "vindexes", "tables", "require_explicit_routing", "foreign_key_mode",
+         "auto_shard"),
         name,
     )
     sharded = bool(_expect(doc.get("sharded", False), bool, f"{name}.sharded", "true or false"))
@@ -421,6 +445,9 @@ def _build_keyspace(name: str, source: Mapping[str, Any]) -> Keyspace:
         _expect(spec, dict, path, "an object")
         ks.tables[tname] = _build_table(ks, tname, _canonical(spec, path), owners, path)
 
+    if "auto_shard" in doc:
+        ks.auto_shard, ks.auto_shard_sequences = _auto_shard(ks, doc["auto_shard"],
+                                                             f"{name}.auto_shard")
     for vname, owner in owners.items():
         if owner not in ks.tables:
             raise VSchemaError(
@@ -527,6 +554,43 @@ _FK_MODES = {"unspecified": 0, "disallow": 1, "unmanaged": 2, "managed": 3}
 #: the fields of Vitess's ``vschema.Column`` (only ``name`` and ``type`` are used)
 _COLUMN_FIELDS = ("name", "type", "invisible", "default", "collation_name", "collationName",
                   "size", "scale", "nullable", "values")
+
+
+def _auto_shard(ks: Keyspace, spec: Any, path: str) -> tuple[str, str | None]:
+    """``auto_shard: {"vindex": NAME, "sequence_keyspace": KS}``: a unique vindex of
+    this sharded keyspace, and optionally where sequences of new tables go (checked
+    to be an unsharded keyspace by :func:`_check_auto_shard_sequences`)."""
+    _expect(spec, dict, path, "an object")
+    _check_keys(spec, ("vindex", "sequence_keyspace"), path)
+    name = _expect(spec.get("vindex"), str, f"{path}.vindex", "a vindex name")
+    seq_ks = spec.get("sequence_keyspace")
+    if seq_ks is not None:
+        _expect(seq_ks, str, f"{path}.sequence_keyspace", "an unsharded keyspace's name")
+    if not ks.sharded:
+        raise VSchemaError(path, "auto_shard is for sharded keyspaces (an unsharded keyspace "
+                                 "takes any table already)")
+    vindex = ks.vindexes.get(name)
+    if vindex is None:
+        raise VSchemaError(f"{path}.vindex", f"vindex {name!r} is not a vindex of keyspace "
+                                             f"{ks.name!r}")
+    if not vindex.unique or vindex.needs_cursor or not isinstance(vindex, SingleColumn):
+        raise VSchemaError(f"{path}.vindex", f"vindex {name!r} cannot be a primary vindex "
+                                             "(it must be unique and compute the keyspace id "
+                                             "from the value, like hash or xxhash)")
+    return str(name), seq_ks
+
+
+def _check_auto_shard_sequences(keyspaces: Mapping[str, Keyspace]) -> None:
+    """Every ``auto_shard.sequence_keyspace`` names an unsharded keyspace."""
+    for ks in keyspaces.values():
+        seq = ks.auto_shard_sequences
+        if seq is None:
+            continue
+        target = keyspaces.get(seq)
+        if target is None or target.sharded:
+            raise VSchemaError(
+                f"{ks.name}.auto_shard.sequence_keyspace",
+                f"{seq!r} is not an unsharded keyspace (sequences live in one)")
 
 
 def _check_foreign_key_mode(mode: Any, keyspace: str) -> None:

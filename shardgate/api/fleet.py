@@ -44,11 +44,11 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequenc
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from shardgate.aio import cancel_and_wait
+from shardgate.aio import cancel_and_wait, wait_for
 from shardgate.api.security import ClientSecurity
 from shardgate.api.tablet_client import GrpcTabletClient, TabletUnreachable
 from shardgate.auth.guard import Guard
-from shardgate.backends.changes import LogItem
+from shardgate.backends.changes import LogItem, Transaction
 from shardgate.backends.urls import parse_url
 from shardgate.errors import Aborted, FailedPrecondition, OutcomeUnknown, Unavailable
 from shardgate.gate import Gate
@@ -207,6 +207,11 @@ class TabletFleet:
         live = {rec.alias for rec in self.roster.live(keyspace, shard) if rec.health == SERVING}
         return [r for a, r in self._remotes.items() if a in live and r.healthy and r.serving]
 
+    def remotes_of(self, keyspace: str, shard: str) -> list[_Remote]:
+        """Every registered tablet of a shard that answers its health checks."""
+        live = {rec.alias for rec in self.roster.live(keyspace, shard)}
+        return [r for a, r in self._remotes.items() if a in live and r.healthy]
+
     def pick(self, keyspace: str, shard: str, *, replica: bool = False) -> _Remote | None:
         """The tablet to send to now: the lease holder, or for ``replica`` a standby."""
         candidates = self._candidates(keyspace, shard)
@@ -235,7 +240,7 @@ class TabletFleet:
                     "start one with `shardgate tablet --topo URL --keyspace "
                     f"{keyspace} --shard {shard}`")
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._changed.wait(), _PICK_POLL_S)
+                await wait_for(self._changed.wait(), _PICK_POLL_S)
             self._changed.clear()
 
     def shard(self, keyspace: str, shard: str, dialect: str, placeholder: str) -> ShardTablets:
@@ -263,6 +268,7 @@ class ShardTablets(TabletClient):
     """One shard's tablets behind one client: the lease holder, with failover."""
 
     has_replicas = True
+    forgets_queues = True
 
     def __init__(self, fleet: TabletFleet, keyspace: str, shard: str, dialect: str,
                  placeholder: str, *, replica: bool = False) -> None:
@@ -452,16 +458,55 @@ class ShardTablets(TabletClient):
         timestamp: float | None = None,
         heartbeat_s: float | None = None,
     ) -> AsyncIterator[LogItem]:
+        """The shard's change stream from its lease holder (or, ``@replica``, a standby),
+        **resumed** on the shard's new lease holder when its tablet goes away (killed,
+        drained, its stream broken or ended, its health checks failing).
+
+        It resumes from the position of the last item it yielded (a transaction's commit
+        token or a heartbeat's position), so nothing is lost and nothing is delivered
+        twice. Before the first item with a position it restarts from where it was
+        asked to start; a stream asked to start "from now" restarts from the time it
+        was first opened, which may add transactions committed in the moment before
+        the first start (never one delivered already). If no tablet serves within
+        ``failover_timeout`` after a break, it fails ``UNAVAILABLE`` (restart from the
+        last ``safe_timestamp``, as after any stream error).
+        """
+        opened = time.time()
         deadline = time.monotonic() + self.fleet.failover_timeout
-        remote = await self.fleet.wait_pick(self.keyspace, self.shard, deadline,
-                                            replica=self.replica)
-        items = remote.client.update_stream(position=position, timestamp=timestamp,
-                                            heartbeat_s=heartbeat_s)
-        try:
-            async for item in items:
-                yield item
-        finally:
-            await items.aclose()  # type: ignore[attr-defined]
+        while True:
+            remote = await self.fleet.wait_pick(self.keyspace, self.shard, deadline,
+                                                replica=self.replica)
+            items = remote.client.update_stream(position=position, timestamp=timestamp,
+                                                heartbeat_s=heartbeat_s)
+            why, progressed = "its stream ended", False
+            try:
+                while True:
+                    try:
+                        item = await _guarded(remote, anext(items))
+                    except StopAsyncIteration:
+                        break
+                    yield item
+                    at = item.token.position if isinstance(item, Transaction) else item.position
+                    if at is not None:
+                        position, timestamp = at, None
+                    progressed = True
+            except TabletUnreachable as exc:
+                why = exc.message
+            finally:
+                with contextlib.suppress(Exception):
+                    await items.aclose()  # type: ignore[attr-defined]
+            self.fleet.mark_down(remote)
+            if position is None and timestamp is None:
+                timestamp = opened
+            if progressed:  # a stream that worked gets the whole failover time again
+                deadline = time.monotonic() + self.fleet.failover_timeout
+            elif time.monotonic() >= deadline:
+                raise Unavailable(
+                    f"the change stream of {self._name()} broke ({why}) and no tablet took "
+                    f"it over within {self.fleet.failover_timeout:.0f} s; restart it from "
+                    "the last safe timestamp")
+            log.info("%s: change stream from %s: %s; resuming on the lease holder",
+                     self._name(), remote.record.address, why)
 
     async def queue_receive(self, queue: str, max_batch: int = 0) -> AsyncIterator[QueueBatch]:
         deadline = time.monotonic() + self.fleet.failover_timeout
@@ -487,6 +532,21 @@ class ShardTablets(TabletClient):
 
     async def queue_configure(self, queues: Mapping[str, QueueOptions]) -> None:
         return None  # tablet processes find queue tables by their comment marker
+
+    async def queue_forget(self, queue: str) -> None:
+        """Tell every tablet of the shard (lease holder and standbys: each may serve
+        receivers, and a standby would start the queue when it takes the lease) to stop
+        serving ``queue``. A tablet that does not answer is dead or cut off: it serves
+        nothing, and its manager stops by itself when the table is gone."""
+        deadline = time.monotonic() + self.fleet.failover_timeout
+        await self.fleet.wait_pick(self.keyspace, self.shard, deadline)
+        for remote in self.fleet.remotes_of(self.keyspace, self.shard):
+            try:
+                await _guarded(remote, remote.client.queue_forget(queue))
+            except TabletUnreachable as exc:
+                self.fleet.mark_down(remote)
+                log.warning("%s: DROP QUEUE %s: tablet %s did not answer (%s)", self._name(),
+                            queue, remote.record.address, exc.message)
 
     async def queue_enqueue(self, queue: str, jobs: Sequence[tuple[str, str | None]]) -> list[int]:
         return await self._call(lambda c: c.queue_enqueue(queue, jobs), may_resend=False,
@@ -533,7 +593,7 @@ async def open_remote_gate(
             return fleet.shard(keyspace, shard, *dialect_of(url))
 
         tablets = {(ks.name, sh.name): open_tablet(ks.name, sh.name, sh.url)
-                   for ks in topology.keyspaces.values() for sh in ks.shards}
+                   for ks in topology.keyspaces.values() for sh in ks.all_shards}
         gate = Gate(topology, tablets, topo=topo, open_tablet=open_tablet, owns_topo=owns_topo,
                     guard=guard, limits=limits)
     except BaseException:

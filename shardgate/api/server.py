@@ -330,47 +330,55 @@ def _keyspace(
 async def serve(
     gate: Gate, host: str = "127.0.0.1", port: int = 0, *,
     security: ServerSecurity | None = None, no_auth: bool = True, insecure: bool = False,
+    reuse_port: bool = False,
 ) -> tuple[grpc.aio.Server, int]:
     """Start serving ``gate`` on ``host:port`` (0: a free port); return the server and port.
 
     ``security``: users file, TLS, client certificates (None: none, which
     :func:`~shardgate.auth.listen.check_listen` allows on loopback only, and
     only with ``no_auth``; ``insecure`` forces a non-loopback address).
+    ``reuse_port``: share the port with the other workers of ``gate --workers N``
+    (``SO_REUSEPORT``: whoever started them checked the port was free).
     The caller owns both: ``await server.stop(grace)`` then ``await gate.close()``.
     """
     security = security or NO_SECURITY
     check_listen(host, tls=security.tls is not None, auth=security.authenticates,
                  no_auth=no_auth, insecure=insecure, what="gate")
-    server = new_server(security)
+    server = new_server(security, reuse_port=reuse_port)
     pb_grpc.add_GateServicer_to_server(GateServicer(gate), server)  # type: ignore[no-untyped-call]
-    bound = listen(server, host, port, security)
+    bound = listen(server, host, port, security, check_free=not reuse_port)
     await server.start()
     return server, bound
 
 
-def new_server(security: ServerSecurity = NO_SECURITY) -> grpc.aio.Server:
+def new_server(
+    security: ServerSecurity = NO_SECURITY, *, reuse_port: bool = False
+) -> grpc.aio.Server:
     """A gRPC server with shardgate's options, authenticating calls as ``security`` says.
 
-    No SO_REUSEPORT: a second process on a busy port must fail, not share it.
+    No SO_REUSEPORT unless ``reuse_port`` (the workers of ``gate --workers N``):
+    a second process on a busy port must fail, not share it.
     """
     needs_auth = security.authenticates or security.allowed_users is not None
     return grpc.aio.server(
-        options=[*GRPC_OPTIONS, ("grpc.so_reuseport", 0)],
+        options=[*GRPC_OPTIONS, ("grpc.so_reuseport", 1 if reuse_port else 0)],
         interceptors=[AuthInterceptor(security)] if needs_auth else None,
     )
 
 
 def listen(
-    server: grpc.aio.Server, host: str, port: int, security: ServerSecurity = NO_SECURITY
+    server: grpc.aio.Server, host: str, port: int, security: ServerSecurity = NO_SECURITY,
+    *, check_free: bool = True,
 ) -> int:
     """Bind ``server`` to ``host:port`` (0: a free port) and return the port.
 
     With ``security.tls`` the port speaks TLS (certificates reloaded on change).
     A port already taken is one clear ``UNAVAILABLE`` error, found before gRPC
-    tries (gRPC would print its own C++ log line to stderr first).
+    tries (gRPC would print its own C++ log line to stderr first); workers
+    sharing a port (``check_free=False``) skip that check.
     """
     address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-    if port:
+    if port and check_free:
         _check_free(host, port, address)
     try:
         if security.tls is not None:

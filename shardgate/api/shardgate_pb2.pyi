@@ -697,3 +697,13 @@ class TabletTransactionResponse(_message.Message):
     TRANSACTION_ID_FIELD_NUMBER: _ClassVar[int]
     transaction_id: int
     def __init__(self, transaction_id: _Optional[int] = ...) -> None: ...
+
+class TabletQueueForgetRequest(_message.Message):
+    __slots__ = ("queue",)
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    queue: str
+    def __init__(self, queue: _Optional[str] = ...) -> None: ...
+
+class TabletQueueForgetResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...

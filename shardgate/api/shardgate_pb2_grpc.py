@@ -1000,6 +1000,11 @@ class TabletStub:
                 request_serializer=shardgate_dot_api_dot_shardgate__pb2.TabletQueueEnqueueRequest.SerializeToString,
                 response_deserializer=shardgate_dot_api_dot_shardgate__pb2.TabletQueueEnqueueResponse.FromString,
                 _registered_method=True)
+        self.QueueForget = channel.unary_unary(
+                '/shardgate.v1.Tablet/QueueForget',
+                request_serializer=shardgate_dot_api_dot_shardgate__pb2.TabletQueueForgetRequest.SerializeToString,
+                response_deserializer=shardgate_dot_api_dot_shardgate__pb2.TabletQueueForgetResponse.FromString,
+                _registered_method=True)
         self.BeginTwopc = channel.unary_unary(
                 '/shardgate.v1.Tablet/BeginTwopc',
                 request_serializer=shardgate_dot_api_dot_shardgate__pb2.TabletTwopcRequest.SerializeToString,
@@ -1108,6 +1113,12 @@ class TabletServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def QueueForget(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def BeginTwopc(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -1208,6 +1219,11 @@ def add_TabletServicer_to_server(servicer, server):
                     servicer.QueueEnqueue,
                     request_deserializer=shardgate_dot_api_dot_shardgate__pb2.TabletQueueEnqueueRequest.FromString,
                     response_serializer=shardgate_dot_api_dot_shardgate__pb2.TabletQueueEnqueueResponse.SerializeToString,
+            ),
+            'QueueForget': grpc.unary_unary_rpc_method_handler(
+                    servicer.QueueForget,
+                    request_deserializer=shardgate_dot_api_dot_shardgate__pb2.TabletQueueForgetRequest.FromString,
+                    response_serializer=shardgate_dot_api_dot_shardgate__pb2.TabletQueueForgetResponse.SerializeToString,
             ),
             'BeginTwopc': grpc.unary_unary_rpc_method_handler(
                     servicer.BeginTwopc,
@@ -1542,6 +1558,33 @@ class Tablet:
             '/shardgate.v1.Tablet/QueueEnqueue',
             shardgate_dot_api_dot_shardgate__pb2.TabletQueueEnqueueRequest.SerializeToString,
             shardgate_dot_api_dot_shardgate__pb2.TabletQueueEnqueueResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def QueueForget(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/shardgate.v1.Tablet/QueueForget',
+            shardgate_dot_api_dot_shardgate__pb2.TabletQueueForgetRequest.SerializeToString,
+            shardgate_dot_api_dot_shardgate__pb2.TabletQueueForgetResponse.FromString,
             options,
             channel_credentials,
             insecure,

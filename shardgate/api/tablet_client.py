@@ -82,6 +82,7 @@ class GrpcTabletClient(TabletClient):
         #: names this gate process on transactions (the tablet reaps those of dead gates)
         self.gate_id = gate_id
         self.supports_twopc = supports_twopc
+        self.forgets_queues = True
         self._collation = collation
         self._channel = open_channel(parse_target(target), security, GRPC_OPTIONS,
                                      tls=target.startswith(TLS_SCHEME)
@@ -265,6 +266,13 @@ class GrpcTabletClient(TabletClient):
         # A tablet process finds new queue tables by their comment marker
         # when a receiver first asks for them.
         return None
+
+    async def queue_forget(self, queue: str) -> None:
+        try:
+            await self._stub.QueueForget(pb.TabletQueueForgetRequest(queue=queue),
+                                         timeout=self.timeout)
+        except grpc.aio.AioRpcError as exc:
+            raise tablet_error(exc, self.target) from None
 
     async def close(self) -> None:
         await self._channel.close()

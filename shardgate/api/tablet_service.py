@@ -330,6 +330,13 @@ class TabletServicer(pb_grpc.TabletServicer):
             ids = await self.tablet.queues.enqueue(request.queue, jobs)
             return pb.TabletQueueEnqueueResponse(ids=[int(i) for i in ids])
 
+    @unary(pb.TabletQueueForgetResponse)
+    async def QueueForget(
+        self, request: pb.TabletQueueForgetRequest, context: Ctx
+    ) -> pb.TabletQueueForgetResponse:
+        await self.tablet.queues.forget(request.queue)
+        return pb.TabletQueueForgetResponse()
+
 
 def log_item_response(item: LogItem) -> pb.TabletUpdateStreamResponse:
     """One change-log item (transaction or heartbeat) as a stream message."""

@@ -8,12 +8,18 @@ consumer is behind). Readers hand over at once when the consumer is idle
 (latency) and gather bigger lists while it is busy (fewer wake-ups of the
 loop, less GIL ping-pong: throughput). Closing the consumer side sets ``stop``; the thread
 notices within ``POLL_S`` and closes its connections itself.
+
+A consumer may leave a reader unread for long (the reshard workflow keeps its
+log readers open between catch-ups): while it waits, the thread calls the
+reader's ``keepalive`` every ``KEEPALIVE_S``, so a server that ends silent
+replication clients (PostgreSQL's ``wal_sender_timeout``) keeps the connection.
 """
 
 from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from abc import abstractmethod
 from collections.abc import AsyncIterator, Callable
 
@@ -22,6 +28,8 @@ from shardgate.errors import Code, ShardgateError
 
 POLL_S = 0.1
 QUEUE_BATCHES = 64
+#: while a hand-over waits for the consumer: how often the reader's keepalive runs
+KEEPALIVE_S = 0.5
 
 
 class Handoff:
@@ -34,6 +42,8 @@ class Handoff:
         self.stop = threading.Event()
         #: batches handed over and not yet taken (a hint: read without a lock)
         self.outstanding = 0
+        #: called in the thread every ``KEEPALIVE_S`` while ``put`` waits for room
+        self.keepalive: Callable[[], None] | None = None
 
     def idle(self) -> bool:
         """True when the consumer has taken every batch (hand over now, do not gather)."""
@@ -41,9 +51,13 @@ class Handoff:
 
     def put(self, item: list[LogItem] | BaseException | None) -> bool:
         """Hand ``item`` over; False when the consumer has gone (stop reading)."""
+        last = time.monotonic()
         while not self.slots.acquire(timeout=POLL_S):
             if self.stop.is_set():
                 return False
+            if self.keepalive is not None and time.monotonic() - last >= KEEPALIVE_S:
+                self.keepalive()
+                last = time.monotonic()
         if self.stop.is_set():
             return False
         self.outstanding += 1
@@ -67,8 +81,10 @@ async def run_in_thread(
     def main() -> None:
         try:
             body(handoff)
+            handoff.keepalive = None  # the body closed its connection
             handoff.put(None)
         except BaseException as exc:  # reported to the consumer
+            handoff.keepalive = None
             handoff.put(translate(exc))
 
     thread = threading.Thread(target=main, name=name, daemon=True)

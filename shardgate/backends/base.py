@@ -84,6 +84,18 @@ class Connection(ABC):
     @abstractmethod
     def in_transaction(self) -> bool: ...
 
+    #: whether :meth:`copy_in` bulk-loads (PostgreSQL's ``COPY ... FROM STDIN``)
+    supports_copy_in = False
+
+    async def copy_in(self, table: str, columns: Sequence[str],
+                      rows: Sequence[Sequence[Any]]) -> int:
+        """Append ``rows`` to ``table`` (quoted name) by the database's bulk load; rows written.
+
+        Only where :attr:`supports_copy_in`; in the current transaction (or
+        one of its own). A duplicate key fails the whole call (``ALREADY_EXISTS``).
+        """
+        raise FailedPrecondition(f"{type(self).__name__} has no bulk load (COPY)")
+
     # -- two-phase commit (only where ``Backend.supports_twopc``) --------------------
 
     async def begin_twopc(self, xid: str) -> None:

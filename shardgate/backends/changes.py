@@ -34,12 +34,14 @@ Drivers are imported only here, in ``backends/``.
 from __future__ import annotations
 
 import bisect
+import contextlib
 import time
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from shardgate.errors import Unsupported
 from shardgate.event_token import EventToken
 
 #: Default interval of heartbeats on an idle log.
@@ -116,6 +118,12 @@ class ChangeLog(ABC):
         self, start: str | None, *, heartbeat_s: float = DEFAULT_HEARTBEAT_S
     ) -> AsyncIterator[LogItem]:
         """Committed transactions after ``start`` (see the contract above)."""
+
+    def exported_snapshot(self) -> contextlib.AbstractAsyncContextManager[tuple[str, str]]:
+        """``(snapshot name, position)``: a database snapshot another connection can
+        import, holding exactly the transactions at or before the position
+        (PostgreSQL); other logs refuse with ``UNIMPLEMENTED``."""
+        raise Unsupported(f"{type(self).__name__} cannot export a snapshot")
 
     async def position_at(self, timestamp: float) -> str | None:
         """A position before every commit at or after ``timestamp``, found in the log

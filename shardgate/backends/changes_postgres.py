@@ -33,6 +33,7 @@ Invariants and traps (see FIELD-NOTES, "Change capture"):
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import hashlib
 import logging
@@ -41,7 +42,7 @@ import secrets
 import select
 import struct
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from decimal import Decimal
 from typing import Any
 
@@ -240,6 +241,10 @@ def _translate(url: str) -> Callable[[BaseException], BaseException]:
             )
         if isinstance(exc, psycopg2.OperationalError | psycopg2.InterfaceError):
             return Unavailable(f"lost the replication stream of {url}: {exc}; retry")
+        if isinstance(exc, psycopg2.Error) and "no message from the libpq" in text:
+            # the server closed the stream without a word (wal_sender_timeout, a restart)
+            return Unavailable(f"lost the replication stream of {url}: the server ended it "
+                               f"({text}); retry")
         if isinstance(exc, psycopg2.Error):
             if "replication slot" in text and "does not exist" in text:
                 return ShardgateError(
@@ -293,6 +298,43 @@ class PostgresChangeLog(ThreadedChangeLog):
         import asyncio
 
         return await asyncio.get_running_loop().run_in_executor(None, self._sql_sync, fn)
+
+    def _export_sync(self) -> tuple[Any, str, str]:
+        try:
+            repl = psycopg2.connect(
+                self._dsn, connection_factory=psycopg2.extras.LogicalReplicationConnection)
+        except psycopg2.Error as exc:
+            raise _translate(self._safe)(exc) from exc
+        try:
+            cur = repl.cursor()
+            cur.execute(f"CREATE_REPLICATION_SLOT sgs_{secrets.token_hex(8)} TEMPORARY "
+                        "LOGICAL pgoutput EXPORT_SNAPSHOT")
+            _slot, consistent_point, snapshot, _plugin = cur.fetchone()
+            return repl, str(snapshot), str(consistent_point)
+        except psycopg2.Error as exc:
+            repl.close()
+            raise _translate(self._safe)(exc) from exc
+        except BaseException:
+            repl.close()
+            raise
+
+    @contextlib.asynccontextmanager
+    async def exported_snapshot(self) -> AsyncIterator[tuple[str, str]]:
+        """A temporary logical slot's exported snapshot and its consistent point.
+
+        Transactions whose commit is before the point are in the snapshot, the
+        others are after it in the log (``read(point)`` delivers exactly those).
+        Import it with ``SET TRANSACTION SNAPSHOT`` in a ``REPEATABLE READ``
+        transaction before the block ends (the slot and its connection go then).
+        """
+        import asyncio
+
+        loop = asyncio.get_running_loop()
+        repl, snapshot, point = await loop.run_in_executor(None, self._export_sync)
+        try:
+            yield snapshot, point
+        finally:
+            await loop.run_in_executor(None, repl.close)
 
     def _prepare(self, cur: Any) -> None:
         cur.execute("SELECT 1 FROM pg_publication WHERE pubname = %s", (self.publication,))
@@ -484,6 +526,14 @@ class PostgresChangeLog(ThreadedChangeLog):
             options={"proto_version": "1", "publication_names": self.publication},
         )
         position = start
+
+        def keepalive() -> None:
+            # The consumer is not taking what was decoded: tell the server this client
+            # is alive, or its wal_sender_timeout ends the connection (the next read then
+            # fails with "PGRES_COPY_BOTH and no message from the libpq").
+            cur.send_feedback(flush_lsn=lsn_to_int(position), force=True)
+
+        handoff.keepalive = keepalive
         last_item = time.monotonic()
         last_feedback = 0.0
         batch: list[LogItem] = []

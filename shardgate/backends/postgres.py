@@ -321,6 +321,24 @@ class PostgresConnection(PooledConnection):
             self.broken = True
             raise
 
+    supports_copy_in = True
+
+    async def copy_in(self, table: str, columns: Sequence[str],
+                      rows: Sequence[Sequence[Any]]) -> int:
+        cols = ", ".join(columns)
+        try:
+            cur = self._raw.cursor()
+            async with cur.copy(f"COPY {table} ({cols}) FROM STDIN") as copy:
+                for row in rows:
+                    await copy.write_row(row)
+            await cur.close()
+            return len(rows)
+        except psycopg.Error as exc:
+            raise self._fail(exc) from exc
+        except BaseException:
+            self.broken = True
+            raise
+
     async def _control(self, statement: str) -> None:
         try:
             await self._raw.execute(statement, prepare=False)

@@ -4,7 +4,8 @@ Configuration (flags, files) is read in :mod:`shardgate.cli` and only there.
 Each group's usage is in its module's docstring: :mod:`~shardgate.cli.serve`
 (``up``, ``gate``, ``tablet``), :mod:`~shardgate.cli.sql` (``sql``, ``schema
 apply``, ``twopc resolve``), :mod:`~shardgate.cli.topo` (``topo``, ``vschema``,
-``lookup-vindex``), :mod:`~shardgate.cli.queue`,
+``lookup-vindex``), :mod:`~shardgate.cli.reshard`,
+:mod:`~shardgate.cli.movetables`, :mod:`~shardgate.cli.queue`,
 :mod:`~shardgate.cli.stream`, :mod:`~shardgate.cli.spark`,
 :mod:`~shardgate.cli.inbox` and :mod:`~shardgate.cli.doctor`; and
 ``shardgate --version``.
@@ -21,7 +22,19 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from shardgate.cli import cluster, doctor, inbox, queue, serve, spark, sql, stream, topo
+from shardgate.cli import (
+    cluster,
+    doctor,
+    inbox,
+    movetables,
+    queue,
+    reshard,
+    serve,
+    spark,
+    sql,
+    stream,
+    topo,
+)
 from shardgate.cli.common import local_topology
 from shardgate.errors import ShardgateError
 
@@ -40,6 +53,8 @@ def build_parser() -> argparse.ArgumentParser:
     cluster.add_parsers(commands)
     sql.add_parsers(commands)
     topo.add_parsers(commands)
+    reshard.add_parsers(commands)
+    movetables.add_parsers(commands)
     queue.add_parsers(commands)
     stream.add_parsers(commands)
     spark.add_parsers(commands)
@@ -61,6 +76,7 @@ def _version() -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``shardgate`` command; return its exit code."""
     args = build_parser().parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # `gate --workers` re-runs it
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
         match args.command:
@@ -72,6 +88,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return sql.run(args)
             case "topo" | "vschema" | "lookup-vindex":
                 return topo.run(args)
+            case "reshard":
+                return reshard.run(args)
+            case "movetables":
+                return movetables.run(args)
             case "queue":
                 return queue.run(args)
             case "stream":

@@ -29,11 +29,11 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import IO, Any
 
+from shardgate.cli.common import shardgate_command
 from shardgate.errors import FailedPrecondition, InvalidArgument, Unavailable
 from shardgate.tablet.registry import KIND, TabletRoster
 from shardgate.topo.local import open_topo, store_url_for
@@ -72,11 +72,6 @@ def run(args: argparse.Namespace) -> int:
     if args.cluster_command == "up":
         return asyncio.run(_up(args))
     return _down(Path(args.dir))
-
-
-def shardgate_command(*args: str) -> list[str]:
-    """The command line of ``shardgate ARGS`` with this interpreter."""
-    return [sys.executable, "-m", "shardgate.cli", *args]
 
 
 def start_tablet(

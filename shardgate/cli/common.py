@@ -5,6 +5,8 @@ imports none of them."""
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -14,12 +16,18 @@ from shardgate.gate import Gate
 from shardgate.result import Result
 from shardgate.topo import Topology
 from shardgate.topo.local import open_topo, read_topology
+from shardgate.topo.server import TopoServer
 
 DEFAULT_DATA_DIR = "./shardgate-data"
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 15991
 DEFAULT_TARGET = f"grpc://{DEFAULT_HOST}:{DEFAULT_PORT}"
 CLUSTER_FILE_NAME = "cluster.yaml"
+
+
+def shardgate_command(*args: str) -> list[str]:
+    """The command line of ``shardgate ARGS`` with this interpreter."""
+    return [sys.executable, "-m", "shardgate.cli", *args]
 
 
 def add_listen_args(p: argparse.ArgumentParser, *, port: int = DEFAULT_PORT) -> None:
@@ -53,6 +61,29 @@ def add_client_security_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tls-key", help="the client certificate's key")
 
 
+def add_tablet_client_args(p: argparse.ArgumentParser) -> None:
+    """``--tablet-user`` and ``--tablet-tls-*``: what a command reaching tablet processes
+    (``gate``, ``twopc resolve --topo``) presents to them."""
+    p.add_argument("--tablet-user", help="the user presented to tablets "
+                   "(their --users-file / --allow-user); password from "
+                   "SHARDGATE_TABLET_PASSWORD")
+    p.add_argument("--tablet-tls-ca", help="verify tablets' certificates with this CA")
+    p.add_argument("--tablet-tls-cert", help="client certificate for tablets")
+    p.add_argument("--tablet-tls-key", help="the client certificate's key")
+
+
+def tablet_credentials(args: argparse.Namespace) -> ClientSecurity:
+    """What is presented to tablets: ``--tablet-user`` with the password in
+    ``SHARDGATE_TABLET_PASSWORD`` (never a flag: flags show in ``ps``), and TLS files."""
+    return ClientSecurity(
+        user=args.tablet_user,
+        password=os.environ.get("SHARDGATE_TABLET_PASSWORD") if args.tablet_user else None,
+        tls_ca=Path(args.tablet_tls_ca) if args.tablet_tls_ca else None,
+        tls_cert=Path(args.tablet_tls_cert) if args.tablet_tls_cert else None,
+        tls_key=Path(args.tablet_tls_key) if args.tablet_tls_key else None,
+    )
+
+
 def client_security(args: argparse.Namespace) -> ClientSecurity:
     """The credentials and TLS files of a client command's flags and environment."""
     return ClientSecurity.from_env(
@@ -75,6 +106,25 @@ def cluster_file_of(args: argparse.Namespace, *, default_data_dir: bool = False)
             f"{cluster_file} does not exist: run `shardgate up --data-dir {data_dir}` first"
         )
     return cluster_file
+
+
+STORE_HELP = "the topo store (sqlite:///…, postgresql://…, mysql://…)"
+
+
+def store_args(p: argparse.ArgumentParser) -> None:
+    """``--topo URL | --cluster FILE | --data-dir DIR``: where the topo store is."""
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--topo", help=STORE_HELP)
+    where.add_argument("--cluster", help="the store beside this cluster file")
+    where.add_argument("--data-dir", help="the store of `shardgate up --data-dir DIR` "
+                       "(default ./shardgate-data)")
+
+
+async def open_store(args: argparse.Namespace) -> TopoServer:
+    """The topo store ``--topo`` / ``--cluster`` / ``--data-dir`` names."""
+    if getattr(args, "topo", None):
+        return await open_topo(url=args.topo)
+    return await open_topo(cluster_file_of(args, default_data_dir=True))
 
 
 def local_topology(args: argparse.Namespace, *, default_data_dir: bool = False) -> Topology:

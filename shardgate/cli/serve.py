@@ -10,6 +10,7 @@ cluster file, ``tablet`` one shard's tablet; each serves gRPC until a signal::
                    (--users-file F | --tls-ca CA | --no-auth) [security flags]
                    [--acl-file F [--acl-dry-run]] [LIMITS]
                    [MySQL listener flags] [--failover-timeout S] [--health-interval S]
+                   [--workers N]
     shardgate tablet (--topo URL | --cluster FILE) --keyspace KS --shard S
                      [--host H] [--port P] [--advertise HOST] [--alias NAME]
                      [--heartbeat S] [--idle-timeout S] [--drain-timeout S]
@@ -37,6 +38,10 @@ LIMITS are ``--transaction-timeout S``, ``--session-idle-timeout S``,
 every shard in the topo store and fails over between them (see
 :mod:`shardgate.api.fleet` and ``docs/production.md``).
 
+``gate --workers N`` runs N gate processes sharing the ports under a supervisor
+(see :mod:`shardgate.cli.workers`). ``up`` has no ``--workers``: its tablets
+(shard leases, queue managers) live in its process and must not run N times.
+
 ``up`` without ``--cluster`` runs the embedded default cluster (SQLite files
 under the data directory, created the first time; see
 :mod:`shardgate.topo.embedded`).
@@ -53,13 +58,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import importlib
 import os
 import signal
 import sys
 import uuid
+from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any
 
+from shardgate.aio import wait_for
 from shardgate.api.client import GateClient
 from shardgate.api.fleet import (
     DEFAULT_FAILOVER_TIMEOUT_S,
@@ -69,7 +78,7 @@ from shardgate.api.fleet import (
 from shardgate.api.http import HttpServer
 from shardgate.api.http.tablet import serve_tablet_http
 from shardgate.api.mysql import DEFAULT_MYSQL_PORT, MysqlListener, TlsConfig, serve_mysql
-from shardgate.api.security import ClientSecurity, ServerSecurity, TLSFiles
+from shardgate.api.security import ServerSecurity, TLSFiles
 from shardgate.api.server import serve
 from shardgate.api.tablet_service import DEFAULT_IDLE_TIMEOUT_S, serve_tablet_service
 from shardgate.auth import StaticUsers
@@ -81,10 +90,13 @@ from shardgate.cli.common import (
     CLUSTER_FILE_NAME,
     DEFAULT_DATA_DIR,
     add_listen_args,
+    add_tablet_client_args,
     format_result,
+    tablet_credentials,
 )
-from shardgate.errors import InvalidArgument, Unavailable
-from shardgate.gate import Gate
+from shardgate.cli.workers import PARENT_CHECK_S, check_count, parse_slot, supervise
+from shardgate.errors import FailedPrecondition, InvalidArgument, Unavailable
+from shardgate.gate import Gate, worker
 from shardgate.gate.limits import (
     DEFAULT_SESSION_IDLE_TIMEOUT_S,
     DEFAULT_TRANSACTION_TIMEOUT_S,
@@ -126,6 +138,33 @@ def add_http_arg(p: argparse.ArgumentParser, default: int) -> None:
                    help=f"console, /debug and /metrics over HTTP on this port ({default}; 0: off)")
 
 
+#: ``--event-loop`` choices: uvloop when installed (``pip install 'shardgate[fast]'``)
+EVENT_LOOPS = ("auto", "asyncio", "uvloop")
+
+
+def add_event_loop_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--event-loop", choices=EVENT_LOOPS, default="auto",
+                   help="the event loop serving calls: uvloop costs gRPC about a quarter less "
+                   "CPU per call (docs/operations.md); auto (default): uvloop when installed")
+
+
+def run_loop(main: Coroutine[Any, Any, int], kind: str = "auto") -> int:
+    """Run ``main`` on the event loop ``kind`` asks for (see :data:`EVENT_LOOPS`)."""
+    if kind != "asyncio":
+        try:
+            uvloop = importlib.import_module("uvloop")
+        except ImportError:
+            if kind == "uvloop":
+                main.close()
+                raise FailedPrecondition(
+                    "--event-loop uvloop: uvloop is not installed "
+                    "(pip install 'shardgate[fast]')") from None
+        else:
+            result: int = uvloop.run(main)
+            return result
+    return asyncio.run(main)
+
+
 def add_parsers(commands: Any) -> None:
     """Add the ``up``, ``gate`` and ``tablet`` subcommands to the ``shardgate`` parser."""
     up = commands.add_parser(
@@ -135,6 +174,7 @@ def add_parsers(commands: Any) -> None:
     up.add_argument("--cluster", help="serve this cluster file instead of the embedded one")
     up.add_argument("--topo", help=TOPO_HELP)
     add_listen_args(up)
+    add_event_loop_arg(up)
     _add_security_args(up, no_auth_flag=False)
     _add_acl_args(up)
     add_http_arg(up, DEFAULT_HTTP_PORT)
@@ -151,22 +191,22 @@ def add_parsers(commands: Any) -> None:
     gate.add_argument("--cluster", help="cluster file (YAML): seeds its topo store")
     gate.add_argument("--topo", help=TOPO_HELP)
     add_listen_args(gate)
+    add_event_loop_arg(gate)
     _add_security_args(gate, no_auth_flag=True)
     _add_acl_args(gate)
     _add_gate_limits(gate)
     add_http_arg(gate, DEFAULT_HTTP_PORT)
     _add_mysql_args(gate)
-    gate.add_argument("--tablet-user", help="the user this gate presents to tablets "
-                      "(their --users-file / --allow-user); password from "
-                      "SHARDGATE_TABLET_PASSWORD")
-    gate.add_argument("--tablet-tls-ca", help="verify tablets' certificates with this CA")
-    gate.add_argument("--tablet-tls-cert", help="this gate's client certificate for tablets")
-    gate.add_argument("--tablet-tls-key", help="the client certificate's key")
+    add_tablet_client_args(gate)
     gate.add_argument("--failover-timeout", type=float, default=DEFAULT_FAILOVER_TIMEOUT_S,
                       help="seconds a statement waits for a shard's new lease holder "
                            f"({DEFAULT_FAILOVER_TIMEOUT_S:.0f})")
     gate.add_argument("--health-interval", type=float, default=DEFAULT_HEALTH_INTERVAL_S,
                       help=f"seconds between tablet health checks ({DEFAULT_HEALTH_INTERVAL_S})")
+    gate.add_argument("--workers", type=int, default=1, metavar="N",
+                      help="serve with N gate processes sharing the ports (SO_REUSEPORT), "
+                      "under a supervisor; 1 (the default): this process serves")
+    gate.add_argument("--worker-slot", help=argparse.SUPPRESS)  # I/N: set by the supervisor
 
     tablet = commands.add_parser("tablet", help="serve one shard's tablet over gRPC")
     tablet.add_argument("--cluster", help="cluster file (YAML): seeds its topo store")
@@ -174,6 +214,7 @@ def add_parsers(commands: Any) -> None:
     tablet.add_argument("--keyspace", required=True)
     tablet.add_argument("--shard", required=True)
     add_listen_args(tablet, port=DEFAULT_TABLET_PORT)
+    add_event_loop_arg(tablet)
     add_http_arg(tablet, 0)
     _add_security_args(tablet, no_auth_flag=True)
     tablet.add_argument("--allow-user", action="append", metavar="NAME",
@@ -305,10 +346,13 @@ def run(args: argparse.Namespace) -> int:
     """Run ``up``, ``gate`` or ``tablet``."""
     match args.command:
         case "up":
-            return asyncio.run(_up(args))
+            return run_loop(_up(args), args.event_loop)
         case "gate":
-            return asyncio.run(_gate(args))
-    return asyncio.run(_tablet(args))
+            check_count(args.workers)
+            if args.workers > 1:
+                return asyncio.run(_supervise(args))
+            return run_loop(_gate(args), args.event_loop)
+    return run_loop(_tablet(args), args.event_loop)
 
 
 async def _up(args: argparse.Namespace) -> int:
@@ -329,43 +373,61 @@ async def _up(args: argparse.Namespace) -> int:
         await gate.close()
 
 
+async def _supervise(args: argparse.Namespace) -> int:
+    """``gate --workers N``: check everything a worker would, seed the topo store once,
+    then run N workers sharing the ports (see :mod:`shardgate.cli.workers`)."""
+    if not args.cluster and not args.topo:
+        raise InvalidArgument("shardgate gate needs --topo URL or --cluster FILE")
+    mysql_tls(args)
+    security = server_security(args)
+    _guard(args)
+    check_listen(args.host, tls=security.tls is not None, auth=security.authenticates,
+                 no_auth=args.no_auth, insecure=args.insecure_bind_anyway, what="gate")
+    topo = await open_topo(args.cluster, url=args.topo)  # seeds it from --cluster once
+    await topo.close()
+    ports = [("--port", args.host, args.port)]
+    if args.mysql_port:
+        ports.append(("--mysql-port", args.mysql_host or args.host, args.mysql_port))
+    if args.http_port:
+        ports.append(("--http-port", args.host, args.http_port))
+    argv = getattr(args, "argv", None) or sys.argv[1:]
+    return await supervise(argv, args.workers, ports)
+
+
 async def _gate(args: argparse.Namespace) -> int:
-    """A gate with no tablet of its own: it finds tablet processes in the topo store."""
+    """A gate with no tablet of its own: it finds tablet processes in the topo store.
+
+    With ``--worker-slot`` (set by ``--workers N``'s supervisor) it is one worker:
+    its listeners share their ports and it stops when its supervisor is gone.
+    """
     if not args.cluster and not args.topo:
         raise InvalidArgument("shardgate gate needs --topo URL or --cluster FILE")
     mysql_tls(args)  # flags checked before anything opens
     security, guard = server_security(args), _guard(args)
+    slot = parse_slot(args.worker_slot) if args.worker_slot else None
+    if slot is not None:
+        worker.set_worker(*slot)
     topo = await open_topo(args.cluster, url=args.topo)
     try:
         gate, fleet = await open_remote_gate(topo, owns_topo=False,
                                              health_interval=args.health_interval,
                                              failover_timeout=args.failover_timeout,
                                              guard=guard, limits=gate_limits(args),
-                                             tablet_security=_tablet_credentials(args))
+                                             tablet_security=tablet_credentials(args))
     except BaseException:
         await topo.close()
         raise
     try:
         found = len(fleet.roster.live())
         print(f"gate following {topo.location}: {found} tablet(s) registered", flush=True)
-        await _serve_until_signal(gate, args, security, no_auth=args.no_auth)
+        await _serve_until_signal(gate, args, security, no_auth=args.no_auth,
+                                  reuse_port=slot is not None,
+                                  parent=os.getppid() if slot is not None else None)
         return 0
     finally:
         await gate.close()
         await fleet.close()
         await topo.close()
-
-
-def _tablet_credentials(args: argparse.Namespace) -> ClientSecurity:
-    """What ``gate`` presents to its tablets: ``--tablet-user`` with the password in
-    ``SHARDGATE_TABLET_PASSWORD`` (never a flag: flags show in ``ps``), and TLS files."""
-    return ClientSecurity(
-        user=args.tablet_user,
-        password=os.environ.get("SHARDGATE_TABLET_PASSWORD") if args.tablet_user else None,
-        tls_ca=Path(args.tablet_tls_ca) if args.tablet_tls_ca else None,
-        tls_cert=Path(args.tablet_tls_cert) if args.tablet_tls_cert else None,
-        tls_key=Path(args.tablet_tls_key) if args.tablet_tls_key else None,
-    )
 
 
 async def _open_gate(cluster: str | None, topo_url: str | None, guard: Guard | None,
@@ -452,10 +514,15 @@ async def _check(gate: Gate) -> int:
 
 
 async def _serve_until_signal(
-    gate: Gate, args: argparse.Namespace, security: ServerSecurity, *, no_auth: bool
+    gate: Gate, args: argparse.Namespace, security: ServerSecurity, *, no_auth: bool,
+    reuse_port: bool = False, parent: int | None = None,
 ) -> None:
     """Serve MySQL (when on), the console (when on), then gRPC, until a signal: once
-    the gRPC port answers, every listener is up."""
+    the gRPC port answers, every listener is up.
+
+    ``reuse_port``: share the ports with the other workers; ``parent``: also stop
+    when this process (the workers' supervisor) is gone.
+    """
     tls = mysql_tls(args)
     users = security.users
     host = args.host
@@ -468,13 +535,14 @@ async def _serve_until_signal(
     if args.mysql_port:
         mysql_host = args.mysql_host or host
         listener, mysql_port = await serve_mysql(gate, mysql_host, args.mysql_port,
-                                                 users=users, tls=tls)
+                                                 users=users, tls=tls,
+                                                 **({"reuse_port": True} if reuse_port else {}))
         mysql_line = (f"shardgate MySQL listener on {mysql_host}:{mysql_port}\n"
                       f"try: mariadb -h {mysql_host} -P {mysql_port} -u root commerce "
                       '-e "select * from customer"')
     try:
         if args.http_port:
-            console = HttpServer(gate, host, args.http_port, users=users)
+            console = HttpServer(gate, host, args.http_port, users=users, reuse_port=reuse_port)
             try:
                 http_bound = await console.start()
             except OSError as exc:
@@ -482,7 +550,7 @@ async def _serve_until_signal(
                     f"cannot listen on {host}:{args.http_port} for the console: "
                     f"{exc.strerror}; pass --http-port N (0: no console)") from exc
         server, bound = await serve(gate, host, args.port, security=security, no_auth=no_auth,
-                                    insecure=args.insecure_bind_anyway)
+                                    insecure=args.insecure_bind_anyway, reuse_port=reuse_port)
         try:
             scheme = "grpcs" if security.tls is not None else "grpc"
             target = f"{scheme}://{host}:{bound}"
@@ -492,7 +560,7 @@ async def _serve_until_signal(
             print(f'try: shardgate sql --target {target} "select * from customer"', flush=True)
             if mysql_line:
                 print(mysql_line, flush=True)
-            await _until_signal()
+            await _until_signal(parent)
             print("shutting down", flush=True)
         finally:
             await server.stop(SHUTDOWN_GRACE_S)
@@ -504,14 +572,19 @@ async def _serve_until_signal(
     print("stopped", flush=True)
 
 
-async def _until_signal() -> None:
-    """Wait for SIGINT or SIGTERM (handled while waiting, not raised)."""
+async def _until_signal(parent: int | None = None) -> None:
+    """Wait for SIGINT or SIGTERM (handled while waiting, not raised), or until
+    ``parent`` is no longer this process's parent (it died)."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     try:
-        await stop.wait()
+        if parent is None:
+            await stop.wait()
+        while not stop.is_set() and os.getppid() == parent:
+            with contextlib.suppress(TimeoutError):
+                await wait_for(stop.wait(), PARENT_CHECK_S)
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)

@@ -7,7 +7,12 @@
     shardgate schema apply --keyspace KS (--file F.sql | --sql "DDL")
                   [--vindex COLUMN:VINDEX[:TYPE] ... | --register]
                   [--target ... | --cluster FILE | --data-dir DIR]
-    shardgate twopc resolve [--cluster FILE | --data-dir DIR] [--grace SECONDS]
+    shardgate twopc resolve [--cluster FILE | --data-dir DIR | --topo URL] [--grace SECONDS]
+                  [--tablet-user U] [--tablet-tls-ca CA --tablet-tls-cert F --tablet-tls-key F]
+
+``twopc resolve --topo URL`` resolves through the tablet processes registered in
+that topo store (production mode, ``docs/production.md``); with ``--cluster`` /
+``--data-dir`` it opens in-process tablets on the shard databases.
 """
 
 from __future__ import annotations
@@ -23,16 +28,20 @@ from sqlglot import TokenType, exp
 from sqlglot.errors import SqlglotError
 
 from shardgate.api.client import GateClient
+from shardgate.api.fleet import open_remote_gate
 from shardgate.cli.common import (
     DEFAULT_TARGET,
+    add_tablet_client_args,
     add_target_args,
     client_security,
     format_result,
     local_gate,
+    tablet_credentials,
 )
 from shardgate.errors import InvalidArgument, NotFound
 from shardgate.gate import twopc
 from shardgate.sql.parse import GATE_DIALECT
+from shardgate.topo.local import open_topo
 
 
 def add_parsers(commands: Any) -> None:
@@ -67,6 +76,10 @@ def add_parsers(commands: Any) -> None:
         "resolve", help="commit or roll back the two-phase commits a dead gate left prepared"
     )
     add_target_args(resolve, remote=False)
+    resolve.add_argument(
+        "--topo", help="topo store URL: resolve through the tablet processes registered there "
+        "(production mode) instead of opening the shard databases in this process")
+    add_tablet_client_args(resolve)
     resolve.add_argument(
         "--grace",
         type=float,
@@ -140,11 +153,34 @@ async def _schema_apply(args: argparse.Namespace) -> int:
 
 
 async def _twopc_resolve(args: argparse.Namespace) -> int:
+    if args.topo:
+        if args.cluster or args.data_dir:
+            raise InvalidArgument("twopc resolve: give --topo URL or --cluster / --data-dir, "
+                                  "not both")
+        return await _twopc_resolve_remote(args)
     gate = await local_gate(args, default_data_dir=True)
     try:
         report = await gate.resolve_transactions(grace_s=args.grace)
     finally:
         await gate.close()
+    print(report)
+    return 1 if report.errors else 0
+
+
+async def _twopc_resolve_remote(args: argparse.Namespace) -> int:
+    """Resolve through the tablet processes of the topo store at ``--topo``: a gate of
+    this process with no tablet of its own (each shard's lease holder answers)."""
+    topo = await open_topo(url=args.topo)
+    try:
+        gate, fleet = await open_remote_gate(topo, owns_topo=False,
+                                             tablet_security=tablet_credentials(args))
+        try:
+            report = await gate.resolve_transactions(grace_s=args.grace)
+        finally:
+            await gate.close()
+            await fleet.close()
+    finally:
+        await topo.close()
     print(report)
     return 1 if report.errors else 0
 

@@ -40,7 +40,13 @@ from typing import Any
 
 import yaml
 
-from shardgate.cli.common import DEFAULT_TARGET, cluster_file_of
+from shardgate.cli.common import (
+    DEFAULT_TARGET,
+    STORE_HELP,
+    cluster_file_of,
+    open_store,
+    store_args,
+)
 from shardgate.errors import InvalidArgument, NotFound
 from shardgate.gate import Gate
 from shardgate.topo.file import load_cluster_file
@@ -54,16 +60,6 @@ from shardgate.workflows.lookup_vindex import (
     LookupVindexWorkflow,
 )
 
-STORE_HELP = "the topo store (sqlite:///…, postgresql://…, mysql://…)"
-
-
-def _store_args(p: argparse.ArgumentParser) -> None:
-    where = p.add_mutually_exclusive_group()
-    where.add_argument("--topo", help=STORE_HELP)
-    where.add_argument("--cluster", help="the store beside this cluster file")
-    where.add_argument("--data-dir", help="the store of `shardgate up --data-dir DIR` "
-                       "(default ./shardgate-data)")
-
 
 def add_parsers(commands: Any) -> None:
     """Add the ``topo``, ``vschema`` and ``lookup-vindex`` subcommands."""
@@ -73,9 +69,9 @@ def add_parsers(commands: Any) -> None:
     imp.add_argument("file", type=Path, help="cluster file (YAML)")
     imp.add_argument("--replace", action="store_true",
                      help="overwrite keyspaces already there and delete the others")
-    _store_args(imp)
+    store_args(imp)
     exp_ = topo_cmds.add_parser("export", help="print the stored topology as a cluster file")
-    _store_args(exp_)
+    store_args(exp_)
 
     vschema = commands.add_parser("vschema", help="VSchema commands")
     vs_cmds = vschema.add_subparsers(dest="vschema_command", required=True, metavar="COMMAND")
@@ -88,7 +84,7 @@ def add_parsers(commands: Any) -> None:
     where.add_argument("--data-dir", help="the store of `shardgate up --data-dir DIR`")
     get = vs_cmds.add_parser("get", help="print one keyspace's VSchema (its version on stderr)")
     get.add_argument("--keyspace", required=True)
-    _store_args(get)
+    store_args(get)
     apply = vs_cmds.add_parser("apply", help="replace one keyspace's VSchema with a JSON file")
     apply.add_argument("--keyspace", required=True)
     apply.add_argument("file", type=Path, help="the new VSchema (JSON)")
@@ -96,7 +92,7 @@ def add_parsers(commands: Any) -> None:
                        help="validate and print the diff; save nothing")
     apply.add_argument("--expect-version", type=int,
                        help="fail (ABORTED) unless the keyspace is still at this version")
-    _store_args(apply)
+    store_args(apply)
 
     lv = commands.add_parser("lookup-vindex", help="add a lookup vindex to a live table")
     lv_cmds = lv.add_subparsers(dest="lookup_command", required=True, metavar="COMMAND")
@@ -115,14 +111,14 @@ def add_parsers(commands: Any) -> None:
     create.add_argument("--batch", type=int, default=DEFAULT_BATCH, help="rows per step")
     create.add_argument("--settle", type=float, default=DEFAULT_SETTLE_S,
                         help="seconds for running gates to see the write_only vindex")
-    _store_args(create)
+    store_args(create)
     ext = lv_cmds.add_parser("externalize", help="verify, then let the vindex route")
     ext.add_argument("--keyspace", required=True)
     ext.add_argument("--name", required=True, help="the vindex name")
-    _store_args(ext)
+    store_args(ext)
     lshow = lv_cmds.add_parser("show", help="print lookup-vindex workflow records")
     lshow.add_argument("--name", help="one workflow (lookup_vindex:KS.VINDEX)")
-    _store_args(lshow)
+    store_args(lshow)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -133,13 +129,6 @@ def run(args: argparse.Namespace) -> int:
         case "vschema":
             return asyncio.run(_vschema(args))
     return asyncio.run(_lookup_vindex(args))
-
-
-async def open_store(args: argparse.Namespace) -> TopoServer:
-    """The topo store ``--topo`` / ``--cluster`` / ``--data-dir`` names."""
-    if getattr(args, "topo", None):
-        return await open_topo(url=args.topo)
-    return await open_topo(cluster_file_of(args, default_data_dir=True))
 
 
 async def _topo(args: argparse.Namespace) -> int:

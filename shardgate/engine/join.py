@@ -45,6 +45,9 @@ class NestedLoopJoin(Primitive):
     batch: int = JOIN_BATCH
     #: the keyspace whose collation decides which keys are equal ('a' = 'A ' on MariaDB)
     keyspace: str = field(kw_only=True)
+    #: whether ``right`` filters by ``join_var``; if not (a derived table evaluated
+    #: at the gate), it runs once and its rows are matched by key here
+    right_filtered: bool = field(default=True, kw_only=True)
 
     async def execute(self, vc: ExecCursor, bind_vars: Mapping[str, Any]) -> Result:
         left = await self.left.execute(vc, bind_vars)
@@ -60,6 +63,13 @@ class NestedLoopJoin(Primitive):
             res = await self.right.execute(vc, bind_vars)
             right_fields = res.fields
             matches[()] = list(res.rows)
+        if self.left_keys and not self.right_filtered and keys:
+            res = await self.right.execute(vc, bind_vars)
+            right_fields = res.fields
+            for row in res.rows:
+                k = tuple(sem.key(row[i]) for i in self.right_keys)
+                matches.setdefault(k, []).append(row)
+            keys = {}
         firsts = list(dict.fromkeys(k[0] for k in keys)) if self.left_keys else []
         for start in range(0, len(firsts), self.batch):
             chunk = firsts[start : start + self.batch]

@@ -248,6 +248,46 @@ class Route(Primitive):
     #: values are mapped as those columns would store them (shardgate.engine.coerce)
     columns: tuple[str, ...] = ()
 
+    @functools.cached_property
+    def point(self) -> bool:
+        """Whether this route is a point read: it reaches at most one shard and its
+        result is that shard's as is (``Unsharded``, or ``EqualUnique`` on one value
+        of a single-column, non-lookup vindex; no key range, split IN list, merged
+        LIMIT or hidden columns). :meth:`point_shard` routes such a route without the
+        general :meth:`targets` (the gate's point path); worked out once per plan."""
+        if (self.write or self.key_range is not None or self.in_var is not None
+                or self.upper_limit_var is not None or self.hidden):
+            return False
+        if self.opcode is Opcode.UNSHARDED:
+            return True
+        return (self.opcode is Opcode.EQUAL_UNIQUE and len(self.values) == 1
+                and not isinstance(self.values[0], tuple)
+                and isinstance(self.vindex, SingleColumn) and not isinstance(self.vindex, Lookup))
+
+    async def point_shard(self, vc: ExecCursor, bind_vars: Mapping[str, Any]) -> str | None:
+        """The one shard a :attr:`point` route reads, as :meth:`targets` would find it.
+
+        None when :meth:`execute` must decide: no shard can hold the row (NULL, a
+        value the column cannot store), a text column compared with a number
+        (every shard), or a list bound to the value (refused there).
+        """
+        smap = vc.shard_map(self.keyspace)
+        if self.opcode is Opcode.UNSHARDED:
+            return smap.find(b"")
+        written = self.values[0]
+        assert not isinstance(written, tuple)
+        value = resolve(written, bind_vars)
+        if isinstance(value, list | tuple):
+            return None
+        key = (await self._stored(vc, [value]))[0]
+        if key is SCATTER or key is NO_MATCH:
+            return None
+        assert isinstance(self.vindex, SingleColumn)
+        ksids = self.vindex.map([key])[0]
+        if len(ksids) != 1:
+            return None
+        return smap.find(ksids[0])
+
     async def shards(self, vc: ExecCursor, bind_vars: Mapping[str, Any]) -> list[str]:
         """Which shards this route must reach, in key order."""
         return (await self.targets(vc, bind_vars))[0]
@@ -895,22 +935,25 @@ class _InsertQuery(ShardQuery):
     def for_shard(
         self, shard: str, dialect: str, placeholder: str, bind_vars: Mapping[str, Any]
     ) -> tuple[str, list[Any]]:
-        head = _insert_head(self.insert.table, tuple(self.columns), dialect, self.insert.ignore,
-                            self.insert.quoted)
+        def text(sql: str) -> str:  # a driver that formats %s reads a literal % as %%
+            return sql.replace("%", "%%") if placeholder == "%s" else sql
+
+        head = text(_insert_head(self.insert.table, tuple(self.columns), dialect,
+                                 self.insert.ignore, self.insert.quoted))
         args: list[Any] = []
         tuples: list[str] = []
         for row in self.per_shard[shard]:
             parts = []
             for v in row:
                 if isinstance(v, SQLExpr):
-                    parts.append(v.render(dialect))
+                    parts.append(text(v.render(dialect)))
                 else:
                     args.append(resolve(v, bind_vars))
                     parts.append(placeholder)
             tuples.append("(" + ", ".join(parts) + ")")
         tail = " ON CONFLICT DO NOTHING" if self.insert.ignore and dialect == "postgres" else ""
         if self.insert.on_duplicate:
-            tail = on_duplicate_clause(self.insert.on_duplicate, dialect)
+            tail = text(on_duplicate_clause(self.insert.on_duplicate, dialect))
         return head + ", ".join(tuples) + tail, args
 
     @property

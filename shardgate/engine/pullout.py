@@ -11,7 +11,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from shardgate.engine.primitives import ExecCursor, Primitive
@@ -58,9 +58,23 @@ class PulloutValue(_Pullout):
 
     VARIANT: ClassVar[str] = "PulloutValue"
 
+    #: result columns that are the subquery itself (a select-list item): the shard
+    #: returns a bound parameter typed as it likes (a DATETIME as text on MariaDB),
+    #: so the gate puts the subquery's own value, the same in every row, back
+    columns: tuple[int, ...] = field(default=(), kw_only=True)
+
     async def execute(self, vc: ExecCursor, bind_vars: Mapping[str, Any]) -> Result:
         value = single_value(await self.subquery.execute(vc, bind_vars))
-        return await self.outer.execute(vc, {**bind_vars, self.var: value})
+        res = await self.outer.execute(vc, {**bind_vars, self.var: value})
+        if self.columns and res.rows:
+            width = len(res.rows[0])
+            if all(i < width for i in self.columns):
+                for n, row in enumerate(res.rows):
+                    cells = list(row)
+                    for i in self.columns:
+                        cells[i] = value
+                    res.rows[n] = tuple(cells)
+        return res
 
 
 @dataclass(frozen=True)

@@ -91,6 +91,9 @@ def from_expression(node: exp.Expr) -> Value:
         return Literal(-inner.value)
     if isinstance(node, exp.HexString):
         return Literal(bytes.fromhex(node.this))
+    text_cast = _char_cast(node)
+    if text_cast is not None:
+        return Literal(text_cast)
     if node.find(exp.Column) is not None:
         raise InvalidArgument(
             f"value {node.sql(dialect='mysql')!r} refers to a column; use constants here"
@@ -104,3 +107,32 @@ def is_constant(node: exp.Expr) -> bool:
     except InvalidArgument:
         return False
     return not isinstance(v, SQLExpr)
+
+
+def _char_cast(node: exp.Expr) -> str | None:
+    """``CAST(1 AS CHAR)``, ``CAST('a' AS CHAR(50))``: MySQL's text of an integer or
+    string literal (CHAR(n) as MySQL casts it: not padded). None for anything else,
+    or when the text is longer than ``n`` (MySQL would truncate it with a warning)."""
+    if not isinstance(node, exp.Cast) or not isinstance(node.to, exp.DataType):
+        return None
+    if node.to.this not in (exp.DataType.Type.CHAR, exp.DataType.Type.VARCHAR):
+        return None
+    inner = node.this.unnest()
+    if not isinstance(inner, exp.Literal):
+        return None
+    if inner.is_string:
+        text = str(inner.this)
+    else:
+        try:
+            text = str(int(inner.this))
+        except ValueError:
+            return None  # a decimal's text depends on the engine's formatting
+    size = node.to.expressions
+    if size:
+        length = size[0].this if isinstance(size[0], exp.DataTypeParam) else size[0]
+        try:
+            if len(text) > int(length.name if isinstance(length, exp.Expr) else length):
+                return None
+        except ValueError:
+            return None
+    return text

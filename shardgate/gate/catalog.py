@@ -311,3 +311,72 @@ def vschema_vindexes(
         (ks, name, v.type_name, params(v), owners.get((ks, name), ""))
         for ks in names for name, v in sorted(vschema.keyspace(ks).vindexes.items())
     ])
+
+
+# -- views and the shard's own CREATE text (MariaDB / MySQL shards) ------------------------
+
+_VIEWS = {
+    "sqlite": "SELECT name FROM sqlite_master WHERE type = 'view'",
+    "postgres": "SELECT table_name FROM information_schema.views "
+                "WHERE table_schema = current_schema()",
+    "mysql": "SELECT table_name FROM information_schema.tables "
+             "WHERE table_schema = DATABASE() AND table_type = 'VIEW'",
+}
+
+
+async def read_views(tablet: TabletClient) -> list[str]:
+    """The names of the views of the shard behind ``tablet``, sorted."""
+    sql = _VIEWS.get(tablet.dialect, _VIEWS["mysql"])
+    return sorted(str(r[0]) for r in await _rows(tablet, sql) if not is_internal(str(r[0])))
+
+
+def quote_mysql(name: str) -> str:
+    """``name`` as a MySQL quoted identifier."""
+    return "`" + name.replace("`", "``") + "`"
+
+
+async def database_name(tablet: TabletClient) -> str | None:
+    """The MariaDB/MySQL database a shard lives in (None for other dialects)."""
+    if tablet.dialect in ("sqlite", "postgres"):
+        return None
+    rows = await _rows(tablet, "SELECT DATABASE()")
+    return str(rows[0][0]) if rows and rows[0][0] is not None else None
+
+
+async def native_create(tablet: TabletClient, table: str) -> str | None:
+    """A MariaDB/MySQL shard's own ``SHOW CREATE TABLE`` text of ``table`` (or view).
+
+    The shard's text is what a MySQL server would answer, with everything the
+    catalog above does not model: foreign keys, check constraints, comments,
+    table options and view definitions. None for other dialects, and when the
+    shard has no such table or view.
+    """
+    rows = await _native(tablet, "SHOW CREATE TABLE", table)
+    return str(rows[0][1]) if rows else None
+
+
+async def native_describe(tablet: TabletClient, table: str) -> list[tuple[Any, ...]] | None:
+    """A MariaDB/MySQL shard's own ``DESCRIBE`` of ``table`` or a view (the catalog above
+    reads base tables only); None for other dialects and when not found."""
+    return await _native(tablet, "DESCRIBE", table)
+
+
+async def _native(tablet: TabletClient, statement: str, table: str) -> list[tuple[Any, ...]] | None:
+    if tablet.dialect in ("sqlite", "postgres"):
+        return None
+    sql = f"{statement} {quote_mysql(table)}"
+    if tablet.placeholder == "%s":  # the driver formats the text: a % is written %%
+        sql = sql.replace("%", "%%")
+    try:
+        return [tuple(r) for r in (await tablet.execute(sql, [])).rows]
+    except NotFound:
+        return None
+
+
+def rename_databases(text: str, names: dict[str, str]) -> str:
+    """``text`` with each quoted database name of ``names`` (shard database -> keyspace)
+    replaced where it qualifies an object (`` `db`.``), so clients see keyspaces."""
+    for db, keyspace in names.items():
+        if db != keyspace:
+            text = text.replace(f"{quote_mysql(db)}.", f"{quote_mysql(keyspace)}.")
+    return text

@@ -41,6 +41,7 @@ from shardgate.auth.guard import Guard
 from shardgate.auth.identity import Identity
 from shardgate.engine.coerce import Kind, column_types_sql, kind_of_type
 from shardgate.engine.dml import LookupDML
+from shardgate.engine.insert_select import InsertSelect
 from shardgate.engine.primitives import (
     ExecCursor,
     Insert,
@@ -50,6 +51,7 @@ from shardgate.engine.primitives import (
     ShardQuery,
     _InsertQuery,
 )
+from shardgate.engine.readswitch import ReadSwitch
 from shardgate.engine.scalar import ScalarSubqueries
 from shardgate.errors import (
     COMMIT_OUTCOME_UNKNOWN,
@@ -62,23 +64,40 @@ from shardgate.errors import (
     InvalidArgument,
     NotFound,
     ShardgateError,
+    Unavailable,
     Unsupported,
     error_for_code,
 )
+from shardgate.gate import cutover, twopc, vschema_ddl, worker
 from shardgate.gate import metrics as gate_metrics
 from shardgate.gate import options as exec_options
-from shardgate.gate import twopc, vschema_ddl
-from shardgate.gate.catalog import TableInfo, read_catalog
+from shardgate.gate.catalog import (
+    TableInfo,
+    database_name,
+    native_create,
+    native_describe,
+    read_catalog,
+    read_views,
+    rename_databases,
+)
+from shardgate.gate.create_select import CreateTableAsSelect
 from shardgate.gate.limits import GateLimits
 from shardgate.gate.plan_cache import PlanCache
-from shardgate.gate.querylog import LiveQueries, LogEntry, QueryLog, StreamConsumers
+from shardgate.gate.querylog import LiveQueries, QueryLog, StreamConsumers
 from shardgate.gate.sequences import Sequences
 from shardgate.gate.session import Session
 from shardgate.gate.sessions import SessionTable
 from shardgate.gate.split import QuerySplit, split_query
 from shardgate.gate.stats import QueryStats, Stats
 from shardgate.keys import KeyRange, ShardMap
-from shardgate.planner.build import Plan, build_plan, normalize
+from shardgate.planner.build import (
+    Plan,
+    auto_increment_column,
+    build_plan,
+    first_primary_key_column,
+    normalize,
+    reads_other_keyspace,
+)
 from shardgate.queues import router as queue_router
 from shardgate.queues.ddl import create_queue_from
 from shardgate.queues.events import QueueBatch
@@ -100,6 +119,7 @@ from shardgate.sql.statements import (
     Savepoint,
     SetQueryTimeout,
     SetTransactionMode,
+    ShowShardgateWorker,
     ShowVitessKeyspaces,
     ShowVitessShards,
     ShowVitessTablets,
@@ -145,8 +165,14 @@ class Gate:
         self._watcher: TopoWatcher | None = None
         #: whether :meth:`close` closes ``topo``
         self._owns_topo = owns_topo
+        #: the database URL each tablet serves, and tablets being closed after a reshard
+        self._tablet_urls = {(ks.name, shard.name): shard.url
+                             for ks in topology.keyspaces.values() for shard in ks.all_shards}
+        self._retired: set[asyncio.Task[None]] = set()
+        #: catches up with the topo store for statements held across a cut-over
+        self._refresh = cutover.Refresher(self._poll_topo)
         for ks in topology.keyspaces.values():
-            for shard in ks.shards:
+            for shard in ks.all_shards:
                 if (ks.name, shard.name) not in self.tablets:
                     raise NotFound(f"no tablet for shard {ks.name}/{shard.name}")
         self.plans: PlanCache[Plan | GateStatement] = PlanCache(plan_cache_size)
@@ -188,7 +214,7 @@ class Gate:
         tablets = {
             (ks.name, shard.name): open_tablet(ks.name, shard.name, shard.url)
             for ks in topology.keyspaces.values()
-            for shard in ks.shards
+            for shard in ks.all_shards
         }
         return cls(topology, tablets, topo=topo, open_tablet=open_tablet, guard=guard,
                    limits=limits)
@@ -226,6 +252,13 @@ class Gate:
                                         on_records=on_records)
             self._watcher.start()
 
+    async def _poll_topo(self) -> None:
+        """Apply the store's topology now if it changed (the watcher's poll, if any)."""
+        if self._watcher is not None:
+            await self._watcher.poll()
+        elif await self.topo.store.clock() > self.topology.version:
+            self.apply_topology(await self.topo.load_topology())
+
     @property
     def degraded(self) -> str | None:
         """Why the gate is serving a possibly stale topology (None: it is not)."""
@@ -237,6 +270,9 @@ class Gate:
         await self.sessions.close()
         for t in self.tablets.values():
             await t.close()
+        for task in self._retired:
+            with contextlib.suppress(Exception):
+                await task
         if self._owns_topo:
             await self.topo.close()
 
@@ -252,8 +288,15 @@ class Gate:
             return False
         vschema = topology.build_vschema()
         for ks in topology.keyspaces.values():
-            for shard in ks.shards:
+            for shard in ks.all_shards:
                 key = (ks.name, shard.name)
+                known = self._tablet_urls.get(key)
+                if key in self.tablets and known is not None and known != shard.url \
+                        and self._open_tablet is not None:
+                    # a shard name reused for another database (a reshard merging back
+                    # to the names of shards it removed): the old tablet goes
+                    old = self.tablets.pop(key)
+                    self._retired.add(asyncio.get_running_loop().create_task(old.close()))
                 if key not in self.tablets:
                     if self._open_tablet is None:
                         raise FailedPrecondition(
@@ -261,9 +304,11 @@ class Gate:
                             "gate cannot open a tablet for it"
                         )
                     self.tablets[key] = self._open_tablet(ks.name, shard.name, shard.url)
+                self._tablet_urls[key] = shard.url
         self.topology, self.vschema = topology, vschema
         self.plans.clear()
         self._kinds.clear()
+        self._retain_sequences()
         return True
 
     async def change_vschema(
@@ -280,6 +325,12 @@ class Gate:
         """Rebuild the VSchema from the topology (changed at run time) and drop cached plans."""
         self.vschema = self.topology.build_vschema()
         self.plans.clear()
+        self._retain_sequences()
+
+    def _retain_sequences(self) -> None:
+        """Forget cached blocks of sequences the served VSchema no longer names."""
+        self.sequences.retain({t.qualified for ks in self.vschema.keyspaces.values()
+                               for t in ks.tables.values() if t.type == "sequence"})
 
     # -- queues (shardgate.queues.router) ---------------------------------------
 
@@ -292,8 +343,24 @@ class Gate:
                                     max_batch=max_batch)
 
     async def queue_ack(self, keyspace: str, queue: str, shard: str, ids: Sequence[int]) -> int:
-        """Ack events of ``queue`` on the one shard their receiver was told."""
-        return await queue_router.ack(self, keyspace, queue, shard, ids)
+        """Ack events of ``queue`` on the one shard their receiver was told.
+
+        An ack that meets a shard frozen by a reshard's write cut-over is held like a
+        write (:mod:`.cutover`): replayed once the switch is published, on the shards
+        that then own the events' rows (or on the same shard if the cut-over rolled
+        back); an ack changes nothing when refused, and replays are idempotent."""
+        held_until = time.monotonic() + cutover.HOLD_S
+        while True:
+            try:
+                return await queue_router.ack(self, keyspace, queue, shard, ids)
+            except ShardgateError as exc:
+                if not cutover.writes_frozen(exc):
+                    raise
+                if not await cutover.wait_for_switch(
+                        self._refresh, lambda: self.topology.version, held_until):
+                    raise Unavailable(
+                        f"acks stayed paused by a reshard's cut-over for {cutover.HOLD_S:g}s; "
+                        "retry the ack") from exc
 
     async def queue_enqueue(
         self, keyspace: str, queue: str, jobs: Sequence[tuple[Any, str | None]],
@@ -425,6 +492,10 @@ class Gate:
                 return Plan("DDL", sql, queue_router.DropQueuePrimitive(stmt, ks, self))
             case exp.Drop() if (cascade := self._drop_cascade(stmt, sql, keyspace)) is not None:
                 return Plan("DDL", sql, cascade)
+            case exp.Create() if (ctas := self._create_as_select(stmt, keyspace)) is not None:
+                return Plan("DDL", sql, ctas)  # not cached: it may change the VSchema
+            case exp.Create() if (auto := self._auto_shard(stmt, sql, keyspace)) is not None:
+                return Plan("DDL", sql, auto)  # not cached: it changes the VSchema
             case exp.Expression() if keyspace is not None and ":" in keyspace:
                 planned = self._targeted(stmt, sql, keyspace)
             case exp.Expression():
@@ -458,6 +529,67 @@ class Gate:
         ks, name = known[0]
         assert ks is not None
         return vschema_ddl.DropTableCascade(ks, name, self, vschema_ddl.confirmed(sql))
+
+    def _create_as_select(self, stmt: exp.Create,
+                          keyspace: str | None) -> CreateTableAsSelect | None:
+        """The plan of a ``CREATE TABLE ... AS SELECT`` the gate runs itself (into a
+        sharded keyspace, or reading another keyspace: :mod:`shardgate.gate.create_select`),
+        else None (the keyspace's database runs it)."""
+        select = stmt.expression
+        if (str(stmt.args.get("kind", "")).upper() != "TABLE" or not isinstance(select, exp.Query)
+                or (keyspace and ":" in keyspace) or stmt.find(exp.TemporaryProperty)):
+            return None
+        schema = stmt.this if isinstance(stmt.this, exp.Schema) else None
+        target = schema.this if schema is not None else stmt.this
+        if not isinstance(target, exp.Table) or not (target.db or keyspace):
+            return None
+        ks = self.vschema.keyspace(target.db or keyspace or "")
+        if not ks.sharded and not reads_other_keyspace(select, ks.name, self.vschema, keyspace):
+            return None
+        source = build_plan(select, "", self.vschema, keyspace).instructions
+        return CreateTableAsSelect(
+            ks.name, target.name, tuple(schema.expressions) if schema is not None else (),
+            select, source, keyspace, bool(stmt.args.get("exists")), self)
+
+    def _auto_shard(self, stmt: exp.Create, sql: str,
+                    keyspace: str | None) -> vschema_ddl.AutoShardCreate | None:
+        """The plan of a ``CREATE TABLE`` that a keyspace's ``auto_shard`` adds to its
+        VSchema (a table the VSchema does not name yet), else None (plain DDL).
+
+        The table is sharded by the ``auto_shard`` vindex on its first primary key
+        column, or, without a primary key, on its first column (as any Vitess
+        primary vindex, the column need not be unique: equal values share a shard).
+        A CREATE TABLE ... AS SELECT or LIKE (no column list) is refused: its
+        columns are not known before it runs.
+        """
+        if str(stmt.args.get("kind", "")).upper() != "TABLE" or (keyspace and ":" in keyspace):
+            return None
+        target = stmt.this.this if isinstance(stmt.this, exp.Schema) else stmt.this
+        if not isinstance(target, exp.Table) or not (target.db or keyspace):
+            return None
+        ks = self.vschema.keyspaces.get(target.db or keyspace or "")
+        if ks is None or ks.auto_shard is None or target.name in ks.tables:
+            return None
+        column = first_primary_key_column(stmt)
+        if column is None:
+            first = stmt.this.find(exp.ColumnDef) if isinstance(stmt.this, exp.Schema) else None
+            column = str(first.name) if first is not None else None
+        if column is None:
+            raise Unsupported(
+                f"CREATE TABLE {ks.name}.{target.name}: keyspace {ks.name} shards new tables "
+                "by their first primary key column, else their first column (auto_shard), "
+                "and this statement lists no columns; write them out, or add the table to "
+                "the VSchema first (ALTER VSCHEMA)"
+            )
+        ddl = build_plan(stmt, sql, self.vschema, keyspace)
+        counter = auto_increment_column(stmt)
+        sequence = None
+        if counter is not None and ks.auto_shard_sequences is not None:
+            sequence = vschema_ddl.AutoSequence(ks.auto_shard_sequences,
+                                                vschema_ddl.sequence_name(target.name),
+                                                counter.lower())
+        return vschema_ddl.AutoShardCreate(ks.name, target.name, column, ks.auto_shard,
+                                           ddl.instructions, self, sequence)
 
     def _resolve_use(self, use: Use) -> Use:
         """``USE`` with its target checked, and a keyspace id resolved to its shard."""
@@ -526,8 +658,9 @@ class Gate:
         if not isinstance(planned, Plan):
             return {"QueryType": planned.query_type, "Original": sql}
         session = self.session(keyspace)
-        return await with_target_shards(planned.instructions, planned.describe(),
-                                        _SessionCursor(self, session))
+        cursor = _SessionCursor(self, session)
+        cursor.reads = not _writes(planned.instructions)  # as _run routes it
+        return await with_target_shards(planned.instructions, planned.describe(), cursor)
 
     # -- execution --------------------------------------------------------------
 
@@ -547,11 +680,45 @@ class Gate:
         bv = check_bind_vars(bind_vars)
         self.authorize(session, sql)
         planned = self.plan(sql, session.plan_key)  # errors here change nothing
+        if (type(planned) is Plan and not session.in_transaction and session.ended is None
+                and type(planned.instructions) is Route and planned.instructions.point):
+            # The point path: a read of one shard outside a transaction (never held by a
+            # cut-over, no transaction to expire or report): _using and _check_ended
+            # inline, nothing else skipped (see _execute_plan and _run).
+            session.busy += 1
+            try:
+                return await self._execute_plan(session, planned, bv)
+            finally:
+                session.busy -= 1
+                session.last_used = time.monotonic()
+                if session.shard_txs and session.internal is None:  # pragma: no cover
+                    self.sessions.add(session)  # (a read outside a transaction joins none)
+                elif not session.addressable:
+                    self.sessions.discard(session)
+        held_until = time.monotonic() + cutover.HOLD_S
         with self._using(session):
             await self._check_ended(session, planned)
             if not isinstance(planned, Plan):
                 return await self._control(session, planned)
-            return await self._execute_plan(session, planned, bv)
+            while True:
+                try:
+                    return await self._execute_plan(session, planned, bv)
+                except ShardgateError as exc:
+                    if not cutover.writes_frozen(exc):
+                        raise
+                    if session.in_transaction:
+                        await self.rollback(session)
+                        raise Aborted(
+                            "writes to these shards are paused for a reshard's cut-over; the "
+                            "transaction was rolled back: retry it") from exc
+                    if not await cutover.wait_for_switch(
+                            self._refresh, lambda: self.topology.version, held_until):
+                        raise Unavailable(
+                            f"writes stayed paused by a reshard's cut-over for "
+                            f"{cutover.HOLD_S:g}s; retry the statement") from exc
+                planned = self.plan(sql, session.plan_key)
+                if not isinstance(planned, Plan):  # pragma: no cover - same SQL, same kind
+                    return await self._control(session, planned)
 
     @contextlib.contextmanager
     def _using(self, session: Session) -> Iterator[None]:
@@ -646,15 +813,40 @@ class Gate:
         affected = result.rows_affected if result is not None else 0
         self.stats.record(planned.normalized, seconds, rows or affected, shard_calls,
                           error is not None)
-        self.querylog.add(LogEntry(time.time() - seconds, session.keyspace, planned.normalized,
-                                   seconds, rows or affected, shard_calls, error,
-                                   f"{id(session):x}"))
+        self.querylog.record(time.time() - seconds, session.keyspace, planned.normalized,
+                             seconds, rows or affected, shard_calls, error, session)
         gate_metrics.record(session.keyspace, planned.statement_type, seconds, rows, affected,
                             shard_calls, error)
 
     async def _run(self, session: Session, prim: Primitive, bv: Mapping[str, Any]) -> Result:
         """Execute a planned statement with the session's transaction rules."""
         cursor = _SessionCursor(self, session)
+        if type(prim) is Route and prim.point and not session.in_transaction:
+            # A point read: its one shard found directly, then what Route.execute
+            # does for one shard (the shard's result as is); the rare values
+            # point_shard leaves undecided take the general route.
+            cursor.reads = True
+            try:
+                shard = await prim.point_shard(cursor, bv)
+                if shard is None:
+                    return await prim.execute(cursor, bv)
+                return await cursor._one(prim.keyspace, shard, prim.query, bv)
+            except ShardgateError:
+                raise
+            except Exception as exc:
+                raise _unexpected(exc) from exc
+        if isinstance(prim, CreateTableAsSelect):
+            # Select and create, then insert the rows as a statement of its own (its
+            # transaction rules); a failed insert is undone, then the table dropped.
+            insert = await prim.create(cursor, bv)
+            if insert is None:
+                return Result()
+            try:
+                return await self._run(session, insert, bv)
+            except ShardgateError:
+                await prim.undo(_SessionCursor(self, session), bv)
+                raise
+        cursor.reads = not session.in_transaction and not _writes(prim)
         if session.in_transaction and not session.implicit:
             if _writes(prim):
                 return await self._statement_savepoint(session, prim, bv)
@@ -708,10 +900,34 @@ class Gate:
         With ``as_transaction`` they run in one transaction (opened and
         committed here unless the session already has one): the first error
         rolls it back, and the statements after it are not run (they get
-        ``ABORTED``).
+        ``ABORTED``). Across a reshard's write cut-over a statement outside a
+        transaction is held like :meth:`execute` holds it, and a transaction
+        the batch opened itself is rolled back, held and replayed whole; in
+        the caller's transaction the refused statement gets ``ABORTED``.
         """
-        out: list[Result | ShardgateError] = []
         own = as_transaction and not session.in_transaction
+        held_until = time.monotonic() + cutover.HOLD_S
+        while True:
+            out = await self._batch_once(session, statements, as_transaction, own)
+            # A transaction the batch opened itself and a reshard's cut-over aborted
+            # changed nothing: it is held and replayed whole, as execute holds a
+            # statement. In the caller's transaction the ABORTED result stays.
+            frozen = next((r for r in out if isinstance(r, ShardgateError)
+                           and cutover.writes_frozen(r)), None)
+            if not own or frozen is None:
+                return out
+            if not await cutover.wait_for_switch(
+                    self._refresh, lambda: self.topology.version, held_until):
+                return out
+
+    async def _batch_once(
+        self,
+        session: Session,
+        statements: Sequence[tuple[str, Mapping[str, Any] | None]],
+        as_transaction: bool,
+        own: bool,
+    ) -> list[Result | ShardgateError]:
+        out: list[Result | ShardgateError] = []
         if own:
             await self.begin(session)
         for i, (sql, bv) in enumerate(statements):
@@ -757,17 +973,21 @@ class Gate:
         bv = check_bind_vars(bind_vars)
         self.authorize(session, sql)
         planned = self.plan(sql, session.plan_key)
+        instructions = planned.instructions if isinstance(planned, Plan) else None
+        if isinstance(instructions, ReadSwitch) and not session.in_transaction:
+            instructions = instructions.reads  # a read outside a transaction
         if (
             not isinstance(planned, Plan)
             or session.in_transaction
-            or not isinstance(planned.instructions, Route)
+            or not isinstance(instructions, Route)
+            or _writes(instructions)  # held across a cut-over, as execute holds it
         ):
             yield await self.execute(session, sql, bv)
             return
         with self._using(session):
             await self._check_ended(session, planned)
             try:
-                async for chunk in planned.instructions.stream(_SessionCursor(self, session), bv):
+                async for chunk in instructions.stream(_SessionCursor(self, session), bv):
                     yield chunk
             except ShardgateError:
                 raise
@@ -875,6 +1095,10 @@ class Gate:
             case ShowVitessKeyspaces(like=like):
                 names = sorted(self.topology.keyspaces)
                 return Result.of_rows(["Database"], [(n,) for n in _like(names, like)])
+            case ShowShardgateWorker():
+                me = worker.current()
+                return Result.of_rows(["Worker", "Workers", "Pid"],
+                                      [(me.index, me.count, me.pid)])
             case _:
                 raise Internal(f"the gate cannot run {stmt.query_type} statements here")
         return Result()
@@ -967,6 +1191,32 @@ class Gate:
         _, tablet = self._first_shard(self.topology.keyspace(keyspace).name)
         return await read_catalog(tablet, table)
 
+    async def views(self, keyspace: str) -> list[str]:
+        """The views of ``keyspace`` (its first shard's), sorted; not cached."""
+        _, tablet = self._first_shard(self.topology.keyspace(keyspace).name)
+        return await read_views(tablet)
+
+    async def native_describe(self, keyspace: str, table: str) -> list[tuple[Any, ...]] | None:
+        """``DESCRIBE keyspace.table`` as the keyspace's MariaDB/MySQL shards answer it
+        (views included); None on other dialects or when not found."""
+        _, tablet = self._first_shard(self.topology.keyspace(keyspace).name)
+        return await native_describe(tablet, table)
+
+    async def native_create(self, keyspace: str, table: str) -> str | None:
+        """``SHOW CREATE TABLE`` of ``keyspace.table`` as the keyspace's MariaDB/MySQL
+        shards answer it (foreign keys, checks, comments, view definitions), database
+        names turned into keyspace names; None on other dialects or when not found."""
+        _, tablet = self._first_shard(self.topology.keyspace(keyspace).name)
+        text = await native_create(tablet, table)
+        if text is None:
+            return None
+        names: dict[str, str] = {}
+        for ks in self.topology.keyspaces:
+            db = await database_name(self._first_shard(ks)[1])
+            if db is not None:
+                names[db] = ks
+        return rename_databases(text, names)
+
     # -- sequences --------------------------------------------------------------
 
     async def _allocate_sequence(self, sequence: str, count: int) -> tuple[int, int]:
@@ -1014,6 +1264,8 @@ class Gate:
         """Move ``next_id`` on (UPDATE first: the row lock serialises gates); its new value."""
         ident = exp.to_identifier(table).sql(dialect=tablet.dialect)
         ph = tablet.placeholder
+        if ph == "%s":  # a driver formatting its parameters: a % of the name is doubled
+            ident = ident.replace("%", "%%")
         step = f"CASE WHEN cache > {ph} THEN cache ELSE {ph} END" if cached else ph
         await tablet.execute(
             f"UPDATE {ident} SET next_id = next_id + {step} WHERE id = 0",
@@ -1083,6 +1335,8 @@ def _outcome_unknown(exc: ShardgateError) -> bool:
 
 
 def _writes(prim: object) -> bool:
+    if isinstance(prim, InsertSelect):
+        return True
     if isinstance(prim, ScalarSubqueries):
         return _writes(prim.outer)
     if isinstance(prim, Insert | LookupDML):
@@ -1098,6 +1352,8 @@ def _one_statement_insert(prim: object) -> bool:
 
 
 def _needs_implicit_tx(prim: object) -> bool:
+    if isinstance(prim, InsertSelect):
+        return True  # its SELECT and its rows' inserts, as one statement
     if isinstance(prim, ScalarSubqueries):
         return _needs_implicit_tx(prim.outer)
     if isinstance(prim, Insert):
@@ -1136,7 +1392,7 @@ class _SessionCursor(ExecCursor):
     query and the shard, instead of reading as a fault of the user's statement.
     """
 
-    __slots__ = ("gate", "internal", "may_open_implicit", "session", "topology")
+    __slots__ = ("gate", "internal", "may_open_implicit", "reads", "session", "topology")
 
     def __init__(self, gate: Gate, session: Session, internal: str | None = None) -> None:
         self.gate = gate
@@ -1147,9 +1403,14 @@ class _SessionCursor(ExecCursor):
         #: a write to several shards outside a transaction opens the implicit one
         #: (the caller commits or rolls it back) instead of being refused
         self.may_open_implicit = False
+        #: a read outside a transaction: it goes to the keyspace's read-serving shards
+        #: (which differ from the write-serving ones between the two traffic switches
+        #: of a reshard, see :class:`~shardgate.topo.model.KeyspaceTopo`)
+        self.reads = False
 
     def shard_map(self, keyspace: str) -> ShardMap:
-        return self.topology.keyspace(keyspace).shard_map
+        ks = self.topology.keyspace(keyspace)
+        return ks.read_shard_map if self.reads else ks.shard_map
 
     def lookup_cursor(self) -> VCursor:
         return _LookupCursor(self.gate, self.session)

@@ -42,17 +42,24 @@ class LogEntry:
         return asdict(self)
 
 
-@dataclass
 class LiveQuery:
-    """One statement in flight."""
+    """One statement in flight (``session``: the session's object id in hex)."""
 
-    id: int
-    session: str
-    keyspace: str | None
-    sql: str
-    started: float
-    task: asyncio.Task[Any] | None
-    killed: bool = False
+    __slots__ = ("_session", "id", "keyspace", "killed", "sql", "started", "task")
+
+    def __init__(self, id: int, session: object, keyspace: str | None, sql: str,
+                 started: float, task: asyncio.Task[Any] | None) -> None:
+        self.id = id
+        self._session = id_of(session)
+        self.keyspace = keyspace
+        self.sql = sql
+        self.started = started
+        self.task = task
+        self.killed = False
+
+    @property
+    def session(self) -> str:
+        return f"{self._session:x}"
 
     def as_dict(self) -> dict[str, Any]:
         return {"id": self.id, "session": self.session, "keyspace": self.keyspace,
@@ -73,8 +80,7 @@ class LiveQueries:
             task = asyncio.current_task()
         except RuntimeError:
             task = None
-        q = LiveQuery(next(self._ids), f"{id(session):x}", session.keyspace, sql, time.time(),
-                      task)
+        q = LiveQuery(next(self._ids), session, session.keyspace, sql, time.time(), task)
         self._live[q.id] = q
         return q
 
@@ -94,11 +100,24 @@ class LiveQueries:
         return True
 
 
+def id_of(session: object) -> int:
+    """The number a session is shown by (in hex) in live queries and the query log."""
+    return id(session)
+
+
+#: A log entry's fields as recorded on the statement path (the session as ``id_of``).
+_Raw = tuple[float, str | None, str, float, int, int, str | None, int]
+
+
 class QueryLog:
-    """The last ``capacity`` finished statements, and live subscribers."""
+    """The last ``capacity`` finished statements, and live subscribers.
+
+    :meth:`record` keeps a statement's fields as a tuple (no object built on the
+    statement path unless someone subscribes); :meth:`recent` builds the entries.
+    """
 
     def __init__(self, capacity: int = 1000) -> None:
-        self._entries: deque[LogEntry] = deque(maxlen=capacity)
+        self._entries: deque[LogEntry | _Raw] = deque(maxlen=capacity)
         self._subscribers: set[asyncio.Queue[LogEntry]] = set()
 
     def add(self, entry: LogEntry) -> None:
@@ -107,14 +126,28 @@ class QueryLog:
             if q.qsize() < SUBSCRIBER_BACKLOG:
                 q.put_nowait(entry)
 
+    def record(self, at: float, keyspace: str | None, sql: str, seconds: float, rows: int,
+               shard_calls: int, error: str | None, session: object) -> None:
+        """:meth:`add` the entry of these fields (``session``: the session object)."""
+        if self._subscribers:
+            self.add(LogEntry(at, keyspace, sql, seconds, rows, shard_calls, error,
+                              f"{id_of(session):x}"))
+        else:
+            self._entries.append((at, keyspace, sql, seconds, rows, shard_calls, error,
+                                  id_of(session)))
+
     def clear(self) -> None:
         """Forget the finished statements (subscribers stay)."""
         self._entries.clear()
 
     def recent(self, limit: int | None = None) -> list[LogEntry]:
         """Newest first."""
-        out = list(reversed(self._entries))
-        return out if limit is None else out[:limit]
+        out: list[LogEntry] = []
+        for e in reversed(self._entries):
+            if limit is not None and len(out) >= limit:
+                break
+            out.append(e if isinstance(e, LogEntry) else LogEntry(*e[:7], f"{e[7]:x}"))
+        return out
 
     def subscribe(self) -> asyncio.Queue[LogEntry]:
         q: asyncio.Queue[LogEntry] = asyncio.Queue()

@@ -9,7 +9,10 @@ Invariants: the gate reserves blocks of ``max(cache, n)`` values in a short
 transaction of its own (UPDATE first, so the row lock serialises gates, then
 read the new ``next_id``); values in a block are handed out once, in order;
 a block is never returned, so values may be skipped but never repeated, even
-across gates and restarts.
+across gates and restarts, as long as the sequence's row is not reset. A
+block is forgotten when its sequence leaves the served VSchema (``retain``) or
+is restarted through this gate (``forget``: ``auto_shard`` starting the
+sequence of a re-created table at 1).
 
 One exception to the separate transaction: when the caller's transaction
 already holds the sequence's database and that database has one writer at a
@@ -37,6 +40,15 @@ class Sequences:
         self._allocate = allocate
         self._blocks: dict[str, tuple[int, int]] = {}
         self._locks: dict[str, asyncio.Lock] = {}
+
+    def forget(self, sequence: str) -> None:
+        """Drop the cached block of ``sequence`` (its table was dropped or restarted)."""
+        self._blocks.pop(sequence, None)
+
+    def retain(self, sequences: set[str]) -> None:
+        """Drop the cached blocks of sequences not in ``sequences`` (the VSchema's now)."""
+        for name in [n for n in self._blocks if n not in sequences]:
+            del self._blocks[name]
 
     async def next_values(
         self, sequence: str, count: int, *, in_transaction: AllocateFn | None = None

@@ -5,7 +5,7 @@ subqueries that can be neither pulled out, merged into one route, nor run
 where their outer rows are; DML with joins or subqueries on a sharded keyspace
 other than a co-located multi-table DELETE/UPDATE; UPDATE of a primary vindex
 column (or of a lookup vindex column to a non-constant value); multi-shard DML
-with LIMIT; INSERT ... SELECT into sharded tables; ON DUPLICATE KEY UPDATE of
+with LIMIT; INSERT ... SELECT into sharded tables without a column list; ON DUPLICATE KEY UPDATE of
 a vindex column or into an owner of lookup vindexes. Each refusal's message
 says what is supported.
 """
@@ -14,13 +14,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from sqlglot import exp
 
 from shardgate.engine.concat import Concatenate
 from shardgate.engine.dml import LookupChange, LookupDML
 from shardgate.engine.explain import Explain
+from shardgate.engine.insert_select import InsertSelect
 from shardgate.engine.postprocess import Aggregate
 from shardgate.engine.primitives import (
     DDL,
@@ -33,6 +34,7 @@ from shardgate.engine.primitives import (
     ShardQuery,
 )
 from shardgate.engine.probe import TypeChecked
+from shardgate.engine.readswitch import ReadSwitch
 from shardgate.engine.scalar import ScalarSubqueries
 from shardgate.engine.values import SQLExpr, Value, from_expression
 from shardgate.errors import InvalidArgument, ShardgateError, Unsupported
@@ -126,7 +128,13 @@ def build_plan(
         if target is not None:
             return Plan(kind, sql, targeted_route(stmt, vschema, target), normalize(stmt))
     routed = stmt if kind == "DDL" else apply_routing_rules(stmt, vschema, default_keyspace)
-    return Plan(kind, sql, fn(routed, vschema, default_keyspace), normalize(stmt))
+    prim = fn(routed, vschema, default_keyspace)
+    if kind == "SELECT" and vschema.read_routing_rules:
+        # reads outside transactions may route elsewhere (MoveTables' read switch)
+        read = apply_routing_rules(stmt, vschema, default_keyspace, reads=True)
+        if read.sql() != routed.sql():
+            prim = ReadSwitch(fn(read, vschema, default_keyspace), prim)
+    return Plan(kind, sql, prim, normalize(stmt))
 
 
 _TARGETABLE = (exp.Select, exp.Union, exp.Subquery, exp.Insert, exp.Update, exp.Delete)
@@ -214,7 +222,9 @@ def _single_keyspace(refs: list[_Ref], what: str) -> str:
 
 
 def _plan_select(stmt: exp.Expression, vschema: VSchema, default_ks: str | None) -> Primitive:
-    stmt = without_dual_joins(stmt)
+    # FROM dual (alone or joined) means no table: the shards' dialects all take a SELECT
+    # without FROM, and a quoted `dual` would be a table name on MySQL.
+    stmt = cast(exp.Expression, drop_dual(without_dual_joins(stmt)))
     refs = _refs(stmt, vschema, default_ks)
     if not refs:
         return _no_table_route(stmt, vschema, default_ks)
@@ -251,8 +261,10 @@ def _plan_select(stmt: exp.Expression, vschema: VSchema, default_ks: str | None)
     if values:
         return wrap_values(plan(outer), values)
     derived = _derived_select(stmt, vschema, default_ks) if nested else None
-    if derived is None and nested and len(keyspaces) == 1:
-        derived = plan_derived_at_gate(stmt, plan, next(iter(keyspaces)))
+    if derived is None and nested:
+        # Values computed at the gate follow the first table's keyspace.
+        gate_ks = next(iter(keyspaces)) if len(keyspaces) == 1 else refs[0].table.keyspace
+        derived = plan_derived_at_gate(stmt, plan, gate_ks)
     if derived is not None:
         return derived
     trefs = table_refs(stmt, vschema, default_ks) if nested else []
@@ -744,7 +756,11 @@ def _plan_insert(stmt: exp.Insert, vschema: VSchema, default_ks: str | None) -> 
     tree = strip_qualifiers(stmt)
     source = stmt.expression
     simple = isinstance(source, exp.Values) and stmt.args.get("conflict") is None
-    if not ks.sharded and (table.auto_increment is None or not simple):
+    # A SELECT reading another keyspace cannot run in this keyspace's database: the
+    # gate runs it and inserts its rows (engine/insert_select.py).
+    elsewhere = isinstance(source, exp.Query) and reads_other_keyspace(
+        source, ks.name, vschema, default_ks)
+    if not ks.sharded and (table.auto_increment is None or not simple) and not elsewhere:
         if table.auto_increment is not None:
             raise Unsupported(
                 f"INSERT into {table.name} with a sequence needs a plain VALUES list"
@@ -764,10 +780,22 @@ def _plan_insert(stmt: exp.Insert, vschema: VSchema, default_ks: str | None) -> 
                 "subqueries (a SELECT would read the pinned shard only)"
             )
         return _route(pinned, ks.name, tree, table.name, write=True)
+    selected: Primitive | None = None
+    if isinstance(source, exp.Query):
+        # The gate runs the SELECT, then inserts its rows as VALUES (engine/insert_select.py).
+        if columns_given is None and table.authoritative_columns is None:
+            raise InvalidArgument(
+                f"INSERT ... SELECT into sharded table {table.qualified} must list its "
+                f"columns: INSERT INTO {table.name} (col, ...) SELECT ..."
+            )
+        selected = _plan_select(cast(exp.Expression, source), vschema, default_ks)
+        stmt = stmt.copy()
+        source = exp.Values(expressions=[])
+        stmt.set("expression", source)
     if not isinstance(source, exp.Values):
         raise Unsupported(f"INSERT ... SELECT into sharded table {table.name} is not supported")
     on_duplicate = on_duplicate_assignments(stmt, table)
-    if columns_given is None and all(
+    if columns_given is None and selected is None and all(
         isinstance(row, exp.Tuple) and not row.expressions for row in source.expressions
     ):
         columns_given = []  # INSERT INTO t VALUES (): every column takes its default
@@ -809,7 +837,7 @@ def _plan_insert(stmt: exp.Insert, vschema: VSchema, default_ks: str | None) -> 
         if not (cv.owned and isinstance(cv.vindex, Lookup))
         and not (isinstance(cv.vindex, Lookup) and cv.vindex.write_only)
     )
-    return Insert(
+    insert = Insert(
         keyspace=ks.name,
         sharded=ks.sharded and table.type != "reference",
         table=table.name,
@@ -825,6 +853,7 @@ def _plan_insert(stmt: exp.Insert, vschema: VSchema, default_ks: str | None) -> 
         on_duplicate=on_duplicate,
         quoted=frozenset(quoted | ({table.name} if target.this.args.get("quoted") else set())),
     )
+    return insert if selected is None else InsertSelect(selected, insert)
 
 
 def _check_ignorable(table: Table, owned: tuple[OwnedLookup, ...]) -> None:
@@ -868,7 +897,7 @@ def _value_subqueries(
     if not isinstance(source, exp.Values) or source.find(exp.Query) is None:
         return None
     ks = vschema.keyspace(table.keyspace)
-    if not ks.sharded and not _reads_other_keyspace(source, ks.name, vschema):
+    if not ks.sharded and not reads_other_keyspace(source, ks.name, vschema, default_ks):
         return None
     stmt = stmt.copy()
     values = stmt.expression
@@ -888,10 +917,13 @@ def _value_subqueries(
     return ScalarSubqueries(tuple(subqueries), _plan_insert(stmt, vschema, default_ks))
 
 
-def _reads_other_keyspace(source: exp.Expr, keyspace: str, vschema: VSchema) -> bool:
+def reads_other_keyspace(source: exp.Expr, keyspace: str, vschema: VSchema,
+                         default_ks: str | None) -> bool:
+    """Whether ``source`` (of a statement run in ``default_ks``, where its unqualified
+    tables resolve) reads a table of another keyspace than ``keyspace``."""
     for t in source.find_all(exp.Table):
         try:
-            found = vschema.find_table(t.name, t.db or None, keyspace)
+            found = vschema.find_table(t.name, t.db or None, default_ks or keyspace)
         except ShardgateError:
             continue  # not in the VSchema: the unsharded database resolves it
         if found.keyspace != keyspace:
@@ -900,6 +932,12 @@ def _reads_other_keyspace(source: exp.Expr, keyspace: str, vschema: VSchema) -> 
 
 
 def _plan_ddl(stmt: exp.Expression, vschema: VSchema, default_ks: str | None) -> Primitive:
+    if isinstance(stmt, exp.Create) and stmt.find(exp.TemporaryProperty) is not None:
+        raise Unsupported(
+            "CREATE TEMPORARY TABLE: a temporary table lives in one database connection, and "
+            "the gate runs each statement on a pooled connection of each shard (the next "
+            "statement may not see it); create a regular table"
+        )
     table = stmt.find(exp.Table)
     ks_name = (table.db if table is not None and table.db else None) or default_ks
     if ks_name is None:
@@ -907,6 +945,30 @@ def _plan_ddl(stmt: exp.Expression, vschema: VSchema, default_ks: str | None) ->
             "DDL needs a keyspace: qualify the table (keyspace.table) or set a default keyspace"
         )
     ks = vschema.keyspace(ks_name)
+    kind = str(stmt.args.get("kind", "")).upper()
+    if isinstance(stmt, exp.Create) and kind == "VIEW" and ks.sharded:
+        raise Unsupported(
+            f"CREATE VIEW in sharded keyspace {ks.name}: a view is a query stored in each "
+            "shard's database, where it would see only that shard's rows; create the view "
+            "in an unsharded keyspace"
+        )
+    if isinstance(stmt, exp.Create) and isinstance(stmt.expression, exp.Query):
+        for source in stmt.expression.find_all(exp.Table):
+            if (source.db or default_ks or ks.name) != ks.name:
+                raise Unsupported(
+                    f"CREATE {kind} in keyspace {ks.name} from {source.db}.{source.name}: "
+                    "the statement runs inside the keyspace's databases, which do not hold "
+                    "other keyspaces' tables; create it, then INSERT ... SELECT through "
+                    "the gate"
+                )
+    for ref in stmt.find_all(exp.Reference):
+        for target in ref.find_all(exp.Table):
+            if target.db and target.db != ks.name:
+                raise Unsupported(
+                    f"a foreign key from keyspace {ks.name} to {target.db}.{target.name}: "
+                    "keyspaces are separate databases, which cannot check a foreign key "
+                    "between them"
+                )
     return DDL(ks.name, ks.sharded, ShardQuery(strip_qualifiers(stmt)))
 
 
@@ -924,3 +986,45 @@ _BUILDERS: dict[type[exp.Expr], tuple[str, _Builder]] = {
     exp.Alter: ("DDL", _plan_ddl),
     exp.Describe: ("EXPLAIN", _plan_explain),
 }
+
+
+def first_primary_key_column(stmt: exp.Create) -> str | None:
+    """The first column of a CREATE TABLE's primary key (table or column constraint)."""
+    pk = stmt.find(exp.PrimaryKey)
+    if pk is not None and pk.expressions:
+        first = pk.expressions[0]
+        if isinstance(first, exp.Ordered):
+            first = first.this
+        return str(first.name)
+    for constraint in stmt.find_all(exp.PrimaryKeyColumnConstraint):
+        column = constraint.find_ancestor(exp.ColumnDef)
+        if column is not None:
+            return str(column.name)
+    return None
+
+
+_SERIAL_TYPES = (exp.DataType.Type.SERIAL, exp.DataType.Type.BIGSERIAL,
+                 exp.DataType.Type.SMALLSERIAL)
+
+
+def auto_increment_column(stmt: exp.Create) -> str | None:
+    """The CREATE TABLE column the database numbers itself: ``AUTO_INCREMENT``,
+    ``SERIAL`` (``BIGSERIAL``, ``SMALLSERIAL``) or ``GENERATED ... AS IDENTITY``; None
+    when there is none. Only a primary key column counts (as the database's own
+    counter, a sequence fills a key)."""
+    if not isinstance(stmt.this, exp.Schema):
+        return None
+    pk = first_primary_key_column(stmt)
+    keys = {pk.lower()} if pk is not None else set()
+    found = stmt.find(exp.PrimaryKey)
+    if found is not None:
+        keys |= {str((e.this if isinstance(e, exp.Ordered) else e).name).lower()
+                 for e in found.expressions}
+    for column in stmt.this.expressions:
+        if not isinstance(column, exp.ColumnDef) or column.name.lower() not in keys:
+            continue
+        kind = column.args.get("kind")
+        if (isinstance(kind, exp.DataType) and kind.this in _SERIAL_TYPES) or column.find(
+                exp.AutoIncrementColumnConstraint, exp.GeneratedAsIdentityColumnConstraint):
+            return str(column.name)
+    return None

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from sqlglot import exp
 
 from shardgate.planner.join import TableRef
+from shardgate.planner.union import output_names
 
 
 def expand_stars(stmt: exp.Select, refs: Sequence[TableRef]) -> exp.Select:
@@ -41,7 +42,9 @@ def expand_stars(stmt: exp.Select, refs: Sequence[TableRef]) -> exp.Select:
             expressions.append(e)
             continue
         for ref in tables:
-            columns = ref.table.authoritative_columns
+            # a derived table's columns are its select list, not its table's
+            columns = output_names(ref.node.this) if isinstance(ref.node, exp.Subquery) \
+                else ref.table.authoritative_columns
             if columns is None:
                 return stmt
             expressions.extend(

@@ -65,6 +65,9 @@ class TableRef:
     join: exp.Join | None  # None for the FROM table
     #: a row-wise derived table over ``table``: its WHERE, which also routes it
     inner_where: exp.Expr | None = None
+    #: any other derived table (aggregates, joins, ...): planned on its own and
+    #: joined at the gate; ``table`` is only the first table it reads
+    opaque: bool = False
 
 
 def pull_out_subqueries(stmt: exp.Select, plan: PlanFn) -> tuple[exp.Select, list[Pulled]]:
@@ -196,8 +199,16 @@ def _derived_ref(
         "table (no aggregates, DISTINCT, ORDER BY, LIMIT, joins or subqueries)"
     )
     base = row_wise_table(inner)
-    if not node.alias or base is None:
+    if not node.alias:
         raise refused
+    if base is None:
+        first = next(iter(inner.find_all(exp.Table)), None) if isinstance(
+            inner, exp.Select) else None
+        if first is None or not first.name:
+            raise refused
+        # Planned on its own (any SELECT the gate can answer) and joined at the gate.
+        stand_in = vschema.find_table(first.name, first.db or None, default_ks)
+        return TableRef(node.alias.lower(), stand_in, node, join, opaque=True)
     table = vschema.find_table(base.name, base.db or None, default_ks)
     vindex_columns = {c for cv in table.column_vindexes for c in cv.columns}
     for item in inner.expressions:
@@ -237,6 +248,8 @@ def _join_terms(refs: list[TableRef], inner_only: bool) -> list[exp.Expr]:
 
 def colocated(refs: list[TableRef], where: exp.Expr | None) -> bool:
     """True when all sharded tables are joined pairwise on their primary vindex."""
+    if any(r.opaque for r in refs):
+        return False  # a derived table planned on its own: joined at the gate
     for i, r in enumerate(refs):
         side = (r.join.side or "").upper() if r.join is not None else ""
         if side in ("RIGHT", "FULL"):
@@ -359,8 +372,8 @@ def plan_nested_loop(
             f"join condition {t.sql(dialect='mysql')!r} cannot be split across shards: "
             "use equalities between columns of the two tables"
         )
-    if not keys and outer:
-        raise Unsupported("a LEFT JOIN across shards needs an equality between the two tables")
+    # A LEFT JOIN without keys has only right-side ON terms here (others were refused):
+    # each left row meets every right row that passes them, or NULLs if none does.
 
     left_where: list[exp.Expr] = list(left_on)
     right_where: list[exp.Expr] = []
@@ -412,7 +425,9 @@ def plan_nested_loop(
         left_stmt.set("where", exp.Where(this=exp.and_(*[t.copy() for t in left_where])))
     join_var = JOIN_VAR.format(len(refs) - 1)
     right_terms = [t.copy() for t in right_only + right_where]
-    if keys:  # without keys (a cross join) the right side runs once, unfiltered
+    # Without keys (a cross join) the right side runs once, unfiltered; so does a
+    # derived table planned on its own (the gate cannot filter its rows by a list).
+    if keys and not right.opaque:
         right_terms.append(exp.In(this=keys[0][1].copy(),
                                   expressions=[exp.Placeholder(this=join_var)]))
     # A cross join that reads no right column still needs one per right row.
@@ -425,7 +440,7 @@ def plan_nested_loop(
     keyspace = refs[0].table.keyspace
     joined: Primitive = NestedLoopJoin(
         plan(left_stmt), plan(right_stmt), tuple(left_key_pos), tuple(right_key_pos),
-        join_var, len(right_items), outer, keyspace=keyspace,
+        join_var, len(right_items), outer, keyspace=keyspace, right_filtered=not right.opaque,
     )
     slots = {canonical(c): i for i, c in enumerate(left_cols)}
     slots.update({canonical(c): len(left_items) + i for i, c in enumerate(right_cols)})

@@ -21,7 +21,8 @@ from shardgate.sql.labels import label
 VALUE_VAR = "__sg_sv{}"
 
 PlanFn = Callable[[exp.Expression], Primitive]
-Pulled = tuple[str, Primitive, bool]  # (var, subquery plan, is EXISTS)
+#: (var, subquery plan, is EXISTS, select-list positions that are the subquery itself)
+Pulled = tuple[str, Primitive, bool, tuple[int, ...]]
 
 
 def _own_scope(node: exp.Expr, stmt: exp.Select) -> bool:
@@ -49,7 +50,7 @@ def pull_out_values(stmt: exp.Select, plan: PlanFn) -> tuple[exp.Select, list[Pu
                 continue
             var = VALUE_VAR.format(len(pulled))
             probe = inner if inner.args.get("limit") is not None else inner.copy().limit(1)
-            pulled.append((var, plan(probe), True))
+            pulled.append((var, plan(probe), True, ()))
             node.replace(exp.EQ(this=exp.Placeholder(this=var), expression=exp.Literal.number(1)))
             continue
         if isinstance(node.parent, exp.In | exp.Exists | exp.Any | exp.All):
@@ -58,17 +59,24 @@ def pull_out_values(stmt: exp.Select, plan: PlanFn) -> tuple[exp.Select, list[Pu
         if not isinstance(inner, exp.Select) or correlated(inner):
             continue
         var = VALUE_VAR.format(len(pulled))
-        pulled.append((var, plan(inner), False))
         value: exp.Expr = exp.Placeholder(this=var)
+        item = node.parent if isinstance(node.parent, exp.Alias) else node
+        positions: tuple[int, ...] = ()
+        if item.parent is out and item.arg_key == "expressions" and not any(
+            isinstance(e, exp.Star) or e.is_star for e in out.expressions
+        ):
+            positions = (next(i for i, e in enumerate(out.expressions) if e is item),)
         if node.parent is out and node.arg_key == "expressions":
             # a select-list item keeps the name the database gives it: its text
             value = exp.alias_(value, label(node), quoted=True)
+        pulled.append((var, plan(inner), False, positions))
         node.replace(value)
     return out, pulled
 
 
 def wrap_values(outer: Primitive, pulled: list[Pulled]) -> Primitive:
     """The outer plan behind the pulled-out subqueries, run first to last."""
-    for var, sub, exists in reversed(pulled):
-        outer = PulloutExists(sub, outer, var) if exists else PulloutValue(sub, outer, var)
+    for var, sub, exists, columns in reversed(pulled):
+        outer = PulloutExists(sub, outer, var) if exists else PulloutValue(
+            sub, outer, var, columns=columns)
     return outer

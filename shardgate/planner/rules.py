@@ -16,17 +16,18 @@ from shardgate.vschema import VSchema
 
 
 def apply_routing_rules(
-    stmt: exp.Expr, vschema: VSchema, default_keyspace: str | None
+    stmt: exp.Expr, vschema: VSchema, default_keyspace: str | None, *, reads: bool = False
 ) -> exp.Expr:
-    """``stmt`` with its routed table references rewritten (or ``stmt`` itself)."""
-    if not vschema.routing_rules:
+    """``stmt`` with its routed table references rewritten (or ``stmt`` itself);
+    ``reads``: as read outside a transaction (read rules first)."""
+    if not vschema.routing_rules and not (reads and vschema.read_routing_rules):
         return stmt
-    if not any(_target(t, vschema, default_keyspace) for t in _tables(stmt)):
+    if not any(_target(t, vschema, default_keyspace, reads) for t in _tables(stmt)):
         return stmt
     out = stmt.copy()
     insert_target = _insert_target(out)
     for table in list(_tables(out)):
-        target = _target(table, vschema, default_keyspace)
+        target = _target(table, vschema, default_keyspace, reads)
         if target is None:
             continue
         keyspace, name = target
@@ -44,9 +45,9 @@ def _tables(stmt: exp.Expr) -> list[exp.Table]:
 
 
 def _target(
-    table: exp.Table, vschema: VSchema, default_keyspace: str | None
+    table: exp.Table, vschema: VSchema, default_keyspace: str | None, reads: bool
 ) -> tuple[str, str] | None:
-    return vschema.routing_target(table.name, table.db or None, default_keyspace)
+    return vschema.routing_target(table.name, table.db or None, default_keyspace, reads=reads)
 
 
 def _insert_target(stmt: exp.Expr) -> exp.Table | None:

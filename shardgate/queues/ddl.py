@@ -55,7 +55,9 @@ _RANDOM_ID = {
     "sqlite": "(random() & 9223372036854775807)",
     "postgres": "(('x' || substr(replace(gen_random_uuid()::text, '-', ''), 1, 15))"
                 "::bit(60)::bigint)",
-    "mysql": "(FLOOR(RAND() * 9000000000000000000))",
+    # Not RAND(): MariaDB's RAND() has 30 bits of state, so one bulk INSERT of
+    # 200k events repeats ~900 ids. 60 bits of an MD5 of a (unique) UUID() do not.
+    "mysql": "(CAST(CONV(SUBSTR(MD5(UUID()), 1, 15), 16, 10) AS SIGNED))",
 }
 
 
@@ -160,6 +162,12 @@ def _number(v: str) -> Any:
     return v
 
 
+def _defaults(dialect: str) -> dict[str, str]:
+    """The mandatory columns' defaults on ``dialect`` (``time_acked`` has none)."""
+    return {"id": _RANDOM_ID[dialect], "time_scheduled": NOW_NS[dialect], "time_next": "0",
+            "epoch": "0", "state": "'to_be_fired'", "priority": "0"}
+
+
 def queue_table_ddl(
     name: str,
     user_columns: list[exp.ColumnDef],
@@ -171,15 +179,15 @@ def queue_table_ddl(
     """The statements creating queue table ``name`` on one shard of ``dialect``."""
     q = exp.to_identifier(name).sql(dialect=dialect)
     ine = "IF NOT EXISTS " if if_not_exists else ""
-    state_type = "VARCHAR(16)"
+    d = _defaults(dialect)
     cols = [
-        f"id BIGINT NOT NULL DEFAULT {_RANDOM_ID[dialect]} PRIMARY KEY",
-        f"time_scheduled BIGINT NOT NULL DEFAULT {NOW_NS[dialect]}",
-        "time_next BIGINT NOT NULL DEFAULT 0",
-        "epoch INT NOT NULL DEFAULT 0",
-        f"state {state_type} NOT NULL DEFAULT 'to_be_fired'",
+        f"id BIGINT NOT NULL DEFAULT {d['id']} PRIMARY KEY",
+        f"time_scheduled BIGINT NOT NULL DEFAULT {d['time_scheduled']}",
+        f"time_next BIGINT NOT NULL DEFAULT {d['time_next']}",
+        f"epoch INT NOT NULL DEFAULT {d['epoch']}",
+        f"state VARCHAR(16) NOT NULL DEFAULT {d['state']}",
         "time_acked BIGINT NULL",
-        "priority INT NOT NULL DEFAULT 0",
+        f"priority INT NOT NULL DEFAULT {d['priority']}",
     ]
     cols += [c.sql(dialect=dialect) for c in user_columns]
     comment = options.to_comment()
@@ -195,14 +203,37 @@ def queue_table_ddl(
     if dialect == "postgres":
         out.append(f"COMMENT ON TABLE {q} IS '{comment}'")
     idx_ine = "IF NOT EXISTS " if if_not_exists and dialect != "mysql" else ""
+    return out + _scan_indexes(name, options, dialect, idx_ine)
+
+
+def _scan_indexes(name: str, options: QueueOptions, dialect: str, ine: str) -> list[str]:
+    """``CREATE INDEX`` of a queue table's two scan indexes and its ordering/group keys."""
+    q = exp.to_identifier(name).sql(dialect=dialect)
     indexes = [("due", "state, time_scheduled"), ("next", "state, time_next")]
     for opt in (options.ordering_key, options.group_key):
         if opt is not None:
             indexes.append((opt, exp.to_identifier(opt).sql(dialect=dialect)))
-    for suffix, cols_sql in indexes:
-        iname = exp.to_identifier(f"{name}_sg_{suffix}").sql(dialect=dialect)
-        out.append(f"CREATE INDEX {idx_ine}{iname} ON {q} ({cols_sql})")
-    return out
+    return [f"CREATE INDEX {ine}{exp.to_identifier(f'{name}_sg_{suffix}').sql(dialect=dialect)}"
+            f" ON {q} ({cols_sql})" for suffix, cols_sql in indexes]
+
+
+def queue_table_extras(name: str, options: QueueOptions, dialect: str, *,
+                       comment: bool = True) -> list[str]:
+    """What makes an existing copy of queue table ``name`` (its columns and primary
+    key, e.g. a reshard target's) a queue table like :func:`queue_table_ddl` would
+    create: the mandatory columns' defaults, the comment marker (``comment``; not
+    on SQLite, whose marker lives in the ``CREATE TABLE`` statement) and the scan
+    indexes. Idempotent."""
+    q = exp.to_identifier(name).sql(dialect=dialect)
+    out: list[str] = []
+    if dialect != "sqlite":
+        for col, expr in _defaults(dialect).items():
+            out.append(f"ALTER TABLE {q} ALTER COLUMN {col} SET DEFAULT {expr}")
+        if comment:
+            marker = options.to_comment()
+            out.append(f"COMMENT ON TABLE {q} IS '{marker}'" if dialect == "postgres"
+                       else f"ALTER TABLE {q} COMMENT = '{marker}'")
+    return out + _scan_indexes(name, options, dialect, "IF NOT EXISTS ")
 
 
 def detect_sql(dialect: str) -> str:

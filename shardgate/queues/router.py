@@ -8,7 +8,17 @@ methods here, and the gRPC servicer calls those methods.
   event naming its shard. A shard whose tablet ends the subscription (lease
   moved, tablet restarted) is re-subscribed after a short pause; its unacked
   events are fired again after their ack wait (at least once).
-* **Ack** goes to the one shard the event names: no scatter.
+* **Ack** goes to the one shard the event names: no scatter. After a
+  reshard's write switch that shard may no longer serve: the ack goes to the
+  serving shards covering its key range (the event's row moved to exactly one
+  of them; an ack is an idempotent conditional UPDATE by id, so the others
+  change nothing).
+* **Reshards.** A receive follows the keyspace's serving shards: every
+  :data:`FOLLOW_S` it compares them with the shards it reads, subscribes to
+  new ones (the targets, once the write switch is published) and ends its
+  subscriptions to shards that left (the sources): the receiver is not
+  re-subscribed, and the sources' fired, unacked events fire again from the
+  targets after their ack wait (at least once).
 
 Both storage modes take this path: a queue table is served by the tablets'
 queue managers, a segmented queue (``"storage": "segmented"``) by the
@@ -136,6 +146,10 @@ QueueGate = GateView[QueueShard]
 
 #: Seconds before a shard's ended subscription is opened again.
 RESUBSCRIBE_PAUSE_S = 0.2
+#: Seconds between a receiver's checks that its queue was not dropped.
+DROP_CHECK_S = 1.0
+#: Seconds between a receive's checks of the keyspace's serving shards (reshards).
+FOLLOW_S = 0.1
 #: Acked ids a gate remembers per queue to drop copies still on their way.
 RECENT_ACKS = 200_000
 
@@ -328,18 +342,24 @@ async def receive(
     table = gate.vschema.find_table(queue, keyspace, keyspace)
     if table.type != "queue":
         raise InvalidArgument(f"{table.qualified} is not a queue table (type {table.type!r})")
-    ks = gate.topology.keyspace(table.keyspace)
+    ks_name = table.keyspace
     if shard is not None:
-        ks.shard(shard)
-        targets = [shard]
-    elif key_range is not None:
-        targets = ks.shard_map.shards_for_range(parse_shard_name(key_range))
-    else:
-        targets = [s.name for s in ks.shards]
+        gate.topology.keyspace(ks_name).shard(shard)
+
+    def serving() -> list[str]:
+        """The shards to read now (they change with a reshard's write switch)."""
+        ks = gate.topology.keyspace(ks_name)
+        if shard is not None:
+            return [shard]
+        if key_range is not None:
+            return ks.shard_map.shards_for_range(parse_shard_name(key_range))
+        return [s.name for s in ks.shards]
+
+    targets = serving()
     out: asyncio.Queue[QueueBatch | BaseException] = asyncio.Queue(maxsize=len(targets) * 2)
 
     async def pump(name: str) -> None:
-        client = gate.tablets[(ks.name, name)]
+        client = gate.tablets[(ks_name, name)]
         subscribed = False
         while True:
             stream = client.queue_receive(table.name, max_batch)
@@ -351,13 +371,53 @@ async def receive(
                 if not subscribed:
                     await out.put(exc)
                     return
-                log.info("queue %s on %s/%s: %s; subscribing again", queue, ks.name, name, exc)
+                log.info("queue %s on %s/%s: %s; subscribing again", queue, ks_name, name, exc)
             finally:
                 with contextlib.suppress(Exception):
                     await stream.aclose()  # type: ignore[attr-defined]
             await asyncio.sleep(RESUBSCRIBE_PAUSE_S)
+            if await dropped():  # a tablet ends its receivers when the queue is dropped
+                return
 
-    tasks = [asyncio.create_task(pump(n)) for n in targets]
+    async def dropped() -> bool:
+        try:
+            gate.vschema.find_table(queue, keyspace, keyspace)
+        except ShardgateError as exc:
+            await out.put(NotFound(f"queue {table.qualified} was dropped: its receivers "
+                                   f"end ({exc})"))
+            return True
+        return False
+
+    pumps: dict[str, asyncio.Task[None]] = {}
+
+    async def watch() -> None:
+        # A tablet may be told of the drop before this gate's VSchema says so (or not at
+        # all: another gate dropped it), and a resubscription in between would wait forever.
+        checked = asyncio.get_running_loop().time()
+        while True:
+            await asyncio.sleep(FOLLOW_S)
+            if asyncio.get_running_loop().time() - checked >= DROP_CHECK_S:
+                checked = asyncio.get_running_loop().time()
+                if await dropped():
+                    return
+            with contextlib.suppress(ShardgateError):
+                await follow(serving())
+
+    async def follow(now: list[str]) -> None:
+        """Read the shards serving now: subscribe to new ones, leave the others."""
+        for name in now:
+            if name not in pumps and (ks_name, name) in gate.tablets:
+                log.info("queue %s: subscribing to shard %s/%s (it serves now)", queue,
+                         ks_name, name)
+                pumps[name] = asyncio.create_task(pump(name))
+        gone = [n for n in pumps if n not in now]
+        for name in gone:
+            log.info("queue %s: leaving shard %s/%s (it no longer serves)", queue, ks_name,
+                     name)
+        await cancel_and_wait([pumps.pop(n) for n in gone], swallow=(Exception,))
+
+    pumps.update((n, asyncio.create_task(pump(n))) for n in targets)
+    watcher = asyncio.create_task(watch())
     sent_fields = False
     recent = _recent_acks(gate)
     try:
@@ -366,17 +426,17 @@ async def receive(
             if isinstance(item, BaseException):
                 raise item
             if item.events:
-                item = recent.live(ks.name, table.name.lower(), item)
+                item = recent.live(ks_name, table.name.lower(), item)
                 if not item.events:
                     continue
             if not item.events:
                 if not sent_fields:
                     sent_fields = True
-                    yield QueueBatch(ks.name, table.name, item.fields, [])
+                    yield QueueBatch(ks_name, table.name, item.fields, [])
                 continue
             yield item
     finally:
-        await cancel_and_wait(tasks, swallow=(Exception,))
+        await cancel_and_wait([watcher, *pumps.values()], swallow=(Exception,))
 
 
 async def enqueue(
@@ -459,10 +519,23 @@ async def nack(gate: QueueGate, keyspace: str, queue: str, shard: str, ids: Sequ
 async def ack(gate: QueueGate, keyspace: str, queue: str, shard: str, ids: Sequence[int]) -> int:
     """Ack events of one shard (the shard their receiver was told)."""
     table = gate.vschema.find_table(queue, keyspace, keyspace)
-    gate.topology.keyspace(table.keyspace).shard(shard)
-    n = await gate.tablets[(table.keyspace, shard)].queue_ack(table.name, list(ids))
-    _recent_acks(gate).add(table.keyspace, table.name.lower(), shard, ids)
-    return n
+    ks = gate.topology.keyspace(table.keyspace)
+    if any(s.name == shard for s in ks.shards):
+        owners = [shard]
+    else:  # a reshard moved the shard's rows: to the serving shards of its key range
+        try:
+            kr = parse_shard_name(shard)
+        except ShardgateError:
+            ks.shard(shard)  # NotFound, naming the shards
+            raise
+        owners = ks.shard_map.shards_for_range(kr)
+        if not owners:
+            ks.shard(shard)
+    done = await asyncio.gather(
+        *(gate.tablets[(table.keyspace, s)].queue_ack(table.name, list(ids)) for s in owners))
+    for s in {shard, *owners}:  # copies fired again by the new owners carry their name
+        _recent_acks(gate).add(table.keyspace, table.name.lower(), s, ids)
+    return max(done, default=0)  # a tablet's count is of ids known, per shard
 
 
 async def admin(gate: QueueGate, keyspace: str, queue: str, action: str, *,

@@ -67,6 +67,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from shardgate.aio import wait_for
 from shardgate.backends.change_log import open_change_log
 from shardgate.backends.changes import ChangeLog, Heartbeat, Transaction
 from shardgate.backends.urls import parse_url
@@ -75,7 +76,6 @@ from shardgate.event_token import EventToken, position_key
 from shardgate.spark import types as sgtypes
 from shardgate.spark._worker import settle
 from shardgate.spark.options import ChangesOptions, SourceOptions, start_timestamp
-from shardgate.topo import load_cluster_file
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -162,7 +162,7 @@ async def read_range(
     try:
         while True:
             try:
-                item = await asyncio.wait_for(anext(items), idle_timeout)
+                item = await wait_for(anext(items), idle_timeout)
             except TimeoutError:
                 raise Unavailable(
                     f"the change log of {log.shard} did not reach position {end} within "
@@ -280,9 +280,10 @@ class ChangesStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # -- driver -----------------------------------------------------------------
 
     def _shards(self) -> list[_Shard]:
-        """The keyspace's shards per the cluster file now (refreshed every batch)."""
+        """The keyspace's shards per the cluster file (or topo store) now (refreshed
+        every batch)."""
         try:
-            topo = load_cluster_file(self.opts.cluster)
+            topo = self.opts.current()
         except (OSError, NotFound):
             topo = self.opts.topo()  # the file is gone: keep the topology the query began with
         return [_Shard(s.name, s.url, parse_url(s.url).kind)

@@ -9,6 +9,7 @@ from typing import Any
 
 from shardgate.errors import InvalidArgument
 from shardgate.topo import Topology, load_cluster_file
+from shardgate.topo.local import read_topology
 
 #: how a partition reads its split: straight from the shard's database with the
 #: keyspace-id filter applied to each batch, or through an in-process gate
@@ -44,35 +45,53 @@ def _bool(options: Mapping[str, str], key: str, default: bool) -> bool:
 class SourceOptions:
     """Options common to every shardgate source.
 
-    ``cluster``   path of the cluster file (YAML, see ``shardgate.topo.file``): required.
+    ``cluster``   path of the cluster file (YAML, see ``shardgate.topo.file``), or
+    ``topo``      the URL of a topo store (production mode: the store ``shardgate gate
+                  --topo`` and the tablet processes use); one of the two is required.
     ``keyspace``  the keyspace; defaults to the cluster's ``default_keyspace``.
     ``topology``  the topology document (``Topology.to_dict()``), shipped to the tasks so
-                  that executors need not read the file.
+                  that executors need not read the file or the store.
     """
 
-    cluster: str
+    cluster: str | None
     keyspace: str
     topology: dict[str, Any]
+    topo_url: str | None = None
 
     def topo(self) -> Topology:
         return Topology.from_dict(self.topology)
 
+    def current(self) -> Topology:
+        """The topology now: the cluster file read again, or the topo store's."""
+        if self.topo_url is not None:
+            return read_topology(None, url=self.topo_url)
+        assert self.cluster is not None
+        return load_cluster_file(self.cluster)
+
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
-        cluster = options.get("cluster")
-        if not cluster:
+        cluster = options.get("cluster") or None
+        topo_url = options.get("topo") or None
+        if cluster and topo_url:
+            raise InvalidArgument("give option 'cluster' or option 'topo', not both")
+        if topo_url is not None:
+            topo = read_topology(None, url=topo_url)
+        elif cluster is not None:
+            topo = load_cluster_file(cluster)
+        else:
             raise InvalidArgument(
                 "option 'cluster' is required: the path of the cluster file "
-                "(.option('cluster', 'cluster.yaml'))"
+                "(.option('cluster', 'cluster.yaml')), or option 'topo', the URL of the "
+                "topo store of a production cluster"
             )
-        topo = load_cluster_file(cluster)
         keyspace = options.get("keyspace") or topo.default_keyspace
         if not keyspace:
             raise InvalidArgument(
-                "option 'keyspace' is required: the cluster file names no default_keyspace"
+                "option 'keyspace' is required: the cluster names no default_keyspace"
             )
         topo.keyspace(keyspace)  # NotFound names the known ones
-        return cls(cluster=cluster, keyspace=keyspace, topology=topo.to_dict())
+        return cls(cluster=cluster, keyspace=keyspace, topology=topo.to_dict(),
+                   topo_url=topo_url)
 
 
 @dataclass(frozen=True)
@@ -207,8 +226,10 @@ class QueueSourceOptions:
 
     ``queue``                 the queue table (required).
     ``gate``                  ``grpc://host:port`` of a running gate to receive from; default:
-                              an in-process gate on the cluster file's topology, in the driver
-                              (its tablets compete for the shards' queue leases).
+                              with option ``topo``, a gate in the driver reaching the tablet
+                              processes registered there; with ``cluster``, an in-process
+                              gate on its topology (its tablets compete for the shards'
+                              queue leases).
     ``maxEventsPerTrigger``   events per micro-batch at most (default 1000).
     ``waitMs``                how long one trigger waits for the first events (default 500).
     ``partitions``            partitions per micro-batch at most (default 2).

@@ -63,6 +63,7 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
 
+from shardgate.aio import cancel_and_wait
 from shardgate.backends import bulk
 from shardgate.backends.urls import parse_url
 from shardgate.errors import InvalidArgument, ShardgateError
@@ -78,7 +79,9 @@ from shardgate.spark import types as sgtypes
 from shardgate.spark.options import QueueSourceOptions, SourceOptions
 
 if TYPE_CHECKING:
+    from shardgate.api.fleet import TabletFleet
     from shardgate.client.sync import LoopThread
+    from shardgate.gate import Gate
 
 #: The columns every ``shardgate_queue`` row starts with; the queue's own columns follow.
 EVENT_FIELDS = [
@@ -139,6 +142,34 @@ class _LocalGate:
         await self.gate.close()
 
 
+class _FleetGate(_LocalGate):
+    """A gate of the driver with no tablet of its own, reaching the tablet processes
+    of the topo store at option ``topo`` (production mode): an in-process gate's
+    tablets would wait for the shard leases the tablet processes hold."""
+
+    def __init__(self, gate: Gate, fleet: TabletFleet, keyspace: str, queue: str) -> None:
+        self.gate, self.fleet = gate, fleet
+        self.keyspace = keyspace
+        self.queue = queue
+
+    @classmethod
+    async def open(cls, url: str, keyspace: str, queue: str) -> _FleetGate:
+        from shardgate.api.fleet import open_remote_gate
+        from shardgate.topo.local import open_topo
+
+        topo = await open_topo(url=url)
+        try:
+            gate, fleet = await open_remote_gate(topo, owns_topo=True)
+        except BaseException:
+            await topo.close()
+            raise
+        return cls(gate, fleet, keyspace, queue)
+
+    async def close(self) -> None:
+        await self.gate.close()
+        await self.fleet.close()
+
+
 class _RemoteGate:
     def __init__(self, target: str, keyspace: str, queue: str) -> None:
         from shardgate.api.client import GateClient
@@ -186,6 +217,8 @@ class _Receiver:
     async def _open(self, opts: SourceOptions, qopts: QueueSourceOptions) -> _Source:
         if qopts.gate is not None:
             return _RemoteGate(qopts.gate, opts.keyspace, qopts.queue)
+        if opts.topo_url is not None:
+            return await _FleetGate.open(opts.topo_url, opts.keyspace, qopts.queue)
         return _LocalGate(opts, qopts.queue)
 
     async def _start(self) -> asyncio.Task[None]:
@@ -277,9 +310,7 @@ class _Receiver:
         self.acks = []
 
         async def shut() -> None:
-            self.task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self.task
+            await cancel_and_wait([self.task], swallow=(Exception,))
             await self.source.close()
 
         try:

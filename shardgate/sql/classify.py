@@ -43,6 +43,7 @@ from shardgate.sql.statements import (
     Savepoint,
     SetQueryTimeout,
     SetTransactionMode,
+    ShowShardgateWorker,
     ShowVitessKeyspaces,
     ShowVitessShards,
     ShowVitessTablets,
@@ -401,8 +402,14 @@ _SHOWS: dict[str, type[ShowVitessShards | ShowVitessKeyspaces | ShowVitessTablet
 }
 
 
-def _show(head: _Head) -> ShowVitessShards | ShowVitessKeyspaces | ShowVitessTablets | None:
-    kind = _SHOWS.get(head.word() or "")
+def _show(
+    head: _Head,
+) -> ShowVitessShards | ShowVitessKeyspaces | ShowVitessTablets | ShowShardgateWorker | None:
+    word = head.word() or ""
+    if word == "shardgate_worker":
+        head.end("SHOW SHARDGATE_WORKER")
+        return ShowShardgateWorker()
+    kind = _SHOWS.get(word)
     if kind is None:
         return None
     like: str | None = None

@@ -32,11 +32,16 @@ _OPERATOR = re.compile(r"(<=>|<=|>=|<>|!=|=|<|>)\s*")
 _NUMBER = re.compile(r"-?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?")
 _AFTER = re.compile(r"\s*(?:$|[),;]|(?=\s)(?!\s*(?:collate\b|['\"])))", re.I)
 _SELECT = re.compile(r"\bselect\b", re.I)
+_INTEGER = re.compile(r"-?\d+")
 _WHERE = re.compile(r"where\b", re.I)
 _ESCAPES = {"0": "\0", "'": "'", '"': '"', "b": "\b", "n": "\n", "r": "\r", "t": "\t",
             "Z": "\x1a", "\\": "\\", "%": "\\%", "_": "\\_"}
 #: Statements whose comparison literals are bound.
 _STATEMENTS = re.compile(r"^\s*(select|update|delete)\b", re.I)
+#: The next character the scan acts on, before and after ``WHERE`` (the others are
+#: skipped in one C-level search instead of one loop turn each).
+_NEXT_BEFORE_WHERE = re.compile(r"[wW'\"`#]|--|/\*")
+_NEXT_AFTER_WHERE = re.compile(r"[<>=!'\"`#]|--|/\*")
 
 
 def bind_literals(sql: str) -> tuple[str, dict[str, Any]] | None:
@@ -52,6 +57,10 @@ def bind_literals(sql: str) -> tuple[str, dict[str, Any]] | None:
     i, n, last = 0, len(sql), 0
     where = False
     while i < n:
+        found = (_NEXT_AFTER_WHERE if where else _NEXT_BEFORE_WHERE).search(sql, i)
+        if found is None:
+            break
+        i = found.start()
         c = sql[i]
         if c in "'\"`":
             end = _skip_quoted(sql, i)
@@ -105,7 +114,7 @@ def _literal(sql: str, i: int) -> tuple[Any, int]:
     if m is None or (m.end() < len(sql) and (sql[m.end()].isalnum() or sql[m.end()] in "_.")):
         return None, -1
     text = m.group(0)
-    if re.fullmatch(r"-?\d+", text):
+    if _INTEGER.fullmatch(text):
         return int(text), m.end()
     return None, -1  # decimals and floats keep their exact text
 

@@ -117,6 +117,14 @@ class ShowVitessTablets:
 
 
 @dataclass(frozen=True, slots=True)
+class ShowShardgateWorker:
+    """``SHOW SHARDGATE_WORKER``: which worker process of the gate answers this session
+    (``gate --workers N``; see :mod:`shardgate.gate.worker`)."""
+
+    query_type: ClassVar[str] = "SHOW"
+
+
+@dataclass(frozen=True, slots=True)
 class AlterVSchema:
     """``ALTER VSCHEMA ...``: one change to one keyspace's VSchema (Vitess's forms).
 
@@ -243,7 +251,8 @@ SessionControl = (
 
 #: Statements the gate answers from its topology, or refuses until their feature comes.
 GateStatement = (
-    SessionControl | ShowVitessShards | ShowVitessKeyspaces | ShowVitessTablets | AlterVSchema
+    SessionControl | ShowVitessShards | ShowVitessKeyspaces | ShowVitessTablets
+    | ShowShardgateWorker | AlterVSchema
 )
 
 #: What :func:`shardgate.sql.classify.classify` returns.

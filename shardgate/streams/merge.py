@@ -28,18 +28,20 @@ import asyncio
 import base64
 import contextlib
 import json
+import math
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from shardgate.aio import cancel_and_wait
+from shardgate.aio import cancel_and_wait, wait_for
 from shardgate.backends.changes import Heartbeat, LogItem, RowChange, Transaction
-from shardgate.errors import InvalidArgument, ShardgateError, Unavailable, Unsupported
+from shardgate.errors import Code, InvalidArgument, ShardgateError, Unavailable, Unsupported
 from shardgate.event_token import EventToken, position_key
 from shardgate.keys import FULL_RANGE, KeyRange, KeyspaceId, parse_key_range
 from shardgate.ports import GateView, StreamShard
-from shardgate.topo.model import Topology
+from shardgate.streams.hop import MARK_MARGIN_S, Hop
+from shardgate.topo.model import KeyspaceTopo, ShardTopo
 from shardgate.vindexes.base import MultiColumn, SingleColumn
 
 #: What the merge needs of the gate that composes it.
@@ -77,6 +79,9 @@ class StreamEvent:
     changes: list[RowChange]
     safe_timestamp: float
     heartbeat: bool = False
+    #: delivered around a reshard's write switch (see "Across a reshard" above): it
+    #: may repeat a change delivered before; dedupe with the tokens
+    hop: bool = False
 
     def rows(self) -> Iterator[RowEvent]:
         for c in self.changes:
@@ -163,6 +168,36 @@ def _ksid_function(
     return ksid_of
 
 
+@dataclass(eq=False)
+class _Feed:
+    """One shard's stream inside the merge.
+
+    ``end``: the shard is a reshard's source being drained: its stream stops
+    at this (final) position. ``waits``: the feeds of sources that must be
+    drained before this shard's stream starts (a target of the hop). Events
+    committed at or before ``mark_until`` are delivered with ``hop=True``.
+
+    A feed is one database, not one shard name: a merge may reuse the names of
+    shards an earlier split retired (``-80`` split, then merged back to a new
+    ``-80``), so tasks, queue items and drained events belong to the feed.
+    """
+
+    name: str
+    url: str
+    key_range: KeyRange
+    partial: bool
+    position: str | None
+    since: float | None
+    end: str | None = None
+    waits: tuple[_Feed, ...] = ()
+    mark_until: float | None = None
+    #: set once this (source) feed is read to its final position
+    drained: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+_DRAINED = object()
+
+
 async def update_stream(
     gate: StreamGate,
     keyspace: str,
@@ -179,68 +214,224 @@ async def update_stream(
     topology = gate.topology
     ks_topo = topology.keyspace(keyspace)
     kr = parse_key_range(key_range) if isinstance(key_range, str) else (key_range or FULL_RANGE)
-    shard_names = ks_topo.shard_map.shards_for_range(kr)
-    partial = {
-        s.name
-        for s in ks_topo.shards
-        if s.name in shard_names and s.key_range.intersect(kr) != s.key_range
-    }
-    ksid_of = _ksid_function(gate, keyspace) if partial else None
     if isinstance(start, str):
         start = StreamPosition.parse(start)
     began = time.time()
-    starts: dict[str, tuple[str | None, float | None]] = {}
+    hop = Hop.of(ks_topo)
+    feeds: dict[str, _Feed] = {}
     latest: dict[str, float] = {}
-    for name in shard_names:
+    #: targets of the hop whose token in ``start`` named an older shard of that name,
+    #: with the token's time
+    restart: dict[str, float] = {}
+    if isinstance(start, StreamPosition):
+        _refuse_lost_shards(ks_topo, start, hop)
+        if hop is not None:
+            start, restart = _drop_retired_tokens(ks_topo, start, hop)
+
+    def add(shard: ShardTopo, position: str | None, since: float | None, ts: float,
+            **extra: Any) -> _Feed:
+        feed = feeds[shard.name] = _Feed(
+            shard.name, shard.url, shard.key_range,
+            shard.key_range.intersect(kr) != shard.key_range, position, since, **extra)
+        latest[shard.name] = ts
+        return feed
+
+    def hop_over(h: Hop, ks: KeyspaceTopo, marked: bool) -> None:
+        """Drain the feeds of ``h``'s sources, and add its targets (waiting for them)."""
+        for name, feed in feeds.items():
+            if name in h.sources:
+                feed.end, feed.mark_until = h.sources[name], (math.inf if marked else None)
+        for shard in ks.shards:
+            if shard.name in feeds or not shard.key_range.intersects(kr):
+                continue
+            waits = tuple(feeds[s] for s in h.feeding(shard.name) if s in feeds)
+            position = h.targets.get(shard.name)
+            add(shard, position, None if position is not None else h.at - MARK_MARGIN_S,
+                h.at, waits=waits,
+                mark_until=None if position is not None else h.at + MARK_MARGIN_S)
+
+    for name in ks_topo.shard_map.shards_for_range(kr):
+        shard = ks_topo.shard(name)
         qualified = f"{keyspace}/{name}"
         if isinstance(start, StreamPosition):
             position, since = start.start_of(qualified, began)
-            starts[name] = (position, since)
             token = start.tokens.get(qualified)
-            latest[name] = token.timestamp if token is not None else float(since or began)
+            add(shard, position, since,
+                token.timestamp if token is not None else float(since or began))
         elif start is not None:
-            starts[name] = (None, float(start))
-            latest[name] = float(start)
+            add(shard, None, float(start), float(start))
         else:
-            starts[name] = (None, None)
-            latest[name] = began
+            add(shard, None, None, began)
+    if hop is not None and start is not None:
+        # a start before the switch: drain the sources from it first
+        drain: list[str] = []
+        for source, final in hop.sources.items():
+            try:
+                shard = ks_topo.any_shard(source)
+            except ShardgateError:
+                continue
+            if not shard.key_range.intersects(kr):
+                continue
+            if isinstance(start, StreamPosition):
+                qualified = f"{keyspace}/{source}"
+                token = start.tokens.get(qualified)
+                if token is not None:
+                    if hop.drained(source, token.position):
+                        continue
+                    add(shard, token.position, None, token.timestamp, end=final)
+                    drain.append(source)
+                    continue
+                if any(f"{keyspace}/{t}" in start.tokens for t in feeds
+                       if t in hop.targets or t not in hop.sources):
+                    continue  # the client was past the switch already
+                position, since = start.start_of(qualified, began)
+                if since is not None and since > hop.at:
+                    continue
+                add(shard, position, since, float(since or began), end=final)
+                drain.append(source)
+            elif float(start) <= hop.at:
+                add(shard, None, float(start), float(start), end=final)
+                drain.append(source)
+        if drain or restart:
+            for target in [n for n in feeds if n not in hop.sources]:
+                tf = feeds[target]
+                waits = tuple(feeds[s] for s in hop.feeding(target) if s in drain)
+                if not waits and target not in restart:
+                    continue
+                tf.waits = waits
+                has_token = isinstance(start, StreamPosition) and \
+                    f"{keyspace}/{target}" in start.tokens
+                if not has_token:
+                    position = hop.targets.get(target)
+                    tf.position, tf.since = position, (
+                        None if position is not None else hop.at - MARK_MARGIN_S)
+                    tf.mark_until = None if position is not None else hop.at + MARK_MARGIN_S
+                    latest[target] = hop.at
+                if target in restart:
+                    tf.mark_until = max(tf.mark_until or -math.inf, restart[target])
+    ksid_of = _ksid_function(gate, keyspace) if kr != FULL_RANGE else None
 
-    queue: asyncio.Queue[tuple[str, Transaction | Heartbeat | BaseException]] = asyncio.Queue(
-        QUEUE_ITEMS
-    )
+    queue: asyncio.Queue[tuple[_Feed, Transaction | Heartbeat | BaseException | object]] = \
+        asyncio.Queue(QUEUE_ITEMS)
 
-    async def pump(name: str) -> None:
-        tablet = gate.tablets[(keyspace, name)]
-        position, timestamp = starts[name]
+    async def pump(feed: _Feed) -> None:
+        name = feed.name
         items: AsyncIterator[LogItem] | None = None
         try:
+            for source in feed.waits:
+                await source.drained.wait()
+            if feed.end is not None and hop_end(feed, feed.position):
+                await queue.put((feed, _DRAINED))
+                return
+            tablet = gate.tablets[(keyspace, name)]
             # Inside the try: a tablet that refuses the stream at once must reach the
             # consumer as an error, not leave it waiting for items that never come.
             items = tablet.update_stream(
-                position=position, timestamp=timestamp, heartbeat_s=heartbeat_s
+                position=feed.position, timestamp=feed.since, heartbeat_s=heartbeat_s
             )
             async for item in items:
-                await queue.put((name, item))
+                pos = item.token.position if isinstance(item, Transaction) else item.position
+                if feed.end is not None and isinstance(item, Transaction) \
+                        and position_key(item.token.position) > position_key(feed.end):
+                    await queue.put((feed, _DRAINED))  # (a frozen source has none)
+                    return
+                await queue.put((feed, item))
+                if feed.end is not None and hop_end(feed, pos):
+                    await queue.put((feed, _DRAINED))
+                    return
         except asyncio.CancelledError:
             raise
         except BaseException as exc:
-            await queue.put((name, exc))
+            await queue.put((feed, exc))
         finally:
             if items is not None:
                 with contextlib.suppress(Exception):
                     await items.aclose()  # type: ignore[attr-defined]
 
-    tasks = [
-        asyncio.create_task(pump(n), name=f"update-stream {keyspace}/{n}") for n in shard_names
-    ]
+    def hop_end(feed: _Feed, position: str | None) -> bool:
+        assert feed.end is not None
+        return position is not None and position_key(position) >= position_key(feed.end)
+
+    def beat(name: str, hb: Heartbeat) -> StreamEvent:
+        assert hb.position is not None
+        return StreamEvent(
+            keyspace, name, EventToken(hb.watermark, f"{keyspace}/{name}", hb.position),
+            [], min(latest.values()), heartbeat=True,
+        )
+
+    tasks: dict[_Feed, asyncio.Task[None]] = {}
+
+    def spawn() -> None:
+        for name, feed in feeds.items():
+            if feed not in tasks:
+                tasks[feed] = asyncio.create_task(
+                    pump(feed), name=f"update-stream {keyspace}/{name}")
+
+    def follow_topology() -> None:
+        """The keyspace's shards changed: hop over a write switch, or end the stream."""
+        nonlocal topology
+        current = gate.topology
+        if current is topology:
+            return
+        try:
+            ks = current.keyspace(keyspace)
+        except ShardgateError:
+            raise _changed(keyspace, list(feeds), []) from None
+        serving = set(ks.shard_map.names)
+        new_hop = Hop.of(ks)
+        hopping = False
+        for name, feed in feeds.items():
+            try:
+                now = ks.any_shard(name)
+            except ShardgateError:
+                if feed.end is not None:
+                    # a source still being drained, removed by ``complete``: its database
+                    # keeps its log (and the gate its tablet) to the final position
+                    continue
+                raise _changed(keyspace, list(feeds), sorted(serving)) from None
+            if now.url != feed.url or now.key_range != feed.key_range:
+                raise _changed(keyspace, list(feeds), sorted(serving))
+            if name in serving or feed.end is not None:
+                continue
+            if new_hop is None or name not in new_hop.sources:
+                raise _changed(keyspace, list(feeds), sorted(serving))
+            hopping = True
+        topology = current
+        if hopping and new_hop is not None:
+            hop_over(new_hop, ks, marked=True)
+            spawn()
+
+    # Heartbeats with a position come for every transaction of other databases on
+    # the same server (MariaDB's binlog is server-wide): at most one per shard per
+    # ``heartbeat_s`` is passed on, the newest; the rest are held, not lost.
+    loop = asyncio.get_running_loop()
+    last_beat: dict[str, float] = {}
+    held: dict[str, Heartbeat] = {}
+    spawn()
     try:
         while True:
             try:
-                name, item = await asyncio.wait_for(queue.get(), heartbeat_s)
+                feed, item = await wait_for(queue.get(), heartbeat_s)
             except TimeoutError:
-                _check_topology(gate, topology, keyspace, shard_names)
+                follow_topology()
+                for name, hb in list(held.items()):
+                    del held[name]
+                    last_beat[name] = loop.time()
+                    if name in feeds:
+                        yield beat(name, hb)
                 continue
-            _check_topology(gate, topology, keyspace, shard_names)
+            follow_topology()
+            name = feed.name
+            if item is _DRAINED:
+                # this source is read to its final position: its targets may start
+                feed.drained.set()
+                if feeds.get(name) is feed:
+                    del feeds[name]
+                    latest.pop(name, None)
+                    held.pop(name, None)
+                continue
+            if feeds.get(name) is not feed:
+                continue  # (not expected) a feed no longer merged: its shard was replaced
             if isinstance(item, BaseException):
                 if isinstance(item, ShardgateError):
                     raise item
@@ -252,19 +443,98 @@ async def update_stream(
                 latest[name] = max(latest[name], item.watermark)
                 if item.position is None:
                     continue
-                yield StreamEvent(
-                    keyspace, name, EventToken(item.watermark, f"{keyspace}/{name}",
-                                               item.position),
-                    [], min(latest.values()), heartbeat=True,
-                )
+                now = loop.time()
+                if now - last_beat.get(name, -heartbeat_s) < heartbeat_s:
+                    held[name] = item
+                    continue
+                held.pop(name, None)
+                last_beat[name] = now
+                yield beat(name, item)
                 continue
+            assert isinstance(item, Transaction)
+            held.pop(name, None)  # this transaction's position is later
             latest[name] = max(latest[name], item.token.timestamp)
             changes = item.changes
-            if ksid_of is not None and name in partial:
+            if ksid_of is not None and feed.partial:
                 changes = [c for c in changes if _in_range(ksid_of, kr, c)]
-            yield StreamEvent(keyspace, name, item.token, changes, min(latest.values()))
+            mark = feed.mark_until is not None and item.token.timestamp <= feed.mark_until
+            yield StreamEvent(keyspace, name, item.token, changes, min(latest.values()),
+                              hop=mark)
     finally:
-        await cancel_and_wait(tasks, swallow=(Exception,))
+        await cancel_and_wait(list(tasks.values()), swallow=(Exception,))
+
+
+def _refuse_lost_shards(ks: KeyspaceTopo, start: StreamPosition, hop: Hop | None) -> None:
+    """A position naming shards the keyspace no longer has (a reshard completed since):
+    the changes between it and the switch are gone from the stream (``OUT_OF_RANGE``)."""
+    known = {s.name for s in ks.all_shards}
+    lost = sorted(t.shard for t in start.tokens.values()
+                  if t.shard.startswith(f"{ks.name}/")
+                  and t.shard.split("/", 1)[1] not in known)
+    if lost and (hop is None or not set(s.split("/", 1)[1] for s in lost) <= set(hop.sources)):
+        raise ShardgateError(
+            f"the stream position names shards {lost} that keyspace {ks.name!r} no longer has "
+            "(a reshard completed after it was taken): the changes between it and the "
+            "switch cannot be streamed; start again from a snapshot",
+            code=Code.OUT_OF_RANGE,
+        )
+
+
+def _drop_retired_tokens(
+    ks: KeyspaceTopo, start: StreamPosition, hop: Hop
+) -> tuple[StreamPosition, dict[str, float]]:
+    """``start`` without the tokens that name an older database of a hop target's name.
+
+    A merge may reuse the names of shards an earlier split retired (``-80``
+    split in four, the four merged back to a new ``-80``): a position taken
+    before the merge's switch may hold a token ``keyspace/-80`` of the *old*
+    ``-80``, whose log position means nothing in the new database. A token of
+    the target itself cannot exist while a source feeding it is not drained
+    (the target's stream starts after theirs end), nor be before the target's
+    journal position (its stream starts there), nor be older than the switch:
+    such a token is dropped and the target starts at its journal position
+    once its sources are drained, its events up to the dropped token's time
+    marked ``hop=True`` (a heartbeat's watermark may be a little older than
+    the switch: then they may repeat). With no token of a source feeding it,
+    the position was taken before an earlier reshard completed:
+    ``OUT_OF_RANGE``. Returns the position and, per target whose token was
+    dropped, that token's time.
+    """
+    tokens = dict(start.tokens)
+    dropped: dict[str, float] = {}
+    for shard in ks.shards:
+        target = shard.name
+        token = tokens.get(f"{ks.name}/{target}")
+        if token is None or target in hop.sources:
+            continue
+        fed = [tokens[f"{ks.name}/{s}"] for s in hop.feeding(target)
+               if f"{ks.name}/{s}" in tokens]
+        behind = any(not hop.drained(t.shard.split("/", 1)[1], t.position) for t in fed)
+        journal = hop.targets.get(target)
+        if not behind and token.timestamp >= hop.at and (
+                journal is None or not _before(token.position, journal)):
+            continue
+        if not fed:
+            raise ShardgateError(
+                f"the stream position's token of {token.shard} is older than the reshard "
+                f"that created that shard (it names an earlier shard of the same name): the "
+                "changes between it and the switch cannot be streamed; start again from a "
+                "snapshot",
+                code=Code.OUT_OF_RANGE,
+            )
+        del tokens[token.shard]
+        dropped[target] = token.timestamp
+    if not dropped:
+        return start, dropped
+    return StreamPosition(tokens, start.since), dropped
+
+
+def _before(position: str, other: str) -> bool:
+    """Whether log ``position`` is before ``other`` (False when they do not compare)."""
+    try:
+        return position_key(position) < position_key(other)
+    except InvalidArgument:
+        return False
 
 
 def _in_range(
@@ -278,25 +548,11 @@ def _in_range(
     return False
 
 
-def _check_topology(
-    gate: StreamGate, topology: Topology, keyspace: str, shard_names: list[str]
-) -> None:
-    if gate.topology is topology:
-        return
-    try:
-        ks = gate.topology.keyspace(keyspace)
-        current = ks.shard_map.names
-    except ShardgateError:
-        current = []
-    if not set(shard_names) <= set(current) or any(
-        ks.shard(n).key_range != topology.keyspace(keyspace).shard(n).key_range
-        or ks.shard(n).url != topology.keyspace(keyspace).shard(n).url
-        for n in shard_names
-    ):
-        raise Unavailable(
-            f"the shards of keyspace {keyspace!r} changed under the change stream "
-            f"(was {shard_names}, now {current}); restart it from the last safe timestamp"
-        )
+def _changed(keyspace: str, was: list[str], now: list[str]) -> Unavailable:
+    return Unavailable(
+        f"the shards of keyspace {keyspace!r} changed under the change stream "
+        f"(was {was}, now {now}); restart it from the last safe timestamp"
+    )
 
 
-__all__ = ["RowEvent", "StreamEvent", "StreamPosition", "position_key", "update_stream"]
+__all__ = ["Hop", "RowEvent", "StreamEvent", "StreamPosition", "position_key", "update_stream"]

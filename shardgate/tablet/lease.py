@@ -28,7 +28,7 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 
-from shardgate.aio import cancel_and_wait
+from shardgate.aio import cancel_and_wait, wait_for
 from shardgate.backends import Backend
 from shardgate.backends.base import LeaseHandle
 from shardgate.errors import ShardgateError
@@ -90,7 +90,7 @@ class ShardLease:
                 await self._on_acquired(handle)
                 while not self._lost.is_set():
                     with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(self._lost.wait(), self.check_interval)
+                        await wait_for(self._lost.wait(), self.check_interval)
                     if not self._lost.is_set() and not await handle.check():
                         break
             finally:

@@ -62,7 +62,7 @@ from shardgate.queues.segmented.served import (
     database_stats,
 )
 from shardgate.queues.segmented.store import SegmentedStore, ShardProducer
-from shardgate.queues.table.manager import QueueManager, Writer
+from shardgate.queues.table.manager import QueueManager, Writer, retry_conflicts
 from shardgate.queues.table.store import QueueStore
 from shardgate.sql.classify import write_target
 from shardgate.tablet.lease import ShardLease
@@ -425,7 +425,9 @@ class QueueService:
         if m is not None and not m.stopped.is_set():
             return await m.ack(ids)
         store = QueueStore(name, self.backend.dialect, self.backend.placeholder)
-        return await store.ack_via(self.backend, ids)
+        # no manager here (yet): the ack is written as the manager writes it, again
+        # after a lock conflict (an idempotent conditional UPDATE)
+        return await retry_conflicts(lambda: store.ack_via(self.backend, ids))
 
     async def nack(self, queue: str, ids: Sequence[int], reason: str,
                    retry_at: int | None = None) -> int:
@@ -569,12 +571,9 @@ class QueueService:
         if self._lease is not None:
             await self._lease.close()
             self._lease = None
-        if self._watch is not None:
-            self._watch.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._watch
+        watch, self._watch = self._watch, None
         sender, self._sender = self._sender, None
-        await cancel_and_wait([sender])
+        await cancel_and_wait([watch, sender])
         await self._lost()
 
 

@@ -49,7 +49,7 @@ import math
 import time
 from collections.abc import AsyncIterator
 
-from shardgate.aio import cancel_and_wait
+from shardgate.aio import cancel_and_wait, wait_for
 from shardgate.backends.changes import (
     DEFAULT_HEARTBEAT_S,
     ChangeLog,
@@ -328,7 +328,7 @@ class TabletStream:
                 last_yield = loop.time()
                 continue
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._changed.wait(), wait)
+                await wait_for(self._changed.wait(), wait)
 
     async def wait_for(self, position: str, timeout: float) -> bool:
         """Wait until the shared reader has read the log up to ``position``; False on timeout."""
@@ -340,19 +340,16 @@ class TabletStream:
             if self._error is not None or remaining <= 0:
                 return False
             try:
-                await asyncio.wait_for(self._changed.wait(), remaining)
+                await wait_for(self._changed.wait(), remaining)
             except TimeoutError:
                 return False
         return True
 
     async def close(self) -> None:
         self._closed = True
-        for task in (self._task, self._retention_task):
-            if task is not None:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+        tasks = (self._task, self._retention_task)
         self._task = self._retention_task = None
+        await cancel_and_wait(tasks)
         await self.log.close()
 
 

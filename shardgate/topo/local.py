@@ -20,7 +20,7 @@ from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 
-from shardgate.errors import AlreadyExists
+from shardgate.errors import Aborted, AlreadyExists
 from shardgate.topo.file import load_cluster_file
 from shardgate.topo.model import Topology
 from shardgate.topo.server import TopoServer
@@ -29,6 +29,9 @@ from shardgate.topo.store import open_topo_store
 STORE_SUFFIX = ".topo.db"
 
 T = TypeVar("T")
+
+#: attempts of a topology read that a locked store aborts
+READ_ATTEMPTS = 5
 
 
 def store_path_for(cluster_file: str | Path) -> Path:
@@ -61,21 +64,33 @@ async def open_topo(
     return server
 
 
-def read_topology(cluster_file: str | Path, *, url: str | None = None) -> Topology:
-    """The current topology of a cluster file (its store's, once it has one). Sync.
+def read_topology(cluster_file: str | Path | None, *, url: str | None = None) -> Topology:
+    """The current topology of a cluster file (its store's, once it has one), or with
+    no file, of the topo store at ``url``. Sync.
 
     For code outside an event loop or inside one that must not wait on it
     (CLI set-up, Spark executors): the read runs on a private loop in a thread.
     """
-    if url is None and not store_path_for(cluster_file).exists():
+    if cluster_file is not None and url is None and not store_path_for(cluster_file).exists():
         return load_cluster_file(cluster_file)
 
-    async def read() -> Topology:
+    async def read_once() -> Topology:
         server = await open_topo(cluster_file, url=url)
         try:
             return await server.load_topology()
         finally:
             await server.close()
+
+    async def read() -> Topology:
+        # ABORTED (a SQLite store locked by a writer: tablets' heartbeats) says "retry".
+        for attempt in range(READ_ATTEMPTS):
+            try:
+                return await read_once()
+            except Aborted:
+                if attempt == READ_ATTEMPTS - 1:
+                    raise
+                await asyncio.sleep(0.1 * (attempt + 1))
+        raise AssertionError("unreachable")
 
     return run_sync(read())
 

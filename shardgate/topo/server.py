@@ -133,6 +133,31 @@ class TopoServer:
         check_with(current, name, spec)
         return await self.store.put("keyspace", name, spec, expect=expect)
 
+    async def update_routing_rules(self, change: Callable[[dict[str, Any]], object]) -> int:
+        """Apply ``change`` to the routing rules document (``{"rules": [...],
+        "read_rules": [...]}``) of the ``cluster/global`` record, check the
+        whole VSchema with it, save it (compare-and-swap, re-applied when another
+        writer got in first); return the new version."""
+        while True:
+            current = await self.load_topology()
+            rec = await self.store.get("cluster", GLOBAL)
+            doc: dict[str, Any] = copy.deepcopy(rec.doc) if rec is not None and rec.doc else {}
+            rules: dict[str, Any] = copy.deepcopy(doc.get("routing_rules") or {})
+            change(rules)
+            rules = {k: v for k, v in rules.items() if v}
+            if rules:
+                doc["routing_rules"] = rules
+            else:
+                doc.pop("routing_rules", None)
+            trial = current.to_dict()
+            trial["routing_rules"] = rules
+            Topology.from_dict(trial, path="topo").build_vschema()
+            try:
+                return await self.store.put("cluster", GLOBAL, doc,
+                                            expect=rec.version if rec is not None else 0)
+            except TopoConflict:
+                continue
+
     # -- workflows ----------------------------------------------------------------
 
     async def get_workflow(self, name: str) -> Record | None:

@@ -31,6 +31,7 @@ process only: gates built in tests and :meth:`Gate.open` without a store).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
@@ -39,7 +40,7 @@ from typing import Any
 from shardgate.backends import open_backend
 from shardgate.backends.base import Backend, transaction
 from shardgate.backends.urls import redacted
-from shardgate.errors import Aborted, InvalidArgument, ShardgateError, Unavailable
+from shardgate.errors import Aborted, InvalidArgument, NotFound, ShardgateError, Unavailable
 from shardgate.topo.model import Topology
 
 KINDS = ("keyspace", "cluster", "workflow", "tablet")
@@ -213,12 +214,18 @@ class SqlTopoStore(TopoStore):
         async with self._setup_lock:
             if self._ready:
                 return
+            p = self._p
+            clock_row = f"SELECT version FROM sg_topo_clock WHERE id = {p}"
             try:
+                # A store set up already (its clock row is written last) is only read:
+                # no DDL, so a reader never waits for a SQLite store's write lock.
+                with contextlib.suppress(NotFound):
+                    if (await self.backend.execute(clock_row, (1,))).rows:
+                        self._ready = True
+                        return
                 for ddl in self._ddl:
                     await self.backend.execute(ddl)
-                p = self._p
-                res = await self.backend.execute(
-                    f"SELECT version FROM sg_topo_clock WHERE id = {p}", (1,))
+                res = await self.backend.execute(clock_row, (1,))
                 if not res.rows:
                     try:
                         await self.backend.execute(

@@ -20,10 +20,10 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable
 
+from shardgate.aio import cancel_and_wait
 from shardgate.errors import ShardgateError
 from shardgate.topo.model import Topology
 from shardgate.topo.server import TopoServer
@@ -60,10 +60,8 @@ class TopoWatcher:
 
     async def stop(self) -> None:
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+            task, self._task = self._task, None
+            await cancel_and_wait([task])
 
     async def poll(self) -> bool:
         """One poll; True if something changed. Raises what the store raises."""

@@ -76,6 +76,8 @@ def server(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], str]]:
             str(port),
             "--mysql-port",
             "0",
+            "--http-port",
+            "0",
         ],
         cwd=tmp_path,
         env=cli_env(),

@@ -29,7 +29,8 @@ def test_up_on_a_busy_port_prints_one_clear_line(tmp_path: Path) -> None:
         taken.bind(("127.0.0.1", 0))
         taken.listen(1)
         port = taken.getsockname()[1]
-        done = shardgate("up", "--data-dir", "data", "--port", str(port), cwd=tmp_path)
+        done = shardgate("up", "--data-dir", "data", "--port", str(port), "--http-port", "0",
+                         "--mysql-port", "0", cwd=tmp_path)
     assert done.returncode == 1
     err = done.stderr.strip().splitlines()
     assert err == [

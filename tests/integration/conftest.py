@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +20,7 @@ from shardgate.topo.embedded import (
     LOOKUP_VSCHEMA,
     SEQUENCE_ROWS,
 )
-from tests.integration.tablet_procs import TabletProcesses, serve_with_processes
+from tests.integration.tablet_procs import SharedTablets, TabletProcesses, serve_with_processes
 
 
 @dataclass
@@ -38,12 +39,13 @@ class Cluster:
         return {s.name: s.url for s in self.topology.keyspace(keyspace).shards}
 
 
-async def open_cluster(kind: str, make_database: Callable[..., str], shards: int = 4) -> Cluster:
+def cluster_topology(kind: str, make_database: Callable[..., str], shards: int = 4) -> Topology:
+    """``commerce`` on ``shards`` new databases and ``lookup`` on one."""
     commerce = {
         kr.name: make_database(kind, f"c{i}")
         for i, kr in enumerate(KeyRange(b"", b"").split(shards))
     }
-    topo = Topology.from_dict(
+    return Topology.from_dict(
         {
             "default_keyspace": "commerce",
             "keyspaces": {
@@ -52,7 +54,10 @@ async def open_cluster(kind: str, make_database: Callable[..., str], shards: int
             },
         }
     )
-    gate = Gate.open(topo)
+
+
+async def create_schema(gate: Gate) -> None:
+    """The commerce and lookup tables and the sequences' first rows."""
     s = gate.session()
     for ddl in COMMERCE_DDL:
         await gate.execute(s, ddl)
@@ -61,6 +66,15 @@ async def open_cluster(kind: str, make_database: Callable[..., str], shards: int
         await gate.execute(ls, ddl)
     for seq in SEQUENCE_ROWS:
         await gate.execute(ls, f"INSERT INTO {seq} (id, next_id, cache) VALUES (0, 1, 50)")
+
+
+async def open_cluster(kind: str, make_database: Callable[..., str], shards: int = 4) -> Cluster:
+    gate = Gate.open(cluster_topology(kind, make_database, shards))
+    try:
+        await create_schema(gate)
+    except BaseException:
+        await gate.close()
+        raise
     return Cluster(gate, kind)
 
 
@@ -77,8 +91,9 @@ def tablets(request: pytest.FixtureRequest) -> str:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The ``tablets=processes`` variant runs for tests marked ``tablet_processes`` (a
-    representative subset: the whole re-run would add minutes), on PostgreSQL shards
+    """The ``tablets=processes`` variant runs for tests marked ``tablet_processes`` (whole
+    modules: the gate, change-stream, queue and two-phase commit ones, on tablet
+    processes started once per run or module, see :class:`SharedTablets`), on PostgreSQL shards
     only; the other variants are deselected."""
     keep: list[pytest.Item] = []
     dropped: list[pytest.Item] = []
@@ -93,6 +108,79 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = keep
+
+
+@contextlib.contextmanager
+def module_databases() -> Iterator[Callable[..., str]]:
+    """``make_database`` for module-scoped fixtures (PostgreSQL only): the databases
+    are dropped when the block ends."""
+    from tests.conftest import (
+        POSTGRES_ADMIN_URL,
+        _database_name,
+        _drop_postgres,
+        _postgres_admin,
+        _with_database,
+        require_server,
+    )
+
+    made: list[str] = []
+
+    def make(kind: str, hint: str = "") -> str:
+        assert kind == "postgres", "tablet processes are tested on PostgreSQL shards"
+        require_server(kind)
+        name = _database_name(hint)
+        with _postgres_admin() as conn:
+            conn.execute(f'CREATE DATABASE "{name}"')
+        made.append(name)
+        return _with_database(POSTGRES_ADMIN_URL, name)
+
+    try:
+        yield make
+    finally:
+        for name in made:
+            _drop_postgres(name)
+
+
+@contextlib.contextmanager
+def shared_tablets(topology: Callable[[Callable[..., str]], Topology],
+                   directory: Path) -> Iterator[SharedTablets]:
+    """Tablet processes for a module's tests on ``topology(make_database)``."""
+    with module_databases() as make:
+        shared = SharedTablets.start(topology(make), directory)
+        try:
+            yield shared
+        finally:
+            shared.stop()
+
+
+@pytest.fixture(scope="session")
+def commerce_tablets(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SharedTablets]:
+    """The :func:`open_cluster` shape on PostgreSQL, served by tablet processes started
+    once for the run, on first use (see :class:`SharedTablets`): the gate, change-stream,
+    gRPC queue, two-phase commit and Spark production modules share them."""
+    with shared_tablets(lambda make: cluster_topology("postgres", make),
+                        tmp_path_factory.mktemp("tablets")) as shared:
+        yield shared
+
+
+async def open_cluster_on(shared: SharedTablets) -> Cluster:
+    """A cluster on shared tablet processes: a new gate, the schema created through it."""
+    procs = await shared.open()
+    try:
+        await create_schema(procs.gate)
+    except BaseException:
+        await procs.close()
+        raise
+    return Cluster(procs.gate, "postgres", procs)
+
+
+async def cluster_for(kind: str, tablets: str, make_database: Callable[..., str],
+                      request: pytest.FixtureRequest) -> Cluster:
+    """:func:`open_cluster`, or for ``tablets=processes`` the module's shared tablets."""
+    if tablets == "processes":
+        shared: SharedTablets = request.getfixturevalue("commerce_tablets")
+        return await open_cluster_on(shared)
+    return await open_cluster(kind, make_database)
 
 
 async def with_tablets(c: Cluster, tablets: str, directory: Path) -> Cluster:
@@ -113,10 +201,10 @@ async def close_cluster(c: Cluster) -> None:
 
 @pytest.fixture
 async def cluster(
-    backend_kind: str, tablets: str, make_database: Callable[..., str], tmp_path: Path
+    backend_kind: str, tablets: str, make_database: Callable[..., str],
+    request: pytest.FixtureRequest,
 ) -> AsyncIterator[Cluster]:
-    c = await with_tablets(await open_cluster(backend_kind, make_database), tablets,
-                           tmp_path / "tablets")
+    c = await cluster_for(backend_kind, tablets, make_database, request)
     try:
         yield c
     finally:
@@ -125,12 +213,13 @@ async def cluster(
 
 @pytest.fixture
 async def streams_cluster(
-    backend_kind: str, tablets: str, make_database: Callable[..., str], tmp_path: Path
+    backend_kind: str, tablets: str, make_database: Callable[..., str],
+    request: pytest.FixtureRequest,
 ) -> AsyncIterator[Cluster]:
     """``cluster``, whose shards' change capture (slots, triggers) is dropped at the end."""
     from shardgate.backends.change_log import open_change_log
 
-    c = await open_cluster(backend_kind, make_database)
+    c = await cluster_for(backend_kind, tablets, make_database, request)
     try:
         # Capture is set up before the test's timed waits: a PostgreSQL slot is created
         # only once every transaction open on the server has ended (the log names them).
@@ -141,7 +230,6 @@ async def streams_cluster(
                     await log.prepare()
                 finally:
                     await log.close()
-        c = await with_tablets(c, tablets, tmp_path / "tablets")
         yield c
     finally:
         await close_cluster(c)

@@ -234,6 +234,8 @@ async def test_stream_holds_exactly_the_committed_changes(
             assert [t.token for t in window] == [t.token for t in got[i + 1 :]]
 
 
+# it purges MariaDB's binlog, server-wide: a concurrent test's stream could lose its start
+@pytest.mark.server_wide
 async def test_start_from_timestamp_and_too_old(
     backend_kind: str, make_database: Callable[..., str]
 ) -> None:

@@ -17,6 +17,9 @@ from shardgate.streams.merge import StreamEvent, StreamPosition
 from shardgate.topo import Topology
 from tests.integration.conftest import Cluster
 
+#: the whole module runs a second time against tablet processes (``tablets=processes``)
+pytestmark = pytest.mark.tablet_processes
+
 N = 40
 
 
@@ -73,7 +76,6 @@ def _expected_count() -> int:
     return N + len(range(1, N + 1, 4)) + len(range(2, N + 1, 5))
 
 
-@pytest.mark.tablet_processes
 async def test_update_stream_merges_shards_and_resumes(streams_cluster: Cluster) -> None:
     gate = streams_cluster.gate
     began = time.time()
@@ -154,7 +156,6 @@ async def test_topology_change_ends_the_stream(streams_cluster: Cluster) -> None
         await events.aclose()  # type: ignore[attr-defined]
 
 
-@pytest.mark.tablet_processes
 async def test_event_token_options(streams_cluster: Cluster) -> None:
     gate = streams_cluster.gate
     s = gate.session()

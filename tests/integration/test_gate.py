@@ -21,6 +21,9 @@ from shardgate.topo import Topology
 
 from .conftest import Cluster
 
+#: the whole module runs a second time against tablet processes (``tablets=processes``)
+pytestmark = pytest.mark.tablet_processes
+
 _DES = DES.new(b"\0" * 8, DES.MODE_ECB)
 
 
@@ -40,7 +43,6 @@ async def shard_rows(c: Cluster, keyspace: str, sql: str) -> dict[str, list[tupl
     return out
 
 
-@pytest.mark.tablet_processes
 async def test_rows_land_on_their_shard_only(cluster: Cluster) -> None:
     g = cluster.gate
     s = g.session()
@@ -140,7 +142,6 @@ async def test_updates_and_deletes_route_by_vindex(cluster: Cluster) -> None:
     assert sorted(row for rows in placed.values() for row in rows) == r.rows
 
 
-@pytest.mark.tablet_processes
 async def test_transactions(cluster: Cluster) -> None:
     g = cluster.gate
     s = g.session()
@@ -313,7 +314,6 @@ async def test_same_text_is_parsed_once(cluster: Cluster, monkeypatch: pytest.Mo
     assert len(calls) == 2
 
 
-@pytest.mark.tablet_processes
 async def test_joins_and_subqueries(cluster: Cluster) -> None:
     g = cluster.gate
     s = g.session()
@@ -407,7 +407,6 @@ async def test_split_query_reads_every_row_once(cluster: Cluster) -> None:
     assert err.value.code is Code.UNIMPLEMENTED
 
 
-@pytest.mark.tablet_processes
 async def test_explain_stats_batch_and_targeting(cluster: Cluster) -> None:
     g = cluster.gate
     s = g.session()
@@ -465,7 +464,6 @@ async def test_explain_stats_batch_and_targeting(cluster: Cluster) -> None:
     assert err.value.code is Code.NOT_FOUND
 
 
-@pytest.mark.tablet_processes
 async def test_gate_statements_are_typed_and_answered(cluster: Cluster) -> None:
     g = cluster.gate
     s = g.session()

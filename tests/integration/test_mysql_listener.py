@@ -15,6 +15,7 @@ import json
 import socket
 import struct
 from collections.abc import AsyncIterator, Callable
+from decimal import Decimal
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -621,5 +622,38 @@ async def test_spark_jdbc_reads_a_sharded_table(
         rows = frame.where("name LIKE 'n1%'").collect()
         assert len(rows) == 1 + 10 + 100
         assert frame.count() == 200
+
+    await run(client)
+
+
+async def test_mysql_semantics_clients_rely_on(cluster: Cluster, mysql_port: int) -> None:
+    """Autocommit as the handshake says, DDL's implicit commit, DECIMAL columns,
+    constant selects evaluated by a shard, RETURNING refused (MySQL 8)."""
+    def client() -> None:
+        conn = pymysql.connect(host="127.0.0.1", port=mysql_port, user="app",
+                               database="lookup")  # PyMySQL's default: autocommit off
+        assert conn.get_autocommit() is False  # it sent SET autocommit=0: the status said on
+        cur = conn.cursor()
+        cur.execute("CREATE TABLE sem_t (id INT PRIMARY KEY, d DECIMAL(10,2))")
+        cur.execute("INSERT INTO sem_t VALUES (1, 12.50)")
+        cur.execute("SAVEPOINT sp")
+        cur.execute("INSERT INTO sem_t VALUES (2, 1.25)")
+        cur.execute("ROLLBACK TO SAVEPOINT sp")
+        other = connect(mysql_port, database="lookup")
+        ocur = other.cursor()
+        ocur.execute("SELECT COUNT(*) FROM sem_t")
+        assert ocur.fetchone() == (0,)  # not committed yet
+        cur.execute("CREATE TABLE sem_u (id INT PRIMARY KEY)")  # commits first, as MySQL
+        ocur.execute("SELECT id, d FROM sem_t")
+        assert ocur.fetchall() == ((1, Decimal("12.50")),)
+        ocur.execute("SELECT CAST('2.5' AS DECIMAL(10,2)) AS x, FLOOR(7 / 2) AS y")
+        assert ocur.fetchone() == (Decimal("2.50"), 3)
+        with pytest.raises(pymysql.err.MySQLError) as err:
+            ocur.execute("INSERT INTO sem_t VALUES (3, 1) RETURNING id")
+        assert _errno(err) == 1064
+        for t in ("sem_t", "sem_u"):
+            ocur.execute(f"DROP TABLE {t}")
+        other.close()
+        conn.close()
 
     await run(client)

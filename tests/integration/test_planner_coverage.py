@@ -121,6 +121,18 @@ QUERIES: dict[str, list[Query]] = {
               "WHERE id = 5"),
         Query("SELECT * FROM (SELECT region, COUNT(*) AS n FROM customer GROUP BY region) AS t "
               "WHERE t.n > 1 ORDER BY t.region", ordered=True),
+        # a LEFT JOIN whose ON names only the optional side: a cross join, NULLs if empty
+        Query("SELECT c.id, o.id FROM customer c LEFT JOIN orders o ON o.amount > 10"),
+        Query("SELECT c.id, o.id FROM customer c LEFT JOIN orders o ON 1 = 0"),
+        # any other derived table joined at the gate: planned on its own, matched by key
+        Query("SELECT c.id, t.n FROM customer c JOIN (SELECT region, COUNT(*) AS n "
+              "FROM customer GROUP BY region) AS t ON c.region = t.region"),
+        Query("SELECT t.region, o.id FROM (SELECT region, MAX(id) AS m FROM customer "
+              "GROUP BY region) AS t JOIN orders o ON t.m = o.customer_id"),
+        Query("SELECT c.id, t.* FROM customer c JOIN (SELECT region, COUNT(*) AS n "
+              "FROM customer GROUP BY region) AS t ON c.region = t.region"),
+        Query("SELECT c.id, t.n FROM customer c LEFT JOIN (SELECT region, COUNT(*) AS n "
+              "FROM customer WHERE score > 0 GROUP BY region) AS t ON c.region = t.region"),
     ],
     "semi-joins and correlated subqueries merged on the vindex": [
         Query("SELECT c.id FROM customer c WHERE EXISTS "

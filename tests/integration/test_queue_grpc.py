@@ -13,11 +13,22 @@ from shardgate.api.server import serve
 from shardgate.client.queues import QueueReceiver
 from shardgate.gate import Gate
 from shardgate.topo.embedded import embedded_topology
+from tests.integration.conftest import close_cluster, open_cluster_on
+
+#: also through a gate reaching tablet processes (``tablets=processes``, PostgreSQL)
+pytestmark = pytest.mark.tablet_processes
 
 
 @pytest.fixture
-async def served(tmp_path: Path) -> AsyncIterator[tuple[Gate, str]]:
-    gate = Gate.open(embedded_topology(tmp_path))
+async def served(
+    tablets: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> AsyncIterator[tuple[Gate, str]]:
+    cluster = None
+    if tablets == "processes":
+        cluster = await open_cluster_on(request.getfixturevalue("commerce_tablets"))
+        gate = cluster.gate
+    else:
+        gate = Gate.open(embedded_topology(tmp_path))
     try:
         await gate.execute(
             gate.session("commerce"),
@@ -30,7 +41,10 @@ async def served(tmp_path: Path) -> AsyncIterator[tuple[Gate, str]]:
         finally:
             await server.stop(None)
     finally:
-        await gate.close()
+        if cluster is not None:
+            await close_cluster(cluster)
+        else:
+            await gate.close()
 
 
 async def enqueue(gate: Gate, n: int) -> None:

@@ -5,12 +5,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Callable
-from pathlib import Path
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import pytest
 
+from shardgate.errors import Code, ShardgateError
 from shardgate.gate import Gate
 from shardgate.keys import KeyRange
 from shardgate.queues.events import QueueEvent
@@ -18,33 +18,49 @@ from shardgate.queues.table.manager import SCAN_SLACK_NS, followup_id
 from shardgate.tablet import LocalTabletClient, Tablet
 from shardgate.topo import Topology
 from tests.conftest import require_server
-from tests.integration.tablet_procs import serve_with_processes
+from tests.integration.conftest import shared_tablets
+from tests.integration.tablet_procs import SharedTablets
+
+#: the whole module runs a second time against tablet processes (``tablets=processes``)
+pytestmark = pytest.mark.tablet_processes
 
 VSCHEMA = {"sharded": True, "vindexes": {"hash": {"type": "hash"}}, "tables": {}}
 
 
-async def open_gate(kind: str, make_database: Callable[..., str], shards: int = 2,
-                    pool_size: int = 4) -> Gate:
+def app_topology(kind: str, make_database: Callable[..., str], shards: int = 2) -> Topology:
     urls = {kr.name: make_database(kind, f"q{i}")
             for i, kr in enumerate(KeyRange(b"", b"").split(shards))}
-    topo = Topology.from_dict({"default_keyspace": "app", "keyspaces": {
+    return Topology.from_dict({"default_keyspace": "app", "keyspaces": {
         "app": {"shards": urls, "vschema": {**VSCHEMA, "tables": {}}}}})
-    return Gate.open(topo, pool_size=pool_size)
+
+
+async def open_gate(kind: str, make_database: Callable[..., str], shards: int = 2,
+                    pool_size: int = 4) -> Gate:
+    return Gate.open(app_topology(kind, make_database, shards), pool_size=pool_size)
+
+
+@pytest.fixture(scope="module")
+def app_tablets(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SharedTablets]:
+    """Tablet processes serving ``app`` (2 PostgreSQL shards), for the whole module."""
+    with shared_tablets(lambda make: app_topology("postgres", make),
+                        tmp_path_factory.mktemp("tablets")) as shared:
+        yield shared
 
 
 @pytest.fixture
 async def gate(
-    backend_kind: str, tablets: str, make_database: Callable[..., str], tmp_path: Path
+    backend_kind: str, tablets: str, make_database: Callable[..., str],
+    request: pytest.FixtureRequest,
 ) -> AsyncIterator[Gate]:
-    g = await open_gate(backend_kind, make_database)
     if tablets == "in-process":
+        g = await open_gate(backend_kind, make_database)
         try:
             yield g
         finally:
             await g.close()
         return
-    await g.close()  # its tablets would hold the shard leases
-    procs = await serve_with_processes(g.topology, tmp_path / "tablets")
+    shared: SharedTablets = request.getfixturevalue("app_tablets")
+    procs = await shared.open()
     try:
         yield procs.gate
     finally:
@@ -107,7 +123,6 @@ async def wait_for_condition(cond: Callable[[], bool], timeout: float) -> None:
         await asyncio.sleep(0.02)
 
 
-@pytest.mark.tablet_processes
 async def test_transactional_enqueue_fire_and_ack(gate: Gate) -> None:
     await create(gate)
     s = gate.session()
@@ -134,7 +149,6 @@ async def test_transactional_enqueue_fire_and_ack(gate: Gate) -> None:
     assert (await gate.execute(s, "SELECT count(*) FROM account")).rows[0][0] == 1
 
 
-@pytest.mark.tablet_processes
 async def test_unacked_event_fires_again_with_backoff_then_fails(gate: Gate) -> None:
     await create(gate, "ack_wait = 0.3, min_backoff = 0.1, max_backoff = 0.2, max_attempts = 3")
     await insert(gate, [(1, "retry")], tx=False)
@@ -203,11 +217,12 @@ async def test_scheduled_lateness_under_load(gate: Gate) -> None:
 
 
 async def test_ack_in_sql_and_disconnected_receiver_loses_nothing(gate: Gate) -> None:
-    await create(gate, "ack_wait = 5")
+    await create(gate, "ack_wait = 30")
     await insert(gate, [(i, f"e{i}") for i in range(1, 11)])
     first = await receive(gate, 1, ack=False)  # leaves with 10 events handed to it
-    # the events of the departed receiver are due again at once, not after 5 s
-    got = await receive(gate, 10, ack=False, timeout=4)
+    # the events of the departed receiver are due again at once, not after ack_wait
+    # (30 s; the 15 s bound leaves room for a loaded machine and tablet processes)
+    got = await receive(gate, 10, ack=False, timeout=15)
     assert {e.id for e in first} <= {e.id for e in got}
     s = gate.session()
     await gate.execute(s, "begin")
@@ -239,7 +254,6 @@ async def test_max_per_second(gate: Gate) -> None:
     assert elapsed >= (31 - 5) / 20 * 0.9
 
 
-@pytest.mark.tablet_processes
 async def test_per_key_ordering_under_failures(gate: Gate) -> None:
     await create(gate, "ack_wait = 0.3, min_backoff = 0.05, max_backoff = 0.1, "
                        "ordering_key = user_id")
@@ -265,6 +279,35 @@ async def test_per_key_ordering_under_failures(gate: Gate) -> None:
     await asyncio.wait_for(run(), 15)
     assert order[1] == [f"a{i}" for i in range(6)]
     assert order[2] == [f"b{i}" for i in range(6)]
+
+
+async def test_drop_queue_stops_it_and_frees_the_name(gate: Gate) -> None:
+    """DROP QUEUE (through tablet processes too: every tablet of a shard is told to stop
+    serving it); a receiver open across it ends with NOT_FOUND instead of waiting forever;
+    a queue of the same name created afterwards starts from nothing."""
+    await create(gate)
+    await insert(gate, [(1, "a"), (2, "b")])
+    assert len(await receive(gate, 2)) == 2
+    await insert(gate, [(3, "left")])
+    receiver = gate.queue_receive("app", "jobs")
+    first = await asyncio.wait_for(receiver.__anext__(), 10)  # the fields: it is subscribed
+    assert first.fields
+    await gate.execute(gate.session(), "DROP QUEUE jobs")
+
+    async def drain() -> None:
+        async for _batch in receiver:
+            pass
+
+    with pytest.raises(ShardgateError) as ended:
+        await asyncio.wait_for(drain(), 10)
+    assert ended.value.code is Code.NOT_FOUND and "dropped" in str(ended.value), ended.value
+    assert "jobs" not in gate.vschema.keyspace("app").tables
+    with pytest.raises(ShardgateError):
+        await gate.execute(gate.session(), "SELECT COUNT(*) FROM jobs")
+    await create(gate)
+    await insert(gate, [(4, "new")])
+    got = await receive(gate, 1)
+    assert [e.values[1] for e in got] == ["new"]
 
 
 async def test_group_follow_up_fires_when_all_acked(gate: Gate) -> None:

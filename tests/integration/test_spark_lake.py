@@ -7,8 +7,8 @@ On real PostgreSQL and MariaDB shards (SQLite where it has the feature):
   Spark types, and the writer takes back what the reader read;
 * a change the mapping cannot convert goes to the quarantine table (token
   and reason) while later changes reach the lake;
-* a ``--follow`` dump under 50 changes/s for 60 s (the issue's check runs
-  10 minutes; same rate, smaller table and time) keeps the lake within twice
+* a ``--follow`` dump under 50 changes/s for 20 s (the issue's check runs
+  10 minutes; same rate, smaller table and time: about 20 merge rounds) keeps the lake within twice
   one snapshot's size, and ends exact;
 * a string range filter on a case-insensitive MariaDB column loses no row;
 * ``EXPLAIN`` names the shards a routed query reaches;
@@ -287,8 +287,8 @@ async def test_writer_takes_back_what_the_reader_read(
 async def test_follow_keeps_the_lake_within_twice_a_snapshot(
     kind: str, spark: Any, make_database: Callable[..., str], tmp_path: Path
 ) -> None:
-    """50 changes/s for 60 s (the issue's 10 minutes, scaled down) on 20k rows."""
-    n_rows, rate, seconds = 20_000, 50, 60.0
+    """50 changes/s for 20 s (the issue's 10 minutes, scaled down) on 20k rows."""
+    n_rows, rate, seconds = 20_000, 50, 20.0
     ddl = {"evt": "CREATE TABLE evt (id BIGINT PRIMARY KEY, customer_id BIGINT, "
                   "amount DECIMAL(12,2), note VARCHAR(64))"}
     ks = await _keyspace(kind, make_database, tmp_path, ddl)
@@ -311,9 +311,10 @@ async def test_follow_keeps_the_lake_within_twice_a_snapshot(
         peak, peak_log = snapshot_bytes, _dir_bytes(Path(lake) / "_delta_log")
         rng = random.Random(22)
         began = loop.time()
-        sent = 0
-        while loop.time() - began < seconds:
-            due = int((loop.time() - began) * rate)
+        sent, total = 0, int(rate * seconds)
+        while sent < total:  # paced at ``rate``; a loaded machine may take longer
+            assert loop.time() - began < 10 * seconds, f"only {sent} changes written"
+            due = min(total, int((loop.time() - began) * rate))
             while sent < due:
                 i = rng.randint(1, n_rows)
                 await ks.sql(f"UPDATE evt SET amount = amount + 1, note = 'c{sent}' "
@@ -330,7 +331,6 @@ async def test_follow_keeps_the_lake_within_twice_a_snapshot(
               f"({peak / snapshot_bytes:.2f}x; log {peak_log} B), {sent} changes, "
               f"{summary.merges} merges, "
               f"{summary.buckets} buckets, {summary.vacuumed_files} files vacuumed")
-        assert sent >= rate * seconds * 0.9
         assert peak <= 2 * snapshot_bytes, (peak, snapshot_bytes)
         assert summary.buckets > 1 and summary.vacuumed_files > 0
         assert _collect(read_table(spark, lake)) == _collect(_read(spark, ks, "evt"))

@@ -26,7 +26,10 @@ from shardgate.gate import twopc
 from shardgate.topo import write_cluster_file
 from shardgate.vindexes.hash import Hash
 from tests.conftest import _mysql_admin, _postgres_admin
-from tests.integration.conftest import Cluster, close_cluster, open_cluster, with_tablets
+from tests.integration.conftest import Cluster, close_cluster, cluster_for, open_cluster
+
+#: the whole module runs a second time against tablet processes (``tablets=processes``)
+pytestmark = pytest.mark.tablet_processes
 
 WORKER = Path(__file__).with_name("twopc_worker.py")
 ROWS = 8  # customers per transaction: rows on every commerce shard, plus lookup rows
@@ -162,10 +165,9 @@ def _assert_all_or_nothing(cluster: Cluster, ids: range, committed: bool) -> Non
 
 @pytest.fixture
 async def cluster(
-    kind: str, tablets: str, make_database: Callable[..., str], tmp_path: Path
+    kind: str, tablets: str, make_database: Callable[..., str], request: pytest.FixtureRequest
 ) -> AsyncIterator[Cluster]:
-    c = await with_tablets(await open_cluster(kind, make_database), tablets,
-                           tmp_path / "tablets")
+    c = await cluster_for(kind, tablets, make_database, request)
     try:
         yield c
     finally:
@@ -185,7 +187,6 @@ async def _insert_customers(cluster: Cluster, session: Any, ids: range) -> None:
 # -- happy path, modes ----------------------------------------------------------------
 
 
-@pytest.mark.tablet_processes
 @server_kind
 async def test_twopc_commit_is_atomic_and_best_effort_is_unchanged(cluster: Cluster) -> None:
     gate = cluster.gate
@@ -322,7 +323,6 @@ CRASHES = [
 ]
 
 
-@pytest.mark.tablet_processes
 @server_kind
 async def test_gate_killed_mid_commit_is_resolved_consistently(
     cluster: Cluster, tmp_path: Path
@@ -353,15 +353,19 @@ async def test_gate_killed_mid_commit_is_resolved_consistently(
         again = await cluster.gate.resolve_transactions(grace_s=0)  # idempotent
         assert not (again.committed or again.rolled_back or again.removed or again.errors)
 
-    # The command line does the same.
+    # The command line does the same: on the shard databases, or through the tablet
+    # processes registered in the topo store (``--topo``).
     ids = range(101, 101 + ROWS)
     code, output = await _run_worker(cluster, tmp_path, "after_decision", ids)
     assert code == twopc.FAULT_EXIT_CODE, output
-    cluster_file = tmp_path / "cluster.yaml"
-    write_cluster_file(cluster.topology, cluster_file)
+    if cluster.processes is not None:
+        where = ["--topo", cluster.processes.topo_url]
+    else:
+        cluster_file = tmp_path / "cluster.yaml"
+        write_cluster_file(cluster.topology, cluster_file)
+        where = ["--cluster", str(cluster_file)]
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "shardgate.cli", "twopc", "resolve",
-        "--cluster", str(cluster_file), "--grace", "0",
+        sys.executable, "-m", "shardgate.cli", "twopc", "resolve", *where, "--grace", "0",
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
     out, err = await asyncio.wait_for(proc.communicate(), timeout=60)

@@ -9,6 +9,7 @@ Placement is checked by reading every shard directly.
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -310,3 +311,54 @@ async def test_a_multi_row_insert_into_one_shard_is_one_autocommit_statement(
                            {"a": other, "b": same[0]})
     assert sorted(begun) == sorted([f"ks/{first}", f"ks/{second}"])
     assert (await placed(gate, "t2", "k")) == {first: sorted(same)}
+
+
+async def test_insert_select_routes_each_selected_row(gate: Gate) -> None:
+    """INSERT ... SELECT into a sharded table: the gate selects, then routes each row."""
+    s = gate.session()
+    await gate.execute(s, "INSERT INTO t2 (k, v) VALUES (1, 'a'), (2, 'b'), (3, 'c'), (4, 'd')")
+    res = await gate.execute(s, "INSERT INTO t1 (id, tag, n) SELECT k, k + 10, 0 FROM t2 "
+                                "WHERE k > 1")
+    assert res.rows_affected == 3
+    assert await placed(gate, "t1", "id") == _by_shard(gate, "hash", [2, 3, 4])
+    assert await rows(gate, "SELECT id FROM t1 WHERE tag = 13") == [(3,)]  # its lookup row
+    empty = await gate.execute(s, "INSERT INTO t1 (id, tag, n) SELECT k, k, 0 FROM t2 "
+                                  "WHERE k > 99")
+    assert empty.rows_affected == 0
+    # A duplicate among the selected rows: 1062, and nothing of the statement stays.
+    err = await refused(gate, "INSERT INTO t1 (id, tag, n) SELECT k + 3, NULL, 0 FROM t2")
+    assert err.code is Code.ALREADY_EXISTS
+    assert await placed(gate, "t1", "id") == _by_shard(gate, "hash", [2, 3, 4])
+    ignored = await gate.execute(s, "INSERT IGNORE INTO t1 (id, tag, n) "
+                                    "SELECT k + 3, NULL, 0 FROM t2")
+    assert ignored.rows_affected == 3  # 4 skipped, 5 6 7 inserted
+    assert sorted(v for vs in (await placed(gate, "t1", "id")).values() for v in vs) == \
+        [2, 3, 4, 5, 6, 7]
+    err = await refused(gate, "INSERT INTO t1 SELECT k, k, 0 FROM t2")
+    assert err.code is Code.INVALID_ARGUMENT  # which columns: not known at the gate
+
+
+async def test_a_pulled_out_scalar_subquery_keeps_its_type(gate: Gate, backend_kind: str) -> None:
+    """``SELECT k, (SELECT ...)``: the column is the subquery's own value (a DATETIME
+    stays a datetime), not the shard's echo of a bound parameter (text on MariaDB)."""
+    s = gate.session()
+    await gate.execute(s, "INSERT INTO t2 (k, v) VALUES (1, 'a'), (2, 'b'), (3, 'c')")
+    when = "CAST('2006-05-12 12:00:00' AS DATETIME)" if backend_kind == "mysql" else \
+        "CAST(1.5 AS DECIMAL(4, 2))"
+    alone = (await gate.execute(s, f"SELECT {when} FROM t2 WHERE k = 1")).rows[0][0]
+    if backend_kind == "mysql":
+        assert isinstance(alone, datetime.datetime)
+    got = await rows(gate, f"SELECT k, (SELECT {when} FROM t2 WHERE k = 1) AS d, v FROM t2")
+    assert got == [(1, alone, "a"), (2, alone, "b"), (3, alone, "c")]
+    assert {type(r[1]) for r in got} == {type(alone)}
+
+
+async def test_a_cast_to_char_routes_by_its_text(gate: Gate) -> None:
+    """``CAST(7 AS CHAR(4))`` as a vindex value is MySQL's text of it, '7' (not padded)."""
+    s = gate.session()
+    await gate.execute(s, "INSERT INTO t3 (s, v) VALUES (CAST(7 AS CHAR(4)), 'c'), "
+                          "(CAST('ab' AS CHAR), 'd')")
+    assert await placed(gate, "t3", "s") == _by_shard(gate, "xxhash", ["7", "ab"])
+    assert await rows(gate, "SELECT v FROM t3 WHERE s = CAST(7 AS CHAR)") == [("c",)]
+    err = await refused(gate, "INSERT INTO t3 (s, v) VALUES (CAST('abc' AS CHAR(2)), 'e')")
+    assert err.code is Code.INVALID_ARGUMENT  # truncated by MySQL: not computed here

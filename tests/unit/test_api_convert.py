@@ -82,7 +82,9 @@ def test_types_sent_as_strings(value: Any, text: str) -> None:
     assert wire(value) == text
 
 
-@pytest.mark.parametrize("value", [2**64, -(2**63) - 1, object(), [1, 2], {"a": 1}], ids=repr)
+@pytest.mark.parametrize(
+    "value", [2**64, -(2**63) - 1, object(), [1, 2], {"a": 1}],
+    ids=["2**64", "-(2**63)-1", "object()", "[1, 2]", "{a: 1}"])
 def test_unsupported_values_are_invalid_argument(value: Any) -> None:
     with pytest.raises(InvalidArgument) as err:
         convert.to_value(value)

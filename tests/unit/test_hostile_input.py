@@ -450,6 +450,7 @@ def test_a_bug_in_planning_or_execution_is_still_a_coded_error(
         raise TypeError("'<' not supported")
 
     monkeypatch.setattr(Route, "execute", broken_execute)
+    monkeypatch.setattr(Route, "point_shard", broken_execute)  # the gate's point path
     err = h.error("SELECT name FROM customer WHERE customer_id = 98")
     assert err.code is Code.INTERNAL and "running the statement failed with TypeError" in \
         err.message

@@ -76,3 +76,47 @@ def test_embedded_default(tmp_path: Path) -> None:
     assert topo.keyspace("lookup").shards[0].name == "0"
     vs = topo.build_vschema()
     assert vs.keyspaces["commerce"].tables["customer"].auto_increment is not None
+
+
+RESHARDING = {"keyspaces": {"app": {
+    "shards": {"-80": "sqlite:///a.db", "80-": "sqlite:///b.db"},
+    "pending_shards": {"-40": "sqlite:///c.db", "40-80": "sqlite:///d.db"},
+    "read_shards": ["-40", "40-80", "80-"],
+    "vschema": {"sharded": True}}}}
+
+
+def test_pending_and_read_serving_shards_round_trip() -> None:
+    """A reshard's targets are pending (no traffic); reads may be served by another set."""
+    topo = Topology.from_dict(RESHARDING)
+    ks = topo.keyspace("app")
+    assert [s.name for s in ks.shards] == ["-80", "80-"]
+    assert [s.name for s in ks.pending] == ["-40", "40-80"]
+    assert [s.name for s in ks.all_shards] == ["-80", "80-", "-40", "40-80"]
+    assert ks.shard_map.find(b"\x10") == "-80"  # writes: the serving shards
+    assert ks.read_shard_map.find(b"\x10") == "-40"  # reads: the read-serving set
+    assert ks.read_shard_map.find(b"\x90") == "80-"
+    assert ks.any_shard("40-80").url == "sqlite:///d.db"
+    assert Topology.from_dict(topo.to_dict()).to_dict() == topo.to_dict()
+    plain = Topology.from_dict({"keyspaces": {"app": {
+        "shards": {"-80": "sqlite:///a.db", "80-": "sqlite:///b.db"},
+        "vschema": {"sharded": True}}}}).keyspace("app")
+    assert plain.read_shard_map is plain.shard_map and not plain.pending
+    assert "pending_shards" not in Topology.from_dict(
+        {"keyspaces": {"app": {"shards": {"0": "sqlite:///a.db"}}}}).to_dict()["keyspaces"]["app"]
+
+
+@pytest.mark.parametrize(("change", "words"), [
+    ({"read_shards": ["-40", "80-"]}, "do not partition"),
+    ({"read_shards": ["-40", "40-80", "nope"]}, "not shards of the keyspace"),
+    ({"read_shards": "-80"}, "list of shard names"),
+    ({"pending_shards": {"-80": "sqlite:///x.db"}}, "both serving and pending"),
+    ({"pending_shards": ["-40"]}, "must map shard names"),
+    ({"pending_shards": {"4-": "sqlite:///x.db"}}, "bad shard name"),
+])
+def test_bad_serving_sets(change: dict[str, object], words: str) -> None:
+    doc = json.loads(json.dumps(RESHARDING))
+    doc["keyspaces"]["app"].update(change)
+    with pytest.raises(ShardgateError) as err:
+        Topology.from_dict(doc)
+    assert err.value.code == Code.INVALID_ARGUMENT
+    assert words in err.value.message

@@ -21,6 +21,7 @@ Routes:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 from collections.abc import Awaitable, Callable
@@ -30,6 +31,7 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
+from shardgate.aio import wait_for
 from shardgate.api.http import pages
 from shardgate.api.http.auth import basic_auth, identity_of
 from shardgate.api.http.model import (
@@ -47,11 +49,13 @@ from shardgate.api.http.model import (
 from shardgate.auth.acl import Role
 from shardgate.auth.users import StaticUsers
 from shardgate.errors import Code, InvalidArgument, ShardgateError, VSchemaError
-from shardgate.gate import Gate
+from shardgate.gate import Gate, worker
 from shardgate.queues.inbox.registry import InboxRegistry
 from shardgate.topo.lint import check_vschema
 from shardgate.topo.store import TopoConflict
 from shardgate.vindexes.registry import describe_types
+from shardgate.workflows import metrics as reshard_metrics
+from shardgate.workflows.reshard import list_workflows
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -87,6 +91,7 @@ def make_app(gate: Gate, users: StaticUsers | None = None) -> web.Application:
     app[GATE_KEY] = gate
     app[STARTED_KEY] = time.time()
     app[INBOXES_KEY] = InboxRegistry(gate)
+    app.on_response_prepare.append(_worker_header)
     static = resources.files("shardgate.api.http") / "static"
     app.add_routes([
         web.get("/", pages.cluster_page),
@@ -123,19 +128,34 @@ def make_app(gate: Gate, users: StaticUsers | None = None) -> web.Application:
     return app
 
 
+#: the response header naming the worker that answered (``index/count pid P``)
+WORKER_HEADER = "X-Shardgate-Worker"
+
+
+async def _worker_header(request: web.Request, response: web.StreamResponse) -> None:
+    """Name the worker process that answered (the console's views are per worker)."""
+    response.headers[WORKER_HEADER] = worker.current().label()
+
+
 class HttpServer:
-    """The console server of one gate, on ``host:port`` (0: a free port)."""
+    """The console server of one gate, on ``host:port`` (0: a free port).
+
+    ``reuse_port``: share the port with the other workers of ``gate --workers N``
+    (``SO_REUSEPORT``; the kernel spreads connections over them).
+    """
 
     def __init__(self, gate: Gate, host: str = "127.0.0.1", port: int = 15000, *,
-                 users: StaticUsers | None = None) -> None:
+                 users: StaticUsers | None = None, reuse_port: bool = False) -> None:
         self.gate, self.host, self.port, self.users = gate, host, port, users
+        self.reuse_port = reuse_port
         self._runner: web.AppRunner | None = None
 
     async def start(self) -> int:
         """Start listening; return the port."""
         self._runner = web.AppRunner(make_app(self.gate, self.users), access_log=None)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, self.host, self.port)
+        site = web.TCPSite(self._runner, self.host, self.port,
+                           reuse_port=True if self.reuse_port else None)
         await site.start()
         sockets = getattr(site._server, "sockets", None) or []
         if sockets:
@@ -239,7 +259,7 @@ async def debug_querylog_stream(request: web.Request) -> web.StreamResponse:
     try:
         while True:
             try:
-                entry = await asyncio.wait_for(q.get(), 15.0)
+                entry = await wait_for(q.get(), 15.0)
             except TimeoutError:
                 await resp.write(b": keep-alive\n\n")
                 continue
@@ -316,8 +336,10 @@ async def debug_vars(request: web.Request) -> web.Response:
 async def debug_health(request: web.Request) -> web.Response:
     gate = request.app[GATE_KEY]
     degraded = gate.degraded
+    me = worker.current()
     body = {"status": "degraded" if degraded else "ok", "degraded": degraded,
-            "topology_version": gate.topology.version}
+            "topology_version": gate.topology.version,
+            "worker": {"index": me.index, "count": me.count, "pid": me.pid}}
     return web.json_response(body, status=200)
 
 
@@ -396,6 +418,9 @@ def _dumps(obj: Any) -> str:
 
 
 async def metrics(request: web.Request) -> web.Response:
+    gate = request.app[GATE_KEY]
+    with contextlib.suppress(ShardgateError):  # topo store unreachable: the last figures
+        reshard_metrics.COLLECTOR.update(list_workflows(await gate.topo.list_workflows()))
     body = generate_latest(REGISTRY)
     resp = web.Response(body=body)
     resp.content_type = CONTENT_TYPE_LATEST.split(";")[0]

@@ -12,13 +12,14 @@ in-memory copy with sqlglot's executor (mysql-mimic's ``InfoSchema``).
 from __future__ import annotations
 
 from collections.abc import Iterable
+from decimal import Decimal
 from typing import Any
 
 from mysql_mimic.charset import CharacterSet
 from mysql_mimic.constants import INFO_SCHEMA
-from mysql_mimic.results import ResultColumn
+from mysql_mimic.results import ResultColumn, infer_type
 from mysql_mimic.schema import InfoSchema
-from mysql_mimic.types import ColumnType
+from mysql_mimic.types import ColumnType, str_len
 from sqlglot.executor.table import Table
 
 from shardgate.gate.catalog import ColumnInfo, TableInfo
@@ -187,6 +188,32 @@ def result_columns(fields: list[str], table: TableInfo) -> list[ResultColumn | s
         out.append(ResultColumn(name, kind, CharacterSet.binary if binary else
                                 CharacterSet.utf8mb4))
     return out
+
+
+def value_columns(fields: list[str], rows: list[tuple[Any, ...]]) -> list[ResultColumn | str]:
+    """Column definitions for a result with rows: ``Decimal`` columns as MySQL's DECIMAL
+    (sent in plain notation, never ``1E+1``); other names stay names, their types
+    inferred from the values by mysql-mimic."""
+    out: list[ResultColumn | str] = list(fields)
+    # mysql-mimic infers by name: a name used twice (``SELECT a, a AS a``) is typed here
+    repeated = len({f.lower() for f in fields}) < len(fields)
+    for i, name in enumerate(fields):
+        value = next((r[i] for r in rows if r[i] is not None), None)
+        if isinstance(value, Decimal):
+            out[i] = ResultColumn(name, ColumnType.NEWDECIMAL, text_encoder=_decimal_text,
+                                  binary_encoder=_decimal_binary)
+        elif repeated:
+            out[i] = ResultColumn(name, ColumnType.VARCHAR if value is None else
+                                  infer_type(value))
+    return out
+
+
+def _decimal_text(column: ResultColumn, value: Any) -> bytes:
+    return format(value, "f").encode() if isinstance(value, Decimal) else str(value).encode()
+
+
+def _decimal_binary(column: ResultColumn, value: Any) -> bytes:
+    return bytes(str_len(_decimal_text(column, value)))
 
 
 def _table(columns: dict[str, str], rows: Iterable[dict[str, Any]]) -> Table:

@@ -32,11 +32,12 @@ from mysql_mimic.packets import (
     make_column_definition_41,
     make_text_resultset_row,
 )
-from mysql_mimic.results import ResultSet
+from mysql_mimic.results import ResultColumn, ResultSet
 from mysql_mimic.stream import MysqlStream
 from mysql_mimic.types import Capabilities, ColumnType, ServerStatus, str_fixed, uint_1, uint_2
 from mysql_mimic.utils import aiterate
 
+from shardgate.aio import wait_for
 from shardgate.api.mysql.errors import BAD_DB, sqlstate_of
 from shardgate.api.mysql.session import GateSession
 
@@ -46,6 +47,10 @@ log = logging.getLogger(__name__)
 DEFAULT_CONNECT_TIMEOUT_S = 10.0
 #: Rows written between two waits for the socket to drain.
 ROW_BATCH = 500
+#: Column definition packets kept, by everything they are made of (a cached plan's
+#: result names the same columns every time); past this many, started afresh.
+COLUMN_CACHE = 1024
+_COLUMN_PACKETS: dict[tuple[str, ColumnType, CharacterSet, CharacterSet], bytes] = {}
 _BINARY_TYPES = frozenset({ColumnType.BLOB, ColumnType.TINY_BLOB, ColumnType.MEDIUM_BLOB,
                            ColumnType.LONG_BLOB})
 
@@ -114,8 +119,11 @@ class GateConnection(Connection):
 
     async def connection_phase(self) -> None:
         """The handshake, closed when the client does not finish it in time."""
+        # the handshake's status says autocommit is on, as it is: clients (PyMySQL) read
+        # it there and send SET autocommit only when they want another mode
+        self.status_flags = self._flags()
         try:
-            await asyncio.wait_for(super().connection_phase(), self.connect_timeout_s)
+            await wait_for(super().connection_phase(), self.connect_timeout_s)
         except TimeoutError:
             log.info("mysql connection %s: no handshake in %ss, closed", self.connection_id,
                      self.connect_timeout_s)
@@ -225,17 +233,37 @@ class GateConnection(Connection):
 
     # -- results -------------------------------------------------------------------
 
+    def _column_definition(self, column: ResultColumn) -> bytes:
+        """A column definition packet, remembered (see ``COLUMN_CACHE``)."""
+        charset = self.server_charset
+        key = (column.name, column.type, column.character_set, charset)
+        packet = _COLUMN_PACKETS.get(key)
+        if packet is None:
+            if len(_COLUMN_PACKETS) >= COLUMN_CACHE:
+                _COLUMN_PACKETS.clear()
+            packet = _COLUMN_PACKETS[key] = make_column_definition_41(
+                server_charset=charset, name=column.name, column_type=column.type,
+                character_set=column.character_set)
+        return packet
+
     async def write_text_resultset(self, result_set: ResultSet) -> None:
-        """Column definitions, then rows in batches, each batch drained before the next."""
+        """Column definitions, then rows in batches, each batch drained before the next
+        (a small result in memory goes out whole, in one write)."""
         header = [make_column_count(capabilities=self.capabilities,
                                     column_count=len(result_set.columns))]
-        header += [make_column_definition_41(server_charset=self.server_charset, name=c.name,
-                                             column_type=c.type, character_set=c.character_set)
-                   for c in result_set.columns]
+        header += [self._column_definition(c) for c in result_set.columns]
         if not self.deprecate_eof():
             header.append(self.eof())
         self.stream.write_many(header)
         cols = result_set.columns
+        rows = result_set.rows
+        if isinstance(rows, list | tuple) and len(rows) <= ROW_BATCH:
+            # a result already in memory (a point select's): framed straight into the
+            # stream's buffer and sent with its header and EOF in one write
+            count = self.stream.write_text_rows(rows, cols)
+            await self.stream.write(self.ok_or_eof(affected_rows=count), drain=False)
+            await self.stream.drain()
+            return
         count = 0
         batch: list[bytes] = []
         async for row in aiterate(result_set.rows):

@@ -12,11 +12,20 @@
   (:mod:`shardgate.sql.literals`), straight to :meth:`Gate.execute` (writes) or
   :meth:`Gate.stream_execute` (reads: scatter results stream shard by shard,
   the rows written to the socket as they come, bounded memory).
+* **DDL** (``CREATE``, ``ALTER``, ``DROP``, ``TRUNCATE``, ``RENAME``) goes to the
+  gate as written, after committing an open transaction (MySQL's implicit
+  commit; MariaDB/MySQL shards would commit it anyway).
+* **Constant selects** (no FROM) go to the gate too, which runs them on a shard
+  (exact MySQL functions and types), except ``SELECT <digits>`` pings and those
+  naming variables or information functions.
+* ``INSERT/UPDATE/DELETE ... RETURNING`` is refused with 1064, as MySQL 8 (the
+  version reported) does.
 * **The rest** is parsed by mysql-mimic (sqlglot, MySQL dialect): ``SET`` of
   session variables, ``SELECT @@version``, ``SELECT DATABASE()``, constant
   selects, ``SHOW VARIABLES``; ``SHOW DATABASES/TABLES/COLUMNS/INDEX/CREATE
   TABLE``, ``DESCRIBE`` and ``information_schema`` queries are answered from
-  the gate's catalog (:mod:`shardgate.api.mysql.catalog`); anything else is
+  the gate's catalog (:mod:`shardgate.api.mysql.catalog`; ``SHOW CREATE TABLE``
+  and ``DESCRIBE`` from a MariaDB/MySQL shard's own answer); anything else is
   re-rendered (information functions replaced by their values) and sent to
   the gate.
 
@@ -107,21 +116,27 @@ _NOT_DIRECT = re.compile(
     r"connection_id|last_insert_id|found_rows|row_count)\s*\(",
     re.I,
 )
-_HAS_FROM = re.compile(r"\bfrom\b", re.I)
+_RETURNING = re.compile(r"\breturning\b", re.I)
+#: String literals and quoted names (left out when looking for a keyword).
+_QUOTED = re.compile(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|`[^`]*`", re.S)
+#: Constant selects mysql-mimic answers itself (connection checks): the rest run on a shard,
+#: which evaluates every MySQL function and type exactly (as Vitess routes them).
+_OWN_CONSTANT = re.compile(r"^select\s+\d+\s*;?\s*$", re.I)
 #: A select from one table (``FROM t`` / ``FROM ks.t``, no join), for a schema probe's types.
 _ONE_TABLE = re.compile(
     r"^\s*select\b(?:(?!\bfrom\b).)*\bfrom\s+`?(\w+)`?(?:\s*\.\s*`?(\w+)`?)?"
     r"(?:\s+(?:as\s+)?\w+)?\s*(?:$|where\b|limit\b|order\b|;)", re.I | re.S)
+_DDL = frozenset({"create", "alter", "drop", "truncate", "rename"})
 _GATE_CONTROL = frozenset({"begin", "commit", "rollback", "savepoint", "release", "start"})
 _SHOW_VSCHEMA = re.compile(
     r"^show\s+vschema\s+(tables|vindexes)(?:\s+(?:on|from)\s+`?([\w.]+)`?)?\s*;?\s*$", re.I)
-_SHOW_GATE = re.compile(r"^show\s+(?:vitess_\w+|keyspaces)\b", re.I)
+_SHOW_GATE = re.compile(r"^show\s+(?:vitess_\w+|keyspaces|shardgate_worker)\b", re.I)
 _SET_TX_MODE = re.compile(
     r"^set\s+(?:(?:session|local)\s+|@@(?:session\.|local\.)?)?transaction_mode\s*(?:=|:=)",
     re.I)
 _SHOW_KEYS = re.compile(
-    r"^show\s+(?:index|indexes|keys)\s+(?:from|in)\s+`?(\w+)`?(?:\s+(?:from|in)\s+`?(\w+)`?)?"
-    r"\s*;?\s*$", re.I)
+    r"^show\s+(?:index|indexes|keys)\s+(?:from|in)\s+((?:`(?:[^`]|``)+`|[\w$]+))"
+    r"(?:\s+(?:from|in)\s+((?:`(?:[^`]|``)+`|[\w$]+)))?\s*;?\s*$", re.I)
 _TRUE = frozenset({"1", "on", "true", "'on'", "'1'", "'true'"})
 _FALSE = frozenset({"0", "off", "false", "'off'", "'0'", "'false'"})
 
@@ -193,12 +208,27 @@ class GateSession(Session):
         m = _FIRST_WORD.match(body)
         word = m.group(0).lower() if m else ""
         if word in _GATE_CONTROL:
+            if word == "savepoint" and not self.autocommit and not self.state.in_transaction:
+                await self.gate.begin(self.state)  # as MySQL: it opens the transaction
             return await self._gate(sql)
         if word == "use":
             await self._gate(sql)
             return None
+        if word in _DDL:
+            # as MySQL: DDL commits the open transaction first and is never part of one
+            # (MariaDB/MySQL shards would commit it behind the gate's back)
+            if self.state.in_transaction:
+                await self.gate.commit(self.state)
+            self.last = await self.gate.execute(self.state, sql)
+            return None
+        if word in ("insert", "update", "delete", "replace") and \
+                _RETURNING.search(_QUOTED.sub("", body)):
+            # the listener is a MySQL 8 server to its clients (SERVER_VERSION), and MySQL 8
+            # has no RETURNING: clients (SQLAlchemy's dialect) rely on it failing
+            raise MysqlError("You have an error in your SQL syntax: RETURNING is not MySQL 8 "
+                             "syntax", code=PARSE.errno)
         if word in ("select", "insert", "update", "delete", "replace", "with") \
-                and not _NOT_DIRECT.search(body) and (word != "select" or _HAS_FROM.search(body)):
+                and not _NOT_DIRECT.search(body) and not _OWN_CONSTANT.match(body):
             return await self._run(sql, word in ("select", "with"))
         if word == "set":
             return await self._set(sql, body, attrs)
@@ -257,16 +287,17 @@ class GateSession(Session):
         first chunk has no rows (a schema probe such as ``WHERE 1=0``), the declared
         types of a single-table select's table, so the client learns real types."""
         if first.rows:
-            return list(first.fields)
+            return catalog.value_columns(first.fields, first.rows)
         m = _ONE_TABLE.match(sql)
         if m is None or self.state.keyspace is None:
-            return list(first.fields)
+            return catalog.value_columns(first.fields, first.rows)
         db, name = (m.group(1), m.group(2)) if m.group(2) else (None, m.group(1))
         ks = db or self.state.keyspace
         if ks not in self.gate.topology.keyspaces:
-            return list(first.fields)
+            return catalog.value_columns(first.fields, first.rows)
         found = await self.gate.catalog(ks, name)
-        return catalog.result_columns(first.fields, found[0]) if found else list(first.fields)
+        return catalog.result_columns(first.fields, found[0]) if found else \
+            catalog.value_columns(first.fields, first.rows)
 
     async def query(self, expression: exp.Expression, sql: str, attrs: dict[str, str]) -> \
             AllowedResult:
@@ -346,7 +377,8 @@ class GateSession(Session):
             return self._show_vschema(m.group(1).lower(), m.group(2))
         m = _SHOW_KEYS.match(body)
         if m is not None:
-            fields, rows = catalog.show_index(await self._table(m.group(1), m.group(2)))
+            fields, rows = catalog.show_index(await self._table(
+                _unquote(m.group(1)), m.group(2) and _unquote(m.group(2))))
             return rows, fields
         return None
 
@@ -371,9 +403,9 @@ class GateSession(Session):
                     ["Database"]
             case "TABLES":
                 ks = self._keyspace(db)
-                tables = await self.gate.catalog(ks)
-                rows = [(t.name, "BASE TABLE") for t in tables
-                        if like is None or like_match(t.name, like)]
+                tables = [(t.name, "BASE TABLE") for t in await self.gate.catalog(ks)]
+                tables += [(v, "VIEW") for v in await self.gate.views(ks)]
+                rows = [t for t in sorted(tables) if like is None or like_match(t[0], like)]
                 fields = [f"Tables_in_{ks}"]
                 if expression.args.get("full"):
                     return rows, [*fields, "Table_type"]
@@ -387,8 +419,16 @@ class GateSession(Session):
                 fields, rows = catalog.show_index(await self._table(expression.text("target"),
                                                                     db))
                 return rows, fields
-            case "CREATE TABLE":
-                table = await self._table(expression.text("target"), db)
+            case "CREATE TABLE" | "CREATE VIEW":
+                name = expression.text("target")
+                native = await self.gate.native_create(self._keyspace(db), name)
+                if native is not None:
+                    if re.match(r"^CREATE\b.*?\bVIEW\b", native, re.S):
+                        return [(name, native, "utf8mb4", "utf8mb4_general_ci")], \
+                            ["View", "Create View", "character_set_client",
+                             "collation_connection"]
+                    return [(name, native)], ["Table", "Create Table"]
+                table = await self._table(name, db)
                 return [(table.name, catalog.show_create_table(table))], \
                     ["Table", "Create Table"]
             case "CREATE DATABASE" | "CREATE SCHEMA":
@@ -413,10 +453,14 @@ class GateSession(Session):
         return await super()._show(expression)
 
     async def _describe(self, body: str) -> AllowedResult:
-        m = re.match(r"^\w+\s+`?(\w+)`?(?:\.`?(\w+)`?)?\s*;?\s*$", body)
+        m = re.match(rf"^\w+\s+({_IDENT})(?:\s*\.\s*({_IDENT}))?\s*;?\s*$", body, re.S)
         if m is None:
             raise MysqlError("DESCRIBE takes a table name", code=PARSE.errno)
-        db, name = (m.group(1), m.group(2)) if m.group(2) else (None, m.group(1))
+        first, second = _unquote(m.group(1)), m.group(2) and _unquote(m.group(2))
+        db, name = (first, second) if second is not None else (None, first)
+        native = await self.gate.native_describe(self._keyspace(db), name)
+        if native is not None:
+            return native, ["Field", "Type", "Null", "Key", "Default", "Extra"]
         fields, rows = catalog.show_columns(await self._table(name, db))
         return rows, fields
 
@@ -440,6 +484,17 @@ class GateSession(Session):
             raise MysqlError(f"Table '{ks}.{name}' doesn't exist",
                              code=NO_SUCH_TABLE.errno)
         return found[0]
+
+
+#: One MySQL identifier: plain, or in backquotes (a doubled backquote is one backquote).
+_IDENT = r"(?:`(?:[^`]|``)+`|[\w$]+)"
+
+
+def _unquote(ident: str) -> str:
+    """An identifier matched by ``_IDENT`` without its quotes."""
+    if ident.startswith("`"):
+        return ident[1:-1].replace("``", "`")
+    return ident
 
 
 def _point(planned: object) -> bool:

@@ -81,7 +81,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from shardgate.aio import cancel_and_wait
+from shardgate.aio import cancel_and_wait, wait_for
 from shardgate.backends import Backend, Connection
 from shardgate.backends.base import LeaseHandle, transaction
 from shardgate.errors import FailedPrecondition, NotFound, ShardgateError, Unavailable
@@ -225,7 +225,7 @@ class ShardConsumer:
 
     async def wait_ready(self, timeout: float = 10.0) -> None:
         """Wait until this consumer holds the lease and has recovered its state."""
-        await asyncio.wait_for(self._ready.wait(), timeout)
+        await wait_for(self._ready.wait(), timeout)
 
     async def close(self) -> None:
         """Stop; write the status rows already asked for; release the lease."""
@@ -296,7 +296,7 @@ class ShardConsumer:
             if got:
                 continue
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self._sleep_for())
+                await wait_for(self._wake.wait(), self._sleep_for())
 
     async def _lose(self, exc: ShardgateError) -> None:
         """A write or read failed: drop the lease and all state; :meth:`_main` starts over

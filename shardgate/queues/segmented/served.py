@@ -39,7 +39,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from shardgate.aio import cancel_and_wait
+from shardgate.aio import cancel_and_wait, wait_for
 from shardgate.backends import Backend
 from shardgate.errors import ShardgateError, Unavailable
 from shardgate.queues.events import QueueEvent
@@ -134,7 +134,7 @@ class ServedSegmentedQueue:
                 await asyncio.sleep(0)  # let receivers and acks run between batches
                 continue
             try:
-                await asyncio.wait_for(self._wake.wait(), DISPATCH_IDLE_S)
+                await wait_for(self._wake.wait(), DISPATCH_IDLE_S)
             except TimeoutError:
                 self._forget_finished()
 

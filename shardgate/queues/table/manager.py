@@ -59,8 +59,11 @@ Parts
 Invariants
 ----------
 1. An event is sent only after the write marking it fired (with its next
-   retry time) committed; if that write fails, nothing of the batch is sent
-   and the manager stops.
+   retry time) committed; if that write fails, nothing of the batch is sent.
+   A write that lost a lock conflict (``ABORTED``: a deadlock, a lock wait
+   timeout, a SQLite shard locked by another writer; the database rolled it
+   back) puts the batch back in the window, due :data:`CONFLICT_RETRY_S`
+   later; any other failure stops the manager.
 2. The fire write skips acked events, so an event whose ack committed is
    never fired again; a receiver's queue drops events acked or re-fired
    elsewhere before handing them out, so an ack committed before a batch is
@@ -74,6 +77,18 @@ Invariants
    with more than ``hot_key_threshold`` waiting events has ordering switched
    off for ``hot_key_cooldown`` (the circuit breaker).
 6. The window never holds more than ``cache_size`` events.
+7. A shard frozen by a reshard's write cut-over (its writes fail with
+   :data:`~shardgate.topo.model.WRITES_FROZEN`) pauses the manager, it does
+   not stop it: a refused fire write sends nothing (invariant 1) and puts its
+   events back in the window, due :data:`FROZEN_RETRY_S` later; the purge
+   skips its round; a refused ack fails only its callers (the gate holds and
+   replays it, on the shards serving after the switch). So a source shard's
+   manager stops dispatching at the freeze, quietly (one fire attempt per
+   :data:`FROZEN_RETRY_S`), and resumes if the cut-over rolls back.
+8. A lock conflict never stops the manager or ends a receiver: a conflicting
+   fire write is retried (invariant 1), an ack write (an idempotent
+   conditional UPDATE) is written again up to :data:`ACK_ATTEMPTS` times
+   before its callers get the error, and the purge skips its round.
 """
 
 from __future__ import annotations
@@ -85,13 +100,13 @@ import heapq
 import logging
 import random
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
-from shardgate.aio import cancel_and_wait
+from shardgate.aio import cancel_and_wait, wait_for
 from shardgate.backends import Backend, Connection
-from shardgate.errors import ShardgateError, Unavailable
+from shardgate.errors import Code, ShardgateError, Unavailable
 from shardgate.queues import metrics
 from shardgate.queues.events import QueueEvent
 from shardgate.queues.options import QueueOptions
@@ -106,6 +121,7 @@ from shardgate.queues.table.store import (
     VALUES,
     QueueStore,
 )
+from shardgate.topo.model import writes_frozen
 
 log = logging.getLogger(__name__)
 
@@ -115,6 +131,14 @@ SCAN_SLACK_NS = 2_000_000_000
 #: Allowance (ns) for the database clock's resolution and drift between two
 #: measurements of its offset from ours (SQLite stamps whole milliseconds).
 CLOCK_MARGIN_NS = 20_000_000
+T = TypeVar("T")
+
+#: Seconds between fire attempts while the shard refuses writes (a reshard's freeze).
+FROZEN_RETRY_S = 0.5
+#: a fire write that lost a lock conflict is tried again this much later (invariant 8)
+CONFLICT_RETRY_S = 0.05
+#: ack writes tried per batch of acks before their callers get a lock conflict's error
+ACK_ATTEMPTS = 20
 #: Nanoseconds per second.
 _NS = 1_000_000_000
 
@@ -222,6 +246,8 @@ class QueueManager:
         self.counters = _Counters()
         #: set to the error that stopped the manager (a failed write)
         self.failure: BaseException | None = None
+        #: whether the last fire write met a frozen shard (invariant 7)
+        self.frozen = False
         self.stopped = asyncio.Event()
         self._labels = (keyspace, shard, store.table)
 
@@ -323,14 +349,16 @@ class QueueManager:
             self._ack_pending = set()
             self._ack_waiters = []
             try:
-                await self._write_acks(ids)
+                await self._write_acks_retrying(ids)
             except BaseException as exc:
                 for w in waiters:
                     if not w.done():
                         w.set_exception(exc if isinstance(exc, ShardgateError) else
                                         Unavailable(f"ack failed on {self._name}: {exc}"))
                 if isinstance(exc, ShardgateError):
-                    self._fail(exc)
+                    # invariants 7 and 8: a freeze or a lock conflict fails the acks only
+                    if not writes_frozen(exc) and not _conflict(exc):
+                        self._fail(exc)
                     return
                 raise
             if self._firing:  # that fire write must not put these back in flight
@@ -349,6 +377,10 @@ class QueueManager:
             if groups:
                 await self._check_groups(groups)
             self._wake.set()
+
+    async def _write_acks_retrying(self, ids: list[int]) -> None:
+        """:meth:`_write_acks`, written again after a lock conflict (invariant 8)."""
+        await retry_conflicts(lambda: self._write_acks(ids))
 
     async def _write_acks(self, ids: list[int]) -> None:
         """Write acks on a pooled connection, so they never wait for a fire write (an
@@ -534,7 +566,7 @@ class QueueManager:
                 wait = min(delay, (self._full_at - self._clock()) / _NS,
                            (self._collect_at - self._clock()) / _NS)
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), max(wait, 0.0005))
+                    await wait_for(self._wake.wait(), max(wait, 0.0005))
         except asyncio.CancelledError:
             raise
         except ShardgateError as exc:
@@ -592,7 +624,7 @@ class QueueManager:
                 return 0.005
             return (self._heap[0][0] - now) / _NS if self._heap else float("inf")
         await self._fire(taken, receivers, now)
-        return 0
+        return FROZEN_RETRY_S if self.frozen else 0
 
     async def _fire(self, taken: list[_Event], receivers: list[Receiver], now: int) -> None:
         opts = self.options
@@ -621,11 +653,22 @@ class QueueManager:
                             self._forget(e.id, acked=True)
         except ShardgateError as exc:
             # Invariant 1: nothing of this batch is sent.
+            if writes_frozen(exc):  # invariant 7: pause, the events wait in the window
+                self._frozen(taken, now)
+                return
+            if _conflict(exc):  # invariant 8: rolled back; the events wait a moment
+                log.info("queue manager %s: fire write lost a lock conflict, retried: %s",
+                         self._name, exc)
+                self._put_back(taken, now + int(CONFLICT_RETRY_S * _NS))
+                return
             self._fail(exc)
             raise
         finally:
             self._firing = set()
             self._acked_while_firing = set()
+        if self.frozen:
+            log.info("queue manager %s: the shard accepts writes again", self._name)
+            self.frozen = False
         for e in dead:
             self._forget(e.id, acked=False)
         if dead:
@@ -680,6 +723,27 @@ class QueueManager:
         if retries:
             metrics.RETRIES.labels(*self._labels).inc(retries)
 
+    def _frozen(self, taken: list[_Event], now: int) -> None:
+        """A fire write met a frozen shard (invariant 7): nothing was written or sent;
+        the events go back to the window, due :data:`FROZEN_RETRY_S` from now."""
+        if not self.frozen:
+            log.info("queue manager %s: the shard refuses writes (a reshard's cut-over); "
+                     "dispatch paused", self._name)
+            self.frozen = True
+        self._put_back(taken, now + int(FROZEN_RETRY_S * _NS))
+
+    def _put_back(self, taken: list[_Event], due: int) -> None:
+        """Events of a fire write that wrote nothing go back to the window, due at ``due``
+        at the earliest."""
+        for e in taken:
+            if e.id in self._acked_while_firing:
+                continue
+            if self._key_idx is not None and self._key_owner.get(e.key) == e.id \
+                    and e.id not in self._in_flight:
+                self._key_owner.pop(e.key, None)  # owned it for this write only
+            e.due = max(e.due, due)
+            self._push(e)
+
     def _backoff(self, epoch: int) -> float:
         opts = self.options
         b = opts.min_backoff * (2 ** min(epoch, 40)) * random.uniform(0.67, 1.33)
@@ -712,7 +776,12 @@ class QueueManager:
                 cutoff = self._clock() - int(self.options.retention * _NS)
                 while True:
                     async with self.writer.use() as conn:
-                        n = await self.store.purge(conn, cutoff)
+                        try:
+                            n = await self.store.purge(conn, cutoff)
+                        except ShardgateError as exc:
+                            if not writes_frozen(exc) and not _conflict(exc):
+                                raise
+                            n = 0  # invariants 7 and 8: skip the round
                     self.counters.purged += n
                     metrics.PURGED.labels(*self._labels).inc(n)
                     if n < 500:
@@ -756,3 +825,23 @@ def followup_id(table: str, key: Any) -> int:
 
     digest = hashlib.sha256(f"{table}\x00{key!r}".encode()).digest()
     return int.from_bytes(digest[:8], "big") & 0x7FFF_FFFF_FFFF_FFFF
+
+
+def _conflict(exc: ShardgateError) -> bool:
+    """A write the database rolled back for a lock conflict (invariant 8): a deadlock,
+    a lock wait timeout, a serialization failure, a SQLite shard locked by another
+    writer; not a reshard's freeze (invariant 7)."""
+    return exc.code is Code.ABORTED and not writes_frozen(exc)
+
+
+async def retry_conflicts(call: Callable[[], Awaitable[T]]) -> T:
+    """``await call()``, called again after a lock conflict (:func:`_conflict`), up to
+    :data:`ACK_ATTEMPTS` times in all. For idempotent writes only (acks)."""
+    for attempt in range(ACK_ATTEMPTS):
+        try:
+            return await call()
+        except ShardgateError as exc:
+            if not _conflict(exc) or attempt == ACK_ATTEMPTS - 1:
+                raise
+            await asyncio.sleep(CONFLICT_RETRY_S * random.uniform(0.5, 1.5))
+    raise AssertionError("unreachable")

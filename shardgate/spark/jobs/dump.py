@@ -55,6 +55,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from shardgate.aio import wait_for
 from shardgate.backends import bulk
 from shardgate.backends.change_log import open_change_log
 from shardgate.backends.changes import DELETE, INSERT, UPDATE
@@ -581,7 +582,7 @@ class DumpJob:
                 try:
                     while True:
                         try:
-                            event = await asyncio.wait_for(anext(events), self.stall_s)
+                            event = await wait_for(anext(events), self.stall_s)
                         except StopAsyncIteration:
                             break
                         except TimeoutError:

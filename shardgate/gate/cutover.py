@@ -1,0 +1,79 @@
+"""Holding writes during a reshard's write cut-over.
+
+While :mod:`shardgate.workflows.reshard` switches writes, the source shards
+refuse writes to the moving tables: a trigger installed by the workflow fails
+each one with a message carrying :data:`~shardgate.topo.model.WRITES_FROZEN`.
+A gate that meets that refusal on a statement **outside** a transaction holds
+the statement instead of failing it: it re-reads the topology from the store
+and replays the statement (re-planned, so it routes to the new shards once the
+switch is published) until it succeeds or :data:`HOLD_S` passes. Held
+statements share one reader of the store (:class:`Refresher`), so holding many
+costs one poll every :data:`RETRY_S`, and are retried as soon as the gate
+serves a newer topology. The refused
+attempt changed nothing (the trigger aborts the statement, and an implicit
+multi-shard transaction is rolled back), so the replay is safe. A statement in
+an explicit transaction cannot be replayed alone: the transaction is rolled
+back and the caller gets ``ABORTED`` (retry the transaction). Every write
+path does so: ``Gate.execute``; ``Gate.stream_execute`` (the MySQL listener's
+path) sends writes through it; ``Gate.execute_batch`` runs each statement
+through it, and a batch that opened its own transaction is rolled back, held
+and replayed whole (nothing of it was committed).
+
+Invariant: a held statement runs at most once successfully: every attempt but
+the last was refused by a source shard before changing anything.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Awaitable, Callable
+
+from shardgate.errors import ShardgateError
+from shardgate.topo.model import writes_frozen as writes_frozen  # re-exported
+
+#: the longest a statement is held across a write cut-over (seconds)
+HOLD_S = 10.0
+#: how often held statements look for a new topology (seconds)
+RETRY_S = 0.02
+#: how often a held statement is retried on an unchanged topology (seconds)
+RETRY_EVERY_S = 0.25
+
+
+async def wait_for_switch(refresh: Callable[[], Awaitable[None]], serving: Callable[[], int],
+                          deadline: float) -> bool:
+    """Wait until the gate serves a newer topology (``serving()`` is its version;
+    ``refresh`` catches it up with the store, shared by all held statements) or
+    :data:`RETRY_EVERY_S` passed (a cut-over that rolled back releases the
+    sources without a new topology); False once ``deadline`` (monotonic) passed."""
+    version = serving()
+    retry_at = time.monotonic() + RETRY_EVERY_S
+    while True:
+        if time.monotonic() >= deadline:
+            return False
+        with contextlib.suppress(ShardgateError):  # unreachable: keep the topology we have
+            await refresh()
+        if serving() != version or time.monotonic() >= retry_at:
+            return True
+        await asyncio.sleep(RETRY_S)
+
+
+class Refresher:
+    """One topo store read at a time for all held statements, at most every :data:`RETRY_S`."""
+
+    def __init__(self, poll: Callable[[], Awaitable[object]]) -> None:
+        self._poll = poll
+        self._lock = asyncio.Lock()
+        self._last = 0.0
+
+    async def __call__(self) -> None:
+        if time.monotonic() - self._last < RETRY_S:
+            return
+        async with self._lock:
+            if time.monotonic() - self._last < RETRY_S:
+                return
+            try:
+                await self._poll()
+            finally:
+                self._last = time.monotonic()

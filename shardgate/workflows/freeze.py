@@ -1,0 +1,84 @@
+"""Frozen shards that the workflow's own appliers may still write.
+
+A reshard's write cut-over makes shards refuse writes to the moving tables
+(triggers whose error carries :data:`~shardgate.topo.model.WRITES_FROZEN`):
+the sources after the write switch, the targets after ``reverse-traffic``.
+They stay frozen while they are pending, so a gate that has not yet read the
+new topology is refused (and holds its write) rather than writing where
+nothing replicates from. Yet a frozen shard still receives the workflow's
+catch-up (the reverse stream writes the frozen sources; the forward stream,
+after a reverse, the frozen targets). The triggers therefore let through a
+transaction that says it is the applier's:
+
+PostgreSQL
+    the transaction-local setting :data:`PG_SETTING` is ``on``
+    (``set_config(..., true)``: it ends with the transaction, and no other
+    session sees it).
+SQLite
+    the table :data:`MARK_TABLE` has a row. The applier inserts it first and
+    deletes it last in its own transaction; SQLite has one writer at a time
+    and readers see only committed rows, so no other writer ever sees it.
+
+Invariant: outside an applier's transaction a frozen table refuses every
+write (the mark is never committed, the setting never outlives the
+transaction).
+"""
+
+from __future__ import annotations
+
+from shardgate.backends.base import Backend, Connection
+from shardgate.topo.model import WRITES_FROZEN
+
+#: SQLite: the table whose (uncommitted) row lets the applier's writes through
+MARK_TABLE = "_sg_reshard_apply"
+#: PostgreSQL: the transaction-local setting that lets the applier's writes through
+PG_SETTING = "shardgate.reshard_apply"
+
+_MESSAGE = f"{WRITES_FROZEN}: writes paused for a reshard cut-over"
+
+#: PostgreSQL: the function the freeze triggers run
+PG_DENY_FUNCTION = (
+    "CREATE OR REPLACE FUNCTION _sg_deny_writes() RETURNS trigger LANGUAGE plpgsql AS $$ "
+    f"BEGIN IF current_setting('{PG_SETTING}', true) = 'on' THEN "
+    "IF TG_OP = 'DELETE' THEN RETURN OLD; END IF; RETURN NEW; END IF; "
+    f"RAISE EXCEPTION '{_MESSAGE}' USING ERRCODE = '55000'; END $$")
+
+#: SQLite: the marker table (created with the freeze triggers)
+SQLITE_MARK_DDL = f"CREATE TABLE IF NOT EXISTS {MARK_TABLE} (k INTEGER PRIMARY KEY)"
+
+
+def sqlite_deny_trigger(trigger: str, op: str, table: str) -> str:
+    """A SQLite trigger refusing ``op`` on ``table`` (names quoted) but the applier's."""
+    return (f"CREATE TRIGGER IF NOT EXISTS {trigger} BEFORE {op} ON {table} "
+            f"WHEN NOT EXISTS (SELECT 1 FROM {MARK_TABLE}) BEGIN "
+            f"SELECT RAISE(ABORT, '{_MESSAGE}'); END")
+
+
+class ApplyPass:
+    """What an applier runs in each of its transactions to write through a freeze."""
+
+    def __init__(self) -> None:
+        #: SQLite databases (by backend id) known to have the marker table
+        self._marked: dict[int, bool] = {}
+
+    async def begin(self, backend: Backend, conn: Connection) -> None:
+        """First statement of an applier's transaction on ``backend``."""
+        match backend.dialect:
+            case "postgres":
+                await conn.execute(f"SELECT set_config('{PG_SETTING}', 'on', true)")
+            case "sqlite":
+                if await self._has_mark(backend, conn):
+                    await conn.execute(f"INSERT OR REPLACE INTO {MARK_TABLE} (k) VALUES (1)")
+
+    async def end(self, backend: Backend, conn: Connection) -> None:
+        """Last statement of an applier's transaction on ``backend`` (before COMMIT)."""
+        if backend.dialect == "sqlite" and self._marked.get(id(backend)):
+            await conn.execute(f"DELETE FROM {MARK_TABLE}")
+
+    async def _has_mark(self, backend: Backend, conn: Connection) -> bool:
+        key = id(backend)
+        if key not in self._marked:
+            res = await conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' "
+                                     f"AND name = '{MARK_TABLE}'")
+            self._marked[key] = bool(res.rows)
+        return self._marked[key]

@@ -1,0 +1,389 @@
+"""Vertical resharding: Vitess's ``MoveTables`` (tables from one keyspace to another).
+
+A MoveTables workflow moves tables ``T`` from keyspace ``A`` (the **source**)
+to keyspace ``B`` (the **target**, sharded or not) while applications keep
+sending the same SQL. It is a reshard whose sources are ``A``'s shard and
+whose targets are ``B``'s serving shards, for the tables ``T`` only: it reuses
+:class:`~shardgate.workflows.reshard.ReshardWorkflow`'s copy cycles (snapshot
+and position), catch-up (the source's change log, filtered to ``T``), VDiff,
+lease, metrics and write cut-over (freeze, final catch-up, journal), and
+replaces what the keyspace records did there by **routing rules**
+(:func:`~shardgate.vschema.parse_routing_rules`) in the ``cluster/global``
+record. For each moved table ``t`` the rules are written for ``t`` and
+``A.t`` (``B.t`` always names the target's copy):
+
+``copying`` / ``running``
+    ``t`` and ``A.t`` route to ``A.t``; ``B``'s VSchema lists ``t`` (from
+    ``A``'s VSchema for an unsharded target, from ``--vschema`` for a sharded
+    one) and ``t`` exists on every shard of ``B``, filled by the copy.
+reads switched
+    read rules (``read_rules``: reads outside transactions only) route ``t``
+    and ``A.t`` to ``B.t``; writes and transactions still go to ``A``.
+``cutover``
+    ``A.t`` refuses writes (gates hold them), the final catch-up runs, the
+    journal is written (the point of no return); a failure before it rolls
+    back to ``running`` (inherited).
+``switched``
+    the rules route ``t`` and ``A.t`` to ``B.t`` for everything; ``A.t`` stays
+    frozen.
+``complete``
+    removes ``t`` from ``A``'s VSchema, renames ``A.t`` to
+    ``_sg_moved_<workflow>_<t>`` (kept, frozen; drop it when you like), then
+    removes the rules: ``t`` resolves to ``B`` by the VSchema alone.
+``cancel`` (before ``switched``)
+    removes ``t`` from ``B``'s VSchema, the rules, and drops ``B``'s copies.
+
+Invariant: at every step each of ``t`` and ``A.t`` resolves, for writes, to
+exactly one table holding every committed row: ``A.t`` until the journal,
+``B.t`` after it (the rules change in one record write). The source must be a
+single shard (an unsharded keyspace, or a sharded one with one shard).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from shardgate.errors import (
+    AlreadyExists,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    Unsupported,
+)
+from shardgate.topo.server import TopoServer
+from shardgate.vindexes import create_vindex
+from shardgate.vindexes.base import SingleColumn
+from shardgate.vschema import VSchema
+from shardgate.workflows.reshard import (
+    _NAME,
+    CUTOVER_TIMEOUT_S,
+    DEFAULT_MAX_LAG_S,
+    ReshardSpec,
+    ReshardWorkflow,
+)
+from shardgate.workflows.rowsql import (
+    MovingTable,
+    primary_vindex,
+    quote,
+    table_shape,
+    user_tables,
+)
+
+
+@dataclass(frozen=True)
+class MoveTablesSpec(ReshardSpec):
+    """What ``shardgate movetables create`` was asked for (``keyspace`` is the source
+    keyspace; ``sources``/``targets``/``target_urls`` are the shards of both, read
+    from the topology at create)."""
+
+    target_keyspace: str = ""
+    tables: tuple[str, ...] = ()
+
+    def _check_shards(self) -> None:
+        """Sources and targets are shards of different keyspaces: no overlap to check."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not _NAME.match(self.target_keyspace):
+            raise InvalidArgument(f"--target-keyspace {self.target_keyspace!r}: letters, "
+                                  "digits and '_' only")
+        if self.target_keyspace == self.keyspace:
+            raise InvalidArgument("the source and target keyspaces must differ")
+        if not self.tables:
+            raise InvalidArgument("give the tables to move (--tables t1,t2)")
+        for t in self.tables:
+            if not _NAME.match(t):
+                raise InvalidArgument(f"table {t!r}: letters, digits and '_' only")
+
+    @property
+    def record(self) -> str:
+        return f"movetables:{self.target_keyspace}.{self.workflow}"
+
+
+
+async def movetables_spec(store: TopoServer, *, source_keyspace: str, target_keyspace: str,
+                          tables: tuple[str, ...], workflow: str = "movetables"
+                          ) -> MoveTablesSpec:
+    """The spec of a new workflow, its shards read from the topology."""
+    topo = await store.load_topology()
+    src = topo.keyspace(source_keyspace)
+    dst = topo.keyspace(target_keyspace)
+    if len(src.shards) != 1:
+        raise Unsupported(
+            f"source keyspace {source_keyspace} has {len(src.shards)} shards: MoveTables "
+            "moves tables from a single-shard keyspace (unsharded) only so far")
+    return MoveTablesSpec(
+        keyspace=source_keyspace, sources=tuple(s.name for s in src.shards),
+        targets=tuple(s.name for s in dst.shards),
+        target_urls=tuple(sorted((s.name, s.url) for s in dst.shards)),
+        workflow=workflow, target_keyspace=target_keyspace, tables=tuple(sorted(tables)))
+
+
+def _rules_for(spec: MoveTablesSpec, to_keyspace: str) -> list[dict[str, Any]]:
+    """Rules sending ``t`` and ``A.t`` of every moved table to ``to_keyspace.t``."""
+    return [{"from_table": f, "to_tables": [f"{to_keyspace}.{t}"]}
+            for t in spec.tables for f in (t, f"{spec.keyspace}.{t}")]
+
+
+class MoveTablesWorkflow(ReshardWorkflow):
+    """One MoveTables, resumable from its topo store record (see the module docstring)."""
+
+    command = "movetables"
+
+    def __init__(self, store: TopoServer, spec: MoveTablesSpec, *,
+                 vschema: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
+        super().__init__(store, spec, **kwargs)
+        self.mt = spec
+        #: ``--vschema``: the target keyspace's VSchema entries (``tables``, ``vindexes``)
+        self.vschema_arg = dict(vschema or {})
+
+    @classmethod
+    async def resume(cls, store: TopoServer, keyspace: str, workflow: str = "movetables",
+                     **kwargs: Any) -> MoveTablesWorkflow:
+        """The workflow of target keyspace ``keyspace`` from its record."""
+        name = f"movetables:{keyspace}.{workflow}"
+        found = await store.get_workflow(name)
+        if found is None or found.doc is None:
+            raise NotFound(f"no MoveTables workflow {name} in the topo store")
+        flow = cls(store, MoveTablesSpec.from_doc(found.doc["spec"]), **kwargs)
+        flow.doc, flow.version = found.doc, found.version
+        return flow
+
+    # -- create -----------------------------------------------------------------
+
+    async def create(self) -> None:
+        """Create the workflow (or resume it, with the same arguments) and copy."""
+        found = await self.store.get_workflow(self.spec.record)
+        if found is not None and found.doc is not None:
+            recorded = MoveTablesSpec.from_doc(found.doc["spec"])
+            if (recorded.keyspace, recorded.tables) != (self.mt.keyspace, self.mt.tables):
+                raise AlreadyExists(
+                    f"workflow {self.spec.record} exists with other arguments "
+                    f"({recorded.to_doc()}); resume it with the same ones or cancel it")
+            self.spec = self.mt = recorded
+            self.doc, self.version = found.doc, found.version
+        else:
+            await self._start()
+        if self.state == "copying":
+            await self._setup()
+        await self.run()
+
+    async def _target_entries(self) -> dict[str, Any]:
+        """The target keyspace's VSchema entries of the moved tables (checked)."""
+        topo = await self._topology()
+        src = topo.keyspace(self.mt.keyspace).vschema
+        dst = dict(topo.keyspace(self.mt.target_keyspace).vschema)
+        given = self.vschema_arg
+        extra = set(given) - {"tables", "vindexes"}
+        if extra:
+            raise InvalidArgument(f"--vschema: only 'tables' and 'vindexes' are read, not "
+                                  f"{sorted(extra)}")
+        entries: dict[str, Any] = {}
+        for t in self.mt.tables:
+            entry = (given.get("tables") or {}).get(t) or (dst.get("tables") or {}).get(t)
+            if entry is None and not dst.get("sharded"):
+                entry = {k: v for k, v in ((src.get("tables") or {}).get(t) or {}).items()
+                         if k != "column_vindexes"}
+            if dst.get("sharded") and not (entry or {}).get("column_vindexes"):
+                raise InvalidArgument(
+                    f"target keyspace {self.mt.target_keyspace} is sharded and has no vindex "
+                    f"for table {t!r}: give its VSchema entry (column_vindexes) with "
+                    "--vschema FILE")
+            entries[t] = entry or {}
+        return {"tables": entries, "vindexes": dict(given.get("vindexes") or {})}
+
+    @staticmethod
+    def _merged(vschema: Mapping[str, Any], entries: Mapping[str, Any]) -> dict[str, Any]:
+        out = dict(vschema)
+        out["vindexes"] = {**(vschema.get("vindexes") or {}), **entries.get("vindexes", {})}
+        if not out["vindexes"]:
+            out.pop("vindexes")
+        out["tables"] = {**(vschema.get("tables") or {}), **entries["tables"]}
+        return out
+
+    async def _start(self) -> None:
+        topo = await self._topology()
+        vs = topo.build_vschema()
+        rules = {*vs.routing_rules, *vs.read_routing_rules}
+        clash = sorted(r for t in self.mt.tables for r in (t, f"{self.mt.keyspace}.{t}")
+                       if r in rules)
+        if clash:
+            raise FailedPrecondition(f"routing rules for {clash} exist already: another "
+                                     "MoveTables runs (or ran without `complete`)")
+        entries = await self._target_entries()
+        self.doc = {"kind": "movetables", "spec": self.spec.to_doc(), "state": "copying",
+                    "target_vschema": entries}
+        self._tables = {}
+        tables = await self._moving_tables()
+        streams = {s: {"state": "copying", "pos": None, "lag_s": 0.0, "error": None,
+                       "tables": {t: {"last": None, "done": False, "rows": 0} for t in tables}}
+                   for s in self.spec.sources}
+        await self._create_target_tables(check_only=True)  # refuse before recording
+        self.doc.update(tables=sorted(tables), streams=streams,
+                        estimate=await self._estimate(), started=time.time())
+        self.version = await self.store.put_workflow(self.spec.record, self.doc, expect=0)
+
+    async def _moving_tables(self) -> dict[str, MovingTable]:
+        if self._tables:
+            return self._tables
+        topo = await self._topology()
+        target = topo.keyspace(self.mt.target_keyspace)
+        entries = self.doc.get("target_vschema") or await self._target_entries()
+        trial = VSchema.from_json({target.name: self._merged(target.vschema, entries)})
+        tks = trial.keyspace(target.name)
+        first = self._backend(self._url(topo, self.spec.sources[0]))
+        conn = await first.acquire()
+        try:
+            present = await user_tables(conn, first.dialect)
+            missing = [t for t in self.mt.tables if t not in present]
+            if missing:
+                raise NotFound(f"tables {missing} are not in keyspace {self.mt.keyspace}")
+            for name in self.mt.tables:
+                vindex: SingleColumn
+                if tks.sharded:
+                    column, vindex = primary_vindex(tks.tables[name], target.name)
+                else:  # one target shard: every row goes there
+                    column = ""
+                    null = create_vindex("null", "null")
+                    assert isinstance(null, SingleColumn)
+                    vindex = null
+                columns, pk = await table_shape(conn, first.dialect, name)
+                self._tables[name] = MovingTable(name, columns, pk, column or columns[0],
+                                                 vindex)
+        finally:
+            await first.release(conn)
+        return self._tables
+
+    async def _setup(self) -> None:
+        """Target tables, routing rules (``t``, ``A.t`` -> ``A.t``), the target's VSchema,
+        capture on the source; idempotent."""
+        await self._create_target_tables()
+        stay = _rules_for(self.mt, self.mt.keyspace)
+        await self._set_rules(rules=stay)
+        entries = self.doc["target_vschema"]
+        await self.store.update_vschema(self.mt.target_keyspace,
+                                        lambda vs: self._merged(vs, entries))
+        for _, log in (await self._sources()).values():
+            await log.prepare()
+
+    async def _set_rules(self, *, rules: list[dict[str, Any]] | None = None,
+                         read_rules: list[dict[str, Any]] | None = None) -> None:
+        """Replace this workflow's rules (``None``: remove them) of each kind."""
+        ours = {f for t in self.mt.tables for f in (t, f"{self.mt.keyspace}.{t}")}
+
+        def change(doc: dict[str, Any]) -> None:
+            for key, new in (("rules", rules), ("read_rules", read_rules)):
+                kept = [r for r in doc.get(key) or []
+                        if (r.get("from_table") or r.get("fromTable")) not in ours]
+                doc[key] = kept + (new or [])
+
+        await self.store.update_routing_rules(change)
+
+    # -- traffic ----------------------------------------------------------------
+
+    async def switch_reads(self, *, dry_run: bool = False) -> str:
+        """Route reads outside transactions of ``t`` and ``A.t`` to ``B.t``."""
+        await self._load()
+        await self._recover()
+        self._need("running", "switch reads")
+        await self.catch_up()
+        self._check_lag()
+        plan = (f"reads of {list(self.mt.tables)} would be served by keyspace "
+                f"{self.mt.target_keyspace}")
+        if dry_run:
+            return "dry run: " + plan
+        await self._set_rules(rules=_rules_for(self.mt, self.mt.keyspace),
+                              read_rules=_rules_for(self.mt, self.mt.target_keyspace))
+        await self._save(reads_switched=True)
+        return plan.replace("would be", "are")
+
+    async def reverse_traffic(self, *, max_lag_s: float = DEFAULT_MAX_LAG_S,
+                              timeout_s: float = CUTOVER_TIMEOUT_S) -> str:
+        """Route reads to the source again (before the write switch; after it, refused:
+        MoveTables has no reverse stream yet, so ``max_lag_s``/``timeout_s`` are unused)."""
+        await self._load()
+        await self._recover()
+        if self.state == "switched":
+            raise Unsupported(
+                "reverse-traffic after the write switch needs a reverse stream (target -> "
+                "source), which MoveTables does not have yet")
+        await self._set_rules(rules=_rules_for(self.mt, self.mt.keyspace))
+        await self._save(reads_switched=False)
+        return f"reads of {list(self.mt.tables)} are served by {self.mt.keyspace} again"
+
+    async def _publish_switch(self) -> None:
+        """After the journal: every use of ``t`` and ``A.t`` routes to ``B.t``."""
+        await self._set_rules(rules=_rules_for(self.mt, self.mt.target_keyspace))
+        if self.state != "switched":
+            await self._save(state="switched", switched_at=time.time(), error=None)
+
+    # -- the end ----------------------------------------------------------------
+
+    def moved_name(self, table: str) -> str:
+        """What ``complete`` renames a source table to."""
+        return f"_sg_moved_{self.spec.workflow}_{table}"
+
+    async def complete(self) -> str:
+        """After the switch: the tables belong to ``B``'s VSchema alone; the source's
+        copies are renamed (kept, frozen); the rules go."""
+        await self._load()
+        await self._recover()
+        self._need("switched", "complete")
+
+        def drop_entries(doc: dict[str, Any]) -> None:
+            tables = (doc.get("vschema") or {}).get("tables") or {}
+            for t in self.mt.tables:
+                tables.pop(t, None)
+
+        await self._edit_keyspace(drop_entries)
+        for backend, _ in (await self._sources()).values():
+            d = backend.dialect
+            conn = await backend.acquire()
+            try:
+                present = await user_tables(conn, d)
+                for t in self.mt.tables:
+                    if t in present:
+                        await conn.execute(f"ALTER TABLE {quote(d, t)} RENAME TO "
+                                           f"{quote(d, self.moved_name(t))}")
+            finally:
+                await backend.release(conn)
+        await self._set_rules()
+        await self.store.delete_workflow(self.spec.journal)
+        await self.store.delete_workflow(self.spec.record, expect=self.version)
+        return (f"{self.spec.record} complete: tables {list(self.mt.tables)} belong to "
+                f"keyspace {self.mt.target_keyspace}; the source's copies were renamed "
+                f"{[self.moved_name(t) for t in self.mt.tables]} (frozen; drop them when "
+                "you like)")
+
+    async def cancel(self) -> str:
+        """Before the write switch: remove the target's copies, its VSchema entries and
+        the rules; delete the record."""
+        await self._load()
+        await self._recover()
+        if self.state == "switched":
+            raise FailedPrecondition(f"{self.spec.record} has switched writes: run "
+                                     "`complete` (reverse-traffic is not implemented yet)")
+        for backend, _ in (await self._sources()).values():
+            await self._freeze(backend, False)
+        created = set((self.doc.get("target_vschema") or {}).get("tables") or {})
+        await self.store.update_vschema(
+            self.mt.target_keyspace,
+            lambda vs: {**vs, "tables": {k: v for k, v in (vs.get("tables") or {}).items()
+                                         if k not in created}})
+        await self._set_rules()
+        _, targets = self._targets()
+        for backend in targets.values():
+            d = backend.dialect
+            conn = await backend.acquire()
+            try:
+                for t in self.mt.tables:
+                    await conn.execute(f"DROP TABLE IF EXISTS {quote(d, t)}")
+            finally:
+                await backend.release(conn)
+        await self.store.delete_workflow(self.spec.record, expect=self.version)
+        return (f"{self.spec.record} cancelled: tables {list(self.mt.tables)} dropped from "
+                f"keyspace {self.mt.target_keyspace}; {self.mt.keyspace} serves them")
+
