@@ -22,8 +22,11 @@ The leader tablet polls the table (one tiny primary-key read every
 ``signal_poll_s``; nothing on the hot path of the gate's own enqueues) and,
 for each queue whose ``seq`` moved, wakes its manager with ``since_ns``, then
 resets ``since_ns`` if no signal arrived meanwhile (conditional on ``seq``).
-A missed or late signal costs latency only: every manager still scans the
-whole table once per ``window``.
+Its first read wakes every queue whose ``since_ns`` is still pending: a signal
+written between the lease's acquisition and that read is not taken for an old
+one. A non-leader whose signal write fails sends it again after a pause. A
+missed or late signal costs latency only: every manager still scans the whole
+table once per ``window``.
 
 No ``NOTIFY`` and no triggers: the hot commit path stays as it is (see the
 field notes on ``pg_notify`` costs).

@@ -73,7 +73,7 @@ log = logging.getLogger(__name__)
 SEGMENTED_CATALOG_SUFFIX = "_datasets"
 #: Seconds between two reads of the signal table by the leader (0: no polling).
 DEFAULT_SIGNAL_POLL_S = 0.02
-#: Seconds the signal watcher waits after a database error.
+#: Seconds the signal watcher (and a non-leader's signal sender) waits after a database error.
 SIGNAL_RETRY_S = 1.0
 
 
@@ -317,13 +317,16 @@ class QueueService:
         faster) while later commits' signals gather, and again until it stays empty."""
         while self._outbox:
             batch, self._outbox = self._outbox, {}
+            failed = False
             for queue, since in batch.items():
                 try:
                     await self._signal(queue, since)
-                except ShardgateError as exc:  # latency only: the leader's full scan finds them
-                    log.info("queue %s on %s/%s: signal not sent: %s", queue, self.keyspace,
-                             self.shard, exc)
-            await asyncio.sleep(self.signal_poll_s)
+                except ShardgateError as exc:  # sent again after SIGNAL_RETRY_S
+                    log.info("queue %s on %s/%s: signal not sent (retrying): %s", queue,
+                             self.keyspace, self.shard, exc)
+                    self._outbox[queue] = min(since, self._outbox.get(queue, since))
+                    failed = True
+            await asyncio.sleep(SIGNAL_RETRY_S if failed else self.signal_poll_s)
 
     async def _signal(self, queue: str, since_ns: int) -> None:
         text = signals.signal_sql(self.backend.dialect, queue, since_ns)
@@ -350,14 +353,16 @@ class QueueService:
                 await asyncio.sleep(SIGNAL_RETRY_S)
                 continue
             rows = {str(q): (int(seq), int(since)) for q, seq, since in res.rows}
-            if seen is not None:
-                for queue, (seq, since) in rows.items():
-                    if seen.get(queue) == seq:
-                        continue
-                    self._woken_by_signal(queue, since)
-                    with contextlib.suppress(ShardgateError):
-                        await self.backend.execute(signals.consumed_sql(self.backend.placeholder),
-                                                   [queue, seq])
+            for queue, (seq, since) in rows.items():
+                # First read: a signal not yet consumed (it may have been written between
+                # this leader's start and now) wakes; later reads: a moved seq wakes.
+                if (since >= signals.NONE_PENDING if seen is None
+                        else seen.get(queue) == seq):
+                    continue
+                self._woken_by_signal(queue, since)
+                with contextlib.suppress(ShardgateError):
+                    await self.backend.execute(signals.consumed_sql(self.backend.placeholder),
+                                               [queue, seq])
             seen = {q: seq for q, (seq, _) in rows.items()}
             await asyncio.sleep(self.signal_poll_s)
 
