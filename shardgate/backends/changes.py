@@ -73,6 +73,36 @@ class Transaction:
 
     token: EventToken
     changes: list[RowChange]
+    #: the database's transaction id, where the log gives it (PostgreSQL: for
+    #: :meth:`ChangeLog.all_visible`)
+    xid: int | None = None
+
+
+class DecodedXids:
+    """The transaction ids a log reader has decoded (the most recent ``keep``),
+    and the newest one in 32-bit wrap-around order (PostgreSQL's ``xid``)."""
+
+    def __init__(self, keep: int = 65536) -> None:
+        self.keep = keep
+        self._ids: dict[int, None] = {}
+        #: the newest id decoded (None before any)
+        self.newest: int | None = None
+
+    def add(self, xid: int) -> None:
+        xid &= 0xFFFFFFFF
+        self._ids[xid] = None
+        if len(self._ids) > self.keep:
+            del self._ids[next(iter(self._ids))]
+        if self.newest is None or xid_precedes(self.newest, xid):
+            self.newest = xid
+
+    def __contains__(self, xid: int) -> bool:
+        return (xid & 0xFFFFFFFF) in self._ids
+
+
+def xid_precedes(a: int, b: int) -> bool:
+    """``a < b`` in 32-bit wrap-around order."""
+    return a != b and ((b - a) & 0xFFFFFFFF) < 0x80000000
 
 
 @dataclass(slots=True)
@@ -95,6 +125,18 @@ class ChangeLog(ABC):
     #: SQL (one row, one column) giving the end of the log now, for the shard's own
     #: connections (the tablet runs it around ``include_event_token`` reads).
     position_sql: str = ""
+    #: Statements opening a read transaction whose snapshot the last one returns (one
+    #: row, one column), for a log that can hand over a commit before it is visible
+    #: to new snapshots (PostgreSQL decodes a commit once its WAL is flushed, before
+    #: the committing backend leaves the proc array): the tablet runs an
+    #: ``include_event_token`` read in that transaction and asks :meth:`all_visible`.
+    #: Empty: the log's commits are visible when read.
+    snapshot_sql: tuple[str, ...] = ()
+
+    def all_visible(self, snapshot: str, decoded: DecodedXids) -> bool:
+        """Whether every decoded transaction is visible in ``snapshot`` (the value of
+        the last ``snapshot_sql`` statement)."""
+        return True
 
     def __init__(self, url: str, shard: str) -> None:
         self.url = url

@@ -55,10 +55,12 @@ from shardgate.backends.changes import (
     DELETE,
     INSERT,
     UPDATE,
+    DecodedXids,
     Heartbeat,
     LogItem,
     RowChange,
     Transaction,
+    xid_precedes,
 )
 from shardgate.backends.urls import parse_url
 from shardgate.errors import Code, Internal, ShardgateError, Unavailable
@@ -118,6 +120,7 @@ class PgOutputDecoder:
         self._relations: dict[int, _Relation] = {}
         self._changes: list[RowChange] = []
         self._last_ts = 0.0
+        self._xid: int | None = None
         #: between a Begin and its Commit
         self.in_transaction = False
 
@@ -140,14 +143,16 @@ class PgOutputDecoder:
             oid = struct.unpack_from("!I", data, 1)[0]
             before, _ = self._tuple(oid, data, 6)
             self._row(oid, DELETE, before, None)
-        elif tag == 0x42:  # 'B'
+        elif tag == 0x42:  # 'B': final lsn, commit time, xid
             self._changes = []
+            self._xid = struct.unpack_from("!I", data, 17)[0]
             self.in_transaction = True
         elif tag == 0x43:  # 'C'
             _flags, _commit_lsn, end_lsn, ts = struct.unpack_from("!bqqq", data, 1)
             stamp = max(self._last_ts, ts / 1e6 + _PG_EPOCH)
             self._last_ts = stamp
-            tx = Transaction(EventToken(stamp, self.shard, int_to_lsn(end_lsn)), self._changes)
+            tx = Transaction(EventToken(stamp, self.shard, int_to_lsn(end_lsn)), self._changes,
+                             self._xid)
             self._changes = []
             self.in_transaction = False
             return tx
@@ -264,6 +269,21 @@ class PostgresChangeLog(ThreadedChangeLog):
     log_name = "log"
 
     position_sql = "SELECT pg_current_wal_lsn()::text"
+    snapshot_sql = ("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ",
+                    "SELECT pg_current_snapshot()::text")
+
+    def all_visible(self, snapshot: str, decoded: DecodedXids) -> bool:
+        """``snapshot`` is ``xmin:xmax:xip,...`` (64-bit ids): a decoded transaction
+        is invisible in it when its id is at or past ``xmax`` or in progress (listed);
+        a transaction older than the horizon of :meth:`current_position` (committed
+        before a reader's start, so never decoded) must be over (below ``xmin``)."""
+        xmin, xmax, xip = snapshot.split(":")
+        if self._horizon is not None and xid_precedes(int(xmin) & 0xFFFFFFFF, self._horizon):
+            return False
+        top = int(xmax) & 0xFFFFFFFF
+        if decoded.newest is not None and not xid_precedes(decoded.newest, top):
+            return False
+        return not any(int(x) in decoded for x in xip.split(",") if x)
 
     def __init__(self, url: str, shard: str, *, publication: str = PUBLICATION) -> None:
         super().__init__(url, shard)
@@ -277,6 +297,9 @@ class PostgresChangeLog(ThreadedChangeLog):
         db = u.database or "postgres"
         clean = re.sub(r"[^a-z0-9_]", "_", db.lower())[:40]
         self.anchor = f"sga_{clean}_{hashlib.sha1(db.encode()).hexdigest()[:8]}"
+        #: a transaction id (32 bits) newer than any committed before the latest
+        #: current_position()
+        self._horizon: int | None = None
 
     # -- plain SQL, in a worker thread ----------------------------------------------
 
@@ -414,11 +437,21 @@ class PostgresChangeLog(ThreadedChangeLog):
         await self._sql(self._prepare)
 
     async def current_position(self) -> str:
-        def q(cur: Any) -> str:
+        def q(cur: Any) -> tuple[str, str]:
             cur.execute("SELECT pg_current_wal_lsn()::text")
-            return str(cur.fetchone()[0])
+            position = str(cur.fetchone()[0])
+            # a new id: every transaction flushed before the position has a smaller one
+            cur.execute("SELECT pg_current_xact_id()::text")
+            return position, str(cur.fetchone()[0])
 
-        return str(await self._sql(q))
+        position, xid = await self._sql(q)
+        # A commit flushed before this position but not yet visible would not be decoded
+        # by a reader starting here: all_visible waits until every transaction older
+        # than this horizon is over.
+        top = int(xid) & 0xFFFFFFFF
+        if self._horizon is None or xid_precedes(self._horizon, top):
+            self._horizon = top
+        return str(position)
 
     def _oldest(self, cur: Any) -> str:
         cur.execute(

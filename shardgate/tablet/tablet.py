@@ -42,6 +42,7 @@ from shardgate.backends.change_log import open_change_log
 from shardgate.errors import FailedPrecondition, InvalidArgument, ShardgateError
 from shardgate.event_token import is_fresher
 from shardgate.result import ExecuteOptions, Result, ResultLimits, Row
+from shardgate.sql.classify import head_words
 from shardgate.tablet import metrics
 from shardgate.tablet.queue_service import QueueService, QueueWrite
 from shardgate.tablet.stream import TabletStream
@@ -152,6 +153,23 @@ class Tablet:
 
     _execute_seconds: Any = None
 
+    async def _read_in_snapshot(
+        self, sql: str, params: Sequence[Any], snapshot_sql: Sequence[str]
+    ) -> tuple[Result, str]:
+        """Run the read ``sql`` in a transaction opened by ``snapshot_sql``; returns its
+        result and the snapshot (the last statement's value)."""
+        snap = Result()
+        conn = await self.backend.acquire()
+        try:
+            await conn.begin()
+            for statement in snapshot_sql:
+                snap = await conn.execute(statement)
+            result = await conn.execute(sql, params, self.result_limits)
+            await conn.commit()
+        finally:
+            await self.backend.release(conn)  # rolls back what is left open
+        return result, str(snap.rows[0][0])
+
     async def _execute(
         self,
         sql: str,
@@ -165,17 +183,28 @@ class Tablet:
             # The last seen token, read just before the query: the data is at least as fresh.
             stream = await self.change_stream()
             token = stream.last_token
-            result = await self._execute(sql, params, transaction_id)
-            if options.include_event_token and transaction_id is None:
+            exact_read = options.include_event_token and transaction_id is None
+            snapshot: str | None = None
+            if exact_read and stream.log.snapshot_sql and _is_read(sql):
+                result, snapshot = await self._read_in_snapshot(
+                    sql, params, stream.log.snapshot_sql)
+            else:
+                result = await self._execute(sql, params, transaction_id)
+            if exact_read:
                 # Returned only when exact: no change of this shard committed between the
                 # token and the query (the reader has read past the log end as of after
-                # the query and its last token did not move). Equal tokens, equal data.
+                # the query and its last token did not move), and every change up to the
+                # token is visible to the query (a log that decodes commits before they
+                # are visible: checked against the query's snapshot). Equal tokens,
+                # equal data.
                 end = await self.backend.execute(stream.log.position_sql, [])
                 position = str(end.rows[0][0] or "") if end.rows else ""
                 exact = (
                     bool(position)
+                    and (snapshot is not None or not stream.log.snapshot_sql)
                     and await stream.wait_for(position, EXACT_TOKEN_WAIT_S)
                     and stream.last_token == token
+                    and (snapshot is None or stream.all_visible(snapshot))
                 )
                 result.event_token = token if exact else None
             if options.compare_event_token is not None:
@@ -373,3 +402,9 @@ class Tablet:
             if tid not in held:
                 await self.rollback(tid)
         await self.backend.close()
+
+
+def _is_read(sql: str) -> bool:
+    """A plain ``SELECT`` (run in a snapshot for an exact event token)."""
+    words = head_words(sql, 1)
+    return bool(words) and words[0] == "select"
