@@ -37,7 +37,7 @@ import bisect
 import contextlib
 import time
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -73,9 +73,31 @@ class Transaction:
 
     token: EventToken
     changes: list[RowChange]
-    #: the database's transaction id, where the log gives it (PostgreSQL: for
-    #: :meth:`ChangeLog.all_visible`)
-    xid: int | None = None
+    #: where the transaction sits for its log's :class:`Visibility` (PostgreSQL: its
+    #: transaction id; MariaDB: its binlog file number and end offset), or None
+    mark: int | tuple[int, int] | None = None
+
+
+class Visibility:
+    """Whether a read's snapshot sees every transaction a log reader has read.
+
+    A log that hands a commit over before new snapshots see it (PostgreSQL
+    decodes a commit once its WAL is flushed, before the committing backend
+    leaves the proc array; MariaDB sends a transaction once it is in the binlog,
+    before the engine's commit) needs this for exact event tokens: the tablet
+    runs such a read in the transaction opened by the log's ``snapshot_sql``,
+    and the token is exact only if :meth:`all_visible` of that snapshot. This
+    base, for logs whose commits are visible when read, says always.
+    """
+
+    def note(self, tx: Transaction) -> None:
+        """The reader read ``tx``."""
+
+    def all_visible(self, snapshot: Sequence[Sequence[Any]]) -> bool:
+        """Whether every transaction noted (and every one committed before the
+        reader started) is visible in ``snapshot``: the rows of the last
+        ``snapshot_sql`` statement."""
+        return True
 
 
 class DecodedXids:
@@ -125,18 +147,15 @@ class ChangeLog(ABC):
     #: SQL (one row, one column) giving the end of the log now, for the shard's own
     #: connections (the tablet runs it around ``include_event_token`` reads).
     position_sql: str = ""
-    #: Statements opening a read transaction whose snapshot the last one returns (one
-    #: row, one column), for a log that can hand over a commit before it is visible
-    #: to new snapshots (PostgreSQL decodes a commit once its WAL is flushed, before
-    #: the committing backend leaves the proc array): the tablet runs an
-    #: ``include_event_token`` read in that transaction and asks :meth:`all_visible`.
-    #: Empty: the log's commits are visible when read.
+    #: Statements opening a read transaction (they begin it) whose snapshot the last
+    #: one describes, for a log whose :meth:`visibility` is not the base's (the
+    #: tablet runs ``include_event_token`` reads in that transaction). Empty: the
+    #: log's commits are visible when read.
     snapshot_sql: tuple[str, ...] = ()
 
-    def all_visible(self, snapshot: str, decoded: DecodedXids) -> bool:
-        """Whether every decoded transaction is visible in ``snapshot`` (the value of
-        the last ``snapshot_sql`` statement)."""
-        return True
+    def visibility(self) -> Visibility:
+        """A new tracker of what one reader of this log has read (see :class:`Visibility`)."""
+        return Visibility()
 
     def __init__(self, url: str, shard: str) -> None:
         self.url = url

@@ -33,7 +33,7 @@ import asyncio
 import math
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pymysql
@@ -55,6 +55,7 @@ from shardgate.backends.changes import (
     LogItem,
     RowChange,
     Transaction,
+    Visibility,
 )
 from shardgate.backends.mysql import tls_kwargs
 from shardgate.backends.urls import parse_url
@@ -102,6 +103,15 @@ class MySQLChangeLog(ThreadedChangeLog):
     log_name = "binlog"
 
     position_sql = "SELECT @@gtid_binlog_pos"
+    snapshot_sql = (
+        "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ",
+        "START TRANSACTION WITH CONSISTENT SNAPSHOT",
+        "SELECT VARIABLE_NAME, VARIABLE_VALUE FROM information_schema.SESSION_STATUS"
+        " WHERE VARIABLE_NAME IN ('BINLOG_SNAPSHOT_FILE', 'BINLOG_SNAPSHOT_POSITION')",
+    )
+
+    def visibility(self) -> BinlogVisibility:
+        return BinlogVisibility(self)
     purged_by_tablet = False  # server-wide: binlog_expire_logs_seconds decides
 
     def __init__(self, url: str, shard: str) -> None:
@@ -113,6 +123,8 @@ class MySQLChangeLog(ThreadedChangeLog):
             "host": u.host, "port": u.port or 3306, "user": u.user or "root",
             "password": u.password or "", **tls_kwargs(u),
         }
+        #: the binlog coordinate of the latest current_position() (see BinlogVisibility)
+        self.horizon: tuple[int, int] | None = None
 
     def _sql_sync(self, fn: Callable[[Any], Any]) -> Any:
         try:
@@ -146,11 +158,20 @@ class MySQLChangeLog(ThreadedChangeLog):
             )
 
     async def current_position(self) -> str:
-        def q(cur: Any) -> str:
+        def q(cur: Any) -> tuple[str, tuple[int, int] | None]:
             cur.execute("SELECT @@gtid_binlog_pos")
-            return str(cur.fetchone()[0] or "")
+            position = str(cur.fetchone()[0] or "")
+            cur.execute("SHOW MASTER STATUS")
+            row = cur.fetchone()
+            return position, (binlog_mark(str(row[0]), int(row[1])) if row else None)
 
-        return await self._sql(q) or EMPTY_POSITION
+        position, mark = await self._sql(q)
+        # A transaction in the binlog before this position may not be committed in the
+        # engine yet; a reader starting here never reads it: BinlogVisibility waits
+        # for a snapshot at or past this binlog offset.
+        if mark is not None and (self.horizon is None or mark > self.horizon):
+            self.horizon = mark
+        return str(position) or EMPTY_POSITION
 
     @staticmethod
     def _gtid_list(cur: Any, log_name: str) -> str:
@@ -358,7 +379,8 @@ class MySQLChangeLog(ThreadedChangeLog):
             last_ts = max(last_ts, float(event.timestamp))
             gtid = None
             if changes:
-                item: LogItem = Transaction(EventToken(last_ts, shard, position), changes)
+                item: LogItem = Transaction(EventToken(last_ts, shard, position), changes,
+                                            binlog_mark(stream.log_file, stream.log_pos))
                 changes = []
             else:  # another database's transaction: only the position moves
                 item = Heartbeat(watermark=last_ts, position=position)
@@ -369,6 +391,37 @@ class MySQLChangeLog(ThreadedChangeLog):
                     return
             else:
                 gathered.append(item)
+
+
+def binlog_mark(log_file: str, log_pos: int) -> tuple[int, int]:
+    """``(file number, offset)`` of a binlog coordinate (``mysql-bin.000012``, 4567),
+    ordered as the binlog is."""
+    return int(log_file.rsplit(".", 1)[1]), int(log_pos)
+
+
+class BinlogVisibility(Visibility):
+    """The binlog coordinate of the last transaction read against that of a
+    ``START TRANSACTION WITH CONSISTENT SNAPSHOT`` (``binlog_snapshot_file`` and
+    ``_position``: the snapshot holds exactly the transactions before it, MariaDB
+    committing in binlog order); the coordinate of the log's latest
+    :meth:`MySQLChangeLog.current_position` (a reader's start) must be in it too."""
+
+    def __init__(self, log: MySQLChangeLog) -> None:
+        self.log = log
+        self.last: tuple[int, int] | None = None
+
+    def note(self, tx: Transaction) -> None:
+        if isinstance(tx.mark, tuple) and (self.last is None or tx.mark > self.last):
+            self.last = tx.mark
+
+    def all_visible(self, snapshot: Sequence[Sequence[Any]]) -> bool:
+        status = {str(name).upper(): str(value) for name, value in snapshot}
+        try:
+            at = binlog_mark(status["BINLOG_SNAPSHOT_FILE"],
+                             int(status["BINLOG_SNAPSHOT_POSITION"]))
+        except (KeyError, ValueError, IndexError):
+            return False  # no binlog coordinate: cannot tell
+        return all(m is None or m <= at for m in (self.last, self.log.horizon))
 
 
 def _connect(**settings: Any) -> Any:

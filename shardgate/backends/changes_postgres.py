@@ -42,7 +42,7 @@ import secrets
 import select
 import struct
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from decimal import Decimal
 from typing import Any
 
@@ -60,6 +60,7 @@ from shardgate.backends.changes import (
     LogItem,
     RowChange,
     Transaction,
+    Visibility,
     xid_precedes,
 )
 from shardgate.backends.urls import parse_url
@@ -262,6 +263,33 @@ def _translate(url: str) -> Callable[[BaseException], BaseException]:
     return translate
 
 
+class PgVisibility(Visibility):
+    """Decoded transaction ids against a ``pg_current_snapshot()`` (``xmin:xmax:xip,...``,
+    64-bit ids): a decoded transaction is invisible when its id is at or past
+    ``xmax`` or listed in progress; one older than the horizon of the log's latest
+    :meth:`PostgresChangeLog.current_position` (committed before a reader's start,
+    so never decoded) must be over (below ``xmin``)."""
+
+    def __init__(self, log: PostgresChangeLog) -> None:
+        self.log = log
+        self.decoded = DecodedXids()
+
+    def note(self, tx: Transaction) -> None:
+        if isinstance(tx.mark, int):
+            self.decoded.add(tx.mark)
+
+    def all_visible(self, snapshot: Sequence[Sequence[Any]]) -> bool:
+        xmin, xmax, xip = str(snapshot[0][0]).split(":")
+        horizon = self.log.horizon
+        if horizon is not None and xid_precedes(int(xmin) & 0xFFFFFFFF, horizon):
+            return False
+        top = int(xmax) & 0xFFFFFFFF
+        newest = self.decoded.newest
+        if newest is not None and not xid_precedes(newest, top):
+            return False
+        return not any(int(x) in self.decoded for x in xip.split(",") if x)
+
+
 class PostgresChangeLog(ThreadedChangeLog):
     """The logical replication log of one PostgreSQL shard database."""
 
@@ -269,21 +297,11 @@ class PostgresChangeLog(ThreadedChangeLog):
     log_name = "log"
 
     position_sql = "SELECT pg_current_wal_lsn()::text"
-    snapshot_sql = ("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ",
+    snapshot_sql = ("BEGIN ISOLATION LEVEL REPEATABLE READ",
                     "SELECT pg_current_snapshot()::text")
 
-    def all_visible(self, snapshot: str, decoded: DecodedXids) -> bool:
-        """``snapshot`` is ``xmin:xmax:xip,...`` (64-bit ids): a decoded transaction
-        is invisible in it when its id is at or past ``xmax`` or in progress (listed);
-        a transaction older than the horizon of :meth:`current_position` (committed
-        before a reader's start, so never decoded) must be over (below ``xmin``)."""
-        xmin, xmax, xip = snapshot.split(":")
-        if self._horizon is not None and xid_precedes(int(xmin) & 0xFFFFFFFF, self._horizon):
-            return False
-        top = int(xmax) & 0xFFFFFFFF
-        if decoded.newest is not None and not xid_precedes(decoded.newest, top):
-            return False
-        return not any(int(x) in decoded for x in xip.split(",") if x)
+    def visibility(self) -> PgVisibility:
+        return PgVisibility(self)
 
     def __init__(self, url: str, shard: str, *, publication: str = PUBLICATION) -> None:
         super().__init__(url, shard)
@@ -299,7 +317,7 @@ class PostgresChangeLog(ThreadedChangeLog):
         self.anchor = f"sga_{clean}_{hashlib.sha1(db.encode()).hexdigest()[:8]}"
         #: a transaction id (32 bits) newer than any committed before the latest
         #: current_position()
-        self._horizon: int | None = None
+        self.horizon: int | None = None
 
     # -- plain SQL, in a worker thread ----------------------------------------------
 
@@ -449,8 +467,8 @@ class PostgresChangeLog(ThreadedChangeLog):
         # by a reader starting here: all_visible waits until every transaction older
         # than this horizon is over.
         top = int(xid) & 0xFFFFFFFF
-        if self._horizon is None or xid_precedes(self._horizon, top):
-            self._horizon = top
+        if self.horizon is None or xid_precedes(self.horizon, top):
+            self.horizon = top
         return str(position)
 
     def _oldest(self, cur: Any) -> str:

@@ -53,7 +53,6 @@ from shardgate.aio import cancel_and_wait, wait_for
 from shardgate.backends.changes import (
     DEFAULT_HEARTBEAT_S,
     ChangeLog,
-    DecodedXids,
     Heartbeat,
     LogItem,
     TimeMap,
@@ -88,8 +87,8 @@ class TabletStream:
         self.time_map = TimeMap(fine_s=min(3600.0, retention_s), retention_s=retention_s)
         self._retention_task: asyncio.Task[None] | None = None
         self.last_token: EventToken | None = None
-        #: ids of the transactions read (where the log gives them): see all_visible
-        self.decoded = DecodedXids()
+        #: what this reader has read, for exact event tokens (see Visibility)
+        self.visibility = changelog.visibility()
         self.watermark = 0.0
         self._buffer_txs = buffer_txs
         self._heartbeat_s = heartbeat_s
@@ -204,15 +203,9 @@ class TabletStream:
                                           code=Code.INTERNAL))
                 return
 
-    def all_visible(self, snapshot: str) -> bool:
-        """Whether every transaction this reader has decoded is visible in a snapshot
-        (the value of the log's ``snapshot_sql``)."""
-        return self.log.all_visible(snapshot, self.decoded)
-
     def _take(self, item: LogItem) -> None:
         if isinstance(item, Transaction):
-            if item.xid is not None:
-                self.decoded.add(item.xid)
+            self.visibility.note(item)
             self.time_map.record(item.token.timestamp, self._position)
             self._txs.append(item)
             self._keys.append(position_key(item.token.position))

@@ -155,20 +155,22 @@ class Tablet:
 
     async def _read_in_snapshot(
         self, sql: str, params: Sequence[Any], snapshot_sql: Sequence[str]
-    ) -> tuple[Result, str]:
-        """Run the read ``sql`` in a transaction opened by ``snapshot_sql``; returns its
-        result and the snapshot (the last statement's value)."""
+    ) -> tuple[Result, list[Row]]:
+        """Run the read ``sql`` in the transaction ``snapshot_sql`` begins; returns its
+        result and the rows of the last ``snapshot_sql`` statement (the snapshot)."""
         snap = Result()
         conn = await self.backend.acquire()
         try:
-            await conn.begin()
-            for statement in snapshot_sql:
-                snap = await conn.execute(statement)
-            result = await conn.execute(sql, params, self.result_limits)
-            await conn.commit()
+            try:
+                for statement in snapshot_sql:
+                    snap = await conn.execute(statement)
+                result = await conn.execute(sql, params, self.result_limits)
+            finally:
+                with contextlib.suppress(ShardgateError):
+                    await conn.execute("COMMIT")  # a read: nothing to keep or lose
         finally:
-            await self.backend.release(conn)  # rolls back what is left open
-        return result, str(snap.rows[0][0])
+            await self.backend.release(conn)
+        return result, list(snap.rows)
 
     async def _execute(
         self,
@@ -184,7 +186,7 @@ class Tablet:
             stream = await self.change_stream()
             token = stream.last_token
             exact_read = options.include_event_token and transaction_id is None
-            snapshot: str | None = None
+            snapshot: list[Row] | None = None
             if exact_read and stream.log.snapshot_sql and _is_read(sql):
                 result, snapshot = await self._read_in_snapshot(
                     sql, params, stream.log.snapshot_sql)
@@ -204,7 +206,7 @@ class Tablet:
                     and (snapshot is not None or not stream.log.snapshot_sql)
                     and await stream.wait_for(position, EXACT_TOKEN_WAIT_S)
                     and stream.last_token == token
-                    and (snapshot is None or stream.all_visible(snapshot))
+                    and (snapshot is None or stream.visibility.all_visible(snapshot))
                 )
                 result.event_token = token if exact else None
             if options.compare_event_token is not None:

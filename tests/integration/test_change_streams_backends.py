@@ -452,6 +452,7 @@ async def _backend_write(url: str, sql: str) -> None:
 
 
 @pytest.mark.postgres
+@pytest.mark.server_wide  # counts the transactions open on the whole server
 async def test_postgres_capture_names_the_transactions_it_waits_for(
     make_database: Callable[..., str], caplog: pytest.LogCaptureFixture
 ) -> None:

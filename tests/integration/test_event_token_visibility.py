@@ -10,7 +10,7 @@ now runs an exact-token read in a REPEATABLE READ snapshot and checks it: every
 decoded transaction visible, every transaction older than the reader's start
 over. The second check is driven here with a transaction held open across the
 reader's start (the first one needs the microsecond race; its rule has unit
-tests in ``tests/unit/test_pg_visibility.py``).
+tests in ``tests/unit/test_log_visibility.py``).
 """
 
 from __future__ import annotations
