@@ -32,11 +32,29 @@ reads switched
     removes the rules: ``t`` resolves to ``B`` by the VSchema alone.
 ``cancel`` (before ``switched``)
     removes ``t`` from ``B``'s VSchema, the rules, and drops ``B``'s copies.
+``reverse-traffic`` (in ``switched``)
+    the reverse cut-over of :mod:`.reverse`: from the journal on, the reverse
+    streams replay ``B``'s changes to ``t`` on ``A``'s shards; ``B.t`` is
+    frozen, ``A`` caught up, the reverse journal written, ``A.t`` unfrozen,
+    and the rules route ``t`` and ``A.t`` to ``A.t`` again (state
+    ``running``; ``B.t`` stays frozen, caught up by the forward streams, so
+    the switches may run again).
 
 Invariant: at every step each of ``t`` and ``A.t`` resolves, for writes, to
 exactly one table holding every committed row: ``A.t`` until the journal,
-``B.t`` after it (the rules change in one record write). The source must be a
-single shard (an unsharded keyspace, or a sharded one with one shard).
+``B.t`` after it, ``A.t`` again after a reverse journal (the rules change in
+one record write).
+
+Sources: every serving shard of ``A`` (sharded or not). Each row is placed by
+the primary vindex of its keyspace: on ``B``'s shards by ``B``'s (copy,
+catch-up), on ``A``'s by ``A``'s (the reverse streams, a resumed copy's
+clean-up, :meth:`MoveTablesWorkflow._source_placement`); the two may differ
+(another column, another vindex). Refused at create (``UNIMPLEMENTED``, see
+:func:`_check_kind`): sequence and queue tables, lookup vindexes' tables and
+tables with a lookup vindex, reference tables of a sharded source. A table
+numbered by a sequence (``auto_increment``) keeps it: ``B``'s entry gets the
+source's (qualified), and another sequence given for it is refused
+(``INVALID_ARGUMENT``), so no id is handed out twice.
 """
 
 from __future__ import annotations
