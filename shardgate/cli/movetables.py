@@ -9,7 +9,7 @@
     shardgate movetables vdiff  --target-keyspace B [--json]
     shardgate movetables switch-traffic --target-keyspace B (--reads | --writes) [--dry-run]
                   [--max-lag S]
-    shardgate movetables reverse-traffic --target-keyspace B
+    shardgate movetables reverse-traffic --target-keyspace B [--max-lag S]
     shardgate movetables complete --target-keyspace B
     shardgate movetables cancel   --target-keyspace B
                                       (each with [--topo URL | --cluster F | --data-dir D])
@@ -67,11 +67,14 @@ def add_parsers(commands: Any) -> None:
     sw.add_argument("--dry-run", action="store_true", help="check and say what would happen")
     sw.add_argument("--max-lag", type=float, default=DEFAULT_MAX_LAG_S,
                     help="refuse the write switch if the target lags more (seconds)")
-    rv = common("reverse-traffic", "serve reads from the source again (before the write switch)")
+    rv = common("reverse-traffic", "serve reads (and, after the write switch, writes) from "
+                "the source keyspace again")
     rv.add_argument("--max-lag", type=float, default=DEFAULT_MAX_LAG_S,
-                    help="after the write switch (not supported yet for MoveTables)")
+                    help="after the write switch: refuse if the source lags the target more "
+                         "(seconds)")
     common("complete", "after the write switch: the tables belong to the target keyspace")
-    common("cancel", "before the write switch: drop the target's copies and the rules")
+    common("cancel", "before the write switch (or after reverse-traffic): drop the target's "
+           "copies and the rules")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -32,11 +32,29 @@ reads switched
     removes the rules: ``t`` resolves to ``B`` by the VSchema alone.
 ``cancel`` (before ``switched``)
     removes ``t`` from ``B``'s VSchema, the rules, and drops ``B``'s copies.
+``reverse-traffic`` (in ``switched``)
+    the reverse cut-over of :mod:`.reverse`: from the journal on, the reverse
+    streams replay ``B``'s changes to ``t`` on ``A``'s shards; ``B.t`` is
+    frozen, ``A`` caught up, the reverse journal written, ``A.t`` unfrozen,
+    and the rules route ``t`` and ``A.t`` to ``A.t`` again (state
+    ``running``; ``B.t`` stays frozen, caught up by the forward streams, so
+    the switches may run again).
 
 Invariant: at every step each of ``t`` and ``A.t`` resolves, for writes, to
 exactly one table holding every committed row: ``A.t`` until the journal,
-``B.t`` after it (the rules change in one record write). The source must be a
-single shard (an unsharded keyspace, or a sharded one with one shard).
+``B.t`` after it, ``A.t`` again after a reverse journal (the rules change in
+one record write).
+
+Sources: every serving shard of ``A`` (sharded or not). Each row is placed by
+the primary vindex of its keyspace: on ``B``'s shards by ``B``'s (copy,
+catch-up), on ``A``'s by ``A``'s (the reverse streams, a resumed copy's
+clean-up, :meth:`MoveTablesWorkflow._source_placement`); the two may differ
+(another column, another vindex). Refused at create (``UNIMPLEMENTED``, see
+:func:`_check_kind`): sequence and queue tables, lookup vindexes' tables and
+tables with a lookup vindex, reference tables of a sharded source. A table
+numbered by a sequence (``auto_increment``) keeps it: ``B``'s entry gets the
+source's (qualified), and another sequence given for it is refused
+(``INVALID_ARGUMENT``), so no id is handed out twice.
 """
 
 from __future__ import annotations
@@ -54,18 +72,21 @@ from shardgate.errors import (
     Unsupported,
 )
 from shardgate.topo.server import TopoServer
-from shardgate.vindexes import create_vindex
+from shardgate.vindexes import Lookup, create_vindex
 from shardgate.vindexes.base import SingleColumn
 from shardgate.vschema import VSchema
 from shardgate.workflows.reshard import (
     _NAME,
     CUTOVER_TIMEOUT_S,
     DEFAULT_MAX_LAG_S,
+    PRE_CUTOVER_ROUNDS,
+    SHORT_ROUND_S,
     ReshardSpec,
     ReshardWorkflow,
 )
 from shardgate.workflows.rowsql import (
     MovingTable,
+    lookup_tables,
     primary_vindex,
     quote,
     table_shape,
@@ -111,15 +132,79 @@ async def movetables_spec(store: TopoServer, *, source_keyspace: str, target_key
     topo = await store.load_topology()
     src = topo.keyspace(source_keyspace)
     dst = topo.keyspace(target_keyspace)
-    if len(src.shards) != 1:
-        raise Unsupported(
-            f"source keyspace {source_keyspace} has {len(src.shards)} shards: MoveTables "
-            "moves tables from a single-shard keyspace (unsharded) only so far")
+    if src.pending or dst.pending:
+        raise FailedPrecondition(
+            f"keyspace {src.name if src.pending else dst.name} has pending shards (a reshard "
+            "runs): finish it before moving tables")
     return MoveTablesSpec(
         keyspace=source_keyspace, sources=tuple(s.name for s in src.shards),
         targets=tuple(s.name for s in dst.shards),
         target_urls=tuple(sorted((s.name, s.url) for s in dst.shards)),
         workflow=workflow, target_keyspace=target_keyspace, tables=tuple(sorted(tables)))
+
+
+def _null() -> SingleColumn:
+    """The vindex of a single-shard keyspace's rows (every row on its one shard)."""
+    null = create_vindex("null", "null")
+    assert isinstance(null, SingleColumn)
+    return null
+
+
+def _check_kind(vschema: VSchema, keyspace: str, name: str, sources: int) -> None:
+    """Refuse (``UNIMPLEMENTED``) a table MoveTables cannot move correctly: a sequence
+    table (gates hand out its ids in cached blocks, read from where the VSchema says:
+    moving it could give an id twice; the tables numbered by it move and keep it), a
+    queue table, a lookup vindex's table or a table with a lookup vindex (their rows
+    hold keyspace ids of one keyspace), a reference table of a sharded source (every
+    shard holds every row)."""
+    ks = vschema.keyspace(keyspace)
+    vt = ks.tables.get(name)
+    where = f"table {keyspace}.{name}"
+    owners = lookup_tables(vschema, keyspace).get(name)
+    if owners:
+        raise Unsupported(f"{where} holds the rows of lookup vindex {', '.join(owners)} "
+                          "(keyspace ids of its keyspace): MoveTables does not move it")
+    if vt is None:
+        if sources > 1:
+            raise Unsupported(f"{where} is not in the VSchema of sharded keyspace "
+                              f"{keyspace}: its rows cannot be placed")
+        return
+    if vt.type == "sequence":
+        raise Unsupported(
+            f"{where} is a sequence table: gates hand out its ids in cached blocks, so "
+            "moving it could give an id twice; move the tables it numbers (they keep "
+            "their auto_increment) and leave it where it is")
+    if vt.type == "queue":
+        raise Unsupported(f"{where} is a queue table: MoveTables does not move queues "
+                          "(a reshard moves them within their keyspace)")
+    if vt.type == "reference" and sources > 1:
+        raise Unsupported(f"{where} is a reference table of a sharded keyspace (every "
+                          "shard holds every row): MoveTables moves it from a single-shard "
+                          "keyspace only")
+    if any(isinstance(cv.vindex, Lookup) for cv in vt.column_vindexes):
+        raise Unsupported(f"{where} has a lookup vindex (its rows hold keyspace ids of "
+                          f"{keyspace}): MoveTables does not move it")
+
+
+def _auto_increment(entry: Mapping[str, Any], source: Any, target_keyspace: str,
+                    name: str) -> dict[str, Any]:
+    """``entry`` with the source table's ``auto_increment`` (qualified): the moved table
+    keeps drawing ids from the same sequence, so no id is handed out twice. A
+    different one given for the target is refused."""
+    ai = None if source is None else source.auto_increment
+    if ai is None:
+        return dict(entry)
+    given = entry.get("auto_increment") or entry.get("autoIncrement")
+    if given is None:
+        return {**entry, "auto_increment": {"column": ai.column, "sequence": ai.sequence}}
+    seq = str(given.get("sequence", ""))
+    if str(given.get("column", "")).lower() != ai.column \
+            or (seq != ai.sequence and seq != ai.sequence.split(".", 1)[1]):
+        raise InvalidArgument(
+            f"table {name}: its ids come from sequence {ai.sequence} (column {ai.column}); "
+            f"the VSchema of {target_keyspace} gives {given}: another sequence could hand "
+            "out ids the table holds already; keep the source's (or leave it out)")
+    return dict(entry)
 
 
 def _rules_for(spec: MoveTablesSpec, to_keyspace: str) -> list[dict[str, Any]]:
@@ -139,6 +224,8 @@ class MoveTablesWorkflow(ReshardWorkflow):
         self.mt = spec
         #: ``--vschema``: the target keyspace's VSchema entries (``tables``, ``vindexes``)
         self.vschema_arg = dict(vschema or {})
+        #: the moved tables placed by the source keyspace's vindexes
+        self._placed: dict[str, MovingTable] = {}
 
     @classmethod
     async def resume(cls, store: TopoServer, keyspace: str, workflow: str = "movetables",
@@ -175,6 +262,7 @@ class MoveTablesWorkflow(ReshardWorkflow):
         """The target keyspace's VSchema entries of the moved tables (checked)."""
         topo = await self._topology()
         src = topo.keyspace(self.mt.keyspace).vschema
+        svs = topo.build_vschema().keyspace(self.mt.keyspace)
         dst = dict(topo.keyspace(self.mt.target_keyspace).vschema)
         given = self.vschema_arg
         extra = set(given) - {"tables", "vindexes"}
@@ -192,7 +280,8 @@ class MoveTablesWorkflow(ReshardWorkflow):
                     f"target keyspace {self.mt.target_keyspace} is sharded and has no vindex "
                     f"for table {t!r}: give its VSchema entry (column_vindexes) with "
                     "--vschema FILE")
-            entries[t] = entry or {}
+            entries[t] = _auto_increment(entry or {}, svs.tables.get(t),
+                                         self.mt.target_keyspace, t)
         return {"tables": entries, "vindexes": dict(given.get("vindexes") or {})}
 
     @staticmethod
@@ -232,8 +321,13 @@ class MoveTablesWorkflow(ReshardWorkflow):
         topo = await self._topology()
         target = topo.keyspace(self.mt.target_keyspace)
         entries = self.doc.get("target_vschema") or await self._target_entries()
-        trial = VSchema.from_json({target.name: self._merged(target.vschema, entries)})
+        trial = VSchema.from_json({
+            ks.name: self._merged(ks.vschema, entries) if ks.name == target.name
+            else ks.vschema for ks in topo.keyspaces.values()})
         tks = trial.keyspace(target.name)
+        source = topo.keyspace(self.mt.keyspace)
+        vschema = topo.build_vschema()
+        sks = vschema.keyspace(source.name)
         first = self._backend(self._url(topo, self.spec.sources[0]))
         conn = await first.acquire()
         try:
@@ -242,20 +336,29 @@ class MoveTablesWorkflow(ReshardWorkflow):
             if missing:
                 raise NotFound(f"tables {missing} are not in keyspace {self.mt.keyspace}")
             for name in self.mt.tables:
+                _check_kind(vschema, source.name, name, len(self.spec.sources))
                 vindex: SingleColumn
                 if tks.sharded:
                     column, vindex = primary_vindex(tks.tables[name], target.name)
                 else:  # one target shard: every row goes there
-                    column = ""
-                    null = create_vindex("null", "null")
-                    assert isinstance(null, SingleColumn)
-                    vindex = null
+                    column, vindex = "", _null()
                 columns, pk = await table_shape(conn, first.dialect, name)
                 self._tables[name] = MovingTable(name, columns, pk, column or columns[0],
                                                  vindex)
+                if len(self.spec.sources) > 1:
+                    scol, svindex = primary_vindex(sks.tables[name], source.name)
+                else:  # one source shard: every row is there
+                    scol, svindex = columns[0], _null()
+                self._placed[name] = MovingTable(name, columns, pk, scol, svindex)
         finally:
             await first.release(conn)
         return self._tables
+
+    async def _source_placement(self) -> dict[str, MovingTable]:
+        """The moved tables placed by the source keyspace's primary vindexes (which may
+        differ from the target's: another column, another vindex)."""
+        await self._moving_tables()
+        return self._placed
 
     async def _setup(self) -> None:
         """Target tables, routing rules (``t``, ``A.t`` -> ``A.t``), the target's VSchema,
@@ -302,23 +405,33 @@ class MoveTablesWorkflow(ReshardWorkflow):
 
     async def reverse_traffic(self, *, max_lag_s: float = DEFAULT_MAX_LAG_S,
                               timeout_s: float = CUTOVER_TIMEOUT_S) -> str:
-        """Route reads to the source again (before the write switch; after it, refused:
-        MoveTables has no reverse stream yet, so ``max_lag_s``/``timeout_s`` are unused)."""
+        """Route reads to the source again; after the write switch, writes too: the
+        reverse cut-over (:mod:`.reverse`: the target keyspace's tables frozen, the
+        source caught up with them, its journal, then the rules back to ``A.t``)."""
         await self._load()
         await self._recover()
         if self.state == "switched":
-            raise Unsupported(
-                "reverse-traffic after the write switch needs a reverse stream (target -> "
-                "source), which MoveTables does not have yet")
+            return await self._reverse.reverse_writes(
+                max_lag_s=max_lag_s, timeout_s=timeout_s, rounds=PRE_CUTOVER_ROUNDS,
+                short_round_s=SHORT_ROUND_S)
         await self._set_rules(rules=_rules_for(self.mt, self.mt.keyspace))
         await self._save(reads_switched=False)
         return f"reads of {list(self.mt.tables)} are served by {self.mt.keyspace} again"
 
+    async def _serve_sources(self) -> None:
+        """After a reverse journal: every use of ``t`` and ``A.t`` routes to ``A.t``."""
+        await self._set_rules(rules=_rules_for(self.mt, self.mt.keyspace))
+
     async def _publish_switch(self) -> None:
-        """After the journal: every use of ``t`` and ``A.t`` routes to ``B.t``."""
+        """After the journal: the reverse streams start (target -> source), every use of
+        ``t`` and ``A.t`` routes to ``B.t``."""
+        found = await self.store.get_workflow(self.spec.journal)
+        await self._reverse.begin(found.doc if found is not None and found.doc else {})
         await self._set_rules(rules=_rules_for(self.mt, self.mt.target_keyspace))
         if self.state != "switched":
             await self._save(state="switched", switched_at=time.time(), error=None)
+        else:
+            await self._save()
 
     # -- the end ----------------------------------------------------------------
 
@@ -351,6 +464,9 @@ class MoveTablesWorkflow(ReshardWorkflow):
             finally:
                 await backend.release(conn)
         await self._set_rules()
+        # the target keyspace serves from here on: its change capture stays (its change
+        # streams read it); the reverse streams stop
+        await self._reverse.finish(drop_capture=False)
         await self.store.delete_workflow(self.spec.journal)
         await self.store.delete_workflow(self.spec.record, expect=self.version)
         return (f"{self.spec.record} complete: tables {list(self.mt.tables)} belong to "
@@ -365,9 +481,10 @@ class MoveTablesWorkflow(ReshardWorkflow):
         await self._recover()
         if self.state == "switched":
             raise FailedPrecondition(f"{self.spec.record} has switched writes: run "
-                                     "`complete` (reverse-traffic is not implemented yet)")
+                                     "`reverse-traffic` first (or `complete` to keep them)")
         for backend, _ in (await self._sources()).values():
             await self._freeze(backend, False)
+        await self._reverse.finish(drop_capture=True)
         created = set((self.doc.get("target_vschema") or {}).get("tables") or {})
         await self.store.update_vschema(
             self.mt.target_keyspace,

@@ -440,6 +440,32 @@ class ReshardWorkflow:
         self._queues[vt.name] = opts
         return placement(vschema, self.spec.keyspace, vt.name, self.spec.sources[0])
 
+    async def _source_placement(self) -> dict[str, MovingTable]:
+        """The moving tables with the vindexes that place their rows on the sources (the
+        reverse streams' targets, a resumed copy's clean-up): a reshard keeps the
+        keyspace's vindexes, so the moving tables themselves."""
+        return await self._moving_tables()
+
+    async def _serve_sources(self) -> None:
+        """After a reverse journal (:meth:`.reverse.ReverseStreams.publish`): the sources
+        are the keyspace's serving shards again, the targets pending."""
+        topo = await self._topology()
+        target_urls = {t: self._url(topo, t) for t in self.spec.targets}
+        source_urls = {s: self._url(topo, s) for s in self.spec.sources}
+
+        def change(doc: dict[str, Any]) -> None:
+            shards = doc["shards"]
+            pending = doc.setdefault("pending_shards", {})
+            for t in self.spec.targets:
+                shards.pop(t, None)
+                pending[t] = target_urls[t]
+            for s in self.spec.sources:
+                pending.pop(s, None)
+                shards[s] = source_urls[s]
+            doc.pop("read_shards", None)
+
+        await self._edit_keyspace(change)
+
     async def _source_tables(self, source: str) -> dict[str, MovingTable]:
         """The tables ``source``'s stream moves: all of them for the first source,
         the others' sharded tables only (a reference table is copied and replayed
@@ -617,7 +643,8 @@ class ReshardWorkflow:
                                  targets=ranges, target_backends=backends, applier=applier,
                                  save=self._save, batch=self.batch,
                                  progress=self._copied if self.progress else None,
-                                 clean_tail=parse_shard_name(name) if first else None)
+                                 clean_tail=parse_shard_name(name) if first else None,
+                                 placed=await self._source_placement())
                 first = False
             stream["state"] = "running"
             await self._save()

@@ -106,6 +106,8 @@ class Host(Protocol):
     async def _save(self, **changes: Any) -> None: ...
     async def _sources(self) -> dict[str, tuple[Backend, ChangeLog]]: ...
     async def _moving_tables(self) -> dict[str, MovingTable]: ...
+    async def _source_placement(self) -> dict[str, MovingTable]: ...
+    async def _serve_sources(self) -> None: ...
     async def _cursor(self, source: str, log: ChangeLog, position: str) -> LogCursor: ...
     async def _freeze(self, backend: Backend, on: bool) -> None: ...
     async def _topology(self) -> Topology: ...
@@ -181,7 +183,7 @@ class ReverseStreams:
         if not streams:
             return False
         sources = await flow._sources()
-        applier = Applier(await flow._moving_tables(),
+        applier = Applier(await flow._source_placement(),
                           [(s, parse_shard_name(s)) for s in flow.spec.sources],
                           {s: b for s, (b, _) in sources.items()})
         done_all = True
@@ -282,30 +284,17 @@ class ReverseStreams:
         await self.flow._save(state="switched", error=error)
 
     async def publish(self) -> None:
-        """After the reverse journal: the sources serve (unfrozen), the targets are
-        pending (frozen), the forward streams resume at the journal's positions."""
+        """After the reverse journal: the sources serve (unfrozen; the host's
+        ``_serve_sources``: the keyspace's shards for a reshard, the routing rules for a
+        MoveTables), the targets are pending (frozen), the forward streams resume at
+        the journal's positions."""
         flow = self.flow
         found = await flow.store.get_workflow(self.journal)
         if found is None or found.doc is None:  # pragma: no cover - called after the journal
             raise FailedPrecondition(f"no reverse journal {self.journal}")
         for backend, _ in (await flow._sources()).values():
             await flow._freeze(backend, False)
-        topo = await flow._topology()
-        target_urls = {t: flow._url(topo, t) for t in flow.spec.targets}
-        source_urls = {s: flow._url(topo, s) for s in flow.spec.sources}
-
-        def change(doc: dict[str, Any]) -> None:
-            shards = doc["shards"]
-            pending = doc.setdefault("pending_shards", {})
-            for t in flow.spec.targets:
-                shards.pop(t, None)
-                pending[t] = target_urls[t]
-            for s in flow.spec.sources:
-                pending.pop(s, None)
-                shards[s] = source_urls[s]
-            doc.pop("read_shards", None)
-
-        await flow._edit_keyspace(change)
+        await flow._serve_sources()
         for s, pos in found.doc["positions"].items():
             flow.doc["streams"][s].update(pos=pos, lag_s=0.0)
         await flow.store.delete_workflow(flow.spec.journal)

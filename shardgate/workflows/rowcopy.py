@@ -104,15 +104,19 @@ async def copy_cycle(stream: dict[str, Any], *, source: Backend, log: ChangeLog,
                      target_backends: Mapping[str, Backend], applier: Applier, save: Save,
                      batch: int = DEFAULT_BATCH, slice_s: float = SLICE_S,
                      progress: Progress | None = None,
-                     clean_tail: KeyRange | None = None) -> bool:
+                     clean_tail: KeyRange | None = None,
+                     placed: Mapping[str, MovingTable] | None = None) -> bool:
     """One copy cycle of ``stream`` (the source's record, updated in place; see the
     module docstring); True when every table is copied.
 
     ``clean_tail``: the source's key range, on the first cycle of a process that
-    resumes the stream (see :func:`_clean_tail`).
+    resumes the stream (see :func:`_clean_tail`); ``placed``: the tables with the
+    vindexes that place their rows on the sources (default ``tables``: a reshard;
+    a MoveTables' source keyspace may place them by another vindex).
     """
     if clean_tail is not None:
-        await _clean_tail(stream, tables, clean_tail, target_backends, applier)
+        await _clean_tail(stream, tables, clean_tail, target_backends, applier,
+                          placed or tables)
     conn, snap_pos = await open_snapshot(source, log)
     try:
         if stream.get("pos") is not None:
@@ -237,16 +241,18 @@ async def _write(backend: Backend, writer: RowWriter, rows: list[tuple[Any, ...]
 
 async def _clean_tail(stream: dict[str, Any], tables: Mapping[str, MovingTable],
                       source_range: KeyRange, targets: Mapping[str, Backend],
-                      applier: Applier) -> None:
+                      applier: Applier, placed: Mapping[str, MovingTable]) -> None:
     """Delete from the targets the rows of this source after each table's last saved key.
 
     A process killed between writing a batch and saving its last key leaves
     such rows behind; catch-up skips changes after the last key (the copy will
     read those rows again), so a row deleted on the source meanwhile would stay
     on the target for ever. Only rows whose keyspace id is in the source's
-    range go (in a merge a target also holds other sources' rows).
+    range go (in a merge a target also holds other sources' rows); ``placed[name]``
+    computes a row's keyspace id in the source's keyspace.
     """
     for name, table in tables.items():
+        owner = placed[name]
         state = stream["tables"][name]
         if state["done"]:
             continue
@@ -259,9 +265,9 @@ async def _clean_tail(stream: dict[str, Any], tables: Mapping[str, MovingTable],
                     sql, params = select_after(backend.dialect, table, last, DEFAULT_BATCH,
                                                backend.placeholder)
                     rows = (await conn.execute(sql, params)).rows
-                    stale.extend(table.pk_of(r) for r, k in zip(rows, table.ksids(rows),
+                    stale.extend(table.pk_of(r) for r, k in zip(rows, owner.ksids(rows),
                                                                 strict=True)
-                                 if table.reference
+                                 if owner.reference
                                  or (k is not None and source_range.contains(k)))
                     if len(rows) < DEFAULT_BATCH:
                         break
