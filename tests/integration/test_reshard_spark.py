@@ -206,3 +206,33 @@ async def test_spark_reads_and_a_following_dump_cross_a_split(
     kind: str, spark: Any, make_database: Any, tmp_path: Path
 ) -> None:
     await _split_under_spark(kind, spark, make_database, tmp_path)
+
+
+def test_orders_carry_the_generation_and_refuse_what_does_not_fit() -> None:
+    from shardgate.errors import Unsupported
+    from shardgate.event_token import EventToken
+    from shardgate.spark.jobs.lake import MAX_GENERATION, Positions, token_order
+
+    assert token_order("123") == 123  # generation 0: the orders of lakes made before
+    assert token_order("5", 1) > token_order(str((1 << GENERATION_SHIFT) - 1))
+    assert token_order("0/10", 2) == (2 << GENERATION_SHIFT) | 16
+    with pytest.raises(Unsupported, match="generation"):
+        token_order("5", MAX_GENERATION + 1)
+    with pytest.raises(Unsupported, match="does not fit"):
+        token_order(str(1 << GENERATION_SHIFT))
+    p = Positions({"app/-40": EventToken(1.0, "app/-40", "7")}, {"app/-40": 1, "app/-80": 0})
+    back = Positions.from_json(p.to_json()).with_generations(p.generations_json())
+    assert back == p
+    assert Positions.from_json(p.to_json()).with_generations(None).generations == {}
+
+
+def test_changes_source_refuses_a_reshards_new_shards() -> None:
+    from shardgate.errors import Code, ShardgateError
+    from shardgate.spark.changes_source import _refuse_reshard, _Shard
+
+    offset = {"-80": "10", "80-": "12"}
+    _refuse_reshard("app", offset, [])
+    _refuse_reshard("app", {"-40": "1"}, [_Shard("40-80", "sqlite:///x.db", "sqlite")])
+    with pytest.raises(ShardgateError, match=r"resharded.*\['-80'\]") as err:
+        _refuse_reshard("app", offset, [_Shard("40-80", "sqlite:///x.db", "sqlite")])
+    assert err.value.code == Code.UNIMPLEMENTED
