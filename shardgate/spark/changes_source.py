@@ -35,12 +35,6 @@ The life of a micro-batch:
    it). Reading the same range again gives the same rows, so a retried task
    or a replayed batch after a failure changes nothing.
 
-**Resharding.** Each shard's own log is read, so a reshard's write switch
-(new shards covering key ranges the offset's shards cover) cannot be
-followed exactly: the targets' logs hold the copy, not the sources' history.
-Such a batch is refused (``UNIMPLEMENTED``), naming the gate's change stream
-(``update_stream``, which hops across the switch) and the dump job.
-
 Invariants: offsets never move backwards; per shard, batches tile the log
 without gap or overlap (the end of one is the start of the next), so with a
 checkpoint the query delivers each committed change exactly once to a sink
@@ -77,9 +71,8 @@ from shardgate.aio import wait_for
 from shardgate.backends.change_log import open_change_log
 from shardgate.backends.changes import ChangeLog, Heartbeat, Transaction
 from shardgate.backends.urls import parse_url
-from shardgate.errors import InvalidArgument, NotFound, Unavailable, Unsupported
+from shardgate.errors import InvalidArgument, NotFound, Unavailable
 from shardgate.event_token import EventToken, position_key
-from shardgate.keys import KeyRange, parse_shard_name
 from shardgate.spark import types as sgtypes
 from shardgate.spark._worker import settle
 from shardgate.spark.options import ChangesOptions, SourceOptions, start_timestamp
@@ -382,7 +375,6 @@ class ChangesStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         out = dict(start)
         known = [s for s in shards if s.name in start]
         fresh = [s for s in shards if s.name not in start]
-        _refuse_reshard(self.opts.keyspace, start, fresh)
 
         async def joined(s: _Shard, log: ChangeLog) -> str:
             await log.prepare()
@@ -583,26 +575,3 @@ def _images(images: list[dict[str, Any] | None], f: pa.Field, errors: list[str |
 
 def _table_name(table: str) -> str:
     return table.rsplit(".", 1)[-1].lower()
-
-
-def _refuse_reshard(keyspace: str, start: dict[str, str], fresh: Sequence[_Shard]) -> None:
-    """``UNIMPLEMENTED`` when a new shard covers keys a shard of the offset covers (a
-    reshard's targets): its log starts with the copy, not with the sources' history."""
-    def range_of(name: str) -> KeyRange | None:
-        try:
-            return parse_shard_name(name)
-        except InvalidArgument:
-            return None
-
-    for s in fresh:
-        kr = range_of(s.name)
-        if kr is None:
-            continue
-        old = sorted(n for n in start if (r := range_of(n)) is not None and r.intersects(kr))
-        if old:
-            raise Unsupported(
-                f"keyspace {keyspace!r} was resharded: shard {s.name} covers keys of "
-                f"{old}, whose changes this query reads from each shard's own log; it cannot "
-                "follow the write switch exactly. Read the gate's change stream (it hops "
-                "across the switch) or `shardgate spark dump --follow`, or start a new query "
-                "(new checkpoint) over the new shards")

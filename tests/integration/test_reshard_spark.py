@@ -225,14 +225,3 @@ def test_orders_carry_the_generation_and_refuse_what_does_not_fit() -> None:
     assert back == p
     assert Positions.from_json(p.to_json()).with_generations(None).generations == {}
 
-
-def test_changes_source_refuses_a_reshards_new_shards() -> None:
-    from shardgate.errors import Code, ShardgateError
-    from shardgate.spark.changes_source import _refuse_reshard, _Shard
-
-    offset = {"-80": "10", "80-": "12"}
-    _refuse_reshard("app", offset, [])
-    _refuse_reshard("app", {"-40": "1"}, [_Shard("40-80", "sqlite:///x.db", "sqlite")])
-    with pytest.raises(ShardgateError, match=r"resharded.*\['-80'\]") as err:
-        _refuse_reshard("app", offset, [_Shard("40-80", "sqlite:///x.db", "sqlite")])
-    assert err.value.code == Code.UNIMPLEMENTED
