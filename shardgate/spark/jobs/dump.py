@@ -110,6 +110,7 @@ if TYPE_CHECKING:
 
     from shardgate.gate import Gate
     from shardgate.topo import Topology
+    from shardgate.topo.model import KeyspaceTopo
 
 #: change rows per MERGE at most
 DEFAULT_BATCH_ROWS = 50_000
@@ -563,9 +564,11 @@ class DumpJob:
                               lambda t: token_order(t.position, gens.get(t.shard, 0)))
         #: the shards read: serving ones, and a reshard's sources still to drain
         tracked = dict(self.shards)
+        _drop_drained(current, self.topology.keyspace(self.keyspace), self.progress)
         for q in current:
             if q not in tracked:
-                tracked[q] = self._url_of(self.topology, q)
+                with contextlib.suppress(ShardgateError):  # gone: the stream refuses it
+                    tracked[q] = self._url_of(self.topology, q)
         targets = await self._targets(tracked)
         reached = {q for q, t in current.items() if position_key(t.position) >= targets[q]}
         began = time.monotonic()
@@ -596,9 +599,10 @@ class DumpJob:
                     checked.clear()
             return True
 
-        def generation(q: str) -> None:
+        def generation(q: str) -> bool:
             """A target of a write switch: above every source feeding it; a shard met
-            otherwise for the first time: above every shard known."""
+            otherwise for the first time: above every shard known. True when ``q``
+            is a new database (a new generation)."""
             local = q.split("/", 1)[1]
             for hop in reversed(hops):
                 if local in hop.targets and local not in hop.sources:
@@ -607,26 +611,21 @@ class DumpJob:
                     if gens.get(q, -1) < need:
                         gens[q] = need
                         self.progress(f"  {q}: a reshard's target, generation {need}")
-                    break
-            else:
-                if q not in gens:
-                    gens[q] = 1 + max(gens.values(), default=-1)
-            token_order("0", gens[q])  # refuses a generation past the order's bits
+                        token_order("0", need)  # refuses a generation past the order's bits
+                        return True
+                    return False
+            if q in gens:
+                return False
+            gens[q] = 1 + max(gens.values(), default=-1)
+            token_order("0", gens[q])
+            return True
 
         def retire() -> None:
-            """Drop the tokens of shards no longer serving once every serving shard meeting
-            their range has one (the stream started those: the old ones are drained)."""
-            ks = gate.topology.keyspace(self.keyspace)
-            serving = {f"{self.keyspace}/{s.name}": s.key_range for s in ks.shards}
-            for old in [q for q in current if q not in serving]:
-                kr = parse_shard_name(old.split("/", 1)[1])
-                meeting = sorted(n for n, r in serving.items() if r.intersects(kr))
-                if meeting and all(n in current for n in meeting):
-                    del current[old]
-                    tracked.pop(old, None)
-                    targets.pop(old, None)
-                    reached.discard(old)
-                    self.progress(f"  {old} drained: its range is read on {meeting}")
+            for old in _drop_drained(current, gate.topology.keyspace(self.keyspace),
+                                     self.progress):
+                tracked.pop(old, None)
+                targets.pop(old, None)
+                reached.discard(old)
         pending: dict[tuple[Any, ...], tuple[Any, ...]] = {}
         last_flush = time.monotonic()
         last_report = last_flush
@@ -674,10 +673,11 @@ class DumpJob:
             nonlocal follow, targets, reached, last_report
             q = event.token.shard
             changed = note_topology()
+            new_database = False
             if q not in checked:
-                generation(q)
+                new_database = generation(q)
                 checked.add(q)
-            if q not in tracked:  # a target of a write switch: the stream hopped to it
+            if q not in tracked or new_database:  # the stream hopped to a switch's target
                 tracked[q] = self._url_of(gate.topology, q)
                 targets.update(await self._targets({q: tracked[q]}))
                 changed = True
@@ -776,6 +776,26 @@ class DumpJob:
         summary.positions = {q: t.position for q, t in current.items()}
         self.progress(f"caught up: {summary.change_events} changes in {summary.merges} merges, "
                       f"{summary.catchup_s:.2f} s ({summary.catchup_events_per_s:,.0f}/s)")
+
+
+def _drop_drained(current: dict[str, EventToken], ks: KeyspaceTopo, progress: Progress
+                  ) -> list[str]:
+    """Drop from ``current`` the tokens of shards no longer serving once every serving
+    shard meeting their range has one (the stream starts those only after the old ones
+    are drained). Returns the shards dropped."""
+    serving = {f"{ks.name}/{s.name}": s.key_range for s in ks.shards}
+    dropped = []
+    for old in [q for q in current if q not in serving]:
+        try:
+            kr = parse_shard_name(old.split("/", 1)[1])
+        except ShardgateError:
+            continue
+        meeting = sorted(n for n, r in serving.items() if r.intersects(kr))
+        if meeting and all(n in current for n in meeting):
+            del current[old]
+            dropped.append(old)
+            progress(f"  {old} drained: its range is read on {meeting}")
+    return dropped
 
 
 class _MergeFailed(Exception):
