@@ -12,7 +12,8 @@
 Both take ``--master`` (default ``$SPARK_MASTER`` or ``local[2]``), print
 progress lines on stderr and one JSON summary on stdout. ``dump --follow``
 keeps applying changes until SIGINT/SIGTERM, then commits what it has and
-prints its summary.
+prints its summary; it follows the cluster's topo store, so it keeps going
+across a reshard's write switch (docs/spark.md, "Across a reshard").
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import sys
 import threading
 from typing import Any
 
-from shardgate.cli.common import local_topology
+from shardgate.cli.common import cluster_file_of, local_topology
 from shardgate.errors import FailedPrecondition, InvalidArgument
 
 
@@ -121,7 +122,7 @@ def _dump(args: argparse.Namespace, topology: Any) -> int:
             topology, args.keyspace, args.table, args.lake, spark=spark, key=key,
             batch_rows=args.batch_rows, batch_interval_s=args.batch_interval,
             progress=_progress, retention_s=args.retention, buckets=args.buckets,
-            numeric_as=args.numeric_as,
+            numeric_as=args.numeric_as, cluster_file=str(cluster_file_of(args)),
         )
         summary = asyncio.run(run())
     finally:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from shardgate.errors import InvalidArgument
-from shardgate.topo import Topology, load_cluster_file
+from shardgate.topo import Topology
 from shardgate.topo.local import read_topology
 
 #: how a partition reads its split: straight from the shard's database with the
@@ -66,7 +66,7 @@ class SourceOptions:
         if self.topo_url is not None:
             return read_topology(None, url=self.topo_url)
         assert self.cluster is not None
-        return load_cluster_file(self.cluster)
+        return read_topology(self.cluster)
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
@@ -77,7 +77,8 @@ class SourceOptions:
         if topo_url is not None:
             topo = read_topology(None, url=topo_url)
         elif cluster is not None:
-            topo = load_cluster_file(cluster)
+            # the store beside the file once it has one (a reshard changes the shards there)
+            topo = read_topology(cluster)
         else:
             raise InvalidArgument(
                 "option 'cluster' is required: the path of the cluster file "

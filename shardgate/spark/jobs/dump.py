@@ -40,6 +40,21 @@ so the source of each MERGE has one row per key.
 
 A ``TRUNCATE`` of the table on a shard turns every row of that shard with an
 older order into a tombstone.
+
+**Across a reshard.** Given the cluster file or the topo store
+(``cluster_file``/``topo_url``), the apply reads the stream through a gate
+that follows the store, so a reshard's write switch is a hop of the stream
+(:mod:`shardgate.streams.hop`): each source is read to its final position,
+then its targets from their journal positions. The dump follows it: a
+target's changes get a generation above its sources' (see "Orders across a
+reshard" in :mod:`shardgate.spark.jobs.lake`), and a source's token is
+dropped from the recorded positions once every serving shard meeting its
+range has one (the stream started them, so the source is drained): after
+``complete`` the lake resumes from the targets' tokens alone. A lake whose
+positions name sources of a reshard that completed since (the changes
+between them and the switch are gone) is refused (``FAILED_PRECONDITION``).
+So is a ``TRUNCATE`` on a shard a reshard created: its rows in the lake may
+carry the names of earlier shards (``UNIMPLEMENTED``).
 """
 
 from __future__ import annotations
@@ -69,6 +84,7 @@ from shardgate.errors import (
     Unsupported,
 )
 from shardgate.event_token import EventToken, position_key
+from shardgate.keys import parse_shard_name
 from shardgate.spark.jobs.lake import (
     BUCKET,
     DEFAULT_RETENTION_S,
@@ -92,7 +108,9 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import SparkSession
 
+    from shardgate.gate import Gate
     from shardgate.topo import Topology
+    from shardgate.topo.model import KeyspaceTopo
 
 #: change rows per MERGE at most
 DEFAULT_BATCH_ROWS = 50_000
@@ -297,7 +315,10 @@ class DumpJob:
     long a replaced version's files stay readable before they are vacuumed.
     ``buckets``: the partition count (a power of two; default: about
     ``rows_per_bucket`` rows each, at the snapshot). ``numeric_as``: the type of
-    unbounded NUMERIC columns (see ``docs/types.md``).
+    unbounded NUMERIC columns (see ``docs/types.md``). ``cluster_file`` or
+    ``topo_url``: where the topology lives; the run reads it again there and
+    follows it (a reshard's write switch, see "Across a reshard"); without
+    them ``topology`` is fixed and a reshard is not seen.
     """
 
     def __init__(
@@ -318,6 +339,8 @@ class DumpJob:
         buckets: int | None = None,
         rows_per_bucket: int = DEFAULT_ROWS_PER_BUCKET,
         numeric_as: str = "decimal",
+        cluster_file: str | None = None,
+        topo_url: str | None = None,
     ) -> None:
         if batch_rows < 1 or file_rows < 1 or batch_interval_s <= 0 or stall_s <= 0:
             raise InvalidArgument(
@@ -331,6 +354,8 @@ class DumpJob:
         self.rows_per_bucket = rows_per_bucket
         self.numeric_as = numeric_as
         self.topology = topology
+        self.cluster_file = cluster_file
+        self.topo_url = topo_url
         self.keyspace = keyspace
         self.table = table
         self.spark = spark
@@ -358,6 +383,10 @@ class DumpJob:
     ) -> DumpSummary:
         """Snapshot (first run), then apply changes until caught up (or ``stop`` with follow)."""
         summary = DumpSummary(self.keyspace, self.table, self.lake.path)
+        if self.cluster_file is not None or self.topo_url is not None:
+            self.topology = await self._load_topology()
+            self.shards = {f"{self.keyspace}/{s.name}": s.url
+                           for s in self.topology.keyspace(self.keyspace).shards}
         first_url = next(iter(self.shards.values()))
         if not self.key:
             self.key = await asyncio.to_thread(primary_key, first_url, self.table)
@@ -372,11 +401,7 @@ class DumpJob:
         if positions is None:
             positions = await self._snapshot(summary)
         else:
-            missing = set(self.shards) - set(positions.tokens)
-            if missing:
-                raise FailedPrecondition(
-                    f"the lake table at {self.lake.path} has no position for shards "
-                    f"{sorted(missing)} (the keyspace was resharded?): dump to a new --lake")
+            self._check_resumable(positions)
             self.progress(f"resuming {self.keyspace}.{self.table} from the lake's positions")
         await self._apply(positions, summary, follow=follow, stop=stop)
         summary.compacted_files += await asyncio.to_thread(self.lake.compact)
@@ -384,6 +409,52 @@ class DumpJob:
         summary.buckets = self.lake.bucketing.count
         summary.lake_bytes = await asyncio.to_thread(self.lake.size_bytes)
         return summary
+
+    async def _load_topology(self) -> Topology:
+        from shardgate.topo.local import open_topo
+
+        server = await open_topo(self.cluster_file, url=self.topo_url)
+        try:
+            return await server.load_topology()
+        finally:
+            await server.close()
+
+    async def _open_gate(self) -> Gate:
+        """A gate for the change stream: following the topo store when the job has one."""
+        from shardgate.gate import Gate
+
+        if self.cluster_file is None and self.topo_url is None:
+            return Gate.open(self.topology)
+        from shardgate.topo.local import open_topo
+
+        server = await open_topo(self.cluster_file, url=self.topo_url)
+        try:
+            return await Gate.from_topo(server, pool_size=1)
+        except BaseException:
+            await server.close()
+            raise
+
+    def _check_resumable(self, positions: Positions) -> None:
+        """Refuse positions the stream cannot resume exactly: a serving shard without a
+        token is fine only as a target of the keyspace's pending write switch whose
+        sources all have tokens (the stream drains them, then starts it at the journal)."""
+        from shardgate.streams.hop import Hop
+
+        missing = set(self.shards) - set(positions.tokens)
+        if not missing:
+            return
+        hop = Hop.of(self.topology.keyspace(self.keyspace))
+        ks = self.keyspace
+        if hop is not None and all(
+                m.split("/", 1)[1] in hop.targets
+                and all(f"{ks}/{s}" in positions.tokens for s in hop.feeding(m.split("/", 1)[1]))
+                for m in missing):
+            return
+        raise FailedPrecondition(
+            f"the lake table at {self.lake.path} has no position for shards "
+            f"{sorted(missing)} (the keyspace was resharded and the reshard completed after "
+            "the lake's last commit: the changes between them and the switch are gone): dump "
+            "to a new --lake")
 
     async def _prepare_capture(self, shard: str, url: str) -> None:
         async def prepare() -> None:
@@ -457,8 +528,11 @@ class DumpJob:
 
     # -- change apply -----------------------------------------------------------------
 
-    async def _targets(self) -> dict[str, tuple[int, ...]]:
-        """Per shard, the end of its log now (read with the log's own position query)."""
+    async def _targets(self, shards: dict[str, str] | None = None
+                       ) -> dict[str, tuple[int, ...]]:
+        """Per shard (default: the job's), the end of its log now (read with the log's own
+        position query)."""
+        shards = self.shards if shards is None else shards
 
         async def one(shard: str, url: str) -> tuple[str, tuple[int, ...]]:
             log = open_change_log(url, shard)
@@ -468,28 +542,90 @@ class DumpJob:
             return shard, position_key(str(rows[0][0]) if rows and rows[0][0] is not None
                                        else "0")
 
-        return dict(await asyncio.gather(*(one(q, u) for q, u in self.shards.items())))
+        return dict(await asyncio.gather(*(one(q, u) for q, u in shards.items())))
+
+    def _url_of(self, topology: Topology, shard: str) -> str:
+        """The database of ``shard`` (qualified), serving or a reshard's source."""
+        return topology.keyspace(self.keyspace).any_shard(shard.split("/", 1)[1]).url
 
     async def _apply(
         self, positions: Positions, summary: DumpSummary, *, follow: bool,
         stop: threading.Event | None,
     ) -> None:
-        from shardgate.gate import Gate
+        from shardgate.streams.hop import Hop
         from shardgate.streams.merge import StreamEvent, StreamPosition
 
         schema = await asyncio.to_thread(self.lake.schema)
-        builder = _RowBuilder(schema, self.key, self.lake.bucketing)
-        targets = await self._targets()
         current = dict(positions.tokens)
+        gens = dict(positions.generations)
+        for q in current:
+            gens.setdefault(q, 0)
+        builder = _RowBuilder(schema, self.key, self.lake.bucketing,
+                              lambda t: token_order(t.position, gens.get(t.shard, 0)))
+        #: the shards read: serving ones, and a reshard's sources still to drain
+        tracked = dict(self.shards)
+        _drop_drained(current, self.topology.keyspace(self.keyspace), self.progress)
+        for q in current:
+            if q not in tracked:
+                with contextlib.suppress(ShardgateError):  # gone: the stream refuses it
+                    tracked[q] = self._url_of(self.topology, q)
+        targets = await self._targets(tracked)
         reached = {q for q, t in current.items() if position_key(t.position) >= targets[q]}
         began = time.monotonic()
         starts = json.dumps({q: t.position for q, t in current.items()})
         self.progress(f"applying changes from {starts}"
                       + ("" if follow else f" up to {len(targets)} log ends"))
-        if not follow and len(reached) == len(self.shards):
+        if not follow and reached >= set(tracked):
             summary.positions = {q: t.position for q, t in current.items()}
             return
-        gate = Gate.open(self.topology)
+        gate = await self._open_gate()
+        #: write switches seen in this run, and the shards whose generation was checked
+        #: since the last one
+        hops: list[Hop] = []
+        checked: set[str] = set()
+        seen_topology: Any = None
+
+        def note_topology() -> bool:
+            """Remember the keyspace's write switch; True when the topology changed."""
+            nonlocal seen_topology
+            topology = gate.topology
+            if topology is seen_topology:
+                return False
+            seen_topology = topology
+            with contextlib.suppress(ShardgateError):
+                hop = Hop.of(topology.keyspace(self.keyspace))
+                if hop is not None and hop not in hops:
+                    hops.append(hop)
+                    checked.clear()
+            return True
+
+        def generation(q: str) -> bool:
+            """A target of a write switch: above every source feeding it; a shard met
+            otherwise for the first time: above every shard known. True when ``q``
+            is a new database (a new generation)."""
+            local = q.split("/", 1)[1]
+            for hop in reversed(hops):
+                if local in hop.targets and local not in hop.sources:
+                    need = 1 + max((gens.get(f"{self.keyspace}/{s}", 0)
+                                    for s in hop.feeding(local)), default=0)
+                    if gens.get(q, -1) < need:
+                        gens[q] = need
+                        self.progress(f"  {q}: a reshard's target, generation {need}")
+                        token_order("0", need)  # refuses a generation past the order's bits
+                        return True
+                    return False
+            if q in gens:
+                return False
+            gens[q] = 1 + max(gens.values(), default=-1)
+            token_order("0", gens[q])
+            return True
+
+        def retire() -> None:
+            for old in _drop_drained(current, gate.topology.keyspace(self.keyspace),
+                                     self.progress):
+                tracked.pop(old, None)
+                targets.pop(old, None)
+                reached.discard(old)
         pending: dict[tuple[Any, ...], tuple[Any, ...]] = {}
         last_flush = time.monotonic()
         last_report = last_flush
@@ -524,7 +660,7 @@ class DumpJob:
             if pending:
                 rows = list(pending.values())
                 pending.clear()
-                snap = Positions(dict(current))
+                snap = Positions(dict(current), dict(gens))
                 if merging is not None:
                     await merging
                 merging = asyncio.ensure_future(asyncio.to_thread(merge, rows, snap))
@@ -536,28 +672,45 @@ class DumpJob:
             """Apply one stream event; True once the run is done."""
             nonlocal follow, targets, reached, last_report
             q = event.token.shard
+            changed = note_topology()
+            new_database = False
+            if q not in checked:
+                new_database = generation(q)
+                checked.add(q)
+            if q not in tracked or new_database:  # the stream hopped to a switch's target
+                tracked[q] = self._url_of(gate.topology, q)
+                targets.update(await self._targets({q: tracked[q]}))
+                changed = True
             for c in event.changes:
                 if c.table != self.table:
                     continue
                 summary.change_events += 1
                 if c.op == "truncate":
+                    if gens.get(q, 0) > 0:
+                        raise Unsupported(
+                            f"a TRUNCATE of {self.table} on {q}, a shard a reshard created: "
+                            "the lake's rows of its range may carry earlier shards' names; "
+                            "dump to a new --lake")
                     await flush(wait=True)
                     await asyncio.to_thread(self.lake.tombstone_shard, q, event.token)
                     continue
                 for key, row in builder.rows(c, event.token):
                     pending[key] = row
             current[q] = event.token
-            if q not in reached and position_key(event.token.position) >= targets[q]:
+            if changed:
+                retire()
+            if q in targets and q not in reached \
+                    and position_key(event.token.position) >= targets[q]:
                 reached.add(q)
             if follow and stop is not None and stop.is_set():
                 # Drain: stop at the log ends as of now, everything before is applied.
                 follow = False
-                targets = await self._targets()
+                targets = await self._targets(tracked)
                 reached = {s for s, t in current.items()
                            if position_key(t.position) >= targets[s]}
                 self.progress("stopping: applying changes up to the log ends")
             now = time.monotonic()
-            live = len(reached) == len(self.shards)
+            live = reached >= set(tracked)
             done = not follow and live
             # Behind (a backlog): only full batches, every MERGE rewrites the files it
             # touches. Caught up (following): at least every batch_interval_s.
@@ -567,9 +720,9 @@ class DumpJob:
             if now - last_report >= 5.0:
                 last_report = now
                 behind = ", ".join(f"{s} at {current[s].position}"
-                                   for s in sorted(set(self.shards) - reached))
+                                   for s in sorted(set(tracked) - reached))
                 self.progress(f"  {summary.change_events} changes, {summary.merges} merges, "
-                              f"{len(reached)}/{len(self.shards)} shards caught up"
+                              f"{len(reached & set(tracked))}/{len(tracked)} shards caught up"
                               + (f" ({behind})" if behind and not follow else ""))
             return done
 
@@ -589,7 +742,7 @@ class DumpJob:
                             raise ShardgateError(
                                 f"no change stream event (not even a heartbeat) for "
                                 f"{self.stall_s:g} s; shards not caught up: "
-                                f"{sorted(set(self.shards) - reached)}. Check change capture "
+                                f"{sorted(set(tracked) - reached)}. Check change capture "
                                 "on them (a PostgreSQL slot invalidated by "
                                 "max_slot_wal_keep_size, a purged log) and rerun: the lake "
                                 "resumes from its last commit", code=Code.DEADLINE_EXCEEDED,
@@ -618,10 +771,31 @@ class DumpJob:
                         await merging
             finally:
                 await gate.close()
+        self.shards = {q: u for q, u in tracked.items() if q in current}
         summary.catchup_s = time.monotonic() - began
         summary.positions = {q: t.position for q, t in current.items()}
         self.progress(f"caught up: {summary.change_events} changes in {summary.merges} merges, "
                       f"{summary.catchup_s:.2f} s ({summary.catchup_events_per_s:,.0f}/s)")
+
+
+def _drop_drained(current: dict[str, EventToken], ks: KeyspaceTopo, progress: Progress
+                  ) -> list[str]:
+    """Drop from ``current`` the tokens of shards no longer serving once every serving
+    shard meeting their range has one (the stream starts those only after the old ones
+    are drained). Returns the shards dropped."""
+    serving = {f"{ks.name}/{s.name}": s.key_range for s in ks.shards}
+    dropped = []
+    for old in [q for q in current if q not in serving]:
+        try:
+            kr = parse_shard_name(old.split("/", 1)[1])
+        except ShardgateError:
+            continue
+        meeting = sorted(n for n, r in serving.items() if r.intersects(kr))
+        if meeting and all(n in current for n in meeting):
+            del current[old]
+            dropped.append(old)
+            progress(f"  {old} drained: its range is read on {meeting}")
+    return dropped
 
 
 class _MergeFailed(Exception):
@@ -652,12 +826,15 @@ class _RowBuilder:
     ``_sg_order``, ``_sg_ts``, ``_sg_deleted`` (see :func:`lake_schema`).
     """
 
-    def __init__(self, schema: pa.Schema, key: Sequence[str], bucketing: Bucketing) -> None:
+    def __init__(self, schema: pa.Schema, key: Sequence[str], bucketing: Bucketing,
+                 order: Callable[[EventToken], int] | None = None) -> None:
         import pyarrow as pa
 
         self.schema = schema
         self.key = list(key)
         self.bucketing = bucketing
+        #: a change's ``_sg_order`` (its shard's generation and its position)
+        self.order = order or (lambda t: token_order(t.position))
         self.columns = [n for n in schema.names if not n.startswith("_sg_")]
         if schema.names[len(self.columns):] != [SHARD, POSITION, ORDER, TS, DELETED, BUCKET]:
             raise FailedPrecondition(f"the lake table's columns are not a dump's: {schema.names}")
@@ -676,7 +853,7 @@ class _RowBuilder:
         """``(key, row)`` pairs for one row change: a tombstone and/or the new image."""
         if token is not self._token:  # once per transaction, not per row
             self._token = token
-            self._tok = (token.shard, token.position, token_order(token.position),
+            self._tok = (token.shard, token.position, self.order(token),
                          float(token.timestamp))
         out: list[tuple[tuple[Any, ...], tuple[Any, ...]]] = []
         if c.op in (UPDATE, DELETE) and c.before is not None:

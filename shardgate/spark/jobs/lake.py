@@ -36,7 +36,7 @@ column              type       meaning
 ==================  =========  =================================================
 ``_sg_shard``       string     the shard the row's last change came from
 ``_sg_position``    string     that change's log position (backend format)
-``_sg_order``       bigint     the position as a number: orders changes of a shard
+``_sg_order``       bigint     position and shard generation as one number
 ``_sg_ts``          double     commit time (snapshot rows: the snapshot time)
 ``_sg_deleted``     boolean    a tombstone: the row was deleted at that token
 ``_sg_bucket``      int        partition: the key's keyspace-id range bucket
@@ -55,8 +55,16 @@ Invariants (kept by :meth:`LakeTable.merge`):
   (commit metadata ``shardgate.positions``) up to which changes are in the
   table; the newest such commit is where a rerun resumes.
 
-Orders compare positions of one shard only, which is enough because a key
-lives on one shard (see "Limits" in ``docs/spark.md`` for resharding).
+**Orders across a reshard.** A log position orders the changes of one shard
+database only. A key moves to another shard when the keyspace is resharded,
+so ``_sg_order`` is ``generation << GENERATION_SHIFT | position``: the
+shards the snapshot read are generation 0, and a shard the dump first meets
+after a reshard's write switch (a target of the hop) gets a generation above
+every source feeding it (``Positions.generations``, recorded with the
+positions in every commit). A key's changes on a target come after all its
+changes on the sources (the change stream starts a target once the sources
+meeting its range are drained), and the larger generation makes the order say
+so, whatever the two databases' positions are; replays stay harmless.
 """
 
 from __future__ import annotations
@@ -67,7 +75,7 @@ import json
 import os
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from shardgate.errors import Aborted, FailedPrecondition, Internal, InvalidArgument, Unsupported
@@ -85,6 +93,12 @@ TOKEN_COLUMNS = (SHARD, POSITION, ORDER, TS, DELETED, BUCKET)
 POSITIONS_KEY = "shardgate.positions"
 #: commit metadata key holding the bucketing (JSON, :meth:`Bucketing.to_json`)
 BUCKETING_KEY = "shardgate.bucketing"
+#: commit metadata key holding the shards' generations (JSON: {qualified shard: n})
+GENERATIONS_KEY = "shardgate.generations"
+#: ``_sg_order`` = generation << GENERATION_SHIFT | position (see "Orders across a reshard")
+GENERATION_SHIFT = 56
+#: the largest generation that fits in ``_sg_order`` (a signed 64-bit integer)
+MAX_GENERATION = (1 << (63 - GENERATION_SHIFT)) - 1
 #: at most this many buckets (partitions)
 MAX_BUCKET_BITS = 10
 #: default retention of old versions (seconds): vacuumed after it
@@ -105,21 +119,30 @@ def _need_deltalake() -> Any:
     return deltalake
 
 
-def token_order(position: str) -> int:
+def token_order(position: str, generation: int = 0) -> int:
     """A log position as one 64-bit integer ordering the changes of one shard.
 
     PostgreSQL LSNs and SQLite sequences are numbers already; a MariaDB GTID
     position orders by its sequence number within its one domain (a position
     spanning several domains has no single order and is refused).
+    ``generation``: the shard's (see "Orders across a reshard"), in the top bits.
     """
     key = position_key(position)
     if len(key) == 1:
-        return key[0]
-    if len(key) == 2:
-        return key[1]
-    raise Unsupported(
-        f"log position {position!r} spans several GTID domains: the dump job needs one"
-    )
+        order = key[0]
+    elif len(key) == 2:
+        order = key[1]
+    else:
+        raise Unsupported(
+            f"log position {position!r} spans several GTID domains: the dump job needs one"
+        )
+    if not 0 <= order < 1 << GENERATION_SHIFT:
+        raise Unsupported(f"log position {position!r} does not fit the lake's order "
+                          f"({GENERATION_SHIFT} bits)")
+    if not 0 <= generation <= MAX_GENERATION:
+        raise Unsupported(f"the lake's shards are at generation {generation}, past "
+                          f"{MAX_GENERATION} reshards: dump to a new lake table")
+    return generation << GENERATION_SHIFT | order
 
 
 def token_schema() -> pa.Schema:
@@ -228,9 +251,30 @@ def choose_bucketing(
 
 @dataclass(frozen=True)
 class Positions:
-    """Per qualified shard (``keyspace/shard``), the token changes are applied up to."""
+    """Per qualified shard (``keyspace/shard``), the token changes are applied up to.
+
+    ``generations``: per qualified shard, its generation (see "Orders across a
+    reshard"; a shard not named is generation 0). Kept for shards whose tokens
+    were dropped too: a later shard of the same name is told apart by it.
+    """
 
     tokens: dict[str, EventToken]
+    generations: dict[str, int] = field(default_factory=dict)
+
+    def generations_json(self) -> str:
+        return json.dumps(dict(sorted(self.generations.items())))
+
+    def with_generations(self, text: str | None) -> Positions:
+        """These positions with the generations of ``text`` (commit metadata)."""
+        if not text:
+            return self
+        try:
+            doc = json.loads(text)
+            gens = {str(k): int(v) for k, v in doc.items()}
+        except (ValueError, TypeError, AttributeError) as exc:
+            raise FailedPrecondition(f"corrupt {GENERATIONS_KEY} in the lake table: {exc}"
+                                     ) from exc
+        return Positions(self.tokens, gens)
 
     def to_json(self) -> str:
         return json.dumps({s: [t.timestamp, t.position] for s, t in sorted(self.tokens.items())})
@@ -293,7 +337,9 @@ class LakeTable:
                 bucketing = commit.get(BUCKETING_KEY)
                 if bucketing:
                     self.bucketing = Bucketing.from_json(str(bucketing))
-                self._positions = Positions.from_json(str(text))
+                gens = commit.get(GENERATIONS_KEY)
+                self._positions = Positions.from_json(str(text)).with_generations(
+                    str(gens) if gens else None)
                 return self._positions
         return None
 
@@ -333,7 +379,8 @@ class LakeTable:
         if positions is None:
             return None
         return deltalake.CommitProperties(custom_metadata={
-            POSITIONS_KEY: positions.to_json(), BUCKETING_KEY: self.bucketing.to_json()})
+            POSITIONS_KEY: positions.to_json(), BUCKETING_KEY: self.bucketing.to_json(),
+            GENERATIONS_KEY: positions.generations_json()})
 
     # -- writing --------------------------------------------------------------------
 
