@@ -18,6 +18,7 @@ from shardgate.backends.base import Backend, Connection
 from shardgate.errors import AlreadyExists, NotFound, Unsupported
 from shardgate.keys import KeyRange, KeyspaceId
 from shardgate.vindexes import Lookup, SingleColumn
+from shardgate.workflows.coltypes import writer as value_writer
 
 #: the prefix of shardgate's own tables in a shard database (change capture, queues' state)
 INTERNAL_PREFIX = "_sg_"
@@ -37,6 +38,9 @@ class MovingTable:
     pk: tuple[str, ...]
     vindex_column: str | None
     vindex: SingleColumn | None
+    #: each column's kind (:mod:`shardgate.workflows.coltypes`); empty: not known,
+    #: values are written as they come
+    kinds: tuple[str | None, ...] = ()
 
     @property
     def reference(self) -> bool:
@@ -195,13 +199,42 @@ class RowWriter:
         self._head = f"INSERT INTO {quote(d, table.name)} ({cols}) VALUES "
         self._row = f"({marks})"
         self._tail = tail
+        #: per column, the conversion of its values for this target (coltypes.writer)
+        self._conv = [(i, f) for i, f in enumerate(
+            value_writer(k, d) for k in table.kinds) if f is not None]
+        self._key_conv = [(table.pk.index(table.columns[i]), f) for i, f in self._conv
+                          if table.columns[i] in table.pk]
         #: rows per multi-row upsert (within every backend's bound parameter limit)
         self.chunk = max(1, min(500, 30_000 // len(table.columns)))
         where = " AND ".join(f"{quote(d, c)} = {m}" for c in table.pk)
         self.delete_sql = f"DELETE FROM {quote(d, table.name)} WHERE {where}"
 
+    def convert(self, rows: Sequence[Sequence[Any]], *, keys: bool = False
+                ) -> Sequence[Sequence[Any]]:
+        """``rows`` (or primary ``keys``) with each value in the form the target's column
+        takes (:func:`shardgate.workflows.coltypes.writer`); a value that cannot be is
+        refused (``UNIMPLEMENTED``, naming the table and column)."""
+        conv = self._key_conv if keys else self._conv
+        if not conv:
+            return rows
+        out = []
+        for r in rows:
+            row = list(r)
+            for i, f in conv:
+                if row[i] is not None:
+                    try:
+                        row[i] = f(row[i])
+                    except (ValueError, TypeError, ArithmeticError) as exc:
+                        col = self.table.pk[i] if keys else self.table.columns[i]
+                        raise Unsupported(
+                            f"table {self.table.name}: column {col}: value {row[i]!r} cannot "
+                            f"be written to a {self.backend.dialect} target ({exc})") from exc
+            out.append(tuple(row))
+        return out
+
     async def upsert(self, conn: Connection, rows: Sequence[Sequence[Any]]) -> None:
         """Upsert ``rows`` (distinct keys), many per statement."""
+        rows = self.convert(rows)
         for i in range(0, len(rows), self.chunk):
             part = rows[i:i + self.chunk]
             sql = self._head + ", ".join([self._row] * len(part)) + self._tail
@@ -217,7 +250,7 @@ class RowWriter:
         if conn.supports_copy_in and rows:
             await conn.execute("SAVEPOINT sg_copy_in")
             try:
-                await conn.copy_in(self._quoted[0], self._quoted[1], rows)
+                await conn.copy_in(self._quoted[0], self._quoted[1], self.convert(rows))
             except AlreadyExists:
                 # a row is there already (a batch retried in this process): upsert them
                 await conn.execute("ROLLBACK TO SAVEPOINT sg_copy_in")
@@ -229,7 +262,8 @@ class RowWriter:
 
     async def delete(self, conn: Connection, keys: Sequence[Sequence[Any]]) -> None:
         if keys:
-            await conn.executemany(self.delete_sql, [tuple(k) for k in keys])
+            await conn.executemany(self.delete_sql,
+                                   [tuple(k) for k in self.convert(keys, keys=True)])
 
 
 def select_after(dialect: str, table: MovingTable, after: Sequence[Any] | None, limit: int,
