@@ -208,6 +208,10 @@ class RowWriter:
         self.chunk = max(1, min(500, 30_000 // len(table.columns)))
         where = " AND ".join(f"{quote(d, c)} = {m}" for c in table.pk)
         self.delete_sql = f"DELETE FROM {quote(d, table.name)} WHERE {where}"
+        self._delete_head = f"DELETE FROM {quote(d, table.name)} WHERE "
+        self._key_match = (f"{quote(d, table.pk[0])} IN " if len(table.pk) == 1
+                           else f"({where})")
+        self._mark = m
 
     def convert(self, rows: Sequence[Sequence[Any]], *, keys: bool = False
                 ) -> Sequence[Sequence[Any]]:
@@ -261,9 +265,36 @@ class RowWriter:
         return False
 
     async def delete(self, conn: Connection, keys: Sequence[Sequence[Any]]) -> None:
-        if keys:
-            await conn.executemany(self.delete_sql,
-                                   [tuple(k) for k in self.convert(keys, keys=True)])
+        """Delete the rows of ``keys``, many per statement (one round trip for up to
+        :attr:`chunk` keys, not one per key)."""
+        keys = self.convert(keys, keys=True)
+        n = len(self.table.pk)
+        step = max(1, self.chunk * len(self.table.columns) // n)
+        for i in range(0, len(keys), step):
+            part = keys[i:i + step]
+            if n == 1:
+                sql = self._delete_head + self._key_match + "(" + ", ".join(
+                    [self._mark] * len(part)) + ")"
+            else:
+                sql = self._delete_head + " OR ".join([self._key_match] * len(part))
+            await conn.execute(sql, [v for k in part for v in k])
+
+
+async def has_secondary_unique(conn: Connection, dialect: str, table: str) -> bool:
+    """Whether ``table`` has a unique key other than its primary key (then the order of
+    writes to different rows matters: a row may take a value another gives up)."""
+    match dialect:
+        case "sqlite":
+            sql, args = ("SELECT COUNT(*) FROM pragma_index_list(?) WHERE \"unique\" "
+                         "AND origin <> 'pk'", (table,))
+        case "postgres":
+            sql, args = ("SELECT COUNT(*) FROM pg_index WHERE indrelid = %s::regclass AND "
+                         "indisunique AND NOT indisprimary", (quote(dialect, table),))
+        case _:
+            sql, args = ("SELECT COUNT(*) FROM information_schema.statistics WHERE "
+                         "table_schema = DATABASE() AND table_name = %s AND non_unique = 0 "
+                         "AND index_name <> 'PRIMARY'", (table,))
+    return bool(int((await conn.execute(sql, args)).rows[0][0]))
 
 
 def select_after(dialect: str, table: MovingTable, after: Sequence[Any] | None, limit: int,
