@@ -57,6 +57,8 @@ from shardgate.topo.server import TopoServer
 from shardgate.vindexes import create_vindex
 from shardgate.vindexes.base import SingleColumn
 from shardgate.vschema import VSchema
+from shardgate.workflows.coltypes import column_kinds
+from shardgate.workflows.ddl import source_table
 from shardgate.workflows.reshard import (
     _NAME,
     CUTOVER_TIMEOUT_S,
@@ -251,8 +253,10 @@ class MoveTablesWorkflow(ReshardWorkflow):
                     assert isinstance(null, SingleColumn)
                     vindex = null
                 columns, pk = await table_shape(conn, first.dialect, name)
+                kinds = column_kinds((await source_table(conn, first.dialect, name)).create,
+                                     first.dialect)
                 self._tables[name] = MovingTable(name, columns, pk, column or columns[0],
-                                                 vindex)
+                                                 vindex, tuple(kinds.get(c) for c in columns))
         finally:
             await first.release(conn)
         return self._tables
