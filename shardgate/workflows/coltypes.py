@@ -31,12 +31,14 @@ types, MariaDB ``ENUM`` / ``SET``, unsigned ``BIGINT``, ...) with
 
 :func:`writer` converts a value, in whatever form the copy (the source
 driver's object) or the change log (pgoutput's text, the binlog's objects)
-gives it, to what the target column takes; :func:`normal` is the one form
+gives it, to what a target column of another kind takes (a target of the
+source's kind gets values as they come, as before); :func:`normal` is the one form
 VDiff compares: a ``timestamptz`` as a naive UTC datetime, ``timestamp``,
 ``date`` and ``time`` as Python objects (a MariaDB ``TIME`` timedelta as a
 time of day), a decimal as :class:`~decimal.Decimal`, a boolean as ``bool``,
 binary as ``bytes``, JSON as the parsed value (key order and spacing are not
-kept by ``jsonb``), a UUID as :class:`uuid.UUID`.
+kept by ``jsonb``), a UUID as :class:`uuid.UUID` (a value that is not of its
+column's kind, which SQLite allows, is compared as it is).
 """
 
 from __future__ import annotations

@@ -256,7 +256,8 @@ class MoveTablesWorkflow(ReshardWorkflow):
                 kinds = column_kinds((await source_table(conn, first.dialect, name)).create,
                                      first.dialect)
                 self._tables[name] = MovingTable(name, columns, pk, column or columns[0],
-                                                 vindex, tuple(kinds.get(c) for c in columns))
+                                                 vindex, tuple(kinds.get(c) for c in columns),
+                                                 first.dialect)
         finally:
             await first.release(conn)
         return self._tables

@@ -423,7 +423,8 @@ class ReshardWorkflow:
                 kinds = column_kinds((await source_table(conn, first.dialect, name)).create,
                                      first.dialect)
                 self._tables[name] = MovingTable(name, columns, pk, column, vindex,
-                                                 tuple(kinds.get(c) for c in columns))
+                                                 tuple(kinds.get(c) for c in columns),
+                                                 first.dialect)
         finally:
             await first.release(conn)
         return self._tables

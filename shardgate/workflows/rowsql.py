@@ -41,6 +41,8 @@ class MovingTable:
     #: each column's kind (:mod:`shardgate.workflows.coltypes`); empty: not known,
     #: values are written as they come
     kinds: tuple[str | None, ...] = ()
+    #: the sources' dialect: a target of the same kind gets values as they come
+    dialect: str = ""
 
     @property
     def reference(self) -> bool:
@@ -200,8 +202,9 @@ class RowWriter:
         self._row = f"({marks})"
         self._tail = tail
         #: per column, the conversion of its values for this target (coltypes.writer)
+        kinds = table.kinds if table.dialect != d else ()
         self._conv = [(i, f) for i, f in enumerate(
-            value_writer(k, d) for k in table.kinds) if f is not None]
+            value_writer(k, d) for k in kinds) if f is not None]
         self._key_conv = [(table.pk.index(table.columns[i]), f) for i, f in self._conv
                           if table.columns[i] in table.pk]
         #: rows per multi-row upsert (within every backend's bound parameter limit)

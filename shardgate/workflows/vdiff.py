@@ -65,11 +65,21 @@ async def _rows(side: Side, table: MovingTable) -> AsyncIterator[tuple[Any, ...]
         sql, params = select_after(dialect, table, last, PAGE, mark)
         rows = (await conn.execute(sql, params)).rows
         for r in rows:
-            yield tuple(_norm(v) if f is None or v is None else f(v)
-                        for f, v in zip(by_kind, r, strict=True))
+            yield tuple(_by_kind(f, v) for f, v in zip(by_kind, r, strict=True))
         if len(rows) < PAGE:
             return
         last = table.pk_of(rows[-1])
+
+
+def _by_kind(f: Any, v: Any) -> Any:
+    """``v`` normalised by its column's kind; a value not of that kind (SQLite keeps
+    any value in any column) as :func:`_norm` has it."""
+    if f is None or v is None:
+        return _norm(v)
+    try:
+        return f(v)
+    except (ValueError, TypeError, ArithmeticError):
+        return _norm(v)
 
 
 _STAMP = re.compile(r"\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(\.\d+)?")
