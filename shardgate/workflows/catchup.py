@@ -32,7 +32,7 @@ from shardgate.errors import Unsupported
 from shardgate.event_token import position_key as gtid_key
 from shardgate.keys import KeyRange
 from shardgate.workflows.freeze import ApplyPass
-from shardgate.workflows.rowsql import MovingTable, RowWriter
+from shardgate.workflows.rowsql import MovingTable, RowWriter, has_secondary_unique
 
 #: source transactions applied per target transaction at most
 APPLY_BATCH = 200
@@ -93,6 +93,9 @@ class Applier:
         #: row changes applied so far
         self.applied = 0
         self._pass = ApplyPass()
+        #: per (target, table): whether the target table has a unique key besides its
+        #: primary key (its writes then keep their order; see :meth:`_plan`)
+        self._ordered: dict[tuple[str, str], bool] = {}
 
     def _ops(self, txs: Sequence[Transaction], keep: Keep | None) -> dict[str, list[Op]]:
         ops: dict[str, list[Op]] = {}
@@ -133,7 +136,7 @@ class Applier:
             try:
                 async with transaction(conn):
                     await self._pass.begin(backend, conn)
-                    for kind, writer, rows in _runs(ops):
+                    for kind, writer, rows in await self._plan(target, conn, ops):
                         if kind == "upsert":
                             await writer.upsert(conn, rows)
                         else:
@@ -141,6 +144,41 @@ class Applier:
                     await self._pass.end(backend, conn)
             finally:
                 await backend.release(conn)
+
+
+    async def _plan(self, target: str, conn: Any, ops: Sequence[Op]
+                    ) -> list[tuple[str, RowWriter, list[tuple[Any, ...]]]]:
+        """The statements' worth of ``ops`` on one target, table by table (no foreign
+        keys between moving tables: their order does not matter). A table whose only
+        unique key is its primary key gets each key's last op alone (an upsert writes
+        the whole image, so the last one wins): its deletes in one go, then its
+        upserts, a few statements whatever the number of changes. Other tables keep
+        the ops' order (:func:`_runs`): a row may take a unique value another row
+        gives up in the same batch."""
+        by_table: dict[str, list[Op]] = {}
+        for op in ops:
+            by_table.setdefault(op[1].table.name, []).append(op)
+        out: list[tuple[str, RowWriter, list[tuple[Any, ...]]]] = []
+        for name, table_ops in by_table.items():
+            ordered = self._ordered.get((target, name))
+            if ordered is None:
+                ordered = self._ordered[(target, name)] = await has_secondary_unique(
+                    conn, self.backends[target].dialect, name)
+            if ordered:
+                out += _runs(table_ops)
+                continue
+            last: dict[tuple[Any, ...], tuple[str, tuple[Any, ...]]] = {}
+            writer = table_ops[0][1]
+            for kind, _, values in table_ops:
+                key = values if kind == "delete" else writer.table.pk_of(values)
+                last[key] = (kind, values)
+            deletes = [v for k, v in last.values() if k == "delete"]
+            upserts = [v for k, v in last.values() if k == "upsert"]
+            if deletes:
+                out.append(("delete", writer, deletes))
+            if upserts:
+                out.append(("upsert", writer, upserts))
+        return out
 
 
 def _runs(ops: Sequence[Op]) -> list[tuple[str, RowWriter, list[tuple[Any, ...]]]]:

@@ -53,6 +53,7 @@ from sqlglot import exp
 
 from shardgate.backends.base import Connection
 from shardgate.errors import NotFound, Unsupported
+from shardgate.workflows.coltypes import is_json_check, kind_of, target_type
 
 _DIALECTS = {"sqlite": "sqlite", "postgres": "postgres", "mysql": "mysql"}
 _INTEGERS = {exp.DataType.Type.TINYINT, exp.DataType.Type.SMALLINT,
@@ -112,8 +113,9 @@ class TableDef:
                 f"not carry it to {where}; create the table on the target first")
         if target == self.dialect:
             return [self.create, *(i.sql for i in self.indexes if i.sql and not queue)]
+        keyed = frozenset(c for i in self.indexes for c, _ in i.columns)
         out = [translate_ddl(self.create, self.dialect, target, where, table=self.name,
-                             queue=queue)]
+                             queue=queue, keyed=keyed)]
         if not queue:
             out += [self._index_sql(i, target, where) for i in self.indexes]
         return out
@@ -274,11 +276,13 @@ async def _mysql_table(conn: Connection, table: str) -> TableDef:
 
 
 def translate_ddl(ddl: str, source: str, target: str, where: str, *, table: str = "",
-                  queue: bool = False) -> str:
+                  queue: bool = False, keyed: frozenset[str] = frozenset()) -> str:
     """``ddl`` (a ``CREATE TABLE`` of a ``source`` dialect database) for ``target``
     (see the module docstring); ``where`` names the target in errors. A MariaDB
     table's keys are left out (:meth:`TableDef.statements` writes them as indexes);
-    a ``queue`` table's defaults too."""
+    a ``queue`` table's defaults too. ``keyed``: columns of indexes written apart
+    (a MariaDB binary key column must have a length). Column types follow
+    :mod:`shardgate.workflows.coltypes`; a type it does not carry is refused."""
     what = f"table {table}" if table else "the source's table"
     try:
         tree = sqlglot.parse_one(ddl, read=_DIALECTS[source])
@@ -295,13 +299,14 @@ def translate_ddl(ddl: str, source: str, target: str, where: str, *, table: str 
 
     tree.set("properties", None)
     schema = tree.this
+    keyed = keyed | _key_columns(schema)
     kept: list[exp.Expression] = []
     for part in schema.expressions:
         if isinstance(part, exp.IndexColumnConstraint | exp.UniqueColumnConstraint) \
                 and source == "mysql":
             continue  # a key: written as an index (TableDef.statements)
         if isinstance(part, exp.ColumnDef):
-            _column(part, source, target, queue, refuse)
+            _column(part, source, target, queue, refuse, part.name in keyed)
         elif isinstance(part, exp.Constraint):
             for inner in part.expressions:
                 if not isinstance(inner, exp.CheckColumnConstraint | exp.UniqueColumnConstraint
@@ -318,13 +323,42 @@ def translate_ddl(ddl: str, source: str, target: str, where: str, *, table: str 
         raise refuse(str(exc)) from exc
 
 
+def _key_columns(schema: exp.Schema) -> frozenset[str]:
+    """Columns of the primary key and of the keys inside ``CREATE TABLE``."""
+    out = set()
+    for part in schema.expressions:
+        if isinstance(part, exp.ColumnDef):
+            if any(isinstance(c.args.get("kind"), exp.PrimaryKeyColumnConstraint
+                              | exp.UniqueColumnConstraint)
+                   for c in part.args.get("constraints") or []):
+                out.add(part.name)
+            continue
+        if part.find(exp.CheckColumnConstraint) is None:
+            out.update(i.name for i in part.find_all(exp.Identifier))
+    return frozenset(out)
+
+
 def _column(col: exp.ColumnDef, source: str, target: str, queue: bool,
-            refuse: Callable[[str], Unsupported]) -> None:
+            refuse: Callable[[str], Unsupported], keyed: bool = False) -> None:
+    dtype = col.args.get("kind")
+    ckind = kind_of(col)
+    if ckind == "other" and isinstance(dtype, exp.DataType):
+        raise refuse(f"column {col.name}: type {dtype.sql(dialect=_DIALECTS[source])} (its "
+                     "values would not be carried faithfully; see docs/resharding.md, "
+                     "\"Column types across backends\")")
+    mapped = target_type(ckind, target)
+    if mapped is not None and not (
+            ckind == "bytes" and target == "mysql"
+            and (keyed or (isinstance(dtype, exp.DataType) and dtype.expressions))):
+        col.set("kind", mapped)  # a MariaDB key column keeps VARBINARY(n) (a length)
     constraints = []
     for c in col.args.get("constraints") or []:
         kind = c.args.get("kind")
         if isinstance(kind, _DROPPED_CONSTRAINTS):
             continue
+        if ckind == "json" and target != "mysql" and isinstance(
+                kind, exp.CheckColumnConstraint) and is_json_check(kind):
+            continue  # MariaDB's JSON mark: the target's JSON type checks it
         if not isinstance(kind, _KEPT_CONSTRAINTS):
             raise refuse(f"column {col.name}: {c.sql(dialect=_DIALECTS[source])}")
         if isinstance(kind, exp.DefaultColumnConstraint):
@@ -350,10 +384,11 @@ def _column(col: exp.ColumnDef, source: str, target: str, queue: bool,
         # PostgreSQL's ``bytea`` / ``varchar``: MariaDB needs a length
         kind.set("expressions", [exp.DataTypeParam(
             this=exp.Literal.number(MYSQL_DEFAULT_LENGTH))])
-    if (target == "mysql" and source == "postgres" and isinstance(kind, exp.DataType)
-            and kind.this in _TIMES and not kind.expressions):
+    if (target == "mysql" and source != "mysql" and isinstance(kind, exp.DataType)
+            and kind.this in _TIMES):
         # PostgreSQL keeps microseconds by default, MariaDB whole seconds
-        kind.set("expressions", [exp.DataTypeParam(this=exp.Literal.number(6))])
+        if not kind.expressions:
+            kind.set("expressions", [exp.DataTypeParam(this=exp.Literal.number(6))])
         for c in col.args.get("constraints") or []:
             default = c.args.get("kind")
             if isinstance(default, exp.DefaultColumnConstraint) \

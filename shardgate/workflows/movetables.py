@@ -75,6 +75,8 @@ from shardgate.topo.server import TopoServer
 from shardgate.vindexes import Lookup, create_vindex
 from shardgate.vindexes.base import SingleColumn
 from shardgate.vschema import VSchema
+from shardgate.workflows.coltypes import column_kinds
+from shardgate.workflows.ddl import source_table
 from shardgate.workflows.reshard import (
     _NAME,
     CUTOVER_TIMEOUT_S,
@@ -343,13 +345,18 @@ class MoveTablesWorkflow(ReshardWorkflow):
                 else:  # one target shard: every row goes there
                     column, vindex = "", _null()
                 columns, pk = await table_shape(conn, first.dialect, name)
+                kinds = column_kinds((await source_table(conn, first.dialect, name)).create,
+                                     first.dialect)
                 self._tables[name] = MovingTable(name, columns, pk, column or columns[0],
-                                                 vindex)
+                                                 vindex, tuple(kinds.get(c) for c in columns),
+                                                 first.dialect)
                 if len(self.spec.sources) > 1:
                     scol, svindex = primary_vindex(sks.tables[name], source.name)
                 else:  # one source shard: every row is there
                     scol, svindex = columns[0], _null()
-                self._placed[name] = MovingTable(name, columns, pk, scol, svindex)
+                self._placed[name] = MovingTable(name, columns, pk, scol, svindex,
+                                                 tuple(kinds.get(c) for c in columns),
+                                                 first.dialect)
         finally:
             await first.release(conn)
         return self._tables

@@ -114,6 +114,7 @@ from shardgate.workflows.catchup import (
     final_position,
     position_key,
 )
+from shardgate.workflows.coltypes import column_kinds
 from shardgate.workflows.ddl import source_table
 from shardgate.workflows.freeze import PG_DENY_FUNCTION, SQLITE_MARK_DDL, sqlite_deny_trigger
 from shardgate.workflows.mariadb import freeze_sql
@@ -419,7 +420,11 @@ class ReshardWorkflow:
                     column, vindex = placement(vschema, self.spec.keyspace, name,
                                                self.spec.sources[0])
                 columns, pk = await table_shape(conn, first.dialect, name)
-                self._tables[name] = MovingTable(name, columns, pk, column, vindex)
+                kinds = column_kinds((await source_table(conn, first.dialect, name)).create,
+                                     first.dialect)
+                self._tables[name] = MovingTable(name, columns, pk, column, vindex,
+                                                 tuple(kinds.get(c) for c in columns),
+                                                 first.dialect)
         finally:
             await first.release(conn)
         return self._tables

@@ -18,6 +18,7 @@ from shardgate.backends.base import Backend, Connection
 from shardgate.errors import AlreadyExists, NotFound, Unsupported
 from shardgate.keys import KeyRange, KeyspaceId
 from shardgate.vindexes import Lookup, SingleColumn
+from shardgate.workflows.coltypes import writer as value_writer
 
 #: the prefix of shardgate's own tables in a shard database (change capture, queues' state)
 INTERNAL_PREFIX = "_sg_"
@@ -37,6 +38,11 @@ class MovingTable:
     pk: tuple[str, ...]
     vindex_column: str | None
     vindex: SingleColumn | None
+    #: each column's kind (:mod:`shardgate.workflows.coltypes`); empty: not known,
+    #: values are written as they come
+    kinds: tuple[str | None, ...] = ()
+    #: the sources' dialect: a target of the same kind gets values as they come
+    dialect: str = ""
 
     @property
     def reference(self) -> bool:
@@ -195,13 +201,47 @@ class RowWriter:
         self._head = f"INSERT INTO {quote(d, table.name)} ({cols}) VALUES "
         self._row = f"({marks})"
         self._tail = tail
+        #: per column, the conversion of its values for this target (coltypes.writer)
+        kinds = table.kinds if table.dialect != d else ()
+        self._conv = [(i, f) for i, f in enumerate(
+            value_writer(k, d) for k in kinds) if f is not None]
+        self._key_conv = [(table.pk.index(table.columns[i]), f) for i, f in self._conv
+                          if table.columns[i] in table.pk]
         #: rows per multi-row upsert (within every backend's bound parameter limit)
         self.chunk = max(1, min(500, 30_000 // len(table.columns)))
         where = " AND ".join(f"{quote(d, c)} = {m}" for c in table.pk)
         self.delete_sql = f"DELETE FROM {quote(d, table.name)} WHERE {where}"
+        self._delete_head = f"DELETE FROM {quote(d, table.name)} WHERE "
+        self._key_match = (f"{quote(d, table.pk[0])} IN " if len(table.pk) == 1
+                           else f"({where})")
+        self._mark = m
+
+    def convert(self, rows: Sequence[Sequence[Any]], *, keys: bool = False
+                ) -> Sequence[Sequence[Any]]:
+        """``rows`` (or primary ``keys``) with each value in the form the target's column
+        takes (:func:`shardgate.workflows.coltypes.writer`); a value that cannot be is
+        refused (``UNIMPLEMENTED``, naming the table and column)."""
+        conv = self._key_conv if keys else self._conv
+        if not conv:
+            return rows
+        out = []
+        for r in rows:
+            row = list(r)
+            for i, f in conv:
+                if row[i] is not None:
+                    try:
+                        row[i] = f(row[i])
+                    except (ValueError, TypeError, ArithmeticError) as exc:
+                        col = self.table.pk[i] if keys else self.table.columns[i]
+                        raise Unsupported(
+                            f"table {self.table.name}: column {col}: value {row[i]!r} cannot "
+                            f"be written to a {self.backend.dialect} target ({exc})") from exc
+            out.append(tuple(row))
+        return out
 
     async def upsert(self, conn: Connection, rows: Sequence[Sequence[Any]]) -> None:
         """Upsert ``rows`` (distinct keys), many per statement."""
+        rows = self.convert(rows)
         for i in range(0, len(rows), self.chunk):
             part = rows[i:i + self.chunk]
             sql = self._head + ", ".join([self._row] * len(part)) + self._tail
@@ -217,7 +257,7 @@ class RowWriter:
         if conn.supports_copy_in and rows:
             await conn.execute("SAVEPOINT sg_copy_in")
             try:
-                await conn.copy_in(self._quoted[0], self._quoted[1], rows)
+                await conn.copy_in(self._quoted[0], self._quoted[1], self.convert(rows))
             except AlreadyExists:
                 # a row is there already (a batch retried in this process): upsert them
                 await conn.execute("ROLLBACK TO SAVEPOINT sg_copy_in")
@@ -228,8 +268,36 @@ class RowWriter:
         return False
 
     async def delete(self, conn: Connection, keys: Sequence[Sequence[Any]]) -> None:
-        if keys:
-            await conn.executemany(self.delete_sql, [tuple(k) for k in keys])
+        """Delete the rows of ``keys``, many per statement (one round trip for up to
+        :attr:`chunk` keys, not one per key)."""
+        keys = self.convert(keys, keys=True)
+        n = len(self.table.pk)
+        step = max(1, self.chunk * len(self.table.columns) // n)
+        for i in range(0, len(keys), step):
+            part = keys[i:i + step]
+            if n == 1:
+                sql = self._delete_head + self._key_match + "(" + ", ".join(
+                    [self._mark] * len(part)) + ")"
+            else:
+                sql = self._delete_head + " OR ".join([self._key_match] * len(part))
+            await conn.execute(sql, [v for k in part for v in k])
+
+
+async def has_secondary_unique(conn: Connection, dialect: str, table: str) -> bool:
+    """Whether ``table`` has a unique key other than its primary key (then the order of
+    writes to different rows matters: a row may take a value another gives up)."""
+    match dialect:
+        case "sqlite":
+            sql, args = ("SELECT COUNT(*) FROM pragma_index_list(?) WHERE \"unique\" "
+                         "AND origin <> 'pk'", (table,))
+        case "postgres":
+            sql, args = ("SELECT COUNT(*) FROM pg_index WHERE indrelid = %s::regclass AND "
+                         "indisunique AND NOT indisprimary", (quote(dialect, table),))
+        case _:
+            sql, args = ("SELECT COUNT(*) FROM information_schema.statistics WHERE "
+                         "table_schema = DATABASE() AND table_name = %s AND non_unique = 0 "
+                         "AND index_name <> 'PRIMARY'", (table,))
+    return bool(int((await conn.execute(sql, args)).rows[0][0]))
 
 
 def select_after(dialect: str, table: MovingTable, after: Sequence[Any] | None, limit: int,

@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from shardgate.backends.base import Connection
+from shardgate.workflows.coltypes import normal
 from shardgate.workflows.rowsql import MovingTable, select_after
 
 PAGE = 1000
@@ -59,21 +60,34 @@ Side = tuple[Connection, str, str]  # connection, dialect, placeholder
 async def _rows(side: Side, table: MovingTable) -> AsyncIterator[tuple[Any, ...]]:
     conn, dialect, mark = side
     last: tuple[Any, ...] | None = None
+    by_kind = [normal(k) for k in table.kinds] or [None] * len(table.columns)
     while True:
         sql, params = select_after(dialect, table, last, PAGE, mark)
         rows = (await conn.execute(sql, params)).rows
         for r in rows:
-            yield tuple(_norm(v) for v in r)
+            yield tuple(_by_kind(f, v) for f, v in zip(by_kind, r, strict=True))
         if len(rows) < PAGE:
             return
         last = table.pk_of(rows[-1])
+
+
+def _by_kind(f: Any, v: Any) -> Any:
+    """``v`` normalised by its column's kind; a value not of that kind (SQLite keeps
+    any value in any column) as :func:`_norm` has it."""
+    if f is None or v is None:
+        return _norm(v)
+    try:
+        return f(v)
+    except (ValueError, TypeError, ArithmeticError):
+        return _norm(v)
 
 
 _STAMP = re.compile(r"\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(\.\d+)?")
 
 
 def _norm(v: Any) -> Any:
-    """One form for what backends of different kinds return for the same value: bytes;
+    """One form for what backends of different kinds return for the same value, for a
+    column of no known kind (:func:`shardgate.workflows.coltypes.normal` otherwise): bytes;
     a time as naive UTC (PostgreSQL's ``timestamptz`` is aware, MariaDB's naive, SQLite
     keeps ``CURRENT_TIMESTAMP`` as text)."""
     if isinstance(v, bytearray | memoryview):

@@ -41,9 +41,34 @@ def test_reference_table_rows_belong_to_every_target() -> None:
 
 def test_postgres_bytea_and_unbounded_varchar_get_a_length_on_mariadb() -> None:
     out = translate_ddl("CREATE TABLE l (email VARCHAR(64) NOT NULL, keyspace_id BYTEA NOT "
-                        "NULL, c VARCHAR, PRIMARY KEY (email))", "postgres", "mysql", "x")
+                        "NULL, c VARCHAR, PRIMARY KEY (email, keyspace_id))", "postgres",
+                        "mysql", "x")
     assert "keyspace_id VARBINARY(255) NOT NULL" in out and "c VARCHAR(255)" in out, out
     assert "email VARCHAR(64)" in out, out
+    # not a key column: any length (LONGBLOB)
+    out = translate_ddl("CREATE TABLE l (email VARCHAR(64) NOT NULL, keyspace_id BYTEA NOT "
+                        "NULL, PRIMARY KEY (email))", "postgres", "mysql", "x")
+    assert "keyspace_id LONGBLOB NOT NULL" in out, out
+
+
+def test_column_types_map_by_kind_and_the_rest_is_refused() -> None:
+    pg = ("CREATE TABLE t (id BIGINT PRIMARY KEY, tz TIMESTAMPTZ, d DATE, tm TIME, "
+          "num NUMERIC(12,3), j JSON, jb JSONB, u UUID)")
+    my = translate_ddl(pg, "postgres", "mysql", "x", table="t")
+    for part in ("tz DATETIME(6)", "d DATE", "tm TIME(6)", "num DECIMAL(12, 3)", "j JSON",
+                 "jb JSON", "u UUID"):
+        assert part in my, my
+    lite = translate_ddl(pg, "postgres", "sqlite", "x", table="t")
+    for part in ("tz TEXT", "d TEXT", "tm TEXT", "num TEXT", "j TEXT", "jb TEXT", "u TEXT"):
+        assert part in lite, lite
+    back = translate_ddl("CREATE TABLE `t` (`id` bigint(20) NOT NULL, `at` timestamp(6) NULL, "
+                         "`j` longtext DEFAULT NULL CHECK (json_valid(`j`)), PRIMARY KEY "
+                         "(`id`))", "mysql", "postgres", "x", table="t")
+    assert '"at" TIMESTAMPTZ' in back and '"j" JSON' in back and "VALID" not in back, back
+    for typ in ("INTERVAL", "INT[]", "INET", "INT4RANGE"):
+        with pytest.raises(Unsupported, match="table t: column c: type"):
+            translate_ddl(f"CREATE TABLE t (id BIGINT PRIMARY KEY, c {typ})", "postgres",
+                          "mysql", "x", table="t")
 
 
 def test_postgres_defaults_checks_and_uniques_for_mariadb() -> None:
