@@ -22,6 +22,7 @@ from shardgate.backends import open_backend
 from shardgate.cli.app import main as cli_main
 from shardgate.errors import FailedPrecondition, InvalidArgument, ShardgateError
 from shardgate.gate import Gate
+from shardgate.gate.cutover import HOLD_S
 from shardgate.keys import parse_shard_name
 from shardgate.topo.model import Topology
 from shardgate.topo.server import TopoServer
@@ -209,7 +210,7 @@ async def _move(kind: str, make_database: Any, tmp_path: Path,
         await _reads_target(gate, dst, outside=True, inside=False)
 
         out = await flow.switch_writes()
-        assert flow.state == "switched" and out["frozen_s"] < 5.0
+        assert flow.state == "switched" and out["frozen_s"] < HOLD_S
         await _wait(lambda: gate.vschema.routing_rules.get("src.t") is not None
                     and gate.vschema.routing_rules["src.t"].target == ("dst", "t"),
                     "writes did not switch")

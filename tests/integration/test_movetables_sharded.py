@@ -24,6 +24,7 @@ import pytest
 from shardgate.backends import open_backend
 from shardgate.errors import InvalidArgument, ShardgateError, Unsupported
 from shardgate.gate import Gate
+from shardgate.gate.cutover import HOLD_S
 from shardgate.keys import parse_shard_name
 from shardgate.topo.model import WRITES_FROZEN, Topology
 from shardgate.topo.server import TopoServer
@@ -228,7 +229,7 @@ async def _move_sharded(kind: str, make_database: Any, tmp_path: Path) -> None:
         await flow.switch_reads()
         await _wait(lambda: bool(gate.vschema.read_routing_rules), "reads did not switch")
         out = await flow.switch_writes()
-        assert flow.state == "switched" and out["frozen_s"] < 5.0, out
+        assert flow.state == "switched" and out["frozen_s"] < HOLD_S, out
         await _wait(lambda: _routes_to(gate, "dst"), "writes did not switch")
         await _progress(writers, 20)
         if kind == "mysql":  # MariaDB targets' changes cannot be read: no reverse stream

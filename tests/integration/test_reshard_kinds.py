@@ -16,6 +16,7 @@ import pytest
 from shardgate.backends import open_backend
 from shardgate.errors import ShardgateError
 from shardgate.gate import Gate
+from shardgate.gate.cutover import HOLD_S
 from shardgate.keys import parse_shard_name
 from shardgate.topo.model import WRITES_FROZEN, Topology
 from shardgate.topo.server import TopoServer
@@ -126,7 +127,7 @@ async def test_split_mariadb_sources_with_reference_and_sequence_tables(
 
         await flow.switch_reads()
         out = await flow.switch_writes()
-        assert flow.state == "switched" and out["frozen_s"] < 5.0, out
+        assert flow.state == "switched" and out["frozen_s"] < HOLD_S, out
         await _wait(lambda: set(four) <= {x.name for x in gate.topology.keyspace("app").shards},
                     "writes did not switch")
         before = writers.counts["insert"]

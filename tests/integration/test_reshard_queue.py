@@ -19,6 +19,7 @@ import pytest
 
 from shardgate.backends import open_backend
 from shardgate.gate import Gate
+from shardgate.gate.cutover import HOLD_S
 from shardgate.keys import parse_shard_name
 from shardgate.queues.ddl import comment_of, detect_sql
 from shardgate.queues.events import QueueEvent
@@ -186,7 +187,7 @@ async def test_split_queue_two_to_four_while_producing_and_receiving(
         await flow.switch_reads()
         before = len(producers.bodies)
         out = await flow.switch_writes()
-        assert flow.state == "switched" and out["frozen_s"] < 5.0, out
+        assert flow.state == "switched" and out["frozen_s"] < HOLD_S, out
         await _wait(lambda: set(four) == {s.name for s in gate.topology.keyspace("app").shards},
                     "writes did not switch")
         await _wait(lambda: len(producers.bodies) > before + 20, "producers stalled")
@@ -215,7 +216,10 @@ async def test_split_queue_two_to_four_while_producing_and_receiving(
         await server.close()
     assert receiver.ended is None, receiver.ended
     # the sources' managers paused at the freeze (no error, no lease dropped, no storm)
-    stops = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    # (only the queue and tablet loggers: a PostgreSQL slot's creation warns of other
+    # sessions' open transactions on the shared server, which is not the queue's doing)
+    stops = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING
+             and r.name.startswith(("shardgate.queues", "shardgate.tablet"))]
     assert not stops, stops[:5]
     assert receiver.subscriptions == 1
     assert not receiver.after_ack, f"delivered after their ack: {receiver.after_ack[:5]}"
