@@ -39,6 +39,12 @@ ERRORS = Counter(
     ("operation", "keyspace", "shard", "backend", "code"),
 )
 
+RETRIES = Counter(
+    "shardgate_tablet_autocommit_retries",
+    "Autocommit statements run again after a lock conflict (deadlock, busy database)",
+    ("keyspace", "shard"),
+)
+
 
 class TabletCollector(Collector):
     """Connections, open transactions and lease state, read at scrape time."""

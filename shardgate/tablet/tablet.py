@@ -39,7 +39,7 @@ from shardgate.aio import cancel_and_wait
 from shardgate.backends import Backend, Connection, open_backend
 from shardgate.backends._pool import DEFAULT_POOL_TIMEOUT_S, wait_for_slot
 from shardgate.backends.change_log import open_change_log
-from shardgate.errors import FailedPrecondition, InvalidArgument, ShardgateError
+from shardgate.errors import Aborted, FailedPrecondition, InvalidArgument, ShardgateError
 from shardgate.event_token import is_fresher
 from shardgate.result import ExecuteOptions, Result, ResultLimits, Row
 from shardgate.sql.classify import head_words
@@ -49,6 +49,10 @@ from shardgate.tablet.stream import TabletStream
 
 #: how long an ``include_event_token`` read waits for the log reader to catch up
 EXACT_TOKEN_WAIT_S = 1.0
+#: runs of an autocommit statement that meets lock conflicts (see Tablet._autocommit)
+AUTOCOMMIT_ATTEMPTS = 4
+#: the pause before its second run, doubled before each later one
+AUTOCOMMIT_BACKOFF_S = 0.02
 #: ``shardgate tablet``'s default: roll back transactions idle this long (a lost gate)
 DEFAULT_IDLE_TRANSACTION_TIMEOUT_S = 60.0
 
@@ -153,6 +157,21 @@ class Tablet:
 
     _execute_seconds: Any = None
 
+    async def _autocommit(self, sql: str, params: Sequence[Any]) -> Result:
+        """One autocommit statement, run again after a lock conflict (``ABORTED``: a
+        deadlock, a lock or serialization timeout, SQLite's busy database): the
+        statement was its own transaction and rolled back whole, so running it again
+        is what its client would do; after ``AUTOCOMMIT_ATTEMPTS`` the error goes back."""
+        for attempt in range(1, AUTOCOMMIT_ATTEMPTS + 1):
+            try:
+                return await self.backend.execute(sql, params, self.result_limits)
+            except Aborted:
+                if attempt == AUTOCOMMIT_ATTEMPTS:
+                    raise
+                metrics.RETRIES.labels(self.keyspace, self.shard).inc()
+                await asyncio.sleep(AUTOCOMMIT_BACKOFF_S * 2 ** (attempt - 1))
+        raise AssertionError("unreachable")  # pragma: no cover
+
     async def _read_in_snapshot(
         self, sql: str, params: Sequence[Any], snapshot_sql: Sequence[str]
     ) -> tuple[Result, list[Row]]:
@@ -214,7 +233,7 @@ class Tablet:
             return result
         touched = self.queues.touched(sql)
         if transaction_id is None:
-            result = await self.backend.execute(sql, params, self.result_limits)
+            result = await self._autocommit(sql, params)
             if touched is not None:
                 self.queues.committed([touched])
             return result

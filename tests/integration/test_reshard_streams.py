@@ -92,7 +92,7 @@ class Consumer:
     def __init__(self, gate: Gate, start: Any, table: str | None = None) -> None:
         self.gate, self.start, self.table = gate, start, table
         self.history: History = {}
-        self.seen: set[tuple[str, str, int]] = set()
+        self.seen: set[tuple[str, str, int, tuple[str, str | None]]] = set()
         self.events: list[StreamEvent] = []
         self.position = StreamPosition()
         self.shards: set[str] = set()
@@ -121,14 +121,16 @@ class Consumer:
             for c in ev.changes:
                 if self.table is not None and c.table != self.table:
                     continue
-                key = (ev.token.shard, ev.token.position, int(c.pk[0]))
-                if key in self.seen:
-                    if not ev.hop:
-                        self.unmarked_repeats.append(key)
-                    continue
-                self.seen.add(key)
                 op = c.op[0]  # insert, update, delete
                 state = ("d", None) if op == "d" else (op, str((c.after or {})["v"]))
+                # the state too: a merge onto reused names starts new databases whose
+                # positions can repeat the retired shards' (every state is unique per row)
+                key = (ev.token.shard, ev.token.position, int(c.pk[0]), state)
+                if key in self.seen:
+                    if not ev.hop:
+                        self.unmarked_repeats.append(key[:3])
+                    continue
+                self.seen.add(key)
                 self.history.setdefault(int(c.pk[0]), []).append(state)
 
     @property
