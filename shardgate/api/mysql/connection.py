@@ -23,7 +23,7 @@ import logging
 import ssl
 from asyncio import sslproto
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, cast
 
 from mysql_mimic.charset import CharacterSet
 from mysql_mimic.connection import Connection
@@ -75,10 +75,16 @@ class GateStream:
         return getattr(self.inner, name)
 
     async def start_tls(self, ssl_context: ssl.SSLContext) -> None:
+        transport = cast(asyncio.Transport, self.writer.transport)  # a socket's: both ways
+        # Reading stops before the buffer is taken: a ClientHello arriving between the
+        # take and start_tls's own pause (one turn of the loop later) would stay in the
+        # StreamReader, unseen by TLS, and the handshake would hang until the connect
+        # timeout closed it (the client's SSLEOFError). Pausing cancels a read the loop
+        # already queued; start_tls resumes reading once the TLS protocol is connected.
+        transport.pause_reading()
         reader_buffer: bytearray = self.reader._buffer  # type: ignore[attr-defined]
         early = bytes(reader_buffer)
         reader_buffer.clear()
-        transport = self.writer.transport
         loop = asyncio.get_running_loop()
         upgrade = loop.create_task(loop.start_tls(
             transport, transport.get_protocol(), ssl_context, server_side=True))
