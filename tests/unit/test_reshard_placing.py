@@ -42,8 +42,8 @@ def test_owners_matches_row_by_row(kind: str, targets: list[tuple[str, KeyRange]
     batches: list[list[object]] = [
         ints,
         [i for i in ints if i >= 0],
-        ints + [1 << 64],  # out of range: no keyspace id
-        ints[:100] + [None, "12", b"34", True, 1.5],
+        [*ints, 1 << 64],  # out of range: no keyspace id
+        [*ints[:100], None, "12", b"34", True, 1.5],
         [],
     ]
     for values in batches:
