@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import re
 import sys
 import time
 from pathlib import Path
@@ -63,9 +64,10 @@ def _load(url: str, rows: int) -> None:
                     n += 1
 
 
-def _raw_copy(src: str, dst: str) -> tuple[int, float]:
+def _raw_copy(src: str, dst: str, again: bool = False) -> tuple[int, float]:
     with contextlib.closing(psycopg.connect(src, autocommit=True)) as a, \
             contextlib.closing(psycopg.connect(dst, autocommit=True)) as b:
+        b.execute("DROP TABLE t" if again else "SELECT 1")
         b.execute(DDL)
         start = time.perf_counter()
         n = 0
@@ -87,6 +89,8 @@ class Writers:
         self.done = 0
         self.errors: list[str] = []
         self.slowest = 0.0
+        #: when (wall clock) the slowest write started
+        self.slowest_at = 0.0
         self.tasks: list[asyncio.Task[None]] = []
 
     def start(self, base: int) -> None:
@@ -105,14 +109,16 @@ class Writers:
         interval = self.ntasks / self.rate
         due = time.perf_counter()
         while not self.stop.is_set():
-            t0 = time.perf_counter()
+            t0, wall = time.perf_counter(), time.time()
             try:
                 await self.gate.execute(s, "INSERT INTO t (id, v, n) VALUES (:i, 'w', 0)",
                                         {"i": next_id})
                 self.done += 1
             except Exception as exc:  # counted and reported: the figure is "no error"
                 self.errors.append(f"{type(exc).__name__}: {exc}")
-            self.slowest = max(self.slowest, time.perf_counter() - t0)
+            took = time.perf_counter() - t0
+            if took > self.slowest:
+                self.slowest, self.slowest_at = took, wall
             next_id += 1
             due += interval
             await asyncio.sleep(max(0.0, due - time.perf_counter()))
@@ -150,9 +156,9 @@ async def main(args: argparse.Namespace) -> None:
 
             watcher = asyncio.create_task(watch())
             writers.start(1_000_000_000)
-            start = time.perf_counter()
+            start, cpu = time.perf_counter(), time.process_time()
             await flow.create()
-            copy_s = time.perf_counter() - start
+            copy_s, cpu = time.perf_counter() - start, time.process_time() - cpu
             copy_rate = await writers.halt()
             stop_watch.set()
             await watcher
@@ -166,6 +172,11 @@ async def main(args: argparse.Namespace) -> None:
                 print(f"copy phase alone (rows read and written, no slot creation or "
                       f"catch-up): {copied / rows_s:,.0f} rows/s; ratio "
                       f"{copied / rows_s / (n_raw / raw_s):.2f}x")
+                # the shared machine's load moves both figures: the raw copy again, now
+                n_again, again_s = _raw_copy(src, raw, again=True)
+                print(f"raw COPY|COPY again after the copy: {n_again / again_s:,.0f} rows/s; "
+                      f"copy phase ratio to it {copied / rows_s / (n_again / again_s):.2f}x; "
+                      f"this process's CPU during create {cpu:.2f}s (writers included)")
             print(f"catch-up during the copy: writers at {copy_rate:,.0f} writes/s; largest "
                   f"recorded lag {worst['lag_s']:.2f}s; after create: "
                   + ", ".join(f"{k}: {v['lag_s']:.2f}s, {v['behind']} WAL bytes behind"
@@ -177,12 +188,21 @@ async def main(args: argparse.Namespace) -> None:
             writers = Writers(gate, args.rate, tasks=args.tasks)
             writers.start(2_000_000_000)
             await asyncio.sleep(1.0)
+            seen = asyncio.create_task(_serving(gate, "-40"))
             out = await _cli(topo_db, "switch-traffic", "--writes")
             await asyncio.sleep(1.0)
             reached = await writers.halt()
             print(f"write cut-over: {out.strip()}; writers at {reached:,.0f} writes/s; longest "
                   f"write {writers.slowest * 1000:.0f} ms; errors {len(writers.errors)} "
                   f"{writers.errors[:2]}")
+            published = re.search(r"published at ([0-9.]+)", out)
+            if published is not None and seen.done():
+                at = float(published.group(1))
+                print(f"timeline: the longest write started {1000 * (at - writers.slowest_at):.0f}"
+                      f" ms before the switch was published; the gate served it "
+                      f"{1000 * (seen.result() - at):.0f} ms after; the write ended "
+                      f"{1000 * (writers.slowest_at + writers.slowest - at):.0f} ms after")
+            seen.cancel()
             await _cli(topo_db, "complete")
         finally:
             await flow.close()
@@ -192,6 +212,13 @@ async def main(args: argparse.Namespace) -> None:
         if not args.keep:
             for n in names:
                 drop_database(n)
+
+
+async def _serving(gate: Gate, shard: str) -> float:
+    """When (wall clock) ``gate`` serves ``shard`` of ``app`` (polled every 2 ms)."""
+    while shard not in {s.name for s in gate.topology.keyspace("app").shards}:
+        await asyncio.sleep(0.002)
+    return time.time()
 
 
 async def _cli(topo: str, *args: str) -> str:

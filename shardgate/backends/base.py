@@ -37,6 +37,7 @@ from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
+from shardgate.backends.copytext import TextRows
 from shardgate.errors import FailedPrecondition, InvalidArgument, ShardgateError
 from shardgate.result import Result, ResultLimits
 
@@ -95,6 +96,32 @@ class Connection(ABC):
         one of its own). A duplicate key fails the whole call (``ALREADY_EXISTS``).
         """
         raise FailedPrecondition(f"{type(self).__name__} has no bulk load (COPY)")
+
+    #: whether the ``*_text`` copy methods work (PostgreSQL's COPY text format)
+    supports_text_copy = False
+
+    @property
+    def text_copy_encoding(self) -> str | None:
+        """The client encoding of COPY text (equal on both ends for text to move as is)."""
+        return None
+
+    async def text_copy_types(self, sql: str, params: Sequence[Any] = ()) -> list[int] | None:
+        """The column type OIDs of the SELECT ``sql`` if every one is portable as COPY
+        text (:data:`~shardgate.backends.copytext.PORTABLE_OIDS`), else None."""
+        return None
+
+    async def copy_out_text(self, sql: str, params: Sequence[Any], columns: Sequence[str],
+                            oids: Sequence[int], order: Sequence[str]) -> TextRows:
+        """The rows of the SELECT ``sql`` (``columns``, quoted, of types ``oids`` from
+        :meth:`text_copy_types`, in the order of the quoted columns ``order``) as COPY
+        text lines (:func:`~shardgate.backends.copytext.batch_sql`); in a transaction,
+        its output settings are set for the rest of it
+        (:data:`~shardgate.backends.copytext.SOURCE_SETTINGS`)."""
+        raise FailedPrecondition(f"{type(self).__name__} has no COPY text format")
+
+    async def copy_in_text(self, table: str, columns: Sequence[str], data: bytes) -> None:
+        """Append COPY text ``data`` to ``table`` (quoted name); as :meth:`copy_in`."""
+        raise FailedPrecondition(f"{type(self).__name__} has no COPY text format")
 
     # -- two-phase commit (only where ``Backend.supports_twopc``) --------------------
 

@@ -52,6 +52,7 @@ import psycopg
 import psycopg.conninfo
 from psycopg.pq import TransactionStatus
 
+from shardgate.backends import copytext
 from shardgate.backends._pool import (
     LIMITED_FETCH_ROWS,
     PooledBackend,
@@ -210,6 +211,10 @@ def native_placeholders(sql: str) -> tuple[str, int] | None:
     return answer
 
 
+#: one round trip setting the source's COPY text output (``SET LOCAL`` of each)
+_SETTINGS_SQL = "SELECT " + ", ".join(["set_config(%s, %s, true)"] * len(copytext.SOURCE_SETTINGS))
+
+
 class PostgresConnection(PooledConnection):
     """One psycopg ``AsyncConnection`` in autocommit mode."""
 
@@ -333,6 +338,67 @@ class PostgresConnection(PooledConnection):
                     await copy.write_row(row)
             await cur.close()
             return len(rows)
+        except psycopg.Error as exc:
+            raise self._fail(exc) from exc
+        except BaseException:
+            self.broken = True
+            raise
+
+    supports_text_copy = True
+
+    @property
+    def text_copy_encoding(self) -> str | None:
+        return self._raw.info.encoding
+
+    async def text_copy_types(self, sql: str, params: Sequence[Any] = ()) -> list[int] | None:
+        try:
+            cur = self._raw.cursor()
+            await cur.execute(f"SELECT * FROM ({sql}) AS q LIMIT 0", params)
+            oids = [c.type_code for c in cur.description or ()]
+            await cur.close()
+        except psycopg.Error as exc:
+            raise self._fail(exc) from exc
+        except BaseException:
+            self.broken = True
+            raise
+        return oids if oids and all(o in copytext.PORTABLE_OIDS for o in oids) else None
+
+    async def copy_out_text(self, sql: str, params: Sequence[Any], columns: Sequence[str],
+                            oids: Sequence[int], order: Sequence[str]) -> copytext.TextRows:
+        if not self.in_transaction:
+            await self._control("BEGIN")
+            try:
+                return await self.copy_out_text(sql, params, columns, oids, order)
+            finally:
+                await self._control("ROLLBACK")
+        try:
+            await self._raw.execute(_SETTINGS_SQL, [v for kv in copytext.SOURCE_SETTINGS
+                                                    for v in kv])
+            # loaders made now read the text as the settings just set write it (ISO dates)
+            tx = psycopg.adapt.Transformer(self._raw)
+            tx.set_loader_types(list(oids), psycopg.pq.Format.TEXT)
+            cur = self._raw.cursor()
+            await cur.execute(copytext.batch_sql(sql, columns, oids, order), params)
+            found = await cur.fetchone()
+            await cur.close()
+        except psycopg.Error as exc:
+            raise self._fail(exc) from exc
+        except BaseException:
+            self.broken = True
+            raise
+        text = found[0] if found is not None else None
+        if isinstance(text, str):  # (SQL_ASCII databases give bytes)
+            text = text.encode(self._raw.info.encoding)
+        lines = text.split(b"\n") if text else []
+        return copytext.TextRows(lines, oids, tx.load_sequence)
+
+    async def copy_in_text(self, table: str, columns: Sequence[str], data: bytes) -> None:
+        cols = ", ".join(columns)
+        try:
+            cur = self._raw.cursor()
+            async with cur.copy(f"COPY {table} ({cols}) FROM STDIN") as copy:
+                await copy.write(data)
+            await cur.close()
         except psycopg.Error as exc:
             raise self._fail(exc) from exc
         except BaseException:

@@ -166,6 +166,10 @@ async def _command(flow: ReshardWorkflow, args: argparse.Namespace) -> int:
                           f"{list(flow.spec.targets)}; the sources refused writes for "
                           f"{out['frozen_s'] * 1000:.0f} ms (final catch-up "
                           f"{out['catch_up_s'] * 1000:.0f} ms)")
+                    print("cut-over steps: " + ", ".join(
+                        f"{k[:-2]} {v * 1000:.0f} ms" for k, v in out.items()
+                        if k.endswith("_s") and k != "frozen_s")
+                        + f"; published at {out.get('published_at', 0.0):.3f}")
         case "reverse-traffic":
             print(await flow.reverse_traffic(max_lag_s=args.max_lag))
         case "complete":

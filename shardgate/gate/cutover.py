@@ -31,6 +31,7 @@ import time
 from collections.abc import Awaitable, Callable
 
 from shardgate.errors import ShardgateError
+from shardgate.tablet.client import TabletClient
 from shardgate.topo.model import writes_frozen as writes_frozen  # re-exported
 
 #: the longest a statement is held across a write cut-over (seconds)
@@ -42,11 +43,14 @@ RETRY_EVERY_S = 0.25
 
 
 async def wait_for_switch(refresh: Callable[[], Awaitable[None]], serving: Callable[[], int],
-                          deadline: float) -> bool:
+                          deadline: float, warm: Callable[[], None] | None = None) -> bool:
     """Wait until the gate serves a newer topology (``serving()`` is its version;
     ``refresh`` catches it up with the store, shared by all held statements) or
     :data:`RETRY_EVERY_S` passed (a cut-over that rolled back releases the
-    sources without a new topology); False once ``deadline`` (monotonic) passed."""
+    sources without a new topology); False once ``deadline`` (monotonic) passed.
+    ``warm`` (a :class:`Warmer`) is called first."""
+    if warm is not None:
+        warm()
     version = serving()
     retry_at = time.monotonic() + RETRY_EVERY_S
     while True:
@@ -77,3 +81,44 @@ class Refresher:
                 await self._poll()
             finally:
                 self._last = time.monotonic()
+
+
+#: connections each pending shard's tablet opens when a cut-over begins
+WARM_CONNECTIONS = 4
+
+
+class Warmer:
+    """Opens connections to the pending shards (the targets a cut-over is about to
+    serve) when a write is first held, once per topology version, in the background:
+    the held statements then replay on open connections as soon as the switch is
+    published, rather than each opening one then. Its failures are ignored (the
+    replay opens what it needs, and reports what fails)."""
+
+    def __init__(self, pending: Callable[[], list[TabletClient]],
+                 serving: Callable[[], int]) -> None:
+        self._pending = pending
+        self._serving = serving
+        self._version: int | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def __call__(self) -> None:
+        version = self._serving()
+        if version == self._version:
+            return
+        self._version = version
+        for tablet in self._pending():
+            task = asyncio.get_running_loop().create_task(_warm(tablet))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def close(self) -> None:
+        """Wait for warming still under way (the gate closes its tablets next)."""
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
+async def _warm(tablet: TabletClient) -> None:
+    with contextlib.suppress(ShardgateError):
+        await asyncio.gather(*(tablet.execute("SELECT 1", [])
+                               for _ in range(WARM_CONNECTIONS)))

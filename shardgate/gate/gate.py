@@ -171,6 +171,8 @@ class Gate:
         self._retired: set[asyncio.Task[None]] = set()
         #: catches up with the topo store for statements held across a cut-over
         self._refresh = cutover.Refresher(self._poll_topo)
+        #: opens connections to pending shards when a cut-over holds a first write
+        self._warm = cutover.Warmer(self._pending_tablets, lambda: self.topology.version)
         for ks in topology.keyspaces.values():
             for shard in ks.all_shards:
                 if (ks.name, shard.name) not in self.tablets:
@@ -259,6 +261,11 @@ class Gate:
         elif await self.topo.store.clock() > self.topology.version:
             self.apply_topology(await self.topo.load_topology())
 
+    def _pending_tablets(self) -> list[TabletClient]:
+        """The tablets of every pending shard (the targets of cut-overs under way)."""
+        return [self.tablets[(ks.name, shard.name)] for ks in self.topology.keyspaces.values()
+                for shard in ks.pending if (ks.name, shard.name) in self.tablets]
+
     @property
     def degraded(self) -> str | None:
         """Why the gate is serving a possibly stale topology (None: it is not)."""
@@ -268,6 +275,7 @@ class Gate:
         if self._watcher is not None:
             await self._watcher.stop()
         await self.sessions.close()
+        await self._warm.close()
         for t in self.tablets.values():
             await t.close()
         for task in self._retired:
@@ -357,7 +365,7 @@ class Gate:
                 if not cutover.writes_frozen(exc):
                     raise
                 if not await cutover.wait_for_switch(
-                        self._refresh, lambda: self.topology.version, held_until):
+                        self._refresh, lambda: self.topology.version, held_until, self._warm):
                     raise Unavailable(
                         f"acks stayed paused by a reshard's cut-over for {cutover.HOLD_S:g}s; "
                         "retry the ack") from exc
@@ -712,7 +720,7 @@ class Gate:
                             "writes to these shards are paused for a reshard's cut-over; the "
                             "transaction was rolled back: retry it") from exc
                     if not await cutover.wait_for_switch(
-                            self._refresh, lambda: self.topology.version, held_until):
+                            self._refresh, lambda: self.topology.version, held_until, self._warm):
                         raise Unavailable(
                             f"writes stayed paused by a reshard's cut-over for "
                             f"{cutover.HOLD_S:g}s; retry the statement") from exc
@@ -917,7 +925,7 @@ class Gate:
             if not own or frozen is None:
                 return out
             if not await cutover.wait_for_switch(
-                    self._refresh, lambda: self.topology.version, held_until):
+                    self._refresh, lambda: self.topology.version, held_until, self._warm):
                 return out
 
     async def _batch_once(

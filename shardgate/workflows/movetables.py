@@ -429,12 +429,18 @@ class MoveTablesWorkflow(ReshardWorkflow):
         """After a reverse journal: every use of ``t`` and ``A.t`` routes to ``A.t``."""
         await self._set_rules(rules=_rules_for(self.mt, self.mt.keyspace))
 
-    async def _publish_switch(self) -> None:
+    async def _publish_switch(self, steps: dict[str, float] | None = None) -> None:
         """After the journal: the reverse streams start (target -> source), every use of
-        ``t`` and ``A.t`` routes to ``B.t``."""
+        ``t`` and ``A.t`` routes to ``B.t`` (``steps``: as the base class's)."""
+        steps = steps if steps is not None else {}
+        mark = time.monotonic()
         found = await self.store.get_workflow(self.spec.journal)
         await self._reverse.begin(found.doc if found is not None and found.doc else {})
+        steps["reverse_begin_s"] = time.monotonic() - mark
+        mark = time.monotonic()
         await self._set_rules(rules=_rules_for(self.mt, self.mt.target_keyspace))
+        steps["topology_s"] = time.monotonic() - mark
+        steps["published_at"] = time.time()
         if self.state != "switched":
             await self._save(state="switched", switched_at=time.time(), error=None)
         else:

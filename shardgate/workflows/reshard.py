@@ -862,8 +862,8 @@ class ReshardWorkflow:
         # change capture on the targets (idempotent), before the freeze: a PostgreSQL
         # slot waits for the transactions open on the server
         targets = self._target_logs()
-        for log in targets.values():
-            await log.prepare()
+        for target_log in targets.values():
+            await target_log.prepare()
         await self._save(state="cutover")
         start = time.monotonic()
         sources = await self._sources()
@@ -872,8 +872,9 @@ class ReshardWorkflow:
             for backend, _ in sources.values():
                 await self._freeze(backend, True)
             steps["freeze_s"] = time.monotonic() - start
-            final = {name: await final_position(backend, log)
-                     for name, (backend, log) in sources.items()}
+            final = dict(zip(sources, await asyncio.gather(*(
+                final_position(backend, log) for backend, log in sources.values())),
+                strict=True))
             if not await self.catch_up(until=final, deadline=time.monotonic() + timeout_s):
                 raise DeadlineExceeded(
                     f"the final catch-up did not finish within {timeout_s:g}s; writes were "
@@ -882,11 +883,17 @@ class ReshardWorkflow:
             _pause_point("frozen")
             # the targets' log ends now: nothing but the catch-up wrote to them, so a
             # change stream resumes each target there, after the sources' final positions
-            starts = {t: await log.current_position() for t, log in targets.items()}
+            mark = time.monotonic()
+            # (each position a round trip of its own: all at once)
+            ends, reverse = await asyncio.gather(
+                asyncio.gather(*(log.current_position() for log in targets.values())),
+                self._reverse.positions())
+            starts = dict(zip(targets, ends, strict=True))
             await self.store.put_workflow(self.spec.journal, {
                 "workflow": self.spec.record, "positions": final, "targets": starts,
-                "reverse_positions": await self._reverse.positions(), "at": time.time()},
+                "reverse_positions": reverse, "at": time.time()},
                 expect=0)
+            steps["journal_s"] = time.monotonic() - mark
         except BaseException as exc:
             self.doc["cutover_s"] = time.monotonic() - start  # saved by the roll-back
             with contextlib.suppress(Exception):
@@ -894,8 +901,13 @@ class ReshardWorkflow:
             raise
         self.doc["cutover_s"] = time.monotonic() - start  # saved with the switch
         _pause_point("journal")
-        await self._publish_switch()
+        mark = time.monotonic()
+        await self._publish_switch(steps)
         frozen = time.monotonic() - start
+        steps["publish_s"] = time.monotonic() - mark
+        log.info("reshard %s: write cut-over %.0f ms: %s", self.spec.record, frozen * 1000,
+                 ", ".join(f"{k[:-2]} {v * 1000:.0f} ms" for k, v in steps.items()
+                           if k.endswith("_s")))
         return {"frozen_s": frozen, "positions": final, **steps}
 
     def _target_logs(self) -> dict[str, ChangeLog]:
@@ -957,12 +969,16 @@ class ReshardWorkflow:
             await self._freeze(backend, False)
         await self._save(state="running", error=error)
 
-    async def _publish_switch(self) -> None:
+    async def _publish_switch(self, steps: dict[str, float] | None = None) -> None:
         """After the journal: the reverse streams start, the targets serve, the sources
-        become pending."""
+        become pending. ``steps``: gets the durations of its parts and ``published_at``
+        (wall clock, when the topology serving the targets was stored)."""
+        steps = steps if steps is not None else {}
+        mark = time.monotonic()
         found = await self.store.get_workflow(self.spec.journal)
         journal: dict[str, Any] = found.doc if found is not None and found.doc else {}
         await self._reverse.begin(journal)
+        steps["reverse_begin_s"] = time.monotonic() - mark
         topo = await self._topology()
         ks = topo.keyspace(self.spec.keyspace)
         if any(s.name in self.spec.targets for s in ks.shards):
@@ -989,7 +1005,10 @@ class ReshardWorkflow:
                 shards[t] = url
             doc.pop("read_shards", None)
 
+        mark = time.monotonic()
         await self._edit_keyspace(change)
+        steps["topology_s"] = time.monotonic() - mark
+        steps["published_at"] = time.time()
         _pause_point("published")
         await self._save(state="switched", switched_at=time.time(), error=None)
 

@@ -45,6 +45,7 @@ invariants as the forward stream's, with the roles swapped).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
 from collections.abc import Callable, Mapping
@@ -157,7 +158,9 @@ class ReverseStreams:
         ``reverse_positions``); empty when the targets have no capture."""
         if not self.supported() or not self.flow.doc.get("reverse_capture"):
             return {}
-        return {t: await final_position(b, log) for t, (b, log) in self._targets().items()}
+        targets = self._targets()
+        return dict(zip(targets, await asyncio.gather(*(
+            final_position(b, log) for b, log in targets.values())), strict=True))
 
     async def begin(self, journal: Mapping[str, Any]) -> None:
         """After the write switch's journal, before the targets serve: start the reverse

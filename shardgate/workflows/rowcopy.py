@@ -41,11 +41,13 @@ from typing import Any
 
 from shardgate.backends.base import Backend, Connection, transaction
 from shardgate.backends.changes import ChangeLog
+from shardgate.backends.copytext import TextRows
 from shardgate.errors import Unsupported
 from shardgate.keys import KeyRange
 from shardgate.workflows.catchup import Applier, LogCursor, catch_up
 from shardgate.workflows.mariadb import begin_snapshot
-from shardgate.workflows.rowsql import MovingTable, RowWriter, select_after
+from shardgate.workflows.placing import owners
+from shardgate.workflows.rowsql import MovingTable, RowWriter, quote, select_after
 
 #: rows read and written per batch
 DEFAULT_BATCH = 10_000
@@ -134,38 +136,18 @@ async def copy_cycle(stream: dict[str, Any], *, source: Backend, log: ChangeLog,
             if state["done"]:
                 continue
             table = tables[name]
-            sql, params = select_after(source.dialect, table, saved_key(state), 0,
-                                       source.placeholder)
             started = time.monotonic()
-            # Each batch is written while the next one is read (the source's
-            # snapshot connection and the targets' connections are distinct).
-            writing: asyncio.Future[Any] | None = None
-            written: list[Any] = []
-            finished = False
-            async with _closing(conn.stream(sql, params, batch_size=batch)) as batches:
-                try:
-                    async for _, rows in batches:
-                        parts = _split(stream, table, rows, targets)
-                        if writing is not None:
-                            await writing
-                            await _after_batch(state, table, written, save, saved, progress)
-                        written, writing = rows, asyncio.gather(*(
-                            _write(target_backends[t], applier.writers[(t, name)], part)
-                            for t, part in parts.items()))
-                        if time.monotonic() >= ends:
-                            break
-                    else:
-                        finished = True
-                    if writing is not None:
-                        await writing
-                        writing = None
-                        await _after_batch(state, table, written, save, saved, progress)
-                except BaseException:
-                    if writing is not None:
-                        writing.cancel()
-                        with contextlib.suppress(BaseException):
-                            await writing
-                    raise
+            oids = await _text_types(conn, source, table, targets, target_backends)
+            if oids is not None:
+                finished = await _copy_text(conn, stream, state, table, targets,
+                                            target_backends, applier, oids, batch=batch,
+                                            ends=ends, save=save, saved=saved,
+                                            progress=progress)
+            else:
+                finished = await _copy_rows(conn, source, stream, state, table, targets,
+                                            target_backends, applier, batch=batch,
+                                            ends=ends, save=save, saved=saved,
+                                            progress=progress)
             state["done"] = finished
             stream["copy_s"] = float(stream.get("copy_s", 0.0)) + time.monotonic() - started
             await save()  # after the rows it covers are committed on the targets
@@ -174,6 +156,103 @@ async def copy_cycle(stream: dict[str, Any], *, source: Backend, log: ChangeLog,
         return True
     finally:
         await _end(source, conn)
+
+
+async def _text_types(conn: Connection, source: Backend, table: MovingTable,
+                      targets: list[tuple[str, KeyRange]],
+                      target_backends: Mapping[str, Backend]) -> list[int] | None:
+    """The column types of ``table`` if its rows can move as COPY text (a PostgreSQL
+    source and targets, portable column types), else None."""
+    if not conn.supports_text_copy or source.dialect != "postgres" \
+            or any(target_backends[t].dialect != "postgres" for t, _ in targets):
+        return None
+    sql, params = select_after(source.dialect, table, None, 0, source.placeholder)
+    return await conn.text_copy_types(sql, params)
+
+
+async def _copy_text(conn: Connection, stream: dict[str, Any], state: dict[str, Any],
+                     table: MovingTable, targets: list[tuple[str, KeyRange]],
+                     target_backends: Mapping[str, Backend], applier: Applier,
+                     oids: list[int], *, batch: int, ends: float, save: Save,
+                     saved: list[float], progress: Progress | None) -> bool:
+    """Copy ``table`` as COPY text lines, ``batch`` rows per ``COPY (SELECT ... LIMIT)``,
+    a batch written while the next is read; True when the table is done."""
+    last = saved_key(state)
+    columns = [quote("postgres", c) for c in table.columns]
+    order = [quote("postgres", c) for c in table.pk]
+    writing: asyncio.Future[Any] | None = None
+    written: tuple[int, tuple[Any, ...] | None] = (0, None)
+    try:
+        while True:
+            sql, params = select_after("postgres", table, last, batch, "%s")
+            rows = await conn.copy_out_text(sql, params, columns, oids, order)
+            if writing is not None:
+                await writing
+                writing = None
+                await _after_batch(state, table, *written, save, saved, progress)
+            if not rows:
+                return True
+            parts = _split_text(stream, table, rows, targets)
+            last = table.pk_of(rows.row(len(rows) - 1))
+            written = (len(rows), last)
+            writing = asyncio.gather(*(
+                _write_text(target_backends[t], applier.writers[(t, table.name)], conn,
+                            rows, which)
+                for t, which in parts.items()))
+            if len(rows) < batch or time.monotonic() >= ends:
+                await writing
+                writing = None
+                await _after_batch(state, table, *written, save, saved, progress)
+                return len(rows) < batch
+    except BaseException:
+        if writing is not None:
+            writing.cancel()
+            with contextlib.suppress(BaseException):
+                await writing
+        raise
+
+
+async def _copy_rows(conn: Connection, source: Backend, stream: dict[str, Any],
+                     state: dict[str, Any], table: MovingTable,
+                     targets: list[tuple[str, KeyRange]],
+                     target_backends: Mapping[str, Backend], applier: Applier, *,
+                     batch: int, ends: float, save: Save, saved: list[float],
+                     progress: Progress | None) -> bool:
+    """Copy ``table`` as typed rows from one cursor, a batch written while the next is
+    read; True when the table is done."""
+    sql, params = select_after(source.dialect, table, saved_key(state), 0,
+                               source.placeholder)
+    # Each batch is written while the next one is read (the source's
+    # snapshot connection and the targets' connections are distinct).
+    writing: asyncio.Future[Any] | None = None
+    written: tuple[int, tuple[Any, ...] | None] = (0, None)
+    finished = False
+    async with _closing(conn.stream(sql, params, batch_size=batch)) as batches:
+        try:
+            async for _, rows in batches:
+                parts = _split(stream, table, rows, targets)
+                if writing is not None:
+                    await writing
+                    await _after_batch(state, table, *written, save, saved, progress)
+                written = (len(rows), table.pk_of(rows[-1]) if rows else None)
+                writing = asyncio.gather(*(
+                    _write(target_backends[t], applier.writers[(t, table.name)], part)
+                    for t, part in parts.items()))
+                if time.monotonic() >= ends:
+                    break
+            else:
+                finished = True
+            if writing is not None:
+                await writing
+                writing = None
+                await _after_batch(state, table, *written, save, saved, progress)
+        except BaseException:
+            if writing is not None:
+                writing.cancel()
+                with contextlib.suppress(BaseException):
+                    await writing
+            raise
+    return finished
 
 
 @contextlib.asynccontextmanager
@@ -193,41 +272,59 @@ def _split(stream: dict[str, Any], table: MovingTable, rows: list[tuple[Any, ...
     a reference table's rows go to every target)."""
     if table.reference:
         return {name: rows for name, _ in targets} if rows else {}
-    # owner_of's comparisons with the bounds normalised once (the copy's hot loop)
-    bounds = [(name, kr.start.rstrip(b"\x00"), kr.end.rstrip(b"\x00") if kr.end else None)
-              for name, kr in targets]
-    by_target: dict[str, list[tuple[Any, ...]]] = {name: [] for name, _ in targets}
-    skipped = 0
-    for row, ksid in zip(rows, table.ksids(rows), strict=True):
-        if ksid is not None:
-            k = ksid.rstrip(b"\x00")
-            for name, lo, hi in bounds:
-                if lo <= k and (hi is None or k < hi):
-                    by_target[name].append(row)
-                    break
-            else:
-                skipped += 1
-        else:
-            skipped += 1
-    if skipped:
-        stream["skipped"] = int(stream.get("skipped", 0)) + skipped
-    by_target = {name: part for name, part in by_target.items() if part}
+    column = table.columns.index(table.vindex_column or "")
+    by_target: dict[str, list[tuple[Any, ...]]] = {}
+    for row, owner in zip(rows, owners(table, [r[column] for r in rows], targets),
+                          strict=True):
+        if owner is not None:
+            by_target.setdefault(owner, []).append(row)
+    _skipped(stream, len(rows) - sum(len(p) for p in by_target.values()))
     return by_target
 
 
-async def _after_batch(state: dict[str, Any], table: MovingTable, rows: list[tuple[Any, ...]],
-                       save: Save, saved: list[float], progress: Progress | None) -> None:
-    """Account a batch committed on every target; save at most every ``SAVE_EVERY_S``
-    (``saved[0]``: when last)."""
-    state["rows"] += len(rows)
-    if rows:
-        state["last"] = [_key_doc(v) for v in table.pk_of(rows[-1])]
+def _split_text(stream: dict[str, Any], table: MovingTable, rows: TextRows,
+                targets: list[tuple[str, KeyRange]]) -> dict[str, list[int]]:
+    """:func:`_split` of a COPY text batch: the indexes of the rows of each target."""
+    if table.reference:
+        return {name: list(range(len(rows))) for name, _ in targets} if len(rows) else {}
+    values = rows.column(table.columns.index(table.vindex_column or ""))
+    by_target: dict[str, list[int]] = {}
+    for k, owner in enumerate(owners(table, values, targets)):
+        if owner is not None:
+            by_target.setdefault(owner, []).append(k)
+    _skipped(stream, len(rows) - sum(len(p) for p in by_target.values()))
+    return by_target
+
+
+def _skipped(stream: dict[str, Any], skipped: int) -> None:
+    if skipped:
+        stream["skipped"] = int(stream.get("skipped", 0)) + skipped
+
+
+async def _after_batch(state: dict[str, Any], table: MovingTable, count: int,
+                       last: tuple[Any, ...] | None, save: Save, saved: list[float],
+                       progress: Progress | None) -> None:
+    """Account a batch of ``count`` rows (the last with key ``last``) committed on every
+    target; save at most every ``SAVE_EVERY_S`` (``saved[0]``: when last)."""
+    state["rows"] += count
+    if last is not None:
+        state["last"] = [_key_doc(v) for v in last]
     now = time.monotonic()
     if now - saved[0] >= SAVE_EVERY_S:
         await save()
         saved[0] = now
     if progress is not None:
-        progress(len(rows))
+        progress(count)
+
+
+async def _write_text(backend: Backend, writer: RowWriter, source: Connection,
+                      rows: TextRows, which: list[int]) -> None:
+    conn = await backend.acquire()
+    try:
+        async with transaction(conn):
+            await writer.write_text(conn, source, rows, which)
+    finally:
+        await backend.release(conn)
 
 
 async def _write(backend: Backend, writer: RowWriter, rows: list[tuple[Any, ...]]) -> None:

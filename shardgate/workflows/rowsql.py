@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from shardgate.backends.base import Backend, Connection
+from shardgate.backends.copytext import TextRows
+from shardgate.backends.copytext import data as copy_data
 from shardgate.errors import AlreadyExists, NotFound, Unsupported
 from shardgate.keys import KeyRange, KeyspaceId
 from shardgate.vindexes import Lookup, SingleColumn
@@ -22,6 +24,8 @@ from shardgate.workflows.coltypes import writer as value_writer
 
 #: the prefix of shardgate's own tables in a shard database (change capture, queues' state)
 INTERNAL_PREFIX = "_sg_"
+#: the temporary table a COPY text batch meeting keys already there is upserted from
+_SCRATCH = "_sg_copy_in"
 
 
 @dataclass(frozen=True)
@@ -266,6 +270,42 @@ class RowWriter:
                 return True
         await self.upsert(conn, rows)
         return False
+
+    async def write_text(self, conn: Connection, source: Connection, rows: TextRows,
+                         which: Sequence[int]) -> bool:
+        """:meth:`write_new` of rows ``which`` of a COPY text batch read from
+        ``source``: their lines as they are where the target reads them as the
+        source meant them (:mod:`shardgate.backends.copytext`), else typed.
+
+        True when the bulk load wrote them.
+        """
+        if not which:
+            return False
+        encoding = source.text_copy_encoding
+        if conn.supports_text_copy and encoding is not None \
+                and conn.text_copy_encoding == encoding:
+            lines = rows.lines
+            await conn.execute("SAVEPOINT sg_copy_in")
+            try:
+                await conn.copy_in_text(self._quoted[0], self._quoted[1],
+                                        copy_data([lines[k] for k in which]))
+            except AlreadyExists:
+                # a key is there already (a batch retried in this process): the lines
+                # go to a scratch table, and from there by the upsert's SQL
+                await conn.execute("ROLLBACK TO SAVEPOINT sg_copy_in")
+                await conn.execute(f"DROP TABLE IF EXISTS pg_temp.{_SCRATCH}")
+                await conn.execute(f"CREATE TEMP TABLE {_SCRATCH} (LIKE {self._quoted[0]}) "
+                                   "ON COMMIT DROP")
+                await conn.copy_in_text(_SCRATCH, self._quoted[1],
+                                        copy_data([lines[k] for k in which]))
+                cols = ", ".join(self._quoted[1])
+                await conn.execute(f"INSERT INTO {self._quoted[0]} ({cols}) SELECT {cols} "
+                                   f"FROM {_SCRATCH}{self._tail}")
+                await conn.execute(f"DROP TABLE pg_temp.{_SCRATCH}")
+                return False
+            await conn.execute("RELEASE SAVEPOINT sg_copy_in")
+            return True
+        return await self.write_new(conn, rows.rows(which))
 
     async def delete(self, conn: Connection, keys: Sequence[Sequence[Any]]) -> None:
         """Delete the rows of ``keys``, many per statement (one round trip for up to
