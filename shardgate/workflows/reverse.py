@@ -146,7 +146,7 @@ class ReverseStreams:
         created = dict(flow.doc.get("reverse_capture") or {})
         for t, (backend, _) in self._targets().items():
             if t not in created:
-                created[t] = not await _capture_exists(backend)
+                created[t] = not await capture_exists(backend)
         if created != flow.doc.get("reverse_capture"):
             await flow._save(reverse_capture=created)  # before: a crash still cleans up
         for _, log in self._targets().values():
@@ -329,7 +329,7 @@ class ReverseStreams:
         await flow.store.delete_workflow(self.journal)
 
 
-async def _capture_exists(backend: Backend) -> bool:
+async def capture_exists(backend: Backend) -> bool:
     """Whether the database already has shardgate's change capture (someone else's)."""
     match backend.dialect:
         case "postgres":
