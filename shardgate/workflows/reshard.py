@@ -34,11 +34,14 @@ States and what each guarantees:
     **reverse streams** (:mod:`shardgate.workflows.reverse`) replay the
     targets' changes on the sources; ``reverse-traffic`` switches writes back
     (state ``reversing`` while it runs) and returns to ``running``.
-``complete`` then removes the sources from the keyspace and deletes the
-records (the source databases keep their data); ``cancel`` (before
-``switched``) removes the targets from the keyspace and deletes the record
-(the target databases keep what was copied). Both drop the change capture
-the workflow set up on the targets.
+``complete`` then removes the sources from the keyspace, moves the journal to
+the keyspace's ``reshard_history`` (with the sources' and targets'
+databases: readers behind the switch still hop over it) and deletes the
+records (the source databases keep their data, and their change capture
+when it was there before the workflow: ``source_capture`` in the record);
+``cancel`` (before ``switched``) removes the targets from the keyspace and
+deletes the record (the target databases keep what was copied) and drops
+the change capture the workflow set up on the targets.
 
 Who works on it: every save of the record also renews this process's
 **lease** (``runner``: id, pid, host, expiry ``LEASE_S`` later). A command

@@ -54,7 +54,6 @@ class _Runs:
         self.runs = 0
         self.error: BaseException | None = None
         self.stop = threading.Event()
-        self.pause = threading.Lock()  # held between runs by whoever copies the checkpoint
         self.thread = threading.Thread(target=self._loop, daemon=True)
 
     def once(self) -> None:
@@ -71,8 +70,7 @@ class _Runs:
     def _loop(self) -> None:
         try:
             while not self.stop.is_set():
-                with self.pause:
-                    self.once()
+                self.once()
         except BaseException as exc:
             self.error = exc
 
@@ -120,20 +118,15 @@ async def _split_under_stream(kind: str, spark: Any, make_database: Any,
     try:
         await asyncio.to_thread(runs.once)  # the query begins: capture on the sources
         writers.start()
-        await asyncio.sleep(0)
+        await _wait(lambda: sum(writers.counts.values()) > 30, "writers stalled", 30)
         await asyncio.to_thread(runs.once)
-        runs.thread.start()
-        await _until(lambda: len(runs.sink.batches) >= 2, "no batches", runs, 120)
-
-        # a copy of the checkpoint taken before the reshard (between two runs)
-        def copy(name: str) -> tuple[str, int]:
-            with runs.pause:
-                dest = str(tmp_path / name)
-                shutil.copytree(runs.checkpoint, dest)
-                return dest, max(b for b, _ in runs.sink.batches)
-
-        before, before_batch = await asyncio.to_thread(copy, "ckpt-before")
-        before2, _ = await asyncio.to_thread(copy, "ckpt-before-2")
+        assert runs.sink.batches, "no batch before the reshard"
+        # copies of the checkpoint taken before the reshard
+        before, before2 = str(tmp_path / "ckpt-before"), str(tmp_path / "ckpt-before-2")
+        for dest in (before, before2):
+            shutil.copytree(runs.checkpoint, dest)
+        before_batch = max(b for b, _ in runs.sink.batches)
+        runs.thread.start()  # the query runs on through the reshard
 
         await flow.create()
         await flow.switch_reads()
