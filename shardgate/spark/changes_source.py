@@ -69,7 +69,7 @@ from pyspark.sql.types import (
 
 from shardgate.aio import wait_for
 from shardgate.backends import open_backend
-from shardgate.backends.change_log import open_change_log
+from shardgate.backends.change_log import capture_exists, open_change_log
 from shardgate.backends.changes import ChangeLog, Heartbeat, Transaction
 from shardgate.backends.urls import redacted
 from shardgate.errors import Code, InvalidArgument, NotFound, ShardgateError, Unavailable
@@ -79,7 +79,6 @@ from shardgate.spark._worker import settle
 from shardgate.spark.changes_hop import Db, Join, View
 from shardgate.spark.options import ChangesOptions, SourceOptions, start_timestamp
 from shardgate.streams.hop import MARK_MARGIN_S
-from shardgate.workflows.reverse import capture_exists
 
 if TYPE_CHECKING:
     import pyarrow as pa

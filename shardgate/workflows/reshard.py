@@ -90,7 +90,7 @@ from typing import Any, Self
 from shardgate.aio import wait_for
 from shardgate.backends import open_backend
 from shardgate.backends.base import Backend, Connection
-from shardgate.backends.change_log import open_change_log
+from shardgate.backends.change_log import capture_exists, open_change_log
 from shardgate.backends.changes import ChangeLog
 from shardgate.errors import (
     Aborted,
@@ -121,7 +121,7 @@ from shardgate.workflows.ddl import source_table
 from shardgate.workflows.freeze import PG_DENY_FUNCTION, SQLITE_MARK_DDL, sqlite_deny_trigger
 from shardgate.workflows.mariadb import freeze_sql
 from shardgate.workflows.metrics import figures
-from shardgate.workflows.reverse import REVERSING, ReverseStreams, capture_exists
+from shardgate.workflows.reverse import REVERSING, ReverseStreams
 from shardgate.workflows.rowcopy import DEFAULT_BATCH, copy_cycle, open_snapshot
 from shardgate.workflows.rowsql import (
     MovingTable,

@@ -51,6 +51,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from shardgate.backends.base import Backend
+from shardgate.backends.change_log import capture_exists
 from shardgate.backends.changes import ChangeLog
 from shardgate.errors import DeadlineExceeded, FailedPrecondition, Unsupported
 from shardgate.keys import parse_shard_name
@@ -327,16 +328,3 @@ class ReverseStreams:
             if drop_capture and created and name in targets:
                 await targets[name][1].drop()
         await flow.store.delete_workflow(self.journal)
-
-
-async def capture_exists(backend: Backend) -> bool:
-    """Whether the database already has shardgate's change capture (someone else's)."""
-    match backend.dialect:
-        case "postgres":
-            sql = ("SELECT 1 FROM pg_replication_slots WHERE database = current_database() "
-                   "AND left(slot_name, 4) = 'sga_'")
-        case "sqlite":
-            sql = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = '_sg_changes'"
-        case _:
-            return False
-    return bool((await backend.execute(sql)).rows)

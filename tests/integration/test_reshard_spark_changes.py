@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -46,33 +45,37 @@ def _change(r: Any) -> Change:
 
 
 class _Runs:
-    """``availableNow`` runs of one query in a loop (a thread), on one checkpoint."""
+    """One query on one checkpoint: ``availableNow`` runs (:meth:`once`), or one query
+    triggered every 0.3 s (:meth:`start`, :meth:`stop`): one Python runner process for
+    the whole reshard, not one per run."""
 
     def __init__(self, spark: Any, cluster: str, checkpoint: str) -> None:
         self.spark, self.cluster, self.checkpoint = spark, cluster, checkpoint
         self.sink = _Collect()
-        self.runs = 0
-        self.error: BaseException | None = None
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._loop, daemon=True)
+        self.query: Any = None
+
+    def _writer(self) -> Any:
+        return (self.spark.readStream.format("shardgate_changes")
+                .option("cluster", self.cluster).option("keyspace", "app")
+                .option("starting", "earliest").option("tables", "t")
+                .option("images", "json")
+                .load().writeStream.foreachBatch(self.sink)
+                .option("checkpointLocation", self.checkpoint))
 
     def once(self) -> None:
-        query = (self.spark.readStream.format("shardgate_changes")
-                 .option("cluster", self.cluster).option("keyspace", "app")
-                 .option("starting", "earliest").option("tables", "t")
-                 .option("images", "json")
-                 .load().writeStream.foreachBatch(self.sink)
-                 .option("checkpointLocation", self.checkpoint)
-                 .trigger(availableNow=True).start())
-        query.awaitTermination()
-        self.runs += 1
+        self._writer().trigger(availableNow=True).start().awaitTermination()
 
-    def _loop(self) -> None:
-        try:
-            while not self.stop.is_set():
-                self.once()
-        except BaseException as exc:
-            self.error = exc
+    def start(self) -> None:
+        self.query = self._writer().trigger(processingTime="0.3 seconds").start()
+
+    @property
+    def error(self) -> Any:
+        return None if self.query is None or self.query.isActive else \
+            (self.query.exception() or "the query stopped")
+
+    def stop(self) -> None:
+        if self.query is not None and self.query.isActive:
+            self.query.stop()
 
     def changes(self, after_batch: int = -1) -> list[tuple[int, list[Change]]]:
         with self.sink.lock:
@@ -126,7 +129,7 @@ async def _split_under_stream(kind: str, spark: Any, make_database: Any,
         for dest in (before, before2):
             shutil.copytree(runs.checkpoint, dest)
         before_batch = max(b for b, _ in runs.sink.batches)
-        runs.thread.start()  # the query runs on through the reshard
+        runs.start()  # the query runs on through the reshard
 
         await flow.create()
         await flow.switch_reads()
@@ -150,9 +153,8 @@ async def _split_under_stream(kind: str, spark: Any, make_database: Any,
         final = dict(model)
         await _until(lambda: _replay(base, runs.changes()) == final,
                      "the replayed changes do not give the table", runs, 120)
-        runs.stop.set()
-        await asyncio.to_thread(runs.thread.join, 120)
         assert runs.error is None, runs.error
+        await asyncio.to_thread(runs.stop)
         delivered = runs.changes()
         flat = [c for _, changes in delivered for c in changes]
         assert len(flat) == len(set(flat)), "a change was delivered twice"
@@ -176,17 +178,16 @@ async def _split_under_stream(kind: str, spark: Any, make_database: Any,
         # after its offset, every one once (the sources read from the kept history)
         expected = sorted(c for _, changes in runs.changes(before_batch) for c in changes)
         again = _Runs(spark, cluster, before)
-        again.thread.start()
+        again.start()
         try:
             def got() -> list[Change]:
                 return sorted(c for _, changes in again.changes() for c in changes)
 
             await _until(lambda: len(got()) >= len(expected),
                          "the restarted query did not catch up", again, 120)
+            assert again.error is None, again.error
         finally:
-            again.stop.set()
-            await asyncio.to_thread(again.thread.join, 120)
-        assert again.error is None, again.error
+            await asyncio.to_thread(again.stop)
         assert got() == expected
 
         # a source's log dropped: the other copy's restart fails, naming what to do
@@ -202,11 +203,9 @@ async def _split_under_stream(kind: str, spark: Any, make_database: Any,
         assert "new checkpoint" in str(err.value)
         assert not lost.sink.batches
     finally:
-        runs.stop.set()
+        await asyncio.to_thread(runs.stop)
         if not writers.stop.is_set():
             await writers.halt()
-        if runs.thread.is_alive():
-            await asyncio.to_thread(runs.thread.join, 120)
         await flow.close()
         await server.close()
         await gate.close()
