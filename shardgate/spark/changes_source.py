@@ -372,7 +372,18 @@ class ChangesStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         view = self._view()
         out = dict(start)
         began = self.opts.topo().keyspace(self.opts.keyspace)
-        known = [view.db(k, began) for k in start]
+        serving = {d.key for d in view.serving}
+        # read: the serving shards and the switches' sources (to their final positions);
+        # a shard removed from the cluster file by hand keeps its position (as before),
+        # and so does a pending one that is no switch's source (a target after a
+        # reverse-traffic: the forward stream replays the sources' changes onto it)
+        known: list[Db] = []
+        for k in start:
+            d = view.by_key.get(k)
+            if d is None and "@" in k:
+                view.db(k, began)  # a reshard's target nobody knows any more: refused
+            if d is not None and (d.key in serving or d.final is not None):
+                known.append(d)
 
         async def summaries(s: Db, log: ChangeLog) -> list[_Summary]:
             begin = start[s.key]
