@@ -92,6 +92,12 @@ class View:
         for shard in ks.all_shards:
             self._add(shard.name, shard.url, finals.get(shard.url))
         self.serving = [self.by_key[self.key(s.name, s.url)] for s in ks.shards]
+        for shard, db in zip(ks.shards, self.serving, strict=True):
+            if db.url != shard.url:
+                raise FailedPrecondition(
+                    f"shard {ks.name}/{shard.name} and a database a reshard retired share the "
+                    f"offset key {db.key!r}: shardgate_changes cannot tell their positions "
+                    "apart; restart the query with a new checkpoint")
 
     def key(self, name: str, url: str) -> str:
         return offset_key(name, self._gen.get(url, 0))
