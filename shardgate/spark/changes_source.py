@@ -5,11 +5,19 @@ read from each shard database's own log through the public
 :class:`~shardgate.backends.changes.ChangeLog` API (SQLite change table,
 PostgreSQL ``pgoutput``, MariaDB binlog).
 
-**Offsets.** An offset is a JSON object ``{shard: position}`` (the backend's
+**Offsets.** An offset is a JSON object ``{key: position}`` (the backend's
 own log position: SQLite sequence, PostgreSQL commit ``end_lsn``, MariaDB
-GTID; see :mod:`shardgate.event_token`), keys sorted. A micro-batch
-``(start, end]`` holds, for every shard, exactly the transactions committed
-after ``start[shard]`` up to and including ``end[shard]``, whole.
+GTID; see :mod:`shardgate.event_token`), keys sorted. A key names one shard
+database: its shard's name, or ``<name>@<generation>`` for a reshard's
+target (:mod:`shardgate.spark.changes_hop`). A micro-batch ``(start, end]``
+holds, for every key, exactly the transactions committed after
+``start[key]`` up to and including ``end[key]``, whole.
+
+**Across a reshard** the offsets hop with the write switch's journal (the
+gate stream's, :mod:`shardgate.streams.hop`): a source is read to its final
+position, then the targets meeting it join at their journal positions and
+are read from the next batch on; ``complete`` keeps the journal in the
+keyspace's history, so a checkpoint from before the switch still hops.
 
 The life of a micro-batch:
 
