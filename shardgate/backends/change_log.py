@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from shardgate.backends.base import Backend
 from shardgate.backends.changes import ChangeLog
 from shardgate.backends.changes_mysql import MySQLChangeLog
 from shardgate.backends.changes_postgres import PostgresChangeLog
@@ -26,3 +27,17 @@ def open_change_log(url: str, shard: str, **options: Any) -> ChangeLog:
         case "mysql":
             return MySQLChangeLog(url, shard, **options)
     raise AssertionError(f"unknown backend kind {kind!r}")  # pragma: no cover
+
+
+async def capture_exists(backend: Backend) -> bool:
+    """Whether the database has shardgate's change capture (a PostgreSQL anchor slot,
+    SQLite's change table; MariaDB needs none: False)."""
+    match backend.dialect:
+        case "postgres":
+            sql = ("SELECT 1 FROM pg_replication_slots WHERE database = current_database() "
+                   "AND left(slot_name, 4) = 'sga_'")
+        case "sqlite":
+            sql = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = '_sg_changes'"
+        case _:
+            return False
+    return bool((await backend.execute(sql)).rows)

@@ -5,11 +5,19 @@ read from each shard database's own log through the public
 :class:`~shardgate.backends.changes.ChangeLog` API (SQLite change table,
 PostgreSQL ``pgoutput``, MariaDB binlog).
 
-**Offsets.** An offset is a JSON object ``{shard: position}`` (the backend's
+**Offsets.** An offset is a JSON object ``{key: position}`` (the backend's
 own log position: SQLite sequence, PostgreSQL commit ``end_lsn``, MariaDB
-GTID; see :mod:`shardgate.event_token`), keys sorted. A micro-batch
-``(start, end]`` holds, for every shard, exactly the transactions committed
-after ``start[shard]`` up to and including ``end[shard]``, whole.
+GTID; see :mod:`shardgate.event_token`), keys sorted. A key names one shard
+database: its shard's name, or ``<name>@<generation>`` for a reshard's
+target (:mod:`shardgate.spark.changes_hop`). A micro-batch ``(start, end]``
+holds, for every key, exactly the transactions committed after
+``start[key]`` up to and including ``end[key]``, whole.
+
+**Across a reshard** the offsets hop with the write switch's journal (the
+gate stream's, :mod:`shardgate.streams.hop`): a source is read to its final
+position, then the targets meeting it join at their journal positions and
+are read from the next batch on; ``complete`` keeps the journal in the
+keyspace's history, so a checkpoint from before the switch still hops.
 
 The life of a micro-batch:
 
@@ -68,14 +76,17 @@ from pyspark.sql.types import (
 )
 
 from shardgate.aio import wait_for
-from shardgate.backends.change_log import open_change_log
+from shardgate.backends import open_backend
+from shardgate.backends.change_log import capture_exists, open_change_log
 from shardgate.backends.changes import ChangeLog, Heartbeat, Transaction
-from shardgate.backends.urls import parse_url
-from shardgate.errors import InvalidArgument, NotFound, Unavailable
+from shardgate.backends.urls import redacted
+from shardgate.errors import Code, InvalidArgument, NotFound, ShardgateError, Unavailable
 from shardgate.event_token import EventToken, position_key
 from shardgate.spark import types as sgtypes
 from shardgate.spark._worker import settle
+from shardgate.spark.changes_hop import Db, Join, View
 from shardgate.spark.options import ChangesOptions, SourceOptions, start_timestamp
+from shardgate.streams.hop import MARK_MARGIN_S
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -187,16 +198,6 @@ async def read_range(
 
 
 @dataclass(frozen=True)
-class _Shard:
-    name: str
-    url: str
-    kind: str
-
-    def log(self, keyspace: str) -> ChangeLog:
-        return open_change_log(self.url, f"{keyspace}/{self.name}")
-
-
-@dataclass(frozen=True)
 class _Summary:
     """One transaction as admission control sees it."""
 
@@ -276,25 +277,30 @@ class ChangesStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.changes = changes
         self._target: dict[str, str] | None = None
         self._ahead: dict[str, _Ahead] = {}
+        #: switches' sources whose logs were found to hold what is still to read
+        self._checked: set[str] = set()
 
     # -- driver -----------------------------------------------------------------
 
-    def _shards(self) -> list[_Shard]:
-        """The keyspace's shards per the cluster file (or topo store) now (refreshed
-        every batch)."""
+    def _view(self) -> View:
+        """The keyspace's databases and write switches per the cluster file (or topo
+        store) now (refreshed every batch)."""
         try:
             topo = self.opts.current()
         except (OSError, NotFound):
             topo = self.opts.topo()  # the file is gone: keep the topology the query began with
-        return [_Shard(s.name, s.url, parse_url(s.url).kind)
-                for s in topo.keyspace(self.opts.keyspace).shards]
+        return View(topo.keyspace(self.opts.keyspace))
+
+    def _shards(self) -> list[Db]:
+        """The keyspace's serving shards now."""
+        return self._view().serving
 
     def _run(self, coro: Any) -> Any:
         return asyncio.run(coro)
 
-    async def _each(self, shards: Sequence[_Shard], fn: Any) -> list[Any]:
-        async def one(s: _Shard) -> Any:
-            log = s.log(self.opts.keyspace)
+    async def _each(self, shards: Sequence[Db], fn: Any) -> list[Any]:
+        async def one(s: Db) -> Any:
+            log = open_change_log(s.url, f"{self.opts.keyspace}/{s.name}")
             try:
                 return await fn(s, log)
             finally:
@@ -306,14 +312,14 @@ class ChangesStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         shards = self._shards()
         starting = self.changes.starting
 
-        async def start(s: _Shard, log: ChangeLog) -> str:
+        async def start(s: Db, log: ChangeLog) -> str:
             await log.prepare()
             return await self._start_position(s, log, starting)
 
         positions = self._run(self._each(shards, start))
-        return dict(sorted(zip([s.name for s in shards], positions, strict=True)))
+        return dict(sorted(zip([s.key for s in shards], positions, strict=True)))
 
-    async def _start_position(self, s: _Shard, log: ChangeLog, starting: str) -> str:
+    async def _start_position(self, s: Db, log: ChangeLog, starting: str) -> str:
         low = starting.lower()
         if low == "latest":
             return await log.current_position()
@@ -353,10 +359,10 @@ class ChangesStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def prepareForTriggerAvailableNow(self) -> None:
         shards = self._shards()
 
-        async def current(s: _Shard, log: ChangeLog) -> str:
+        async def current(s: Db, log: ChangeLog) -> str:
             return await log.current_position()
 
-        self._target = dict(zip([s.name for s in shards],
+        self._target = dict(zip([s.key for s in shards],
                                 self._run(self._each(shards, current)), strict=True))
 
     def getDefaultReadLimit(self) -> ReadLimit:
@@ -371,25 +377,33 @@ class ChangesStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return dict(sorted(self._run(self._latest(dict(start), cap)).items()))
 
     async def _latest(self, start: dict[str, str], cap: int) -> dict[str, str]:
-        shards = self._shards()
+        view = self._view()
         out = dict(start)
-        known = [s for s in shards if s.name in start]
-        fresh = [s for s in shards if s.name not in start]
+        began = self.opts.topo().keyspace(self.opts.keyspace)
+        serving = {d.key for d in view.serving}
+        # read: the serving shards and the switches' sources (to their final positions);
+        # a shard removed from the cluster file by hand keeps its position (as before),
+        # and so does a pending one that is no switch's source (a target after a
+        # reverse-traffic: the forward stream replays the sources' changes onto it)
+        known: list[Db] = []
+        for k in start:
+            d = view.by_key.get(k)
+            if d is None and "@" in k:
+                view.db(k, began)  # a reshard's target nobody knows any more: refused
+            if d is not None and (d.key in serving or d.final is not None):
+                known.append(d)
 
-        async def joined(s: _Shard, log: ChangeLog) -> str:
-            await log.prepare()
-            return await self._start_position(s, log, self.changes.new_shards)
-
-        for s, pos in zip(fresh, await self._each(fresh, joined), strict=True):
-            out[s.name] = pos  # read from the next batch on
-            if self._target is not None:
-                self._target.setdefault(s.name, pos)
-
-        async def summaries(s: _Shard, log: ChangeLog) -> list[_Summary]:
-            begin = start[s.name]
+        async def summaries(s: Db, log: ChangeLog) -> list[_Summary]:
+            begin = start[s.key]
+            if s.drained(begin):
+                return []
+            if s.final is not None:
+                await self._check_source(s, log, begin)
             end = await log.current_position()
+            if s.final is not None and _key(s.final) < _key(end):
+                end = s.final  # a switch's source: read to its final position only
             if self._target is not None:
-                target = self._target.setdefault(s.name, end)
+                target = self._target.setdefault(s.key, end)
                 if _key(target) < _key(end):
                     end = target
             if _key(end) <= _key(begin):
@@ -401,7 +415,7 @@ class ChangesStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             # What earlier calls read ahead and did not admit is still valid: read on from it.
             txs: list[_Summary] = []
             scanned = begin
-            ahead = self._ahead.get(s.name)
+            ahead = self._ahead.get(s.key)
             if ahead is not None and _key(ahead.base) <= _key(begin) <= _key(ahead.scanned):
                 txs = [t for t in ahead.txs
                        if _key(begin) < _key(t.position) <= _key(end)]
@@ -421,27 +435,89 @@ class ChangesStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                         reached = t.position
                         break
                 scanned = reached
-            self._ahead[s.name] = _Ahead(begin, scanned, txs)
+            self._ahead[s.key] = _Ahead(begin, scanned, txs)
+            if s.final is not None and _key(scanned) >= _key(s.final):
+                # read to the final position: the offset may reach it (and the hop happen)
+                return [*txs, _Summary(txs[-1].timestamp if txs else 0.0, s.final, 0)]
             return txs
 
         per_shard = await self._each(known, summaries)
         if not cap:
             for s, got in zip(known, per_shard, strict=True):
                 if got:
-                    out[s.name] = got[-1].position
-            return out
-        merged = sorted(
-            ((t.timestamp, i, j, s.name, t) for i, (s, got) in enumerate(
-                zip(known, per_shard, strict=True)) for j, t in enumerate(got)),
-            key=lambda e: (e[0], e[1], e[2]),
-        )
-        admitted = 0
-        for _ts, _i, _j, name, t in merged:
-            if admitted and admitted + t.rows > cap:
-                break
-            out[name] = t.position
-            admitted += t.rows
+                    out[s.key] = got[-1].position
+        else:
+            merged = sorted(
+                ((t.timestamp, i, j, s.key, t) for i, (s, got) in enumerate(
+                    zip(known, per_shard, strict=True)) for j, t in enumerate(got)),
+                key=lambda e: (e[0], e[1], e[2]),
+            )
+            admitted = 0
+            for _ts, _i, _j, key, t in merged:
+                if admitted and admitted + t.rows > cap:
+                    break
+                out[key] = t.position
+                admitted += t.rows
+
+        # across write switches: targets join once their sources are read to the end
+        joins, waiting = view.hop(start, out)
+        by_key = {j.db.key: j for j in joins}
+
+        async def at_journal(db: Db, log: ChangeLog) -> str:
+            return await self._joined(by_key[db.key], log)
+
+        for j, pos in zip(joins, await self._each([j.db for j in joins], at_journal),
+                          strict=True):
+            out[j.db.key] = pos  # read from the next batch on
+            if self._target is not None:
+                self._target.setdefault(j.db.key, pos)
+        # shards that joined otherwise (a cluster file edited by hand): at ``newShards``
+        fresh = [s for s in view.serving if s.key not in out and s.key not in waiting]
+
+        async def joined(s: Db, log: ChangeLog) -> str:
+            await log.prepare()
+            return await self._start_position(s, log, self.changes.new_shards)
+
+        for s, pos in zip(fresh, await self._each(fresh, joined), strict=True):
+            out[s.key] = pos  # read from the next batch on
+            if self._target is not None:
+                self._target.setdefault(s.key, pos)
         return out
+
+    async def _joined(self, join: Join, log: ChangeLog) -> str:
+        """Where a switch's target joins the offset: its journal position, else (a journal
+        without one: an older one, a MariaDB target) before its first commit at or after
+        the switch less :data:`~shardgate.streams.hop.MARK_MARGIN_S` (changes committed
+        within that margin may repeat a source's, see docs/spark.md)."""
+        if join.position is not None:
+            return join.position
+        return await self._at_time(log, join.since - MARK_MARGIN_S)
+
+    async def _check_source(self, s: Db, log: ChangeLog, begin: str) -> None:
+        """A switch's source still to be read: its log must hold ``(begin, final]``
+        (``complete`` drops the capture the workflow set up itself; retention purges)."""
+        if s.key in self._checked:
+            return
+        captured = True  # MariaDB: the binlog needs no capture (its purge shows below)
+        if s.kind != "mysql":
+            backend = open_backend(s.url, pool_size=1)
+            try:
+                captured = await capture_exists(backend)
+            finally:
+                await backend.close()
+        assert s.final is not None
+        if not captured or _key(await log.current_position()) < _key(s.final) or \
+                _key(await log.oldest_position()) > _key(begin):
+            raise ShardgateError(
+                f"the change log of shard {self.opts.keyspace}/{s.name} (a reshard's source, "
+                f"{redacted(s.url)}) no longer holds its changes after position {begin} up to "
+                f"its final position {s.final}: its change capture was dropped or purged "
+                "(`reshard complete` drops the capture the workflow set up itself). Those "
+                "changes cannot be streamed: restart the query with a new checkpoint "
+                "(and a batch read of the tables)",
+                code=Code.OUT_OF_RANGE,
+            )
+        self._checked.add(s.key)
 
     def _count(self, tx: Transaction) -> int:
         tables = self.changes.tables
@@ -450,16 +526,15 @@ class ChangesStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return sum(1 for c in tx.changes if _table_name(c.table) in tables)
 
     def partitions(self, start: dict[str, str], end: dict[str, str]) -> Sequence[InputPartition]:
-        urls = {s.name: s.url for s in self._shards()}
+        view = self._view()
+        began = self.opts.topo().keyspace(self.opts.keyspace)
         parts: list[InputPartition] = []
-        for name in sorted(end):
-            begin = start.get(name)
-            if begin is None or _key(end[name]) <= _key(begin):
+        for key in sorted(end):
+            begin = start.get(key)
+            if begin is None or _key(end[key]) <= _key(begin):
                 continue
-            url = urls.get(name)
-            if url is None:
-                url = self.opts.topo().keyspace(self.opts.keyspace).shard(name).url
-            parts.append(ShardChangesPartition(len(parts), name, url, begin, end[name]))
+            db = view.db(key, began)
+            parts.append(ShardChangesPartition(len(parts), db.name, db.url, begin, end[key]))
         return parts
 
     def commit(self, end: dict[str, str]) -> None:

@@ -17,6 +17,13 @@ range meets the target's has ended (so changes of one row arrive in commit
 order). Nothing is skipped; nothing is repeated when the journal has the
 targets' positions.
 
+Readers that keep their own positions (the Spark source ``shardgate_changes``)
+may be behind a switch long after it, even after ``complete``: ``complete``
+moves the journal to the keyspace's ``history`` with the sources' and
+targets' databases. :meth:`Hop.lineage` gives every switch the record knows,
+oldest first, and :func:`generations` numbers the databases across them (a
+merge may give a new database an old shard's name; its generation differs).
+
 Event tokens across the hop (:meth:`Hop.compare`): a source's token is older
 than a target's token taken after the target's journal position when their
 ranges meet (every change of the source in that range precedes every change
@@ -28,8 +35,8 @@ copy of *some* source state: compared with a source token that is
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from shardgate.event_token import EventToken, Freshness, compare, position_key
@@ -57,6 +64,10 @@ class Hop:
     targets: Mapping[str, str]
     #: when the journal was written (seconds since the epoch)
     at: float
+    #: source shard -> its database (filled by :meth:`lineage`)
+    source_urls: Mapping[str, str] = field(default_factory=dict)
+    #: target shard -> its database (filled by :meth:`lineage`)
+    target_urls: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
     def of(cls, ks: KeyspaceTopo) -> Hop | None:
@@ -64,7 +75,34 @@ class Hop:
         doc: Mapping[str, Any] | None = ks.journal
         if not doc:
             return None
-        return cls(ks.name, {str(k): str(v) for k, v in doc.get("sources", {}).items()},
+        return cls._parse(ks.name, doc)
+
+    @classmethod
+    def lineage(cls, ks: KeyspaceTopo) -> list[Hop]:
+        """Every write switch the keyspace record knows, oldest first, with its databases:
+        the completed ones (``history``) and the live journal, unless ``reverse-traffic``
+        made its sources serve again (then there is no switch to hop over)."""
+        out = []
+        for doc in ks.history:
+            hop = cls._parse(ks.name, doc)
+            out.append(cls(hop.keyspace, hop.sources, hop.targets, hop.at,
+                           {str(k): str(v) for k, v in doc.get("urls", {}).items()},
+                           {str(k): str(v) for k, v in doc.get("target_urls", {}).items()}))
+        live = cls.of(ks)
+        serving = {s.name for s in ks.shards}
+        known = {s.name: s.url for s in ks.all_shards}
+        if live is not None and not set(live.sources) & serving:
+            sources = {s: known[s] for s in live.sources if s in known}
+            names = list(live.targets) or [
+                s.name for s in ks.shards if any(live.meets(s.name, x) for x in live.sources)]
+            targets = {t: known[t] for t in names if t in known}
+            out.append(cls(live.keyspace, live.sources, live.targets, live.at, sources,
+                           targets))
+        return out
+
+    @classmethod
+    def _parse(cls, keyspace: str, doc: Mapping[str, Any]) -> Hop:
+        return cls(keyspace, {str(k): str(v) for k, v in doc.get("sources", {}).items()},
                    {str(k): str(v) for k, v in doc.get("targets", {}).items()},
                    float(doc.get("at", 0.0)))
 
@@ -86,9 +124,9 @@ class Hop:
     def compare(self, a: EventToken, b: EventToken) -> Freshness:
         """How token ``a`` relates to ``b`` across this hop (see the module docstring)."""
         sa, sb = self._local(a) or "", self._local(b) or ""
-        if sa in self.sources and sb in self.targets and self._meet(sa, sb):
+        if sa in self.sources and sb in self.targets and self.meets(sa, sb):
             return self._source_vs_target(sb, b)
-        if sb in self.sources and sa in self.targets and self._meet(sa, sb):
+        if sb in self.sources and sa in self.targets and self.meets(sa, sb):
             result = self._source_vs_target(sa, a)
             return {Freshness.OLDER: Freshness.NEWER}.get(result, result)
         return compare(a, b)
@@ -100,16 +138,30 @@ class Hop:
             return Freshness.UNKNOWN
         return Freshness.OLDER
 
-    def _meet(self, a: str, b: str) -> bool:
+    def meets(self, a: str, b: str) -> bool:
+        """Whether the key ranges of shards ``a`` and ``b`` meet."""
         return _meet(self.range_of(a), self.range_of(b))
+
 
     def _local(self, token: EventToken) -> str | None:
         ks, _, shard = token.shard.partition("/")
         return shard if ks == self.keyspace and shard else None
 
 
+def generations(hops: Sequence[Hop]) -> dict[str, int]:
+    """Database URL -> generation across ``hops`` (oldest first): a target gets one more
+    than the largest generation among the sources feeding it; databases no hop created
+    are generation 0 (absent from the result)."""
+    gen: dict[str, int] = {}
+    for hop in hops:
+        for target, url in hop.target_urls.items():
+            fed = [gen.get(hop.source_urls.get(s, ""), 0) for s in hop.feeding(target)]
+            gen[url] = 1 + max(fed, default=0)
+    return gen
+
+
 def _meet(a: KeyRange, b: KeyRange) -> bool:
     return a.intersect(b) is not None
 
 
-__all__ = ["MARK_MARGIN_S", "Hop"]
+__all__ = ["MARK_MARGIN_S", "Hop", "generations"]

@@ -61,6 +61,11 @@ class KeyspaceTopo:
     pending (from the switch to ``complete``): ``{"sources": {shard: final
     position}, "targets": {shard: position at the journal}, "at": time}``.
     Change streams hop over the switch with it (:mod:`shardgate.streams.hop`).
+
+    ``history`` keeps the journals of completed write switches, oldest first,
+    each with ``urls`` (the retired sources' databases): ``complete`` moves
+    the journal there, so a reader behind the switch (a Spark
+    ``shardgate_changes`` checkpoint) can still hop over it.
     """
 
     name: str
@@ -75,6 +80,8 @@ class KeyspaceTopo:
     read_shards: list[str] | None = None
     #: the journal of the last write switch, until ``complete`` (see above)
     journal: dict[str, Any] | None = None
+    #: the journals of completed write switches, oldest first (see above)
+    history: list[dict[str, Any]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.shards.sort(key=lambda s: s.key_range.start)
@@ -167,6 +174,13 @@ class Topology:
                     and isinstance(journal.get("targets", {}), Mapping)):
                 raise InvalidArgument(f"{kpath}.reshard_journal: must be an object with "
                                       "'sources' and 'targets' (shard -> position)")
+            history = spec.get("reshard_history", [])
+            if not isinstance(history, list) or not all(
+                    isinstance(h, Mapping) and isinstance(h.get("sources"), Mapping)
+                    and isinstance(h.get("targets", {}), Mapping)
+                    and isinstance(h.get("urls"), Mapping) for h in history):
+                raise InvalidArgument(f"{kpath}.reshard_history: must be a list of journals "
+                                      "with 'sources', 'targets' and 'urls'")
             vschema = spec.get("vschema", {"sharded": len(shards) > 1})
             if not isinstance(vschema, Mapping):
                 raise InvalidArgument(f"{kpath}.vschema: must be a vschema object")
@@ -187,7 +201,8 @@ class Topology:
             try:
                 keyspaces[ks_name] = KeyspaceTopo(
                     ks_name, shards, vs, coll, pending, read_shards,
-                    dict(journal) if journal is not None else None)
+                    dict(journal) if journal is not None else None,
+                    [dict(h) for h in history])
             except InvalidArgument as exc:
                 raise InvalidArgument(f"{kpath}.shards: {exc.message}") from exc
         default = doc.get("default_keyspace")
@@ -210,6 +225,7 @@ class Topology:
                     **({"read_shards": list(ks.read_shards)}
                        if ks.read_shards is not None else {}),
                     **({"reshard_journal": ks.journal} if ks.journal is not None else {}),
+                    **({"reshard_history": ks.history} if ks.history else {}),
                 }
                 for ks in self.keyspaces.values()
             }

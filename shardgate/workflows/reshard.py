@@ -34,11 +34,14 @@ States and what each guarantees:
     **reverse streams** (:mod:`shardgate.workflows.reverse`) replay the
     targets' changes on the sources; ``reverse-traffic`` switches writes back
     (state ``reversing`` while it runs) and returns to ``running``.
-``complete`` then removes the sources from the keyspace and deletes the
-records (the source databases keep their data); ``cancel`` (before
-``switched``) removes the targets from the keyspace and deletes the record
-(the target databases keep what was copied). Both drop the change capture
-the workflow set up on the targets.
+``complete`` then removes the sources from the keyspace, moves the journal to
+the keyspace's ``reshard_history`` (with the sources' and targets'
+databases: readers behind the switch still hop over it) and deletes the
+records (the source databases keep their data, and their change capture
+when it was there before the workflow: ``source_capture`` in the record);
+``cancel`` (before ``switched``) removes the targets from the keyspace and
+deletes the record (the target databases keep what was copied) and drops
+the change capture the workflow set up on the targets.
 
 Who works on it: every save of the record also renews this process's
 **lease** (``runner``: id, pid, host, expiry ``LEASE_S`` later). A command
@@ -87,7 +90,7 @@ from typing import Any, Self
 from shardgate.aio import wait_for
 from shardgate.backends import open_backend
 from shardgate.backends.base import Backend, Connection
-from shardgate.backends.change_log import open_change_log
+from shardgate.backends.change_log import capture_exists, open_change_log
 from shardgate.backends.changes import ChangeLog
 from shardgate.errors import (
     Aborted,
@@ -137,6 +140,8 @@ CUTOVER_TIMEOUT_S = 10.0
 #: before a write cut-over: catch-up rounds at most, and a round short enough to stop
 PRE_CUTOVER_ROUNDS = 10
 SHORT_ROUND_S = 0.2
+#: completed write switches' journals kept in the keyspace record (``reshard_history``)
+HISTORY_KEPT = 32
 #: how often catch-up saves its position (a crash replays at most this much)
 SAVE_EVERY_S = 0.5
 #: how long a process's claim on a workflow lasts without a save (seconds)
@@ -536,7 +541,14 @@ class ReshardWorkflow:
         await self._edit_keyspace(lambda doc: doc.setdefault("pending_shards", {}).update(
             dict(self.spec.target_urls)))
         await self._create_target_tables()
-        for _, log in (await self._sources()).values():
+        sources = await self._sources()
+        created = dict(self.doc.get("source_capture") or {})
+        for s, (backend, _) in sources.items():
+            if s not in created:
+                created[s] = not await capture_exists(backend)
+        if created != self.doc.get("source_capture"):
+            await self._save(source_capture=created)  # before: a crash still cleans up
+        for _, log in sources.values():
             await log.prepare()
 
     async def _estimate(self) -> int:
@@ -1033,21 +1045,35 @@ class ReshardWorkflow:
         await self._recover()
         self._need("switched", "complete")
 
+        topo = await self._topology()
+        urls = {s: self._url(topo, s) for s in self.spec.sources}
+
         def change(doc: dict[str, Any]) -> None:
             for s in self.spec.sources:
                 doc.get("pending_shards", {}).pop(s, None)
-            doc.pop("reshard_journal", None)  # the sources are gone: no stream can hop
+            # the sources are gone: no gate stream hops any more; the journal goes to the
+            # history, with the sources' databases, for readers still behind the switch
+            # (a Spark ``shardgate_changes`` checkpoint, see shardgate.streams.hop)
+            journal = doc.pop("reshard_journal", None)
+            if journal is not None:
+                history = list(doc.get("reshard_history") or [])
+                history.append({**journal, "urls": urls,
+                                "target_urls": dict(self.spec.target_urls)})
+                doc["reshard_history"] = history[-HISTORY_KEPT:]
 
         sources = await self._sources()  # read before they leave the keyspace
         await self._edit_keyspace(change)
         await self._reverse.finish(drop_capture=False)
-        # the sources left the keyspace: no stream reads them again, and a PostgreSQL
-        # slot nobody reads would keep their WAL forever
+        # the sources left the keyspace: the workflow's own capture goes (a PostgreSQL
+        # slot nobody reads would keep their WAL forever); capture that was there before
+        # the workflow is someone else's (a change stream may still have to drain it)
+        created = self.doc.get("source_capture") or {}
         for name, (_, log) in sources.items():
             cursor = self._cursors.pop(name, None)
             if cursor is not None:
                 await cursor.close()
-            await log.drop()
+            if created.get(name, True):
+                await log.drop()
         await self.store.delete_workflow(self.spec.journal)
         await self.store.delete_workflow(self.spec.record, expect=self.version)
         return (f"{self.spec.record} complete: shards {list(self.spec.sources)} left keyspace "

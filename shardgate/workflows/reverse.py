@@ -52,6 +52,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from shardgate.backends.base import Backend
+from shardgate.backends.change_log import capture_exists
 from shardgate.backends.changes import ChangeLog
 from shardgate.errors import DeadlineExceeded, FailedPrecondition, Unsupported
 from shardgate.keys import parse_shard_name
@@ -147,7 +148,7 @@ class ReverseStreams:
         created = dict(flow.doc.get("reverse_capture") or {})
         for t, (backend, _) in self._targets().items():
             if t not in created:
-                created[t] = not await _capture_exists(backend)
+                created[t] = not await capture_exists(backend)
         if created != flow.doc.get("reverse_capture"):
             await flow._save(reverse_capture=created)  # before: a crash still cleans up
         for _, log in self._targets().values():
@@ -330,16 +331,3 @@ class ReverseStreams:
             if drop_capture and created and name in targets:
                 await targets[name][1].drop()
         await flow.store.delete_workflow(self.journal)
-
-
-async def _capture_exists(backend: Backend) -> bool:
-    """Whether the database already has shardgate's change capture (someone else's)."""
-    match backend.dialect:
-        case "postgres":
-            sql = ("SELECT 1 FROM pg_replication_slots WHERE database = current_database() "
-                   "AND left(slot_name, 4) = 'sga_'")
-        case "sqlite":
-            sql = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = '_sg_changes'"
-        case _:
-            return False
-    return bool((await backend.execute(sql)).rows)

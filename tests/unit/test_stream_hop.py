@@ -48,3 +48,44 @@ def test_tokens_compare_across_the_hop() -> None:
     # ranges that do not meet, and same-shard pairs: the design's rules
     assert hop.compare(src, other_side) == Freshness.NEWER
     assert hop.compare(src, EventToken(999.0, "app/-80", "111")) == Freshness.OLDER
+
+
+def test_spark_offsets_hop_a_split_then_a_merge_that_reuses_a_name() -> None:
+    """``shardgate_changes`` offsets (spark/changes_hop.py): a split of ``-80`` completed
+    (in the history), then a merge of its halves back into a new ``-80`` switched; an
+    offset from before both reads old ``-80`` to its end, then the halves, then the new
+    ``-80``, which has its own key."""
+    from shardgate.spark.changes_hop import View
+
+    split = {"sources": {"-80": "120"}, "targets": {"-40": "7", "40-80": "3"}, "at": 1.0,
+             "urls": {"-80": "sqlite:///old80"},
+             "target_urls": {"-40": "sqlite:///a", "40-80": "sqlite:///b"}}
+    merge = {"sources": {"-40": "50", "40-80": "60"}, "targets": {"-80": "9"}, "at": 2.0}
+    topo = Topology.from_dict({"keyspaces": {"app": {
+        "shards": {"-80": "sqlite:///new80", "80-": "sqlite:///e"},
+        "pending_shards": {"-40": "sqlite:///a", "40-80": "sqlite:///b"},
+        "vschema": {"sharded": True}, "reshard_journal": merge,
+        "reshard_history": [split]}}})
+    ks = Topology.from_dict(topo.to_dict()).keyspace("app")
+    assert ks.history == [split]
+    view = View(ks)
+    assert [s.key for s in view.serving] == ["-80@2", "80-"]
+    assert view.by_key["-80"].url == "sqlite:///old80" and view.by_key["-80"].final == "120"
+    assert view.by_key["-40@1"].final == "50"
+
+    start = {"-80": "100", "80-": "5"}  # a checkpoint from before the split
+    out = {"-80": "110", "80-": "6"}
+    joins, waiting = view.hop(start, out)
+    assert not joins and waiting == {"-40@1", "40-80@1"}  # old -80 not at its end yet
+    out = {"-80": "120", "80-": "6"}
+    joins, _ = view.hop(start, out)
+    assert sorted((j.db.key, j.position) for j in joins) == [("-40@1", "7"), ("40-80@1", "3")]
+    start = {"-80": "120", "80-": "6", "-40@1": "7", "40-80@1": "3"}
+    out = {**start, "-40@1": "50", "40-80@1": "20"}
+    joins, waiting = view.hop(start, out)
+    assert "-80" not in out  # drained in ``start``, its targets in the offset: it leaves
+    assert not joins and waiting == {"-80@2"}  # 40-80 is not at its end yet
+    out["40-80@1"] = "60"
+    joins, _ = view.hop(start, out)
+    assert [(j.db.key, j.db.url, j.position) for j in joins] == [
+        ("-80@2", "sqlite:///new80", "9")]
