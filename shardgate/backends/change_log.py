@@ -31,13 +31,16 @@ def open_change_log(url: str, shard: str, **options: Any) -> ChangeLog:
 
 async def capture_exists(backend: Backend) -> bool:
     """Whether the database has shardgate's change capture (a PostgreSQL anchor slot,
-    SQLite's change table; MariaDB needs none: False)."""
+    SQLite's change table; MariaDB: always, the binlog is the server's and nothing is
+    created per database, so a workflow never drops it)."""
     match backend.dialect:
         case "postgres":
             sql = ("SELECT 1 FROM pg_replication_slots WHERE database = current_database() "
                    "AND left(slot_name, 4) = 'sga_'")
         case "sqlite":
             sql = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = '_sg_changes'"
+        case "mysql":
+            return True
         case _:
             return False
     return bool((await backend.execute(sql)).rows)

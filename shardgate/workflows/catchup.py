@@ -142,6 +142,9 @@ class Applier:
                         else:
                             await writer.delete(conn, rows)
                     await self._pass.end(backend, conn)
+            except BaseException:
+                self._pass.abandon(backend, conn)
+                raise
             finally:
                 await backend.release(conn)
 

@@ -18,14 +18,22 @@ SQLite
     the table :data:`MARK_TABLE` has a row. The applier inserts it first and
     deletes it last in its own transaction; SQLite has one writer at a time
     and readers see only committed rows, so no other writer ever sees it.
+MariaDB
+    the session's user variable :data:`MYSQL_VARIABLE` is 1 (MariaDB has no
+    transaction-local setting). The applier sets it first in its transaction
+    and clears it last; a transaction that fails between marks its connection
+    broken, so the pool closes it instead of lending it with the variable set
+    (:meth:`ApplyPass.abandon`). The workflow's backends are its own: no gate
+    session ever sets it.
 
 Invariant: outside an applier's transaction a frozen table refuses every
 write (the mark is never committed, the setting never outlives the
-transaction).
+transaction, the variable never outlives the applier's use of its session).
 """
 
 from __future__ import annotations
 
+from shardgate.backends._pool import PooledConnection
 from shardgate.backends.base import Backend, Connection
 from shardgate.topo.model import WRITES_FROZEN
 
@@ -33,6 +41,8 @@ from shardgate.topo.model import WRITES_FROZEN
 MARK_TABLE = "_sg_reshard_apply"
 #: PostgreSQL: the transaction-local setting that lets the applier's writes through
 PG_SETTING = "shardgate.reshard_apply"
+#: MariaDB: the session's user variable (``@...``) that lets the applier's writes through
+MYSQL_VARIABLE = "_sg_reshard_apply"
 
 _MESSAGE = f"{WRITES_FROZEN}: writes paused for a reshard cut-over"
 
@@ -69,11 +79,22 @@ class ApplyPass:
             case "sqlite":
                 if await self._has_mark(backend, conn):
                     await conn.execute(f"INSERT OR REPLACE INTO {MARK_TABLE} (k) VALUES (1)")
+            case "mysql":
+                await conn.execute(f"SET @{MYSQL_VARIABLE} = 1")
 
     async def end(self, backend: Backend, conn: Connection) -> None:
         """Last statement of an applier's transaction on ``backend`` (before COMMIT)."""
         if backend.dialect == "sqlite" and self._marked.get(id(backend)):
             await conn.execute(f"DELETE FROM {MARK_TABLE}")
+        elif backend.dialect == "mysql":
+            await conn.execute(f"SET @{MYSQL_VARIABLE} = NULL")
+
+    @staticmethod
+    def abandon(backend: Backend, conn: Connection) -> None:
+        """An applier's transaction on ``backend`` failed after :meth:`begin`: on
+        MariaDB its session may still carry the variable, so the pool must close it."""
+        if backend.dialect == "mysql" and isinstance(conn, PooledConnection):
+            conn.broken = True
 
     async def _has_mark(self, backend: Backend, conn: Connection) -> bool:
         key = id(backend)

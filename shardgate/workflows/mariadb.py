@@ -16,9 +16,14 @@ is in the snapshot, none after it (one GTID domain: see
 
 The write cut-over freezes the moving tables with ``BEFORE`` triggers that
 ``SIGNAL`` an error carrying :data:`~shardgate.topo.model.WRITES_FROZEN`
-(the gates hold such writes). Creating a trigger takes the table's exclusive
-metadata lock, so it waits for the transactions that wrote the table to end:
-after it, no write in flight can still commit.
+(the gates hold such writes), unless the session's user variable
+:data:`~shardgate.workflows.freeze.MYSQL_VARIABLE` is 1: the workflow's
+applier sets it around its own transactions (the reverse stream writes the
+frozen sources; the forward one, after ``reverse-traffic``, the frozen
+targets; see :mod:`shardgate.workflows.freeze`). Creating (or replacing) a
+trigger takes the table's exclusive metadata lock, so it waits for the
+transactions that wrote the table to end: after it, no write in flight can
+still commit.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from __future__ import annotations
 from shardgate.backends.base import Connection
 from shardgate.errors import FailedPrecondition
 from shardgate.topo.model import WRITES_FROZEN
+from shardgate.workflows.freeze import MYSQL_VARIABLE
 from shardgate.workflows.rowsql import quote
 
 _OPS = ("INSERT", "UPDATE", "DELETE")
@@ -51,7 +57,10 @@ async def begin_snapshot(conn: Connection) -> str:
 
 
 def freeze_sql(table: str, on: bool) -> list[str]:
-    """The statements that make ``table`` refuse (``on``) or accept again writes."""
+    """The statements that make ``table`` refuse (``on``) or accept again writes.
+
+    ``CREATE OR REPLACE``: a trigger an older version left (refusing the applier
+    too) is replaced by one that lets the applier through."""
     out = []
     for op in _OPS:
         trig = quote("mysql", f"_sg_deny_{op.lower()}_{table}")
@@ -59,8 +68,8 @@ def freeze_sql(table: str, on: bool) -> list[str]:
             out.append(f"DROP TRIGGER IF EXISTS {trig}")
         else:
             out.append(
-                f"CREATE TRIGGER IF NOT EXISTS {trig} BEFORE {op} ON {quote('mysql', table)} "
-                "FOR EACH ROW "
+                f"CREATE OR REPLACE TRIGGER {trig} BEFORE {op} ON {quote('mysql', table)} "
+                f"FOR EACH ROW IF COALESCE(@{MYSQL_VARIABLE}, 0) <> 1 THEN "
                 f"SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = '{WRITES_FROZEN}: writes paused "
-                "for a reshard cut-over'")
+                "for a reshard cut-over'; END IF")
     return out

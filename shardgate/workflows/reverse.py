@@ -9,14 +9,17 @@ Part of :class:`~shardgate.workflows.reshard.ReshardWorkflow` (which holds one
     ``complete`` and ``cancel`` drop it again; ``False``: it was there before,
     someone else's). ``switch-traffic --writes`` prepares it before the
     freeze (creating a PostgreSQL slot waits for open transactions), so the
-    targets' logs hold every change from the write switch on. Targets of
-    other kinds (MariaDB) get none: ``reverse-traffic`` after their switch is
-    refused with ``UNIMPLEMENTED``.
+    targets' logs hold every change from the write switch on. A MariaDB
+    target's log is its server's binlog (checked: ROW, full images): always
+    there, server-wide, shared by every database of the server, so it is
+    recorded ``False`` and never dropped.
 ``reverse``
     from the write switch's journal on: ``{"streams": {<target>: {"pos",
     "lag_s"}}}``, each target's log position from which its changes are the
     gates' (the journal record carries them as ``reverse_positions``: the
-    targets' log ends once the final catch-up committed). Catch-up in state
+    targets' log ends once the final catch-up committed; on MariaDB the
+    server's GTID position, the same for targets sharing a server: each
+    target's reader filters the binlog to its own schema). Catch-up in state
     ``switched`` (every command, ``run --follow``) replays each target's log
     from ``pos`` on the sources whose key ranges hold the images' keyspace
     ids (:class:`~shardgate.workflows.catchup.Applier` with the roles
@@ -70,7 +73,7 @@ from shardgate.workflows.rowsql import MovingTable
 #: the workflow's state while ``reverse-traffic`` switches writes back
 REVERSING = "reversing"
 #: target kinds whose changes the reverse stream can read
-_CAPTURED = ("sqlite", "postgres")
+_CAPTURED = ("sqlite", "postgres", "mysql")
 #: how often reverse catch-up saves its positions (seconds)
 _SAVE_EVERY_S = 0.5
 
@@ -133,7 +136,7 @@ class ReverseStreams:
                 for t in self.flow.spec.targets}
 
     def supported(self) -> bool:
-        """Whether every target's changes can be read (SQLite, PostgreSQL)."""
+        """Whether every target's changes can be read (SQLite, PostgreSQL, MariaDB)."""
         return all(b.dialect in _CAPTURED for b, _ in self._targets().values())
 
     # -- at the write switch ------------------------------------------------------
@@ -243,9 +246,9 @@ class ReverseStreams:
         flow = self.flow
         if not (flow.doc.get("reverse") or {}).get("streams"):
             raise Unsupported(
-                f"{flow.spec.record} has no reverse stream (targets of a kind whose changes "
-                "cannot be read, or switched by an older version): reverse-traffic after the "
-                "write switch needs SQLite or PostgreSQL targets")
+                f"{flow.spec.record} has no reverse stream (its writes were switched by a "
+                "version that did not capture the targets' changes): reverse-traffic after "
+                "the write switch needs the targets' changes from the switch on")
         for _ in range(rounds):
             round_start = time.monotonic()
             await self.catch_up()
@@ -319,7 +322,8 @@ class ReverseStreams:
     async def finish(self, *, drop_capture: bool) -> None:
         """``complete`` / ``cancel``: stop the reverse streams and delete the reverse
         journal; with ``drop_capture`` (``cancel``: the targets are discarded) also drop
-        the capture the workflow set up on the targets (and their PostgreSQL slots).
+        the capture the workflow set up on the targets (and their PostgreSQL slots;
+        a MariaDB target's binlog is server-wide, never the workflow's: kept).
         ``complete`` keeps it: the targets are the serving shards, and their change logs
         carry the keyspace's change streams from the write switch on."""
         flow = self.flow

@@ -7,7 +7,8 @@ one round trip per row change. Now a table whose only unique key is its primary 
 gets each key's last image (or delete) alone, deletes in one statement and upserts in
 one; a table with another unique key keeps the order of its writes (a row may take a
 value another row gives up in the same batch). Checked on every backend: the rows
-after the batch equal a model, and the number of statements the applier sent.
+after the batch equal a model, and the number of statements the applier sent. On
+MariaDB the applier also writes through a freeze that refuses every other session.
 (``bench/reshard_mariadb_catchup.py`` measures the rate under load.)
 """
 
@@ -22,11 +23,14 @@ import pytest
 from shardgate.backends import open_backend
 from shardgate.backends.base import Backend
 from shardgate.backends.changes import DELETE, INSERT, UPDATE, RowChange, Transaction
+from shardgate.errors import ShardgateError
 from shardgate.event_token import EventToken
 from shardgate.keys import KeyRange
+from shardgate.topo.model import WRITES_FROZEN
 from shardgate.vindexes import create_vindex
 from shardgate.vindexes.base import SingleColumn
 from shardgate.workflows.catchup import Applier
+from shardgate.workflows.mariadb import freeze_sql
 from shardgate.workflows.rowsql import MovingTable
 
 KINDS = [pytest.param("sqlite", id="sqlite"),
@@ -135,5 +139,42 @@ async def test_a_table_with_another_unique_key_keeps_the_order_of_its_writes(
                _tx(4, [RowChange("t", INSERT, (3,), None, _row(3, "x", 5))])]
         await applier.apply(txs)
         assert await _rows(backend) == {1: ("b", 0), 2: ("a", 0), 3: ("x", 5)}
+    finally:
+        await backend.close()
+
+
+@pytest.mark.mysql
+async def test_the_applier_writes_through_a_mariadb_freeze_and_no_one_else(
+    make_database: Any,
+) -> None:
+    """A frozen MariaDB table (the sources while the reverse stream runs, the targets
+    after reverse-traffic) takes the applier's writes and refuses everyone else's, also
+    on the applier's own connection after a failed applier transaction."""
+    backend = open_backend(make_database("mysql", "applyfrozen"))
+    try:
+        await backend.execute("CREATE TABLE t (id BIGINT PRIMARY KEY, v VARCHAR(64) NOT NULL, "
+                              "n INT NOT NULL)")
+        await backend.execute("INSERT INTO t (id, v, n) VALUES (1, 'old', 0)")
+        for sql in freeze_sql("t", True):
+            await backend.execute(sql)
+        applier = Applier({"t": TABLE}, [("-", KeyRange())], {"-": backend})
+        await applier.apply([_tx(1, [RowChange("t", UPDATE, (1,), _row(1, "old", 0),
+                                               _row(1, "new", 1)),
+                                     RowChange("t", INSERT, (2,), None, _row(2, "b", 2))])])
+        assert await _rows(backend) == {1: ("new", 1), 2: ("b", 2)}
+        with pytest.raises(ShardgateError, match=WRITES_FROZEN):
+            await backend.execute("DELETE FROM t")
+        # an applier transaction that fails after letting itself through (v NOT NULL):
+        # its connection (the pool's only one) must not be lent again with the pass on
+        with pytest.raises(ShardgateError):
+            await applier.apply([_tx(2, [RowChange("t", INSERT, (3,), None,
+                                                   {"id": 3, "v": None, "n": 0})])])
+        with pytest.raises(ShardgateError, match=WRITES_FROZEN):
+            await backend.execute("DELETE FROM t")
+        assert await _rows(backend) == {1: ("new", 1), 2: ("b", 2)}
+        for sql in freeze_sql("t", False):
+            await backend.execute(sql)
+        await backend.execute("DELETE FROM t WHERE id = 2")
+        assert await _rows(backend) == {1: ("new", 1)}
     finally:
         await backend.close()
