@@ -90,6 +90,10 @@ class Visibility:
     base, for logs whose commits are visible when read, says always.
     """
 
+    async def started(self) -> None:
+        """The reader starts at the log's end, just read: note the horizon of what
+        committed before it (never read, yet it must be visible to an exact read)."""
+
     def note(self, tx: Transaction) -> None:
         """The reader read ``tx``."""
 

@@ -123,8 +123,6 @@ class MySQLChangeLog(ThreadedChangeLog):
             "host": u.host, "port": u.port or 3306, "user": u.user or "root",
             "password": u.password or "", **tls_kwargs(u),
         }
-        #: the binlog coordinate of the latest current_position() (see BinlogVisibility)
-        self.horizon: tuple[int, int] | None = None
 
     def _sql_sync(self, fn: Callable[[Any], Any]) -> Any:
         try:
@@ -158,20 +156,11 @@ class MySQLChangeLog(ThreadedChangeLog):
             )
 
     async def current_position(self) -> str:
-        def q(cur: Any) -> tuple[str, tuple[int, int] | None]:
+        def q(cur: Any) -> str:
             cur.execute("SELECT @@gtid_binlog_pos")
-            position = str(cur.fetchone()[0] or "")
-            cur.execute("SHOW MASTER STATUS")
-            row = cur.fetchone()
-            return position, (binlog_mark(str(row[0]), int(row[1])) if row else None)
+            return str(cur.fetchone()[0] or "")
 
-        position, mark = await self._sql(q)
-        # A transaction in the binlog before this position may not be committed in the
-        # engine yet; a reader starting here never reads it: BinlogVisibility waits
-        # for a snapshot at or past this binlog offset.
-        if mark is not None and (self.horizon is None or mark > self.horizon):
-            self.horizon = mark
-        return str(position) or EMPTY_POSITION
+        return await self._sql(q) or EMPTY_POSITION
 
     @staticmethod
     def _gtid_list(cur: Any, log_name: str) -> str:
@@ -403,12 +392,22 @@ class BinlogVisibility(Visibility):
     """The binlog coordinate of the last transaction read against that of a
     ``START TRANSACTION WITH CONSISTENT SNAPSHOT`` (``binlog_snapshot_file`` and
     ``_position``: the snapshot holds exactly the transactions before it, MariaDB
-    committing in binlog order); the coordinate of the log's latest
-    :meth:`MySQLChangeLog.current_position` (a reader's start) must be in it too."""
+    committing in binlog order); the binlog's end at the reader's start (its
+    :meth:`started` horizon: a transaction binlogged before it may not be committed in
+    the engine yet, and the reader never reads it) must be in it too."""
 
     def __init__(self, log: MySQLChangeLog) -> None:
         self.log = log
         self.last: tuple[int, int] | None = None
+        self.horizon: tuple[int, int] | None = None
+
+    async def started(self) -> None:
+        def q(cur: Any) -> tuple[int, int] | None:
+            cur.execute("SHOW MASTER STATUS")
+            row = cur.fetchone()
+            return binlog_mark(str(row[0]), int(row[1])) if row else None
+
+        self.horizon = await self.log._sql(q)
 
     def note(self, tx: Transaction) -> None:
         if isinstance(tx.mark, tuple) and (self.last is None or tx.mark > self.last):
@@ -421,7 +420,7 @@ class BinlogVisibility(Visibility):
                              int(status["BINLOG_SNAPSHOT_POSITION"]))
         except (KeyError, ValueError, IndexError):
             return False  # no binlog coordinate: cannot tell
-        return all(m is None or m <= at for m in (self.last, self.log.horizon))
+        return all(m is None or m <= at for m in (self.last, self.horizon))
 
 
 def _connect(**settings: Any) -> Any:

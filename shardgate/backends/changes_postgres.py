@@ -266,13 +266,23 @@ def _translate(url: str) -> Callable[[BaseException], BaseException]:
 class PgVisibility(Visibility):
     """Decoded transaction ids against a ``pg_current_snapshot()`` (``xmin:xmax:xip,...``,
     64-bit ids): a decoded transaction is invisible when its id is at or past
-    ``xmax`` or listed in progress; one older than the horizon of the log's latest
-    :meth:`PostgresChangeLog.current_position` (committed before a reader's start,
-    so never decoded) must be over (below ``xmin``)."""
+    ``xmax`` or listed in progress; one older than the reader's start (its
+    :meth:`started` horizon: committed before the start, so never decoded) must be
+    over (below ``xmin``)."""
 
     def __init__(self, log: PostgresChangeLog) -> None:
         self.log = log
         self.decoded = DecodedXids()
+        #: a transaction id (32 bits) newer than any committed before the reader's start
+        self.horizon: int | None = None
+
+    async def started(self) -> None:
+        def q(cur: Any) -> str:
+            # a new id: every transaction flushed before the start has a smaller one
+            cur.execute("SELECT pg_current_xact_id()::text")
+            return str(cur.fetchone()[0])
+
+        self.horizon = int(await self.log._sql(q)) & 0xFFFFFFFF
 
     def note(self, tx: Transaction) -> None:
         if isinstance(tx.mark, int):
@@ -280,7 +290,7 @@ class PgVisibility(Visibility):
 
     def all_visible(self, snapshot: Sequence[Sequence[Any]]) -> bool:
         xmin, xmax, xip = str(snapshot[0][0]).split(":")
-        horizon = self.log.horizon
+        horizon = self.horizon
         if horizon is not None and xid_precedes(int(xmin) & 0xFFFFFFFF, horizon):
             return False
         top = int(xmax) & 0xFFFFFFFF
@@ -315,9 +325,6 @@ class PostgresChangeLog(ThreadedChangeLog):
         db = u.database or "postgres"
         clean = re.sub(r"[^a-z0-9_]", "_", db.lower())[:40]
         self.anchor = f"sga_{clean}_{hashlib.sha1(db.encode()).hexdigest()[:8]}"
-        #: a transaction id (32 bits) newer than any committed before the latest
-        #: current_position()
-        self.horizon: int | None = None
 
     # -- plain SQL, in a worker thread ----------------------------------------------
 
@@ -455,21 +462,11 @@ class PostgresChangeLog(ThreadedChangeLog):
         await self._sql(self._prepare)
 
     async def current_position(self) -> str:
-        def q(cur: Any) -> tuple[str, str]:
+        def q(cur: Any) -> str:
             cur.execute("SELECT pg_current_wal_lsn()::text")
-            position = str(cur.fetchone()[0])
-            # a new id: every transaction flushed before the position has a smaller one
-            cur.execute("SELECT pg_current_xact_id()::text")
-            return position, str(cur.fetchone()[0])
+            return str(cur.fetchone()[0])
 
-        position, xid = await self._sql(q)
-        # A commit flushed before this position but not yet visible would not be decoded
-        # by a reader starting here: all_visible waits until every transaction older
-        # than this horizon is over.
-        top = int(xid) & 0xFFFFFFFF
-        if self.horizon is None or xid_precedes(self.horizon, top):
-            self.horizon = top
-        return str(position)
+        return str(await self._sql(q))
 
     def _oldest(self, cur: Any) -> str:
         cur.execute(

@@ -119,6 +119,7 @@ class TabletStream:
                 # commit after it (MariaDB commit times are whole seconds).
                 stamp = math.floor(time.time()) - 1.0
                 self._position = self._base = await self.log.current_position()
+                await self.visibility.started()
                 self.last_token = EventToken(stamp, self.shard, self._position)
                 self.watermark = self.last_token.timestamp
             self._error = None

@@ -162,15 +162,15 @@ class Tablet:
         deadlock, a lock or serialization timeout, SQLite's busy database): the
         statement was its own transaction and rolled back whole, so running it again
         is what its client would do; after ``AUTOCOMMIT_ATTEMPTS`` the error goes back."""
-        for attempt in range(1, AUTOCOMMIT_ATTEMPTS + 1):
+        pause = AUTOCOMMIT_BACKOFF_S
+        for _ in range(AUTOCOMMIT_ATTEMPTS - 1):
             try:
                 return await self.backend.execute(sql, params, self.result_limits)
             except Aborted:
-                if attempt == AUTOCOMMIT_ATTEMPTS:
-                    raise
                 metrics.RETRIES.labels(self.keyspace, self.shard).inc()
-                await asyncio.sleep(AUTOCOMMIT_BACKOFF_S * 2 ** (attempt - 1))
-        raise AssertionError("unreachable")  # pragma: no cover
+                await asyncio.sleep(pause)
+                pause *= 2
+        return await self.backend.execute(sql, params, self.result_limits)
 
     async def _read_in_snapshot(
         self, sql: str, params: Sequence[Any], snapshot_sql: Sequence[str]

@@ -17,8 +17,8 @@ TOKEN = EventToken(1.0, "ks/-", "0/0")
 
 def _pg(*xids: int, horizon: int | None = None) -> PgVisibility:
     log = PostgresChangeLog("postgresql://u@127.0.0.1/db", "ks/-")
-    log.horizon = horizon
     v = log.visibility()
+    v.horizon = horizon
     for x in xids:
         v.note(Transaction(TOKEN, [], x))
     return v
@@ -73,8 +73,8 @@ def test_decoded_ids_are_bounded() -> None:
 def _binlog(*marks: tuple[int, int], horizon: tuple[int, int] | None = None
             ) -> BinlogVisibility:
     log = MySQLChangeLog("mysql://root@127.0.0.1/db", "ks/-")
-    log.horizon = horizon
     v = log.visibility()
+    v.horizon = horizon
     for m in marks:
         v.note(Transaction(TOKEN, [], m))
     return v
