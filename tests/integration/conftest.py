@@ -90,6 +90,22 @@ def tablets(request: pytest.FixtureRequest) -> str:
     return mode
 
 
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Start Spark's JVM before any test runs when a selected test needs it.
+
+    PySpark launches its JVM with ``subprocess`` and a ``preexec_fn``, so with a fork;
+    a fork while gRPC threads of earlier tests run in this process skips gRPC's fork
+    handlers, and the JVM was seen to exit before reporting its port (CI:
+    ``JAVA_GATEWAY_EXITED`` for every Spark test of one worker). Before the first
+    test no gRPC thread exists yet.
+    """
+    if any("spark" in getattr(item, "fixturenames", ()) for item in session.items):
+        from tests.integration.spark_session import start_spark
+
+        with contextlib.suppress(pytest.skip.Exception):  # no Spark: each test skips
+            start_spark()
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The ``tablets=processes`` variant runs for tests marked ``tablet_processes`` (whole
     modules: the gate, change-stream, queue and two-phase commit ones, on tablet

@@ -23,7 +23,19 @@ def _unavailable(reason: str) -> None:
     pytest.skip(message)
 
 
+_session: Any = None
+
+
 def start_spark() -> Any:
+    """The run's local Spark session, started on first call (see ``pytest_collection_finish``
+    in ``tests/integration/conftest.py`` for why that is early)."""
+    global _session
+    if _session is None:
+        _session = _start()
+    return _session
+
+
+def _start() -> Any:
     try:
         from pyspark.sql import SparkSession
     except ImportError as exc:
@@ -42,6 +54,7 @@ def start_spark() -> Any:
         builder.master("local[2,2]")
         .appName("shardgate-tests")
         .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
         .config("spark.driver.extraJavaOptions", JVM_FLAGS)
         .config("spark.executor.extraJavaOptions", JVM_FLAGS)
         .config("spark.sql.shuffle.partitions", "2")
