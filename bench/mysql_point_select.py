@@ -7,15 +7,20 @@ on ``id``) over gRPC and the MySQL protocol. One client, sequentially:
 * **mysql listener**: PyMySQL to the gate's MySQL port, ``SELECT id, v FROM t
   WHERE id = <n>`` (PyMySQL interpolates the value client-side, as usual);
 * **direct**: the same PyMySQL statement straight to the MariaDB database;
-* **grpc**: the gate's asyncio gRPC client, the same select with a bind variable.
+* **grpc**: the gate's asyncio gRPC client, the same select with a bind variable;
+* **bare proxy** (the floor of any proxy in Python): PyMySQL through a
+  process of its own running an asyncio server that only copies bytes between
+  the client and MariaDB (no parsing, no routing). A Python process in the
+  path costs two more loopback round trips and event-loop wake-ups per
+  statement; what that alone costs is the most any listener in Python can reach.
 
-The three run in alternating rounds of 0.25 s, so a busy machine slows all
-three alike and the ratios stay meaningful.
+The four run in alternating rounds of 0.25 s, so a busy machine slows all
+four alike and the ratios stay meaningful.
 
     python bench/mysql_point_select.py [--seconds 3] [--smoke]
 
-Prints ops/s of each, and the listener's and gRPC's ratio to direct (goal for
-the listener: >= 0.5).
+Prints ops/s of each, and each one's ratio to direct (goal for the listener:
+>= 0.5), and the listener's ratio to the bare proxy.
 """
 
 from __future__ import annotations
@@ -104,6 +109,44 @@ def start_gate(workdir: Path) -> tuple[subprocess.Popen[bytes], int, int]:
     raise SystemExit("shardgate gate did not start")
 
 
+PROXY = r'''
+import asyncio, sys
+
+async def pipe(reader, writer):
+    try:
+        while data := await reader.read(65536):
+            writer.write(data)
+    finally:
+        writer.close()
+
+async def handle(client_reader, client_writer):
+    server_reader, server_writer = await asyncio.open_connection(sys.argv[1], int(sys.argv[2]))
+    await asyncio.gather(pipe(client_reader, server_writer), pipe(server_reader, client_writer))
+
+async def main():
+    server = await asyncio.start_server(handle, "127.0.0.1", int(sys.argv[3]))
+    async with server:
+        await server.serve_forever()
+
+asyncio.run(main())
+'''
+
+
+def start_proxy() -> tuple[subprocess.Popen[bytes], int]:
+    """The bare proxy (``PROXY``) in a process of its own, in front of MariaDB; its port."""
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-c", PROXY, HOST, str(PORT), str(port)])
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return proc, port
+        except OSError:
+            time.sleep(0.05)
+    proc.kill()
+    raise SystemExit("the bare proxy did not start")
+
+
 class Rate:
     """Operations and seconds of one path, summed over its rounds."""
 
@@ -146,15 +189,18 @@ def pymysql_op(conn: Any, keys: list[int]) -> Callable[[int], None]:
     return op
 
 
-async def measure(grpc_port: int, mysql_port: int, seconds: float,
-                  keys: list[int]) -> tuple[float, float, float]:
-    """The three paths in alternating rounds (the machine's load hits all alike)."""
+async def measure(grpc_port: int, mysql_port: int, proxy_port: int, seconds: float,
+                  keys: list[int]) -> tuple[float, float, float, float]:
+    """The four paths in alternating rounds (the machine's load hits all alike)."""
     direct_conn = pymysql.connect(host=HOST, port=PORT, user="root", database=DB,
                                   autocommit=True)
     listener_conn = pymysql.connect(host="127.0.0.1", port=mysql_port, user="root",
                                     database="bench", autocommit=True)
+    proxy_conn = pymysql.connect(host="127.0.0.1", port=proxy_port, user="root", database=DB,
+                                 autocommit=True)
     direct_op, listener_op = pymysql_op(direct_conn, keys), pymysql_op(listener_conn, keys)
-    rates = Rate(), Rate(), Rate()
+    proxy_op = pymysql_op(proxy_conn, keys)
+    rates = Rate(), Rate(), Rate(), Rate()
     rounds = max(1, int(seconds / ROUND_S))
     try:
         async with GateClient(f"grpc://127.0.0.1:{grpc_port}", keyspace="bench") as client:
@@ -166,15 +212,19 @@ async def measure(grpc_port: int, mysql_port: int, seconds: float,
             warm = Rate()
             sync_round(0.2, direct_op, warm)  # warm up: connections, plan cache
             sync_round(0.2, listener_op, warm)
+            sync_round(0.2, proxy_op, warm)
             await async_round(0.2, grpc_op, warm)
             for _ in range(rounds):
                 sync_round(ROUND_S, direct_op, rates[0])
                 sync_round(ROUND_S, listener_op, rates[1])
                 await async_round(ROUND_S, grpc_op, rates[2])
+                sync_round(ROUND_S, proxy_op, rates[3])
     finally:
         direct_conn.close()
         listener_conn.close()
-    return rates[0].per_second(), rates[1].per_second(), rates[2].per_second()
+        proxy_conn.close()
+    return (rates[0].per_second(), rates[1].per_second(), rates[2].per_second(),
+            rates[3].per_second())
 
 
 def main(seconds: float) -> None:
@@ -182,17 +232,23 @@ def main(seconds: float) -> None:
     keys = [random.randrange(ROWS) for _ in range(4096)]
     with tempfile.TemporaryDirectory() as tmp:
         proc, grpc_port, mysql_port = start_gate(Path(tmp))
+        proxy, proxy_port = start_proxy()
         try:
-            direct, listener, grpc = asyncio.run(measure(grpc_port, mysql_port, seconds, keys))
+            direct, listener, grpc, bare = asyncio.run(
+                measure(grpc_port, mysql_port, proxy_port, seconds, keys))
         finally:
-            proc.terminate()
-            proc.wait(timeout=30)
+            for p in (proc, proxy):
+                p.terminate()
+                p.wait(timeout=30)
             drop_database()
     print("point select by primary vindex, one client (reference: PyMySQL straight to MariaDB)")
     print(f"{'path':<28}{'ops/s':>10}{'ratio':>8}")
     print(f"{'direct (PyMySQL->MariaDB)':<28}{direct:>10.0f}{1.0:>8.2f}")
     print(f"{'mysql listener (PyMySQL)':<28}{listener:>10.0f}{listener / direct:>8.2f}")
     print(f"{'grpc (GateClient)':<28}{grpc:>10.0f}{grpc / direct:>8.2f}")
+    print(f"{'bare proxy (PyMySQL)':<28}{bare:>10.0f}{bare / direct:>8.2f}")
+    print(f"listener / bare proxy: {listener / bare:.2f} (the bare proxy is the floor of any "
+          "Python process in the path)")
 
 
 if __name__ == "__main__":

@@ -94,3 +94,19 @@ class Result:
     @classmethod
     def of_rows(cls, fields: Sequence[str], rows: Sequence[Row]) -> Result:
         return cls(fields=list(fields), rows=list(rows))
+
+
+@dataclass(slots=True)
+class WireResult:
+    """A MySQL-family shard's answer to a read as the MySQL text protocol carries it.
+
+    ``columns`` are the payloads of its column definition packets (the shard's
+    own types, flags and character sets; their schema is the shard database's
+    name), ``rows`` those of its row packets, in order. Made for a client
+    speaking the MySQL protocol, which takes them as they are (the gate's MySQL
+    listener); ``size`` is the bytes of the rows (for the result limits).
+    """
+
+    columns: list[bytes]
+    rows: list[bytes]
+    size: int = 0

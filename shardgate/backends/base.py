@@ -39,7 +39,7 @@ from typing import Any
 
 from shardgate.backends.copytext import TextRows
 from shardgate.errors import FailedPrecondition, InvalidArgument, ShardgateError
-from shardgate.result import Result, ResultLimits
+from shardgate.result import Result, ResultLimits, WireResult
 
 
 class Connection(ABC):
@@ -237,6 +237,16 @@ class Backend(ABC):
             return await conn.execute(sql, params, limits)
         finally:
             await self.release(conn)
+
+    #: whether :meth:`execute_wire` answers (MariaDB/MySQL with its query pool)
+    gives_wire = False
+
+    async def execute_wire(
+        self, sql: str, params: Sequence[Any] = (), limits: ResultLimits | None = None
+    ) -> WireResult | None:
+        """An autocommit read's answer as MySQL protocol packets, for a MySQL client to
+        take as they are; None where the database does not speak that protocol."""
+        return None
 
     @abstractmethod
     async def ping(self) -> None:

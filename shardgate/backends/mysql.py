@@ -43,6 +43,7 @@ Invariants:
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import threading
 from collections.abc import Sequence
@@ -63,6 +64,7 @@ from shardgate.backends._pool import (
 )
 from shardgate.backends.base import LeaseHandle, check_xid
 from shardgate.backends.missing import missing
+from shardgate.backends.mysql_queries import QueryPool, asyncmy_kwargs
 from shardgate.backends.urls import DatabaseURL, parse_url
 from shardgate.errors import (
     Aborted,
@@ -76,7 +78,7 @@ from shardgate.errors import (
     ShardgateError,
     Unavailable,
 )
-from shardgate.result import Result, ResultLimits
+from shardgate.result import Result, ResultLimits, WireResult
 
 DEFAULT_CONNECT_TIMEOUT_S = 3
 DEFAULT_PORT = 3306
@@ -472,10 +474,42 @@ class MySQLBackend(PooledBackend):
                 ) from None
         self._kwargs = kwargs
         super().__init__(url, pool_size=pool_size)
+        #: autocommit statements on asyncio-native connections (mysql_queries); shards
+        #: reached with TLS (asyncmy has no "preferred" mode) use the connection pool
+        self._queries: QueryPool | None = None
+        self._collation_read = False
+        if kwargs.get("ssl_disabled"):
+            self._queries = QueryPool(
+                asyncmy_kwargs(kwargs), self.safe_url, pool_size, self.pool_timeout_s,
+                translate, translate_connect, functools.partial(_kill_query, kwargs))
+        self.gives_wire = self._queries is not None
+
+    async def execute(
+        self, sql: str, params: Sequence[Any] = (), limits: ResultLimits | None = None
+    ) -> Result:
+        """One autocommit statement: on the query pool (the first on the connection
+        pool, whose connect reads the database's collation)."""
+        if self._queries is None or not self._collation_read or self._closed:
+            return await super().execute(sql, params, limits)
+        return await self._queries.execute(sql, params, limits)
+
+    async def execute_wire(
+        self, sql: str, params: Sequence[Any] = (), limits: ResultLimits | None = None
+    ) -> WireResult | None:
+        """A read's answer as the server's packets, on the query pool (None without one)."""
+        if self._queries is None or not self._collation_read or self._closed:
+            return None
+        return await self._queries.execute_wire(sql, params, limits)
+
+    async def close(self) -> None:
+        if self._queries is not None:
+            await self._queries.close()
+        await super().close()
 
     async def _connect(self) -> PooledConnection:
         conn = await MySQLConnection.open(self._kwargs, self.safe_url)
         self.collation = getattr(conn._raw, "sg_collation", None) or self.collation
+        self._collation_read = True
         return conn
 
     async def try_lease(self, name: str) -> LeaseHandle | None:

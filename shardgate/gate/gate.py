@@ -101,7 +101,7 @@ from shardgate.planner.build import (
 from shardgate.queues import router as queue_router
 from shardgate.queues.ddl import create_queue_from
 from shardgate.queues.events import QueueBatch
-from shardgate.result import ExecuteOptions, Result, Row, rows_size
+from shardgate.result import ExecuteOptions, Result, Row, WireResult, rows_size
 from shardgate.sql.classify import classify
 from shardgate.sql.dialect import strip_qualifiers
 from shardgate.sql.inputs import check_bind_vars, check_sql
@@ -728,6 +728,80 @@ class Gate:
                 if not isinstance(planned, Plan):  # pragma: no cover - same SQL, same kind
                     return await self._control(session, planned)
 
+    async def execute_wire(
+        self, session: Session, sql: str, bind_vars: Mapping[str, Any] | None = None
+    ) -> WireResult | None:
+        """:meth:`execute` for a MySQL client: a point read's answer as the MariaDB/MySQL
+        shard's own packets (:class:`~shardgate.result.WireResult`), or None where the
+        statement is not such a read (a transaction open, more than one shard, another
+        database, a tablet in another process): the caller then runs :meth:`execute`.
+
+        The same checks and records as :meth:`execute`'s point path: authorization,
+        routing, the query timeout, the result limits, statistics, query log, metrics.
+        """
+        bv = check_bind_vars(bind_vars)
+        self.authorize(session, sql)
+        planned = self.plan(sql, session.plan_key)
+        if (type(planned) is not Plan or session.in_transaction or session.ended is not None
+                or type(planned.instructions) is not Route or not planned.instructions.point):
+            return None
+        prim = planned.instructions
+        cursor = _SessionCursor(self, session)
+        cursor.reads = True
+        try:
+            shard = await prim.point_shard(cursor, bv)
+        except ShardgateError:
+            raise
+        except Exception as exc:
+            raise _unexpected(exc) from exc
+        if shard is None:
+            return None
+        tablet = cursor._tablet(prim.keyspace, shard)
+        if not tablet.gives_wire:
+            return None
+        sql_shard, args = prim.query.for_dialect(tablet.dialect, tablet.placeholder).bind(bv)
+        timeout_ms = (session.query_timeout_ms if session.query_timeout_ms is not None
+                      else self.limits.query_timeout_ms)
+        start, calls = time.perf_counter(), session.shard_calls
+        session.busy += 1
+        live = self.live.start(session, planned.normalized)
+        try:
+            session.shard_calls += 1
+            if timeout_ms:
+                try:
+                    async with asyncio.timeout(timeout_ms / 1000):
+                        wire = await tablet.execute_wire(sql_shard, args)
+                except TimeoutError:
+                    raise DeadlineExceeded(
+                        f"the statement ran longer than query_timeout_ms = {timeout_ms} and "
+                        "was cancelled on the shards. Raise it with SET query_timeout_ms = N "
+                        "(0: no timeout), or narrow the statement") from None
+            else:
+                wire = await tablet.execute_wire(sql_shard, args)
+            if wire is not None:
+                limits = self.limits.result_limits
+                n = len(wire.rows)
+                if n > 1000 or (limits.max_rows and n > limits.max_rows):
+                    limits.check(n, wire.size, "the shards")
+        except ShardgateError as exc:
+            self._finished(session, planned, start, calls, None, exc.code.value)
+            raise
+        except asyncio.CancelledError:
+            if not live.killed:
+                raise
+            asyncio.current_task().uncancel()  # type: ignore[union-attr]
+            self._finished(session, planned, start, calls, None, "ABORTED")
+            raise Aborted("the statement was killed by an operator") from None
+        finally:
+            self.live.finish(live)
+            session.busy -= 1
+            session.last_used = time.monotonic()
+        if wire is None:
+            session.shard_calls = calls  # not run: execute() runs it and counts it
+            return None
+        self._finished(session, planned, start, calls, wire, None)
+        return wire
+
     @contextlib.contextmanager
     def _using(self, session: Session) -> Iterator[None]:
         """Mark ``session`` busy for one call (the reaper leaves it alone), then used."""
@@ -813,12 +887,12 @@ class Gate:
             limits.check(n, rows_size(result.rows) if limits.max_bytes else 0, "the shards")
 
     def _finished(self, session: Session, planned: Plan, start: float, calls: int,
-                  result: Result | None, error: str | None) -> None:
+                  result: Result | WireResult | None, error: str | None) -> None:
         """Count a finished statement: statistics, query log, metrics."""
         seconds = time.perf_counter() - start
         shard_calls = session.shard_calls - calls
         rows = len(result.rows) if result is not None else 0
-        affected = result.rows_affected if result is not None else 0
+        affected = result.rows_affected if type(result) is Result else 0
         self.stats.record(planned.normalized, seconds, rows or affected, shard_calls,
                           error is not None)
         self.querylog.record(time.time() - seconds, session.keyspace, planned.normalized,

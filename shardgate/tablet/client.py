@@ -15,7 +15,7 @@ from shardgate.backends.changes import LogItem
 from shardgate.errors import FailedPrecondition, Unsupported
 from shardgate.queues.events import QueueBatch
 from shardgate.queues.options import QueueOptions
-from shardgate.result import ExecuteOptions, Result, Row
+from shardgate.result import ExecuteOptions, Result, Row, WireResult
 from shardgate.tablet.queue_service import receive_batches
 from shardgate.tablet.tablet import Tablet
 
@@ -33,6 +33,11 @@ class TabletClient(ABC):
     forgets_queues: bool = False
 
     @property
+    def gives_wire(self) -> bool:
+        """Whether :meth:`execute_wire` can answer (else it returns None)."""
+        return False
+
+    @property
     def collation(self) -> str | None:
         """The shard database's default collation, when known (MariaDB and PostgreSQL tablets)."""
         return None
@@ -45,6 +50,12 @@ class TabletClient(ABC):
         transaction_id: int | None = None,
         options: ExecuteOptions | None = None,
     ) -> Result: ...
+
+    async def execute_wire(self, sql: str, params: Sequence[Any]) -> WireResult | None:
+        """An autocommit read's answer as MySQL protocol packets, for a MySQL client
+        (:meth:`Tablet.execute_wire`); None where the tablet cannot give them (another
+        database, or a tablet in another process: its answer crosses gRPC parsed)."""
+        return None
 
     def update_stream(
         self,
@@ -178,6 +189,13 @@ class LocalTabletClient(TabletClient):
         options: ExecuteOptions | None = None,
     ) -> Result:
         return await self.tablet.execute(sql, params, transaction_id, options)
+
+    @property
+    def gives_wire(self) -> bool:
+        return self.tablet.backend.gives_wire
+
+    async def execute_wire(self, sql: str, params: Sequence[Any]) -> WireResult | None:
+        return await self.tablet.execute_wire(sql, params)
 
     async def update_stream(
         self,

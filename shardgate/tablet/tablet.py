@@ -41,7 +41,7 @@ from shardgate.backends._pool import DEFAULT_POOL_TIMEOUT_S, wait_for_slot
 from shardgate.backends.change_log import open_change_log
 from shardgate.errors import Aborted, FailedPrecondition, InvalidArgument, ShardgateError
 from shardgate.event_token import is_fresher
-from shardgate.result import ExecuteOptions, Result, ResultLimits, Row
+from shardgate.result import ExecuteOptions, Result, ResultLimits, Row, WireResult
 from shardgate.sql.classify import head_words
 from shardgate.tablet import metrics
 from shardgate.tablet.queue_service import QueueService, QueueWrite
@@ -156,6 +156,25 @@ class Tablet:
         return result
 
     _execute_seconds: Any = None
+
+    async def execute_wire(self, sql: str, params: Sequence[Any]) -> WireResult | None:
+        """An autocommit read's answer as MySQL protocol packets (a MariaDB/MySQL
+        shard's, unparsed), for a MySQL client; None where the backend cannot give them.
+        Counted as an ``Execute``."""
+        start = time.perf_counter()
+        try:
+            result = await self.backend.execute_wire(sql, params, self.result_limits)
+        except ShardgateError as exc:
+            metrics.ERRORS.labels("Execute", self.keyspace, self.shard, self.dialect,
+                                  exc.code.value).inc()
+            raise
+        if result is not None:
+            timing = self._execute_seconds
+            if timing is None:
+                timing = self._execute_seconds = metrics.QUERIES.labels(
+                    "Execute", self.keyspace, self.shard, self.dialect)
+            timing.observe(time.perf_counter() - start)
+        return result
 
     async def _autocommit(self, sql: str, params: Sequence[Any]) -> Result:
         """One autocommit statement, run again after a lock conflict (``ABORTED``: a

@@ -39,7 +39,7 @@ from mysql_mimic.utils import aiterate
 
 from shardgate.aio import wait_for
 from shardgate.api.mysql.errors import BAD_DB, sqlstate_of
-from shardgate.api.mysql.session import GateSession
+from shardgate.api.mysql.session import GateSession, WireRows
 
 log = logging.getLogger(__name__)
 
@@ -51,8 +51,33 @@ ROW_BATCH = 500
 #: result names the same columns every time); past this many, started afresh.
 COLUMN_CACHE = 1024
 _COLUMN_PACKETS: dict[tuple[str, ColumnType, CharacterSet, CharacterSet], bytes] = {}
+#: shard column definition packets with the keyspace as their schema (see COLUMN_CACHE)
+_WIRE_COLUMNS: dict[tuple[bytes, str], bytes] = {}
 _BINARY_TYPES = frozenset({ColumnType.BLOB, ColumnType.TINY_BLOB, ColumnType.MEDIUM_BLOB,
                            ColumnType.LONG_BLOB})
+
+
+def _lenenc_at(payload: bytes, pos: int) -> tuple[int, int]:
+    """The length-encoded integer at ``pos``: its value and the position after it."""
+    first = payload[pos]
+    if first < 0xFB:
+        return first, pos + 1
+    size = {0xFC: 2, 0xFD: 3, 0xFE: 8}[first]
+    return int.from_bytes(payload[pos + 1:pos + 1 + size], "little"), pos + 1 + size
+
+
+def with_schema(payload: bytes, schema: str) -> bytes:
+    """A ColumnDefinition41 payload with its schema (the second length-encoded string,
+    after the catalog) replaced by ``schema``: clients see the keyspace, never the
+    shard database's name."""
+    n, pos = _lenenc_at(payload, 0)
+    start = pos + n  # after the catalog ("def")
+    n, end = _lenenc_at(payload, start)
+    end += n
+    name = schema.encode()
+    if len(name) >= 0xFB:
+        return payload  # (a keyspace name is far shorter)
+    return payload[:start] + bytes((len(name),)) + name + payload[end:]
 
 
 class GateStream:
@@ -216,7 +241,11 @@ class GateConnection(Connection):
     _counted = False
 
     async def handle_query(self, data: bytes) -> None:
-        await self._counting(super().handle_query, data)
+        self.session.text_protocol = True
+        try:
+            await self._counting(super().handle_query, data)
+        finally:
+            self.session.text_protocol = False
 
     async def handle_stmt_execute(self, data: bytes) -> None:
         await self._counting(super().handle_stmt_execute, data)
@@ -231,6 +260,8 @@ class GateConnection(Connection):
 
     async def query(self, sql: str, query_attrs: dict[str, str]) -> ResultSet:
         result_set = await super().query(sql, query_attrs)
+        if type(result_set.rows) is WireRows:
+            return result_set
         for column in result_set.columns:
             if column.type in _BINARY_TYPES:
                 column.character_set = CharacterSet.binary
@@ -252,9 +283,36 @@ class GateConnection(Connection):
                 character_set=column.character_set)
         return packet
 
+    def _wire_column(self, payload: bytes, schema: str) -> bytes:
+        """A shard's column definition packet with ``schema`` as its schema, remembered."""
+        key = (payload, schema)
+        packet = _WIRE_COLUMNS.get(key)
+        if packet is None:
+            if len(_WIRE_COLUMNS) >= COLUMN_CACHE:
+                _WIRE_COLUMNS.clear()
+            packet = _WIRE_COLUMNS[key] = with_schema(payload, schema)
+        return packet
+
+    async def _write_wire(self, rows: WireRows) -> None:
+        """A shard's answer: its column definitions and rows as it sent them, framed for
+        this client, and this session's EOF/OK (its counts and status)."""
+        wire = rows.wire
+        header = [make_column_count(capabilities=self.capabilities,
+                                    column_count=len(wire.columns))]
+        header += [self._wire_column(c, rows.schema) for c in wire.columns]
+        if not self.deprecate_eof():
+            header.append(self.eof())
+        self.stream.write_many(header)
+        self.stream.write_many(wire.rows)
+        await self.stream.write(self.ok_or_eof(affected_rows=len(wire.rows)), drain=False)
+        await self.stream.drain()
+
     async def write_text_resultset(self, result_set: ResultSet) -> None:
         """Column definitions, then rows in batches, each batch drained before the next
         (a small result in memory goes out whole, in one write)."""
+        if type(result_set.rows) is WireRows:
+            await self._write_wire(result_set.rows)
+            return
         header = [make_column_count(capabilities=self.capabilities,
                                     column_count=len(result_set.columns))]
         header += [self._column_definition(c) for c in result_set.columns]

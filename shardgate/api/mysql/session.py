@@ -48,9 +48,10 @@ from typing import Any
 from mysql_mimic import Session
 from mysql_mimic.errors import MysqlError
 from mysql_mimic.functions import Functions
-from mysql_mimic.results import AllowedResult
+from mysql_mimic.results import AllowedResult, ResultColumn, ResultSet
 from mysql_mimic.schema import BaseInfoSchema
 from mysql_mimic.session import Query, mysql_function_mapping
+from mysql_mimic.types import ColumnType
 from mysql_mimic.variable_processor import VariableProcessor
 from mysql_mimic.variables import SYSTEM_VARIABLES, GlobalVariables, SessionVariables
 from sqlglot import exp
@@ -65,7 +66,7 @@ from shardgate.gate import Gate
 from shardgate.gate import Session as GateSessionState
 from shardgate.gate.catalog import TableInfo, vschema_tables, vschema_vindexes
 from shardgate.planner.build import Plan
-from shardgate.result import Result
+from shardgate.result import Result, WireResult
 from shardgate.sql.literals import bind_literals
 from shardgate.sql.statements import like_match
 
@@ -148,6 +149,10 @@ class GateSession(Session):
     database: str | None
     #: the authenticated user name (None until the handshake succeeded)
     username: str | None
+
+    #: the statement came as COM_QUERY, whose rows are text (a MariaDB shard's own
+    #: packets may answer it: :class:`WireRows`); COM_STMT_EXECUTE's rows are binary
+    text_protocol = False
 
     def __init__(self, gate: Gate, identity: Callable[[str], Identity | None]) -> None:
         super().__init__(SessionVariables(GlobalVariables(VARIABLES)))
@@ -263,6 +268,11 @@ class GateSession(Session):
         binds: dict[str, Any] | None = None
         if bound is not None:
             sql, binds = bound
+        if read and self.text_protocol and not self.state.in_transaction:
+            wire = await self.gate.execute_wire(self.state, sql, binds)
+            if wire is not None:
+                return ResultSet(rows=WireRows(wire, self.state.keyspace or ""),
+                                 columns=_WIRE_COLUMNS)
         if not read or _point(self.gate.plan(sql, self.state.plan_key)):
             self.last = await self.gate.execute(self.state, sql, binds)
             if self.last.insert_id is not None:
@@ -484,6 +494,25 @@ class GateSession(Session):
             raise MysqlError(f"Table '{ks}.{name}' doesn't exist",
                              code=NO_SUCH_TABLE.errno)
         return found[0]
+
+
+class WireRows:
+    """A point read's answer as its MariaDB shard sent it (:meth:`Gate.execute_wire`),
+    in a result set's ``rows``: the connection writes its packets as they are, the
+    column definitions' schema made the keyspace (``schema``)."""
+
+    __slots__ = ("schema", "wire")
+
+    def __init__(self, wire: WireResult, schema: str) -> None:
+        self.wire = wire
+        self.schema = schema
+
+    def __iter__(self) -> Any:  # (never iterated: GateConnection writes the packets)
+        raise TypeError("WireRows are written as packets")
+
+
+#: the columns of a result set holding WireRows (its column definitions are the shard's)
+_WIRE_COLUMNS = [ResultColumn(name="", type=ColumnType.NULL)]
 
 
 #: One MySQL identifier: plain, or in backquotes (a doubled backquote is one backquote).
