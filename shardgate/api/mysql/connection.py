@@ -34,7 +34,15 @@ from mysql_mimic.packets import (
 )
 from mysql_mimic.results import ResultColumn, ResultSet
 from mysql_mimic.stream import MysqlStream
-from mysql_mimic.types import Capabilities, ColumnType, ServerStatus, str_fixed, uint_1, uint_2
+from mysql_mimic.types import (
+    Capabilities,
+    ColumnType,
+    ServerStatus,
+    str_fixed,
+    uint_1,
+    uint_2,
+    uint_len,
+)
 from mysql_mimic.utils import aiterate
 
 from shardgate.aio import wait_for
@@ -297,14 +305,33 @@ class GateConnection(Connection):
         """A shard's answer: its column definitions and rows as it sent them, framed for
         this client, and this session's EOF/OK (its counts and status)."""
         wire = rows.wire
+        if Capabilities.CLIENT_PROTOCOL_41 not in self.capabilities:  # (pre-4.1 clients)
+            header = [make_column_count(capabilities=self.capabilities,
+                                        column_count=len(wire.columns))]
+            header += [self._wire_column(c, rows.schema) for c in wire.columns]
+            if not self.deprecate_eof():
+                header.append(self.eof())
+            self.stream.write_many(header)
+            self.stream.write_many(wire.rows)
+            await self.stream.write(self.ok_or_eof(affected_rows=len(wire.rows)),
+                                    drain=False)
+            await self.stream.drain()
+            return
+        # the status a wire read leaves (no transaction: autocommit or not), in the EOF
+        # packets framed here rather than built through the flag enums each time
+        session = self.session
+        status = b"\x02\x00" if session.autocommit else b"\x00\x00"
         header = [make_column_count(capabilities=self.capabilities,
                                     column_count=len(wire.columns))]
         header += [self._wire_column(c, rows.schema) for c in wire.columns]
-        if not self.deprecate_eof():
-            header.append(self.eof())
+        if self.deprecate_eof():
+            end = b"\xfe" + uint_len(len(wire.rows)) + b"\x00" + status + b"\x00\x00"
+        else:
+            end = b"\xfe\x00\x00" + status
+            header.append(end)
         self.stream.write_many(header)
         self.stream.write_many(wire.rows)
-        await self.stream.write(self.ok_or_eof(affected_rows=len(wire.rows)), drain=False)
+        await self.stream.write(end, drain=False)
         await self.stream.drain()
 
     async def write_text_resultset(self, result_set: ResultSet) -> None:
