@@ -38,7 +38,7 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from shardgate.backends.copytext import TextRows
-from shardgate.errors import FailedPrecondition, InvalidArgument, ShardgateError
+from shardgate.errors import FailedPrecondition, InvalidArgument, ShardgateError, Unsupported
 from shardgate.result import Result, ResultLimits, WireResult
 
 
@@ -243,10 +243,10 @@ class Backend(ABC):
 
     async def execute_wire(
         self, sql: str, params: Sequence[Any] = (), limits: ResultLimits | None = None
-    ) -> WireResult | None:
+    ) -> WireResult:
         """An autocommit read's answer as MySQL protocol packets, for a MySQL client to
-        take as they are; None where the database does not speak that protocol."""
-        return None
+        take as they are (only where :attr:`gives_wire`: ``UNIMPLEMENTED`` elsewhere)."""
+        raise Unsupported(f"{type(self).__name__} does not answer with MySQL packets")
 
     @abstractmethod
     async def ping(self) -> None:
@@ -260,8 +260,6 @@ class Backend(ABC):
         ``GET_LOCK``) or the open lock file (SQLite), so a crashed holder
         releases it. Backends without a lease primitive raise ``Unimplemented``.
         """
-        from shardgate.errors import Unsupported
-
         raise Unsupported(f"{type(self).__name__} has no lease primitive")
 
 

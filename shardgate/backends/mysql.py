@@ -495,10 +495,14 @@ class MySQLBackend(PooledBackend):
 
     async def execute_wire(
         self, sql: str, params: Sequence[Any] = (), limits: ResultLimits | None = None
-    ) -> WireResult | None:
-        """A read's answer as the server's packets, on the query pool (None without one)."""
-        if self._queries is None or not self._collation_read or self._closed:
-            return None
+    ) -> WireResult:
+        """A read's answer as the server's packets, on the query pool."""
+        if self._queries is None:
+            return await super().execute_wire(sql, params, limits)
+        if not self._collation_read:  # (a first connection reads the collation)
+            await self.release(await self.acquire())
+        if self._closed:
+            raise FailedPrecondition(f"backend for {self.safe_url} is closed")
         return await self._queries.execute_wire(sql, params, limits)
 
     async def close(self) -> None:

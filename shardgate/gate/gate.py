@@ -32,8 +32,8 @@ import asyncio
 import contextlib
 import functools
 import time
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
+from typing import Any, TypeVar
 
 from sqlglot import exp
 
@@ -134,6 +134,8 @@ from shardgate.topo.store import MemoryTopoStore, Record
 from shardgate.topo.watch import DEFAULT_INTERVAL, TopoWatcher
 from shardgate.vindexes import VCursor
 from shardgate.vschema import VSchema
+
+R = TypeVar("R")
 
 
 class Gate:
@@ -760,47 +762,17 @@ class Gate:
         if not tablet.gives_wire:
             return None
         sql_shard, args = prim.query.for_dialect(tablet.dialect, tablet.placeholder).bind(bv)
-        timeout_ms = (session.query_timeout_ms if session.query_timeout_ms is not None
-                      else self.limits.query_timeout_ms)
-        start, calls = time.perf_counter(), session.shard_calls
-        session.busy += 1
-        live = self.live.start(session, planned.normalized)
-        try:
+
+        async def run() -> WireResult:
             session.shard_calls += 1
-            if timeout_ms:
-                try:
-                    async with asyncio.timeout(timeout_ms / 1000):
-                        wire = await tablet.execute_wire(sql_shard, args)
-                except TimeoutError:
-                    raise DeadlineExceeded(
-                        f"the statement ran longer than query_timeout_ms = {timeout_ms} and "
-                        "was cancelled on the shards. Raise it with SET query_timeout_ms = N "
-                        "(0: no timeout), or narrow the statement") from None
-            else:
-                wire = await tablet.execute_wire(sql_shard, args)
-            if wire is not None:
-                limits = self.limits.result_limits
-                n = len(wire.rows)
-                if n > 1000 or (limits.max_rows and n > limits.max_rows):
-                    limits.check(n, wire.size, "the shards")
-        except ShardgateError as exc:
-            self._finished(session, planned, start, calls, None, exc.code.value)
-            raise
-        except asyncio.CancelledError:
-            if not live.killed:
-                raise
-            asyncio.current_task().uncancel()  # type: ignore[union-attr]
-            self._finished(session, planned, start, calls, None, "ABORTED")
-            raise Aborted("the statement was killed by an operator") from None
+            return await tablet.execute_wire(sql_shard, args)
+
+        session.busy += 1
+        try:
+            return await self._recorded(session, planned, run, self._check_result)
         finally:
-            self.live.finish(live)
             session.busy -= 1
             session.last_used = time.monotonic()
-        if wire is None:
-            session.shard_calls = calls  # not run: execute() runs it and counts it
-            return None
-        self._finished(session, planned, start, calls, wire, None)
-        return wire
 
     @contextlib.contextmanager
     def _using(self, session: Session) -> Iterator[None]:
@@ -832,19 +804,28 @@ class Gate:
     async def _execute_plan(
         self, session: Session, planned: Plan, bv: Mapping[str, Any]
     ) -> Result:
-        start, calls = time.perf_counter(), session.shard_calls
         if planned.statement_type == "DDL":
             self._kinds.clear()
+        return await self._recorded(
+            session, planned, lambda: self._run(session, planned.instructions, bv),
+            self._check_result)
+
+    async def _recorded(self, session: Session, planned: Plan, run: Callable[[], Awaitable[R]],
+                        check: Callable[[R], None]) -> R:
+        """``run()`` as the statement ``planned``: under the session's query timeout (the
+        shards' statements cancelled with it), listed among the live queries (an operator
+        may kill it), its answer ``check``-ed, and recorded (statistics, query log,
+        metrics), failed or not."""
+        start, calls = time.perf_counter(), session.shard_calls
         timeout_ms = (session.query_timeout_ms if session.query_timeout_ms is not None
                       else self.limits.query_timeout_ms)
         live = self.live.start(session, planned.normalized)
         try:
             if timeout_ms:
-                result = await self._run_with_timeout(session, planned.instructions, bv,
-                                                      timeout_ms)
+                result = await self._with_timeout(session, run, timeout_ms)
             else:
-                result = await self._run(session, planned.instructions, bv)
-            self._check_result(result)
+                result = await run()
+            check(result)
         except ShardgateError as exc:
             self._finished(session, planned, start, calls, None, exc.code.value)
             raise
@@ -856,17 +837,16 @@ class Gate:
             raise Aborted("the statement was killed by an operator") from None
         finally:
             self.live.finish(live)
-        self._finished(session, planned, start, calls, result, None)
+        self._finished(session, planned, start, calls, result, None)  # type: ignore[arg-type]
         return result
 
-    async def _run_with_timeout(
-        self, session: Session, prim: Primitive, bv: Mapping[str, Any], timeout_ms: int
-    ) -> Result:
-        """:meth:`_run` cancelled after ``timeout_ms``: the shards' statements are
+    async def _with_timeout(self, session: Session, run: Callable[[], Awaitable[R]],
+                            timeout_ms: int) -> R:
+        """``run()`` cancelled after ``timeout_ms``: the shards' statements are
         cancelled with it (the backends cancel a statement whose caller is)."""
         try:
             async with asyncio.timeout(timeout_ms / 1000):
-                return await self._run(session, prim, bv)
+                return await run()
         except TimeoutError:
             note = ""
             if session.in_transaction:
@@ -878,13 +858,15 @@ class Gate:
                 "(0: no timeout), or narrow the statement"
             ) from None
 
-    def _check_result(self, result: Result) -> None:
+    def _check_result(self, result: Result | WireResult) -> None:
         """The merged result against the result limits (each shard's part was checked
         while it arrived; this bounds what the shards add up to)."""
         limits = self.limits.result_limits
         n = len(result.rows)
         if n > 1000 or (limits.max_rows and n > limits.max_rows):
-            limits.check(n, rows_size(result.rows) if limits.max_bytes else 0, "the shards")
+            size = (result.size if type(result) is WireResult
+                    else rows_size(result.rows) if limits.max_bytes else 0)  # type: ignore[arg-type]
+            limits.check(n, size, "the shards")
 
     def _finished(self, session: Session, planned: Plan, start: float, calls: int,
                   result: Result | WireResult | None, error: str | None) -> None:

@@ -51,11 +51,11 @@ class TabletClient(ABC):
         options: ExecuteOptions | None = None,
     ) -> Result: ...
 
-    async def execute_wire(self, sql: str, params: Sequence[Any]) -> WireResult | None:
+    async def execute_wire(self, sql: str, params: Sequence[Any]) -> WireResult:
         """An autocommit read's answer as MySQL protocol packets, for a MySQL client
-        (:meth:`Tablet.execute_wire`); None where the tablet cannot give them (another
-        database, or a tablet in another process: its answer crosses gRPC parsed)."""
-        return None
+        (:meth:`Tablet.execute_wire`); only where :attr:`gives_wire` (not another
+        database, nor a tablet in another process: its answer crosses gRPC parsed)."""
+        raise Unsupported(f"{type(self).__name__} does not answer with MySQL packets")
 
     def update_stream(
         self,
@@ -194,7 +194,7 @@ class LocalTabletClient(TabletClient):
     def gives_wire(self) -> bool:
         return self.tablet.backend.gives_wire
 
-    async def execute_wire(self, sql: str, params: Sequence[Any]) -> WireResult | None:
+    async def execute_wire(self, sql: str, params: Sequence[Any]) -> WireResult:
         return await self.tablet.execute_wire(sql, params)
 
     async def update_stream(

@@ -157,9 +157,9 @@ class Tablet:
 
     _execute_seconds: Any = None
 
-    async def execute_wire(self, sql: str, params: Sequence[Any]) -> WireResult | None:
+    async def execute_wire(self, sql: str, params: Sequence[Any]) -> WireResult:
         """An autocommit read's answer as MySQL protocol packets (a MariaDB/MySQL
-        shard's, unparsed), for a MySQL client; None where the backend cannot give them.
+        shard's, unparsed), for a MySQL client; only where the backend ``gives_wire``.
         Counted as an ``Execute``."""
         start = time.perf_counter()
         try:
@@ -168,12 +168,11 @@ class Tablet:
             metrics.ERRORS.labels("Execute", self.keyspace, self.shard, self.dialect,
                                   exc.code.value).inc()
             raise
-        if result is not None:
-            timing = self._execute_seconds
-            if timing is None:
-                timing = self._execute_seconds = metrics.QUERIES.labels(
-                    "Execute", self.keyspace, self.shard, self.dialect)
-            timing.observe(time.perf_counter() - start)
+        timing = self._execute_seconds
+        if timing is None:
+            timing = self._execute_seconds = metrics.QUERIES.labels(
+                "Execute", self.keyspace, self.shard, self.dialect)
+        timing.observe(time.perf_counter() - start)
         return result
 
     async def _autocommit(self, sql: str, params: Sequence[Any]) -> Result:
