@@ -49,6 +49,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
+import asyncmy.errors
 import pymysql
 import pymysql.cursors
 from pymysql.constants import CLIENT
@@ -98,8 +99,14 @@ _TIMEOUT = {1969, 3024}
 _RESOURCE = {1040, 1041, 1114, 1203, 1226}
 
 
+#: the drivers' (PyMySQL's, asyncmy's) "not connected" and "bad statement or parameters"
+_INTERFACE_ERRORS = (pymysql.err.InterfaceError, asyncmy.errors.InterfaceError)
+_PROGRAMMING_ERRORS = (pymysql.err.ProgrammingError, asyncmy.errors.ProgrammingError,
+                       TypeError, ValueError)
+
+
 def translate(exc: BaseException, safe_url: str) -> ShardgateError:
-    """Map a PyMySQL exception to a shardgate error, by MySQL errno."""
+    """Map a PyMySQL or asyncmy exception to a shardgate error, by MySQL errno."""
     args: tuple[Any, ...] = getattr(exc, "args", ())
     errno = args[0] if args and isinstance(args[0], int) else 0
     text = " ".join(str(args[1] if len(args) > 1 else exc).split())
@@ -110,7 +117,7 @@ def translate(exc: BaseException, safe_url: str) -> ShardgateError:
         return missing(text, safe_url)
     if errno in _ABORTED:
         return Aborted(f"transaction aborted by {where}; retry it")
-    if errno in _UNAVAILABLE or (errno == 0 and isinstance(exc, pymysql.err.InterfaceError)):
+    if errno in _UNAVAILABLE or (errno == 0 and isinstance(exc, _INTERFACE_ERRORS)):
         return Unavailable(f"lost shard database {safe_url}: {text}; retry once it is back")
     if errno in _INVALID:
         return InvalidArgument(f"bad statement or value for {where}")
@@ -122,7 +129,7 @@ def translate(exc: BaseException, safe_url: str) -> ShardgateError:
         return ShardgateError(f"statement timed out on {where}", code=Code.DEADLINE_EXCEEDED)
     if errno in _RESOURCE:
         return ResourceExhausted(f"out of resources on {where}")
-    if isinstance(exc, pymysql.err.ProgrammingError | TypeError | ValueError):
+    if isinstance(exc, _PROGRAMMING_ERRORS):
         # PyMySQL formats parameters client-side: a count mismatch is a TypeError.
         return InvalidArgument(f"bad statement or parameters for {where}")
     return Internal(f"unexpected error (errno {errno}) from {where}")
