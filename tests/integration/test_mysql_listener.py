@@ -8,6 +8,7 @@ mysqlclient, mysql-connector, SQLAlchemy, pandas) run in a worker thread
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime
 import hashlib
 import ipaddress
@@ -475,6 +476,79 @@ async def test_tls_and_require_tls(cluster: Cluster, tmp_path: Path) -> None:
         await run(client)
     finally:
         await _stop(listener)
+
+
+def _tls_with_early_hello(port: int, cert: Path) -> bytes:
+    """A client that sends its TLS ClientHello in the same write as the SSLRequest
+    (clients do not wait between them; the listener then finds the ClientHello already
+    read), then logs in over TLS; the listener's answer to the login (an OK packet)."""
+    import ssl
+
+    caps = 0x200 | 0x800 | 0x8000 | 0x80000  # PROTOCOL_41, SSL, SECURE_CONNECTION, PLUGIN_AUTH
+    body = struct.pack("<IIB23x", caps, 1 << 24, 45)
+    ctx = ssl.create_default_context(cafile=str(cert))
+    ctx.check_hostname = False
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    tls = ctx.wrap_bio(incoming, outgoing)
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        greeting = sock.recv(4096)
+        assert greeting[4] == 10  # protocol 10 handshake
+        with contextlib.suppress(ssl.SSLWantReadError):
+            tls.do_handshake()
+        sock.sendall(struct.pack("<I", len(body))[:3] + b"\x01" + body + outgoing.read())
+        while True:  # the rest of the handshake through the memory BIOs
+            try:
+                tls.do_handshake()
+                break
+            except ssl.SSLWantReadError:
+                sock.sendall(outgoing.read())
+                data = sock.recv(65536)
+                assert data, "the listener closed the connection during the TLS handshake"
+                incoming.write(data)
+        sock.sendall(outgoing.read())
+        login = struct.pack("<IIB23x", caps, 1 << 24, 45) + b"app\x00\x00" \
+            + b"mysql_native_password\x00"
+        tls.write(struct.pack("<I", len(login))[:3] + b"\x02" + login)
+        sock.sendall(outgoing.read())
+        while True:
+            try:
+                answer = tls.read(65536)
+                break
+            except ssl.SSLWantReadError:
+                sock.sendall(outgoing.read())
+                data = sock.recv(65536)
+                assert data, "the listener closed the connection after the TLS handshake"
+                incoming.write(data)
+        return answer
+
+
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+def test_tls_upgrade_keeps_a_client_hello_sent_with_the_ssl_request(
+    tmp_path: Path, loop: str
+) -> None:
+    """The ClientHello that arrives in the same read as the SSLRequest reaches the TLS
+    protocol, on asyncio's loop and on uvloop (``--event-loop auto`` picks it when
+    installed, the ``fast`` extra); on uvloop every such handshake failed before."""
+    import uvloop
+
+    from shardgate.gate import Gate
+    from shardgate.topo.embedded import embedded_topology
+
+    cert, key = _self_signed(tmp_path)
+
+    async def scenario() -> list[bytes]:
+        gate = Gate.open(embedded_topology(tmp_path / "data"))
+        listener, port = await serve_mysql(gate, "127.0.0.1", 0,
+                                           tls=TlsConfig(str(cert), str(key), required=True))
+        try:
+            return [await asyncio.wait_for(asyncio.to_thread(_tls_with_early_hello, port, cert),
+                                           30) for _ in range(3)]
+        finally:
+            await _stop(listener)
+            await gate.close()
+
+    answers = uvloop.run(scenario()) if loop == "uvloop" else asyncio.run(scenario())
+    assert [a[4] for a in answers] == [0x00] * 3  # OK packets: logged in over TLS
 
 
 def _self_signed(tmp_path: Path) -> tuple[Path, Path]:

@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
-from asyncio import sslproto
 from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
@@ -119,17 +118,19 @@ class GateStream:
         early = bytes(reader_buffer)
         reader_buffer.clear()
         loop = asyncio.get_running_loop()
-        upgrade = loop.create_task(loop.start_tls(
-            transport, transport.get_protocol(), ssl_context, server_side=True))
+        plain = transport.get_protocol()
+        upgrade = loop.create_task(loop.start_tls(transport, plain, ssl_context,
+                                                  server_side=True))
         if early:
-            # start_tls swaps in its protocol at once and connects it with call_soon:
-            # two turns of the loop later it is connected and nothing new was read.
-            while not isinstance(transport.get_protocol(), sslproto.SSLProtocol) \
-                    and not upgrade.done():
+            # start_tls swaps in its TLS protocol at once (asyncio's and uvloop's alike)
+            # and connects it with call_soon: two turns of the loop later it is
+            # connected and nothing new was read; the early bytes go in through its
+            # buffered-protocol interface, as if just read.
+            while transport.get_protocol() is plain and not upgrade.done():
                 await asyncio.sleep(0)
             await asyncio.sleep(0)
             tls = transport.get_protocol()
-            if isinstance(tls, sslproto.SSLProtocol):
+            if tls is not plain and hasattr(tls, "buffer_updated"):  # (uvloop's has no base)
                 buf = tls.get_buffer(len(early))
                 buf[: len(early)] = early
                 tls.buffer_updated(len(early))
