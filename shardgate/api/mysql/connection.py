@@ -129,9 +129,9 @@ class GateStream:
             while transport.get_protocol() is plain and not upgrade.done():
                 await asyncio.sleep(0)
             await asyncio.sleep(0)
-            tls = transport.get_protocol()
+            tls = cast(asyncio.BufferedProtocol, transport.get_protocol())
             if tls is not plain and hasattr(tls, "buffer_updated"):  # (uvloop's has no base)
-                buf = tls.get_buffer(len(early))
+                buf = memoryview(tls.get_buffer(len(early)))
                 buf[: len(early)] = early
                 tls.buffer_updated(len(early))
         new_transport = await upgrade
