@@ -57,7 +57,9 @@ import base64
 import datetime
 import decimal
 import json
-from collections.abc import AsyncIterator, Iterator, Sequence
+import json.encoder
+import math
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -135,7 +137,7 @@ def to_json(value: Any) -> str | None:
     """A row image or key as JSON: decimals as strings, bytes as base64, times as ISO 8601."""
     if value is None:
         return None
-    return _ENCODER.encode(value)
+    return _encode(value)
 
 
 def _json_default(v: Any) -> Any:
@@ -151,6 +153,26 @@ def _json_default(v: Any) -> Any:
 
 
 _ENCODER = json.JSONEncoder(default=_json_default, separators=(",", ":"))
+
+
+def _one_shot_encoder() -> Callable[[Any], str]:
+    """``_ENCODER.encode``, without its per-call set-up: the C encoder it builds on every
+    call (with its circular-reference check: images and keys are flat), built once.
+    The same text; a third of the cost per row image."""
+    make = json.encoder.c_make_encoder
+    if make is None:  # no C accelerator: the pure-Python encoder
+        return _ENCODER.encode
+    c_encode = make(None, _json_default, json.encoder.encode_basestring_ascii, None, ":", ",",
+                    False, False, True)
+    join = "".join
+
+    def encode(value: Any) -> str:
+        return join(c_encode(value, 0))
+
+    return encode
+
+
+_encode = _one_shot_encoder()
 
 
 def _key(position: str) -> tuple[int, ...]:
@@ -548,8 +570,11 @@ class ChangesStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self._read(partition)
 
     def _read(self, p: ShardChangesPartition) -> Iterator[pa.RecordBatch]:
-        """The partition's rows as Arrow batches of ``BATCH_ROWS`` (built column-wise: much
-        cheaper than Spark converting tuples row by row)."""
+        """The partition's rows as Arrow batches of at least ``BATCH_ROWS`` rows (whole
+        transactions), built column by column: per transaction, each column is extended
+        in one pass over its changes (the commit's token, position and time repeated), and
+        Arrow converts each column list at once (much cheaper than Spark converting tuples
+        row by row)."""
         import pyarrow as pa
 
         arrow = sgtypes.to_arrow(self.schema)
@@ -564,19 +589,23 @@ class ChangesStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         token_c: list[str] = []
         pos_c: list[str] = []
         ord_c: list[int] = []
-        ts_c: list[datetime.datetime] = []
+        ts_c: list[int] = []  # microseconds since the epoch
         cols: list[list[Any]] = [table_c, op_c, pk_c, before_c, after_c, token_c, pos_c, ord_c,
                                  ts_c]
+        types = [f.type for f in list(arrow)[2:2 + len(cols)]]
+        ts_type = types[-1]
+        types[-1] = pa.int64()
 
         def batch() -> pa.RecordBatch:
             n = len(table_c)
             errors: list[str | None] = [None] * n
             arrays = [pa.array([keyspace] * n, pa.string()), pa.array([p.shard] * n, pa.string())]
-            for c, f in zip(cols, list(arrow)[2:2 + len(cols)], strict=True):
+            for c, f, t in zip(cols, list(arrow)[2:2 + len(cols)], types, strict=True):
                 if typed and f.name in ("before", "after"):
                     arrays.append(_images(c, f, errors))
                 else:
-                    arrays.append(pa.array(c, f.type))
+                    arrays.append(pa.array(c, t))
+            arrays[-1] = arrays[-1].view(ts_type)
             if typed:
                 arrays.append(pa.array(errors, pa.string()))
             out = pa.RecordBatch.from_arrays(arrays, schema=arrow)
@@ -584,7 +613,13 @@ class ChangesStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 c.clear()
             return out
 
-        encode = (lambda image: image) if typed else to_json
+        encode = _encode
+
+        def images(values: Iterator[dict[str, Any] | None]) -> list[Any]:
+            if typed:
+                return list(values)
+            return [None if v is None else encode(v) for v in values]
+
         loop = asyncio.new_event_loop()
         log = open_change_log(p.url, f"{keyspace}/{p.shard}")
         txs = read_range(log, p.start, p.end, idle_timeout=self.changes.read_timeout)
@@ -594,20 +629,25 @@ class ChangesStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     tx = loop.run_until_complete(anext(txs))
                 except StopAsyncIteration:
                     break
-                token = tx.token.serialize()
-                stamp = datetime.datetime.fromtimestamp(tx.token.timestamp, datetime.UTC)
-                for i, c in enumerate(tx.changes):
-                    if tables and _table_name(c.table) not in tables:
-                        continue
-                    table_c.append(c.table)
-                    op_c.append(c.op)
-                    pk_c.append(_ENCODER.encode(list(c.pk)))
-                    before_c.append(encode(c.before))
-                    after_c.append(encode(c.after))
-                    token_c.append(token)
-                    pos_c.append(tx.token.position)
-                    ord_c.append(i)
-                    ts_c.append(stamp)
+                changes = tx.changes
+                if tables:
+                    picked = [(i, c) for i, c in enumerate(changes)
+                              if _table_name(c.table) in tables]
+                    changes = [c for _i, c in picked]
+                    ord_c.extend(i for i, _c in picked)
+                else:
+                    ord_c.extend(range(len(changes)))
+                n = len(changes)
+                if not n:
+                    continue
+                table_c.extend([c.table for c in changes])
+                op_c.extend([c.op for c in changes])
+                pk_c.extend([encode(c.pk) for c in changes])
+                before_c.extend(images(c.before for c in changes))
+                after_c.extend(images(c.after for c in changes))
+                token_c.extend([tx.token.serialize()] * n)
+                pos_c.extend([tx.token.position] * n)
+                ts_c.extend([_micros(tx.token.timestamp)] * n)
                 if len(table_c) >= BATCH_ROWS:
                     yield batch()
             if table_c:
@@ -618,6 +658,13 @@ class ChangesStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 loop.run_until_complete(log.close())
             finally:
                 loop.close()
+
+
+def _micros(timestamp: float) -> int:
+    """A commit time (seconds since the epoch) in whole microseconds, rounded as
+    ``datetime.fromtimestamp`` rounds it (the fraction, half to even)."""
+    frac, whole = math.modf(timestamp)
+    return int(whole) * 1_000_000 + round(frac * 1e6)
 
 
 def _images(images: list[dict[str, Any] | None], f: pa.Field, errors: list[str | None]
