@@ -158,8 +158,8 @@ _ENCODER = json.JSONEncoder(default=_json_default, separators=(",", ":"))
 def _one_shot_encoder() -> Callable[[Any], str]:
     """``_ENCODER.encode``, without its per-call set-up: the C encoder it builds on every
     call (with its circular-reference check: images and keys are flat), built once.
-    The same text; a third of the cost per row image."""
-    make = json.encoder.c_make_encoder
+    The same text, at half the cost per row image."""
+    make: Callable[..., Any] | None = getattr(json.encoder, "c_make_encoder", None)
     if make is None:  # no C accelerator: the pure-Python encoder
         return _ENCODER.encode
     c_encode = make(None, _json_default, json.encoder.encode_basestring_ascii, None, ":", ",",
