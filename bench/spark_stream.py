@@ -5,22 +5,29 @@ Four PostgreSQL databases are the shards ``-40 40-80 80-c0 c0-`` of keyspace
 
 * **Change stream.** Capture is prepared, ``--rows`` rows are written by the
   shardgate writer (one bulk insert per shard), then read back from the logs
-  by ``availableNow`` queries on ``shardgate_changes`` (``noop`` sink; after a
-  warm-up query), in one batch (JSON images, and typed ``images=struct``
-  images of the one table) and with ``maxEventsPerTrigger`` = rows / 4,
-  against the reference: the same log ranges read by ``ChangeLog.read`` in
-  one Python process, the four shards concurrently.
-* **Queue.** ``--events`` events are bulk-enqueued by the writer (events/s),
-  then received and acked by an ``availableNow`` query on ``shardgate_queue``
-  (``noop`` sink; done when every event is acked), against the reference: an
-  in-process gate's ``queue_receive`` + ``queue_ack`` loop over a second
-  queue holding the same events.
+  by ``availableNow`` queries on ``shardgate_changes`` (``noop`` sink): in one
+  batch (JSON images), in one batch with typed ``images=struct`` images of
+  the one table, and with ``maxEventsPerTrigger`` = rows / 4; against the
+  reference: the same log ranges read by ``ChangeLog.read`` in one Python
+  process, the four shards concurrently. Two warm-up queries first: one that
+  reads nothing (the JVM's first streaming query) and one that reads the
+  range (it starts the executors' Python workers, as a running stream has).
+* **Queue.** ``--events`` events are bulk-enqueued by the writer (events/s)
+  into each of two queues, then received and acked by an ``availableNow``
+  query on ``shardgate_queue`` (``noop`` sink; done when every event is
+  acked), against the reference: an in-process gate's ``queue_receive`` +
+  ``queue_ack`` loop over the second queue (timed from subscribing to the last ack:
+  without opening or closing the gate).
 
-Prints seconds and events/s of each and the ratio shardgate/reference (the
-Spark side pays for its micro-batch overhead; the goal is the same order of
-magnitude).
+``--rounds`` interleaved rounds (each runs the reference and every query
+once, in turn); printed: the median seconds and events/s of each and the
+ratio of the medians shardgate/reference, both for the query's wall time
+(from ``start()`` to the end of ``awaitTermination()``: the query's start,
+planner process included, and stop) and for its batches only (the sum of
+Spark's ``triggerExecution`` of the batches that read rows: what a running
+stream pays per row).
 
-    python bench/spark_stream.py [--rows 200000] [--events 50000] [--smoke]
+    python bench/spark_stream.py [--rows 200000] [--events 50000] [--rounds 3] [--smoke]
 """
 
 from __future__ import annotations
