@@ -238,15 +238,22 @@ class _Ahead:
     txs: list[_Summary]
 
 
-class ShardChangesPartition(InputPartition):
+@dataclass(frozen=True)
+class ShardRange:
     """One shard's part of a micro-batch: its log between two positions."""
 
-    def __init__(self, index: int, shard: str, url: str, start: str, end: str) -> None:
+    shard: str
+    url: str
+    start: str
+    end: str
+
+
+class ShardChangesPartition(InputPartition):
+    """A task's part of a micro-batch: one or more shards' log ranges (read concurrently)."""
+
+    def __init__(self, index: int, ranges: Sequence[ShardRange]) -> None:
         super().__init__(index)
-        self.shard = shard
-        self.url = url
-        self.start = start
-        self.end = end
+        self.ranges = list(ranges)
 
 
 class ShardgateChangesDataSource(DataSource):
@@ -550,14 +557,15 @@ class ChangesStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def partitions(self, start: dict[str, str], end: dict[str, str]) -> Sequence[InputPartition]:
         view = self._view()
         began = self.opts.topo().keyspace(self.opts.keyspace)
-        parts: list[InputPartition] = []
+        ranges: list[ShardRange] = []
         for key in sorted(end):
             begin = start.get(key)
             if begin is None or _key(end[key]) <= _key(begin):
                 continue
             db = view.db(key, began)
-            parts.append(ShardChangesPartition(len(parts), db.name, db.url, begin, end[key]))
-        return parts
+            ranges.append(ShardRange(db.name, db.url, begin, end[key]))
+        k = min(self.changes.partitions or len(ranges), len(ranges))
+        return [ShardChangesPartition(i, ranges[i::k]) for i in range(k)]
 
     def commit(self, end: dict[str, str]) -> None:
         """Nothing to release: the logs are retained by their own retention."""
@@ -572,15 +580,18 @@ class ChangesStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _read(self, p: ShardChangesPartition) -> Iterator[pa.RecordBatch]:
         """The partition's rows as Arrow batches of at least ``BATCH_ROWS`` rows (whole
         transactions), built column by column: per transaction, each column is extended
-        in one pass over its changes (the commit's token, position and time repeated), and
-        Arrow converts each column list at once (much cheaper than Spark converting tuples
-        row by row)."""
+        in one pass over its changes (the shard, the commit's token, position and time
+        repeated), and Arrow converts each column list at once (much cheaper than Spark
+        converting tuples row by row). The partition's shards are read concurrently, each
+        by its own task on this generator's event loop (their transactions interleave in
+        the batches; each shard's stay in log order)."""
         import pyarrow as pa
 
         arrow = sgtypes.to_arrow(self.schema)
         typed = self.changes.images == "struct"
         keyspace = self.opts.keyspace
         tables = self.changes.tables
+        shard_c: list[str] = []
         table_c: list[str] = []
         op_c: list[str] = []
         pk_c: list[str] = []
@@ -590,22 +601,22 @@ class ChangesStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         pos_c: list[str] = []
         ord_c: list[int] = []
         ts_c: list[int] = []  # microseconds since the epoch
-        cols: list[list[Any]] = [table_c, op_c, pk_c, before_c, after_c, token_c, pos_c, ord_c,
-                                 ts_c]
-        types = [f.type for f in list(arrow)[2:2 + len(cols)]]
-        ts_type = types[-1]
-        types[-1] = pa.int64()
+        cols: list[list[Any]] = [shard_c, table_c, op_c, pk_c, before_c, after_c, token_c,
+                                 pos_c, ord_c, ts_c]
+        fields = list(arrow)[1:1 + len(cols)]
+        ts_type = fields[-1].type
 
         def batch() -> pa.RecordBatch:
             n = len(table_c)
             errors: list[str | None] = [None] * n
-            arrays = [pa.array([keyspace] * n, pa.string()), pa.array([p.shard] * n, pa.string())]
-            for c, f, t in zip(cols, list(arrow)[2:2 + len(cols)], types, strict=True):
+            arrays = [pa.array([keyspace] * n, pa.string())]
+            for c, f in zip(cols, fields, strict=True):
                 if typed and f.name in ("before", "after"):
                     arrays.append(_images(c, f, errors))
+                elif c is ts_c:
+                    arrays.append(pa.array(c, pa.int64()).view(ts_type))
                 else:
-                    arrays.append(pa.array(c, t))
-            arrays[-1] = arrays[-1].view(ts_type)
+                    arrays.append(pa.array(c, f.type))
             if typed:
                 arrays.append(pa.array(errors, pa.string()))
             out = pa.RecordBatch.from_arrays(arrays, schema=arrow)
@@ -621,14 +632,38 @@ class ChangesStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return [None if v is None else encode(v) for v in values]
 
         loop = asyncio.new_event_loop()
-        log = open_change_log(p.url, f"{keyspace}/{p.shard}")
-        txs = read_range(log, p.start, p.end, idle_timeout=self.changes.read_timeout)
-        try:
-            while True:
+        #: (shard, transaction), or (shard, None) when its range is read, or an error
+        got: asyncio.Queue[tuple[str, Transaction | None] | BaseException] = asyncio.Queue(
+            maxsize=4 * len(p.ranges))
+
+        async def pump(r: ShardRange) -> None:
+            log = open_change_log(r.url, f"{keyspace}/{r.shard}")
+            try:
+                txs = read_range(log, r.start, r.end, idle_timeout=self.changes.read_timeout)
                 try:
-                    tx = loop.run_until_complete(anext(txs))
-                except StopAsyncIteration:
-                    break
+                    async for tx in txs:
+                        await got.put((r.shard, tx))
+                finally:
+                    await txs.aclose()  # type: ignore[attr-defined]
+                await got.put((r.shard, None))
+            except asyncio.CancelledError:
+                raise
+            except BaseException as exc:  # handed to the consumer, raised there
+                await got.put(exc)
+            finally:
+                await log.close()
+
+        pumps = [loop.create_task(pump(r)) for r in p.ranges]
+        try:
+            running = len(pumps)
+            while running:
+                item = loop.run_until_complete(got.get())
+                if isinstance(item, BaseException):
+                    raise item
+                shard, tx = item
+                if tx is None:
+                    running -= 1
+                    continue
                 changes = tx.changes
                 if tables:
                     picked = [(i, c) for i, c in enumerate(changes)
@@ -640,6 +675,7 @@ class ChangesStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 n = len(changes)
                 if not n:
                     continue
+                shard_c.extend([shard] * n)
                 table_c.extend([c.table for c in changes])
                 op_c.extend([c.op for c in changes])
                 pk_c.extend([encode(c.pk) for c in changes])
@@ -654,8 +690,9 @@ class ChangesStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 yield batch()
         finally:
             try:
-                loop.run_until_complete(txs.aclose())  # type: ignore[attr-defined]
-                loop.run_until_complete(log.close())
+                for t in pumps:
+                    t.cancel()
+                loop.run_until_complete(asyncio.gather(*pumps, return_exceptions=True))
             finally:
                 loop.close()
 
