@@ -34,14 +34,17 @@ The life of a micro-batch:
    ``ReadMaxRows``) it merges the shards' transactions by commit time and
    admits whole transactions until the limit is reached (at least one, so a
    huge transaction still passes).
-2. Driver, ``partitions(start, end)``: one partition per shard whose
-   position moved, carrying its URL and both positions (a function of the
-   two offsets alone: a batch re-planned after a restart is the same batch).
-3. Executor, ``read``: opens the shard's log at ``start``, emits the row
-   changes of every transaction up to ``end`` and stops there (at the
-   transaction at ``end``, at the first one after it, or at a heartbeat past
-   it). Reading the same range again gives the same rows, so a retried task
-   or a replayed batch after a failure changes nothing.
+2. Driver, ``partitions(start, end)``: one range per shard whose position
+   moved, carrying its URL and both positions; one partition per range, or
+   with option ``partitions`` the ranges dealt round-robin (in key order)
+   into at most that many (a function of the two offsets and the options
+   alone: a batch re-planned after a restart is the same batch).
+3. Executor, ``read``: opens each range's log at ``start`` (a partition's
+   ranges concurrently), emits the row changes of every transaction up to
+   ``end`` and stops there (at the transaction at ``end``, at the first one
+   after it, or at a heartbeat past it); each shard's rows in log order.
+   Reading the same range again gives the same rows, so a retried task or a
+   replayed batch after a failure changes nothing.
 
 Invariants: offsets never move backwards; per shard, batches tile the log
 without gap or overlap (the end of one is the start of the next), so with a
