@@ -5,28 +5,40 @@ Four PostgreSQL databases are the shards ``-40 40-80 80-c0 c0-`` of keyspace
 
 * **Change stream.** Capture is prepared, ``--rows`` rows are written by the
   shardgate writer (one bulk insert per shard), then read back from the logs
-  by ``availableNow`` queries on ``shardgate_changes`` (``noop`` sink; after a
-  warm-up query), in one batch (JSON images, and typed ``images=struct``
-  images of the one table) and with ``maxEventsPerTrigger`` = rows / 4,
-  against the reference: the same log ranges read by ``ChangeLog.read`` in
-  one Python process, the four shards concurrently.
-* **Queue.** ``--events`` events are bulk-enqueued by the writer (events/s),
-  then received and acked by an ``availableNow`` query on ``shardgate_queue``
-  (``noop`` sink; done when every event is acked), against the reference: an
-  in-process gate's ``queue_receive`` + ``queue_ack`` loop over a second
-  queue holding the same events.
+  by ``availableNow`` queries on ``shardgate_changes`` (``noop`` sink): in one
+  batch (JSON images; one partition per shard, and with ``partitions=2``: the
+  session's two task slots, each reading two shards concurrently), in one
+  batch with typed ``images=struct`` images of the one table, and with
+  ``maxEventsPerTrigger`` = rows / 4; against the
+  reference: the same log ranges read by ``ChangeLog.read`` in one Python
+  process, the four shards concurrently. Two warm-up queries first: one that
+  reads nothing (the JVM's first streaming query) and one that reads the
+  range (it starts the executors' Python workers, as a running stream has).
+* **Queue.** ``--events`` events are bulk-enqueued by the writer (events/s)
+  into each of two queues, then received and acked by an ``availableNow``
+  query on ``shardgate_queue`` (``noop`` sink; done when every event is
+  acked), against the reference: an in-process gate's ``queue_receive`` +
+  ``queue_ack`` loop over the second queue (timed from subscribing to the last ack:
+  without opening or closing the gate).
 
-Prints seconds and events/s of each and the ratio shardgate/reference (the
-Spark side pays for its micro-batch overhead; the goal is the same order of
-magnitude).
+``--rounds`` interleaved rounds (each runs the reference and every query
+once, in turn); printed: the median seconds and events/s of each and the
+ratio of the medians shardgate/reference, both for the query's wall time
+(from ``start()`` to the end of ``awaitTermination()``: the query's start,
+planner process included, and stop) and for its batches only (the sum of
+Spark's ``triggerExecution`` of the batches that read rows: what a running
+stream pays per row).
 
-    python bench/spark_stream.py [--rows 200000] [--events 50000] [--smoke]
+    python bench/spark_stream.py [--rows 200000] [--events 50000] [--rounds 3] [--smoke]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
+import json
+import statistics
 import time
 from pathlib import Path
 from typing import Any
@@ -44,13 +56,19 @@ SHARDS = 4
 QUEUE_OPTS = "WITH (ack_wait = 60, batch_size = 256, window = 5)"
 
 
-def run_query(spark: Any, reader: Any, tmp: Path, name: str) -> float:
+def run_query(spark: Any, reader: Any, tmp: Path, name: str) -> tuple[float, float]:
+    """Run an ``availableNow`` query of ``reader`` into ``noop``; its wall seconds (query
+    start to end) and the seconds of its batches that read rows (Spark's
+    ``triggerExecution``: without the query's start and stop)."""
     start = time.perf_counter()
     q = (reader.load().writeStream.format("noop")
          .option("checkpointLocation", str(tmp / f"ckpt-{name}"))
          .trigger(availableNow=True).start())
     q.awaitTermination()
-    return time.perf_counter() - start
+    wall = time.perf_counter() - start
+    batches = sum(p["durationMs"].get("triggerExecution", 0) for p in q.recentProgress
+                  if p["numInputRows"]) / 1000
+    return wall, batches
 
 
 async def positions(topo: Topology, *, oldest: bool) -> dict[str, str]:
@@ -128,13 +146,18 @@ async def create_queues(topo: Topology) -> None:
         await gate.close()
 
 
-def main(rows: int, events: int) -> None:
-    ks = pg_keyspace("sg_bench_stream", SHARDS,
+def median(xs: list[float]) -> float:
+    return statistics.median(xs)
+
+
+def main(rows: int, events: int, rounds: int, prefix: str) -> None:
+    ks = pg_keyspace(prefix, SHARDS,
                      "CREATE TABLE {table} (id BIGINT PRIMARY KEY, sku TEXT, price BIGINT)")
     topo, tmp = ks.topo, ks.tmp
     asyncio.run(create_queues(topo))  # adds the queues to topo's VSchema
     cluster = ks.write_cluster()
     spark = start_spark("shardgate-bench-stream")
+    runs = itertools.count()
     try:
         def write(frame: Any, table: str) -> float:
             start = time.perf_counter()
@@ -147,10 +170,6 @@ def main(rows: int, events: int) -> None:
         write(spark.range(0, rows, numPartitions=2).selectExpr(
             "id", "concat('sku-', id % 1000) AS sku", "id % 997 AS price"), "t")
         end = asyncio.run(positions(topo, oldest=False))
-        t0 = time.perf_counter()
-        n_raw = asyncio.run(raw_changes(topo, begin, end))
-        raw_s = time.perf_counter() - t0
-        import json
 
         def changes(**opts: str) -> Any:
             r = (spark.readStream.format("shardgate_changes").option("cluster", str(cluster))
@@ -159,43 +178,74 @@ def main(rows: int, events: int) -> None:
                 r = r.option(k, v)
             return r
 
-        # Warm up (the JVM's first streaming query, the Python workers): nothing to read.
+        def sg(**opts: str) -> tuple[float, float]:
+            return run_query(spark, changes(starting=json.dumps(begin), **opts), tmp,
+                             f"changes-{next(runs)}")
+
+        # Warm up: the JVM's first streaming query, and one that reads (it starts the
+        # executors' Python workers, which a running stream has).
         run_query(spark, changes(starting="latest"), tmp, "warm")
-        sg_one = run_query(spark, changes(starting=json.dumps(begin)), tmp, "changes-one")
-        sg_typed = run_query(spark, changes(starting=json.dumps(begin), tables="t",
-                                            images="struct"), tmp, "changes-typed")
-        sg_s = run_query(spark, changes(starting=json.dumps(begin),
-                                        maxEventsPerTrigger=str(max(1, rows // 4))),
-                         tmp, "changes")
-        assert n_raw == rows, (n_raw, rows)
+        sg()
+        kinds: dict[str, dict[str, str]] = {
+            "one batch": {},
+            "one batch, partitions=2": {"partitions": "2"},  # local[2]: two task slots
+            "typed images": {"tables": "t", "images": "struct"},
+            "4 batches": {"maxEventsPerTrigger": str(max(1, rows // 4))},
+        }
+        raw: list[float] = []
+        wall: dict[str, list[float]] = {k: [] for k in kinds}
+        batch: dict[str, list[float]] = {k: [] for k in kinds}
+        for _ in range(rounds):  # interleaved: each round runs every reader once
+            t0 = time.perf_counter()
+            n_raw = asyncio.run(raw_changes(topo, begin, end))
+            raw.append(time.perf_counter() - t0)
+            assert n_raw == rows, (n_raw, rows)
+            for kind, opts in kinds.items():
+                w, b = sg(**opts)
+                wall[kind].append(w)
+                batch[kind].append(b)
 
         # -- queue --------------------------------------------------------------------
         ev = spark.range(0, events, numPartitions=2).selectExpr(
             "id AS customer_id", "concat('job-', id) AS body")
-        enq_s = write(ev, "jobs")
-        write(ev, "jobs_ref")
-        ref_q = asyncio.run(raw_queue(topo, "jobs_ref", events))
-        qreader = (spark.readStream.format("shardgate_queue").option("cluster", str(cluster))
-                   .option("keyspace", "bench").option("queue", "jobs")
-                   .option("maxEventsPerTrigger", str(max(1, events // 4))))
-        sg_q = run_query(spark, qreader, tmp, "queue")
+        enq: list[float] = []
+        ref_q: list[float] = []
+        sg_q: list[float] = []
+        sg_qb: list[float] = []
+        for r in range(rounds):
+            enq.append(write(ev, "jobs"))
+            write(ev, "jobs_ref")
+            ref_q.append(asyncio.run(raw_queue(topo, "jobs_ref", events)))
+            qreader = (spark.readStream.format("shardgate_queue").option("cluster", str(cluster))
+                       .option("keyspace", "bench").option("queue", "jobs")
+                       .option("maxEventsPerTrigger", str(max(1, events // 4))))
+            w, b = run_query(spark, qreader, tmp, f"queue-{r}")
+            sg_q.append(w)
+            sg_qb.append(b)
         done = asyncio.run(acked(topo, "jobs"))
 
-        print(f"{'what':<44}{'seconds':>10}{'events/s':>12}")
-        print(f"{'changes: ChangeLog.read, 4 shards (reference)':<44}{raw_s:>10.2f}"
-              f"{rows / raw_s:>12.0f}")
-        print(f"{'changes: shardgate_changes, one batch':<44}{sg_one:>10.2f}"
-              f"{rows / sg_one:>12.0f}")
-        print(f"{'changes: shardgate_changes, typed images':<44}{sg_typed:>10.2f}"
-              f"{rows / sg_typed:>12.0f}")
-        print(f"{'changes: shardgate_changes, 4 batches':<44}{sg_s:>10.2f}{rows / sg_s:>12.0f}")
-        print(f"ratio shardgate_changes/reference: {raw_s / sg_one:.2f}x one batch, "
-              f"{raw_s / sg_typed:.2f}x typed images, "
-              f"{raw_s / sg_s:.2f}x with maxEventsPerTrigger ({rows} row changes)")
-        print(f"{'queue: bulk enqueue (writer)':<44}{enq_s:>10.2f}{events / enq_s:>12.0f}")
-        print(f"{'queue: gate receive+ack (reference)':<44}{ref_q:>10.2f}{events / ref_q:>12.0f}")
-        print(f"{'queue: shardgate_queue availableNow':<44}{sg_q:>10.2f}{events / sg_q:>12.0f}")
-        print(f"ratio shardgate_queue/reference: {ref_q / sg_q:.2f}x ({done}/{events} acked)")
+        def line(what: str, xs: list[float], n: int) -> None:
+            m = median(xs)
+            print(f"{what:<64}{m:>10.2f}{n / m:>12.0f}")
+
+        print(f"median of {rounds} interleaved round(s); {rows} row changes, {events} events")
+        print(f"{'what':<64}{'seconds':>10}{'events/s':>12}")
+        line("changes: ChangeLog.read, 4 shards (reference)", raw, rows)
+        for kind in kinds:
+            line(f"changes: shardgate_changes, {kind}", wall[kind], rows)
+            line(f"changes: shardgate_changes, {kind}, batches only", batch[kind], rows)
+        print("ratio shardgate_changes/reference (query wall time): " + ", ".join(
+            f"{median(raw) / median(wall[k]):.2f}x {k}" for k in kinds))
+        print("ratio shardgate_changes/reference (batches only, without the query's start "
+              "and stop): " + ", ".join(f"{median(raw) / median(batch[k]):.2f}x {k}"
+                                        for k in kinds))
+        line("queue: bulk enqueue (writer)", enq, events)
+        line("queue: gate receive+ack (reference)", ref_q, events)
+        line("queue: shardgate_queue availableNow", sg_q, events)
+        line("queue: shardgate_queue availableNow, batches only", sg_qb, events)
+        print(f"ratio shardgate_queue/reference: {median(ref_q) / median(sg_q):.2f}x query wall "
+              f"time, {median(ref_q) / median(sg_qb):.2f}x batches only "
+              f"({done}/{events * rounds} acked)")
     finally:
         spark.stop()
         ks.drop()
@@ -205,6 +255,10 @@ if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--rows", type=int, default=200_000)
     ap.add_argument("--events", type=int, default=50_000)
+    ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds (medians)")
+    ap.add_argument("--prefix", default="sg_bench_stream",
+                    help="the shard databases' name prefix (dropped and created)")
     ap.add_argument("--smoke", action="store_true", help="a short run, for CI")
     args = ap.parse_args()
-    main(5_000 if args.smoke else args.rows, 2_000 if args.smoke else args.events)
+    main(5_000 if args.smoke else args.rows, 2_000 if args.smoke else args.events,
+         1 if args.smoke else args.rounds, args.prefix)

@@ -185,6 +185,10 @@ class ChangesOptions:
                               column types (needs ``tables`` naming one table; the default
                               then); ``json``: JSON strings (the default for several tables).
     ``numeric_as``            unbounded NUMERIC in struct images: ``decimal`` or ``string``.
+    ``partitions``            partitions per micro-batch at most (0, the default: one per
+                              shard that moved); a partition reads its shards' logs
+                              concurrently (e.g. Spark's task slots, when there are more
+                              shards than slots).
     """
 
     starting: str
@@ -194,6 +198,7 @@ class ChangesOptions:
     read_timeout: float
     images: str = "json"
     numeric_as: str = "decimal"
+    partitions: int = 0
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> ChangesOptions:
@@ -218,7 +223,8 @@ class ChangesOptions:
             raise InvalidArgument(
                 f"option 'numeric_as' must be 'decimal' or 'string', got {numeric_as!r}")
         return cls(starting, _int(options, "maxEventsPerTrigger", 0, low=0), tables,
-                   new_shards, float(_int(options, "readTimeout", 120)), images, numeric_as)
+                   new_shards, float(_int(options, "readTimeout", 120)), images, numeric_as,
+                   _int(options, "partitions", 0, low=0))
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ import pytest
 from shardgate.backends import bulk
 from shardgate.backends.change_log import open_change_log
 from shardgate.errors import InvalidArgument
+from shardgate.event_token import position_key
 from shardgate.topo import write_cluster_file
 from shardgate.vindexes import create_vindex
 from tests.integration.conftest import Cluster, open_cluster
@@ -271,6 +272,62 @@ def test_changes_reader_replays_ranges_and_refreshes_shards(
     smap = Topology.from_dict(doc).keyspace("commerce").shard_map
     assert {r[1] for r in rows} == {smap.find(vitess_hash(i)) for i in range(100, 140)}
     assert "e0-" in {r[1] for r in rows}
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_changes_partitions_group_shards_read_concurrently(
+    kind: str, make_database: Callable[..., str], tmp_path: Path
+) -> None:
+    """Option ``partitions``: the moved shards' ranges grouped into at most that many
+    partitions, each read concurrently: exactly the rows of one partition per shard, and
+    each shard's rows still in log order (positions, then ordinals, never going back)."""
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    from shardgate.spark.changes_source import SCHEMA, ShardgateChangesDataSource
+
+    cluster, path = await _cluster_file(kind, make_database, tmp_path)
+    g = cluster.gate
+    s = g.session()
+    try:
+        await _prepare_capture(cluster)
+        base = ShardgateChangesDataSource({"cluster": path, "starting": "latest"}).streamReader(
+            SCHEMA)
+        off0 = await asyncio.to_thread(base.initialOffset)
+        for t in range(12):  # 12 transactions of 3 rows, over the 4 shards
+            await g.execute(s, "BEGIN")
+            for i in range(1 + 3 * t, 4 + 3 * t):
+                await g.execute(s, "INSERT INTO corder (order_id, customer_id, sku, price) "
+                                   f"VALUES ({i}, {i}, 'sku{i}', {i})")
+            await g.execute(s, "COMMIT")
+        await g.execute(s, "UPDATE corder SET sku = 'changed' WHERE order_id = 4")
+        off1 = await asyncio.to_thread(base.latestOffset, off0, ReadAllAvailable())
+        moved = [k for k in off1 if off1[k] != off0[k]]
+        assert len(moved) >= 2
+
+        def rows(partitions: int) -> tuple[int, list[list[dict[str, Any]]]]:
+            reader = ShardgateChangesDataSource(
+                {"cluster": path, "starting": "latest", "partitions": str(partitions)}
+            ).streamReader(SCHEMA)
+            parts = reader.partitions(off0, off1)
+            return len(parts), [[r for b in reader.read(p) for r in b.to_pylist()]
+                                for p in parts]
+
+        n_one, per_shard = await asyncio.to_thread(rows, 0)
+        assert n_one == len(moved)
+        want = sorted(json.dumps(r, default=str) for part in per_shard for r in part)
+        assert len(want) == 12 * 3 + 1
+        for k in (1, 2, len(moved) + 3):
+            n, parts = await asyncio.to_thread(rows, k)
+            assert n == min(k, len(moved))
+            assert sorted(json.dumps(r, default=str) for part in parts for r in part) == want
+            for part in parts:
+                for shard in {r["shard"] for r in part}:
+                    mine = [r for r in part if r["shard"] == shard]
+                    # Positions order a shard's commits (PostgreSQL LSNs, SQLite sequences).
+                    keys = [(position_key(r["position"]), r["ordinal"]) for r in mine]
+                    assert keys == sorted(keys)
+    finally:
+        await g.close()
 
 
 def test_changes_source_refuses_bad_options() -> None:
