@@ -84,8 +84,13 @@ class _Remote:
     """One tablet process as the gate sees it.
 
     ``down`` is set while its health checks fail: calls in flight to it are
-    then abandoned (see :func:`_guarded`), so a tablet that hangs without
-    closing its connections (stopped, overloaded) cannot hang a caller.
+    then abandoned (see :func:`_guarded` and :meth:`went_down`), so a tablet
+    that hangs without closing its connections (stopped, overloaded) cannot
+    hang a caller.
+
+    Invariant: ``callers`` holds exactly the tasks suspended in a
+    :func:`_guarded` call to this tablet; ``abandoned`` those of them
+    :meth:`went_down` cancelled and that have not yet seen it.
     """
 
     record: TabletRecord
@@ -94,26 +99,48 @@ class _Remote:
     lease_holder: bool = False
     serving: bool = False
     down: asyncio.Event = field(default_factory=asyncio.Event)
+    callers: set[asyncio.Task[Any]] = field(default_factory=set)
+    abandoned: set[asyncio.Task[Any]] = field(default_factory=set)
+
+    def went_down(self) -> None:
+        """Its health check failed: set ``down`` and abandon the calls in flight."""
+        self.down.set()
+        for task in self.callers:
+            if task not in self.abandoned:
+                self.abandoned.add(task)
+                task.cancel()
 
 
 async def _guarded(remote: _Remote, call: Awaitable[T]) -> T:
-    """``call``, abandoned as not answered if ``remote`` fails its health checks meanwhile."""
-    task = asyncio.ensure_future(call)
-    watch = asyncio.ensure_future(remote.down.wait())
+    """``call``, abandoned as not answered if ``remote`` fails its health checks meanwhile.
+
+    The call runs in the caller's task (no task of its own, no watcher task:
+    those cost more than a point select's own work); :meth:`_Remote.went_down`
+    cancels that task, and this turns its own cancellation into
+    :class:`TabletUnreachable`, leaving any other cancellation (the caller's
+    timeout, its client gone) as it was. A tablet already down is not sent to.
+    """
+    if remote.down.is_set():
+        if asyncio.iscoroutine(call):
+            call.close()
+        raise TabletUnreachable(f"tablet {remote.record.address} is not answering its "
+                                "health checks", sent=False)
+    task = asyncio.current_task()
+    assert task is not None
+    remote.callers.add(task)
     try:
-        await asyncio.wait({task, watch}, return_when=asyncio.FIRST_COMPLETED)
-    except BaseException:  # the caller was cancelled: so is the call
-        task.cancel()
-        raise
+        return await call
+    except asyncio.CancelledError:
+        if task not in remote.abandoned:
+            raise
+        remote.abandoned.discard(task)
+        if task.uncancel() > 0:  # cancelled by someone else as well: theirs wins
+            raise
+        raise TabletUnreachable(f"tablet {remote.record.address} stopped answering its health "
+                                "checks while the call was in flight", sent=True) from None
     finally:
-        watch.cancel()
-    if task.done():
-        return task.result()
-    task.cancel()
-    with contextlib.suppress(BaseException):
-        await task
-    raise TabletUnreachable(f"tablet {remote.record.address} stopped answering its health "
-                            "checks while the call was in flight", sent=True)
+        remote.callers.discard(task)
+        remote.abandoned.discard(task)
 
 
 class TabletFleet:
@@ -193,7 +220,7 @@ class TabletFleet:
             health = await remote.client.health(max(1.0, 2 * self.health_interval))
         except Unavailable:
             remote.healthy = remote.serving = remote.lease_holder = False
-            remote.down.set()
+            remote.went_down()
             return
         remote.down.clear()
         remote.healthy, remote.serving = True, health.serving
