@@ -57,7 +57,7 @@ from shardgate.queues.events import QueueBatch
 from shardgate.queues.options import QueueOptions
 from shardgate.result import ExecuteOptions, Result, Row
 from shardgate.tablet.client import TabletClient
-from shardgate.tablet.registry import KIND, SERVING, TabletRecord, TabletRoster
+from shardgate.tablet.registry import KIND, TabletRecord, TabletRoster
 from shardgate.topo.server import TopoServer
 from shardgate.topo.store import Record, TopoStore
 
@@ -165,6 +165,8 @@ class TabletFleet:
         self.call_timeout = call_timeout
         self.roster = TabletRoster()
         self._remotes: dict[str, _Remote] = {}
+        #: (keyspace, shard) -> its entries of ``_remotes``, in the same order
+        self._by_shard: dict[tuple[str, str], list[_Remote]] = {}
         self._task: asyncio.Task[None] | None = None
         self._changed = asyncio.Event()
 
@@ -197,6 +199,10 @@ class TabletFleet:
         known = {rec.alias for rec in self.roster.all()}
         for alias in [a for a in self._remotes if a not in known]:
             self._retire(self._remotes.pop(alias))
+        by_shard: dict[tuple[str, str], list[_Remote]] = {}
+        for remote in self._remotes.values():
+            by_shard.setdefault((remote.record.keyspace, remote.record.shard), []).append(remote)
+        self._by_shard = by_shard
 
     def _retire(self, remote: _Remote) -> None:
         remote.healthy = False
@@ -231,8 +237,15 @@ class TabletFleet:
         remote.healthy = remote.lease_holder = False
 
     def _candidates(self, keyspace: str, shard: str) -> list[_Remote]:
-        live = {rec.alias for rec in self.roster.live(keyspace, shard) if rec.health == SERVING}
-        return [r for a, r in self._remotes.items() if a in live and r.healthy and r.serving]
+        """The shard's tablets that serve: live serving record, healthy, serving.
+
+        Looked up by shard (``_by_shard``, rebuilt with every record change),
+        not by scanning every tablet: this runs on every call.
+        """
+        now = time.monotonic()
+        serving = self.roster.serving
+        return [r for r in self._by_shard.get((keyspace, shard), ())
+                if r.healthy and r.serving and serving(r.record.alias, now)]
 
     def remotes_of(self, keyspace: str, shard: str) -> list[_Remote]:
         """Every registered tablet of a shard that answers its health checks."""
@@ -289,6 +302,7 @@ class TabletFleet:
         for r in self._remotes.values():
             await r.client.close()
         self._remotes.clear()
+        self._by_shard = {}
 
 
 class ShardTablets(TabletClient):
