@@ -34,6 +34,8 @@ from shardgate.event_token import EventToken
 from shardgate.result import ExecuteOptions, Result
 from shardgate.sql.inputs import check_bind_vars, check_text
 
+_Value = pb.Value
+_NULL = pb.Value.Null()
 _INT64_MIN = -(2**63)
 _INT64_END = 2**63
 _UINT64_END = 2**64
@@ -45,6 +47,17 @@ def to_value(v: Any, typed: bool = False) -> pb.Value:
     ``typed`` (between a tablet and a gate): Decimal, date, time, datetime
     and UUID travel in their own cases and arrive as the same Python type.
     """
+    kind = type(v)  # the common exact types first: one dict lookup, no match
+    if kind is int:
+        if _INT64_MIN <= v < _INT64_END:
+            return _Value(int64_value=v)
+    elif kind is str:
+        if v.isascii():
+            return _Value(string_value=v)
+    elif v is None:
+        return _Value(null_value=_NULL)
+    elif kind is float:
+        return _Value(double_value=v)
     if typed:
         match v:
             case decimal.Decimal():
@@ -90,9 +103,17 @@ def to_value(v: Any, typed: bool = False) -> pb.Value:
     )
 
 
+#: the cases whose field is the Python value itself
+_PLAIN_CASES = frozenset({"int64_value", "uint64_value", "double_value", "string_value",
+                          "bytes_value", "bool_value"})
+
+
 def from_value(value: pb.Value) -> Any:
     """The Python value of a protobuf Value (an unset Value is NULL)."""
-    match value.WhichOneof("kind"):
+    kind = value.WhichOneof("kind")
+    if kind in _PLAIN_CASES:
+        return getattr(value, kind)
+    match kind:
         case None | "null_value":
             return None
         case "int64_value":
@@ -143,23 +164,34 @@ def from_bind_vars(bind_vars: Mapping[str, pb.Value]) -> dict[str, Any]:
 
 def to_rows(rows: Iterable[Iterable[Any]], typed: bool = False) -> list[pb.Row]:
     """Result rows as protobuf Rows (``typed``: see :func:`to_value`)."""
-    return [pb.Row(values=[to_value(v, typed) for v in row]) for row in rows]
+    row_of = pb.Row
+    return [row_of(values=[to_value(v, typed) for v in row]) for row in rows]
 
 
 def execute_response(
     session_id: int, result: Result, in_transaction: bool = False, *, typed: bool = False
 ) -> pb.ExecuteResponse:
-    """The ExecuteResponse carrying ``result`` (``typed``: see :func:`to_value`)."""
-    return pb.ExecuteResponse(
+    """The ExecuteResponse carrying ``result`` (``typed``: see :func:`to_value`).
+
+    Built in place (repeated fields appended to): cheaper than lists of
+    messages passed to the constructor, which copies them.
+    """
+    response = pb.ExecuteResponse(
         session_id=session_id,
-        fields=[pb.Field(name=f) for f in result.fields],
-        rows=to_rows(result.rows, typed),
         rows_affected=result.rows_affected,
         insert_id=result.insert_id,
         in_transaction=in_transaction,
-        event_token=to_token(result.event_token),
         fresher=result.fresher,
     )
+    if result.event_token is not None:
+        response.event_token.CopyFrom(to_token(result.event_token))
+    add_field = response.fields.add
+    for f in result.fields:
+        add_field(name=f)
+    add_row = response.rows.add
+    for row in result.rows:
+        add_row(values=[to_value(v, typed) for v in row])
+    return response
 
 
 def to_token(token: EventToken | None) -> pb.EventToken | None:
@@ -184,10 +216,14 @@ def options_of(request: pb.ExecuteRequest | pb.TabletExecuteRequest) -> ExecuteO
                           compare_event_token=compare)
 
 
+_NO_FIELDS: dict[str, Any] = {}
+
+
 def option_fields(options: ExecuteOptions | None) -> dict[str, Any]:
-    """The request fields that carry ``options`` (keyword arguments of the request)."""
+    """The request fields that carry ``options`` (keyword arguments of the request;
+    the empty dict returned for None is shared: do not change it)."""
     if options is None:
-        return {}
+        return _NO_FIELDS
     return {"include_event_token": options.include_event_token,
             "compare_event_token": to_token(options.compare_event_token)}
 
@@ -207,7 +243,7 @@ def to_result(response: pb.ExecuteResponse | pb.StreamExecuteResponse) -> Result
     """The :class:`Result` an Execute or StreamExecute response carries."""
     return Result(
         fields=[f.name for f in response.fields],
-        rows=[tuple(from_value(v) for v in row.values) for row in response.rows],
+        rows=[tuple([from_value(v) for v in row.values]) for row in response.rows],
         rows_affected=response.rows_affected,
         insert_id=response.insert_id if response.HasField("insert_id") else None,
         event_token=(

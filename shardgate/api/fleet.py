@@ -57,7 +57,7 @@ from shardgate.queues.events import QueueBatch
 from shardgate.queues.options import QueueOptions
 from shardgate.result import ExecuteOptions, Result, Row
 from shardgate.tablet.client import TabletClient
-from shardgate.tablet.registry import KIND, SERVING, TabletRecord, TabletRoster
+from shardgate.tablet.registry import KIND, TabletRecord, TabletRoster
 from shardgate.topo.server import TopoServer
 from shardgate.topo.store import Record, TopoStore
 
@@ -84,8 +84,13 @@ class _Remote:
     """One tablet process as the gate sees it.
 
     ``down`` is set while its health checks fail: calls in flight to it are
-    then abandoned (see :func:`_guarded`), so a tablet that hangs without
-    closing its connections (stopped, overloaded) cannot hang a caller.
+    then abandoned (see :func:`_guarded` and :meth:`went_down`), so a tablet
+    that hangs without closing its connections (stopped, overloaded) cannot
+    hang a caller.
+
+    Invariant: ``callers`` holds exactly the tasks suspended in a
+    :func:`_guarded` call to this tablet; ``abandoned`` those of them
+    :meth:`went_down` cancelled and that have not yet seen it.
     """
 
     record: TabletRecord
@@ -94,26 +99,48 @@ class _Remote:
     lease_holder: bool = False
     serving: bool = False
     down: asyncio.Event = field(default_factory=asyncio.Event)
+    callers: set[asyncio.Task[Any]] = field(default_factory=set)
+    abandoned: set[asyncio.Task[Any]] = field(default_factory=set)
+
+    def went_down(self) -> None:
+        """Its health check failed: set ``down`` and abandon the calls in flight."""
+        self.down.set()
+        for task in self.callers:
+            if task not in self.abandoned:
+                self.abandoned.add(task)
+                task.cancel()
 
 
 async def _guarded(remote: _Remote, call: Awaitable[T]) -> T:
-    """``call``, abandoned as not answered if ``remote`` fails its health checks meanwhile."""
-    task = asyncio.ensure_future(call)
-    watch = asyncio.ensure_future(remote.down.wait())
+    """``call``, abandoned as not answered if ``remote`` fails its health checks meanwhile.
+
+    The call runs in the caller's task (no task of its own, no watcher task:
+    those cost more than a point select's own work); :meth:`_Remote.went_down`
+    cancels that task, and this turns its own cancellation into
+    :class:`TabletUnreachable`, leaving any other cancellation (the caller's
+    timeout, its client gone) as it was. A tablet already down is not sent to.
+    """
+    if remote.down.is_set():
+        if asyncio.iscoroutine(call):
+            call.close()
+        raise TabletUnreachable(f"tablet {remote.record.address} is not answering its "
+                                "health checks", sent=False)
+    task = asyncio.current_task()
+    assert task is not None
+    remote.callers.add(task)
     try:
-        await asyncio.wait({task, watch}, return_when=asyncio.FIRST_COMPLETED)
-    except BaseException:  # the caller was cancelled: so is the call
-        task.cancel()
-        raise
+        return await call
+    except asyncio.CancelledError:
+        if task not in remote.abandoned:
+            raise
+        remote.abandoned.discard(task)
+        if task.uncancel() > 0:  # cancelled by someone else as well: theirs wins
+            raise
+        raise TabletUnreachable(f"tablet {remote.record.address} stopped answering its health "
+                                "checks while the call was in flight", sent=True) from None
     finally:
-        watch.cancel()
-    if task.done():
-        return task.result()
-    task.cancel()
-    with contextlib.suppress(BaseException):
-        await task
-    raise TabletUnreachable(f"tablet {remote.record.address} stopped answering its health "
-                            "checks while the call was in flight", sent=True)
+        remote.callers.discard(task)
+        remote.abandoned.discard(task)
 
 
 class TabletFleet:
@@ -138,6 +165,8 @@ class TabletFleet:
         self.call_timeout = call_timeout
         self.roster = TabletRoster()
         self._remotes: dict[str, _Remote] = {}
+        #: (keyspace, shard) -> its entries of ``_remotes``, in the same order
+        self._by_shard: dict[tuple[str, str], list[_Remote]] = {}
         self._task: asyncio.Task[None] | None = None
         self._changed = asyncio.Event()
 
@@ -170,6 +199,10 @@ class TabletFleet:
         known = {rec.alias for rec in self.roster.all()}
         for alias in [a for a in self._remotes if a not in known]:
             self._retire(self._remotes.pop(alias))
+        by_shard: dict[tuple[str, str], list[_Remote]] = {}
+        for remote in self._remotes.values():
+            by_shard.setdefault((remote.record.keyspace, remote.record.shard), []).append(remote)
+        self._by_shard = by_shard
 
     def _retire(self, remote: _Remote) -> None:
         remote.healthy = False
@@ -193,7 +226,7 @@ class TabletFleet:
             health = await remote.client.health(max(1.0, 2 * self.health_interval))
         except Unavailable:
             remote.healthy = remote.serving = remote.lease_holder = False
-            remote.down.set()
+            remote.went_down()
             return
         remote.down.clear()
         remote.healthy, remote.serving = True, health.serving
@@ -204,8 +237,15 @@ class TabletFleet:
         remote.healthy = remote.lease_holder = False
 
     def _candidates(self, keyspace: str, shard: str) -> list[_Remote]:
-        live = {rec.alias for rec in self.roster.live(keyspace, shard) if rec.health == SERVING}
-        return [r for a, r in self._remotes.items() if a in live and r.healthy and r.serving]
+        """The shard's tablets that serve: live serving record, healthy, serving.
+
+        Looked up by shard (``_by_shard``, rebuilt with every record change),
+        not by scanning every tablet: this runs on every call.
+        """
+        now = time.monotonic()
+        serving = self.roster.serving
+        return [r for r in self._by_shard.get((keyspace, shard), ())
+                if r.healthy and r.serving and serving(r.record.alias, now)]
 
     def remotes_of(self, keyspace: str, shard: str) -> list[_Remote]:
         """Every registered tablet of a shard that answers its health checks."""
@@ -262,6 +302,7 @@ class TabletFleet:
         for r in self._remotes.values():
             await r.client.close()
         self._remotes.clear()
+        self._by_shard = {}
 
 
 class ShardTablets(TabletClient):

@@ -121,9 +121,13 @@ class GrpcTabletClient(TabletClient):
     async def execute(self, sql: str, params: Sequence[Any],
                       transaction_id: int | None = None,
                       options: ExecuteOptions | None = None) -> Result:
-        request = pb.TabletExecuteRequest(sql=sql, params=_params(params),
-                                          transaction_id=transaction_id or 0,
-                                          **convert.option_fields(options))
+        if options is None:
+            request = pb.TabletExecuteRequest(sql=sql, params=_params(params),
+                                              transaction_id=transaction_id or 0)
+        else:
+            request = pb.TabletExecuteRequest(sql=sql, params=_params(params),
+                                              transaction_id=transaction_id or 0,
+                                              **convert.option_fields(options))
         try:
             response = await self._stub.Execute(request, timeout=self.timeout)
         except grpc.aio.AioRpcError as exc:

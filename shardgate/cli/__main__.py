@@ -2,6 +2,6 @@
 
 import sys
 
-from shardgate.cli.app import main
+from shardgate.cli import main
 
 sys.exit(main())

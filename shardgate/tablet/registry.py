@@ -220,6 +220,14 @@ class TabletRoster:
             and (shard is None or rec.shard == shard)
         ]
 
+    def serving(self, alias: str, now: float) -> bool:
+        """Whether ``alias``'s record is live (as :meth:`live` at ``now``) and says it serves."""
+        found = self._seen.get(alias)
+        if found is None:
+            return False
+        rec, seen = found
+        return now - seen <= rec.expires_after and rec.health == SERVING
+
     def all(self) -> list[TabletRecord]:
         """Every record known, live or not."""
         return [rec for rec, _ in self._seen.values()]
