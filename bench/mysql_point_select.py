@@ -82,7 +82,7 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start_gate(workdir: Path) -> tuple[subprocess.Popen[bytes], int, int]:
+def start_gate(workdir: Path, event_loop: str) -> tuple[subprocess.Popen[bytes], int, int]:
     """``shardgate gate`` over the database; its process, gRPC port and MySQL port."""
     topo = Topology.from_dict({"default_keyspace": "bench", "keyspaces": {"bench": {
         "shards": {"-": f"mysql://root@{HOST}:{PORT}/{DB}"},
@@ -94,6 +94,7 @@ def start_gate(workdir: Path) -> tuple[subprocess.Popen[bytes], int, int]:
     grpc_port, mysql_port = free_port(), free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "shardgate.cli", "up", "--cluster", str(cluster),
+         "--event-loop", event_loop,
          "--port", str(grpc_port), "--mysql-port", str(mysql_port), "--http-port", "0"],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + START_TIMEOUT_S
@@ -227,11 +228,11 @@ async def measure(grpc_port: int, mysql_port: int, proxy_port: int, seconds: flo
             rates[3].per_second())
 
 
-def main(seconds: float) -> None:
+def main(seconds: float, event_loop: str) -> None:
     fresh_database()
     keys = [random.randrange(ROWS) for _ in range(4096)]
     with tempfile.TemporaryDirectory() as tmp:
-        proc, grpc_port, mysql_port = start_gate(Path(tmp))
+        proc, grpc_port, mysql_port = start_gate(Path(tmp), event_loop)
         proxy, proxy_port = start_proxy()
         try:
             direct, listener, grpc, bare = asyncio.run(
@@ -241,7 +242,8 @@ def main(seconds: float) -> None:
                 p.terminate()
                 p.wait(timeout=30)
             drop_database()
-    print("point select by primary vindex, one client (reference: PyMySQL straight to MariaDB)")
+    print("point select by primary vindex, one client (reference: PyMySQL straight to MariaDB); "
+          f"the gate: `shardgate up --event-loop {event_loop}`, the bare proxy: asyncio")
     print(f"{'path':<28}{'ops/s':>10}{'ratio':>8}")
     print(f"{'direct (PyMySQL->MariaDB)':<28}{direct:>10.0f}{1.0:>8.2f}")
     print(f"{'mysql listener (PyMySQL)':<28}{listener:>10.0f}{listener / direct:>8.2f}")
@@ -255,5 +257,7 @@ if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--seconds", type=float, default=3.0)
     ap.add_argument("--smoke", action="store_true", help="a short run, for CI")
+    ap.add_argument("--event-loop", default="auto", choices=("auto", "asyncio", "uvloop"),
+                    help="the gate's event loop (auto: uvloop when installed)")
     args = ap.parse_args()
-    main(0.2 if args.smoke else args.seconds)
+    main(0.2 if args.smoke else args.seconds, args.event_loop)
