@@ -55,7 +55,7 @@ from shardgate.gate import Gate
 from shardgate.gate.limits import GateLimits
 from shardgate.queues.events import QueueBatch
 from shardgate.queues.options import QueueOptions
-from shardgate.result import ExecuteOptions, Result, Row
+from shardgate.result import ExecuteOptions, Result, Row, WireResult
 from shardgate.tablet.client import TabletClient
 from shardgate.tablet.registry import KIND, TabletRecord, TabletRoster
 from shardgate.topo.server import TopoServer
@@ -194,7 +194,8 @@ class TabletFleet:
             client = GrpcTabletClient(
                 rec.address, rec.keyspace, rec.shard, rec.dialect, rec.placeholder,
                 timeout=self.call_timeout, gate_id=self.gate_id, security=self.security,
-                supports_twopc=rec.supports_twopc, collation=rec.collation)
+                supports_twopc=rec.supports_twopc, collation=rec.collation,
+                gives_wire=rec.gives_wire)
             self._remotes[rec.alias] = _Remote(rec, client)
         known = {rec.alias for rec in self.roster.all()}
         for alias in [a for a in self._remotes if a not in known]:
@@ -337,6 +338,12 @@ class ShardTablets(TabletClient):
     def collation(self) -> str | None:
         return next((rec.collation for rec in self._records() if rec.collation), None)
 
+    @property
+    def gives_wire(self) -> bool:
+        """Every live tablet of the shard answers ExecuteWire (a read may go to any)."""
+        records = self._records()
+        return bool(records) and all(rec.gives_wire for rec in records)
+
     def for_tablet_type(self, tablet_type: str) -> TabletClient:
         if tablet_type == "primary":
             return self
@@ -398,6 +405,10 @@ class ShardTablets(TabletClient):
             return await _guarded(remote, remote.client.execute(sql, params, tid, options))
         except TabletUnreachable as exc:
             raise self._lost(transaction_id, remote, exc) from exc
+
+    async def execute_wire(self, sql: str, params: Sequence[Any]) -> WireResult:
+        return await self._call(lambda c: c.execute_wire(sql, params), may_resend=True,
+                                what="the statement")
 
     async def stream_execute(
         self, sql: str, params: Sequence[Any]

@@ -585,7 +585,7 @@ class TabletInfoRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class TabletInfoResponse(_message.Message):
-    __slots__ = ("keyspace", "shard", "dialect", "placeholder", "supports_twopc", "collation", "lease_holder")
+    __slots__ = ("keyspace", "shard", "dialect", "placeholder", "supports_twopc", "collation", "lease_holder", "gives_wire")
     KEYSPACE_FIELD_NUMBER: _ClassVar[int]
     SHARD_FIELD_NUMBER: _ClassVar[int]
     DIALECT_FIELD_NUMBER: _ClassVar[int]
@@ -593,6 +593,7 @@ class TabletInfoResponse(_message.Message):
     SUPPORTS_TWOPC_FIELD_NUMBER: _ClassVar[int]
     COLLATION_FIELD_NUMBER: _ClassVar[int]
     LEASE_HOLDER_FIELD_NUMBER: _ClassVar[int]
+    GIVES_WIRE_FIELD_NUMBER: _ClassVar[int]
     keyspace: str
     shard: str
     dialect: str
@@ -600,7 +601,18 @@ class TabletInfoResponse(_message.Message):
     supports_twopc: bool
     collation: str
     lease_holder: bool
-    def __init__(self, keyspace: _Optional[str] = ..., shard: _Optional[str] = ..., dialect: _Optional[str] = ..., placeholder: _Optional[str] = ..., supports_twopc: _Optional[bool] = ..., collation: _Optional[str] = ..., lease_holder: _Optional[bool] = ...) -> None: ...
+    gives_wire: bool
+    def __init__(self, keyspace: _Optional[str] = ..., shard: _Optional[str] = ..., dialect: _Optional[str] = ..., placeholder: _Optional[str] = ..., supports_twopc: _Optional[bool] = ..., collation: _Optional[str] = ..., lease_holder: _Optional[bool] = ..., gives_wire: _Optional[bool] = ...) -> None: ...
+
+class TabletWireResponse(_message.Message):
+    __slots__ = ("columns", "rows", "size")
+    COLUMNS_FIELD_NUMBER: _ClassVar[int]
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    columns: _containers.RepeatedScalarFieldContainer[bytes]
+    rows: _containers.RepeatedScalarFieldContainer[bytes]
+    size: int
+    def __init__(self, columns: _Optional[_Iterable[bytes]] = ..., rows: _Optional[_Iterable[bytes]] = ..., size: _Optional[int] = ...) -> None: ...
 
 class TabletTransactionRequest(_message.Message):
     __slots__ = ("transaction_id", "gate_id")

@@ -955,6 +955,11 @@ class TabletStub:
                 request_serializer=shardgate_dot_api_dot_shardgate__pb2.TabletExecuteRequest.SerializeToString,
                 response_deserializer=shardgate_dot_api_dot_shardgate__pb2.ExecuteResponse.FromString,
                 _registered_method=True)
+        self.ExecuteWire = channel.unary_unary(
+                '/shardgate.v1.Tablet/ExecuteWire',
+                request_serializer=shardgate_dot_api_dot_shardgate__pb2.TabletExecuteRequest.SerializeToString,
+                response_deserializer=shardgate_dot_api_dot_shardgate__pb2.TabletWireResponse.FromString,
+                _registered_method=True)
         self.StreamExecute = channel.unary_stream(
                 '/shardgate.v1.Tablet/StreamExecute',
                 request_serializer=shardgate_dot_api_dot_shardgate__pb2.TabletExecuteRequest.SerializeToString,
@@ -1053,6 +1058,14 @@ class TabletServicer:
 
     def Execute(self, request, context):
         """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ExecuteWire(self, request, context):
+        """An autocommit read answered with the shard's own MySQL packets, for the
+        gate's MySQL listener (only where TabletInfoResponse.gives_wire).
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -1174,6 +1187,11 @@ def add_TabletServicer_to_server(servicer, server):
                     servicer.Execute,
                     request_deserializer=shardgate_dot_api_dot_shardgate__pb2.TabletExecuteRequest.FromString,
                     response_serializer=shardgate_dot_api_dot_shardgate__pb2.ExecuteResponse.SerializeToString,
+            ),
+            'ExecuteWire': grpc.unary_unary_rpc_method_handler(
+                    servicer.ExecuteWire,
+                    request_deserializer=shardgate_dot_api_dot_shardgate__pb2.TabletExecuteRequest.FromString,
+                    response_serializer=shardgate_dot_api_dot_shardgate__pb2.TabletWireResponse.SerializeToString,
             ),
             'StreamExecute': grpc.unary_stream_rpc_method_handler(
                     servicer.StreamExecute,
@@ -1315,6 +1333,33 @@ class Tablet:
             '/shardgate.v1.Tablet/Execute',
             shardgate_dot_api_dot_shardgate__pb2.TabletExecuteRequest.SerializeToString,
             shardgate_dot_api_dot_shardgate__pb2.ExecuteResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ExecuteWire(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/shardgate.v1.Tablet/ExecuteWire',
+            shardgate_dot_api_dot_shardgate__pb2.TabletExecuteRequest.SerializeToString,
+            shardgate_dot_api_dot_shardgate__pb2.TabletWireResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -21,7 +21,7 @@ from shardgate.errors import Code, ShardgateError, Unavailable
 from shardgate.event_token import EventToken
 from shardgate.queues.events import QueueBatch
 from shardgate.queues.options import QueueOptions
-from shardgate.result import ExecuteOptions, Result, Row
+from shardgate.result import ExecuteOptions, Result, Row, WireResult
 from shardgate.tablet.client import TabletClient
 
 #: what to do when no tablet answers
@@ -72,7 +72,8 @@ class GrpcTabletClient(TabletClient):
     def __init__(self, target: str, keyspace: str, shard: str, dialect: str,
                  placeholder: str, *, timeout: float | None = None,
                  security: ClientSecurity | None = None, gate_id: str = "",
-                 supports_twopc: bool = False, collation: str = "") -> None:
+                 supports_twopc: bool = False, collation: str = "",
+                 gives_wire: bool = False) -> None:
         self.target = target
         self.keyspace = keyspace
         self.shard = shard
@@ -84,6 +85,7 @@ class GrpcTabletClient(TabletClient):
         self.supports_twopc = supports_twopc
         self.forgets_queues = True
         self._collation = collation
+        self._gives_wire = gives_wire
         self._channel = open_channel(parse_target(target), security, GRPC_OPTIONS,
                                      tls=target.startswith(TLS_SCHEME)
                                      or (security is not None and security.tls))
@@ -103,6 +105,7 @@ class GrpcTabletClient(TabletClient):
         probe.keyspace, probe.shard = info.keyspace, info.shard
         probe.dialect, probe.placeholder = info.dialect, info.placeholder
         probe.supports_twopc, probe._collation = info.supports_twopc, info.collation
+        probe._gives_wire = info.gives_wire
         return probe
 
     @property
@@ -133,6 +136,18 @@ class GrpcTabletClient(TabletClient):
         except grpc.aio.AioRpcError as exc:
             raise tablet_error(exc, self.target) from None
         return convert.to_result(response)
+
+    @property
+    def gives_wire(self) -> bool:
+        return self._gives_wire
+
+    async def execute_wire(self, sql: str, params: Sequence[Any]) -> WireResult:
+        request = pb.TabletExecuteRequest(sql=sql, params=_params(params))
+        try:
+            response = await self._stub.ExecuteWire(request, timeout=self.timeout)
+        except grpc.aio.AioRpcError as exc:
+            raise tablet_error(exc, self.target) from None
+        return WireResult(list(response.columns), list(response.rows), response.size)
 
     async def stream_execute(
         self, sql: str, params: Sequence[Any]

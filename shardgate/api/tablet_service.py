@@ -165,7 +165,8 @@ class TabletServicer(pb_grpc.TabletServicer):
         return pb.TabletInfoResponse(keyspace=t.keyspace, shard=t.shard, dialect=t.dialect,
                                      placeholder=t.placeholder, supports_twopc=t.supports_twopc,
                                      collation=t.backend.collation or "",
-                                     lease_holder=t.queues.leader)
+                                     lease_holder=t.queues.leader,
+                                     gives_wire=t.backend.gives_wire)
 
     async def Health(self, request: pb.TabletHealthRequest,
                      context: grpc.aio.ServicerContext) -> pb.TabletHealthResponse:
@@ -191,6 +192,21 @@ class TabletServicer(pb_grpc.TabletServicer):
             if tid is not None:
                 self._touch(tid)
             return convert.execute_response(0, result, typed=True)
+        finally:
+            self._in_flight -= 1
+
+    @unary(pb.TabletWireResponse)
+    async def ExecuteWire(self, request: pb.TabletExecuteRequest,
+                          context: Ctx) -> pb.TabletWireResponse:
+        """An autocommit read's answer as the shard's MySQL packets (the gate's MySQL
+        listener hands them on): no value is decoded here or encoded for gRPC."""
+        self._refuse_if_draining()
+        self._in_flight += 1
+        try:
+            from_value = convert.from_value
+            wire = await self.tablet.execute_wire(request.sql,
+                                                  [from_value(v) for v in request.params])
+            return pb.TabletWireResponse(columns=wire.columns, rows=wire.rows, size=wire.size)
         finally:
             self._in_flight -= 1
 

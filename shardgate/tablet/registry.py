@@ -48,6 +48,8 @@ DRAINING = "draining"
 DEFAULT_HEARTBEAT_S = 1.0
 #: a reader ignores a record unchanged for this many heartbeats
 EXPIRE_BEATS = 3
+#: record fields newer tablets write and older ones do not (read with their defaults)
+_OPTIONAL = frozenset({"gives_wire"})
 #: a tablet deletes records of its shard whose heartbeat is older than this
 PURGE_AFTER_S = 60.0
 #: how often a tablet checks whether its role or health changed
@@ -76,6 +78,8 @@ class TabletRecord:
     placeholder: str
     supports_twopc: bool
     collation: str
+    #: whether the tablet answers ExecuteWire (absent from older tablets' records)
+    gives_wire: bool = False
 
     @classmethod
     def of(cls, record: Record) -> TabletRecord | None:
@@ -83,7 +87,8 @@ class TabletRecord:
         if record.doc is None:
             return None
         try:
-            return cls(**{k: record.doc[k] for k in cls.__dataclass_fields__})
+            return cls(**{k: record.doc[k] for k in cls.__dataclass_fields__
+                          if k in record.doc or k not in _OPTIONAL})
         except (KeyError, TypeError):
             log.warning("ignoring malformed tablet record %s", record.name)
             return None
@@ -133,7 +138,7 @@ class TabletRegistration:
             started_at=self.started_at, heartbeat_at=time.time(),
             heartbeat_s=self.heartbeat_s, beat=self._beat, dialect=t.dialect,
             placeholder=t.placeholder, supports_twopc=t.supports_twopc,
-            collation=t.backend.collation or "",
+            collation=t.backend.collation or "", gives_wire=t.backend.gives_wire,
         )
 
     async def beat(self) -> None:

@@ -13,6 +13,7 @@ import asyncio
 import datetime
 import decimal
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import Any
 
 import mysql.connector
@@ -233,3 +234,50 @@ async def test_a_wire_read_past_the_query_timeout_is_stopped_on_the_shard(gate: 
         pytest.fail("the timed-out statement still runs on the shard")
     await gate.execute(s, "SET query_timeout_ms = 0")
     assert await gate.execute_wire(s, "SELECT v FROM t WHERE k = 8") is not None
+
+
+async def test_wire_reads_through_tablet_processes(
+    make_database: Callable[..., str], tmp_path: Path
+) -> None:
+    """Production mode (``shardgate gate``: tablets in processes of their own): the
+    tablet answers ExecuteWire with the shard's packets, the gate hands them on, and
+    the client reads what the general path gives."""
+    from tests.integration.tablet_procs import serve_with_processes
+
+    urls = [make_database("mysql", f"wirep{i}") for i in range(2)]
+    procs = await serve_with_processes(_topology(urls), tmp_path / "procs")
+    try:
+        gate = procs.gate
+        s = gate.session("wire")
+        await gate.execute(s, "CREATE TABLE t (id BIGINT PRIMARY KEY, k BIGINT, v VARCHAR(20),"
+                              " d DECIMAL(10, 3))")
+        for i, (k, v) in enumerate([(7, "é ü"), (7, "x%y"), (8, None)], start=1):
+            await gate.execute(s, "INSERT INTO t (id, k, v, d) VALUES (:i, :k, :v, :d)",
+                               {"i": i, "k": k, "v": v, "d": decimal.Decimal(i) / 4})
+        tablet = gate.tablets[("wire", "-80")]
+        assert tablet.gives_wire and gate.tablets[("wire", "80-")].gives_wire
+        wire = await gate.execute_wire(s, "SELECT id, v FROM t WHERE k = :k ORDER BY id",
+                                       {"k": 7})
+        assert wire is not None and len(wire.rows) == 2
+        listener, port = await serve_mysql(gate, "127.0.0.1", 0)
+        try:
+            def read() -> tuple[list[Any], list[Any], Any]:
+                conn = _connect(port)
+                try:
+                    cur = conn.cursor()
+                    cur.execute("SELECT id, k, v, d FROM t WHERE k = %s ORDER BY id", (7,))
+                    point, description = list(cur.fetchall()), cur.description
+                    cur.execute("SELECT id, k, v, d FROM t WHERE k IN (7) OR v IS NULL "
+                                "ORDER BY id")
+                    return point, list(cur.fetchall()), description
+                finally:
+                    conn.close()
+
+            point, scatter, description = await asyncio.to_thread(read)
+        finally:
+            await listener.stop()
+        assert point == scatter[:2] and len(scatter) == 3
+        assert point[0][2] == "é ü" and point[1][3] == decimal.Decimal("0.500")
+        assert description[2][1] == pymysql.constants.FIELD_TYPE.VAR_STRING  # the shard's
+    finally:
+        await procs.close()
