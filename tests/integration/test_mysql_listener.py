@@ -491,35 +491,28 @@ def _tls_with_early_hello(port: int, cert: Path) -> bytes:
     incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
     tls = ctx.wrap_bio(incoming, outgoing)
     with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+
+        def pumped(step: Callable[[], T]) -> T:
+            """``step()`` on the TLS object, the socket feeding it until it has enough."""
+            while True:
+                try:
+                    return step()
+                except ssl.SSLWantReadError:
+                    sock.sendall(outgoing.read())
+                    data = sock.recv(65536)
+                    assert data, "the listener closed the connection"
+                    incoming.write(data)
+
         greeting = sock.recv(4096)
         assert greeting[4] == 10  # protocol 10 handshake
         with contextlib.suppress(ssl.SSLWantReadError):
-            tls.do_handshake()
+            tls.do_handshake()  # the ClientHello, into `outgoing`
         sock.sendall(struct.pack("<I", len(body))[:3] + b"\x01" + body + outgoing.read())
-        while True:  # the rest of the handshake through the memory BIOs
-            try:
-                tls.do_handshake()
-                break
-            except ssl.SSLWantReadError:
-                sock.sendall(outgoing.read())
-                data = sock.recv(65536)
-                assert data, "the listener closed the connection during the TLS handshake"
-                incoming.write(data)
-        sock.sendall(outgoing.read())
-        login = struct.pack("<IIB23x", caps, 1 << 24, 45) + b"app\x00\x00" \
-            + b"mysql_native_password\x00"
+        pumped(tls.do_handshake)
+        login = body + b"app\x00\x00" + b"mysql_native_password\x00"
         tls.write(struct.pack("<I", len(login))[:3] + b"\x02" + login)
         sock.sendall(outgoing.read())
-        while True:
-            try:
-                answer = tls.read(65536)
-                break
-            except ssl.SSLWantReadError:
-                sock.sendall(outgoing.read())
-                data = sock.recv(65536)
-                assert data, "the listener closed the connection after the TLS handshake"
-                incoming.write(data)
-        return answer
+        return pumped(lambda: tls.read(65536))
 
 
 @pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
