@@ -150,6 +150,14 @@ async def _split_under_spark(kind: str, spark: Any, make_database: Any, tmp_path
         at_switch = sum(writers.counts.values())
         await _wait(lambda: sum(writers.counts.values()) > at_switch + 60,
                     "writers stalled after the switch", timeout=30)
+        # as an operator must (docs/resharding.md): `complete` once no change-stream
+        # reader is behind the switch. A stream interrupted by the switch and reopened
+        # after `complete` names shards the keyspace no longer has (OUT_OF_RANGE); under
+        # load the dump's reopening came after `complete` (a CI failure)
+        await _wait(lambda: run.done() or all(
+            any(m.strip().startswith(f"app/{s} drained") for m in messages) for s in SOURCES),
+            "the dump did not pass the switch", timeout=60)
+        assert not run.done(), run.exception()
         await flow.complete()
         await _wait(lambda: not gate.topology.keyspace("app").pending, "complete not seen")
         await writers.halt()
