@@ -215,12 +215,37 @@ def native_placeholders(sql: str) -> tuple[str, int] | None:
 _SETTINGS_SQL = "SELECT " + ", ".join(["set_config(%s, %s, true)"] * len(copytext.SOURCE_SETTINGS))
 
 
+class _Calling:
+    """``with conn._calling:`` around driver calls: a psycopg error leaves as the
+    shardgate error it means (the connection marked broken when it is one, see
+    ``_fail``); any other exception (a caller cancelled mid-statement) marks the
+    connection broken, its session state unknown. (A class: cheaper than a generator
+    context manager on the statement path.)"""
+
+    __slots__ = ("conn",)
+
+    def __init__(self, conn: PostgresConnection) -> None:
+        self.conn = conn
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: Any) -> None:
+        if exc is None:
+            return
+        if isinstance(exc, psycopg.Error):
+            raise self.conn._fail(exc) from exc
+        self.conn.broken = True
+
+
 class PostgresConnection(PooledConnection):
     """One psycopg ``AsyncConnection`` in autocommit mode."""
 
     def __init__(self, raw: psycopg.AsyncConnection[tuple[Any, ...]], safe_url: str) -> None:
         self._raw = raw
         self._safe_url = safe_url
+        self._calling = _Calling(self)
 
     def _fail(self, exc: psycopg.Error) -> ShardgateError:
         err = translate(exc, self._safe_url)
@@ -241,7 +266,7 @@ class PostgresConnection(PooledConnection):
     ) -> Result:
         if limits is not None and is_read(sql):
             return await self._execute_limited(sql, params, limits)
-        try:
+        with self._calling:
             native = native_placeholders(sql)
             cur: psycopg.AsyncCursor[Any] | psycopg.AsyncRawCursor[Any]
             if native is not None and native[1] == len(params):
@@ -263,11 +288,6 @@ class PostgresConnection(PooledConnection):
                 result.rows_affected = cur.rowcount
             await cur.close()
             return result
-        except psycopg.Error as exc:
-            raise self._fail(exc) from exc
-        except BaseException:
-            self.broken = True  # cancelled mid-statement: session state unknown
-            raise
 
     async def _execute_limited(
         self, sql: str, params: Sequence[Any], limits: ResultLimits
@@ -310,7 +330,7 @@ class PostgresConnection(PooledConnection):
         return Result(fields, rows)
 
     async def executemany(self, sql: str, seq_of_params: Sequence[Sequence[Any]]) -> int:
-        try:
+        with self._calling:
             cur = self._raw.cursor()
             if self.in_transaction:
                 await cur.executemany(sql, seq_of_params)
@@ -320,29 +340,19 @@ class PostgresConnection(PooledConnection):
             count = cur.rowcount
             await cur.close()
             return max(count, 0)
-        except psycopg.Error as exc:
-            raise self._fail(exc) from exc
-        except BaseException:
-            self.broken = True
-            raise
 
     supports_copy_in = True
 
     async def copy_in(self, table: str, columns: Sequence[str],
                       rows: Sequence[Sequence[Any]]) -> int:
         cols = ", ".join(columns)
-        try:
+        with self._calling:
             cur = self._raw.cursor()
             async with cur.copy(f"COPY {table} ({cols}) FROM STDIN") as copy:
                 for row in rows:
                     await copy.write_row(row)
             await cur.close()
             return len(rows)
-        except psycopg.Error as exc:
-            raise self._fail(exc) from exc
-        except BaseException:
-            self.broken = True
-            raise
 
     supports_text_copy = True
 
@@ -351,16 +361,11 @@ class PostgresConnection(PooledConnection):
         return self._raw.info.encoding
 
     async def text_copy_types(self, sql: str, params: Sequence[Any] = ()) -> list[int] | None:
-        try:
+        with self._calling:
             cur = self._raw.cursor()
             await cur.execute(f"SELECT * FROM ({sql}) AS q LIMIT 0", params)
             oids = [c.type_code for c in cur.description or ()]
             await cur.close()
-        except psycopg.Error as exc:
-            raise self._fail(exc) from exc
-        except BaseException:
-            self.broken = True
-            raise
         return oids if oids and all(o in copytext.PORTABLE_OIDS for o in oids) else None
 
     async def copy_out_text(self, sql: str, params: Sequence[Any], columns: Sequence[str],
@@ -371,7 +376,7 @@ class PostgresConnection(PooledConnection):
                 return await self.copy_out_text(sql, params, columns, oids, order)
             finally:
                 await self._control("ROLLBACK")
-        try:
+        with self._calling:
             await self._raw.execute(_SETTINGS_SQL, [v for kv in copytext.SOURCE_SETTINGS
                                                     for v in kv])
             # loaders made now read the text as the settings just set write it (ISO dates)
@@ -381,11 +386,6 @@ class PostgresConnection(PooledConnection):
             await cur.execute(copytext.batch_sql(sql, columns, oids, order), params)
             found = await cur.fetchone()
             await cur.close()
-        except psycopg.Error as exc:
-            raise self._fail(exc) from exc
-        except BaseException:
-            self.broken = True
-            raise
         text = found[0] if found is not None else None
         if isinstance(text, str):  # (SQL_ASCII databases give bytes)
             text = text.encode(self._raw.info.encoding)
@@ -394,25 +394,15 @@ class PostgresConnection(PooledConnection):
 
     async def copy_in_text(self, table: str, columns: Sequence[str], data: bytes) -> None:
         cols = ", ".join(columns)
-        try:
+        with self._calling:
             cur = self._raw.cursor()
             async with cur.copy(f"COPY {table} ({cols}) FROM STDIN") as copy:
                 await copy.write(data)
             await cur.close()
-        except psycopg.Error as exc:
-            raise self._fail(exc) from exc
-        except BaseException:
-            self.broken = True
-            raise
 
     async def _control(self, statement: str) -> None:
-        try:
+        with self._calling:
             await self._raw.execute(statement, prepare=False)
-        except psycopg.Error as exc:
-            raise self._fail(exc) from exc
-        except BaseException:
-            self.broken = True
-            raise
 
     async def stream(
         self, sql: str, params: Sequence[Any] = (), batch_size: int = 1000
@@ -477,13 +467,8 @@ class PostgresConnection(PooledConnection):
                 f"cannot prepare {xid} on shard database {self._safe_url}: "
                 + ("the transaction failed" if status == TransactionStatus.INERROR else "none open")
             )
-        try:
+        with self._calling:
             cur = await self._raw.execute(f"PREPARE TRANSACTION {_gid(xid)}", prepare=False)
-        except psycopg.Error as exc:
-            raise self._fail(exc) from exc
-        except BaseException:
-            self.broken = True
-            raise
         if cur.statusmessage != "PREPARE TRANSACTION":  # the server rolled it back instead
             raise Aborted(
                 f"shard database {self._safe_url} rolled back {xid} instead of preparing it"
