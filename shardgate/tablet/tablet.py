@@ -145,17 +145,24 @@ class Tablet:
         try:
             result = await self._execute(sql, params, transaction_id, options)
         except ShardgateError as exc:
-            metrics.ERRORS.labels("Execute", self.keyspace, self.shard, self.dialect,
-                                  exc.code.value).inc()
+            self._failed(exc)
             raise
+        self._executed(start)
+        return result
+
+    _execute_seconds: Any = None
+
+    def _executed(self, start: float) -> None:
+        """Count one ``Execute`` that began at ``start`` (``perf_counter``)."""
         timing = self._execute_seconds
         if timing is None:  # labelled once: labels() costs more than the observation
             timing = self._execute_seconds = metrics.QUERIES.labels(
                 "Execute", self.keyspace, self.shard, self.dialect)
         timing.observe(time.perf_counter() - start)
-        return result
 
-    _execute_seconds: Any = None
+    def _failed(self, exc: ShardgateError) -> None:
+        metrics.ERRORS.labels("Execute", self.keyspace, self.shard, self.dialect,
+                              exc.code.value).inc()
 
     async def execute_wire(self, sql: str, params: Sequence[Any]) -> WireResult:
         """An autocommit read's answer as MySQL protocol packets (a MariaDB/MySQL
@@ -165,14 +172,9 @@ class Tablet:
         try:
             result = await self.backend.execute_wire(sql, params, self.result_limits)
         except ShardgateError as exc:
-            metrics.ERRORS.labels("Execute", self.keyspace, self.shard, self.dialect,
-                                  exc.code.value).inc()
+            self._failed(exc)
             raise
-        timing = self._execute_seconds
-        if timing is None:
-            timing = self._execute_seconds = metrics.QUERIES.labels(
-                "Execute", self.keyspace, self.shard, self.dialect)
-        timing.observe(time.perf_counter() - start)
+        self._executed(start)
         return result
 
     async def _autocommit(self, sql: str, params: Sequence[Any]) -> Result:
