@@ -190,7 +190,7 @@ class QueryPool:
         text = sql % tuple(conn.literal(p) for p in params)  # as PyMySQL's cursor formats
         await conn._execute_command(_COM_QUERY, text.encode(conn._encoding))
         first = (await conn.read_packet()).get_all_data()  # an error packet raises
-        count, = _lenenc(first)
+        count, _ = lenenc_int(first, 0)
         if count == 0:  # an OK packet: a statement without rows (a read still ends so)
             return WireResult([], [])
         columns = [(await conn.read_packet()).get_all_data() for _ in range(count)]
@@ -222,13 +222,14 @@ class QueryPool:
             _close(conn)
 
 
-def _lenenc(payload: bytes) -> tuple[int]:
-    """The length-encoded integer a column count packet holds (0 for an OK packet)."""
-    first = payload[0]
+def lenenc_int(payload: bytes, pos: int) -> tuple[int, int]:
+    """The MySQL protocol's length-encoded integer at ``pos`` of a packet's payload: its
+    value and the position after it (a column count packet's; 0 for an OK packet)."""
+    first = payload[pos]
     if first < 0xFB:
-        return (first,)
+        return first, pos + 1
     size = {0xFC: 2, 0xFD: 3, 0xFE: 8}[first]
-    return (int.from_bytes(payload[1:1 + size], "little"),)
+    return int.from_bytes(payload[pos + 1:pos + 1 + size], "little"), pos + 1 + size
 
 
 def _close(conn: Any) -> None:

@@ -748,6 +748,8 @@ class Gate:
                 or type(planned.instructions) is not Route or not planned.instructions.point):
             return None
         prim = planned.instructions
+        if not self._first_shard(prim.keyspace)[1].gives_wire:
+            return None  # (a keyspace of another database: no vindex hashed in vain)
         cursor = _SessionCursor(self, session)
         cursor.reads = True
         try:

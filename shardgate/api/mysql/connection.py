@@ -47,6 +47,7 @@ from mysql_mimic.utils import aiterate
 from shardgate.aio import wait_for
 from shardgate.api.mysql.errors import BAD_DB, sqlstate_of
 from shardgate.api.mysql.session import GateSession, WireRows
+from shardgate.backends.mysql_queries import lenenc_int
 
 log = logging.getLogger(__name__)
 
@@ -64,22 +65,13 @@ _BINARY_TYPES = frozenset({ColumnType.BLOB, ColumnType.TINY_BLOB, ColumnType.MED
                            ColumnType.LONG_BLOB})
 
 
-def _lenenc_at(payload: bytes, pos: int) -> tuple[int, int]:
-    """The length-encoded integer at ``pos``: its value and the position after it."""
-    first = payload[pos]
-    if first < 0xFB:
-        return first, pos + 1
-    size = {0xFC: 2, 0xFD: 3, 0xFE: 8}[first]
-    return int.from_bytes(payload[pos + 1:pos + 1 + size], "little"), pos + 1 + size
-
-
 def with_schema(payload: bytes, schema: str) -> bytes:
     """A ColumnDefinition41 payload with its schema (the second length-encoded string,
     after the catalog) replaced by ``schema``: clients see the keyspace, never the
     shard database's name."""
-    n, pos = _lenenc_at(payload, 0)
+    n, pos = lenenc_int(payload, 0)
     start = pos + n  # after the catalog ("def")
-    n, end = _lenenc_at(payload, start)
+    n, end = lenenc_int(payload, start)
     end += n
     name = schema.encode()
     if len(name) >= 0xFB:
@@ -306,30 +298,21 @@ class GateConnection(Connection):
         """A shard's answer: its column definitions and rows as it sent them, framed for
         this client, and this session's EOF/OK (its counts and status)."""
         wire = rows.wire
-        if Capabilities.CLIENT_PROTOCOL_41 not in self.capabilities:  # (pre-4.1 clients)
-            header = [make_column_count(capabilities=self.capabilities,
-                                        column_count=len(wire.columns))]
-            header += [self._wire_column(c, rows.schema) for c in wire.columns]
-            if not self.deprecate_eof():
-                header.append(self.eof())
-            self.stream.write_many(header)
-            self.stream.write_many(wire.rows)
-            await self.stream.write(self.ok_or_eof(affected_rows=len(wire.rows)),
-                                    drain=False)
-            await self.stream.drain()
-            return
-        # the status a wire read leaves (no transaction: autocommit or not), in the EOF
-        # packets framed here rather than built through the flag enums each time
-        session = self.session
-        status = b"\x02\x00" if session.autocommit else b"\x00\x00"
+        n = len(wire.rows)
+        if Capabilities.CLIENT_PROTOCOL_41 in self.capabilities:
+            # the status a wire read leaves (no transaction: autocommit or not), framed
+            # here rather than built through the flag enums each time
+            status = b"\x02\x00" if self.session.autocommit else b"\x00\x00"
+            middle = b"\xfe\x00\x00" + status
+            end = (b"\xfe" + uint_len(n) + b"\x00" + status + b"\x00\x00"
+                   if self.deprecate_eof() else middle)
+        else:  # (pre-4.1 clients)
+            middle, end = self.eof(), self.ok_or_eof(affected_rows=n)
         header = [make_column_count(capabilities=self.capabilities,
                                     column_count=len(wire.columns))]
         header += [self._wire_column(c, rows.schema) for c in wire.columns]
-        if self.deprecate_eof():
-            end = b"\xfe" + uint_len(len(wire.rows)) + b"\x00" + status + b"\x00\x00"
-        else:
-            end = b"\xfe\x00\x00" + status
-            header.append(end)
+        if not self.deprecate_eof():
+            header.append(middle)
         self.stream.write_many(header)
         self.stream.write_many(wire.rows)
         await self.stream.write(end, drain=False)

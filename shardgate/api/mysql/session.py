@@ -268,12 +268,13 @@ class GateSession(Session):
         binds: dict[str, Any] | None = None
         if bound is not None:
             sql, binds = bound
-        if read and self.text_protocol and not self.state.in_transaction:
+        point = read and _point(self.gate.plan(sql, self.state.plan_key))
+        if point and self.text_protocol and not self.state.in_transaction:
             wire = await self.gate.execute_wire(self.state, sql, binds)
             if wire is not None:
                 return ResultSet(rows=WireRows(wire, self.state.keyspace or ""),
                                  columns=_WIRE_COLUMNS)
-        if not read or _point(self.gate.plan(sql, self.state.plan_key)):
+        if not read or point:
             self.last = await self.gate.execute(self.state, sql, binds)
             if self.last.insert_id is not None:
                 self._last_insert_id = self.last.insert_id
