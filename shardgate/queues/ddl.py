@@ -207,14 +207,27 @@ def queue_table_ddl(
 
 
 def _scan_indexes(name: str, options: QueueOptions, dialect: str, ine: str) -> list[str]:
-    """``CREATE INDEX`` of a queue table's two scan indexes and its ordering/group keys."""
+    """``CREATE INDEX`` of a queue table's scan indexes and its ordering/group keys.
+
+    PostgreSQL and SQLite get one partial index per scanned state: new events by
+    ``time_scheduled``, fired ones and acked ones (the purge) by ``time_next``.
+    Each write of an event's life (insert, fire, ack) then adds one scan-index
+    entry, not one to each index, and a scan reads only its state's entries.
+    MariaDB has no partial indexes: ``(state, time_scheduled)`` and ``(state,
+    time_next)`` serve the same scans there."""
     q = exp.to_identifier(name).sql(dialect=dialect)
-    indexes = [("due", "state, time_scheduled"), ("next", "state, time_next")]
+    indexes: list[tuple[str, str]]
+    if dialect == "mysql":
+        indexes = [("due", "(state, time_scheduled)"), ("next", "(state, time_next)")]
+    else:
+        indexes = [("due", "(time_scheduled) WHERE state = 'to_be_fired'"),
+                   ("next", "(time_next) WHERE state = 'fired'"),
+                   ("acked", "(time_next) WHERE state = 'acked'")]
     for opt in (options.ordering_key, options.group_key):
         if opt is not None:
-            indexes.append((opt, exp.to_identifier(opt).sql(dialect=dialect)))
+            indexes.append((opt, f"({exp.to_identifier(opt).sql(dialect=dialect)})"))
     return [f"CREATE INDEX {ine}{exp.to_identifier(f'{name}_sg_{suffix}').sql(dialect=dialect)}"
-            f" ON {q} ({cols_sql})" for suffix, cols_sql in indexes]
+            f" ON {q} {cols_sql}" for suffix, cols_sql in indexes]
 
 
 def queue_table_extras(name: str, options: QueueOptions, dialect: str, *,
