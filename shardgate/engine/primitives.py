@@ -203,6 +203,26 @@ async def vindex_map(
     raise InvalidArgument(f"vindex {vindex.name!r} cannot map values")
 
 
+async def _map_distinct(
+    vc: ExecCursor, vindex: Vindex, values: Sequence[Any]
+) -> list[list[KeyspaceId]]:
+    """:func:`vindex_map` of ``values``, each distinct value mapped once (rows of one
+    insert often share their sharding value). Values are told apart by type as well,
+    so ``1`` and ``True`` or ``1.0`` are never taken for one another."""
+    try:
+        keys = [tuple((type(x), x) for x in v) if isinstance(v, tuple) else (type(v), v)
+                for v in values]
+        distinct = dict.fromkeys(keys)
+    except TypeError:  # an unhashable value: map them as they are
+        return await vindex_map(vc, vindex, values)
+    if len(distinct) == len(values):
+        return await vindex_map(vc, vindex, values)
+    first = dict(zip(keys, values, strict=True))  # a value of each key, as given
+    mapped = await vindex_map(vc, vindex, [first[k] for k in distinct])
+    of = dict(zip(distinct, mapped, strict=True))
+    return [of[k] for k in keys]
+
+
 def _single_values(values: Sequence[Value | tuple[Value, ...]], resolved: Sequence[Any]) -> None:
     """Refuse a list bound where an equality needs one value (it would match nothing)."""
     for value, got in zip(values, resolved, strict=True):
@@ -693,12 +713,20 @@ class Insert(Primitive):
         if not any(c in kinds for _, c in present):
             return
         dialect = vc.dialect(self.keyspace)
+        # One bind variable in many rows (VALUES (:u, ...), (:u, ...)) is converted once.
+        by_var: dict[tuple[int, str], Literal] = {}
         for row in rows:
             for i, c in present:
-                if not isinstance(row[i], SQLExpr):
-                    value = resolve(row[i], bind_vars)
-                    row[i] = Literal(stored_value(value, kinds.get(c), dialect, write=True,
-                                                  column=c))
+                node = row[i]
+                if isinstance(node, SQLExpr):
+                    continue
+                known = by_var.get((i, node.name)) if isinstance(node, BindVar) else None
+                if known is None:
+                    known = Literal(stored_value(resolve(node, bind_vars), kinds.get(c),
+                                                 dialect, write=True, column=c))
+                    if isinstance(node, BindVar):
+                        by_var[(i, node.name)] = known
+                row[i] = known
 
     async def _keyspace_ids(
         self,
@@ -724,7 +752,7 @@ class Insert(Primitive):
                     f"{list(self.primary_columns)} cannot be NULL"
                 )
             values.append(vals if len(idx) > 1 else vals[0])
-        mapped = await vindex_map(vc, self.primary_vindex, values)
+        mapped = await _map_distinct(vc, self.primary_vindex, values)
         ksids: list[KeyspaceId] = []
         for v, m in zip(values, mapped, strict=True):
             if len(m) != 1:

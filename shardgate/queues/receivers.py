@@ -33,6 +33,11 @@ class Receiver:
     def busy(self) -> bool:
         return self.closed or self.batches.qsize() >= RECEIVER_QUEUE_DEPTH
 
+    @property
+    def free_slots(self) -> int:
+        """Batches this receiver may still be handed before it counts as busy."""
+        return 0 if self.closed else max(0, RECEIVER_QUEUE_DEPTH - self.batches.qsize())
+
     async def get(self) -> list[QueueEvent] | None:
         """The next batch (None when the subscription ended), without events acked since."""
         while True:

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 import pytest
 from Crypto.Cipher import DES
 
+from shardgate.engine.primitives import _map_distinct
 from shardgate.errors import Code, ShardgateError
 from shardgate.planner import build_plan
 from shardgate.result import Result
 from shardgate.sql import parse
 from shardgate.testing import RecordingCursor
+from shardgate.vindexes.base import SingleColumn
 from shardgate.vschema import VSchema
 
 from .recording import FOUR, VSCHEMA, cursor, run, shard_of
@@ -175,3 +180,48 @@ async def test_a_subquery_used_as_a_value_returns_at_most_one_row() -> None:
         await run(vc, "select id from user where id = (select col from user)")
     assert err.value.code is Code.INVALID_ARGUMENT
     assert "more than 1 row" in err.value.message
+
+
+async def test_insert_rows_sharing_a_bind_variable_route_as_each_row_alone() -> None:
+    """Rows of one INSERT that share a sharding value are hashed once, and every row
+    still goes where it would go on its own (literals and other variables mixed in)."""
+    vc = cursor()
+    await run(vc, "insert into user_extra (user_id, v) values (:u, 'a'), (:u, 'b'), (:w, 'c'), "
+                  "(7, 'd'), (:u, 'e')", {"u": 11, "w": 12})
+    rows_by_shard: dict[str, int] = {}
+    for u in (11, 11, 12, 7, 11):
+        rows_by_shard[shard_of(u)] = rows_by_shard.get(shard_of(u), 0) + 1
+    got = {line.split(":")[0].split("/")[1]: line.count("(%s, %s)")
+           for line in vc.log if line.startswith("ExecuteShard")}
+    assert got == rows_by_shard
+    assert sum(got.values()) == 5
+
+
+class _Counting(SingleColumn):
+    """Maps a value to a keyspace id naming its type and value; counts what it maps."""
+
+    def __init__(self) -> None:
+        super().__init__("counting", {})
+        self.mapped: list[Any] = []
+
+    @property
+    def cost(self) -> int:
+        return 1
+
+    @property
+    def unique(self) -> bool:
+        return True
+
+    def map(self, values: Sequence[Any]) -> list[list[bytes]]:
+        self.mapped.extend(values)
+        return [[f"{type(v).__name__}:{v!r}".encode()] for v in values]
+
+
+async def test_distinct_sharding_values_are_mapped_once_and_never_conflated() -> None:
+    vindex = _Counting()
+    values: list[Any] = [5, 5, True, 1, 1.0, "5", 5, (1, "a"), (True, "a"), (1, "a")]
+    got = await _map_distinct(cursor(), vindex, values)
+    assert got == [[f"{type(v).__name__}:{v!r}".encode()] for v in values]
+    assert len(vindex.mapped) == 7  # 5, True, 1, 1.0, '5', (1, 'a'), (True, 'a')
+    unhashable: list[Any] = [[1], [1]]  # mapped as given
+    assert len(await _map_distinct(cursor(), _Counting(), unhashable)) == 2

@@ -33,7 +33,12 @@ Parts
   that start reaches back :data:`SCAN_SLACK_NS`. A scan that filled the
   window ("pending mode") leaves the cursor at the last row it took; the
   next scan, as soon as the window drains to half, continues from there.
-  Wake-ups that arrive during a scan coalesce into one more scan. *Full*:
+  Wake-ups that arrive during a scan coalesce into one more scan. While the
+  window still holds more due events than the last fire could take
+  (``_backlogged``), a wake-up's scan waits until a fire leaves it short:
+  the rows it would read fire after those anyway, and one scan per several
+  fires reads them in larger, cheaper statements (the wake-up's reach-back is
+  kept, so nothing a late commit wrote is skipped). *Full*:
   once per window (and at start), new events from the beginning up to now +
   window: the backstop for rows no wake-up announced (written around the
   tablet, or with an explicit ``time_scheduled`` in the past). *Collector*: every
@@ -42,7 +47,8 @@ Parts
   stays on fresh events.
 * **Firing.** Due events are taken from the window up to the free room of the
   limits (``max_in_flight``, the ``max_per_second`` token bucket, receivers'
-  capacity). The manager *first* writes ``state = 'fired'``, ``epoch + 1`` and
+  capacity: a batch per free slot of each receiver's hand-over queue, so one
+  fire write can fill both slots of every receiver). The manager *first* writes ``state = 'fired'``, ``epoch + 1`` and
   the next retry time (``now + ack_wait + clamp(min_backoff * 2^epoch *
   jitter(±33%), min_backoff, max_backoff)``) by primary key, in one statement
   per batch, conditioned on the event not being acked; *then* it hands the
@@ -110,7 +116,7 @@ from shardgate.errors import Code, ShardgateError, Unavailable
 from shardgate.queues import metrics
 from shardgate.queues.events import QueueEvent
 from shardgate.queues.options import QueueOptions
-from shardgate.queues.receivers import Receiver
+from shardgate.queues.receivers import RECEIVER_QUEUE_DEPTH, Receiver
 from shardgate.queues.table.store import (
     EPOCH,
     ID,
@@ -218,6 +224,9 @@ class QueueManager:
         self._full_at = 0
         self._collect_at = 0
         self._pending_mode = False
+        #: the last fire took a full budget and left due events in the window: a
+        #: wake-up's scan waits until the window runs short (see *Scans*)
+        self._backlogged = False
         #: new-event scans start here (database clock, inclusive): every unfired row
         #: stamped earlier and committed before the last scan began has been read,
         #: except those from ``_gap`` on
@@ -549,6 +558,8 @@ class QueueManager:
                     self._new_pending = False
                     await self._scan(full=True)
                     self._full_at = now + int(self.options.window * _NS)
+                elif self._new_pending and self._backlogged:
+                    pass  # the window still holds due events to fire: fire first
                 elif self._new_pending or (self._pending_mode and
                                            len(self._events) < self.options.cache_size // 2):
                     self._new_pending = False
@@ -560,7 +571,7 @@ class QueueManager:
                 metrics.CACHED.labels(*self._labels).set(len(self._events))
                 metrics.IN_FLIGHT.labels(*self._labels).set(len(self._in_flight))
                 metrics.BLOCKED_KEYS.labels(*self._labels).set(len(self._key_waiting))
-                if self._new_pending or delay == 0:
+                if (self._new_pending and not self._backlogged) or delay == 0:
                     await asyncio.sleep(0)
                     continue
                 wait = min(delay, (self._full_at - self._clock()) / _NS,
@@ -592,12 +603,14 @@ class QueueManager:
         """Fire what is due; return seconds until the next due event (inf: none)."""
         everyone = self._receivers()
         receivers = [r for r in everyone if not r.busy]
+        if not everyone:
+            self._backlogged = False  # nobody to fire to: wake-ups scan as they come
         if not receivers:
             return float("inf")  # a receiver taking a batch or subscribing wakes us
         room = self._room()
         now = self._clock()
         batch_size = self.options.batch_size
-        budget = batch_size * len(receivers)
+        budget = batch_size * sum(r.free_slots for r in receivers)
         taken: list[_Event] = []
         new = 0
         while self._heap and len(taken) < budget:
@@ -619,6 +632,7 @@ class QueueManager:
             if self._key_idx is not None and self._ordered(ev.key):
                 self._key_owner[ev.key] = eid  # later events of the key wait from now
             taken.append(ev)
+        self._backlogged = len(taken) >= budget and bool(self._heap) and self._heap[0][0] <= now
         if not taken:
             if room <= 0:
                 return 0.005
@@ -698,12 +712,14 @@ class QueueManager:
                 e.due = now
                 self._push(e)
             return
-        # Least busy first: fewest events in flight.
+        # Least busy first (fewest events in flight), a batch per free slot of each.
         receivers.sort(key=lambda r: len(r.in_flight))
+        slots = [r for depth in range(RECEIVER_QUEUE_DEPTH) for r in receivers
+                 if r.free_slots > depth] or receivers
         bs = opts.batch_size
         for i in range(0, len(fired), bs):
             chunk = fired[i : i + bs]
-            rcv = receivers[(i // bs) % len(receivers)]
+            rcv = slots[(i // bs) % len(slots)]
             out: list[QueueEvent] = []
             for e in chunk:
                 old = self._in_flight.get(e.id)

@@ -77,6 +77,7 @@ class QueueStore:
         self.ph = placeholder
         self.user_columns: list[str] = []
         self._t = self.quote(table)
+        self._select_of: tuple[tuple[str, ...], str] = ((), "")
 
     def quote(self, name: str) -> str:
         return exp.to_identifier(name).sql(dialect=self.dialect)
@@ -101,9 +102,11 @@ class QueueStore:
 
     @property
     def _select(self) -> str:
-        cols = ["id", "priority", "time_scheduled", "time_next", "epoch", "state",
-                *self.user_columns]
-        return ", ".join(self.quote(c) for c in cols)
+        cols = ("id", "priority", "time_scheduled", "time_next", "epoch", "state",
+                *self.user_columns)
+        if self._select_of[0] != cols:  # quoting (sqlglot) costs more than the scan's rows
+            self._select_of = (cols, ", ".join(self.quote(c) for c in cols))
+        return self._select_of[1]
 
     def column_index(self, column: str) -> int:
         """Index of a user column among the user's columns (a scanned row's ``[VALUES:]``)."""
