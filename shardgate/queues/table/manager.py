@@ -48,7 +48,8 @@ Parts
 * **Firing.** Due events are taken from the window up to the free room of the
   limits (``max_in_flight``, the ``max_per_second`` token bucket, receivers'
   capacity: a batch per free slot of each receiver's hand-over queue, so one
-  fire write can fill both slots of every receiver). The manager *first* writes ``state = 'fired'``, ``epoch + 1`` and
+  fire write can fill both slots of every receiver). The manager *first*
+  writes ``state = 'fired'``, ``epoch + 1`` and
   the next retry time (``now + ack_wait + clamp(min_backoff * 2^epoch *
   jitter(±33%), min_backoff, max_backoff)``) by primary key, in one statement
   per batch, conditioned on the event not being acked; *then* it hands the
