@@ -40,6 +40,7 @@ import itertools
 import json
 import statistics
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -150,14 +151,105 @@ def median(xs: list[float]) -> float:
     return statistics.median(xs)
 
 
-def main(rows: int, events: int, rounds: int, prefix: str) -> None:
+def line(what: str, xs: list[float], n: int) -> None:
+    m = median(xs)
+    print(f"{what:<64}{m:>10.2f}{n / m:>12.0f}")
+
+
+def change_stream(spark: Any, topo: Topology, cluster: Path, tmp: Path, rows: int,
+                  rounds: int, write: Callable[[Any, str], float]) -> None:
+    """``shardgate_changes`` against ``ChangeLog.read`` of the same log ranges."""
+    runs = itertools.count()
+    begin = asyncio.run(positions(topo, oldest=False))
+    write(spark.range(0, rows, numPartitions=2).selectExpr(
+        "id", "concat('sku-', id % 1000) AS sku", "id % 997 AS price"), "t")
+    end = asyncio.run(positions(topo, oldest=False))
+
+    def changes(**opts: str) -> Any:
+        r = (spark.readStream.format("shardgate_changes").option("cluster", str(cluster))
+             .option("keyspace", "bench"))
+        for k, v in opts.items():
+            r = r.option(k, v)
+        return r
+
+    def sg(**opts: str) -> tuple[float, float]:
+        return run_query(spark, changes(starting=json.dumps(begin), **opts), tmp,
+                         f"changes-{next(runs)}")
+
+    # Warm up: the JVM's first streaming query, and one that reads (it starts the
+    # executors' Python workers, which a running stream has).
+    run_query(spark, changes(starting="latest"), tmp, "warm")
+    sg()
+    kinds: dict[str, dict[str, str]] = {
+        "one batch": {},
+        "one batch, partitions=2": {"partitions": "2"},  # local[2]: two task slots
+        "typed images": {"tables": "t", "images": "struct"},
+        "4 batches": {"maxEventsPerTrigger": str(max(1, rows // 4))},
+    }
+    raw: list[float] = []
+    wall: dict[str, list[float]] = {k: [] for k in kinds}
+    batch: dict[str, list[float]] = {k: [] for k in kinds}
+    for _ in range(rounds):  # interleaved: each round runs every reader once
+        t0 = time.perf_counter()
+        n_raw = asyncio.run(raw_changes(topo, begin, end))
+        raw.append(time.perf_counter() - t0)
+        assert n_raw == rows, (n_raw, rows)
+        for kind, opts in kinds.items():
+            w, b = sg(**opts)
+            wall[kind].append(w)
+            batch[kind].append(b)
+    print(f"median of {rounds} interleaved round(s); {rows} row changes")
+    print(f"{'what':<64}{'seconds':>10}{'events/s':>12}")
+    line("changes: ChangeLog.read, 4 shards (reference)", raw, rows)
+    for kind in kinds:
+        line(f"changes: shardgate_changes, {kind}", wall[kind], rows)
+        line(f"changes: shardgate_changes, {kind}, batches only", batch[kind], rows)
+    print("ratio shardgate_changes/reference (query wall time): " + ", ".join(
+        f"{median(raw) / median(wall[k]):.2f}x {k}" for k in kinds))
+    print("ratio shardgate_changes/reference (batches only, without the query's start "
+          "and stop): " + ", ".join(f"{median(raw) / median(batch[k]):.2f}x {k}"
+                                    for k in kinds))
+
+
+def queue(spark: Any, topo: Topology, cluster: Path, tmp: Path, events: int, rounds: int,
+          write: Callable[[Any, str], float]) -> None:
+    """``shardgate_queue`` against an in-process gate's receive + ack of as many events."""
+    ev = spark.range(0, events, numPartitions=2).selectExpr(
+        "id AS customer_id", "concat('job-', id) AS body")
+    enq: list[float] = []
+    ref_q: list[float] = []
+    sg_q: list[float] = []
+    sg_qb: list[float] = []
+    for r in range(rounds):
+        enq.append(write(ev, "jobs"))
+        write(ev, "jobs_ref")
+        ref_q.append(asyncio.run(raw_queue(topo, "jobs_ref", events)))
+        qreader = (spark.readStream.format("shardgate_queue").option("cluster", str(cluster))
+                   .option("keyspace", "bench").option("queue", "jobs")
+                   .option("maxEventsPerTrigger", str(max(1, events // 4))))
+        w, b = run_query(spark, qreader, tmp, f"queue-{r}")
+        sg_q.append(w)
+        sg_qb.append(b)
+    done = asyncio.run(acked(topo, "jobs"))
+    print(f"median of {rounds} interleaved round(s); {events} events")
+    print(f"{'what':<64}{'seconds':>10}{'events/s':>12}")
+    line("queue: bulk enqueue (writer)", enq, events)
+    line("queue: gate receive+ack (reference)", ref_q, events)
+    line("queue: shardgate_queue availableNow", sg_q, events)
+    line("queue: shardgate_queue availableNow, batches only", sg_qb, events)
+    print(f"ratio shardgate_queue/reference: {median(ref_q) / median(sg_q):.2f}x query wall "
+          f"time, {median(ref_q) / median(sg_qb):.2f}x batches only "
+          f"({done}/{events * rounds} acked)")
+
+
+def main(rows: int, events: int, rounds: int, prefix: str,
+         parts: Sequence[str] = ("changes", "queue")) -> None:
     ks = pg_keyspace(prefix, SHARDS,
                      "CREATE TABLE {table} (id BIGINT PRIMARY KEY, sku TEXT, price BIGINT)")
     topo, tmp = ks.topo, ks.tmp
     asyncio.run(create_queues(topo))  # adds the queues to topo's VSchema
     cluster = ks.write_cluster()
     spark = start_spark("shardgate-bench-stream")
-    runs = itertools.count()
     try:
         def write(frame: Any, table: str) -> float:
             start = time.perf_counter()
@@ -165,87 +257,10 @@ def main(rows: int, events: int, rounds: int, prefix: str) -> None:
              .option("keyspace", "bench").option("table", table).mode("append").save())
             return time.perf_counter() - start
 
-        # -- change stream ------------------------------------------------------------
-        begin = asyncio.run(positions(topo, oldest=False))
-        write(spark.range(0, rows, numPartitions=2).selectExpr(
-            "id", "concat('sku-', id % 1000) AS sku", "id % 997 AS price"), "t")
-        end = asyncio.run(positions(topo, oldest=False))
-
-        def changes(**opts: str) -> Any:
-            r = (spark.readStream.format("shardgate_changes").option("cluster", str(cluster))
-                 .option("keyspace", "bench"))
-            for k, v in opts.items():
-                r = r.option(k, v)
-            return r
-
-        def sg(**opts: str) -> tuple[float, float]:
-            return run_query(spark, changes(starting=json.dumps(begin), **opts), tmp,
-                             f"changes-{next(runs)}")
-
-        # Warm up: the JVM's first streaming query, and one that reads (it starts the
-        # executors' Python workers, which a running stream has).
-        run_query(spark, changes(starting="latest"), tmp, "warm")
-        sg()
-        kinds: dict[str, dict[str, str]] = {
-            "one batch": {},
-            "one batch, partitions=2": {"partitions": "2"},  # local[2]: two task slots
-            "typed images": {"tables": "t", "images": "struct"},
-            "4 batches": {"maxEventsPerTrigger": str(max(1, rows // 4))},
-        }
-        raw: list[float] = []
-        wall: dict[str, list[float]] = {k: [] for k in kinds}
-        batch: dict[str, list[float]] = {k: [] for k in kinds}
-        for _ in range(rounds):  # interleaved: each round runs every reader once
-            t0 = time.perf_counter()
-            n_raw = asyncio.run(raw_changes(topo, begin, end))
-            raw.append(time.perf_counter() - t0)
-            assert n_raw == rows, (n_raw, rows)
-            for kind, opts in kinds.items():
-                w, b = sg(**opts)
-                wall[kind].append(w)
-                batch[kind].append(b)
-
-        # -- queue --------------------------------------------------------------------
-        ev = spark.range(0, events, numPartitions=2).selectExpr(
-            "id AS customer_id", "concat('job-', id) AS body")
-        enq: list[float] = []
-        ref_q: list[float] = []
-        sg_q: list[float] = []
-        sg_qb: list[float] = []
-        for r in range(rounds):
-            enq.append(write(ev, "jobs"))
-            write(ev, "jobs_ref")
-            ref_q.append(asyncio.run(raw_queue(topo, "jobs_ref", events)))
-            qreader = (spark.readStream.format("shardgate_queue").option("cluster", str(cluster))
-                       .option("keyspace", "bench").option("queue", "jobs")
-                       .option("maxEventsPerTrigger", str(max(1, events // 4))))
-            w, b = run_query(spark, qreader, tmp, f"queue-{r}")
-            sg_q.append(w)
-            sg_qb.append(b)
-        done = asyncio.run(acked(topo, "jobs"))
-
-        def line(what: str, xs: list[float], n: int) -> None:
-            m = median(xs)
-            print(f"{what:<64}{m:>10.2f}{n / m:>12.0f}")
-
-        print(f"median of {rounds} interleaved round(s); {rows} row changes, {events} events")
-        print(f"{'what':<64}{'seconds':>10}{'events/s':>12}")
-        line("changes: ChangeLog.read, 4 shards (reference)", raw, rows)
-        for kind in kinds:
-            line(f"changes: shardgate_changes, {kind}", wall[kind], rows)
-            line(f"changes: shardgate_changes, {kind}, batches only", batch[kind], rows)
-        print("ratio shardgate_changes/reference (query wall time): " + ", ".join(
-            f"{median(raw) / median(wall[k]):.2f}x {k}" for k in kinds))
-        print("ratio shardgate_changes/reference (batches only, without the query's start "
-              "and stop): " + ", ".join(f"{median(raw) / median(batch[k]):.2f}x {k}"
-                                        for k in kinds))
-        line("queue: bulk enqueue (writer)", enq, events)
-        line("queue: gate receive+ack (reference)", ref_q, events)
-        line("queue: shardgate_queue availableNow", sg_q, events)
-        line("queue: shardgate_queue availableNow, batches only", sg_qb, events)
-        print(f"ratio shardgate_queue/reference: {median(ref_q) / median(sg_q):.2f}x query wall "
-              f"time, {median(ref_q) / median(sg_qb):.2f}x batches only "
-              f"({done}/{events * rounds} acked)")
+        if "changes" in parts:
+            change_stream(spark, topo, cluster, tmp, rows, rounds, write)
+        if "queue" in parts:
+            queue(spark, topo, cluster, tmp, events, rounds, write)
     finally:
         spark.stop()
         ks.drop()
@@ -258,7 +273,9 @@ if __name__ == "__main__":
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds (medians)")
     ap.add_argument("--prefix", default="sg_bench_stream",
                     help="the shard databases' name prefix (dropped and created)")
+    ap.add_argument("--only", choices=["changes", "queue"], help="run one half only")
     ap.add_argument("--smoke", action="store_true", help="a short run, for CI")
     args = ap.parse_args()
     main(5_000 if args.smoke else args.rows, 2_000 if args.smoke else args.events,
-         1 if args.smoke else args.rounds, args.prefix)
+         1 if args.smoke else args.rounds, args.prefix,
+         (args.only,) if args.only else ("changes", "queue"))
