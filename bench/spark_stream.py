@@ -14,12 +14,16 @@ Four PostgreSQL databases are the shards ``-40 40-80 80-c0 c0-`` of keyspace
   process, the four shards concurrently. Two warm-up queries first: one that
   reads nothing (the JVM's first streaming query) and one that reads the
   range (it starts the executors' Python workers, as a running stream has).
-* **Queue.** ``--events`` events are bulk-enqueued by the writer (events/s)
+* **Queue.** After a warm-up (a query over 1,000 events starts the executors'
+  Python workers, as a running stream has them), ``--events`` events are
+  bulk-enqueued by the writer (events/s)
   into each of two queues, then received and acked by an ``availableNow``
   query on ``shardgate_queue`` (``noop`` sink; done when every event is
   acked), against the reference: an in-process gate's ``queue_receive`` +
   ``queue_ack`` loop over the second queue (timed from subscribing to the last ack:
-  without opening or closing the gate).
+  without opening or closing the gate). Beside them, the floor of any Python
+  streaming source: an ``availableNow`` query of a source with nothing to read
+  (Spark's query start and stop, the reader's Python process, one trigger).
 
 ``--rounds`` interleaved rounds (each runs the reference and every query
 once, in turn); printed: the median seconds and events/s of each and the
@@ -40,7 +44,7 @@ import itertools
 import json
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +52,10 @@ try:
     from bench._spark import pg_keyspace, start_spark
 except ImportError:  # run as a script
     from _spark import pg_keyspace, start_spark  # type: ignore[no-redef]
+
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailableNow
+from pyspark.sql.types import StructType
 
 from shardgate.backends.change_log import open_change_log
 from shardgate.backends.changes import Transaction
@@ -151,6 +159,39 @@ def median(xs: list[float]) -> float:
     return statistics.median(xs)
 
 
+class NothingSource(DataSource):
+    """The floor of any Python streaming source: an ``availableNow`` query of a source
+    with nothing to read costs Spark's query start and stop, the streaming reader's
+    Python process and one trigger, and nothing else."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "bench_nothing"
+
+    def schema(self) -> str:
+        return "x long"
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return NothingReader()
+
+
+class NothingReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    def initialOffset(self) -> dict[str, int]:
+        return {"n": 0}
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        pass
+
+    def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:
+        return start
+
+    def partitions(self, start: dict[str, int], end: dict[str, int]) -> Sequence[InputPartition]:
+        return []
+
+    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+        return iter([])
+
+
 def line(what: str, xs: list[float], n: int) -> None:
     m = median(xs)
     print(f"{what:<64}{m:>10.2f}{n / m:>12.0f}")
@@ -220,23 +261,41 @@ def queue(spark: Any, topo: Topology, cluster: Path, tmp: Path, events: int, rou
     ref_q: list[float] = []
     sg_q: list[float] = []
     sg_qb: list[float] = []
+    floor: list[float] = []
+    spark.dataSource.register(NothingSource)
+
+    def sg_queue(name: str) -> tuple[float, float]:
+        qreader = (spark.readStream.format("shardgate_queue").option("cluster", str(cluster))
+                   .option("keyspace", "bench").option("queue", "jobs")
+                   .option("maxEventsPerTrigger", str(max(1, events // 4))))
+        return run_query(spark, qreader, tmp, name)
+
+    # Warm up as a running stream is: the executors' Python workers started by a query
+    # that reads (the change-stream half does the same), and the reference's imports.
+    write(spark.range(0, 1000, numPartitions=2).selectExpr(
+        "id AS customer_id", "concat('warm-', id) AS body"), "jobs")
+    sg_queue("queue-warm")
+    write(spark.range(0, 1000, numPartitions=2).selectExpr(
+        "id AS customer_id", "concat('warm-', id) AS body"), "jobs_ref")
+    asyncio.run(raw_queue(topo, "jobs_ref", 1000))
     for r in range(rounds):
         enq.append(write(ev, "jobs"))
         write(ev, "jobs_ref")
         ref_q.append(asyncio.run(raw_queue(topo, "jobs_ref", events)))
-        qreader = (spark.readStream.format("shardgate_queue").option("cluster", str(cluster))
-                   .option("keyspace", "bench").option("queue", "jobs")
-                   .option("maxEventsPerTrigger", str(max(1, events // 4))))
-        w, b = run_query(spark, qreader, tmp, f"queue-{r}")
+        w, b = sg_queue(f"queue-{r}")
         sg_q.append(w)
         sg_qb.append(b)
-    done = asyncio.run(acked(topo, "jobs"))
+        floor.append(run_query(spark, spark.readStream.format("bench_nothing"), tmp,
+                               f"nothing-{r}")[0])
+    done = asyncio.run(acked(topo, "jobs")) - 1000  # the warm-up's
     print(f"median of {rounds} interleaved round(s); {events} events")
     print(f"{'what':<64}{'seconds':>10}{'events/s':>12}")
     line("queue: bulk enqueue (writer)", enq, events)
     line("queue: gate receive+ack (reference)", ref_q, events)
     line("queue: shardgate_queue availableNow", sg_q, events)
     line("queue: shardgate_queue availableNow, batches only", sg_qb, events)
+    print(f"{'floor: availableNow query of a Python source with nothing to read':<64}"
+          f"{median(floor):>10.2f}")
     print(f"ratio shardgate_queue/reference: {median(ref_q) / median(sg_q):.2f}x query wall "
           f"time, {median(ref_q) / median(sg_qb):.2f}x batches only "
           f"({done}/{events * rounds} acked)")

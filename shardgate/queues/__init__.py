@@ -20,12 +20,7 @@ What they share:
   enqueue and stats to the shards' tablets.
 
 See ``docs/queues.md`` for the state machine and the user's view.
+
+Nothing is imported here: a process that needs one part (a Spark worker unpickling
+the queue source needs :mod:`~shardgate.queues.events`) does not pay for the others.
 """
-
-from shardgate.queues.events import QueueBatch, QueueEvent
-from shardgate.queues.inbox import InboxOptions, InboxStore
-from shardgate.queues.options import QueueOptions
-from shardgate.queues.segmented import SegmentedQueue
-
-__all__ = ["InboxOptions", "InboxStore", "QueueBatch", "QueueEvent", "QueueOptions",
-           "SegmentedQueue"]

@@ -39,7 +39,8 @@ exactly one batch (copies fired again while their batch runs are dropped);
 ``stop()`` ends the subscription, and whatever it did not ack fires again
 after ``ack_wait``. With ``availableNow``, only events scheduled before the
 run started are admitted, and the run ends at the first trigger that finds
-no such event within ``waitMs``.
+none buffered while the shards hold none unacked outside its batches (it
+does not wait ``waitMs`` for events that cannot come).
 """
 
 from __future__ import annotations
@@ -75,7 +76,6 @@ from shardgate.queues.events import (
     QueueBatch,
     QueueEvent,
 )
-from shardgate.spark import types as sgtypes
 from shardgate.spark.options import QueueSourceOptions, SourceOptions
 
 if TYPE_CHECKING:
@@ -109,6 +109,8 @@ def queue_schema(opts: SourceOptions, queue: str) -> StructType:
             f"{sorted(t.name for t in ks.tables.values() if t.type == 'queue')}"
         )
     shard = topo.keyspace(opts.keyspace).shards[0]
+    from shardgate.spark import types as sgtypes  # the planner's only: workers skip pyarrow
+
     arrow = bulk.table_schema(shard.url, table.name)
     user = [f for f in sgtypes.to_spark(arrow).fields if f.name.lower() not in MANDATORY_COLUMNS]
     return StructType(EVENT_FIELDS + user)
@@ -434,9 +436,13 @@ class QueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return cutoff is None or e.time_scheduled <= cutoff
 
         rx = self._rx()
-        events = rx.take(max(1, n), self.qopts.wait_s, admit)
+        # availableNow does not wait for events it can tell are not coming: with none
+        # buffered, it asks the shards whether any of its backlog is left.
+        events = rx.take(max(1, n), 0.0 if cutoff is not None else self.qopts.wait_s, admit)
         if not events and cutoff is not None:
-            # availableNow ends only once the backlog it must read has been fired to us.
+            # availableNow ends only once the backlog it must read has been fired to us;
+            # the acks written so far must have committed, or their events look unacked.
+            rx.ack({}, wait=True)
             deadline = time.monotonic() + AVAILABLE_NOW_PATIENCE_S
             while not events and time.monotonic() < deadline and self._unfired(cutoff):
                 events = rx.take(max(1, n), self.qopts.wait_s, admit)
