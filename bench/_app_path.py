@@ -43,6 +43,15 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / _TICK
 
 
+def machine_busy_seconds() -> float:
+    """CPU seconds all cores spent on anything but idling (``/proc/stat``: user, nice,
+    system, irq, softirq and steal), since boot: what a run took from the machine."""
+    with open("/proc/stat") as f:
+        cpu = f.readline().split()[1:]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(x) for x in cpu[:8])
+    return (user + nice + system + irq + softirq + steal) / _TICK
+
+
 def _client_main(conn: Connection, keys: Sequence[int]) -> None:
     """A client process: run each job it is sent, answer ``(ops, worker)``."""
     import MySQLdb  # noqa: F401  (imported before the first job, not during it)
@@ -144,8 +153,10 @@ def _pg_job(conn: Connection, url: str, keys: Sequence[int],
 
 @dataclass
 class RunResult:
-    """One run: operations per second, CPU seconds per operation of each watched process,
-    and how many client connections each gate worker got."""
+    """One run: operations per second, CPU µs per operation of each watched process (and
+    of the client processes, ``clients``, and of the whole machine, ``machine``: clients,
+    gate, tablet, PostgreSQL, the kernel and anything else running), and how many client
+    connections each gate worker got."""
 
     ops_per_s: float
     cpu_us: dict[str, float]
@@ -182,17 +193,20 @@ class ClientPool:
         for conn in self._conns[:clients]:
             conn.send(start_at)
         time.sleep(max(0.0, start_at - time.time()))
+        watch = {**watch, "clients": [p.pid for p in self._procs[:clients]]}
         before = {name: sum(cpu_seconds(p) for p in pids) for name, pids in watch.items()}
+        machine = machine_busy_seconds()
         time.sleep(seconds)
+        machine = machine_busy_seconds() - machine
         after = {name: sum(cpu_seconds(p) for p in pids) for name, pids in watch.items()}
         answers = [conn.recv() for conn in self._conns[:clients]]
         ops = sum(n for n, _ in answers)
         per_worker: dict[int, int] = {}
         for _, w in answers:
             per_worker[w] = per_worker.get(w, 0) + 1
-        return RunResult(ops / seconds,
-                         {name: 1e6 * (after[name] - before[name]) / ops for name in watch},
-                         per_worker if kind != "pg" else {})
+        cpu = {name: 1e6 * (after[name] - before[name]) / ops for name in watch}
+        cpu["machine"] = 1e6 * machine / ops
+        return RunResult(ops / seconds, cpu, per_worker if kind != "pg" else {})
 
     def close(self) -> None:
         for conn in self._conns:

@@ -166,7 +166,8 @@ async def app_path(url: str, topology: Topology, keys: list[int], seconds: float
               "clients: GateClient (gRPC), mysqlclient (gate MySQL listener), psycopg 3; "
               f"gate and tablet --event-loop {event_loop}")
         print(f"{'':<34}{'ops/s':>9}{'x psycopg':>11}{'gate CPU us/op':>16}"
-              f"{'tablet CPU us/op':>18}  connections per worker")
+              f"{'tablet CPU us/op':>18}{'clients us/op':>15}{'machine us/op':>15}"
+              "  connections per worker")
         for label, _kind, c, _w in configs:
             r = med[label]
             ref = med[f"psycopg, {c} client(s)"].ops_per_s
@@ -174,7 +175,15 @@ async def app_path(url: str, topology: Topology, keys: list[int], seconds: float
             tablet_cpu = f"{r.cpu_us['tablet']:.0f}" if "tablet" in r.cpu_us else "-"
             split = " ".join(f"w{k}:{v}" for k, v in sorted(r.per_worker.items()))
             print(f"{label:<34}{r.ops_per_s:>9.0f}{r.ops_per_s / ref:>11.3f}{gate_cpu:>16}"
-                  f"{tablet_cpu:>18}  {split}")
+                  f"{tablet_cpu:>18}{r.cpu_us['clients']:>15.0f}{r.cpu_us['machine']:>15.0f}"
+                  f"  {split}")
+        c = max(clients)
+        direct = med[f"psycopg, {c} client(s)"]
+        budget = 1e6 * (os.cpu_count() or 1) / (0.35 * direct.ops_per_s)
+        print(f"the machine's CPU budget per select at 0.35x psycopg with {c} clients "
+              f"({0.35 * direct.ops_per_s:.0f} selects/s on {os.cpu_count()} cores): "
+              f"{budget:.0f} us for everything (clients, gate, tablet, PostgreSQL, kernel); "
+              f"psycopg's own path takes {direct.cpu_us['machine']:.0f} us of it")
         if workers > 1:
             c = max(clients)
             one = [r.ops_per_s for r in runs[f"gate 1 worker, {c} client(s)"]]
