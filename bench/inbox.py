@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import random
+import re
 import secrets
 import statistics
 import sys
@@ -135,6 +136,12 @@ async def record_statements(gate: Gate, store: InboxStore) -> dict[str, str]:
     finally:
         for key, tablet in gate.tablets.items():
             tablet.execute = reals[key]  # type: ignore[method-assign]
+    # A read scans every day bucket its window spans: near midnight, yesterday's too.
+    # The bench's raw side runs the scan of the bucket the append went to.
+    bucket = re.match(r"INSERT INTO (\w+) ", seen[0])
+    assert bucket is not None, seen
+    seen = [q for q in seen if not q.startswith("SELECT ts, msg_id, body FROM ")
+            or q.startswith(f"SELECT ts, msg_id, body FROM {bucket.group(1)} ")]
     assert len(seen) == 5, seen
     return dict(zip(("append", "pointer", "scan", "update", "insert"), seen, strict=True))
 
