@@ -212,13 +212,14 @@ async def _map_distinct(
     try:
         keys = [tuple((type(x), x) for x in v) if isinstance(v, tuple) else (type(v), v)
                 for v in values]
-        distinct = dict.fromkeys(keys)
+        distinct: dict[Any, Any] = {}  # key -> its first value, as given
+        for k, v in zip(keys, values, strict=True):
+            distinct.setdefault(k, v)
     except TypeError:  # an unhashable value: map them as they are
         return await vindex_map(vc, vindex, values)
     if len(distinct) == len(values):
         return await vindex_map(vc, vindex, values)
-    first = dict(zip(keys, values, strict=True))  # a value of each key, as given
-    mapped = await vindex_map(vc, vindex, [first[k] for k in distinct])
+    mapped = await vindex_map(vc, vindex, list(distinct.values()))
     of = dict(zip(distinct, mapped, strict=True))
     return [of[k] for k in keys]
 
