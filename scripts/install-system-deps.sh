@@ -3,11 +3,13 @@
 # (idempotent; run by `make servers`, so a fresh machine gets them).
 #   chromium                  browser tests (Playwright drives /usr/bin/chromium)
 #   libpostgresql-jdbc-java   Spark JDBC references (benchmarks)
+#   sysbench                  bench/sysbench.sh and tests/integration/test_sysbench.py
 set -euo pipefail
 
 want=()
 command -v chromium >/dev/null || want+=(chromium)
 test -e /usr/share/java/postgresql.jar || want+=(libpostgresql-jdbc-java)
+command -v sysbench >/dev/null || want+=(sysbench)
 
 if ((${#want[@]})); then
     echo "install-system-deps: installing ${want[*]}"
