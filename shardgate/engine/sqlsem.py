@@ -40,7 +40,6 @@ from typing import Any
 from shardgate.engine.general_ci import WEIGHTS as GENERAL_CI_WEIGHTS
 from shardgate.errors import InvalidArgument, Unsupported
 
-_SPACE = 0x20
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 #: exact decimal arithmetic (MySQL decimals have at most 65 digits)
 EXACT = Context(prec=120)
@@ -73,17 +72,20 @@ class Collation:
             f"{_SUPPORTED}; set the keyspace's 'collation' if the columns use one of them"
         )
 
-    def _weigh(self, s: str) -> tuple[int, ...]:
-        table = self.weights or {}
-        sup = self.supplementary
-        out = []
-        for ch in s:
-            cp = ord(ch)
-            if sup is not None and cp > 0xFFFF:
-                out.append(sup)
-            else:
-                out.append(table.get(cp, cp))
-        return tuple(out)
+    @functools.cached_property
+    def _table(self) -> dict[int, str]:
+        """``str.translate``'s table: each code point with a weight of its own, to it."""
+        return {cp: chr(w) for cp, w in (self.weights or {}).items()}
+
+    def _weigh(self, s: str) -> str:
+        """The string of ``s``'s weights, one character each: weights compare as the
+        strings' characters do (translated in C; a 120-character sort key weighed a
+        character at a time in Python made a merged ORDER BY of 100 rows cost 10 ms)."""
+        w = s.translate(self._table)
+        if self.supplementary is not None and not w.isascii() and max(w) > "\uffff":
+            sup = chr(self.supplementary)
+            w = "".join(sup if c > "\uffff" else c for c in w)
+        return w
 
     def key(self, s: str) -> Hashable:
         """Equal keys exactly for the strings the collation holds equal."""
@@ -103,18 +105,10 @@ class Collation:
             return (a > b) - (a < b)
         wa = self._weigh(a.rstrip(" ") if self.pad_space else a)
         wb = self._weigh(b.rstrip(" ") if self.pad_space else b)
-        n = min(len(wa), len(wb))
-        for x, y in zip(wa[:n], wb[:n], strict=True):
-            if x != y:
-                return -1 if x < y else 1
-        if not self.pad_space:
-            return (len(wa) > len(wb)) - (len(wa) < len(wb))
-        # PAD SPACE: the longer string's tail against spaces.
-        tail, sign = (wa[n:], 1) if len(wa) > n else (wb[n:], -1)
-        for w in tail:
-            if w != _SPACE:
-                return sign if w > _SPACE else -sign
-        return 0
+        if self.pad_space:  # PAD SPACE: the shorter compared as if padded with spaces
+            n = max(len(wa), len(wb))
+            wa, wb = wa.ljust(n), wb.ljust(n)
+        return (wa > wb) - (wa < wb)
 
 
 BINARY = Collation("binary")

@@ -32,6 +32,7 @@ BINARY = collation("binary")
 @pytest.mark.parametrize(("a", "b", "want"), [
     ("a", "A", 0), ("a", "A  ", 0), ("a", "a\t", 1), ("a", "b", -1), ("ß", "s", 0),
     ("ß", "ss", -1), ("é", "E", 0), ("\U0001f600", "\U0001f601", 0), ("", " ", 0),
+    ("a\U0001f600", "A\ufffd", 0), ("ab", "a\U0001f600", -1), ("é\t", "E", -1),
 ])
 def test_general_ci_compares_like_mariadb(a: str, b: str, want: int) -> None:
     assert GENERAL_CI.compare(a, b) == want
