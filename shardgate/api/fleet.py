@@ -445,11 +445,11 @@ class ShardTablets(TabletClient):
         self._txs[own] = (holder[-1], tid)
         return own
 
-    async def begin(self) -> int:
-        return await self._open(lambda c: c.begin())
+    async def begin(self, caller: str | None = None) -> int:
+        return await self._open(lambda c: c.begin(caller))
 
-    async def begin_twopc(self, xid: str) -> int:
-        return await self._open(lambda c: c.begin_twopc(xid))
+    async def begin_twopc(self, xid: str, caller: str | None = None) -> int:
+        return await self._open(lambda c: c.begin_twopc(xid, caller))
 
     async def commit(self, transaction_id: int) -> None:
         remote, tid = self._held(transaction_id)

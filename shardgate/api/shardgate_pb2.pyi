@@ -615,22 +615,26 @@ class TabletWireResponse(_message.Message):
     def __init__(self, columns: _Optional[_Iterable[bytes]] = ..., rows: _Optional[_Iterable[bytes]] = ..., size: _Optional[int] = ...) -> None: ...
 
 class TabletTransactionRequest(_message.Message):
-    __slots__ = ("transaction_id", "gate_id")
+    __slots__ = ("transaction_id", "gate_id", "caller")
     TRANSACTION_ID_FIELD_NUMBER: _ClassVar[int]
     GATE_ID_FIELD_NUMBER: _ClassVar[int]
+    CALLER_FIELD_NUMBER: _ClassVar[int]
     transaction_id: int
     gate_id: str
-    def __init__(self, transaction_id: _Optional[int] = ..., gate_id: _Optional[str] = ...) -> None: ...
+    caller: str
+    def __init__(self, transaction_id: _Optional[int] = ..., gate_id: _Optional[str] = ..., caller: _Optional[str] = ...) -> None: ...
 
 class TabletTwopcRequest(_message.Message):
-    __slots__ = ("transaction_id", "xid", "gate_id")
+    __slots__ = ("transaction_id", "xid", "gate_id", "caller")
     TRANSACTION_ID_FIELD_NUMBER: _ClassVar[int]
     XID_FIELD_NUMBER: _ClassVar[int]
     GATE_ID_FIELD_NUMBER: _ClassVar[int]
+    CALLER_FIELD_NUMBER: _ClassVar[int]
     transaction_id: int
     xid: str
     gate_id: str
-    def __init__(self, transaction_id: _Optional[int] = ..., xid: _Optional[str] = ..., gate_id: _Optional[str] = ...) -> None: ...
+    caller: str
+    def __init__(self, transaction_id: _Optional[int] = ..., xid: _Optional[str] = ..., gate_id: _Optional[str] = ..., caller: _Optional[str] = ...) -> None: ...
 
 class TabletListPreparedRequest(_message.Message):
     __slots__ = ("prefix",)

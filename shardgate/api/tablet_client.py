@@ -165,17 +165,18 @@ class GrpcTabletClient(TabletClient):
         finally:
             call.cancel()
 
-    async def _tx(self, method: Any, tid: int) -> int:
+    async def _tx(self, method: Any, tid: int, caller: str | None = None) -> int:
         try:
             response = await method(
-                pb.TabletTransactionRequest(transaction_id=tid, gate_id=self.gate_id),
+                pb.TabletTransactionRequest(transaction_id=tid, gate_id=self.gate_id,
+                                            caller=caller or ""),
                 timeout=self.timeout)
         except grpc.aio.AioRpcError as exc:
             raise tablet_error(exc, self.target) from None
         return int(response.transaction_id)
 
-    async def begin(self) -> int:
-        return await self._tx(self._stub.Begin, 0)
+    async def begin(self, caller: str | None = None) -> int:
+        return await self._tx(self._stub.Begin, 0, caller)
 
     async def commit(self, transaction_id: int) -> None:
         await self._tx(self._stub.Commit, transaction_id)
@@ -183,17 +184,19 @@ class GrpcTabletClient(TabletClient):
     async def rollback(self, transaction_id: int) -> None:
         await self._tx(self._stub.Rollback, transaction_id)
 
-    async def _twopc(self, method: Any, tid: int = 0, xid: str = "") -> int:
+    async def _twopc(self, method: Any, tid: int = 0, xid: str = "",
+                     caller: str | None = None) -> int:
         try:
             response = await method(
-                pb.TabletTwopcRequest(transaction_id=tid, xid=xid, gate_id=self.gate_id),
+                pb.TabletTwopcRequest(transaction_id=tid, xid=xid, gate_id=self.gate_id,
+                                      caller=caller or ""),
                 timeout=self.timeout)
         except grpc.aio.AioRpcError as exc:
             raise tablet_error(exc, self.target) from None
         return int(response.transaction_id)
 
-    async def begin_twopc(self, xid: str) -> int:
-        return await self._twopc(self._stub.BeginTwopc, xid=xid)
+    async def begin_twopc(self, xid: str, caller: str | None = None) -> int:
+        return await self._twopc(self._stub.BeginTwopc, xid=xid, caller=caller)
 
     async def prepare(self, transaction_id: int, xid: str) -> None:
         await self._twopc(self._stub.Prepare, transaction_id, xid)

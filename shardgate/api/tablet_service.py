@@ -235,7 +235,7 @@ class TabletServicer(pb_grpc.TabletServicer):
         self, request: pb.TabletTransactionRequest, context: Ctx
     ) -> pb.TabletTransactionResponse:
         with self._work(new=True):
-            tid = await self.tablet.begin()
+            tid = await self.tablet.begin(request.caller or None)
             self._opened(tid, request.gate_id)
             return pb.TabletTransactionResponse(transaction_id=tid)
 
@@ -262,7 +262,7 @@ class TabletServicer(pb_grpc.TabletServicer):
         self, request: pb.TabletTwopcRequest, context: Ctx
     ) -> pb.TabletTransactionResponse:
         with self._work(new=True):
-            tid = await self.tablet.begin_twopc(request.xid)
+            tid = await self.tablet.begin_twopc(request.xid, request.caller or None)
             self._opened(tid, request.gate_id)
             return pb.TabletTransactionResponse(transaction_id=tid)
 

@@ -17,6 +17,7 @@ cluster file, ``tablet`` one shard's tablet; each serves gRPC until a signal::
                      [--http-port P] (--users-file F | --tls-ca CA | --no-auth)
                      [--allow-user NAME ...] [security flags]
                      [--max-result-rows N] [--max-result-bytes N] [--pool-timeout S]
+                     [--transaction-cap N] [--transaction-cap-per-user F]
 
 ``gate`` has no tablets of its own: it finds the tablet processes of every
 shard in the topo store (see ``docs/production.md``); ``up`` runs gate and
@@ -33,6 +34,9 @@ and ``tablet`` need ``--no-auth`` for that (see :mod:`shardgate.auth.listen`).
 LIMITS are ``--transaction-timeout S``, ``--session-idle-timeout S``,
 ``--query-timeout-ms N``, ``--max-result-rows N``, ``--max-result-bytes N`` and
 ``--pool-timeout S`` (see :mod:`shardgate.gate.limits`; 0 turns one off).
+``up`` and ``tablet`` also take ``--transaction-cap N`` (transactions open at
+once per shard, 20) and ``--transaction-cap-per-user F`` (one user's share of
+it: a fraction below 1 or a count; 0, the default: none).
 
 ``gate`` opens no tablet of its own: it finds the ``tablet`` processes of
 every shard in the topo store and fails over between them (see
@@ -107,6 +111,7 @@ from shardgate.queues.router import queue_options_of
 from shardgate.result import DEFAULT_MAX_RESULT_BYTES, DEFAULT_MAX_RESULT_ROWS, ResultLimits
 from shardgate.tablet import Tablet
 from shardgate.tablet.registry import DEFAULT_HEARTBEAT_S, DRAINING, SERVING, TabletRegistration
+from shardgate.tablet.tablet import DEFAULT_TRANSACTION_CAP
 from shardgate.topo import write_cluster_file
 from shardgate.topo.embedded import (
     COMMERCE_DDL,
@@ -185,6 +190,7 @@ def add_parsers(commands: Any) -> None:
         help="set up, run one insert and select through the gate, print them and exit",
     )
     _add_gate_limits(up)
+    _add_transaction_caps(up)
 
     gate = commands.add_parser(
         "gate", help="serve a gate over gRPC that reaches `shardgate tablet` processes")
@@ -234,6 +240,20 @@ def add_parsers(commands: Any) -> None:
                         help="on SIGTERM, seconds open transactions and statements in flight "
                              f"get to finish ({DEFAULT_DRAIN_S:.0f})")
     _add_result_limits(tablet)
+    _add_transaction_caps(tablet)
+
+
+def _add_transaction_caps(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--transaction-cap", type=int, default=DEFAULT_TRANSACTION_CAP, metavar="N",
+        help="transactions open at once per shard (Vitess's "
+        "--queryserver-config-transaction-cap); the pool holds N connections for them and "
+        "a few more for autocommit statements (default %(default)s)")
+    parser.add_argument(
+        "--transaction-cap-per-user", type=float, default=0.0, metavar="F",
+        help="one user's share of --transaction-cap per shard: a fraction (0.4) or a count "
+        "(5); its next BEGIN fails at once with RESOURCE_EXHAUSTED (Vitess's transaction "
+        "limiter; default 0: no per-user cap)")
 
 
 def _add_result_limits(parser: argparse.ArgumentParser) -> None:
@@ -270,6 +290,8 @@ def gate_limits(args: argparse.Namespace) -> GateLimits:
         query_timeout_ms=args.query_timeout_ms,
         result_limits=ResultLimits(args.max_result_rows, args.max_result_bytes),
         pool_timeout_s=args.pool_timeout,
+        transaction_cap=getattr(args, "transaction_cap", DEFAULT_TRANSACTION_CAP),
+        transaction_cap_per_user=getattr(args, "transaction_cap_per_user", 0.0),
     )
 
 def _add_security_args(p: argparse.ArgumentParser, *, no_auth_flag: bool) -> None:
@@ -602,7 +624,9 @@ async def _tablet(args: argparse.Namespace) -> int:
         tablet = Tablet.open(
             args.keyspace, args.shard, shard.url, pool_timeout_s=args.pool_timeout,
             result_limits=ResultLimits(args.max_result_rows, args.max_result_bytes),
-            idle_transaction_timeout_s=args.idle_timeout or None)
+            idle_transaction_timeout_s=args.idle_timeout or None,
+            transaction_cap=args.transaction_cap,
+            transaction_cap_per_user=args.transaction_cap_per_user)
         try:
             await _serve_tablet(args, topo_server, tablet, security)
             return 0

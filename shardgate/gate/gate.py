@@ -194,14 +194,17 @@ class Gate:
 
     @classmethod
     def open(
-        cls, topology: Topology, *, pool_size: int = 4, topo: TopoServer | None = None,
-        guard: Guard | None = None, limits: GateLimits | None = None,
+        cls, topology: Topology, *, pool_size: int | None = None,
+        topo: TopoServer | None = None, guard: Guard | None = None,
+        limits: GateLimits | None = None,
     ) -> Gate:
         """A gate with an in-process tablet for every shard of ``topology``.
 
         ``topo``: the store ``topology`` was read from (changes are saved there);
         without one the gate keeps its topology in a private in-memory store.
-        The tablets take ``limits``' pool timeout and result limits. The gate's
+        The tablets take ``limits``' pool timeout, result limits and transaction caps
+        (without ``pool_size``, each pool holds ``limits.transaction_cap`` connections
+        for transactions and a few for autocommit statements). The gate's
         reaper ends transactions; as a safety net for one the gate lost track
         of, the tablets roll back a transaction idle for twice the
         transaction timeout (which no live session reaches).
@@ -213,7 +216,9 @@ class Gate:
         def open_tablet(keyspace: str, shard: str, url: str) -> TabletClient:
             return LocalTabletClient(Tablet.open(
                 keyspace, shard, url, pool_size=pool_size, pool_timeout_s=limits.pool_timeout_s,
-                result_limits=limits.result_limits, idle_transaction_timeout_s=idle))
+                result_limits=limits.result_limits, idle_transaction_timeout_s=idle,
+                transaction_cap=limits.transaction_cap if pool_size is None else None,
+                transaction_cap_per_user=limits.transaction_cap_per_user))
 
         tablets = {
             (ks.name, shard.name): open_tablet(ks.name, shard.name, shard.url)
@@ -225,7 +230,7 @@ class Gate:
 
     @classmethod
     async def from_topo(
-        cls, topo: TopoServer, *, pool_size: int = 4, watch: bool = True,
+        cls, topo: TopoServer, *, pool_size: int | None = None, watch: bool = True,
         guard: Guard | None = None, limits: GateLimits | None = None,
     ) -> Gate:
         """A gate (in-process tablets) serving the topology in ``topo``, following it.
@@ -1548,7 +1553,7 @@ class _SessionCursor(ExecCursor):
             if self.session.transaction_mode == twopc.TWOPC:
                 tid = await twopc.begin_participant(self.session, keyspace, shard, tablet)
             else:
-                tid = await tablet.begin()
+                tid = await tablet.begin(twopc.transaction_caller(self.session))
             if not self.session.shard_txs:  # the transaction now holds a shard
                 self.session.tx_started = time.monotonic()
             self.session.shard_txs[key] = tid

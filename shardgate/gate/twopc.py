@@ -207,9 +207,18 @@ async def begin_participant(
             session.dtid = new_dtid(keyspace, shard)
         xid = f"{session.dtid}:{len(session.xids)}"
         session.xids[key] = xid
+    caller = transaction_caller(session)
     if not tablet.supports_twopc:
-        return await tablet.begin()
-    return await tablet.begin_twopc(xid)
+        return await tablet.begin(caller)
+    return await tablet.begin_twopc(xid, caller)
+
+
+def transaction_caller(session: Session) -> str | None:
+    """Whom a tablet counts a transaction of ``session`` against (its per-user cap):
+    the session's user; None for the gate's own work."""
+    if session.identity is not None:
+        return session.identity.user
+    return session.owner
 
 
 def take(session: Session) -> tuple[dict[Key, str], str | None]:

@@ -73,7 +73,9 @@ class TabletClient(ABC):
     ) -> AsyncIterator[tuple[list[str], list[Row]]]: ...
 
     @abstractmethod
-    async def begin(self) -> int: ...
+    async def begin(self, caller: str | None = None) -> int:
+        """Open a transaction for ``caller`` (the user the gate serves, counted against
+        the tablet's per-user cap; None: the gate's own work); its id."""
 
     @abstractmethod
     async def commit(self, transaction_id: int) -> None: ...
@@ -94,7 +96,7 @@ class TabletClient(ABC):
 
     # Two-phase commit, where ``supports_twopc``; see :class:`Tablet` for contracts.
 
-    async def begin_twopc(self, xid: str) -> int:
+    async def begin_twopc(self, xid: str, caller: str | None = None) -> int:
         raise _no_twopc(self)
 
     async def prepare(self, transaction_id: int, xid: str) -> None:
@@ -217,8 +219,8 @@ class LocalTabletClient(TabletClient):
     ) -> AsyncIterator[tuple[list[str], list[Row]]]:
         return self.tablet.stream_execute(sql, params)
 
-    async def begin(self) -> int:
-        return await self.tablet.begin()
+    async def begin(self, caller: str | None = None) -> int:
+        return await self.tablet.begin(caller)
 
     async def commit(self, transaction_id: int) -> None:
         await self.tablet.commit(transaction_id)
@@ -226,8 +228,8 @@ class LocalTabletClient(TabletClient):
     async def rollback(self, transaction_id: int) -> None:
         await self.tablet.rollback(transaction_id)
 
-    async def begin_twopc(self, xid: str) -> int:
-        return await self.tablet.begin_twopc(xid)
+    async def begin_twopc(self, xid: str, caller: str | None = None) -> int:
+        return await self.tablet.begin_twopc(xid, caller)
 
     async def prepare(self, transaction_id: int, xid: str) -> None:
         await self.tablet.prepare(transaction_id, xid)

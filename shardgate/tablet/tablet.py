@@ -12,11 +12,20 @@ Invariants:
 * a prepared (two-phase) transaction is ended only by ``commit_prepared`` or
   ``rollback_prepared``, never by ``rollback`` or ``close``: it belongs to the
   coordinator's decision (:mod:`shardgate.gate.twopc`).
-* open transactions hold at most ``pool_size - 1`` connections (all of them
-  with a pool of one): one connection always stays for autocommit statements,
-  so point selects and two-phase commit's coordinator records (autocommit
-  writes) never wait behind transactions that wait for them. Taking a
-  transaction slot waits at most the pool timeout, then ``RESOURCE_EXHAUSTED``.
+* open transactions hold at most ``max_transactions`` connections (the
+  transaction cap, ``--transaction-cap``; by default ``pool_size - 1``, all of
+  them with a pool of one): at least one connection always stays for autocommit
+  statements, so point selects and two-phase commit's coordinator records
+  (autocommit writes) never wait behind transactions that wait for them.
+  Taking a transaction slot waits at most the pool timeout, then
+  ``RESOURCE_EXHAUSTED`` naming the flag.
+* with a per-user cap (``--transaction-cap-per-user``, Vitess's transaction
+  limiter), one caller (the user the gate names in ``begin``) holds at most
+  ``user_cap`` of those slots; its next ``begin`` fails at once with
+  ``RESOURCE_EXHAUSTED`` instead of waiting, so one user's idle transactions
+  never starve the others. ``_user_open`` counts each caller's open
+  transactions (``_tx_user`` says whose each is); a count is taken before the
+  first await of ``begin`` and given back by ``_take`` (or a failed begin).
 * with ``idle_transaction_timeout_s``, a transaction (not prepared) on which
   no statement ran for that long is rolled back and its connection freed by a
   reaper task: a gate that died or was cut off leaves no "idle in
@@ -39,7 +48,13 @@ from shardgate.aio import cancel_and_wait
 from shardgate.backends import Backend, Connection, open_backend
 from shardgate.backends._pool import DEFAULT_POOL_TIMEOUT_S, wait_for_slot
 from shardgate.backends.change_log import open_change_log
-from shardgate.errors import Aborted, FailedPrecondition, InvalidArgument, ShardgateError
+from shardgate.errors import (
+    Aborted,
+    FailedPrecondition,
+    InvalidArgument,
+    ResourceExhausted,
+    ShardgateError,
+)
 from shardgate.event_token import is_fresher
 from shardgate.result import ExecuteOptions, Result, ResultLimits, Row, WireResult
 from shardgate.sql.classify import head_words
@@ -55,6 +70,14 @@ AUTOCOMMIT_ATTEMPTS = 4
 AUTOCOMMIT_BACKOFF_S = 0.02
 #: ``shardgate tablet``'s default: roll back transactions idle this long (a lost gate)
 DEFAULT_IDLE_TRANSACTION_TIMEOUT_S = 60.0
+#: transactions a tablet holds open at once by default (``--transaction-cap``; Vitess's
+#: ``--queryserver-config-transaction-cap`` is 20 too)
+DEFAULT_TRANSACTION_CAP = 20
+#: connections a tablet keeps beside its transaction cap, for autocommit statements
+QUERY_CONNECTIONS = 4
+#: the flags named by the errors (the library's callers set the same keyword arguments)
+CAP_FLAG = "--transaction-cap"
+USER_CAP_FLAG = "--transaction-cap-per-user"
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +93,8 @@ class Tablet:
         *,
         result_limits: ResultLimits | None = None,
         idle_transaction_timeout_s: float | None = None,
+        transaction_cap: int | None = None,
+        transaction_cap_per_user: float = 0.0,
     ) -> None:
         if idle_transaction_timeout_s is not None and not idle_transaction_timeout_s > 0:
             raise InvalidArgument(
@@ -83,6 +108,21 @@ class Tablet:
         self._pool_timeout_s = float(getattr(backend, "pool_timeout_s", DEFAULT_POOL_TIMEOUT_S))
         #: transactions may hold all connections but one (see the module docstring)
         self.max_transactions = pool_size - 1 if pool_size > 1 else 1
+        if transaction_cap is not None:
+            if not isinstance(transaction_cap, int) or transaction_cap < 1:
+                raise InvalidArgument(
+                    f"{CAP_FLAG} must be a whole number >= 1, not {transaction_cap!r}")
+            if transaction_cap > self.max_transactions:
+                raise InvalidArgument(
+                    f"{CAP_FLAG} {transaction_cap} needs a pool of at least "
+                    f"{transaction_cap + 1} connections (one stays for autocommit "
+                    f"statements); the backend has {pool_size}")
+            self.max_transactions = transaction_cap
+        #: open transactions one caller may hold (None: no per-user cap)
+        self.user_cap = per_user_cap(transaction_cap_per_user, self.max_transactions)
+        self._user_share = transaction_cap_per_user
+        self._user_open: dict[str, int] = {}
+        self._tx_user: dict[int, str] = {}
         self._tx_slots = asyncio.Semaphore(self.max_transactions)
         #: tid -> monotonic time its last statement ended (absent while one runs)
         self._idle_since: dict[int, float] = {}
@@ -105,14 +145,25 @@ class Tablet:
         shard: str,
         url: str,
         *,
-        pool_size: int = 4,
+        pool_size: int | None = None,
         pool_timeout_s: float | None = None,
         result_limits: ResultLimits | None = None,
         idle_transaction_timeout_s: float | None = None,
+        transaction_cap: int | None = None,
+        transaction_cap_per_user: float = 0.0,
     ) -> Tablet:
+        """A tablet on a new backend. Without ``pool_size`` the pool holds
+        ``transaction_cap`` (default :data:`DEFAULT_TRANSACTION_CAP`) connections for
+        transactions and :data:`QUERY_CONNECTIONS` more for autocommit statements;
+        with ``pool_size`` alone, transactions may take all of it but one."""
+        if pool_size is None:
+            cap = DEFAULT_TRANSACTION_CAP if transaction_cap is None else transaction_cap
+            pool_size = max(cap, 1) + QUERY_CONNECTIONS
         backend = open_backend(url, pool_size=pool_size, pool_timeout_s=pool_timeout_s)
         return cls(keyspace, shard, backend, result_limits=result_limits,
-                   idle_transaction_timeout_s=idle_transaction_timeout_s)
+                   idle_transaction_timeout_s=idle_transaction_timeout_s,
+                   transaction_cap=transaction_cap,
+                   transaction_cap_per_user=transaction_cap_per_user)
 
     @property
     def dialect(self) -> str:
@@ -287,19 +338,54 @@ class Tablet:
         finally:
             await self.backend.release(conn)
 
-    async def begin(self) -> int:
-        return await self._open_transaction(None)
+    async def begin(self, caller: str | None = None) -> int:
+        """Open a transaction for ``caller`` (the user the gate serves; None: the
+        gate's own work, not counted against any per-user cap); its id."""
+        return await self._open_transaction(None, caller)
 
-    async def _open_transaction(self, xid: str | None) -> int:
+    def _count_user(self, caller: str | None) -> str | None:
+        """Take one of ``caller``'s transaction slots (the per-user cap), or refuse."""
+        cap = self.user_cap
+        if caller is None or cap is None:
+            return None
+        held = self._user_open.get(caller, 0)
+        if held >= cap:
+            share = self._user_share
+            what = f"{share:g} of {self.max_transactions}" if share < 1 else f"{cap}"
+            raise ResourceExhausted(
+                f"user {caller!r} already holds {held} open transactions on "
+                f"{self.keyspace}/{self.shard}, its cap ({USER_CAP_FLAG} {what}: at most "
+                f"{cap} of the tablet's {CAP_FLAG} {self.max_transactions}); commit or roll "
+                "back one first, or raise the flag")
+        self._user_open[caller] = held + 1
+        return caller
+
+    def _uncount_user(self, user: str | None) -> None:
+        if user is None:
+            return
+        left = self._user_open.get(user, 0) - 1
+        if left > 0:
+            self._user_open[user] = left
+        else:
+            self._user_open.pop(user, None)
+
+    async def _open_transaction(self, xid: str | None, caller: str | None = None) -> int:
         """A new transaction (``begin_twopc(xid)`` when ``xid``): a slot, a connection."""
-        await wait_for_slot(self._tx_slots, self._pool_timeout_s, lambda: (
-            f"no connection for a new transaction on {self.keyspace}/{self.shard} after "
-            f"{self._pool_timeout_s:g}s: {self.max_transactions} transactions are open "
-            "(long or abandoned ones are rolled back after their timeout); retry later"))
+        user = self._count_user(caller)
+        try:
+            await wait_for_slot(self._tx_slots, self._pool_timeout_s, lambda: (
+                f"no connection for a new transaction on {self.keyspace}/{self.shard} after "
+                f"{self._pool_timeout_s:g}s: {self.max_transactions} transactions are open, "
+                f"the tablet's cap ({CAP_FLAG}; long or abandoned ones are rolled back "
+                "after their timeout); retry later, or raise the flag"))
+        except BaseException:
+            self._uncount_user(user)
+            raise
         try:
             conn = await self.backend.acquire()
         except BaseException:
             self._tx_slots.release()
+            self._uncount_user(user)
             raise
         try:
             if xid is None:
@@ -308,10 +394,13 @@ class Tablet:
                 await conn.begin_twopc(xid)
         except BaseException:
             self._tx_slots.release()
+            self._uncount_user(user)
             await self.backend.release(conn)
             raise
         tid = next(self._ids)
         self._transactions[tid] = conn
+        if user is not None:
+            self._tx_user[tid] = user
         self._idle_since[tid] = time.monotonic()
         self._start_reaper()
         return tid
@@ -322,6 +411,7 @@ class Tablet:
         if conn is not None:
             self._idle_since.pop(transaction_id, None)
             self._tx_slots.release()
+            self._uncount_user(self._tx_user.pop(transaction_id, None))
         return conn
 
     def _start_reaper(self) -> None:
@@ -379,9 +469,9 @@ class Tablet:
     def supports_twopc(self) -> bool:
         return self.backend.supports_twopc
 
-    async def begin_twopc(self, xid: str) -> int:
+    async def begin_twopc(self, xid: str, caller: str | None = None) -> int:
         """Like :meth:`begin`, for a transaction that may be prepared as ``xid``."""
-        return await self._open_transaction(xid)
+        return await self._open_transaction(xid, caller)
 
     async def prepare(self, transaction_id: int, xid: str) -> None:
         """Phase one. If it fails the transaction is rolled back and forgotten.
@@ -443,6 +533,24 @@ class Tablet:
             if tid not in held:
                 await self.rollback(tid)
         await self.backend.close()
+
+
+def per_user_cap(share: float, cap: int) -> int | None:
+    """Open transactions one user may hold: ``share`` of ``cap`` when below 1 (at least
+    one), else ``share`` itself (a count, at most ``cap``); 0: no per-user cap (None)."""
+    if isinstance(share, bool) or not isinstance(share, int | float) or share < 0:
+        raise InvalidArgument(
+            f"{USER_CAP_FLAG} must be a fraction of {CAP_FLAG} (0 < F < 1), a count "
+            f"(a whole number >= 1) or 0 (no per-user cap), not {share!r}")
+    if share == 0:
+        return None
+    if share < 1:
+        return max(1, int(share * cap))
+    if share != int(share):
+        raise InvalidArgument(
+            f"{USER_CAP_FLAG} {share:g}: a count must be a whole number (or a fraction "
+            "below 1)")
+    return min(int(share), cap)
 
 
 def _is_read(sql: str) -> bool:

@@ -36,7 +36,7 @@ class Recording(TabletClient):
             tuple[list[str], list[tuple[Any, ...]]]]:
         raise NotImplementedError
 
-    async def begin(self) -> int:
+    async def begin(self, caller: str | None = None) -> int:
         return 1
 
     async def commit(self, transaction_id: int) -> None:

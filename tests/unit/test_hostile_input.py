@@ -391,7 +391,7 @@ class _NoSavepoints:
             return Result(["column_name", "data_type"], [])  # a schema the gate learns nothing from
         return Result(["id"], [(1,)])
 
-    async def begin(self) -> int:
+    async def begin(self, caller: str | None = None) -> int:
         return 1
 
     async def rollback(self, tid: int) -> None:

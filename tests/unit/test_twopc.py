@@ -54,7 +54,7 @@ class FakeTablet(TabletClient):
     ) -> AsyncIterator[tuple[list[str], list[Row]]]:
         raise NotImplementedError
 
-    async def begin(self) -> int:
+    async def begin(self, caller: str | None = None) -> int:
         return 1
 
     async def commit(self, transaction_id: int) -> None:
@@ -66,7 +66,7 @@ class FakeTablet(TabletClient):
     async def close(self) -> None:
         pass
 
-    async def begin_twopc(self, xid: str) -> int:
+    async def begin_twopc(self, xid: str, caller: str | None = None) -> int:
         self.log.append(f"{self.shard}: begin {xid[-2:]}")
         return 1
 
