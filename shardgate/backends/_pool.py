@@ -17,6 +17,14 @@ Pool rules (the invariants the three backends rely on):
   ``Unavailable``, was cancelled mid-statement, or its rollback failed), if a
   ``stream`` on it is still open (abandoned without ``aclose``), or the pool is
   closed, it is closed instead of being kept.
+* A connection comes back **clean**: a statement that may have changed its
+  session (``SET``, ``set_config``, ``USE``, ``PREPARE``, a temporary table,
+  a user variable, a lock function, any function the pool does not know to be
+  harmless: :func:`changes_session`) marks it ``dirty``, in or out of a
+  transaction, and ``release`` resets it (PostgreSQL ``DISCARD ALL``,
+  MariaDB ``COM_RESET_CONNECTION``; a connection that cannot be reset is
+  closed) before anyone else borrows it. A plain statement costs no reset: the
+  check is a cached look at the statement's text.
 * Every acquire and release bumps the connection's ``loans`` count. A
   stream remembers the loan it started under and, if it is finalised late (an
   abandoned async generator), touches nothing once the loan moved on: the
@@ -71,10 +79,22 @@ class PooledConnection(Connection):
     loans: int = 0
     #: Streams started and not yet finished on this connection.
     open_streams: int = 0
+    #: A statement may have changed the session: reset before it is lent again.
+    dirty: bool = False
 
     def looks_alive(self) -> bool:
         """Cheap local check (no round trip) before an idle connection is lent."""
         return not self.broken
+
+    def note(self, sql: str) -> None:
+        """Mark the connection ``dirty`` if ``sql`` may change its session."""
+        if not self.dirty and changes_session(sql):
+            self.dirty = True
+
+    async def reset(self) -> None:
+        """Bring the session back to a new connection's state (``dirty`` ones, on
+        release). By default none is possible: the pool closes it instead."""
+        self.broken = True
 
 
 class ThreadedConnection(PooledConnection):
@@ -144,11 +164,13 @@ class ThreadedConnection(PooledConnection):
     async def execute(
         self, sql: str, params: Sequence[Any] = (), limits: ResultLimits | None = None
     ) -> Result:
+        self.note(sql)
         if limits is None:
             return await self._call(self._execute_sync, sql, params)
         return await self._call(self._execute_sync, sql, params, limits)
 
     async def executemany(self, sql: str, seq_of_params: Sequence[Sequence[Any]]) -> int:
+        self.note(sql)
         return await self._call(self._executemany_sync, sql, seq_of_params)
 
     async def stream(
@@ -156,6 +178,7 @@ class ThreadedConnection(PooledConnection):
     ) -> AsyncIterator[tuple[list[str], list[tuple[Any, ...]]]]:
         if batch_size < 1:
             raise InvalidArgument(f"batch_size must be >= 1, not {batch_size}")
+        self.note(sql)
         cur, fields = await self._call(self._open_stream_sync, sql, params)
         loan = self.loans
         self.open_streams += 1
@@ -205,6 +228,87 @@ def is_read(sql: str) -> bool:
     if not head.startswith(_READS):
         return False
     return not head.startswith("WITH") or _WRITE_WORDS.search(sql) is None
+
+
+#: statements that change the session by what they are (their first word)
+_SESSION_HEADS = frozenset({
+    "set", "reset", "prepare", "deallocate", "execute", "listen", "unlisten", "declare",
+    "close", "load", "discard", "lock", "unlock", "handler", "use", "do", "call", "pragma",
+    "attach", "detach", "flush", "kill", "install", "uninstall",
+})
+#: anywhere in a statement: a temporary table, a user variable (``@x``, not ``@@x``)
+_SESSION_WORDS = re.compile(
+    r"\btemp(?:orary)?\b|(?<![@\w])@(?!@)[\w`'\"$]|\binto\s+(?:outfile|dumpfile)\b",
+    re.IGNORECASE)
+#: a table name followed by its column list (not a call)
+_TABLE_PARENS = re.compile(
+    r"\b(?:into|table|exists|references|join|from|update|as|with)\s+[\w.\"`]+\s*\(",
+    re.IGNORECASE)
+_CALLS = re.compile(r"([A-Za-z_][\w$]*)\s*\(|[\"`]\s*\(")
+#: words before a parenthesis that are SQL, and functions that touch no session state
+#: (what a routed statement calls); any other call may (``set_config``, ``GET_LOCK``,
+#: ``pg_advisory_lock``, a user's function that runs any of them)
+_SAFE_CALLS = """
+    in values exists any all some over partition using on as and or not from join where
+    select then else when filter within row array cast convert coalesce nullif ifnull isnull
+    nvl greatest least case set key primary unique check default returning by with lateral
+    is like ilike between distinct union intersect except limit offset interval
+    count sum min max avg total group_concat string_agg array_agg json_agg jsonb_agg
+    bool_and bool_or every stddev variance bit_and bit_or
+    abs round floor ceil ceiling mod power pow sqrt exp ln log log10 sign trunc truncate div
+    length char_length character_length octet_length bit_length lower upper lcase ucase trim
+    ltrim rtrim btrim substr substring mid left right lpad rpad reverse repeat replace
+    position strpos instr locate concat concat_ws split_part format printf quote hex unhex
+    ascii chr char md5 sha1 sha2 crc32 hashtext to_hex encode decode regexp_replace
+    regexp_like regexp_matches regexp_substr field elt
+    now current_timestamp current_date current_time localtime localtimestamp utc_timestamp
+    sysdate curdate curtime date time datetime timestamp extract date_trunc date_part
+    date_format str_to_date to_char to_date to_timestamp to_number unix_timestamp
+    from_unixtime timestampdiff timestampadd datediff date_add date_sub adddate subdate
+    strftime julianday epoch age make_date make_timestamp
+    json_extract json_unquote json_object json_array json_build_object jsonb_build_object
+    json_build_array jsonb_build_array to_json to_jsonb row_to_json json_value
+    jsonb_set jsonb_array_elements json_array_elements jsonb_each json_each
+    unnest generate_series array_length cardinality array_position
+    row_number rank dense_rank percent_rank cume_dist ntile lag lead first_value
+    last_value nth_value
+    if iif typeof last_insert_id last_insert_rowid changes found_rows row_count
+    uuid gen_random_uuid random rand
+    current_schema current_database database schema version pg_backend_pid connection_id
+    current_setting pg_current_wal_lsn pg_current_wal_insert_lsn pg_wal_lsn_diff
+    txid_current pg_current_xact_id pg_current_snapshot pg_snapshot_xmin
+    txid_current_snapshot txid_snapshot_xmin pg_total_relation_size pg_relation_size
+    pg_table_size to_regclass format_type pg_get_indexdef pg_get_constraintdef
+    obj_description col_description pg_get_serial_sequence
+    pg_try_advisory_xact_lock pg_advisory_xact_lock
+"""
+SESSION_SAFE_CALLS = frozenset(_SAFE_CALLS.split())
+#: statement texts checked by :func:`changes_session` (cleared when full)
+_SESSION: dict[str, bool] = {}
+_SESSION_MAX = 4096
+
+
+def changes_session(sql: str) -> bool:
+    """Whether ``sql`` may leave its connection's session changed for the next
+    borrower (see the pool rules): a session statement (``SET``, ``USE``,
+    ``PREPARE``, ``PRAGMA``...), a temporary table, a user variable, or a call of any
+    function not in :data:`SESSION_SAFE_CALLS`. Conservative: a false alarm costs
+    one reset; a miss would leak one user's settings to another. Cached per text."""
+    hit = _SESSION.get(sql)
+    if hit is not None:
+        return hit
+    text = sql.lstrip().lstrip("(").lstrip()
+    head = text[:12].split(None, 1)[0].lower().rstrip(";") if text else ""
+    found = (
+        head in _SESSION_HEADS
+        or _SESSION_WORDS.search(text) is not None
+        or any(m.group(1) is None or m.group(1).lower() not in SESSION_SAFE_CALLS
+               for m in _CALLS.finditer(_TABLE_PARENS.sub(" ", text)))
+    )
+    if len(_SESSION) >= _SESSION_MAX:
+        _SESSION.clear()
+    _SESSION[sql] = found
+    return found
 
 
 def is_insert(sql: str) -> bool:
@@ -406,6 +510,12 @@ class PooledBackend(Backend):
             if not conn.broken and conn.in_transaction:
                 try:
                     await conn.rollback()
+                except ShardgateError:
+                    conn.broken = True
+            if not conn.broken and conn.dirty:
+                try:
+                    await conn.reset()  # the next borrower gets a clean session
+                    conn.dirty = False
                 except ShardgateError:
                     conn.broken = True
             if conn.broken or self._closed:

@@ -100,6 +100,8 @@ _RESOURCE = {1040, 1041, 1114, 1203, 1226}
 
 
 #: the drivers' (PyMySQL's, asyncmy's) "not connected" and "bad statement or parameters"
+#: MariaDB >= 10.2.4 / MySQL >= 5.7.3: reset the session without re-authenticating
+_COM_RESET_CONNECTION = 0x1F
 _INTERFACE_ERRORS = (pymysql.err.InterfaceError, asyncmy.errors.InterfaceError)
 _PROGRAMMING_ERRORS = (pymysql.err.ProgrammingError, asyncmy.errors.ProgrammingError,
                        TypeError, ValueError)
@@ -315,6 +317,23 @@ class MySQLConnection(ThreadedConnection):
 
     async def begin(self) -> None:
         await self._call(self._execute_sync, "START TRANSACTION", ())
+
+    async def reset(self) -> None:
+        """``COM_RESET_CONNECTION``: session variables (to the server's defaults; the
+        handshake's character set), user variables, temporary tables, prepared
+        statements, named and table locks; then the URL's database again (a ``USE``
+        outlives the reset). Without a database in the URL the connection is closed."""
+        if not self._raw.db:
+            self.broken = True
+            return
+        await self._call(self._reset_sync)
+
+    def _reset_sync(self) -> None:
+        raw = self._raw
+        raw._execute_command(_COM_RESET_CONNECTION, b"")
+        raw._read_ok_packet()
+        raw.select_db(raw.db)
+        raw.autocommit(True)  # (a round trip only if the server's default is off)
 
     async def commit(self) -> None:
         if self._xa is not None:

@@ -23,7 +23,9 @@ Invariants:
 * At most ``size`` query connections exist; a statement waits at most
   ``timeout_s`` for one (``RESOURCE_EXHAUSTED`` after).
 * A connection runs one statement at a time, and is lent again only if its
-  last statement ended with the server's answer read whole: a statement
+  last statement left its session as it found it (not one that may change it:
+  :func:`~shardgate.backends._pool.changes_session`, such connections are
+  closed, not kept) and ended with the server's answer read whole: a statement
   that failed in the driver or on the wire (``Unavailable``), was cancelled
   mid-way, or was cut short by the result limits closes it. A cancelled
   statement is also stopped on the server (``KILL QUERY`` from a side
@@ -49,7 +51,12 @@ from typing import Any
 import asyncmy
 import asyncmy.cursors
 
-from shardgate.backends._pool import LIMITED_FETCH_ROWS, is_read, wait_for_slot
+from shardgate.backends._pool import (
+    LIMITED_FETCH_ROWS,
+    changes_session,
+    is_read,
+    wait_for_slot,
+)
 from shardgate.errors import Code, ShardgateError
 from shardgate.result import Result, ResultLimits, WireResult, rows_size
 
@@ -116,7 +123,7 @@ class QueryPool:
             keep = False
             try:
                 result = await run(conn, sql, params, limits)
-                keep = True
+                keep = not changes_session(sql)  # never lend a changed session again
                 return result
             except ShardgateError as exc:  # the limits: rows left unread
                 keep = exc.code is not Code.RESOURCE_EXHAUSTED
@@ -125,7 +132,7 @@ class QueryPool:
                 self._stop_on_server(conn)
                 raise
             except Exception as exc:
-                keep = _usable_after(exc)
+                keep = _usable_after(exc) and not changes_session(sql)
                 raise self._translate(exc, self._safe_url) from exc
             finally:
                 if keep and not self._closed:

@@ -57,6 +57,7 @@ from shardgate.backends._pool import (
     LIMITED_FETCH_ROWS,
     PooledBackend,
     PooledConnection,
+    changes_session,
     is_insert,
     is_read,
     socket_looks_alive,
@@ -264,6 +265,8 @@ class PostgresConnection(PooledConnection):
     async def execute(
         self, sql: str, params: Sequence[Any] = (), limits: ResultLimits | None = None
     ) -> Result:
+        if not self.dirty and changes_session(sql):
+            self.dirty = True
         if limits is not None and is_read(sql):
             return await self._execute_limited(sql, params, limits)
         with self._calling:
@@ -330,6 +333,7 @@ class PostgresConnection(PooledConnection):
         return Result(fields, rows)
 
     async def executemany(self, sql: str, seq_of_params: Sequence[Sequence[Any]]) -> int:
+        self.note(sql)
         with self._calling:
             cur = self._raw.cursor()
             if self.in_transaction:
@@ -409,6 +413,7 @@ class PostgresConnection(PooledConnection):
     ) -> AsyncIterator[tuple[list[str], list[tuple[Any, ...]]]]:
         if batch_size < 1:
             raise InvalidArgument(f"batch_size must be >= 1, not {batch_size}")
+        self.note(sql)
         own_tx = not self.in_transaction
         if own_tx:
             await self._control("BEGIN")
@@ -447,6 +452,14 @@ class PostgresConnection(PooledConnection):
 
     async def begin(self) -> None:
         await self._control("BEGIN")
+
+    async def reset(self) -> None:
+        """``DISCARD ALL``: settings, prepared statements, cursors, temporary tables,
+        advisory locks, LISTENs. psycopg is told its prepared statements are gone (it
+        notices a ``DISCARD ALL`` only the first time it sees one; it then sends a
+        ``DEALLOCATE ALL`` of its own before the next statement)."""
+        await self._control("DISCARD ALL")
+        self._raw._prepared.clear()
 
     async def commit(self) -> None:
         await self._control("COMMIT")

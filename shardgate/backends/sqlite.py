@@ -97,6 +97,8 @@ class SQLiteConnection(ThreadedConnection):
         self._safe_url = safe_url
         self._in_tx = False
         self._closing = False
+        #: a private in-memory database (closing it would lose it)
+        self._memory = False
 
     @classmethod
     async def open(cls, path: str, busy_timeout_ms: int, safe_url: str) -> SQLiteConnection:
@@ -109,7 +111,9 @@ class SQLiteConnection(ThreadedConnection):
         except BaseException:
             worker.shutdown()
             raise
-        return cls(worker, raw, safe_url)
+        conn = cls(worker, raw, safe_url)
+        conn._memory = path == ":memory:"
+        return conn
 
     # -- calls that run on the worker thread -------------------------------------
 
@@ -203,6 +207,13 @@ class SQLiteConnection(ThreadedConnection):
 
     async def begin(self) -> None:
         await self.execute("BEGIN IMMEDIATE")
+
+    async def reset(self) -> None:
+        """A file's connection is closed (a new one is cheap and clean: no PRAGMA,
+        ATTACH or temporary table); an in-memory database's only connection holds
+        the whole shard and is kept."""
+        if not self._memory:
+            self.broken = True
 
     async def commit(self) -> None:
         await self.execute("COMMIT")
