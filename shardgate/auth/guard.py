@@ -11,8 +11,10 @@ sends (``Gate.execute``, ``Gate.stream_execute``), before planning:
    :class:`~shardgate.auth.acl.TableACL`; in dry-run mode a denial is counted
    (``shardgate_acl_denials_total{dry_run="true"}``) and logged, not raised.
 
-The identity ``None`` is the gate's own work and trusted in-process code
-(embedded use, ``shardgate up``'s setup): rules 1 apply, 2 and 3 do not.
+The caller :data:`~shardgate.auth.identity.TRUSTED` (``None`` here means the
+same) is the gate's own work and trusted in-process code (embedded use,
+``shardgate up``'s setup): rules 1 apply, 2 and 3 do not. Front doors always
+pass the caller's :class:`Identity`.
 Without an ACL every identity may touch every table (rule 1 still applies).
 
 Invariants: ``_access`` maps statement text to its verdict (an
@@ -31,7 +33,7 @@ from dataclasses import dataclass
 from prometheus_client import Counter
 
 from shardgate.auth.acl import Role, TableACL
-from shardgate.auth.identity import Identity
+from shardgate.auth.identity import Identity, Trusted
 from shardgate.auth.rules import Access, analyze
 from shardgate.errors import PermissionDenied
 from shardgate.vindexes.lookup import LookupBase
@@ -81,11 +83,12 @@ class Guard:
         return found
 
     def authorize(
-        self, identity: Identity | None, sql: str, keyspace: str | None, vschema: VSchema
+        self, identity: Identity | Trusted | None, sql: str, keyspace: str | None,
+        vschema: VSchema,
     ) -> None:
         """Raise PermissionDenied unless ``identity`` may run ``sql`` in ``keyspace``."""
         access = self.access(sql)
-        if identity is None or self.acl is None or not access.tables:
+        if not isinstance(identity, Identity) or self.acl is None or not access.tables:
             return
         needs = self._needs(sql, keyspace, access, vschema)
         acl = self.acl
@@ -95,17 +98,28 @@ class Guard:
                 self._deny(identity, need, have, acl)
 
     def require(
-        self, identity: Identity | None, keyspace: str, tables: Iterable[str], role: Role
+        self, identity: Identity | Trusted | None, keyspace: str, tables: Iterable[str],
+        role: Role,
     ) -> None:
         """Raise PermissionDenied unless ``identity`` has ``role`` on every table of
         ``keyspace`` named (queue receive/ack, change streams: what no statement names)."""
-        if identity is None or self.acl is None:
+        if not isinstance(identity, Identity) or self.acl is None:
             return
         for table in tables:
             need = _Need(keyspace, table, role)
             have = self.acl.role(identity.user, keyspace, table)
             if have is None or have < role:
                 self._deny(identity, need, have, self.acl)
+
+    def allows(
+        self, identity: Identity | Trusted | None, keyspace: str, table: str, role: Role
+    ) -> bool:
+        """Whether ``identity`` has ``role`` on ``keyspace.table`` (lists shown to a caller,
+        such as SHOW TABLES, leave out what it may not read; nothing is counted or logged)."""
+        if not isinstance(identity, Identity) or self.acl is None or self.dry_run:
+            return True
+        have = self.acl.role(identity.user, keyspace, table)
+        return have is not None and have >= role
 
     def _deny(self, identity: Identity, need: _Need, have: Role | None, acl: TableACL) -> None:
         name = f"{need.keyspace}.{need.table}" if need.keyspace else need.table
