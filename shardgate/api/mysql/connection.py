@@ -21,16 +21,19 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, cast
 
 from mysql_mimic.charset import CharacterSet
 from mysql_mimic.connection import Connection
+from mysql_mimic.errors import MysqlError
 from mysql_mimic.packets import (
+    make_binary_resultrow,
     make_column_count,
     make_column_definition_41,
     make_text_resultset_row,
 )
+from mysql_mimic.prepared import REGEX_PARAM, PreparedStatement
 from mysql_mimic.results import ResultColumn, ResultSet
 from mysql_mimic.stream import MysqlStream
 from mysql_mimic.types import (
@@ -40,12 +43,14 @@ from mysql_mimic.types import (
     str_fixed,
     uint_1,
     uint_2,
+    uint_4,
     uint_len,
 )
 from mysql_mimic.utils import aiterate
 
 from shardgate.aio import wait_for
 from shardgate.api.mysql.errors import BAD_DB, sqlstate_of
+from shardgate.api.mysql.prepared import StatementParams, columns_probe
 from shardgate.api.mysql.session import GateSession, WireRows
 from shardgate.backends.mysql_queries import lenenc_int
 
@@ -248,8 +253,85 @@ class GateConnection(Connection):
         finally:
             self.session.text_protocol = False
 
+    async def handle_stmt_prepare(self, data: bytes) -> None:
+        """A statement prepared: its parameters and, for a SELECT, its result columns
+        (see :func:`~shardgate.api.mysql.prepared.columns_probe`)."""
+        sql = self.client_charset.decode(data)
+        stmt = PreparedStatement(stmt_id=next(self.prepared_stmt_seq), sql=sql,
+                                 num_params=len(REGEX_PARAM.findall(sql)))
+        columns: list[ResultColumn] = []
+        probe = columns_probe(sql)
+        if probe is not None:
+            try:
+                result_set = await self.query(probe, {})
+            except MysqlError as exc:  # the execute will answer it; the prepare stays
+                log.debug("mysql prepare: no columns for %r: %s", sql, exc.msg)
+            else:
+                async for _ in aiterate(result_set.rows):
+                    pass
+                columns = list(result_set.columns)
+        self.prepared_stmts[stmt.stmt_id] = stmt
+        out = [b"".join((b"\x00", uint_4(stmt.stmt_id), uint_2(len(columns)),
+                         uint_2(stmt.num_params), b"\x00", uint_2(0)))]
+        for defs in ([self._column_definition(ResultColumn(name="?", type=ColumnType.VAR_STRING))
+                      ] * stmt.num_params, [self._column_definition(c) for c in columns]):
+            if defs:
+                out += defs
+                if not self.deprecate_eof():
+                    out.append(self.eof())
+        self.stream.write_many(out)
+        await self.stream.drain()
+
     async def handle_stmt_execute(self, data: bytes) -> None:
-        await self._counting(super().handle_stmt_execute, data)
+        await self._counting(self._stmt_execute, data)
+
+    _params: StatementParams | None = None
+
+    async def _stmt_execute(self, data: bytes) -> None:
+        """A prepared statement's execute: its parameters read by
+        :class:`~shardgate.api.mysql.prepared.StatementParams` (types kept between
+        executes, values escaped), its rows in the binary protocol, written in one go."""
+        if self._params is None:
+            self._params = StatementParams()
+        execute = self._params.read_execute(self.capabilities, self.client_charset, data,
+                                            self.get_stmt)
+        execute.stmt.param_buffers = None
+        result_set = await self.query(execute.sql, execute.query_attrs)
+        if not result_set:
+            await self.stream.write(self.ok())
+            return
+        cols = result_set.columns
+        header = [uint_len(len(cols))]
+        header += [self._column_definition(c) for c in cols]
+
+        async def binary_rows() -> AsyncIterator[bytes]:
+            async for row in aiterate(result_set.rows):
+                yield make_binary_resultrow(row, cols)
+
+        if execute.use_cursor:  # the rows wait for COM_STMT_FETCH
+            execute.stmt.cursor = binary_rows()
+            self.stream.write_many(header)
+            await self.stream.write(
+                self.ok_or_eof(flags=ServerStatus.SERVER_STATUS_CURSOR_EXISTS))
+            return
+        if not self.deprecate_eof():
+            header.append(self.eof())
+        self.stream.write_many(header)
+        batch: list[bytes] = []
+        async for row in binary_rows():
+            batch.append(row)
+            if len(batch) >= ROW_BATCH:
+                self.stream.write_many(batch)
+                batch = []
+                await self.stream.drain()
+        self.stream.write_many(batch)
+        await self.stream.write(self.ok_or_eof(), drain=False)
+        await self.stream.drain()
+
+    async def handle_stmt_close(self, data: bytes) -> None:
+        await super().handle_stmt_close(data)
+        if self._params is not None and len(data) >= 4:
+            self._params.forget(int.from_bytes(data[:4], "little"))
 
     async def _counting(self, handler: Callable[[bytes], Awaitable[None]], data: bytes) -> None:
         """Run a statement command; its OK packet carries the statement's counts."""
