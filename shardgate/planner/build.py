@@ -309,7 +309,7 @@ def _plan_select(stmt: exp.Expression, vschema: VSchema, default_ks: str | None)
         table_name = ref.table.name
     else:
         only = sharded[0]
-        names = {only.alias, only.table.name.lower()}
+        names = {only.alias}  # an aliased table's columns are named by its alias only
         if len(refs) == 1:
             names.add("")
         stmt, key_range = extract_keyrange(stmt)

@@ -298,7 +298,7 @@ def best_route(refs: list[TableRef], stmt: exp.Select) -> tuple[RouteChoice, Tab
             continue
         if r.join is not None and (r.join.side or "").upper() == "LEFT":
             continue  # the optional side: its WHERE terms (IS NULL) do not filter rows
-        choice = choose(r.table, where, {r.alias, r.table.name.lower()})
+        choice = choose(r.table, where, {r.alias})  # an aliased table: by its alias only
         if r.inner_where is not None and isinstance(r.node, exp.Subquery):
             base = r.node.this.args["from_"].this
             inside = choose(r.table, r.inner_where,

@@ -6,7 +6,11 @@ side of a UNION. Two ways let the whole statement run on the shards unchanged
 
 * **one shard**: every sharded table of every scope is pinned by a unique
   vindex equality to the same value of the same vindex (``WHERE id = 5`` in
-  each), so every row any scope can read lives on that one shard;
+  each), so every row any scope can read lives on that one shard. Each table
+  is pinned by the terms naming it (its alias, when it has one) that filter
+  its rows: WHERE, inner joins' ON, and the ON of its own LEFT JOIN; in
+  ``t1 LEFT JOIN t1 b ON t1.id = b.n WHERE t1.id = 3`` only ``t1`` is
+  pinned, so the join is no single-shard route;
 * **co-located subqueries**: every sharded table of each subquery is tied by
   an equality of primary vindex columns (same vindex function) to a table of
   the outer query or of an already tied table, e.g.
@@ -60,6 +64,23 @@ def _alias(node: exp.Table) -> str:
     return (node.alias or node.name).lower()
 
 
+def _restricting_terms(scope: exp.Select, node: exp.Table) -> list[exp.Expr]:
+    """The scope's AND terms every row of ``node`` in its result satisfies.
+
+    WHERE and the ON of inner joins filter every table's rows; the ON of a
+    LEFT JOIN only those of the tables it joins (its right side): the rows
+    before it are kept when it fails (NULL-extended). RIGHT and FULL joins'
+    ON terms are not counted for any table.
+    """
+    terms = list(conjuncts(scope.args.get("where")))
+    for join in scope.args.get("joins") or []:
+        side = (join.side or "").upper()
+        if not side or (side == "LEFT" and any(
+                t is node for t in join.this.find_all(exp.Table))):
+            terms.extend(conjuncts(join.args.get("on")))
+    return terms
+
+
 def _vindex_key(v: Vindex) -> tuple[object, ...]:
     """Vindexes with equal keys map equal values to equal keyspace ids."""
     if isinstance(v, Lookup):
@@ -84,10 +105,12 @@ def single_shard(stmt: exp.Expr, vschema: VSchema, default_ks: str | None) -> Ro
     for scope, node, table in _resolve(stmt, vschema, default_ks):
         if table.type == "reference" or not vschema.keyspace(table.keyspace).sharded:
             continue
-        names = {_alias(node), table.name.lower()}
+        # An aliased table's columns are named by its alias only: ``t1.id = 3`` in
+        # ``t1 JOIN t1 t1b`` pins t1, never t1b.
+        names = {_alias(node)}
         if len(scope_tables(scope)) == 1:
             names.add("")
-        terms = _scope_terms(scope)
+        terms = _restricting_terms(scope, node)
         choice = choose(table, exp.and_(*terms) if terms else None, names)
         if choice.opcode is not Opcode.EQUAL_UNIQUE or choice.vindex is None:
             return None

@@ -33,7 +33,7 @@ class _LabelGenerator(MySQLGenerator):
 
 def label(expression: exp.Expr) -> str:
     """The column name a database gives ``expression`` when it has no alias."""
-    return str(_LabelGenerator().generate(expression, copy=True))
+    return str(_LabelGenerator(dialect="mysql").generate(expression, copy=True))
 
 
 def with_values(expression: exp.Expr, bind_vars: Mapping[str, Any]) -> exp.Expr:
