@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from shardgate.auth.identity import TRUSTED
 from shardgate.backends import Backend, Connection, open_backend
 from shardgate.errors import ShardgateError
 from shardgate.gate import Gate
@@ -118,7 +119,7 @@ class Harness:
             "lk": {"shards": {"0": self.lookup_url}, "vschema": {"sharded": False}},
         }})
         self.gate = Gate.open(topo)
-        self.session = self.gate.session("sk")
+        self.session = self.gate.session("sk", identity=TRUSTED)
         self.shards: list[Backend] = [open_backend(u, pool_size=1) for u in self.shard_urls]
         self.lookup: Backend = open_backend(self.lookup_url, pool_size=1)
         self.plain: Backend = open_backend(self.plain_url, pool_size=1)
