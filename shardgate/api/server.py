@@ -165,9 +165,8 @@ class GateServicer(pb_grpc.GateServicer):
     async def UpdateStream(
         self, request: pb.UpdateStreamRequest, context: Ctx
     ) -> AsyncIterator[pb.UpdateStreamResponse]:
-        """Stream the change stream of a keyspace or key range."""
-        keyspace = self.gate.vschema.keyspace(request.keyspace)
-        self.gate.guard.require(caller(), keyspace.name, sorted(keyspace.tables), Role.READER)
+        """Stream the change stream of a keyspace or key range: the changes of the
+        tables the caller may read (see :mod:`shardgate.gate.stream_access`)."""
         start: float | str | None = None
         if request.HasField("start_position"):
             start = request.start_position
@@ -178,6 +177,7 @@ class GateServicer(pb_grpc.GateServicer):
             request.key_range if request.HasField("key_range") else None,
             start,
             heartbeat_s=request.heartbeat_seconds or 1.0,
+            identity=caller(),
         )
         async for response in relay(stream, stream_convert.event_response):
             yield response

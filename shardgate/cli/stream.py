@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from shardgate.api.client import GateClient
+from shardgate.auth.identity import TRUSTED
 from shardgate.cli.common import (
     DEFAULT_TARGET,
     add_target_args,
@@ -78,7 +79,8 @@ async def _stream(args: argparse.Namespace) -> int:
         gate = await local_gate(args)
         try:
             events = gate.update_stream(
-                args.keyspace, args.key_range, start, heartbeat_s=args.heartbeat
+                args.keyspace, args.key_range, start, heartbeat_s=args.heartbeat,
+                identity=TRUSTED,  # in-process: the cluster file's URLs reach the shards anyway
             )
             return await _print(events, args, position)
         finally:

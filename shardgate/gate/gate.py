@@ -38,7 +38,7 @@ from typing import Any, TypeVar
 from sqlglot import exp
 
 from shardgate.auth.guard import Guard
-from shardgate.auth.identity import Identity
+from shardgate.auth.identity import TRUSTED, Caller, Identity
 from shardgate.engine.coerce import Kind, column_types_sql, kind_of_type
 from shardgate.engine.dml import LookupDML
 from shardgate.engine.insert_select import InsertSelect
@@ -89,6 +89,7 @@ from shardgate.gate.session import Session
 from shardgate.gate.sessions import SessionTable
 from shardgate.gate.split import QuerySplit, split_query
 from shardgate.gate.stats import QueryStats, Stats
+from shardgate.gate.stream_access import check_stream_reader, readable_events
 from shardgate.keys import KeyRange, ShardMap
 from shardgate.planner.build import (
     Plan,
@@ -1023,15 +1024,25 @@ class Gate:
         start: StartPoint = None,
         *,
         heartbeat_s: float = 1.0,
+        identity: Caller = TRUSTED,
     ) -> AsyncIterator[StreamEvent]:
         """The change stream of a keyspace or key range (see :mod:`shardgate.streams.merge`).
 
         While it is being read it is listed in :attr:`streams` (the console's
-        consumers, their position and lag).
+        consumers, their position and lag). ``identity`` is the reader: with a
+        table ACL, each change of a table an :class:`Identity` may not read is left
+        out (see :mod:`shardgate.gate.stream_access`), PERMISSION_DENIED at once
+        when it may read no table of the keyspace; TRUSTED (in-process code: the
+        default, as a transport always passes its caller) reads every table.
         """
+        who = identity if isinstance(identity, Identity) else None
+        tables = self.vschema.keyspace(keyspace).tables
+        acl = check_stream_reader(self.guard, who, keyspace, tables)
+        events = update_stream(self, keyspace, key_range, start, heartbeat_s=heartbeat_s)
+        if acl is not None and who is not None:
+            events = readable_events(events, acl, who, keyspace)
         return self.streams.follow(
-            keyspace, str(key_range) if key_range is not None else None,
-            update_stream(self, keyspace, key_range, start, heartbeat_s=heartbeat_s))
+            keyspace, str(key_range) if key_range is not None else None, events)
 
     async def stream_execute(
         self, session: Session, sql: str, bind_vars: Mapping[str, Any] | None = None

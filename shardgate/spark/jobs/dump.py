@@ -71,6 +71,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from shardgate.aio import wait_for
+from shardgate.auth.identity import TRUSTED
 from shardgate.backends import bulk
 from shardgate.backends.change_log import open_change_log
 from shardgate.backends.changes import DELETE, INSERT, UPDATE
@@ -730,7 +731,8 @@ class DumpJob:
         try:
             while True:
                 events = gate.update_stream(
-                    self.keyspace, None, StreamPosition(dict(current)), heartbeat_s=HEARTBEAT_S
+                    self.keyspace, None, StreamPosition(dict(current)), heartbeat_s=HEARTBEAT_S,
+                    identity=TRUSTED,  # the job reads the shards' logs with the cluster's URLs
                 )
                 try:
                     while True:
