@@ -64,7 +64,18 @@ class InvalidArgument(ShardgateError):
 
 
 class SyntaxError_(InvalidArgument):
-    """The SQL could not be parsed: check the statement near the position given."""
+    """The SQL could not be parsed: check the statement near the position given.
+
+    ``line`` is the 1-based line of the first token that could not be parsed and
+    ``near`` the statement's text from that token on (what MySQL's error 1064
+    quotes), when known.
+    """
+
+    def __init__(self, message: str | None = None, *, code: Code | None = None,
+                 line: int | None = None, near: str | None = None) -> None:
+        super().__init__(message, code=code)
+        self.line = line
+        self.near = near
 
 
 class Unsupported(ShardgateError):

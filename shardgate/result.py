@@ -76,8 +76,9 @@ class ExecuteOptions:
 class Result:
     """Column names, rows, and the counts a write reports.
 
-    ``insert_id`` is the first auto-increment value a write generated (sequence
-    values for sharded tables), or None.
+    ``insert_id`` is the first auto-increment value a write generated, or None: for
+    a sharded table only a value the gate drew from the table's sequence (a table
+    without ``auto_increment`` has none), for an unsharded keyspace its database's.
     """
 
     fields: list[str] = field(default_factory=list)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import datetime
 import json
 from typing import Any
 
@@ -33,6 +34,7 @@ from shardgate.cli.common import (
 from shardgate.errors import InvalidArgument
 from shardgate.queues.segmented.queue import SegmentedQueue
 from shardgate.queues.table.store import QueueStore
+from shardgate.result import Result
 
 
 def add_parsers(commands: Any) -> None:
@@ -43,8 +45,9 @@ def add_parsers(commands: Any) -> None:
     create.add_argument("sql", metavar="SQL")
     stats = sub.add_parser("stats", help="depth per state, lag, rates, in flight, per shard")
     stats.add_argument("--json", action="store_true", help="print JSON")
-    tail = sub.add_parser("tail", help="the newest events")
-    tail.add_argument("--limit", type=int, default=20)
+    tail = sub.add_parser("tail", help="the newest events: the queue's own columns (times "
+                          "as ISO-8601, UTC), then its columns")
+    tail.add_argument("--limit", type=int, default=20, help="how many events")
     requeue = sub.add_parser("requeue-failed", help="fire failed events again")
     purge = sub.add_parser("purge", help="delete acked (or failed) events now")
     purge.add_argument("--state", choices=["acked", "failed"], default="acked")
@@ -75,9 +78,7 @@ async def _queue(args: argparse.Namespace) -> int:
             elif cmd == "stats":
                 _print_stats(await client.queue_stats(args.queue), args.json)
             else:
-                print(format_result(await client.execute(
-                    f"SELECT id, priority, time_scheduled, epoch, state FROM {args.queue} "
-                    f"ORDER BY time_scheduled DESC LIMIT {int(args.limit)}")))
+                print(format_result(tail_view(await client.execute(_tail_sql(args)))))
         return 0
     gate = await local_gate(args)
     try:
@@ -87,9 +88,7 @@ async def _queue(args: argparse.Namespace) -> int:
         elif cmd == "stats":
             _print_stats(await gate.queue_stats(args.keyspace, args.queue), args.json)
         elif cmd == "tail":
-            print(format_result(await gate.execute(
-                session, f"SELECT id, priority, time_scheduled, epoch, state FROM {args.queue} "
-                f"ORDER BY time_scheduled DESC LIMIT {int(args.limit)}")))
+            print(format_result(tail_view(await gate.execute(session, _tail_sql(args)))))
         else:
             total = 0
             ks = gate.topology.keyspace(args.keyspace)
@@ -109,6 +108,36 @@ async def _queue(args: argparse.Namespace) -> int:
     finally:
         await gate.close()
     return 0
+
+
+#: a queue table's own columns, as ``queue tail`` shows them first (times as ISO-8601)
+TAIL_COLUMNS = ("id", "state", "epoch", "priority", "time_scheduled", "time_next", "time_acked")
+_TIMES = frozenset({"time_scheduled", "time_next", "time_acked"})
+
+
+def _tail_sql(args: argparse.Namespace) -> str:
+    return (f"SELECT * FROM {args.queue} ORDER BY time_scheduled DESC "
+            f"LIMIT {int(args.limit)}")
+
+
+def tail_view(result: Result) -> Result:
+    """The newest events as ``queue tail`` prints them: the queue's own columns first,
+    their nanosecond times as ISO-8601 (UTC), then the queue's columns."""
+    lower = [f.lower() for f in result.fields]
+    order = [lower.index(c) for c in TAIL_COLUMNS if c in lower]
+    order += [i for i, f in enumerate(lower) if f not in TAIL_COLUMNS]
+    times = {i for i in order if lower[i] in _TIMES}
+    return Result.of_rows(
+        [result.fields[i] for i in order],
+        [tuple(_iso(row[i]) if i in times else row[i] for i in order) for row in result.rows])
+
+
+def _iso(ns: Any) -> Any:
+    """Nanoseconds since the epoch as ISO-8601 (UTC, microseconds); None stays None."""
+    if ns is None or isinstance(ns, bool) or not isinstance(ns, int | float):
+        return ns
+    stamp = datetime.datetime.fromtimestamp(int(ns) // 1000 / 1e6, tz=datetime.UTC)
+    return stamp.isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
 async def _purge_state(store: Any, conn: Any, state: str) -> int:

@@ -31,6 +31,7 @@ import sys
 from typing import Any
 
 from shardgate.cli.common import open_store, store_args
+from shardgate.cli.progress import Progress
 from shardgate.errors import InvalidArgument
 from shardgate.gate.cutover import HOLD_S
 from shardgate.workflows.reshard import DEFAULT_MAX_LAG_S, ReshardSpec, ReshardWorkflow
@@ -100,26 +101,29 @@ async def _run(args: argparse.Namespace) -> int:
     server = await open_store(args)
     try:
         cmd = args.reshard_command
+        bar = Progress("copy")
         if cmd == "create":
             spec = ReshardSpec(keyspace=args.keyspace, sources=_shards(args.source),
                                targets=_shards(args.target), target_urls=_urls(args.target_url),
                                workflow=args.workflow)
-            flow = ReshardWorkflow(server, spec, batch=args.batch, progress=_progress_bar)
+            flow = ReshardWorkflow(server, spec, batch=args.batch, progress=bar)
         else:
             flow = await ReshardWorkflow.resume(server, args.keyspace, args.workflow,
-                                                progress=_progress_bar)
+                                                progress=bar)
         try:
-            return await _command(flow, args)
+            return await _command(flow, args, bar)
         finally:
+            bar.end()
             await flow.close()
     finally:
         await server.close()
 
 
-async def _command(flow: ReshardWorkflow, args: argparse.Namespace) -> int:
+async def _command(flow: ReshardWorkflow, args: argparse.Namespace, bar: Progress) -> int:
     match args.reshard_command:
         case "run" if args.follow:
             await flow.run()
+            bar.end()
             stop = asyncio.Event()
             loop = asyncio.get_running_loop()
             for sig in (signal.SIGINT, signal.SIGTERM):
@@ -129,7 +133,7 @@ async def _command(flow: ReshardWorkflow, args: argparse.Namespace) -> int:
             print(f"{flow.spec.record}: stopped following", file=sys.stderr)
         case "create" | "run":
             await (flow.create() if args.reshard_command == "create" else flow.run())
-            print(file=sys.stderr)
+            bar.end()
             status = await flow.status()
             print(f"{flow.spec.record}: {status['state']}: {status['rows_copied']} rows "
                   "copied; the targets are caught up. Next: "
@@ -204,11 +208,3 @@ def _print_status(status: dict[str, Any]) -> None:
         print(f"{name:10} {'reverse':10} {s['position']!s:>16} {s['behind']!s:>10} "
               f"{s['lag_s']:>8.2f}  (targets -> sources)")
 
-
-def _progress_bar(done: int, estimate: int) -> None:
-    total = max(estimate, done, 1)
-    width = 30
-    filled = int(width * done / total)
-    sys.stderr.write(f"\rcopy [{'#' * filled}{'.' * (width - filled)}] "
-                     f"{done}/{estimate} rows ({100 * done // total}%)")
-    sys.stderr.flush()

@@ -47,6 +47,7 @@ from shardgate.cli.common import (
     open_store,
     store_args,
 )
+from shardgate.cli.progress import Progress
 from shardgate.errors import InvalidArgument, NotFound
 from shardgate.gate import Gate
 from shardgate.topo.file import load_cluster_file
@@ -200,6 +201,10 @@ async def _vschema_apply(server: TopoServer, args: argparse.Namespace) -> None:
         sys.stdout.writelines(diff)
         print(f"dry run: the VSchema of {args.keyspace} is valid; nothing saved")
         return
+    if saved == version:
+        print(f"unchanged: {args.file} is the VSchema of keyspace {args.keyspace} already "
+              f"(version {version}; nothing saved)")
+        return
     print(f"applied {args.file} to keyspace {args.keyspace}: version {saved}")
 
 
@@ -225,13 +230,15 @@ async def _lookup_vindex(args: argparse.Namespace) -> int:
                     vindex_type=args.vindex_type, lookup_table=args.lookup_table,
                     name=args.name, column_type=args.column_type,
                     ignore_nulls=args.ignore_nulls)
+                bar = Progress("backfill")
                 flow = LookupVindexWorkflow(gate, server, spec, batch=args.batch,
-                                            settle_s=args.settle, progress=_progress_bar)
+                                            settle_s=args.settle, progress=bar)
                 report = await flow.create()
-                print(file=sys.stderr)
+                bar.end()
                 print(f"{spec.workflow}: verified: {report.owner_rows} owner rows, "
-                      f"{report.lookup_rows} lookup rows ({report.repaired_missing} "
-                      f"inserted, {report.deleted_orphans} orphans deleted); run "
+                      f"{report.lookup_rows} lookup rows ({report.backfilled} inserted by "
+                      f"the backfill, {report.repaired_missing} repaired, "
+                      f"{report.deleted_orphans} orphans deleted); run "
                       f"`shardgate lookup-vindex externalize --keyspace {spec.keyspace} "
                       f"--name {spec.name}` to route by it")
             else:
@@ -245,11 +252,3 @@ async def _lookup_vindex(args: argparse.Namespace) -> int:
         await server.close()
     return 0
 
-
-def _progress_bar(done: int, estimate: int) -> None:
-    total = max(estimate, done, 1)
-    width = 30
-    filled = int(width * done / total)
-    sys.stderr.write(f"\rbackfill [{'#' * filled}{'.' * (width - filled)}] "
-                     f"{done}/{estimate} rows ({100 * done // total}%)")
-    sys.stderr.flush()

@@ -663,7 +663,10 @@ class Insert(Primitive):
         query = _InsertQuery(self, columns, per_shard)
         results = await vc.execute_shards(self.keyspace, shards, query, bind_vars, write=True)
         affected = sum(r.rows_affected for r in results)
-        if insert_id is None:
+        if insert_id is None and not self.sharded:
+            # an unsharded keyspace's one database numbered the row (its AUTO_INCREMENT);
+            # a sharded table's only ids are its sequence's: each shard's own count means
+            # nothing (SQLite reports a rowid for every table)
             insert_id = next((r.insert_id for r in results if r.insert_id), None)
         return Result(rows_affected=affected, insert_id=insert_id)
 

@@ -94,8 +94,14 @@ class Plan:
     statement_type: str
     original: str
     instructions: Primitive
-    #: the statement with literals replaced by ``?``: the key of query statistics
+    #: the statement with literals and bind variables replaced by ``?``: the key of query
+    #: statistics (the gate's own statements, ``ALTER VSCHEMA``, ``CREATE QUEUE``...:
+    #: their text, whitespace collapsed)
     normalized: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.normalized:
+            object.__setattr__(self, "normalized", " ".join(self.original.split()))
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -155,14 +161,15 @@ def _refuse_reserved_binds(stmt: exp.Expr) -> None:
 
 
 def normalize(stmt: exp.Expr) -> str:
-    """The statement with every literal replaced by ``?`` (statistics group by it).
+    """The statement with every literal and bind variable replaced by ``?`` (statistics
+    group by it: ``id = 1``, ``id = :id`` and the MySQL listener's ``id = :_l0`` alike).
 
     Long IN lists of literals only are set aside while the statement is copied
     and generated, and written back as text: a 10,000-value list costs a join
     of strings, not 10,000 copied and generated nodes.
     """
     def lit(node: exp.Expr) -> exp.Expr:
-        if isinstance(node, exp.Literal):
+        if isinstance(node, exp.Literal | exp.Placeholder):
             return exp.Placeholder()
         return node
 

@@ -172,7 +172,8 @@ class _Head:
         line, col = line_col(self.sql, pos)
         near = self.sql[pos : pos + 20].split("\n", 1)[0].strip()
         near_text = f" near {near!r}" if near else " at the end of the statement"
-        return SyntaxError_(f"syntax error at line {line}, column {col}{near_text}: {detail}")
+        return SyntaxError_(f"syntax error at line {line}, column {col}{near_text}: {detail}",
+                            line=line, near=self.sql[pos:])
 
 
 def classify(sql: str) -> Statement:

@@ -4,7 +4,11 @@ Gate SQL is MySQL-flavoured (as Vitess's), with ``:name`` bind variables.
 Parse errors become :class:`shardgate.errors.SyntaxError_` naming the line,
 the column and the offending token in the user's words (never sqlglot's
 class names): ``syntax error at line 1, column 29 near '*': incomplete
-expression``.
+expression``. The position is the first token that could not be parsed: a
+statement starting with a word that starts no statement (``SELCT * FROM t``)
+is wrong at that word, not where sqlglot gave up. The error also carries the
+line and the statement's text from that token (``line``, ``near``), which the
+MySQL listener quotes as MySQL does (error 1064).
 
 sqlglot's parser is recursive descent and spends about 25 Python frames per
 level of parentheses, so the default recursion limit (1,000) failed at 40
@@ -20,7 +24,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from sqlglot import exp
+from sqlglot import Dialect, TokenType, exp
 from sqlglot.errors import ParseError, SqlglotError, TokenError
 
 from shardgate.errors import InvalidArgument, SyntaxError_
@@ -77,7 +81,7 @@ def parse(sql: str) -> exp.Expression:
     except RecursionError:
         raise too_deep() from None
     except SqlglotError as exc:
-        raise SyntaxError_(_located(sql, exc)) from exc
+        raise syntax_error(sql, exc) from exc
     except Exception as exc:  # sqlglot failing otherwise: still the statement's text at fault
         raise SyntaxError_(
             f"the statement could not be parsed ({type(exc).__name__}: {exc})"
@@ -92,6 +96,10 @@ def parse(sql: str) -> exp.Expression:
         )
     stmt = statements[0]
     assert isinstance(stmt, exp.Expression)
+    if isinstance(stmt, exp.Condition) and not isinstance(stmt, exp.Query):
+        # an expression, not a statement (`SELCT` parses as a column name)
+        raise _unknown_first_word(sql) or SyntaxError_(
+            f"syntax error: not a statement: {sql.strip()[:80]!r}", line=1, near=sql.strip())
     if isinstance(stmt, exp.Command):
         # sqlglot falls back to Command for statements it does not model.
         raise SyntaxError_(f"unsupported or malformed statement: {sql.strip()[:80]!r}")
@@ -110,22 +118,55 @@ def describe_error(exc: SqlglotError) -> str:
     return _detail(str(exc).splitlines()[0] if str(exc) else "")
 
 
-def _located(sql: str, exc: SqlglotError) -> str:
-    """``syntax error at line L, column C near 'token': detail``."""
+def syntax_error(sql: str, exc: SqlglotError) -> SyntaxError_:
+    """sqlglot's error for ``sql`` as the user's: ``syntax error at line L, column C near
+    'token': detail``, at the first token that could not be parsed."""
+    unknown = _unknown_first_word(sql)
+    if unknown is not None:
+        return unknown
     detail = describe_error(exc)
     if isinstance(exc, ParseError) and exc.errors and exc.errors[0].get("line"):
         first = exc.errors[0]
         near = str(first.get("highlight") or "")
-        end_col = int(first.get("col") or 1)
+        line, end_col = int(first["line"]), int(first.get("col") or 1)
         col = max(1, end_col - len(near) + 1) if "\n" not in near else end_col
         near_text = f" near {near!r}" if near else ""
-        return f"syntax error at line {first['line']}, column {col}{near_text}: {detail}"
+        return SyntaxError_(f"syntax error at line {line}, column {col}{near_text}: {detail}",
+                            line=line, near=_rest(sql, line, col))
     if isinstance(exc, TokenError):
         m = _UNCLOSED.search(_token_message(exc))
         if m:
-            line, col = line_col(sql, int(m.group(3)))
-            return f"syntax error at line {line}, column {col} near {m.group(1)!r}: {detail}"
-    return f"syntax error: {detail}"
+            offset = int(m.group(3))
+            line, col = line_col(sql, offset)
+            return SyntaxError_(
+                f"syntax error at line {line}, column {col} near {m.group(1)!r}: {detail}",
+                line=line, near=sql[offset:])
+    return SyntaxError_(f"syntax error: {detail}")
+
+
+def _unknown_first_word(sql: str) -> SyntaxError_ | None:
+    """The error of a statement whose first token is a plain word that starts no statement
+    (``SELCT``), or None."""
+    try:
+        tokens = Dialect.get_or_raise(GATE_DIALECT).tokenize(sql)
+    except SqlglotError:
+        return None
+    if not tokens or tokens[0].token_type is not TokenType.VAR:
+        return None
+    first = tokens[0]
+    line, col = line_col(sql, first.start)
+    return SyntaxError_(f"syntax error at line {line}, column {col} near {first.text!r}: "
+                        f"no statement starts with {first.text!r}",
+                        line=line, near=sql[first.start:])
+
+
+def _rest(sql: str, line: int, col: int) -> str:
+    """The text of ``sql`` from 1-based ``line`` and ``col`` on."""
+    lines = sql.split("\n")
+    if line > len(lines):
+        return ""
+    offset = sum(len(x) + 1 for x in lines[:line - 1]) + col - 1
+    return sql[offset:]
 
 
 def line_col(sql: str, offset: int) -> tuple[int, int]:

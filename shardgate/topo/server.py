@@ -97,7 +97,8 @@ class TopoServer:
         """Apply ``change`` to the keyspace's VSchema, check it, save it.
 
         Returns the new topology and the record's new version (the old one
-        with ``dry_run``). ``expect=None`` re-reads and re-applies ``change``
+        with ``dry_run``, or when ``change`` leaves the VSchema as it was: nothing
+        is written, no gate reloads). ``expect=None`` re-reads and re-applies ``change``
         when another writer got in first; ``expect=N`` raises TopoConflict
         unless the keyspace record is still at version N.
         """
@@ -114,9 +115,10 @@ class TopoServer:
             new_vschema = change(copy.deepcopy(spec.get("vschema", {})))
             if not isinstance(new_vschema, dict):
                 raise InvalidArgument(f"the VSchema of keyspace {keyspace!r} must be an object")
+            unchanged = new_vschema == spec.get("vschema", {})
             spec["vschema"] = new_vschema
             candidate = check_with(current, keyspace, spec)
-            if dry_run:
+            if dry_run or unchanged:  # a no-op change saves nothing: the version stays
                 return candidate, rec.version
             try:
                 version = await self.store.put("keyspace", keyspace, spec, expect=rec.version)

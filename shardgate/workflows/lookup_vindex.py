@@ -132,6 +132,9 @@ class VerifyReport:
 
     owner_rows: int = 0
     lookup_rows: int = 0
+    #: lookup rows the backfill inserted (all runs of the workflow; rows a writer
+    #: created first are not counted)
+    backfilled: int = 0
     missing: int = 0
     orphans: int = 0
     repaired_missing: int = 0
@@ -165,6 +168,8 @@ class LookupVindexWorkflow:
         self.progress = progress
         self.doc: dict[str, Any] = {}
         self.version = 0
+        #: lookup rows this process's backfill inserted
+        self._inserted = 0
 
     @classmethod
     async def resume(cls, gate: Gate, store: TopoServer, keyspace: str, name: str,
@@ -219,6 +224,7 @@ class LookupVindexWorkflow:
                 await self._save(state="backfilling", estimate=await self._estimate())
             await self.backfill()
         report = await self.verify()
+        report.backfilled = self.rows_inserted()
         if not report.clean:
             raise FailedPrecondition(
                 f"workflow {self.spec.workflow}: verification failed: {report.conflicts[:5]}"
@@ -281,14 +287,20 @@ class LookupVindexWorkflow:
     def rows_done(self) -> int:
         return sum(int(s.get("rows", 0)) for s in self.doc.get("shards", {}).values())
 
+    def rows_inserted(self) -> int:
+        """Lookup rows the backfill inserted so far (per shard in the record)."""
+        return sum(int(s.get("inserted", 0)) for s in self.doc.get("shards", {}).values())
+
     async def backfill(self) -> None:
         """Copy the owner's rows into the lookup table, shard by shard, from the record."""
         for shard in self.gate.topology.keyspace(self.spec.keyspace).shards:
             pos = self.doc["shards"].setdefault(shard.name, {"done": False, "last": None,
                                                              "rows": 0})
             while not pos["done"]:
+                before = self._inserted
                 copied, last = await self._copy_batch(shard.name, pos["last"])
                 pos["rows"] += copied
+                pos["inserted"] = pos.get("inserted", 0) + self._inserted - before
                 if last is None:
                     pos["done"] = True
                 else:
@@ -337,9 +349,10 @@ class LookupVindexWorkflow:
             mark = client.placeholder
             values = ", ".join(f"({mark}, {mark})" for _ in part)
             params = [x for v, k in part for x in (v, k)]
-            await client.execute(
+            done = await client.execute(
                 f"{head} INTO {lname} ({self.spec.column}, keyspace_id) VALUES {values}{tail}",
                 params)
+            self._inserted += done.rows_affected
 
     # -- verify -----------------------------------------------------------------
 

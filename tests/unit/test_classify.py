@@ -202,7 +202,15 @@ def test_own_syntax_errors_point_at_the_position() -> None:
         ("SELECT 1 FROM",
          "syntax error at line 1, column 10 near 'FROM': "
          "expected table name but got the end of the statement"),
-        ("SELEC 1", "syntax error at line 1, column 7 near '1': unexpected token"),
+        # a misspelt first word is the first bad token, not where sqlglot gave up (issue 34)
+        ("SELEC 1", "syntax error at line 1, column 1 near 'SELEC': "
+         "no statement starts with 'SELEC'"),
+        ("SELCT * FROM customer", "syntax error at line 1, column 1 near 'SELCT': "
+         "no statement starts with 'SELCT'"),
+        ("SELCT", "syntax error at line 1, column 1 near 'SELCT': "
+         "no statement starts with 'SELCT'"),
+        ("SELECT * FRM customer",
+         "syntax error at line 1, column 14 near 'customer': unexpected token"),
         ("SELECT (1", "syntax error at line 1, column 9 near '1': expected ')'"),
         ("SELECT 'abc", "syntax error at line 1, column 8 near \"'\": unterminated string"),
         ("SELECT a,\n  `b", "syntax error at line 2, column 3 near '`': "
@@ -217,6 +225,25 @@ def test_parse_errors_name_position_and_token(sql: str, expected: str) -> None:
     assert err.value.message == expected
     assert "<class" not in str(err.value) and "<Token" not in str(err.value)
     assert "sqlglot" not in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "sql,line,near",
+    [
+        ("SELCT * FROM customer", 1, "SELCT * FROM customer"),
+        ("SELECT * FRM customer", 1, "customer"),
+        ("SELECT a,\n  2 frm x y", 2, "x y"),
+        ("SELECT 'abc", 1, "'abc"),
+        ("USE `a", 1, "`a"),
+    ],
+)
+def test_parse_errors_carry_the_line_and_the_text_from_the_first_bad_token(
+    sql: str, line: int, near: str
+) -> None:
+    """What the MySQL listener quotes in error 1064 (``near '...' at line N``)."""
+    with pytest.raises(SyntaxError_) as err:
+        classify(sql)
+    assert (err.value.line, err.value.near) == (line, near)
 
 
 def test_other_parse_errors_keep_their_codes() -> None:

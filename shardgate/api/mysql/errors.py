@@ -95,6 +95,24 @@ def mysql_code(exc: ShardgateError) -> MysqlCode:
     return BY_CODE.get(exc.code, UNKNOWN)
 
 
+#: how much of the statement a syntax error quotes (MySQL quotes 80 characters)
+NEAR_CHARS = 80
+
+
+def mysql_message(exc: ShardgateError) -> str:
+    """The message MySQL clients get for ``exc``: a syntax error in MySQL's words (``You
+    have an error in your SQL syntax; ... near '...' at line N``, quoting the statement
+    from its first bad token, which tools parse), any other error as it is."""
+    if not isinstance(exc, SyntaxError_):
+        return exc.message
+    _, _, detail = exc.message.partition(": ")
+    reason = f" ({detail})" if detail else ""
+    near = (exc.near or "")[:NEAR_CHARS]
+    return (f"You have an error in your SQL syntax{reason}; check the gate's SQL "
+            f"(docs/routing.md) for the right syntax to use near '{near}' "
+            f"at line {exc.line or 1}")
+
+
 def sqlstate_of(errno: int) -> str:
     """The SQLSTATE sent with MySQL error ``errno`` (``HY000`` when none is specific)."""
     for known in (*BY_CODE.values(), PARSE, BAD_FIELD, BAD_DB, TABLE_EXISTS, LOCK_WAIT_TIMEOUT,

@@ -55,10 +55,11 @@ from mysql_mimic.types import ColumnType
 from mysql_mimic.variable_processor import VariableProcessor
 from mysql_mimic.variables import SYSTEM_VARIABLES, GlobalVariables, SessionVariables
 from sqlglot import exp
+from sqlglot.errors import SqlglotError
 from sqlglot.executor import execute
 
 from shardgate.api.mysql import catalog
-from shardgate.api.mysql.errors import BAD_DB, NO_SUCH_TABLE, PARSE, mysql_code
+from shardgate.api.mysql.errors import BAD_DB, NO_SUCH_TABLE, PARSE, mysql_code, mysql_message
 from shardgate.auth.identity import Identity
 from shardgate.engine.primitives import Opcode, Route
 from shardgate.errors import ShardgateError
@@ -68,6 +69,7 @@ from shardgate.gate.catalog import TableInfo, vschema_tables, vschema_vindexes
 from shardgate.planner.build import Plan
 from shardgate.result import Result, WireResult
 from shardgate.sql.literals import bind_literals
+from shardgate.sql.parse import syntax_error
 from shardgate.sql.statements import like_match
 
 #: What the listener reports as the server version (clients read "8.0" features from it).
@@ -205,8 +207,10 @@ class GateSession(Session):
         try:
             return await self._dispatch(sql, attrs)
         except ShardgateError as exc:
-            code = mysql_code(exc)
-            raise MysqlError(exc.message, code=code.errno) from exc
+            raise MysqlError(mysql_message(exc), code=mysql_code(exc).errno) from exc
+        except SqlglotError as exc:  # mysql-mimic parsed it (a statement the gate passes on)
+            error = syntax_error(sql, exc)
+            raise MysqlError(mysql_message(error), code=PARSE.errno) from None
 
     async def _dispatch(self, sql: str, attrs: dict[str, str]) -> AllowedResult:
         body = sql[_COMMENTS.match(sql).end():]  # type: ignore[union-attr]
