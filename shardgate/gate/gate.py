@@ -88,7 +88,7 @@ from shardgate.gate.sequences import Sequences
 from shardgate.gate.session import Session
 from shardgate.gate.sessions import SessionTable
 from shardgate.gate.split import QuerySplit, split_query
-from shardgate.gate.stats import QueryStats, Stats
+from shardgate.gate.stats import QueryStats, Stats, Timeline
 from shardgate.gate.stream_access import check_stream_reader, readable_events
 from shardgate.keys import KeyRange, ShardMap
 from shardgate.planner.build import (
@@ -182,6 +182,8 @@ class Gate:
                     raise NotFound(f"no tablet for shard {ks.name}/{shard.name}")
         self.plans: PlanCache[Plan | GateStatement] = PlanCache(plan_cache_size)
         self.stats = Stats()
+        #: calls, errors, latency per 10 s, per keyspace and per shard (the console's charts)
+        self.timeline = Timeline()
         #: statements in flight (killable) and the last ones finished
         self.live = LiveQueries()
         self.querylog = QueryLog()
@@ -278,6 +280,15 @@ class Gate:
     def degraded(self) -> str | None:
         """Why the gate is serving a possibly stale topology (None: it is not)."""
         return None if self._watcher is None else self._watcher.degraded
+
+    def compete_for_leases(self) -> None:
+        """Have every in-process tablet compete for its shard's lease now, as ``shardgate
+        tablet`` does when it starts (otherwise a tablet competes once a queue receiver
+        first subscribes). A serving gate calls it: the lease is the shard's, not a
+        queue's, and the console names its holder from the start."""
+        for tablet in self.tablets.values():
+            if isinstance(tablet, LocalTabletClient):
+                tablet.tablet.queues.start()
 
     async def close(self) -> None:
         if self._watcher is not None:
@@ -773,7 +784,14 @@ class Gate:
 
         async def run() -> WireResult:
             session.shard_calls += 1
-            return await tablet.execute_wire(sql_shard, args)
+            start, failed = time.perf_counter(), True
+            try:
+                result = await tablet.execute_wire(sql_shard, args)
+                failed = False
+            finally:
+                self.timeline.record((prim.keyspace, shard), time.perf_counter() - start,
+                                     failed)
+            return result
 
         session.busy += 1
         try:
@@ -885,6 +903,7 @@ class Gate:
         affected = result.rows_affected if type(result) is Result else 0
         self.stats.record(planned.normalized, seconds, rows or affected, shard_calls,
                           error is not None)
+        self.timeline.record((session.keyspace or "", ""), seconds, error is not None)
         self.querylog.record(time.time() - seconds, session.keyspace, planned.normalized,
                              seconds, rows or affected, shard_calls, error, session)
         gate_metrics.record(session.keyspace, planned.statement_type, seconds, rows, affected,
@@ -1548,12 +1567,17 @@ class _SessionCursor(ExecCursor):
         tid: int | None = None
         if self.session.in_transaction:
             tid = await self.join(keyspace, shard, tablet)
-        if self.internal is None:
-            return await exec_options.shard_execute(tablet, sql, args, tid)
+        start, failed = time.perf_counter(), True
         try:
-            return await exec_options.shard_execute(tablet, sql, args, tid)
+            result = await exec_options.shard_execute(tablet, sql, args, tid)
+            failed = False
         except ShardgateError as exc:
+            if self.internal is None:
+                raise
             raise internal_failure(exc, f"{keyspace}/{shard}", self.internal) from exc
+        finally:
+            self.gate.timeline.record((keyspace, shard), time.perf_counter() - start, failed)
+        return result
 
     async def join(self, keyspace: str, shard: str, tablet: TabletClient) -> int:
         """The session's transaction id on the shard, which joins the open transaction

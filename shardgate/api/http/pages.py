@@ -12,7 +12,13 @@ from typing import Any
 
 from aiohttp import web
 
-from shardgate.api.http.model import GATE_KEY, cluster_doc, queryz_doc, registered_tablets
+from shardgate.api.http.model import (
+    GATE_KEY,
+    cluster_doc,
+    log_positions,
+    queryz_doc,
+    registered_tablets,
+)
 
 NAV = [("/", "Cluster"), ("/vschema", "VSchema"), ("/queryz", "Queries"),
        ("/querylogz", "Query log"), ("/queues", "Queues"), ("/streams", "Streams"),
@@ -48,22 +54,32 @@ def table(headers: list[str], rows: list[list[str]], *, id_: str = "") -> str:
 
 async def cluster_page(request: web.Request) -> web.Response:
     gate = request.app[GATE_KEY]
-    doc = cluster_doc(gate, await registered_tablets(gate))
+    doc = cluster_doc(gate, await registered_tablets(gate), await log_positions(gate))
     rows = []
     for ks in doc["keyspaces"]:
         for s in ks["shards"]:
             tablet = s["tablet"] or {}
             procs = s["tablets"]
+            holder = (f'<span class="holder">{esc(s["lease_holder"])}</span>'
+                      if s["lease_holder"] else
+                      '<span class="muted">none seen: another process, or not taken yet'
+                      "</span>")
+            # the shard's log end now; a stream reader's position (if one runs) beside it
+            readers = ([(t["alias"], t["position"]) for t in procs if t.get("position")]
+                       if procs else
+                       [("reader", s["reader_position"])] if s["reader_position"] else [])
+            position = (f'<code class="log-end">{esc(s["log_position"])}</code>'
+                        if s["log_position"] else
+                        f'<span class="muted log-note">{esc(s["log_note"])}</span>') + "".join(
+                f'<br><small>{esc(who)} at <code>{esc(at)}</code></small>' for who, at in readers)
             if procs:  # production mode: the registered tablet processes
                 kind = "<br>".join(f'{esc(t["alias"])} {esc(t["address"])}' for t in procs)
-                holder = "<br>".join(f'{esc(t["alias"])}: {esc(t["role"])}' for t in procs)
+                holder += "<br>" + "<br>".join(
+                    f'<small>{esc(t["alias"])}: {esc(t["role"])}</small>' for t in procs)
                 health = "<br>".join(esc(t["health"]) for t in procs)
-                position = "<br>".join(f'<code>{esc(t["position"])}</code>' for t in procs)
             else:
                 kind = esc(tablet.get("kind", ""))
-                holder = "yes" if tablet.get("lease_holder") else "no"
                 health = esc(tablet.get("health", ""))
-                position = f'<code>{esc(tablet.get("position", ""))}</code>'
             rows.append([esc(ks["name"]), esc(s["name"]), esc(s["key_range"]),
                          esc(s["backend"]), f'<code>{esc(s["url"])}</code>',
                          "serving" if s["serving"] else "not serving",
@@ -74,8 +90,9 @@ async def cluster_page(request: web.Request) -> web.Response:
             f'<code>{esc(doc["topo"])}</code></p>{status}'
             + table(["keyspace", "shard", "key range", "backend", "database", "state",
                      "tablet", "lease holder", "health", "change-log position"], rows,
-                    id_="shards"))
-    return layout("Cluster", body, active="/")
+                    id_="shards")
+            + '<h2>Traffic, last 5 minutes</h2><div id="charts">loading…</div>')
+    return layout("Cluster", body, active="/", script="<script>sg.clusterCharts()</script>")
 
 
 async def vschema_page(request: web.Request) -> web.Response:
@@ -152,6 +169,6 @@ async def streams_page(request: web.Request) -> web.Response:
 
 
 async def workflows_page(request: web.Request) -> web.Response:
-    body = '<div id="workflows">loading…</div>'
+    body = '<p id="wf-status"></p><div id="workflows">loading…</div>'
     return layout("Workflows", body, active="/workflows",
                   script="<script>sg.workflowsPage()</script>")

@@ -15,6 +15,10 @@ Routes:
 * ``/api/cluster``, ``/api/vindex_types``, ``/api/vschema/{keyspace}`` (GET,
   PUT to save), ``/api/vschema/{keyspace}/check`` (POST), ``/api/queues``,
   ``/api/live``, ``/api/live/{id}/kill`` (POST)
+* ``/api/stats``: the charts' figures (calls, errors, p50/p99 per 10 s per keyspace
+  and shard, from the gate's :class:`~shardgate.gate.stats.Timeline`; stream lag)
+* ``/api/workflows`` and ``/api/workflows/{name}/{action}`` (POST, admin: ``vdiff``,
+  ``switch_reads``, ``switch_writes``, ``complete`` of a reshard or MoveTables workflow)
 * ``/metrics``: Prometheus text format
 """
 
@@ -37,14 +41,20 @@ from shardgate.api.http.auth import basic_auth, identity_of
 from shardgate.api.http.model import (
     GATE_KEY,
     INBOXES_KEY,
+    QUEUE_HISTORY_KEY,
     STARTED_KEY,
+    WORKFLOW_ACTIONS,
+    QueueHistory,
     cluster_doc,
     inboxes_doc,
+    log_positions,
+    parse_workflow_name,
     queryz_doc,
     queues_doc,
     registered_tablets,
     segmented_request,
     vschema_diff,
+    workflow_doc,
 )
 from shardgate.auth.acl import Role
 from shardgate.auth.users import StaticUsers
@@ -55,7 +65,8 @@ from shardgate.topo.lint import check_vschema
 from shardgate.topo.store import TopoConflict
 from shardgate.vindexes.registry import describe_types
 from shardgate.workflows import metrics as reshard_metrics
-from shardgate.workflows.reshard import list_workflows
+from shardgate.workflows.movetables import MoveTablesWorkflow
+from shardgate.workflows.reshard import ReshardWorkflow, list_workflows
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -91,6 +102,7 @@ def make_app(gate: Gate, users: StaticUsers | None = None) -> web.Application:
     app[GATE_KEY] = gate
     app[STARTED_KEY] = time.time()
     app[INBOXES_KEY] = InboxRegistry(gate)
+    app[QUEUE_HISTORY_KEY] = QueueHistory()
     app.on_response_prepare.append(_worker_header)
     static = resources.files("shardgate.api.http") / "static"
     app.add_routes([
@@ -121,6 +133,8 @@ def make_app(gate: Gate, users: StaticUsers | None = None) -> web.Application:
         web.get("/api/live", api_live),
         web.get("/api/streams", api_streams),
         web.get("/api/workflows", api_workflows),
+        web.post("/api/workflows/{name}/{action}", api_workflow_action),
+        web.get("/api/stats", api_stats),
         web.post("/api/live/{id}/kill", api_live_kill),
         web.get("/metrics", metrics),
         web.static("/static", str(static)),
@@ -173,7 +187,26 @@ class HttpServer:
 
 async def api_cluster(request: web.Request) -> web.Response:
     gate = request.app[GATE_KEY]
-    return web.json_response(cluster_doc(gate, await registered_tablets(gate)))
+    return web.json_response(cluster_doc(gate, await registered_tablets(gate),
+                                         await log_positions(gate)))
+
+
+async def api_stats(request: web.Request) -> web.Response:
+    """The charts' figures: ``?minutes=N`` (default 5, at most 10) of the gate's
+    timeline, and each shard's stream lag now (the page keeps its own history of it)."""
+    gate = request.app[GATE_KEY]
+    try:
+        minutes = min(10.0, max(0.5, float(request.query.get("minutes", "5"))))
+    except ValueError:
+        raise InvalidArgument("'minutes' must be a number") from None
+    doc = gate.timeline.series(minutes)
+    lag: list[dict[str, Any]] = []
+    for ks in cluster_doc(gate)["keyspaces"]:
+        for s in ks["shards"]:
+            lag.append({"keyspace": ks["name"], "shard": s["name"],
+                        "reader_lag_seconds": s["reader_lag_seconds"]})
+    consumers = [c.as_dict() for c in gate.streams.snapshot()]
+    return web.json_response({**doc, "stream_lag": lag, "consumers": consumers})
 
 
 async def api_vindex_types(request: web.Request) -> web.Response:
@@ -289,8 +322,38 @@ async def api_streams(request: web.Request) -> web.Response:
 async def api_workflows(request: web.Request) -> web.Response:
     """Workflow records of the topo store (lookup-vindex backfills, resharding)."""
     gate = request.app[GATE_KEY]
-    return web.json_response([{"name": r.name, "version": r.version, **(r.doc or {})}
+    return web.json_response([workflow_doc(r.name, r.version, r.doc or {})
                               for r in await gate.topo.list_workflows()], dumps=_dumps)
+
+
+async def api_workflow_action(request: web.Request) -> web.Response:
+    """Run ``vdiff``, ``switch_reads``, ``switch_writes`` or ``complete`` on a reshard or
+    MoveTables workflow (admin of its keyspace), as ``shardgate reshard`` would."""
+    gate = request.app[GATE_KEY]
+    name, action = request.match_info["name"], request.match_info["action"]
+    kind, keyspace, workflow = parse_workflow_name(name)
+    if action not in {a for actions in WORKFLOW_ACTIONS.values() for a in actions}:
+        raise InvalidArgument(f"unknown workflow action {action!r}: one of vdiff, "
+                              "switch_reads, switch_writes, complete")
+    gate.guard.require(identity_of(request), keyspace, [""], Role.ADMIN)
+    flow_class = MoveTablesWorkflow if kind == "movetables" else ReshardWorkflow
+    flow = await flow_class.resume(gate.topo, keyspace, workflow)
+    try:
+        out: Any
+        match action:
+            case "vdiff":
+                reports = [r.to_doc() for r in await flow.vdiff()]
+                out = {"tables": reports}
+            case "switch_reads":
+                out = {"message": await flow.switch_reads()}
+            case "switch_writes":
+                out = await flow.switch_writes()
+            case _:
+                out = {"message": await flow.complete()}
+    finally:
+        await flow.close()
+    return web.json_response({"workflow": name, "action": action, "result": out},
+                             dumps=_dumps)
 
 
 async def api_live(request: web.Request) -> web.Response:
@@ -347,7 +410,13 @@ async def debug_health(request: web.Request) -> web.Response:
 
 
 async def api_queues(request: web.Request) -> web.Response:
-    return web.json_response(await queues_doc(request.app[GATE_KEY]), dumps=_dumps)
+    """Every queue's figures now, with the recent samples its charts draw (``history``)."""
+    doc = await queues_doc(request.app[GATE_KEY])
+    history = request.app[QUEUE_HISTORY_KEY]
+    history.add(doc)
+    for q in doc:
+        q["history"] = history.series(q["keyspace"], q["queue"])
+    return web.json_response(doc, dumps=_dumps)
 
 
 async def api_queue_failed(request: web.Request) -> web.Response:
@@ -358,7 +427,7 @@ async def api_queue_failed(request: web.Request) -> web.Response:
     table = gate.vschema.find_table(queue, ks, ks)
     rows = []
     for shard in gate.topology.keyspace(table.keyspace).shards:
-        session = gate.session(table.keyspace)
+        session = gate.session(table.keyspace, identity=identity_of(request))
         await gate.execute(session, f"USE `{table.keyspace}:{shard.name}`")
         res = await gate.execute(
             session, f"SELECT id, epoch, time_scheduled FROM {table.name} "

@@ -19,6 +19,75 @@ const sg = (() => {
     return data;
   }
 
+  // ---- small charts (inline SVG, drawn here: no library, no CDN) ----------------
+  const SVG = "http://www.w3.org/2000/svg";
+  const COLORS = ["#2f6fde", "#d9480f", "#2b8a3e", "#862e9c"];
+  const svgEl = (tag, attrs) => {
+    const e = document.createElementNS(SVG, tag);
+    for (const [k, v] of Object.entries(attrs)) e.setAttribute(k, v);
+    return e;
+  };
+  const fmt = (v) => v === null || v === undefined ? "–"
+    : Math.abs(v) >= 100 ? v.toFixed(0) : Math.abs(v) >= 10 ? v.toFixed(1) : v.toFixed(2);
+  // A line chart of ``series`` ([{name, values}], null: no value) scaled to its maximum.
+  function chart(title, series, opts = {}) {
+    const W = 240, H = 60, unit = opts.unit || "";
+    const values = series.flatMap(s => s.values.filter(v => v !== null && v !== undefined));
+    const max = Math.max(0, ...values);
+    const top = max > 0 ? max * 1.15 : 1;
+    const svg = svgEl("svg", {viewBox: `0 0 ${W} ${H}`, preserveAspectRatio: "none", class: "plot"});
+    svg.append(svgEl("line", {x1: 0, y1: H - 0.5, x2: W, y2: H - 0.5, class: "axis"}));
+    const caption = el("figcaption", {}, el("span", {class: "title"}, title));
+    series.forEach((s, k) => {
+      const n = s.values.length, color = COLORS[k % COLORS.length];
+      const x = (i) => n <= 1 ? W - 2 : 2 + i * (W - 4) / (n - 1);
+      const y = (v) => H - 2 - (v / top) * (H - 4);
+      let d = "", pen = "M", last = null;
+      s.values.forEach((v, i) => {
+        if (v === null || v === undefined) { pen = "M"; return; }
+        d += `${pen}${x(i).toFixed(1)},${y(v).toFixed(1)} `; pen = "L"; last = [i, v];
+      });
+      if (d) svg.append(svgEl("path", {d, stroke: color, class: "line", "data-series": s.name}));
+      if (last) svg.append(svgEl("circle", {cx: x(last[0]), cy: y(last[1]), r: 2, fill: color}));
+      caption.append(el("span", {class: "value", style: `color:${color}`},
+        `${s.name} ${fmt(last ? last[1] : null)}${unit}`));
+    });
+    return el("figure", {class: "chart", "data-chart": opts.id || title, "data-points": values.length,
+                         "data-max": max, title: `${title}: highest ${fmt(max)}${unit}`}, caption, svg);
+  }
+
+  // ---- cluster charts: per keyspace and per shard, from /api/stats -------------------
+  function clusterCharts() {
+    const root = $("#charts"); if (!root) return;
+    const lag = {};  // "ks/shard" and "ks" -> lag samples since the page opened
+    const keep = (k, v) => { (lag[k] = lag[k] || []).push(v); if (lag[k].length > 120) lag[k].shift(); };
+    function row(label, s, lagKey, lagName) {
+      const charts = [
+        chart("QPS", [{name: "qps", values: s.qps}], {id: "qps"}),
+        chart("errors", [{name: "error rate", values: s.error_rate.map(r => r * 100)}], {id: "errors", unit: "%"}),
+        chart("latency", [{name: "p50", values: s.p50_ms}, {name: "p99", values: s.p99_ms}], {id: "latency", unit: " ms"}),
+      ];
+      if (lagKey) charts.push(chart(lagName, [{name: "lag", values: lag[lagKey] || []}], {id: "lag", unit: " s"}));
+      return el("div", {class: "chart-row", "data-keyspace": s.keyspace, "data-shard": s.shard},
+        el("div", {class: "row-label", title: label}, label,
+           el("small", {}, `${s.total.count} calls, ${s.total.errors} errors`)), ...charts);
+    }
+    async function refresh() {
+      const st = await api("GET", "/api/stats?minutes=5");
+      const byKs = {};
+      for (const c of st.consumers) byKs[c.keyspace] = Math.max(byKs[c.keyspace] || 0, c.lag_seconds);
+      for (const l of st.stream_lag) keep(`${l.keyspace}/${l.shard}`, l.reader_lag_seconds);
+      for (const s of st.keyspaces) keep(s.keyspace, byKs[s.keyspace] ?? null);
+      const out = [el("h3", {}, `per keyspace (statements through the gate, per ${st.bucket_s} s)`)];
+      for (const s of st.keyspaces) out.push(row(s.keyspace || "(no keyspace)", s, s.keyspace, "stream consumers' lag"));
+      out.push(el("h3", {}, "per shard (the gate's calls to each shard)"));
+      for (const s of st.shards) out.push(row(`${s.keyspace}/${s.shard}`, s, `${s.keyspace}/${s.shard}`, "change-stream reader lag"));
+      if (!st.keyspaces.length && !st.shards.length) out.push(el("p", {}, "no statements in the last minutes"));
+      root.replaceChildren(...out);
+    }
+    refresh(); setInterval(refresh, 5000);
+  }
+
   // ---- VSchema editor ------------------------------------------------------------
   function vschemaEditor() {
     const root = $(".editor"); if (!root) return;
@@ -39,6 +108,7 @@ const sg = (() => {
     function download() {
       $("#download").href = "data:application/json," + encodeURIComponent(JSON.stringify(doc, null, 2));
     }
+    // An input (or a select of ``opts``) sized to its value, so a long name is not cut.
     function field(path, value, onchange, opts) {
       let input;
       if (opts) {
@@ -46,39 +116,60 @@ const sg = (() => {
         for (const o of opts) input.append(el("option", {value: o}, o));
         if (!opts.includes(value)) input.append(el("option", {value}, value));
         input.value = value;
-      } else input = el("input", {"data-path": path, value: value ?? "", size: 18});
+      } else {
+        const fit = () => Math.min(48, Math.max(12, String(input.value).length + 2));
+        input = el("input", {"data-path": path, value: value ?? ""});
+        input.size = fit();
+        input.addEventListener("input", () => { input.size = fit(); });
+      }
+      input.title = String(value ?? "");
       input.addEventListener("input", () => { onchange(input.value); setDoc(doc, "form"); });
       return input;
     }
+    // A label kept on one line with its input (the pair wraps as a whole).
+    const labelled = (text, input) => el("label", {class: "field"}, el("span", {}, text), input);
+    const nameCell = (name) => el("b", {class: "name", title: name}, name);
     function renderForm() {
       form.replaceChildren();
       const typeNames = types.map(t => t.type);
       const vfs = el("fieldset", {}, el("legend", {}, "Vindexes"));
       const vindexes = doc.vindexes || {};
       for (const [name, v] of Object.entries(vindexes)) {
-        const row = el("div", {class: "vindex", "data-name": name}, el("b", {}, name));
-        row.append(field(`vindexes.${name}.type`, v.type || "", x => { v.type = x; }, typeNames));
+        const fields = el("div", {class: "fields"});
+        const row = el("div", {class: "vindex row", "data-name": name}, nameCell(name), fields);
+        fields.append(labelled("type", field(`vindexes.${name}.type`, v.type || "", x => { v.type = x; }, typeNames)));
         const spec = types.find(t => t.type === v.type);
         const params = v.params || {};
         for (const p of (spec ? spec.params : [])) {
-          row.append(el("label", {}, p.name + (p.required ? "*" : "")),
+          fields.append(labelled(p.name + (p.required ? "*" : ""),
             field(`vindexes.${name}.params.${p.name}`, params[p.name] || "", x => {
               v.params = v.params || {}; if (x) v.params[p.name] = x; else delete v.params[p.name];
-            }));
+            })));
         }
-        row.append(el("label", {}, "owner"), field(`vindexes.${name}.owner`, v.owner || "", x => {
-          if (x) v.owner = x; else delete v.owner; }));
+        fields.append(labelled("owner", field(`vindexes.${name}.owner`, v.owner || "", x => {
+          if (x) v.owner = x; else delete v.owner; })));
         vfs.append(row);
       }
       const tfs = el("fieldset", {}, el("legend", {}, "Tables"));
       for (const [tname, t] of Object.entries(doc.tables || {})) {
-        const row = el("div", {class: "table", "data-name": tname}, el("b", {}, tname));
+        const fields = el("div", {class: "fields"});
+        const row = el("div", {class: "table row", "data-name": tname}, nameCell(tname), fields);
+        if (t.type) fields.append(el("span", {class: "tag"}, t.type));
         (t.column_vindexes || []).forEach((cv, i) => {
-          row.append(el("span", {}, ` #${i} column`),
-            field(`tables.${tname}.column_vindexes[${i}].column`, cv.column || "", x => { cv.column = x; }),
-            el("span", {}, "vindex"),
-            field(`tables.${tname}.column_vindexes[${i}].name`, cv.name || "", x => { cv.name = x; }));
+          fields.append(el("span", {class: "group"},
+            labelled(`#${i} column`, field(`tables.${tname}.column_vindexes[${i}].column`, cv.column || "", x => { cv.column = x; })),
+            labelled("vindex", field(`tables.${tname}.column_vindexes[${i}].name`, cv.name || "", x => { cv.name = x; }))));
         });
+        // auto_increment: the column the gate fills from a sequence table (both empty: none)
+        const ai = t.auto_increment || {};
+        const setAi = (k) => (x) => {
+          const next = Object.assign({}, t.auto_increment || {});
+          if (x) next[k] = x; else delete next[k];
+          if (next.column || next.sequence) t.auto_increment = next; else delete t.auto_increment;
+        };
+        fields.append(el("span", {class: "group auto-increment"},
+          labelled("auto_increment column", field(`tables.${tname}.auto_increment.column`, ai.column || "", setAi("column"))),
+          labelled("sequence", field(`tables.${tname}.auto_increment.sequence`, ai.sequence || "", setAi("sequence")))));
         tfs.append(row);
       }
       form.append(vfs, tfs);
@@ -105,6 +196,10 @@ const sg = (() => {
       }
       for (const [vname, v] of Object.entries(doc.vindexes || {})) {
         if (v.owner) list.append(el("li", {}, `${v.owner} owns ${vname} (${v.type})`));
+      }
+      for (const [tname, t] of Object.entries(doc.tables || {})) {
+        const ai = t.auto_increment;
+        if (ai && ai.column) list.append(el("li", {}, `${tname}.${ai.column} ← sequence ${ai.sequence || "?"}`));
       }
       rel.append(list);
     }
@@ -175,6 +270,7 @@ const sg = (() => {
       refresh();
     };
     const show = (v) => typeof v === "object" && v !== null ? JSON.stringify(v) : (v ?? "");
+    const rate = (v) => typeof v === "number" ? v.toFixed(1) : "";
     function segmentedTable(q) {
       const t = el("table", {class: "segmented-shards"});
       t.append(el("tr", {}, ...["shard", "datasets", "jobs by state", "busiest keys",
@@ -224,7 +320,7 @@ const sg = (() => {
         failedBy[q.queue] = await api("GET", `/api/queues/${q.keyspace}/${q.queue}/failed`).catch(() => []);
       }
       const inboxList = await api("GET", "/api/inboxes").catch(() => []);
-      const key = JSON.stringify([queues.map(q => [q.queue, (q.shards || []).map ? q.shards.map(
+      const key = JSON.stringify([queues.map(q => [q.queue, (q.history || []).slice(-1), (q.shards || []).map ? q.shards.map(
         s => [s.shard, s.depth, s.paused, s.leader, s.receivers, s.jobs_by_state, s.blocked_keys])
         : q.shards]), failedBy, inboxList.map(i => [i.keyspace, i.name, i.bucket_count])]);
       if (key === shown) return;  // unchanged: keep the page still under the pointer
@@ -247,7 +343,8 @@ const sg = (() => {
             el("td", {"data-k": "fired"}, d.fired ?? ""), el("td", {"data-k": "acked"}, d.acked ?? ""),
             el("td", {"data-k": "failed"}, d.failed ?? ""),
             el("td", {}, (s.lag_seconds ?? 0).toFixed ? (s.lag_seconds ?? 0).toFixed(2) : ""),
-            el("td", {}, s.fired_per_s ?? ""), el("td", {}, s.acked_per_s ?? ""),
+            el("td", {"data-k": "fired_per_second"}, rate(s.fired_per_second)),
+            el("td", {"data-k": "acked_per_second"}, rate(s.acked_per_second)),
             el("td", {}, s.receivers ?? ""), el("td", {}, paused ? "paused" : (s.leader ? "running" : "standby")),
             el("td", {},
               el("button", {class: "requeue", onclick: act(q, "requeue_failed", {shard: s.shard})}, "requeue failed"),
@@ -257,6 +354,11 @@ const sg = (() => {
                  paused ? "resume" : "pause"))));
         }
         box.append(t);
+        const h = q.history || [];
+        box.append(el("div", {class: "charts"},
+          chart("pending", [{name: "pending", values: h.map(p => p[1])}], {unit: ""}),
+          chart("throughput", [{name: "fired/s", values: h.map(p => p[4])},
+                               {name: "acked/s", values: h.map(p => p[5])}], {unit: "/s"})));
         const failed = failedBy[q.queue];
         if (failed.length) {
           const ft = el("table", {class: "failed"});
@@ -292,10 +394,74 @@ const sg = (() => {
       ["id", "keyspace", "key_range", "events", "lag_seconds", "position"],
       "no change-stream consumers connected");
   }
+  // ---- workflows: progress, VDiff, switch and complete (confirmed, admin only) ------
+  const CONFIRM = {
+    switch_reads: (w) => `Serve the reads of ${w.name} from its target shards?`,
+    switch_writes: (w) => `Switch the writes of ${w.name} to its target shards? The sources ` +
+      "refuse writes for the cut-over (gates hold them meanwhile).",
+    complete: (w) => `Complete ${w.name}? The source shards leave the keyspace and the ` +
+      "workflow record is deleted; this cannot be undone.",
+  };
   function workflowsPage() {
-    tablePage($("#workflows"), "/api/workflows", ["name", "type", "state", "progress", "version"],
-      "no workflows");
+    const root = $("#workflows"), status = $("#wf-status");
+    async function act(w, action) {
+      const ask = CONFIRM[action];
+      if (ask && !window.confirm(ask(w))) { status.textContent = `${action}: not confirmed, nothing done`; status.className = ""; return; }
+      status.textContent = `${action} of ${w.name}: running…`; status.className = "";
+      try {
+        const r = await api("POST", `/api/workflows/${encodeURIComponent(w.name)}/${action}`);
+        status.textContent = `${action} of ${w.name}: done` + (r.result && r.result.message ? ` (${r.result.message})` : "");
+        status.className = "ok";
+      } catch (e) {
+        status.textContent = `${action} of ${w.name} refused: ${e.message}`; status.className = "warning";
+      }
+      refresh(true);
+    }
+    function vdiff(v) {
+      if (!v) return el("p", {class: "muted"}, "no VDiff yet");
+      const t = el("table", {class: "vdiff"});
+      t.append(el("tr", {}, ...["table", "processed", "matching", "mismatched", "extra source", "extra target", ""].map(h => el("th", {}, h))));
+      for (const r of v.tables || []) {
+        const clean = !r.mismatched && !r.extra_source && !r.extra_target;
+        t.append(el("tr", {"data-table": r.table}, el("td", {}, r.table), el("td", {}, r.processed),
+          el("td", {}, r.matching), el("td", {}, r.mismatched), el("td", {}, r.extra_source),
+          el("td", {}, r.extra_target), el("td", {class: clean ? "ok" : "slow"}, clean ? "clean" : "differs")));
+      }
+      return el("div", {}, el("p", {}, `last VDiff ${new Date(v.at * 1000).toLocaleString()}`), t);
+    }
+    let shown = "";
+    async function refresh(force) {
+      const list = await api("GET", "/api/workflows");
+      const key = JSON.stringify(list.map(w => [w.name, w.version]));
+      if (!force && key === shown) return;
+      shown = key;
+      if (!list.length) { root.replaceChildren(el("p", {}, "no workflows")); return; }
+      const out = [];
+      for (const w of list) {
+        const box = el("section", {class: "workflow", "data-workflow": w.name});
+        const pct = typeof w.progress === "number" ? Math.round(w.progress * 100) : null;
+        box.append(el("h2", {}, w.name),
+          el("p", {}, el("span", {class: "tag", "data-k": "state"}, w.state), ` ${w.type}`,
+            w.reads_switched ? " · reads switched" : "", w.error ? ` · last error: ${w.error}` : ""),
+          el("div", {class: "progress"}, el("progress", {max: 100, value: pct ?? 0}),
+            el("span", {}, pct === null ? "" : `${pct}%` + (w.estimate ? ` · ${w.rows_copied} of ~${w.estimate} rows copied` : ""))));
+        const streams = Object.entries(w.streams || {});
+        if (streams.length) {
+          const t = el("table", {class: "streams"});
+          t.append(el("tr", {}, ...["stream", "state", "lag s", "error"].map(h => el("th", {}, h))));
+          for (const [n, s] of streams) t.append(el("tr", {}, el("td", {}, n), el("td", {}, s.state ?? ""),
+            el("td", {}, typeof s.lag_s === "number" ? s.lag_s.toFixed(2) : ""), el("td", {}, s.error ?? "")));
+          box.append(t);
+        }
+        if (w.kind === "reshard" || w.kind === "movetables") box.append(vdiff(w.last_vdiff));
+        if (w.actions.length) box.append(el("div", {class: "actions"}, ...w.actions.map(a =>
+          el("button", {class: `wf-action ${a}`, "data-action": a, onclick: () => act(w, a)}, a.replace("_", " ")))));
+        out.push(box);
+      }
+      root.replaceChildren(...out);
+    }
+    refresh(); setInterval(refresh, 2000);
   }
 
-  return {vschemaEditor, killButtons, queuesPage, streamsPage, workflowsPage, api};
+  return {vschemaEditor, killButtons, queuesPage, streamsPage, workflowsPage, clusterCharts, chart, api};
 })();
