@@ -59,6 +59,7 @@ bench-smoke: $(STAMP) servers
 	$(BIN)/python bench/gate_point_select.py --smoke && $(BIN)/python bench/scatter_aggregate.py --smoke
 	$(BIN)/python bench/planning.py --smoke && $(BIN)/python bench/result_limits.py --smoke
 	$(BIN)/python bench/mysql_point_select.py --smoke
+	PYTHON=$(abspath $(BIN)/python) bash bench/sysbench.sh --smoke
 	$(BIN)/python bench/gate_hop.py --smoke
 	$(BIN)/pip install --quiet -e '.[bench]' && $(BIN)/python bench/queue_e2e.py --smoke
 	$(BIN)/python bench/segmented_queue.py --smoke
@@ -76,6 +77,7 @@ bench: $(STAMP) servers
 	$(BIN)/python bench/scatter_aggregate.py
 	$(BIN)/python bench/planning.py
 	$(BIN)/python bench/mysql_point_select.py
+	PYTHON=$(abspath $(BIN)/python) bash bench/sysbench.sh
 	$(BIN)/python bench/gate_hop.py
 	$(BIN)/pip install --quiet -e '.[bench]' && $(BIN)/python bench/queue_e2e.py
 	$(BIN)/python bench/segmented_queue.py

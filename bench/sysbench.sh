@@ -1,0 +1,174 @@
+#!/usr/bin/env bash
+# sysbench (the client Vitess's own benchmarks use) through shardgate's MySQL listener,
+# beside the same run straight to one MariaDB database.
+#
+#   bash bench/sysbench.sh [--smoke] [--seconds S] [--table-size N] [--threads T]
+#                          [--ps-mode auto|disable]
+#
+# Through the gate: `shardgate up --cluster` over a keyspace `sbtest` of 4 MariaDB shards
+# (-40, 40-80, 80-c0, c0-: four databases of the local server) and an unsharded keyspace
+# `sbseq`. The keyspace's VSchema has `auto_shard: {vindex: hash, sequence_keyspace: sbseq}`
+# and no tables: sysbench's own `CREATE TABLE sbtest1 (id INTEGER NOT NULL AUTO_INCREMENT,
+# ... PRIMARY KEY (id))` adds sbtest1 to it with a `hash` vindex on `id`, and makes `id` a
+# Vitess sequence (the table sbtest1_seq in sbseq), so sysbench runs unchanged: its
+# prepare inserts rows without ids (--auto_inc=on, the default) and the gate draws them
+# from the sequence; `cleanup` (DROP TABLE) takes sbtest1 and its sequence out again.
+# Straight: the same sysbench commands against one MariaDB database.
+#
+# Each of oltp_point_select, oltp_read_only and oltp_read_write runs on both, one after
+# the other (prepared statements over COM_STMT_PREPARE: --db-ps-mode=auto, sysbench's
+# default). Printed per workload: transactions/s and p95 latency (ms) of each, the ratio
+# gate/direct of transactions/s, and the CPU of the `shardgate up` process (the gate with
+# its in-process tablets) per transaction, read from /proc/<pid>/stat over the run.
+#
+# One client thread by default. With more, oltp_read_write's transactions deadlock across
+# shards now and then (one row locked on shard A waiting for shard B, the other way round
+# on the other client); no shard sees the cycle, so the statement waits until the gate's
+# query timeout (--query-timeout-ms, 30 s by default) cancels it with error 3024, where
+# one MariaDB answers 1213 at once (docs/clients.md, "sysbench").
+set -euo pipefail
+
+HERE="$(cd "$(dirname "$0")" && pwd)"
+ROOT="$(dirname "$HERE")"
+PY="${PYTHON:-$ROOT/.venv/bin/python}"
+HOST="${SHARDGATE_BENCH_MYSQL_HOST:-127.0.0.1}"
+PORT="${SHARDGATE_BENCH_MYSQL_PORT:-3306}"
+SECONDS_EACH=10
+TABLE_SIZE=10000
+THREADS=1
+PS_MODE=auto
+while (($#)); do
+    case "$1" in
+        --smoke) SECONDS_EACH=2; TABLE_SIZE=1000 ;;
+        --seconds) SECONDS_EACH="$2"; shift ;;
+        --table-size) TABLE_SIZE="$2"; shift ;;
+        --threads) THREADS="$2"; shift ;;
+        --ps-mode) PS_MODE="$2"; shift ;;
+        *) echo "usage: $0 [--smoke] [--seconds S] [--table-size N] [--threads T]" \
+                "[--ps-mode auto|disable]" >&2; exit 2 ;;
+    esac
+    shift
+done
+command -v sysbench >/dev/null || { echo "sysbench is missing: run make servers" \
+    "(scripts/install-system-deps.sh installs it)" >&2; exit 1; }
+
+# per process, so two runs at once do not drop each other's databases
+PREFIX="sg_sysbench_$$"
+SHARDS=(s1 s2 s3 s4)
+WORK="$(mktemp -d)"
+GATE_PID=""
+
+admin() { mariadb -h "$HOST" -P "$PORT" -u root --skip-ssl -N -e "$1"; }
+
+cleanup() {
+    if [[ -n "$GATE_PID" ]] && kill -0 "$GATE_PID" 2>/dev/null; then
+        kill "$GATE_PID"; wait "$GATE_PID" 2>/dev/null || true
+    fi
+    for db in "${SHARDS[@]}" seq direct; do admin "DROP DATABASE IF EXISTS \`${PREFIX}_$db\`"; done
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+for db in "${SHARDS[@]}" seq direct; do
+    admin "CREATE DATABASE \`${PREFIX}_$db\` CHARACTER SET utf8mb4"
+done
+
+url() { echo "mysql://root@$HOST:$PORT/${PREFIX}_$1"; }
+cat >"$WORK/cluster.yaml" <<EOF
+default_keyspace: sbtest
+keyspaces:
+  sbtest:
+    shards:
+      "-40": $(url s1)
+      "40-80": $(url s2)
+      "80-c0": $(url s3)
+      "c0-": $(url s4)
+    vschema:
+      sharded: true
+      vindexes: {hash: {type: hash}}
+      auto_shard: {vindex: hash, sequence_keyspace: sbseq}
+      tables: {}
+  sbseq:
+    shards: {"0": $(url seq)}
+    vschema: {sharded: false, tables: {}}
+EOF
+
+free_port() { "$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+GRPC_PORT="$(free_port)"
+MYSQL_PORT="$(free_port)"
+"$PY" -m shardgate.cli up --cluster "$WORK/cluster.yaml" --port "$GRPC_PORT" \
+    --mysql-port "$MYSQL_PORT" --http-port 0 >"$WORK/gate.log" 2>&1 &
+GATE_PID=$!
+for _ in $(seq 600); do  # until it says it serves MySQL (60 s at most)
+    if ! kill -0 "$GATE_PID" 2>/dev/null; then cat "$WORK/gate.log" >&2; exit 1; fi
+    if grep -q "MySQL listener on" "$WORK/gate.log"; then break; fi
+    sleep 0.1
+done
+grep -q "MySQL listener on" "$WORK/gate.log" || { cat "$WORK/gate.log" >&2; exit 1; }
+
+# the gate / the direct database, as sysbench options
+GATE=(--mysql-host=127.0.0.1 --mysql-port="$MYSQL_PORT" --mysql-user=root --mysql-db=sbtest)
+DIRECT=(--mysql-host="$HOST" --mysql-port="$PORT" --mysql-user=root --mysql-db="${PREFIX}_direct")
+COMMON=(--db-driver=mysql --tables=1 --table-size="$TABLE_SIZE")
+
+sb() {  # sb WORKLOAD COMMAND TARGET-OPTIONS...: sysbench's output; fails on any error
+    local workload="$1" command="$2"; shift 2
+    local out
+    if ! out="$(sysbench "$workload" "${COMMON[@]}" "$@" "$command" 2>&1)" \
+        || grep -q FATAL <<<"$out"; then
+        echo "sysbench $workload $command failed:" >&2
+        echo "$out" >&2
+        echo "the gate's log:" >&2
+        cat "$WORK/gate.log" >&2
+        exit 1
+    fi
+    echo "$out"
+}
+
+sb oltp_read_write prepare "${GATE[@]}" >/dev/null
+sb oltp_read_write prepare "${DIRECT[@]}" >/dev/null
+
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+TICK="$(getconf CLK_TCK)"
+
+tps() { awk '/transactions:/ {gsub(/\(/, "", $3); print $3}' <<<"$1"; }
+p95() { awk '/95th percentile:/ {print $3}' <<<"$1"; }
+txns() { awk '/transactions:/ {print $2}' <<<"$1"; }
+check_clean() {  # sysbench's counters of errors and reconnects must stay 0
+    local errors reconnects
+    errors="$(awk '/ignored errors:/ {print $3}' <<<"$2")"
+    reconnects="$(awk '/reconnects:/ {print $2}' <<<"$2")"
+    if [[ "$errors" != 0 || "$reconnects" != 0 ]]; then
+        echo "$1: $errors ignored errors, $reconnects reconnects" >&2
+        echo "$2" >&2
+        exit 1
+    fi
+}
+
+RUN=(--time="$SECONDS_EACH" --threads="$THREADS" --db-ps-mode="$PS_MODE" --report-interval=0)
+echo "sysbench $(sysbench --version | awk '{print $2}'): ${SECONDS_EACH} s per workload and" \
+     "path, $TABLE_SIZE rows, $THREADS thread(s), --db-ps-mode=$PS_MODE"
+echo "gate: shardgate up, keyspace of 4 MariaDB shards; direct: one MariaDB database"
+printf '%-18s %10s %9s %10s %9s %7s %14s\n' workload "direct/s" "p95 ms" "gate/s" \
+    "p95 ms" ratio "gate CPU us/tx"
+for workload in oltp_point_select oltp_read_only oltp_read_write; do
+    direct="$(sb "$workload" run "${DIRECT[@]}" "${RUN[@]}")"
+    check_clean "$workload direct" "$direct"
+    before="$(cpu_ticks "$GATE_PID")"
+    gate="$(sb "$workload" run "${GATE[@]}" "${RUN[@]}")"
+    after="$(cpu_ticks "$GATE_PID")"
+    check_clean "$workload gate" "$gate"
+    awk -v w="$workload" -v dt="$(tps "$direct")" -v dp="$(p95 "$direct")" \
+        -v gt="$(tps "$gate")" -v gp="$(p95 "$gate")" -v n="$(txns "$gate")" \
+        -v cpu="$((after - before))" -v tick="$TICK" 'BEGIN {
+            printf "%-18s %10.1f %9.2f %10.1f %9.2f %7.3f %14.0f\n",
+                   w, dt, dp, gt, gp, gt / dt, 1e6 * cpu / tick / n }'
+done
+# the table is whole after the writes: sysbench's DELETE + INSERT pairs keep the count
+rows="$(mariadb -h 127.0.0.1 -P "$MYSQL_PORT" -u root --skip-ssl -N sbtest \
+    -e "SELECT COUNT(*) FROM sbtest1")"
+if [[ "$rows" != "$TABLE_SIZE" ]]; then
+    echo "sbtest1 through the gate has $rows rows, expected $TABLE_SIZE" >&2
+    exit 1
+fi
+sb oltp_read_write cleanup "${GATE[@]}" >/dev/null
