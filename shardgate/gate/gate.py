@@ -37,6 +37,7 @@ from typing import Any, TypeVar
 
 from sqlglot import exp
 
+from shardgate.auth import catalogs
 from shardgate.auth.guard import Guard
 from shardgate.auth.identity import TRUSTED, Caller, Identity
 from shardgate.engine.coerce import Kind, column_types_sql, kind_of_type
@@ -104,7 +105,6 @@ from shardgate.queues.ddl import create_queue_from
 from shardgate.queues.events import QueueBatch
 from shardgate.result import ExecuteOptions, Result, Row, WireResult, rows_size
 from shardgate.sql.classify import classify
-from shardgate.sql.dialect import strip_qualifiers
 from shardgate.sql.inputs import check_bind_vars, check_sql
 from shardgate.sql.parse import too_deep
 from shardgate.sql.statements import (
@@ -641,15 +641,27 @@ class Gate:
         ks_name, _, shard = key.partition(":")
         ks = self.topology.keyspace(ks_name)
         ks.shard(shard)
-        write = isinstance(stmt, exp.Insert | exp.Update | exp.Delete)
+        # a data-changing CTE or a locking read writes too; catalogs kept to the shard's own
+        write = isinstance(stmt, exp.Insert | exp.Update | exp.Delete) or any(
+            True for _ in stmt.find_all(exp.Insert, exp.Update, exp.Delete, exp.Merge, exp.Lock))
+        shard_stmt = catalogs.for_shard(stmt, self.tablets[(ks.name, shard)].dialect)
         route = Route(Opcode.BY_DESTINATION, ks.name, ks.sharded,
-                      ShardQuery(strip_qualifiers(stmt)), write=write, target_shards=(shard,))
+                      ShardQuery(shard_stmt), write=write, target_shards=(shard,))
         return Plan("TARGETED", sql, route, normalize(stmt))
 
     def authorize(self, session: Session, sql: str) -> None:
         """PermissionDenied unless the session's caller may run ``sql`` (statement
         rules, the deny-list, table ACLs: :class:`~shardgate.auth.guard.Guard`)."""
-        self.guard.authorize(session.identity, check_sql(sql), session.plan_key, self.vschema)
+        self.guard.authorize(session.identity, check_sql(sql), session.plan_key, self.vschema,
+                             self.dialect_of)
+
+    def dialect_of(self, keyspace: str) -> str | None:
+        """The dialect of ``keyspace``'s shards (None: no such keyspace or no shard)."""
+        ks = self.topology.keyspaces.get(keyspace)
+        if ks is None or not ks.shards:
+            return None
+        tablet = self.tablets.get((ks.name, ks.shards[0].name))
+        return tablet.dialect if tablet is not None else None
 
     def query_stats(self) -> list[QueryStats]:
         """Statistics per normalized query, the most time-consuming first."""
