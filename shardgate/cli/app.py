@@ -21,6 +21,7 @@ import importlib.metadata
 import logging
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from shardgate.cli import (
     cluster,
@@ -41,9 +42,36 @@ from shardgate.errors import ShardgateError
 # -- argument parsing ------------------------------------------------------------------------
 
 
+class HelpFormatter(argparse.HelpFormatter):
+    """Help that states every option's default: ``(default: X)`` is added to the text of
+    an option with a default (not None, False or empty) unless the text names it."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if states_default(action) and "default" not in text.lower():
+            text += " (default: %(default)s)"
+        return text
+
+
+def states_default(action: argparse.Action) -> bool:
+    """Whether ``action``'s help should state its default."""
+    default = action.default
+    return bool(action.option_strings) and default not in (None, False, argparse.SUPPRESS) \
+        and default != [] and action.help != argparse.SUPPRESS
+
+
+class CommandParser(argparse.ArgumentParser):
+    """An argument parser whose help states defaults; its subcommands' parsers too (a
+    subparser is of its parent's class)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``shardgate`` command."""
-    parser = argparse.ArgumentParser(
+    parser = CommandParser(
         prog="shardgate",
         description="A sharded database over ordinary SQL databases, in the spirit of Vitess.",
     )

@@ -55,16 +55,17 @@ def add_parsers(commands: Any) -> None:
     up = sub.add_parser("up", help="start tablets (N per shard) and a gate as processes")
     up.add_argument("--cluster", help="cluster file (YAML): seeds the topo store")
     up.add_argument("--topo", help="topo store URL (default: the one beside --cluster)")
-    up.add_argument("--dir", default=DEFAULT_DIR, help=f"state and logs ({DEFAULT_DIR})")
-    up.add_argument("--tablets-per-shard", type=int, default=2)
-    up.add_argument("--host", default="127.0.0.1")
-    up.add_argument("--port", type=int, default=15991, help="the gate's gRPC port (15991)")
+    up.add_argument("--dir", default=DEFAULT_DIR, help="state and logs")
+    up.add_argument("--tablets-per-shard", type=int, default=2,
+                    help="tablet processes per shard (one holds the shard's lease)")
+    up.add_argument("--host", default="127.0.0.1", help="listen address of every process")
+    up.add_argument("--port", type=int, default=15991, help="the gate's gRPC port")
     up.add_argument("--http-port", type=int, default=15000,
-                    help="the gate's console port (15000; 0: off)")
+                    help="the gate's console port (0: off)")
     up.add_argument("--mysql-port", type=int, default=15306,
-                    help="the gate's MySQL protocol port (15306; 0: off)")
+                    help="the gate's MySQL protocol port (0: off)")
     down = sub.add_parser("down", help="stop what `cluster up` started")
-    down.add_argument("--dir", default=DEFAULT_DIR, help=f"state and logs ({DEFAULT_DIR})")
+    down.add_argument("--dir", default=DEFAULT_DIR, help="state and logs of `cluster up`")
 
 
 def run(args: argparse.Namespace) -> int:

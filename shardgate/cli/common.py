@@ -32,8 +32,8 @@ def shardgate_command(*args: str) -> list[str]:
 
 def add_listen_args(p: argparse.ArgumentParser, *, port: int = DEFAULT_PORT) -> None:
     """``--host`` and ``--port`` (default ``port``) of a command that serves gRPC."""
-    p.add_argument("--host", default=DEFAULT_HOST, help=f"listen address ({DEFAULT_HOST})")
-    p.add_argument("--port", type=int, default=port, help=f"gRPC port ({port})")
+    p.add_argument("--host", default=DEFAULT_HOST, help="listen address")
+    p.add_argument("--port", type=int, default=port, help="gRPC port")
 
 
 def add_target_args(p: argparse.ArgumentParser, *, remote: bool) -> None:

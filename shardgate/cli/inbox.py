@@ -51,7 +51,7 @@ def add_parsers(commands: Any) -> None:
 
     def command(name: str, help_: str, *, named: bool = True) -> argparse.ArgumentParser:
         p: argparse.ArgumentParser = sub.add_parser(name, help=help_)
-        p.add_argument("--keyspace", required=True)
+        p.add_argument("--keyspace", required=True, help="keyspace of the inbox")
         if named:
             p.add_argument("name", metavar="NAME", help="the inbox name")
         add_target_args(p, remote=True)
@@ -63,7 +63,8 @@ def add_parsers(commands: Any) -> None:
         p.add_argument("--rescan-window", type=float,
                        help="seconds a read re-scans below its pointer "
                             f"(default {model.DEFAULT_RESCAN_WINDOW_S:g})")
-        p.add_argument("--forward-insert", action="store_true", default=None)
+        p.add_argument("--forward-insert", action="store_true", default=None,
+                       help="create the next buckets ahead of time on insert")
         p.add_argument("--precreate", type=int, help=f"default {model.DEFAULT_PRECREATE}")
         p.add_argument("--vindex", help=f"default {model.DEFAULT_VINDEX}")
         p.add_argument("--user-type", choices=model.USER_TYPES,
@@ -80,8 +81,9 @@ def add_parsers(commands: Any) -> None:
     append.add_argument("body")
     read = command("read", "read a user's messages after a consumer's pointer")
     read.add_argument("user")
-    read.add_argument("--consumer", default="cli")
-    read.add_argument("--limit", type=int, default=20)
+    read.add_argument("--consumer", default="cli",
+                      help="whose pointer to read after (and move with --commit)")
+    read.add_argument("--limit", type=int, default=20, help="at most this many messages")
     read.add_argument("--commit", action="store_true", help="commit the consumer's pointer")
 
 

@@ -41,13 +41,15 @@ def add_parsers(commands: Any) -> None:
 
     def common(name: str, help_: str) -> argparse.ArgumentParser:
         p: argparse.ArgumentParser = cmds.add_parser(name, help=help_)
-        p.add_argument("--target-keyspace", required=True)
+        p.add_argument("--target-keyspace", required=True,
+                       help="keyspace the tables move into")
         p.add_argument("--workflow", default="movetables", help="the workflow's name")
         store_args(p)
         return p
 
     create = common("create", "create (or resume) a MoveTables and copy the rows")
-    create.add_argument("--source-keyspace", required=True)
+    create.add_argument("--source-keyspace", required=True,
+                        help="keyspace the tables move out of")
     create.add_argument("--tables", required=True, help="tables to move, comma-separated")
     create.add_argument("--vschema", metavar="FILE",
                         help="JSON with the target keyspace's 'tables' entries (and "
@@ -62,8 +64,8 @@ def add_parsers(commands: Any) -> None:
                       help="keep catching up until interrupted (Ctrl-C / SIGTERM)")
     sw = common("switch-traffic", "serve reads, then writes, from the target keyspace")
     which = sw.add_mutually_exclusive_group(required=True)
-    which.add_argument("--reads", action="store_true")
-    which.add_argument("--writes", action="store_true")
+    which.add_argument("--reads", action="store_true", help="switch reads")
+    which.add_argument("--writes", action="store_true", help="switch writes")
     sw.add_argument("--dry-run", action="store_true", help="check and say what would happen")
     sw.add_argument("--max-lag", type=float, default=DEFAULT_MAX_LAG_S,
                     help="refuse the write switch if the target lags more (seconds)")

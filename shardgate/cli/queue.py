@@ -50,7 +50,8 @@ def add_parsers(commands: Any) -> None:
     tail.add_argument("--limit", type=int, default=20, help="how many events")
     requeue = sub.add_parser("requeue-failed", help="fire failed events again")
     purge = sub.add_parser("purge", help="delete acked (or failed) events now")
-    purge.add_argument("--state", choices=["acked", "failed"], default="acked")
+    purge.add_argument("--state", choices=["acked", "failed"], default="acked",
+                       help="which events to delete")
     for p in (create, stats, tail, requeue, purge):
         p.add_argument("--keyspace", required=True, help="keyspace of the queue")
         add_target_args(p, remote=p in (create, stats, tail))

@@ -45,7 +45,7 @@ def add_parsers(commands: Any) -> None:
 
     def common(name: str, help_: str) -> argparse.ArgumentParser:
         p: argparse.ArgumentParser = cmds.add_parser(name, help=help_)
-        p.add_argument("--keyspace", required=True)
+        p.add_argument("--keyspace", required=True, help="the keyspace to reshard")
         p.add_argument("--workflow", default="reshard", help="the workflow's name")
         store_args(p)
         return p
@@ -65,8 +65,8 @@ def add_parsers(commands: Any) -> None:
                       help="keep catching up until interrupted (Ctrl-C / SIGTERM)")
     sw = common("switch-traffic", "serve reads, then writes, from the targets")
     which = sw.add_mutually_exclusive_group(required=True)
-    which.add_argument("--reads", action="store_true")
-    which.add_argument("--writes", action="store_true")
+    which.add_argument("--reads", action="store_true", help="switch reads")
+    which.add_argument("--writes", action="store_true", help="switch writes")
     sw.add_argument("--dry-run", action="store_true", help="check and say what would happen")
     sw.add_argument("--max-lag", type=float, default=DEFAULT_MAX_LAG_S,
                     help="refuse the write switch if the targets lag more (seconds)")

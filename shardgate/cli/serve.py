@@ -32,7 +32,7 @@ without authentication on loopback unless given a users file or a CA; ``gate``
 and ``tablet`` need ``--no-auth`` for that (see :mod:`shardgate.auth.listen`).
 
 LIMITS are ``--transaction-timeout S``, ``--session-idle-timeout S``,
-``--query-timeout-ms N``, ``--max-result-rows N``, ``--max-result-bytes N`` and
+``--query-timeout S``, ``--max-result-rows N``, ``--max-result-bytes N`` and
 ``--pool-timeout S`` (see :mod:`shardgate.gate.limits`; 0 turns one off).
 ``up`` and ``tablet`` also take ``--transaction-cap N`` (transactions open at
 once per shard, 20) and ``--transaction-cap-per-user F`` (one user's share of
@@ -98,6 +98,7 @@ from shardgate.cli.common import (
     format_result,
     tablet_credentials,
 )
+from shardgate.cli.listen_ports import Listener, check_free
 from shardgate.cli.workers import PARENT_CHECK_S, check_count, parse_slot, supervise
 from shardgate.errors import FailedPrecondition, InvalidArgument, Unavailable
 from shardgate.gate import Gate, worker
@@ -140,7 +141,7 @@ DEFAULT_HTTP_PORT = 15000
 
 def add_http_arg(p: argparse.ArgumentParser, default: int) -> None:
     p.add_argument("--http-port", type=int, default=default,
-                   help=f"console, /debug and /metrics over HTTP on this port ({default}; 0: off)")
+                   help="console, /debug and /metrics over HTTP on this port (0: off)")
 
 
 #: ``--event-loop`` choices: uvloop when installed (``pip install 'shardgate[fast]'``)
@@ -175,7 +176,8 @@ def add_parsers(commands: Any) -> None:
     up = commands.add_parser(
         "up", help="run gate and tablets in one process (default: an embedded SQLite cluster)"
     )
-    up.add_argument("--data-dir", default=DEFAULT_DATA_DIR, help="embedded cluster directory")
+    up.add_argument("--data-dir", default=DEFAULT_DATA_DIR,
+                    help="directory of the embedded cluster (created the first time)")
     up.add_argument("--cluster", help="serve this cluster file instead of the embedded one")
     up.add_argument("--topo", help=TOPO_HELP)
     add_listen_args(up)
@@ -205,10 +207,9 @@ def add_parsers(commands: Any) -> None:
     _add_mysql_args(gate)
     add_tablet_client_args(gate)
     gate.add_argument("--failover-timeout", type=float, default=DEFAULT_FAILOVER_TIMEOUT_S,
-                      help="seconds a statement waits for a shard's new lease holder "
-                           f"({DEFAULT_FAILOVER_TIMEOUT_S:.0f})")
+                      help="seconds a statement waits for a shard's new lease holder")
     gate.add_argument("--health-interval", type=float, default=DEFAULT_HEALTH_INTERVAL_S,
-                      help=f"seconds between tablet health checks ({DEFAULT_HEALTH_INTERVAL_S})")
+                      help="seconds between tablet health checks")
     gate.add_argument("--workers", type=int, default=1, metavar="N",
                       help="serve with N gate processes sharing the ports (SO_REUSEPORT), "
                       "under a supervisor; 1 (the default): this process serves")
@@ -217,8 +218,8 @@ def add_parsers(commands: Any) -> None:
     tablet = commands.add_parser("tablet", help="serve one shard's tablet over gRPC")
     tablet.add_argument("--cluster", help="cluster file (YAML): seeds its topo store")
     tablet.add_argument("--topo", help=TOPO_HELP)
-    tablet.add_argument("--keyspace", required=True)
-    tablet.add_argument("--shard", required=True)
+    tablet.add_argument("--keyspace", required=True, help="keyspace of the shard to serve")
+    tablet.add_argument("--shard", required=True, help="the shard to serve (-80, 80-, ...)")
     add_listen_args(tablet, port=DEFAULT_TABLET_PORT)
     add_event_loop_arg(tablet)
     add_http_arg(tablet, 0)
@@ -232,13 +233,13 @@ def add_parsers(commands: Any) -> None:
     tablet.add_argument("--alias", help="the tablet's name in the topo store "
                                         "(default: KEYSPACE-SHARD-<random>)")
     tablet.add_argument("--heartbeat", type=float, default=DEFAULT_HEARTBEAT_S,
-                        help=f"seconds between topo store heartbeats ({DEFAULT_HEARTBEAT_S})")
+                        help="seconds between topo store heartbeats")
     tablet.add_argument("--idle-timeout", type=float, default=DEFAULT_IDLE_TIMEOUT_S,
-                        help="roll back a transaction whose gate has been silent this long "
-                             f"(seconds, {DEFAULT_IDLE_TIMEOUT_S:.0f})")
+                        help="roll back a transaction whose gate has been silent this many "
+                             "seconds")
     tablet.add_argument("--drain-timeout", type=float, default=DEFAULT_DRAIN_S,
                         help="on SIGTERM, seconds open transactions and statements in flight "
-                             f"get to finish ({DEFAULT_DRAIN_S:.0f})")
+                             "get to finish")
     _add_result_limits(tablet)
     _add_transaction_caps(tablet)
 
@@ -276,10 +277,25 @@ def _add_gate_limits(parser: argparse.ArgumentParser) -> None:
         "--session-idle-timeout", type=float, default=DEFAULT_SESSION_IDLE_TIMEOUT_S,
         metavar="S", help="forget sessions unused for S seconds (default %(default)s; 0: never)")
     parser.add_argument(
-        "--query-timeout-ms", type=int, default=SERVER_QUERY_TIMEOUT_MS, metavar="N",
-        help="cancel statements running longer than N ms; sessions change it with "
-        "SET query_timeout_ms (default %(default)s; 0: none)")
+        "--query-timeout", type=float, default=None, metavar="S",
+        help="cancel statements running longer than S seconds (decimals allowed: 0.25); "
+        "sessions change it with SET query_timeout_ms = N (default "
+        f"{SERVER_QUERY_TIMEOUT_MS / 1000:g}; 0: none)")
+    # the flag's name before every duration was in seconds: still taken, no longer shown
+    parser.add_argument("--query-timeout-ms", type=int, default=None, help=argparse.SUPPRESS)
     _add_result_limits(parser)
+
+
+def _query_timeout_ms(args: argparse.Namespace) -> int:
+    """``--query-timeout S`` (or the older ``--query-timeout-ms N``) in milliseconds."""
+    if args.query_timeout is not None and args.query_timeout_ms is not None:
+        raise InvalidArgument("give --query-timeout S (seconds) or the older "
+                              "--query-timeout-ms N, not both")
+    if args.query_timeout_ms is not None:
+        return int(args.query_timeout_ms)
+    if args.query_timeout is not None:
+        return round(args.query_timeout * 1000)
+    return SERVER_QUERY_TIMEOUT_MS
 
 
 def gate_limits(args: argparse.Namespace) -> GateLimits:
@@ -287,7 +303,7 @@ def gate_limits(args: argparse.Namespace) -> GateLimits:
     return GateLimits(
         transaction_timeout_s=args.transaction_timeout or None,
         session_idle_timeout_s=args.session_idle_timeout or None,
-        query_timeout_ms=args.query_timeout_ms,
+        query_timeout_ms=_query_timeout_ms(args),
         result_limits=ResultLimits(args.max_result_rows, args.max_result_bytes),
         pool_timeout_s=args.pool_timeout,
         transaction_cap=getattr(args, "transaction_cap", DEFAULT_TRANSACTION_CAP),
@@ -341,7 +357,7 @@ def _guard(args: argparse.Namespace) -> Guard:
 def _add_mysql_args(p: argparse.ArgumentParser) -> None:
     """The MySQL listener's flags of ``up`` and ``gate``."""
     p.add_argument("--mysql-port", type=int, default=DEFAULT_MYSQL_PORT,
-                   help=f"MySQL protocol port ({DEFAULT_MYSQL_PORT}; 0: off)")
+                   help="MySQL protocol port (0: off)")
     p.add_argument("--mysql-host", help="MySQL listen address (default: --host)")
     p.add_argument("--mysql-tls-cert", help="TLS certificate (PEM) for the MySQL listener")
     p.add_argument("--mysql-tls-key", help="TLS private key (PEM) for the MySQL listener")
@@ -379,6 +395,8 @@ def run(args: argparse.Namespace) -> int:
 
 async def _up(args: argparse.Namespace) -> int:
     security, guard = server_security(args), _guard(args)
+    if not args.check:  # every port first: nothing set up or printed when one is taken
+        check_free(gate_listeners(args))
     if args.cluster or args.topo:
         gate = await _open_gate(args.cluster, args.topo, guard, gate_limits(args))
     else:
@@ -387,12 +405,23 @@ async def _up(args: argparse.Namespace) -> int:
         print(f"embedded cluster ready: {cluster_file}", flush=True)
     try:
         if args.check:
-            return await _check(gate)
+            # the embedded default's sequences get back the block the check drew from
+            return await _check(gate, give_back=not (args.cluster or args.topo))
         # `up` is the laptop mode: it asks for no authentication (loopback only).
         await _serve_until_signal(gate, args, security, no_auth=True)
         return 0
     finally:
         await gate.close()
+
+
+def gate_listeners(args: argparse.Namespace) -> list[Listener]:
+    """The gRPC, MySQL and console listeners ``up`` / ``gate`` will open (flag, host, port)."""
+    ports = [("--port", args.host, args.port)]
+    if args.mysql_port:
+        ports.append(("--mysql-port", args.mysql_host or args.host, args.mysql_port))
+    if args.http_port:
+        ports.append(("--http-port", args.host, args.http_port))
+    return ports
 
 
 async def _supervise(args: argparse.Namespace) -> int:
@@ -407,11 +436,8 @@ async def _supervise(args: argparse.Namespace) -> int:
                  no_auth=args.no_auth, insecure=args.insecure_bind_anyway, what="gate")
     topo = await open_topo(args.cluster, url=args.topo)  # seeds it from --cluster once
     await topo.close()
-    ports = [("--port", args.host, args.port)]
-    if args.mysql_port:
-        ports.append(("--mysql-port", args.mysql_host or args.host, args.mysql_port))
-    if args.http_port:
-        ports.append(("--http-port", args.host, args.http_port))
+    ports = gate_listeners(args)
+    check_free(ports)
     argv = getattr(args, "argv", None) or sys.argv[1:]
     return await supervise(argv, args.workers, ports)
 
@@ -429,6 +455,8 @@ async def _gate(args: argparse.Namespace) -> int:
     slot = parse_slot(args.worker_slot) if args.worker_slot else None
     if slot is not None:
         worker.set_worker(*slot)
+    else:  # (a worker shares its supervisor's ports)
+        check_free(gate_listeners(args))
     topo = await open_topo(args.cluster, url=args.topo)
     try:
         gate, fleet = await open_remote_gate(topo, owns_topo=False,
@@ -501,12 +529,16 @@ async def _set_up_embedded(gate: Gate) -> None:
             )
 
 
-async def _check(gate: Gate) -> int:
+async def _check(gate: Gate, *, give_back: bool = False) -> int:
     """One insert and one select through a real gRPC server on a free port.
 
     Both run in a transaction that is rolled back: the check leaves no row in
-    the user's tables (the customer, its lookup row, its sequence value).
+    the user's tables (the customer, its lookup row). The sequence block the
+    insert drew (committed on its own, as sequences are) is given back with
+    ``give_back`` (the embedded default), so a fresh cluster's first customer
+    is still 1.
     """
+    before = await _sequence_positions(gate) if give_back else {}
     host = "127.0.0.1"
     server, port = await serve(gate, host, 0)
     try:
@@ -528,11 +560,39 @@ async def _check(gate: Gate) -> int:
                 await client.execute("ROLLBACK")
     finally:
         await server.stop(None)
+    await _give_back_blocks(gate, before)
     if len(selected.rows) != 1:
         print(f"error INTERNAL: expected 1 row back, got {len(selected.rows)}", file=sys.stderr)
         return 1
     print("check passed", flush=True)
     return 0
+
+
+async def _sequence_positions(gate: Gate) -> dict[str, int]:
+    """The next value of each sequence of the embedded default (its ``lookup`` shard)."""
+    client = gate.tablets[("lookup", gate.topology.keyspace("lookup").shards[0].name)]
+    found = {}
+    for seq in SEQUENCE_ROWS:
+        res = await client.execute(f"SELECT next_id FROM {seq} WHERE id = 0", [])
+        if res.rows:
+            found[seq] = int(res.rows[0][0])
+    return found
+
+
+async def _give_back_blocks(gate: Gate, before: dict[str, int]) -> None:
+    """Set each sequence back to ``before`` unless something else drew from it since
+    (compare-and-swap on the value this process's block left: another gate's block
+    would have moved it further)."""
+    if not before:
+        return
+    client = gate.tablets[("lookup", gate.topology.keyspace("lookup").shards[0].name)]
+    ph = client.placeholder
+    after = await _sequence_positions(gate)
+    for seq, old in before.items():
+        now = after.get(seq, old)
+        if now != old:
+            await client.execute(f"UPDATE {seq} SET next_id = {ph} WHERE id = 0 AND next_id = {ph}",
+                                 [old, now])
 
 
 async def _serve_until_signal(
@@ -561,7 +621,7 @@ async def _serve_until_signal(
                                                  users=users, tls=tls,
                                                  **({"reuse_port": True} if reuse_port else {}))
         mysql_line = (f"shardgate MySQL listener on {mysql_host}:{mysql_port}\n"
-                      f"try: mariadb -h {mysql_host} -P {mysql_port} -u root commerce "
+                      f"try: mariadb -h {mysql_host} -P {mysql_port} -u app commerce "
                       '-e "select * from customer"')
     try:
         if args.http_port:
@@ -618,6 +678,7 @@ async def _tablet(args: argparse.Namespace) -> int:
     if not args.cluster and not args.topo:
         raise InvalidArgument("shardgate tablet needs --topo URL or --cluster FILE")
     security = server_security(args)
+    check_free([("--port", args.host, args.port), ("--http-port", args.host, args.http_port)])
     topo_server = await open_topo(args.cluster, url=args.topo)
     try:
         topo = await topo_server.load_topology()

@@ -38,7 +38,7 @@ def add_parsers(commands: Any) -> None:
     dump = sub.add_parser(
         "dump", help="a table's snapshot into a Delta lake table, kept up to date by the "
         "change stream")
-    dump.add_argument("--table", required=True)
+    dump.add_argument("--table", required=True, help="the table to dump")
     dump.add_argument("--lake", required=True, help="directory of the lake (Delta) table")
     dump.add_argument("--follow", action="store_true",
                       help="keep applying changes until interrupted")
@@ -54,7 +54,7 @@ def add_parsers(commands: Any) -> None:
                       help="type of unbounded NUMERIC columns (docs/types.md)")
     archive = sub.add_parser(
         "archive", help="acked queue events older than a cut-off into Parquet, then purged")
-    archive.add_argument("--queue", required=True)
+    archive.add_argument("--queue", required=True, help="the queue whose events to archive")
     archive.add_argument("--before", required=True,
                          help="cut-off, ISO 8601 (UTC unless an offset is given)")
     archive.add_argument("--out", required=True, help="directory of the archive")
@@ -64,7 +64,7 @@ def add_parsers(commands: Any) -> None:
         where = p.add_mutually_exclusive_group(required=True)
         where.add_argument("--cluster", help="cluster file (YAML)")
         where.add_argument("--data-dir", help="the cluster of `shardgate up --data-dir DIR`")
-        p.add_argument("--keyspace", required=True)
+        p.add_argument("--keyspace", required=True, help="keyspace of the table or queue")
         p.add_argument("--master", default=os.environ.get("SPARK_MASTER", "local[2]"),
                        help="Spark master (default $SPARK_MASTER or local[2])")
 

@@ -84,10 +84,10 @@ def add_parsers(commands: Any) -> None:
     where.add_argument("--cluster", help="the store beside this cluster file")
     where.add_argument("--data-dir", help="the store of `shardgate up --data-dir DIR`")
     get = vs_cmds.add_parser("get", help="print one keyspace's VSchema (its version on stderr)")
-    get.add_argument("--keyspace", required=True)
+    get.add_argument("--keyspace", required=True, help="the keyspace whose VSchema to print")
     store_args(get)
     apply = vs_cmds.add_parser("apply", help="replace one keyspace's VSchema with a JSON file")
-    apply.add_argument("--keyspace", required=True)
+    apply.add_argument("--keyspace", required=True, help="the keyspace whose VSchema to replace")
     apply.add_argument("file", type=Path, help="the new VSchema (JSON)")
     apply.add_argument("--dry-run", action="store_true",
                        help="validate and print the diff; save nothing")
@@ -102,19 +102,21 @@ def add_parsers(commands: Any) -> None:
     create.add_argument("--keyspace", required=True, help="the owner table's keyspace")
     create.add_argument("--table-owner", required=True, help="the owner table")
     create.add_argument("--columns", required=True, help="the looked-up column")
-    create.add_argument("--type", required=True, choices=TYPES, dest="vindex_type")
+    create.add_argument("--type", required=True, choices=TYPES, dest="vindex_type",
+                        help="the lookup vindex type")
     create.add_argument("--lookup-table", required=True,
                         help="keyspace.table to create (an unsharded keyspace)")
     create.add_argument("--name", default="", help="vindex name (default: the lookup table's)")
     create.add_argument("--column-type", help="SQL type of the lookup column "
                         "(default from the owner column: BIGINT or VARCHAR(255))")
-    create.add_argument("--ignore-nulls", action="store_true")
+    create.add_argument("--ignore-nulls", action="store_true",
+                        help="rows whose column is NULL get no lookup row")
     create.add_argument("--batch", type=int, default=DEFAULT_BATCH, help="rows per step")
     create.add_argument("--settle", type=float, default=DEFAULT_SETTLE_S,
                         help="seconds for running gates to see the write_only vindex")
     store_args(create)
     ext = lv_cmds.add_parser("externalize", help="verify, then let the vindex route")
-    ext.add_argument("--keyspace", required=True)
+    ext.add_argument("--keyspace", required=True, help="the owner table's keyspace")
     ext.add_argument("--name", required=True, help="the vindex name")
     store_args(ext)
     lshow = lv_cmds.add_parser("show", help="print lookup-vindex workflow records")

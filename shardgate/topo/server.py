@@ -177,7 +177,10 @@ class TopoServer:
     async def _keyspace(self, name: str) -> Record:
         rec = await self.store.get("keyspace", name)
         if rec is None:
-            raise NotFound(f"keyspace {name!r} is not in the topo store at {self.location}")
+            known = sorted(r.name for r in await self.store.list_records("keyspace")
+                           if r.doc is not None)
+            raise NotFound(f"keyspace {name!r} is not in the topo store at {self.location}; "
+                           f"keyspaces: {known}")
         return rec
 
     async def close(self) -> None:
