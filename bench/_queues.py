@@ -14,6 +14,7 @@ import random
 import time
 from collections.abc import Awaitable, Callable, Sequence
 
+from shardgate.auth.identity import TRUSTED
 from shardgate.gate import Gate
 from shardgate.queues.events import QueueEvent
 
@@ -123,7 +124,7 @@ def table_producer(gate: Gate, n: int, queue: str = "jobs") -> Callable[[int], A
     bind variables (the plan is cached, as an application would do)."""
 
     async def produce(k: int) -> None:
-        s = gate.session()
+        s = gate.session(identity=TRUSTED)
         rng = random.Random(k)
         for start in range(k * BATCH, n, BATCH * PRODUCERS):
             m = min(n, start + BATCH) - start

@@ -36,6 +36,7 @@ from shardgate.api.server import serve
 from shardgate.auth import Identity, StaticUsers
 from shardgate.auth.acl import TableACL
 from shardgate.auth.guard import Guard
+from shardgate.auth.identity import TRUSTED
 from shardgate.gate import Gate
 
 try:
@@ -121,7 +122,7 @@ async def main(seconds: float, rounds: int) -> None:
                 assert len(r.rows) == 1
             return op
 
-        plain_s = plain_gate.session("bench")
+        plain_s = plain_gate.session("bench", identity=TRUSTED)
         acl_s = acl_gate.session("bench", identity=Identity("app"))
 
         def local_op(gate: Gate, s: object) -> Callable[[int], Awaitable[None]]:

@@ -27,6 +27,7 @@ import time
 
 import pymysql
 
+from shardgate.auth.identity import TRUSTED
 from shardgate.gate import Gate
 from shardgate.topo import Topology
 
@@ -88,7 +89,7 @@ def topology(url: str) -> Topology:
 
 async def run(gate: Gate, keys: list[int], seconds: float) -> tuple[int, float, float]:
     """Selects for about ``seconds``: (count, wall seconds, loop-thread CPU seconds)."""
-    session = gate.session("bench")
+    session = gate.session("bench", identity=TRUSTED)
     n = 0
     wall, cpu = time.perf_counter(), time.thread_time()
     deadline = wall + seconds

@@ -24,6 +24,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from shardgate.api.fleet import open_remote_gate
+from shardgate.auth.identity import TRUSTED
 from shardgate.cli.cluster import start_tablet, wait_for_tablets
 from shardgate.gate import Gate
 from shardgate.topo.local import open_topo
@@ -59,7 +60,7 @@ async def main(seconds: float) -> None:
         gates = {"in-process": local, "processes": remote}
 
         def select(gate: Gate) -> Callable[[int], Awaitable[None]]:
-            session = gate.session("bench")
+            session = gate.session("bench", identity=TRUSTED)
 
             async def op(i: int) -> None:
                 r = await gate.execute(session, "SELECT id, v FROM t WHERE id = :id",

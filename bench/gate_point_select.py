@@ -47,6 +47,7 @@ import aiohttp
 import psycopg
 
 from shardgate.api.http import HttpServer
+from shardgate.auth.identity import TRUSTED
 from shardgate.cli.cluster import start_tablet, wait_for_tablets
 from shardgate.gate import Gate
 from shardgate.topo import Topology
@@ -221,7 +222,7 @@ async def main(seconds: float, rounds: int, clients: list[int], workers: int,
                                for t in ("t", "ins_gate")}},
     }}})
     gate = Gate.open(topo, pool_size=1)
-    session = gate.session("bench")
+    session = gate.session("bench", identity=TRUSTED)
     keys = [random.randrange(ROWS) for _ in range(4096)]
 
     async def gate_select(i: int) -> None:

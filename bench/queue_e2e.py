@@ -54,6 +54,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _pg import app_keyspace, drop_database, fresh_database
 from _queues import BATCH, CONSUMERS, PRODUCERS, ack_batch
 
+from shardgate.auth.identity import TRUSTED
 from shardgate.gate import Gate
 
 Produce = Callable[[int, int], Awaitable[None]]  # (producer k, events m)
@@ -127,13 +128,14 @@ async def shardgate_setup(shards: int) -> AsyncIterator[Setup]:
     topo, names = app_keyspace(f"sg_bench_qe2e{shards}", shards)
     gate = Gate.open(topo, pool_size=6)
     try:
-        await gate.execute(gate.session(), "CREATE QUEUE jobs (user_id BIGINT NOT NULL, "
+        await gate.execute(gate.session(identity=TRUSTED),
+                           "CREATE QUEUE jobs (user_id BIGINT NOT NULL, "
                            "payload VARCHAR(64)) SHARD BY user_id "
                            "WITH (batch_size = 128, ack_wait = 30)")
         for shard in topo.keyspace("app").shards:  # an analysed table, as in production
             with psycopg.connect(shard.url, autocommit=True) as conn:
                 conn.execute("ANALYZE jobs")
-        sessions = [gate.session() for _ in range(PRODUCERS)]
+        sessions = [gate.session(identity=TRUSTED) for _ in range(PRODUCERS)]
         rng = random.Random(7)
         sqls: dict[int, str] = {}
 

@@ -34,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _pg import drop_database, fresh_database
 
+from shardgate.auth.identity import TRUSTED
 from shardgate.gate import Gate
 from shardgate.keys import parse_shard_name
 from shardgate.topo.model import Topology
@@ -105,7 +106,7 @@ class Writers:
         return self.done / (time.perf_counter() - self.started)
 
     async def _run(self, next_id: int) -> None:
-        s = self.gate.session("app")
+        s = self.gate.session("app", identity=TRUSTED)
         interval = self.ntasks / self.rate
         due = time.perf_counter()
         while not self.stop.is_set():

@@ -28,6 +28,7 @@ from typing import Any
 
 import pymysql
 
+from shardgate.auth.identity import TRUSTED
 from shardgate.gate import Gate
 from shardgate.topo.model import Topology
 from shardgate.topo.server import TopoServer
@@ -80,7 +81,7 @@ class Counted:
 
 async def _writer(gate: Gate, k: int, stop: asyncio.Event, done: list[int],
                   errors: list[str]) -> None:
-    s = gate.session("app")
+    s = gate.session("app", identity=TRUSTED)
     i = 10_000_000 * (k + 1)
     while not stop.is_set():
         try:
@@ -114,7 +115,7 @@ async def main(args: argparse.Namespace) -> None:
         await server.import_topology(Topology.from_dict(
             {"keyspaces": {"app": {"shards": src, "vschema": VSCHEMA}}}))
         gate = await Gate.from_topo(server)
-        s = gate.session("app")
+        s = gate.session("app", identity=TRUSTED)
         await gate.execute(s, DDL)
         for start in range(1, args.rows + 1, 500):
             ids = range(start, min(start + 500, args.rows + 1))

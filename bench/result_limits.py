@@ -20,6 +20,7 @@ import asyncio
 import random
 import time
 
+from shardgate.auth.identity import TRUSTED
 from shardgate.gate import Gate
 from shardgate.gate.limits import GateLimits
 from shardgate.result import ResultLimits
@@ -44,7 +45,7 @@ CONFIGS = {
 
 
 async def ops_per_second(gate: Gate, seconds: float, keys: list[int]) -> float:
-    session = gate.session("bench")
+    session = gate.session("bench", identity=TRUSTED)
     sql = "SELECT id, v FROM t WHERE id = :id"
     for i in range(200):  # warm up: plan cache, prepared statements
         await gate.execute(session, sql, {"id": keys[i]})

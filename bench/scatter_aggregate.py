@@ -33,6 +33,7 @@ from typing import Any
 
 import psycopg
 
+from shardgate.auth.identity import TRUSTED
 from shardgate.gate import Gate
 from shardgate.keys import KeyRange, ShardMap
 from shardgate.topo import Topology
@@ -133,7 +134,7 @@ async def main(rows: int, repeat: int) -> int:
 
     topo = Topology.from_dict({"keyspaces": {"bench": {"shards": shard_urls, "vschema": VSCHEMA}}})
     gate = Gate.open(topo, pool_size=1)
-    session = gate.session("bench")
+    session = gate.session("bench", identity=TRUSTED)
     direct = await psycopg.AsyncConnection.connect(single_url, autocommit=True)
     results: dict[str, list[tuple[Any, ...]]] = {}
 

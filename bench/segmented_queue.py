@@ -42,6 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _pg import drop_database, fresh_database
 from _queues import BATCH, CONSUMERS, PRODUCERS, pgqueuer_rate, run_e2e, table_producer
 
+from shardgate.auth.identity import TRUSTED
 from shardgate.gate import Gate
 from shardgate.queues.segmented.queue import SegmentedQueue
 from shardgate.topo import Topology
@@ -102,7 +103,8 @@ async def bench_segmented(gate: Gate, n: int, *, sampler: Any = None) -> float:
 
 async def bench_table(gate: Gate, url: str, n: int, *, sampler: Any = None,
                       retention: float = 3600) -> float:
-    await gate.execute(gate.session(), "CREATE QUEUE IF NOT EXISTS jobs (user_id BIGINT NOT NULL, "
+    await gate.execute(gate.session(identity=TRUSTED),
+                       "CREATE QUEUE IF NOT EXISTS jobs (user_id BIGINT NOT NULL, "
                        "payload VARCHAR(64)) SHARD BY user_id "
                        f"WITH (batch_size = 128, ack_wait = 30, retention = {retention})")
     with psycopg.connect(url, autocommit=True) as c:

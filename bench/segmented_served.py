@@ -29,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _pg import app_keyspace, drop_database
 from _queues import BATCH, CONSUMERS, PRODUCERS, run_e2e
 
+from shardgate.auth.identity import TRUSTED
 from shardgate.gate import Gate
 
 
@@ -38,18 +39,20 @@ async def bench(n: int, shards: int, segmented: bool) -> float:
     gate = Gate.open(topo, pool_size=6)
     try:
         if segmented:
-            await gate.execute(gate.session(), "CREATE QUEUE jobs (user_id BIGINT NOT NULL, "
+            await gate.execute(gate.session(identity=TRUSTED),
+                               "CREATE QUEUE jobs (user_id BIGINT NOT NULL, "
                                "payload TEXT) SHARD BY user_id WITH (storage = segmented, "
                                "batch_size = 128, ack_wait = 30)")
         else:
-            await gate.execute(gate.session(), "CREATE QUEUE jobs (user_id BIGINT NOT NULL, "
+            await gate.execute(gate.session(identity=TRUSTED),
+                               "CREATE QUEUE jobs (user_id BIGINT NOT NULL, "
                                "payload VARCHAR(64)) SHARD BY user_id "
                                "WITH (batch_size = 128, ack_wait = 30)")
             for shard in topo.keyspace("app").shards:  # an analysed table, as in production
                 with psycopg.connect(shard.url, autocommit=True) as c:
                     c.execute("ANALYZE jobs")
         async def produce(k: int) -> None:
-            s = gate.session()
+            s = gate.session(identity=TRUSTED)
             rng = random.Random(k)
             for start in range(k * BATCH, n, BATCH * PRODUCERS):
                 m = min(n, start + BATCH) - start

@@ -57,6 +57,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailableNow
 from pyspark.sql.types import StructType
 
+from shardgate.auth.identity import TRUSTED
 from shardgate.backends.change_log import open_change_log
 from shardgate.backends.changes import Transaction
 from shardgate.topo import Topology
@@ -145,7 +146,7 @@ async def create_queues(topo: Topology) -> None:
 
     gate = Gate.open(topo)
     try:
-        s = gate.session("bench")
+        s = gate.session("bench", identity=TRUSTED)
         for q in ("jobs", "jobs_ref"):
             await gate.execute(s, f"CREATE QUEUE {q} (customer_id BIGINT NOT NULL, body TEXT) "
                                   f"SHARD BY customer_id {QUEUE_OPTS}")

@@ -26,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _pg import drop_database, fresh_database
 
+from shardgate.auth.identity import TRUSTED
 from shardgate.gate import Gate
 from shardgate.keys import KeyRange
 from shardgate.topo.model import Topology
@@ -54,7 +55,7 @@ async def propagation(topo_url: str, topo: Topology, changes: int) -> list[float
     await server_a.import_topology(topo, replace=True)
     a = await Gate.from_topo(server_a, watch=False)
     b = await Gate.from_topo(TopoServer(open_topo_store(topo_url)))
-    s = a.session("app")
+    s = a.session("app", identity=TRUSTED)
     times: list[float] = []
     try:
         for i in range(changes):
@@ -95,7 +96,7 @@ async def backfill(topo_url: str, topo: Topology, rows: int) -> float:
     server = TopoServer(open_topo_store(topo_url))
     await server.import_topology(topo, replace=True)
     gate = await Gate.from_topo(server, watch=False)
-    s = gate.session("app")
+    s = gate.session("app", identity=TRUSTED)
     try:
         await gate.execute(s, "CREATE TABLE owner (id BIGINT PRIMARY KEY, "
                               "email VARCHAR(64) NOT NULL, n INT)")

@@ -12,20 +12,49 @@ must not import the gate, so they name what they need of it here, as
 * :class:`GateView` - the topology, the VSchema built from it and the tablet
   clients by ``(keyspace, shard)``; generic in what the caller needs of a
   tablet (:class:`SqlShard`, :class:`StreamShard`, the router's ``QueueShard``);
-* :class:`SessionGate` - running SQL in gate sessions, inside transactions.
+* :class:`SessionGate` - running SQL in gate sessions, inside transactions;
+* :data:`TRUSTED` - the caller those sessions name (the gate's own work).
 
 Sessions are the gate's own (:class:`shardgate.gate.Session`) and opaque here.
 """
 
 from __future__ import annotations
 
+import enum
 from collections.abc import AsyncIterator, Mapping, Sequence
-from typing import Any, Protocol, TypeVar
+from typing import Any, Final, Protocol, TypeVar
 
 from shardgate.backends.changes import LogItem
 from shardgate.result import ExecuteOptions, Result
 from shardgate.topo.model import Topology
 from shardgate.vschema import VSchema
+
+
+class Trusted(enum.Enum):
+    """The gate's own work and trusted in-process code, as a session's caller.
+
+    Statement rules (the deny-list) apply to it; table ACLs do not. Every
+    session says who it runs for (:meth:`shardgate.gate.Gate.session` has no
+    default): a front door passes the :class:`~shardgate.auth.identity.Identity`
+    its transport
+    authenticated, and only in-process code (workflows, the CLI's embedded
+    commands, queue and stream helpers, the embedded DB-API driver) passes
+    :data:`TRUSTED`. It lives here, below ``auth``, because the stores the gate
+    composes (queues, streams) open sessions of their own with it;
+    :mod:`shardgate.auth.identity` re-exports it. No module under ``shardgate/api/`` names it
+    (``tests/unit/test_architecture.py`` holds that), so no transport can reach
+    the gate on the trusted path.
+    """
+
+    TRUSTED = "trusted"
+
+    def __repr__(self) -> str:
+        return "TRUSTED"
+
+
+#: The trusted caller (see :class:`Trusted`).
+TRUSTED: Final = Trusted.TRUSTED
+
 
 #: what the caller needs of one tablet client
 T_co = TypeVar("T_co", covariant=True)
@@ -57,8 +86,9 @@ class GateView(Protocol[T_co]):
 class SessionGate(Protocol):
     """Runs SQL in gate sessions, as the application does."""
 
-    def session(self, keyspace: str | None = None) -> Any:
-        """A new session whose unqualified tables resolve in ``keyspace``."""
+    def session(self, keyspace: str | None = None, *, identity: Any) -> Any:
+        """A new session whose unqualified tables resolve in ``keyspace``, for
+        ``identity`` (the parts composed here pass :data:`TRUSTED`: the gate's work)."""
         ...
 
     async def execute(

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass
-from typing import Final, Literal
+from typing import Literal
+
+# The trusted caller lives with the ports lower layers use (queues, streams pass it too);
+# see :class:`shardgate.ports.Trusted`.
+from shardgate.ports import TRUSTED, Trusted
+
+__all__ = ["ANONYMOUS", "TRUSTED", "Caller", "Identity", "Trusted", "Via"]
 
 #: How an identity was established.
 Via = Literal["password", "mtls", "anonymous"]
@@ -29,28 +34,6 @@ class Identity:
 #: The caller when authentication is off (``shardgate up``, ``--no-auth``).
 ANONYMOUS = Identity("anonymous", via="anonymous")
 
-
-class Trusted(enum.Enum):
-    """The gate's own work and trusted in-process code, as a session's caller.
-
-    Statement rules (the deny-list) apply to it; table ACLs do not. Every
-    session says who it runs for (:meth:`shardgate.gate.Gate.session` has no
-    default): a front door passes the :class:`Identity` its transport
-    authenticated, and only in-process code (workflows, the CLI's embedded
-    commands, queue and stream helpers, the embedded DB-API driver) passes
-    :data:`TRUSTED`. No module under ``shardgate/api/`` names it
-    (``tests/unit/test_architecture.py`` holds that), so no transport can reach
-    the gate on the trusted path.
-    """
-
-    TRUSTED = "trusted"
-
-    def __repr__(self) -> str:
-        return "TRUSTED"
-
-
-#: The trusted caller (see :class:`Trusted`).
-TRUSTED: Final = Trusted.TRUSTED
 
 #: Who a session runs for: an authenticated caller, or the trusted in-process path.
 Caller = Identity | Trusted

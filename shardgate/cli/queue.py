@@ -24,6 +24,7 @@ import json
 from typing import Any
 
 from shardgate.api.client import GateClient
+from shardgate.auth.identity import TRUSTED
 from shardgate.cli.common import (
     DEFAULT_TARGET,
     add_target_args,
@@ -83,7 +84,7 @@ async def _queue(args: argparse.Namespace) -> int:
         return 0
     gate = await local_gate(args)
     try:
-        session = gate.session(args.keyspace)
+        session = gate.session(args.keyspace, identity=TRUSTED)
         if cmd == "create":
             print(format_result(await gate.execute(session, args.sql)))
         elif cmd == "stats":

@@ -88,6 +88,7 @@ from shardgate.api.tablet_service import DEFAULT_IDLE_TIMEOUT_S, serve_tablet_se
 from shardgate.auth import StaticUsers
 from shardgate.auth.acl import TableACL
 from shardgate.auth.guard import Guard
+from shardgate.auth.identity import TRUSTED
 from shardgate.auth.listen import INSECURE_FLAG, check_listen
 from shardgate.backends._pool import DEFAULT_POOL_TIMEOUT_S
 from shardgate.cli.common import (
@@ -515,10 +516,10 @@ async def _open_embedded(
 
 
 async def _set_up_embedded(gate: Gate) -> None:
-    commerce = gate.session("commerce")
+    commerce = gate.session("commerce", identity=TRUSTED)
     for ddl in COMMERCE_DDL:
         await gate.execute(commerce, ddl)
-    lookup = gate.session("lookup")
+    lookup = gate.session("lookup", identity=TRUSTED)
     for ddl in LOOKUP_DDL:
         await gate.execute(lookup, ddl)
     for seq in SEQUENCE_ROWS:

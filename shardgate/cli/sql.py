@@ -29,6 +29,7 @@ from sqlglot.errors import SqlglotError
 
 from shardgate.api.client import GateClient
 from shardgate.api.fleet import open_remote_gate
+from shardgate.auth.identity import TRUSTED
 from shardgate.cli.common import (
     DEFAULT_TARGET,
     add_tablet_client_args,
@@ -103,7 +104,7 @@ async def _sql(args: argparse.Namespace) -> int:
     if args.cluster or args.data_dir:
         gate = await local_gate(args)
         try:
-            session = gate.session(args.keyspace)
+            session = gate.session(args.keyspace, identity=TRUSTED)
             if args.explain:
                 print(json.dumps(await gate.explain_shards(args.sql, session.keyspace), indent=2))
             else:
@@ -136,7 +137,7 @@ async def _schema_apply(args: argparse.Namespace) -> int:
     if args.cluster or args.data_dir:
         gate = await local_gate(args)
         try:
-            session = gate.session(args.keyspace)
+            session = gate.session(args.keyspace, identity=TRUSTED)
             for stmt in statements:
                 await gate.execute(session, stmt)
                 print(f"OK  {_first_line(stmt)}")

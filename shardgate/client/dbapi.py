@@ -15,7 +15,10 @@ Targets: ``"grpc://host:port"`` (a :class:`~shardgate.api.client.GateClient` on
 a private loop thread the connection owns), or an in-process
 :class:`~shardgate.gate.Gate` with ``loop=`` the event loop it runs on, which
 another thread must be running (:func:`shardgate.client.embedded.open_embedded`
-gives both).
+gives both), and ``identity=`` whom its statements run for: an
+:class:`~shardgate.auth.identity.Identity` (the table ACL applies to it) or
+:data:`~shardgate.auth.identity.TRUSTED` (the application's own code, as the
+gate's own work: no table ACL). There is no default: say which.
 
 Parameters are ``:name`` placeholders filled from a dict (``paramstyle =
 "named"``), exactly the bind variables the gate takes; the driver never edits
@@ -52,6 +55,7 @@ from typing import Any, Protocol, TypeVar
 
 from shardgate.api.client import GateClient, with_user
 from shardgate.api.security import ClientSecurity
+from shardgate.auth.identity import Caller
 from shardgate.client.sync import LoopRunner, LoopThread
 from shardgate.errors import Code, ShardgateError
 from shardgate.gate import Gate, Session
@@ -190,9 +194,9 @@ class _GateSession(Protocol):
 class _LocalSession:
     """A session on an in-process gate."""
 
-    def __init__(self, gate: Gate, keyspace: str | None) -> None:
+    def __init__(self, gate: Gate, keyspace: str | None, identity: Caller) -> None:
         self.gate = gate
-        self.session: Session = gate.session(keyspace)
+        self.session: Session = gate.session(keyspace, identity=identity)
 
     async def execute(self, sql: str, bind_vars: Mapping[str, Any] | None = None) -> Result:
         return await self.gate.execute(self.session, sql, bind_vars)
@@ -218,11 +222,16 @@ def connect(
     user: str | None = None,
     password: str | None = None,
     security: ClientSecurity | None = None,
+    identity: Caller | None = None,
 ) -> Connection:
     """Open a connection to a gate.
 
     ``target``: ``"grpc://host:port"``, or an in-process :class:`Gate` together
-    with ``loop``, the running event loop (in another thread) the gate lives on.
+    with ``loop``, the running event loop (in another thread) the gate lives on,
+    and ``identity``, whom the statements run for (an
+    :class:`~shardgate.auth.identity.Identity`, or
+    :data:`~shardgate.auth.identity.TRUSTED`; required with a Gate, unused with
+    a gRPC target, where ``user`` authenticates).
     ``keyspace``: the session's default keyspace (None: the topology's default).
     ``timeout``: seconds per gRPC call (None: no deadline).
     ``user`` / ``password``: the gate's users file entry; ``security``: TLS
@@ -234,13 +243,22 @@ def connect(
                 "an in-process Gate needs loop=<the event loop it runs on>; "
                 "shardgate.client.embedded.open_embedded(topology) returns both"
             )
+        if identity is None:
+            raise InterfaceError(
+                "an in-process Gate needs identity=<whom the statements run for>: an "
+                "shardgate.auth.identity.Identity (the table ACL applies) or "
+                "shardgate.auth.identity.TRUSTED (the application's own code)"
+            )
         try:
-            local = _LocalSession(target, keyspace)
+            local = _LocalSession(target, keyspace, identity)
         except ShardgateError as exc:
             raise error_from(exc) from exc
         return Connection(local, LoopRunner(loop), autocommit=autocommit)
     if not isinstance(target, str):
         raise InterfaceError(f"connect() takes 'grpc://host:port' or a Gate, not {target!r}")
+    if identity is not None:
+        raise InterfaceError("identity= is for an in-process Gate; a gRPC target "
+                             "authenticates with user= and password= (or a certificate)")
     loop_thread = LoopThread("shardgate-dbapi")
     try:
         client = loop_thread.run(

@@ -4,7 +4,7 @@
 
     gate, loop_thread = open_embedded(load_cluster_file("cluster.yaml"))
     try:
-        conn = dbapi.connect(gate, loop=loop_thread.loop)
+        conn = dbapi.connect(gate, loop=loop_thread.loop, identity=TRUSTED)
         ...
     finally:
         close_embedded(gate, loop_thread)

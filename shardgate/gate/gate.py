@@ -39,7 +39,7 @@ from sqlglot import exp
 
 from shardgate.auth import catalogs
 from shardgate.auth.guard import Guard
-from shardgate.auth.identity import TRUSTED, Caller, Identity
+from shardgate.auth.identity import TRUSTED, Caller, Identity, Trusted
 from shardgate.engine.coerce import Kind, column_types_sql, kind_of_type
 from shardgate.engine.dml import LookupDML
 from shardgate.engine.insert_select import InsertSelect
@@ -441,23 +441,31 @@ class Gate:
         self,
         keyspace: str | None = None,
         *,
+        identity: Caller,
         transaction_mode: str = twopc.BEST_EFFORT,
-        identity: Identity | None = None,
         owner: str | None = None,
         addressable: bool = False,
     ) -> Session:
         """A new session whose unqualified tables resolve in ``keyspace``.
 
+        ``identity`` (required, no default) is who its statements are authorized
+        for: the :class:`~shardgate.auth.identity.Identity` a front door
+        authenticated, or :data:`~shardgate.auth.identity.TRUSTED` for the gate's
+        own work and in-process code (statement rules apply, table ACLs do not;
+        see :mod:`shardgate.auth.guard`). Front doors never pass TRUSTED.
         ``transaction_mode`` is ``"best_effort"`` or ``"twopc"`` (see
         :mod:`shardgate.gate.twopc`); ``SET transaction_mode = '...'`` changes it.
-        ``identity`` is the caller its statements are authorized for (None: the
-        gate's own work or trusted in-process code; see :mod:`shardgate.auth.guard`).
-        ``addressable`` (transports) puts the session in the gate's table, found
+        ``addressable`` (transports, an Identity only) puts the session in the gate's table, found
         by id with :meth:`find_session` by the same ``owner`` (the caller's
         identity) only, until :meth:`close_session` or the idle timeout. Any
         session is in the table while its transaction holds a shard, so the
         transaction timeout applies to in-process sessions too.
         """
+        if not isinstance(identity, Identity | Trusted):
+            raise TypeError(f"Gate.session(identity=...) takes the caller's Identity or "
+                            f"TRUSTED (in-process code), not {identity!r}")
+        if addressable and not isinstance(identity, Identity):
+            raise TypeError("an addressable (transport) session needs the caller's Identity")
         ks = keyspace if keyspace is not None else self.topology.default_keyspace
         if ks is not None and ks not in self.topology.keyspaces:
             raise NotFound(
@@ -696,7 +704,7 @@ class Gate:
         planned = self.plan(sql, keyspace)
         if not isinstance(planned, Plan):
             return {"QueryType": planned.query_type, "Original": sql}
-        session = self.session(keyspace)
+        session = self.session(keyspace, identity=TRUSTED)
         cursor = _SessionCursor(self, session)
         cursor.reads = not _writes(planned.instructions)  # as _run routes it
         return await with_target_shards(planned.instructions, planned.describe(), cursor)
@@ -1691,7 +1699,8 @@ class _LookupCursor:
             raise InvalidArgument(f"lookup vindexes cannot run {planned.query_type}")
         purpose = f"the lookup vindex query {' '.join(sql.split())[:100]!r}"
         if autocommit and not self._holds_sqlite(planned.instructions):
-            own = Session(keyspace=self.session.keyspace, internal=purpose)
+            own = Session(keyspace=self.session.keyspace, internal=purpose,
+                          identity=TRUSTED)
             return await self.gate.execute(own, sql, bind_vars)
         # Inside the caller's statement: its transaction handling applies.
         cursor = _SessionCursor(self.gate, self.session, internal=purpose)

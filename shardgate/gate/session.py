@@ -24,7 +24,7 @@ import secrets
 import time
 from dataclasses import dataclass, field
 
-from shardgate.auth.identity import Identity
+from shardgate.auth.identity import Caller
 
 
 def new_session_id() -> int:
@@ -70,9 +70,10 @@ class Session:
     #: set on the gate's own sessions (lookup vindex queries run apart): what
     #: their SQL is for, so a failure names the gate's query, not the user's
     internal: str | None = None
-    #: who runs this session's statements (ACLs are checked against it); None
-    #: is the gate's own work and trusted in-process callers
-    identity: Identity | None = None
+    #: who runs this session's statements (ACLs are checked against it): the
+    #: transport's authenticated caller, or TRUSTED (the gate's own work and
+    #: in-process callers); required, so no session is trusted by omission
+    identity: Caller = field(kw_only=True)
     #: who may use this session by id (the authenticated user; None: anonymous)
     owner: str | None = None
     #: found by id (a transport's session): kept in the gate's table until closed

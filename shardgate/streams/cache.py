@@ -43,7 +43,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import WatchError
 
 from shardgate.event_token import EventToken, Freshness, compare
-from shardgate.ports import SessionGate
+from shardgate.ports import TRUSTED, SessionGate
 from shardgate.result import ExecuteOptions
 from shardgate.streams.merge import RowEvent, StreamEvent
 
@@ -141,7 +141,7 @@ class CachedReader:
         if has_value:
             return value
         options = ExecuteOptions(include_event_token=True, compare_event_token=cached)
-        session = self.gate.session(self.keyspace or None)
+        session = self.gate.session(self.keyspace or None, identity=TRUSTED)
         for _ in range(self.exact_attempts):
             # Only a read with an exact token may be returned: a value returned without
             # one could be newer than a cached value of the same token, which a later

@@ -51,6 +51,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from shardgate.auth.identity import TRUSTED
 from shardgate.engine.coerce import Kind
 from shardgate.errors import FailedPrecondition, InvalidArgument, NotFound, Unsupported
 from shardgate.gate import Gate
@@ -246,7 +247,7 @@ class LookupVindexWorkflow:
         key = self.spec.column if self.spec.unique else f"{self.spec.column}, keyspace_id"
         ddl = (f"CREATE TABLE IF NOT EXISTS {lname} ({self.spec.column} {col_type} NOT NULL, "
                f"keyspace_id VARBINARY(64) NOT NULL, PRIMARY KEY ({key}))")
-        await self.gate.execute(self.gate.session(lks), ddl)
+        await self.gate.execute(self.gate.session(lks, identity=TRUSTED), ddl)
 
     async def _add_vindex(self) -> None:
         ks = self.gate.vschema.keyspace(self.spec.keyspace)
@@ -279,7 +280,7 @@ class LookupVindexWorkflow:
         return primary.columns[0], primary.vindex
 
     async def _estimate(self) -> int:
-        s = self.gate.session(self.spec.keyspace)
+        s = self.gate.session(self.spec.keyspace, identity=TRUSTED)
         res = await self.gate.execute(
             s, f"SELECT COUNT(*) FROM {self.spec.table} WHERE {self.spec.column} IS NOT NULL")
         return int(res.rows[0][0]) if res.rows else 0
@@ -315,7 +316,7 @@ class LookupVindexWorkflow:
         pcol, vindex = self._primary()
         col = self.spec.column
         gate = self.gate
-        owner = gate.session(self.spec.keyspace)
+        owner = gate.session(self.spec.keyspace, identity=TRUSTED)
         await gate.execute(owner, f"USE `{self.spec.keyspace}:{shard}`")
         where = f"{col} IS NOT NULL"
         binds: dict[str, Any] = {}
@@ -360,7 +361,7 @@ class LookupVindexWorkflow:
         pcol, vindex = self._primary()
         out: dict[tuple[Any, bytes], None] = {}
         for shard in self.gate.topology.keyspace(self.spec.keyspace).shards:
-            s = self.gate.session(self.spec.keyspace)
+            s = self.gate.session(self.spec.keyspace, identity=TRUSTED)
             await self.gate.execute(s, f"USE `{self.spec.keyspace}:{shard.name}`")
             rows = (await self.gate.execute(
                 s, f"SELECT {pcol}, {self.spec.column} FROM {self.spec.table} "
@@ -373,7 +374,7 @@ class LookupVindexWorkflow:
     async def _lookup_pairs(self) -> dict[tuple[Any, bytes], None]:
         lks, _, lname = self.spec.lookup_table.partition(".")
         rows = (await self.gate.execute(
-            self.gate.session(lks),
+            self.gate.session(lks, identity=TRUSTED),
             f"SELECT {self.spec.column}, keyspace_id FROM {lname}")).rows
         return {(_key(r[0]), bytes(r[1])): None for r in rows}
 
@@ -421,7 +422,7 @@ class LookupVindexWorkflow:
     async def _owners_of(self, value: Any) -> list[tuple[Any, bytes]]:
         """``(primary value, keyspace id)`` of the owner rows holding ``value`` now."""
         pcol, vindex = self._primary()
-        s = self.gate.session(self.spec.keyspace)
+        s = self.gate.session(self.spec.keyspace, identity=TRUSTED)
         rows = (await self.gate.execute(
             s, f"SELECT {pcol} FROM {self.spec.table} WHERE {self.spec.column} = :v",
             {"v": value})).rows
@@ -434,7 +435,7 @@ class LookupVindexWorkflow:
         pcol, vindex = self._primary()
         ks = self.gate.topology.keyspace(self.spec.keyspace)
         shard = ks.shard_map.find(ksid)
-        s = self.gate.session(self.spec.keyspace)
+        s = self.gate.session(self.spec.keyspace, identity=TRUSTED)
         await self.gate.execute(s, f"USE `{self.spec.keyspace}:{shard}`")
         await self.gate.execute(s, "BEGIN")
         try:
@@ -452,7 +453,7 @@ class LookupVindexWorkflow:
         """Delete the lookup row ``(value, ksid)``; whether there was one."""
         lks, _, lname = self.spec.lookup_table.partition(".")
         res = await self.gate.execute(
-            self.gate.session(lks),
+            self.gate.session(lks, identity=TRUSTED),
             f"DELETE FROM {lname} WHERE {self.spec.column} = :v AND keyspace_id = :k",
             {"v": value, "k": ksid})
         return res.rows_affected > 0

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from shardgate.auth.identity import TRUSTED
 from shardgate.cli import main
 from shardgate.cli.serve import _open_embedded
 
@@ -17,7 +18,7 @@ async def _setup(data_dir: Path) -> None:
     try:
         for client in gate.tablets.values():  # capture on before the writes
             await client.tablet.change_stream()  # type: ignore[attr-defined]
-        s = gate.session()
+        s = gate.session(identity=TRUSTED)
         for i in range(1, 7):
             await gate.execute(
                 s, "INSERT INTO corder (order_id, customer_id, sku, price) VALUES (:i, :i, 'x', 1)",

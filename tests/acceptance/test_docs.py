@@ -42,6 +42,7 @@ from typing import Any
 import pytest
 import yaml
 
+from shardgate.auth.identity import TRUSTED
 from tests.acceptance.test_cli import REPO_ROOT, cli_env
 
 DOC_FILES = [REPO_ROOT / "README.md", *sorted((REPO_ROOT / "docs").glob("*.md"))]
@@ -303,7 +304,7 @@ async def _create_queue(cluster_file: Path, keyspace: str, sql: str) -> Any:
 
     gate = Gate.open(load_cluster_file(cluster_file))
     try:
-        await gate.execute(gate.session(keyspace), sql)
+        await gate.execute(gate.session(keyspace, identity=TRUSTED), sql)
         name = sql.split()[2]
         return gate.topology.keyspace(keyspace).vschema["tables"][name]
     finally:

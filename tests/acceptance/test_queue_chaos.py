@@ -27,6 +27,7 @@ from typing import Any
 import pytest
 
 from shardgate.api.tablet_client import GrpcTabletClient
+from shardgate.auth.identity import TRUSTED
 from shardgate.errors import ShardgateError
 from shardgate.gate import Gate
 from shardgate.keys import KeyRange
@@ -87,7 +88,7 @@ async def setup_cluster(urls: dict[str, str], tmp: Path) -> tuple[Topology, Path
         "vschema": {"sharded": True, "vindexes": {"hash": {"type": "hash"}}, "tables": {}}}}})
     gate = Gate.open(topo)
     try:
-        await gate.execute(gate.session(), QUEUE_SQL)
+        await gate.execute(gate.session(identity=TRUSTED), QUEUE_SQL)
         topo = gate.topology  # with the queue CREATE QUEUE added to the VSchema
     finally:
         await gate.close()
@@ -149,7 +150,7 @@ async def run_chaos(urls: dict[str, str], tmp: Path, events: int) -> None:
                     await stream.aclose()  # type: ignore[attr-defined]
 
         tasks = [asyncio.create_task(receiver(i)) for i in range(RECEIVERS)]
-        s = gate.session()
+        s = gate.session(identity=TRUSTED)
         t0 = time.monotonic()
         batch = 500
         killed = False
@@ -230,7 +231,7 @@ async def test_two_tablets_one_shard_takeover(tmp_path: Path) -> None:
     cb = await GrpcTabletClient.connect(f"127.0.0.1:{b.port}")
     try:
         gate_a = Gate(topo, {("app", "0"): ca})
-        s = gate_a.session()
+        s = gate_a.session(identity=TRUSTED)
         await gate_a.execute(s, "INSERT INTO jobs (user_id, seq) VALUES (1, 1), (2, 2)")
         got: list[Any] = []
         async with contextlib.aclosing(cb.queue_receive("jobs")) as standby:  # type: ignore[type-var]

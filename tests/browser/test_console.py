@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from playwright.async_api import Browser, Page, expect
 
+from shardgate.auth.identity import TRUSTED
 from shardgate.gate import Gate
 
 SHOTS = Path(__file__).resolve().parents[2] / "docs" / "console"
@@ -43,7 +44,7 @@ async def test_vschema_editor_red_yellow_diff_save(
     browser: Browser, site: tuple[Gate, str]
 ) -> None:
     gate, base = site
-    s = gate.session("ks")
+    s = gate.session("ks", identity=TRUSTED)
     await gate.execute(s, "CREATE TABLE IF NOT EXISTS t (id BIGINT PRIMARY KEY, v TEXT)")
     await gate.execute(s, "INSERT INTO t (id, v) VALUES (5, 'five')")
     page = await _page(browser)
@@ -90,7 +91,7 @@ async def test_queue_page_depth_moves_and_retry_refires_a_failed_event(
     browser: Browser, site: tuple[Gate, str]
 ) -> None:
     gate, base = site
-    s = gate.session("ks")
+    s = gate.session("ks", identity=TRUSTED)
     await gate.execute(s, "CREATE QUEUE jobs (user_id BIGINT NOT NULL, body VARCHAR(50)) "
                           "SHARD BY user_id WITH (ack_wait = 1, max_attempts = 1, "
                           "min_backoff = 0, max_backoff = 0)")
@@ -157,7 +158,7 @@ async def test_queue_page_shows_segmented_queues_and_inbox_stores(
     from shardgate.queues.inbox.store import InboxStore
 
     gate, base = site
-    s = gate.session("ks")
+    s = gate.session("ks", identity=TRUSTED)
     await gate.execute(s, "CREATE QUEUE sjobs (user_id BIGINT NOT NULL, body VARCHAR(50)) "
                           "SHARD BY user_id WITH (storage = segmented)")
     await gate.queue_enqueue("ks", "sjobs", [(str(i), f"job {i}") for i in range(4)])

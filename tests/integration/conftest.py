@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from shardgate.auth.identity import TRUSTED
 from shardgate.gate import Gate
 from shardgate.keys import KeyRange
 from shardgate.topo import Topology
@@ -58,10 +59,10 @@ def cluster_topology(kind: str, make_database: Callable[..., str], shards: int =
 
 async def create_schema(gate: Gate) -> None:
     """The commerce and lookup tables and the sequences' first rows."""
-    s = gate.session()
+    s = gate.session(identity=TRUSTED)
     for ddl in COMMERCE_DDL:
         await gate.execute(s, ddl)
-    ls = gate.session("lookup")
+    ls = gate.session("lookup", identity=TRUSTED)
     for ddl in LOOKUP_DDL:
         await gate.execute(ls, ddl)
     for seq in SEQUENCE_ROWS:

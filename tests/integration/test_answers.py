@@ -21,6 +21,7 @@ import psycopg
 import pymysql
 import pytest
 
+from shardgate.auth.identity import TRUSTED
 from shardgate.errors import Code, ShardgateError
 from shardgate.gate import Gate
 from shardgate.keys import KeyRange
@@ -191,9 +192,10 @@ async def _open_pair(kind: str, make_database: Callable[..., str],
     }})
     gate = Gate.open(topo)
     try:
-        p = Pair(gate, gate.session("sh"), gate.session("one"), kind)
+        p = Pair(gate, gate.session("sh", identity=TRUSTED),
+                 gate.session("one", identity=TRUSTED), kind)
         for ddl in LOOKUP_DDL:
-            await gate.execute(gate.session("lk"), ddl)
+            await gate.execute(gate.session("lk", identity=TRUSTED), ddl)
         for s in (p.sh, p.one):
             for ddl in DDL:
                 await gate.execute(s, ddl)
@@ -479,8 +481,8 @@ async def test_mariadb_database_collation_is_read_from_the_server(
         fresh = Gate.open(pair.gate.topology)
         try:
             sql = "SELECT s, COUNT(*) FROM t WHERE id IN (11, 12) GROUP BY s"
-            got = await fresh.execute(fresh.session("sh"), sql)
-            want = await fresh.execute(fresh.session("one"), sql)
+            got = await fresh.execute(fresh.session("sh", identity=TRUSTED), sql)
+            want = await fresh.execute(fresh.session("one", identity=TRUSTED), sql)
             assert len(got.rows) == len(want.rows) == (2 if collation == "utf8mb4_bin" else 1)
         finally:
             await fresh.close()

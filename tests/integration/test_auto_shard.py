@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from shardgate.auth.identity import TRUSTED
 from shardgate.engine.primitives import Opcode, Route
 from shardgate.errors import Code, ShardgateError
 from shardgate.gate import Gate
@@ -21,7 +22,7 @@ async def test_create_table_adds_it_to_the_vschema_sharded_by_its_primary_key(
                     "auto_shard": {"vindex": "hash"}, "tables": {}}}}})
     g = Gate.open(topo)
     try:
-        s = g.session()
+        s = g.session(identity=TRUSTED)
         await g.execute(s, "CREATE TABLE item (name VARCHAR(20), id INT, PRIMARY KEY (id))")
         table = g.vschema.keyspace("main").tables["item"]
         assert table.primary is not None and table.primary.columns == ("id",)
@@ -31,7 +32,7 @@ async def test_create_table_adds_it_to_the_vschema_sharded_by_its_primary_key(
         assert (await g.execute(s, "SELECT COUNT(*) FROM item")).rows == [(20,)]
         per_shard = []
         for shard in ("-80", "80-"):
-            t = g.session()
+            t = g.session(identity=TRUSTED)
             await g.execute(t, f"USE `main:{shard}`")
             per_shard.append((await g.execute(t, "SELECT COUNT(*) FROM item")).rows[0][0])
         assert sum(per_shard) == 20 and min(per_shard) > 0
@@ -67,7 +68,7 @@ async def test_an_auto_increment_key_draws_from_a_sequence_the_gate_creates(
         tmp_path: Path) -> None:
     g = Gate.open(_with_sequences(tmp_path))
     try:
-        s = g.session()
+        s = g.session(identity=TRUSTED)
         await g.execute(s, "CREATE TABLE item (id INTEGER NOT NULL AUTO_INCREMENT, "
                            "name VARCHAR(20), PRIMARY KEY (id))")
         table = g.vschema.keyspace("main").tables["item"]
@@ -84,7 +85,7 @@ async def test_an_auto_increment_key_draws_from_a_sequence_the_gate_creates(
         assert rows == [(1, "a"), (2, "b"), (3, "c"), (4, "d"), (5, "e")]
         per_shard = []
         for shard in ("-80", "80-"):
-            t = g.session()
+            t = g.session(identity=TRUSTED)
             await g.execute(t, f"USE `main:{shard}`")
             per_shard.append((await g.execute(t, "SELECT COUNT(*) FROM item")).rows[0][0])
         assert sum(per_shard) == 5 and min(per_shard) > 0
@@ -104,7 +105,7 @@ async def test_an_auto_increment_key_draws_from_a_sequence_the_gate_creates(
 async def test_a_sequence_another_table_draws_from_is_not_taken_over(tmp_path: Path) -> None:
     g = Gate.open(_with_sequences(tmp_path))
     try:
-        s = g.session()
+        s = g.session(identity=TRUSTED)
         await g.execute(s, "CREATE TABLE item (id INT PRIMARY KEY AUTO_INCREMENT, v INT)")
         await g.execute(s, "ALTER VSCHEMA ON main.other ADD VINDEX hash(id) USING hash")
         await g.execute(s, "ALTER VSCHEMA ON main.other ADD AUTO_INCREMENT id USING "

@@ -9,6 +9,7 @@ import secrets
 import pytest
 import redis.asyncio as aioredis
 
+from shardgate.auth.identity import TRUSTED
 from shardgate.streams.cache import CachedReader, Invalidator, default_key
 from tests.conftest import REDIS_URL, require_server
 from tests.integration.conftest import Cluster
@@ -27,7 +28,7 @@ async def cache_cluster(streams_cluster: Cluster) -> Cluster:
 
 async def test_cache_stays_consistent(cache_cluster: Cluster) -> None:
     gate = cache_cluster.gate
-    s = gate.session()
+    s = gate.session(identity=TRUSTED)
     prefix = f"sgtest:{secrets.token_hex(4)}:"
     r = aioredis.from_url(REDIS_URL)
     tasks: list[asyncio.Task[None]] = []
@@ -69,7 +70,7 @@ async def test_cache_stays_consistent(cache_cluster: Cluster) -> None:
 
         async def write_loop(n: int) -> None:
             rng = random.Random(100 + n)
-            ws = gate.session()
+            ws = gate.session(identity=TRUSTED)
             for _ in range(WRITES // 2):
                 k = rng.randint(1, KEYS)
                 await gate.execute(

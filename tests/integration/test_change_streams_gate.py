@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from shardgate.auth.identity import TRUSTED
 from shardgate.errors import Code, ShardgateError
 from shardgate.event_token import is_fresher
 from shardgate.keys import parse_key_range
@@ -59,7 +60,7 @@ def _orders(events: list[StreamEvent]) -> list[tuple[str, int, str]]:
 
 async def _write(cluster: Cluster) -> None:
     gate = cluster.gate
-    s = gate.session()
+    s = gate.session(identity=TRUSTED)
     for i in range(1, N + 1):
         await gate.execute(
             s, "INSERT INTO corder (order_id, customer_id, sku, price) VALUES (:o, :c, :s, :p)",
@@ -158,7 +159,7 @@ async def test_topology_change_ends_the_stream(streams_cluster: Cluster) -> None
 
 async def test_event_token_options(streams_cluster: Cluster) -> None:
     gate = streams_cluster.gate
-    s = gate.session()
+    s = gate.session(identity=TRUSTED)
     events = gate.update_stream("commerce", heartbeat_s=0.2)
     await _started(events)
     collect = asyncio.ensure_future(_collect(events, lambda g: len(_orders(g)) >= 1))

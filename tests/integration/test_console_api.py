@@ -13,6 +13,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from shardgate.api.http import HttpServer
+from shardgate.auth.identity import TRUSTED
 from shardgate.gate import Gate
 from shardgate.topo.local import open_topo
 from tests.conftest import console_cluster
@@ -61,7 +62,7 @@ async def test_save_routes_by_the_new_vschema_and_conflicts_are_coded(
     console: tuple[Gate, str],
 ) -> None:
     gate, base = console
-    s = gate.session("ks")
+    s = gate.session("ks", identity=TRUSTED)
     await gate.execute(s, "CREATE TABLE IF NOT EXISTS u (id BIGINT PRIMARY KEY, v TEXT)")
     cur = await _get(f"{base}/api/vschema/ks")
     new = cur["vschema"]
@@ -97,7 +98,7 @@ async def test_warnings_for_a_vschema_that_compiles_but_looks_wrong(
 
 async def test_debug_endpoints_and_query_log(console: tuple[Gate, str]) -> None:
     gate, base = console
-    s = gate.session("ks")
+    s = gate.session("ks", identity=TRUSTED)
     await gate.execute(s, "CREATE TABLE IF NOT EXISTS t (id BIGINT PRIMARY KEY, v TEXT)")
     await gate.execute(s, "INSERT INTO t (id, v) VALUES (1, 'a')")
     await gate.execute(s, "SELECT v FROM t WHERE id = 1")
@@ -129,7 +130,7 @@ def _total(samples: dict[str, Any], name: str, **labels: str) -> float:
 
 async def test_metrics_move_when_queries_run(console: tuple[Gate, str]) -> None:
     gate, base = console
-    s = gate.session("ks")
+    s = gate.session("ks", identity=TRUSTED)
     await gate.execute(s, "CREATE TABLE IF NOT EXISTS t (id BIGINT PRIMARY KEY, v TEXT)")
     before = await _scrape(base)
     for i in range(5):
@@ -151,7 +152,7 @@ async def test_metrics_move_when_queries_run(console: tuple[Gate, str]) -> None:
 
 async def test_streams_list_consumers_with_position_and_lag(console: tuple[Gate, str]) -> None:
     gate, base = console
-    s = gate.session("ks")
+    s = gate.session("ks", identity=TRUSTED)
     await gate.execute(s, "CREATE TABLE IF NOT EXISTS t (id BIGINT PRIMARY KEY, v TEXT)")
     assert await _get(f"{base}/api/streams") == []
     stream = gate.update_stream("ks", heartbeat_s=0.1)
@@ -194,7 +195,7 @@ async def test_kill_a_live_query_on_postgresql(make_database: Any) -> None:
     server = HttpServer(gate, "127.0.0.1", 0)
     base = f"http://127.0.0.1:{await server.start()}"
     try:
-        s = gate.session("pg")
+        s = gate.session("pg", identity=TRUSTED)
         slow = asyncio.create_task(gate.execute(s, "SELECT pg_sleep(30)"))
         live: list[Any] = []
         for _ in range(200):
@@ -265,7 +266,7 @@ async def test_segmented_queues_and_inbox_stores_on_the_queue_api(
     from shardgate.queues.inbox.store import InboxStore
 
     gate, base = console
-    s = gate.session("ks")
+    s = gate.session("ks", identity=TRUSTED)
     await gate.execute(s, "CREATE QUEUE sjobs (user_id BIGINT NOT NULL, body VARCHAR(50)) "
                           "SHARD BY user_id WITH (storage = segmented)")
     refs = await gate.queue_enqueue("ks", "sjobs", [(str(i), f"job {i}") for i in range(6)])

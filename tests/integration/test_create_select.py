@@ -9,6 +9,7 @@ from collections.abc import Callable
 
 import pytest
 
+from shardgate.auth.identity import TRUSTED
 from shardgate.errors import Code, ShardgateError
 from shardgate.gate import Gate
 from shardgate.topo import Topology
@@ -27,7 +28,7 @@ def topology(kind: str, make_database: Callable[..., str]) -> Topology:
 async def shard_counts(g: Gate, table: str) -> list[int]:
     counts = []
     for shard in ("-80", "80-"):
-        s = g.session()
+        s = g.session(identity=TRUSTED)
         await g.execute(s, f"USE `main:{shard}`")
         counts.append((await g.execute(s, f"SELECT COUNT(*) FROM {table}")).rows[0][0])
     return counts
@@ -37,7 +38,7 @@ async def test_create_table_as_select(backend_kind: str,
                                       make_database: Callable[..., str]) -> None:
     g = Gate.open(topology(backend_kind, make_database))
     try:
-        s = g.session("main")
+        s = g.session("main", identity=TRUSTED)
         await g.execute(s, "CREATE TABLE src (id INT PRIMARY KEY, name VARCHAR(50), "
                            "price DECIMAL(10, 2))")
         for i in range(1, 21):

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from shardgate.api.server import serve
+from shardgate.auth.identity import TRUSTED
 from shardgate.client import dbapi
 from shardgate.client.embedded import close_embedded, open_embedded
 from shardgate.errors import AlreadyExists, Code
@@ -43,7 +44,7 @@ def connect(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Connect]
         else:
 
             def make(**kwargs: Any) -> dbapi.Connection:
-                conn = dbapi.connect(gate, loop=loop_thread.loop, **kwargs)
+                conn = dbapi.connect(gate, loop=loop_thread.loop, identity=TRUSTED, **kwargs)
                 opened.append(conn)
                 return conn
 
@@ -208,6 +209,8 @@ def test_in_process_gate_needs_its_loop(tmp_path: Path) -> None:
     try:
         with pytest.raises(dbapi.InterfaceError, match="loop="):
             dbapi.connect(gate)
+        with pytest.raises(dbapi.InterfaceError, match="identity="):
+            dbapi.connect(gate, loop=loop_thread.loop)  # whom it runs for: no default
     finally:
         close_embedded(gate, loop_thread)
 

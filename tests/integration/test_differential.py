@@ -58,6 +58,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
+from shardgate.auth.identity import TRUSTED
 from shardgate.errors import Code, ShardgateError
 from shardgate.gate import Gate
 from shardgate.keys import KeyRange
@@ -783,7 +784,8 @@ def open_harness(kind: str, make_database: Callable[..., str]) -> Harness:
 
     async def setup() -> Harness:
         gate = Gate.open(topo)
-        h = Harness(gate, runner, {ks: gate.session(ks) for ks in ("sharded", "single")})
+        h = Harness(gate, runner, {ks: gate.session(ks, identity=TRUSTED)
+                                   for ks in ("sharded", "single")})
         for ks in ("sharded", "single"):
             for ddl in DDL:
                 await gate.execute(h.sessions[ks], ddl)

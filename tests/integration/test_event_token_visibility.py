@@ -20,6 +20,7 @@ import asyncio
 import psycopg
 import pytest
 
+from shardgate.auth.identity import TRUSTED
 from shardgate.result import ExecuteOptions
 from tests.integration.conftest import Cluster
 
@@ -31,7 +32,7 @@ async def test_transaction_open_at_reader_start_withholds_exact_tokens(
     streams_cluster: Cluster,
 ) -> None:
     gate = streams_cluster.gate
-    s = gate.session()
+    s = gate.session(identity=TRUSTED)
     await gate.execute(s, "INSERT INTO corder (order_id, customer_id, sku, price) "
                           "VALUES (7, 7, 'x', 1)")
     # A transaction with an id, open on every shard database before any reader starts.

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from Crypto.Cipher import DES
 
+from shardgate.auth.identity import TRUSTED
 from shardgate.backends import open_backend
 from shardgate.errors import Code, ShardgateError
 from shardgate.gate import Gate
@@ -45,7 +46,7 @@ async def shard_rows(c: Cluster, keyspace: str, sql: str) -> dict[str, list[tupl
 
 async def test_rows_land_on_their_shard_only(cluster: Cluster) -> None:
     g = cluster.gate
-    s = g.session()
+    s = g.session(identity=TRUSTED)
     # single-row inserts with bind variables, sequence-generated ids
     for i in range(20):
         r = await g.execute(
@@ -85,7 +86,7 @@ async def test_rows_land_on_their_shard_only(cluster: Cluster) -> None:
 
 async def test_routing_reads(cluster: Cluster) -> None:
     g = cluster.gate
-    s = g.session()
+    s = g.session(identity=TRUSTED)
     rows = [(i, f"e{i}@x", f"n{i % 7}") for i in range(1, 41)]
     for cid, email, name in rows:
         await g.execute(
@@ -123,7 +124,7 @@ async def test_routing_reads(cluster: Cluster) -> None:
 
 async def test_updates_and_deletes_route_by_vindex(cluster: Cluster) -> None:
     g = cluster.gate
-    s = g.session()
+    s = g.session(identity=TRUSTED)
     for cid in range(1, 21):
         await g.execute(
             s,
@@ -144,7 +145,7 @@ async def test_updates_and_deletes_route_by_vindex(cluster: Cluster) -> None:
 
 async def test_transactions(cluster: Cluster) -> None:
     g = cluster.gate
-    s = g.session()
+    s = g.session(identity=TRUSTED)
     await g.execute(s, "BEGIN")
     for cid in (1, 2, 3, 4, 5, 6):
         await g.execute(
@@ -224,7 +225,7 @@ async def test_transactions(cluster: Cluster) -> None:
 
 async def test_bad_input_gets_coded_errors(cluster: Cluster) -> None:
     g = cluster.gate
-    s = g.session()
+    s = g.session(identity=TRUSTED)
     cases = [
         ("SELEC * FROM customer", Code.INVALID_ARGUMENT),
         ("SELECT * FROM nosuch", Code.NOT_FOUND),
@@ -253,7 +254,7 @@ async def test_a_shard_that_is_down(cluster: Cluster) -> None:
     shards["c0-"] = down
     g = Gate.open(Topology.from_dict(topo))
     try:
-        s = g.session()
+        s = g.session(identity=TRUSTED)
         await g.execute(s, "INSERT INTO corder (order_id, customer_id) VALUES (1, 1)")
         with pytest.raises(ShardgateError) as err:
             await g.execute(s, "SELECT * FROM corder")
@@ -275,7 +276,7 @@ async def test_concurrent_sessions(cluster: Cluster) -> None:
     g = cluster.gate
 
     async def worker(w: int) -> None:
-        s = g.session()
+        s = g.session(identity=TRUSTED)
         for i in range(25):
             oid = w * 1000 + i
             await g.execute(s, "BEGIN")
@@ -287,7 +288,7 @@ async def test_concurrent_sessions(cluster: Cluster) -> None:
             await g.execute(s, "COMMIT" if i % 5 else "ROLLBACK")
 
     await asyncio.gather(*(worker(w) for w in range(4)))
-    r = await g.execute(g.session(), "SELECT order_id FROM corder")
+    r = await g.execute(g.session(identity=TRUSTED), "SELECT order_id FROM corder")
     assert len(r.rows) == 4 * 20
 
 
@@ -303,20 +304,21 @@ async def test_same_text_is_parsed_once(cluster: Cluster, monkeypatch: pytest.Mo
 
     monkeypatch.setattr(gate_module, "classify", counting_parse)
     g = cluster.gate
-    s = g.session()
+    s = g.session(identity=TRUSTED)
     sql = "SELECT customer_id FROM customer WHERE customer_id = :id"
     for i in range(50):
         await g.execute(s, sql, {"id": i})
-    other = g.session()  # another session with the same default keyspace shares the plan
+    # another session with the same default keyspace shares the plan
+    other = g.session(identity=TRUSTED)
     await g.execute(other, sql, {"id": 1})
     assert calls.count(sql) == 1
-    await g.execute(g.session("lookup"), "SELECT 1")
+    await g.execute(g.session("lookup", identity=TRUSTED), "SELECT 1")
     assert len(calls) == 2
 
 
 async def test_joins_and_subqueries(cluster: Cluster) -> None:
     g = cluster.gate
-    s = g.session()
+    s = g.session(identity=TRUSTED)
     customers = [(i, f"c{i}@x", f"n{i % 3}") for i in range(1, 13)]
     orders = [(100 + i, (i % 12) + 1, f"sku{i % 4}", i * 10) for i in range(30)]
     for cid, email, name in customers:
@@ -361,7 +363,7 @@ async def test_joins_and_subqueries(cluster: Cluster) -> None:
 
 async def test_split_query_reads_every_row_once(cluster: Cluster) -> None:
     g = cluster.gate
-    s = g.session()
+    s = g.session(identity=TRUSTED)
     for cid in range(1, 81):
         await g.execute(s, "INSERT INTO corder (order_id, customer_id, price) VALUES (:o, :c, 1)",
                         {"o": cid, "c": cid})
@@ -409,7 +411,7 @@ async def test_split_query_reads_every_row_once(cluster: Cluster) -> None:
 
 async def test_explain_stats_batch_and_targeting(cluster: Cluster) -> None:
     g = cluster.gate
-    s = g.session()
+    s = g.session(identity=TRUSTED)
     r = await g.execute(s, "EXPLAIN SELECT * FROM corder WHERE customer_id = 5")
     assert r.fields == ["plan"]
     assert '"Variant": "EqualUnique"' in r.rows[0][0]
@@ -442,7 +444,7 @@ async def test_explain_stats_batch_and_targeting(cluster: Cluster) -> None:
     assert stats["SELECT COUNT(*) FROM corder"].shard_calls == 4
 
     # Targeting a shard: statements go there unrouted.
-    t = g.session()
+    t = g.session(identity=TRUSTED)
     await g.execute(t, "USE `commerce:80-c0`")
     r = await g.execute(t, "SELECT COUNT(*) FROM corder")
     placed = await shard_rows(cluster, "commerce", "SELECT COUNT(*) FROM corder")
@@ -466,7 +468,7 @@ async def test_explain_stats_batch_and_targeting(cluster: Cluster) -> None:
 
 async def test_gate_statements_are_typed_and_answered(cluster: Cluster) -> None:
     g = cluster.gate
-    s = g.session()
+    s = g.session(identity=TRUSTED)
     r = await g.execute(s, "SHOW VITESS_SHARDS")
     assert r.fields == ["Shards"]
     assert r.rows == [("commerce/-40",), ("commerce/40-80",), ("commerce/80-c0",),
@@ -511,6 +513,7 @@ async def test_gate_statements_are_typed_and_answered(cluster: Cluster) -> None:
 async def test_a_scatter_stream_over_empty_shards_sends_its_fields(cluster: Cluster) -> None:
     """The first chunk of stream_execute has the fields even when no shard has a row."""
     g = cluster.gate
-    chunks = [c async for c in g.stream_execute(g.session(), "SELECT * FROM customer")]
+    chunks = [c async for c in g.stream_execute(g.session(identity=TRUSTED),
+                                                "SELECT * FROM customer")]
     assert chunks and chunks[0].fields == ["customer_id", "email", "name"]
     assert sum(len(c.rows) for c in chunks) == 0

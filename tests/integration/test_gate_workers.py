@@ -26,6 +26,7 @@ import pymysql
 import pytest
 
 from shardgate.api.client import GateClient
+from shardgate.auth.identity import TRUSTED
 from shardgate.cli.cluster import wait_for_tablets
 from shardgate.cli.common import shardgate_command
 from shardgate.gate import Gate
@@ -103,7 +104,7 @@ async def topo_url(make_database: Callable[..., str], tmp_path: Path) -> str:
     }}})
     setup = Gate.open(topology)
     try:
-        s = setup.session()
+        s = setup.session(identity=TRUSTED)
         await setup.execute(s, "CREATE TABLE t (id BIGINT PRIMARY KEY, v VARCHAR(16))")
         for i in range(10):
             await setup.execute(s, "INSERT INTO t (id, v) VALUES (:id, :v)",

@@ -10,6 +10,7 @@ import pytest
 
 from shardgate.api.client import GateClient
 from shardgate.api.server import serve
+from shardgate.auth.identity import TRUSTED
 from shardgate.errors import (
     AlreadyExists,
     Code,
@@ -29,10 +30,10 @@ class Served:
 
 async def set_up_embedded(gate: Gate) -> None:
     """Tables of the default cluster and its sequence rows."""
-    s = gate.session("commerce")
+    s = gate.session("commerce", identity=TRUSTED)
     for ddl in COMMERCE_DDL:
         await gate.execute(s, ddl)
-    ls = gate.session("lookup")
+    ls = gate.session("lookup", identity=TRUSTED)
     for ddl in LOOKUP_DDL:
         await gate.execute(ls, ddl)
     for seq in SEQUENCE_ROWS:

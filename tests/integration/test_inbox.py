@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from shardgate.auth.identity import TRUSTED
 from shardgate.errors import Code, FailedPrecondition, InvalidArgument, NotFound
 from shardgate.queues.inbox import sql as inbox_sql
 from shardgate.queues.inbox.model import US, InboxOptions, Pointer
@@ -47,7 +48,7 @@ async def scenario_append_joins_the_callers_transaction(cluster: Cluster, name: 
     gate = cluster.gate
     store = InboxStore(gate, "commerce", name)
     await store.create()
-    s = gate.session("commerce")
+    s = gate.session("commerce", identity=TRUSTED)
 
     await gate.begin(s)
     await gate.execute(s, "INSERT INTO corder (order_id, customer_id, sku, price) "
@@ -86,7 +87,7 @@ async def scenario_late_commit_below_the_pointer_is_delivered(cluster: Cluster, 
     gate = cluster.gate
     store = InboxStore(gate, "commerce", name, InboxOptions(rescan_window_s=60))
     await store.create()
-    slow = gate.session("commerce")
+    slow = gate.session("commerce", identity=TRUSTED)
     await gate.begin(slow)
     late = await store.append(7, "slow writer", session=slow)  # ts taken now
     fast = await store.append(7, "fast writer")  # later ts, committed first
@@ -236,7 +237,7 @@ async def scenario_errors_have_codes(cluster: Cluster, name: str) -> None:
 
     # A bucket that does not exist yet is not created inside a transaction.
     clock.t += DAY
-    s = gate.session("commerce")
+    s = gate.session("commerce", identity=TRUSTED)
     await gate.begin(s)
     with pytest.raises(FailedPrecondition) as fp:
         await store.append(1, "tomorrow", session=s)

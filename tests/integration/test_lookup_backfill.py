@@ -23,6 +23,7 @@ from typing import Any
 
 import psycopg
 
+from shardgate.auth.identity import TRUSTED
 from shardgate.gate import Gate
 from shardgate.topo.model import Topology
 from shardgate.topo.server import TopoServer
@@ -51,7 +52,7 @@ CREATE_ARGS = ("create", "--keyspace", "app", "--table-owner", "owner", "--colum
 async def _writer(gate: Gate, stop: asyncio.Event, seed: int, counts: dict[str, int]) -> None:
     """Inserts, updates of the looked-up column and deletes through the gate until stopped."""
     rnd = random.Random(seed)
-    s = gate.session("app")
+    s = gate.session("app", identity=TRUSTED)
     next_id = ROWS + 1 + seed * 10_000_000
     while not stop.is_set():
         op = rnd.random()
@@ -123,7 +124,7 @@ async def test_backfill_while_writing_survives_sigkill_and_externalizes(
         "app": {"shards": shards, "vschema": VSCHEMA},
         "lk": {"shards": {"0": lk}, "vschema": {"sharded": False}}}}))
     gate = await Gate.from_topo(server)  # the writers' gate, following the store
-    s = gate.session("app")
+    s = gate.session("app", identity=TRUSTED)
     try:
         await gate.execute(s, "CREATE TABLE owner (id BIGINT PRIMARY KEY, "
                               "email VARCHAR(64) NOT NULL, n INT)")
@@ -204,7 +205,7 @@ async def test_backfill_while_writing_survives_sigkill_and_externalizes(
     gate = await Gate.from_topo(server, watch=False)
     try:
         email, _ = sorted(owner_pairs)[len(owner_pairs) // 2]
-        s = gate.session("app")
+        s = gate.session("app", identity=TRUSTED)
         plan = gate.explain("SELECT id FROM owner WHERE email = :e", "app")
         assert plan["Instructions"]["Variant"] == "EqualUnique"
         found = await gate.execute(s, "SELECT email FROM owner WHERE email = :e", {"e": email})

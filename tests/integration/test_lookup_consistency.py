@@ -23,6 +23,7 @@ from typing import Any
 
 from Crypto.Cipher import DES
 
+from shardgate.auth.identity import TRUSTED
 from shardgate.backends import open_backend
 from shardgate.errors import Code, ShardgateError
 from shardgate.gate import Gate
@@ -82,11 +83,11 @@ async def test_random_dml_keeps_lookups_consistent(
     }, "default_keyspace": "app"})
     gate = Gate.open(topo)
     try:
-        s = gate.session()
+        s = gate.session(identity=TRUSTED)
         for ddl in DDL:
             await gate.execute(s, ddl)
         for ddl in LOOKUP_DDL:
-            await gate.execute(gate.session("lk"), ddl)
+            await gate.execute(gate.session("lk", identity=TRUSTED), ddl)
         rng = random.Random(7)
         ids: set[int] = set()
         duplicates = 0

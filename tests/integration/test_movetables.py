@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from shardgate.auth.identity import TRUSTED
 from shardgate.backends import open_backend
 from shardgate.cli.app import main as cli_main
 from shardgate.errors import FailedPrecondition, InvalidArgument, ShardgateError
@@ -63,7 +64,7 @@ class Writers:
 
     async def _run(self, k: int) -> None:
         rnd = random.Random(k)
-        s = self.gate.session("src")
+        s = self.gate.session("src", identity=TRUSTED)
         next_id = 10_000_000 * (k + 1)
         while not self.stop.is_set():
             table = rnd.choice(TABLES)
@@ -113,7 +114,7 @@ async def _cluster(make_database: Any, tmp_path: Path, kind: str
         "dst": {"shards": dst, "vschema": DST_VSCHEMA}}}))
     await server.close()
     gate = await Gate.from_topo(TopoServer(open_topo_store(topo)))
-    s = gate.session("src")
+    s = gate.session("src", identity=TRUSTED)
     model: Model = {}
     for table in TABLES:
         await gate.execute(s, f"CREATE TABLE {table} (id BIGINT PRIMARY KEY, "
@@ -139,7 +140,7 @@ async def _reads_target(gate: Gate, dst: dict[str, str], *, outside: bool, insid
     marker = _marker()
     try:
         await backend.execute(f"INSERT INTO t (id, v, n) VALUES ({m}, 'marker', 0)", (marker,))
-        s = gate.session("src")
+        s = gate.session("src", identity=TRUSTED)
         sql = "SELECT v FROM t WHERE id = :i"
         got = (await gate.execute(s, sql, {"i": marker})).rows
         assert got == ([("marker",)] if outside else []), got
@@ -189,7 +190,7 @@ async def _move(kind: str, make_database: Any, tmp_path: Path,
         await _wait(lambda: "src.t" in gate.vschema.routing_rules, "rules did not reach")
         # t and src.t still go to src; dst.t is addressable (the copy)
         await _reads_target(gate, dst, outside=False, inside=False)
-        s = gate.session("src")
+        s = gate.session("src", identity=TRUSTED)
         n = (await gate.execute(s, "SELECT COUNT(*) FROM dst.t")).rows[0][0]
         assert n >= ROWS // 2
 
@@ -232,7 +233,7 @@ async def _move(kind: str, make_database: Any, tmp_path: Path,
         await flow.close()
         await server.close()
     assert min(writers.counts.values()) > 0, writers.counts
-    s = gate.session("src")
+    s = gate.session("src", identity=TRUSTED)
     for table in TABLES:
         n = (await gate.execute(s, f"SELECT COUNT(*) FROM {table}")).rows[0][0]
         assert n == sum(1 for (t, _) in model if t == table)
@@ -280,7 +281,7 @@ async def test_cancel_drops_the_copies_and_rules(make_database: Any, tmp_path: P
         await _wait(lambda: not gate.vschema.routing_rules
                     and not gate.vschema.read_routing_rules, "cancel did not reach")
         assert "t" not in gate.vschema.keyspace("dst").tables
-        s = gate.session("src")
+        s = gate.session("src", identity=TRUSTED)
         assert (await gate.execute(s, "SELECT COUNT(*) FROM t")).rows[0][0] == ROWS
         backend = open_backend(dst["-80"])
         try:

@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from shardgate.auth.identity import TRUSTED
 from shardgate.backends import open_backend
 from shardgate.errors import InvalidArgument, ShardgateError, Unsupported
 from shardgate.gate import Gate
@@ -86,7 +87,7 @@ class Writers:
         await asyncio.gather(*self.tasks)
 
     async def _numbered(self) -> None:
-        s = self.gate.session("src")
+        s = self.gate.session("src", identity=TRUSTED)
         while not self.stop.is_set():
             note = f"n{self.counts['numbered']}"
             res = await self.gate.execute(s, "INSERT INTO s (note) VALUES (:n)", {"n": note})
@@ -99,7 +100,7 @@ class Writers:
 
     async def _run(self, k: int) -> None:
         rnd = random.Random(k)
-        s = self.gate.session("src")
+        s = self.gate.session("src", identity=TRUSTED)
         while not self.stop.is_set():
             mine = [i for (t, i) in self.model if t == "t" and i % 2 == k]
             op = rnd.random()
@@ -151,10 +152,10 @@ async def _cluster(make_database: Any, tmp_path: Path, kind: str
         "seq": {"shards": {"0": make_database(kind, "msq")}, "vschema": SEQ_VSCHEMA}}}))
     await server.close()
     gate = await Gate.from_topo(TopoServer(open_topo_store(topo)))
-    q = gate.session("seq")
+    q = gate.session("seq", identity=TRUSTED)
     await gate.execute(q, "CREATE TABLE s_seq (id INT PRIMARY KEY, next_id BIGINT, cache BIGINT)")
     await gate.execute(q, "INSERT INTO s_seq (id, next_id, cache) VALUES (0, 1, 5)")
-    s = gate.session("src")
+    s = gate.session("src", identity=TRUSTED)
     await gate.execute(s, "CREATE TABLE t (id BIGINT PRIMARY KEY, g BIGINT NOT NULL, "
                           "v VARCHAR(64) NOT NULL, n INT NOT NULL)")
     await gate.execute(s, "CREATE TABLE s (id BIGINT PRIMARY KEY, note VARCHAR(32) NOT NULL)")

@@ -23,7 +23,7 @@ import pytest
 from shardgate.api.mysql import serve_mysql
 from shardgate.auth.acl import TableACL
 from shardgate.auth.guard import Guard
-from shardgate.auth.identity import Identity
+from shardgate.auth.identity import TRUSTED, Identity
 from shardgate.errors import Code, PermissionDenied, ShardgateError
 from shardgate.gate import Gate
 from shardgate.gate.limits import GateLimits
@@ -46,7 +46,7 @@ def _topology(urls: list[str]) -> Topology:
 async def _open(make_database: Callable[..., str], limits: GateLimits | None = None) -> Gate:
     urls = [make_database("mysql", f"wire{i}") for i in range(2)]
     gate = Gate.open(_topology(urls), pool_size=2, limits=limits)
-    s = gate.session("wire")
+    s = gate.session("wire", identity=TRUSTED)
     await gate.execute(s, "CREATE TABLE t (id BIGINT PRIMARY KEY, k BIGINT, v VARCHAR(20),"
                           " b VARBINARY(8), d DECIMAL(10, 3), ts DATETIME(3), f DOUBLE,"
                           " j JSON, n INT)")
@@ -88,7 +88,7 @@ def _connect(port: int) -> Any:
 
 
 async def test_execute_wire_answers_point_reads_of_mariadb_shards_only(gate: Gate) -> None:
-    s = gate.session("wire")
+    s = gate.session("wire", identity=TRUSTED)
     wire = await gate.execute_wire(s, "SELECT id, v FROM t WHERE k = :k ORDER BY id", {"k": 7})
     assert isinstance(wire, WireResult) and len(wire.columns) == 2 and len(wire.rows) == 2
     # not a point read: the caller runs execute()
@@ -173,7 +173,7 @@ async def test_table_acls_apply_to_wire_reads(gate: Gate) -> None:
     gate.guard = Guard(TableACL.from_mapping({"table_groups": [
         {"name": "all", "table_names_or_prefixes": ["%"], "readers": ["bob"],
          "writers": [], "admins": []}]}))
-    s = gate.session("wire")
+    s = gate.session("wire", identity=TRUSTED)
     s.identity = Identity("mallory")
     with pytest.raises(PermissionDenied):
         await gate.execute_wire(s, "SELECT v FROM t WHERE k = 8")
@@ -185,7 +185,7 @@ async def test_result_limits_apply_to_wire_reads(make_database: Callable[..., st
     gate = await _open(make_database, GateLimits(result_limits=ResultLimits(max_rows=20)))
     listener, port = await serve_mysql(gate, "127.0.0.1", 0)
     try:
-        s = gate.session("wire")
+        s = gate.session("wire", identity=TRUSTED)
         with pytest.raises(ShardgateError) as info:
             await gate.execute_wire(s, "SELECT id FROM t WHERE k = 9")  # 30 rows
         assert info.value.code is Code.RESOURCE_EXHAUSTED
@@ -209,7 +209,7 @@ async def test_result_limits_apply_to_wire_reads(make_database: Callable[..., st
 
 
 async def test_a_wire_read_past_the_query_timeout_is_stopped_on_the_shard(gate: Gate) -> None:
-    s = gate.session("wire")
+    s = gate.session("wire", identity=TRUSTED)
     await gate.execute(s, "SET query_timeout_ms = 300")
     slow = "SELECT BENCHMARK(20000000000, MD5(v)) FROM t WHERE k = 8"
     with pytest.raises(ShardgateError) as info:
@@ -248,7 +248,7 @@ async def test_wire_reads_through_tablet_processes(
     procs = await serve_with_processes(_topology(urls), tmp_path / "procs")
     try:
         gate = procs.gate
-        s = gate.session("wire")
+        s = gate.session("wire", identity=TRUSTED)
         await gate.execute(s, "CREATE TABLE t (id BIGINT PRIMARY KEY, k BIGINT, v VARCHAR(20),"
                               " d DECIMAL(10, 3))")
         for i, (k, v) in enumerate([(7, "é ü"), (7, "x%y"), (8, None)], start=1):

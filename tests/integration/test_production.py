@@ -24,6 +24,7 @@ import pytest
 from shardgate.api.http import HttpServer
 from shardgate.api.security import ClientSecurity
 from shardgate.api.tablet_client import GrpcTabletClient
+from shardgate.auth.identity import TRUSTED
 from shardgate.errors import Code, OutcomeUnknown, ShardgateError
 from shardgate.gate import Gate
 from shardgate.keys import KeyRange
@@ -52,7 +53,7 @@ async def pair(make_database: Callable[..., str], tmp_path: Path) -> AsyncIterat
         "app": {"shards": urls, "vschema": VSCHEMA}}})
     setup = Gate.open(topo)
     try:
-        await setup.execute(setup.session(),
+        await setup.execute(setup.session(identity=TRUSTED),
                             "CREATE TABLE w (id BIGINT PRIMARY KEY, v VARCHAR(32))")
     finally:
         await setup.close()
@@ -60,7 +61,7 @@ async def pair(make_database: Callable[..., str], tmp_path: Path) -> AsyncIterat
                                        extra=("--idle-timeout", "1.5", "--drain-timeout", "5"))
     try:
         await procs.gate.execute(
-            procs.gate.session(),
+            procs.gate.session(identity=TRUSTED),
             "CREATE QUEUE jobs (user_id BIGINT NOT NULL, body VARCHAR(64)) SHARD BY user_id "
             "WITH (ack_wait = 2, min_backoff = 0.2)")
         yield procs
@@ -94,7 +95,7 @@ class Load:
                 f"acked={len(self.acked)}, errors={self.errors[:3]})")
 
     async def writer(self, first: int) -> None:
-        s = self.gate.session("app")
+        s = self.gate.session("app", identity=TRUSTED)
         n = first
         while not self.stop.is_set():
             n += 1
@@ -108,7 +109,7 @@ class Load:
             await asyncio.sleep(0.005)
 
     async def producer(self) -> None:
-        s = self.gate.session("app")
+        s = self.gate.session("app", identity=TRUSTED)
         n = 0
         while not self.stop.is_set():
             n += 1
@@ -256,7 +257,7 @@ async def test_change_stream_resumes_on_the_new_lease_holder(pair: TabletProcess
 
 async def test_replica_reads_go_to_a_standby(pair: TabletProcesses) -> None:
     gate = pair.gate
-    s = gate.session("app")
+    s = gate.session("app", identity=TRUSTED)
     await gate.execute(s, "INSERT INTO w (id, v) VALUES (1, 'a')")
     await gate.execute(s, "USE app@replica")
     assert (await gate.execute(s, "SELECT v FROM w WHERE id = 1")).rows == [("a",)]
@@ -273,7 +274,7 @@ async def test_replica_reads_go_to_a_standby(pair: TabletProcesses) -> None:
 async def test_drain_hands_the_lease_over_and_finishes_open_work(pair: TabletProcesses) -> None:
     gate = pair.gate
     shard = "-80"
-    s = gate.session("app")
+    s = gate.session("app", identity=TRUSTED)
     await gate.execute(s, "BEGIN")
     await gate.execute(s, "INSERT INTO w (id, v) VALUES (1, 'in-tx')")  # 1 hashes to -80
     assert ("app", shard) in s.shard_txs
@@ -285,14 +286,15 @@ async def test_drain_hands_the_lease_over_and_finishes_open_work(pair: TabletPro
     await gate.execute(s, "COMMIT")
     pair.procs[old].join(10)
     assert pair.procs[old].exitcode == 0
-    assert (await gate.execute(gate.session("app"), "SELECT v FROM w WHERE id = 1")).rows == \
+    assert (await gate.execute(gate.session("app", identity=TRUSTED),
+                               "SELECT v FROM w WHERE id = 1")).rows == \
         [("in-tx",)]
 
 
 async def test_a_dead_gates_transactions_are_rolled_back(pair: TabletProcesses) -> None:
     """A gate that stops sending health checks: its open transaction is rolled back."""
     gate = pair.gate
-    s = gate.session("app")
+    s = gate.session("app", identity=TRUSTED)
     await gate.execute(s, "BEGIN")
     await gate.execute(s, "INSERT INTO w (id, v) VALUES (1, 'held')")  # takes a row lock
     await pair.fleet.close()  # the gate goes silent (as if it died): no more health checks
@@ -320,7 +322,7 @@ async def test_a_hung_tablet_never_hangs_a_call(pair: TabletProcesses) -> None:
     try:
         start = time.monotonic()
         with pytest.raises(ShardgateError) as err:  # 1 hashes to -80
-            await asyncio.wait_for(gate.execute(gate.session("app"),
+            await asyncio.wait_for(gate.execute(gate.session("app", identity=TRUSTED),
                                                 "INSERT INTO w (id, v) VALUES (1, 'x')"), 30)
         # Sent before the gate noticed: outcome unknown; after: no serving lease holder.
         assert err.value.code in (Code.UNKNOWN, Code.UNAVAILABLE), err.value
@@ -332,7 +334,7 @@ async def test_a_hung_tablet_never_hangs_a_call(pair: TabletProcesses) -> None:
 async def test_segmented_queue_through_tablet_processes(pair: TabletProcesses) -> None:
     """Jobs stored through the gate (QueueEnqueue on the holder), received, acked."""
     gate = pair.gate
-    await gate.execute(gate.session("app"),
+    await gate.execute(gate.session("app", identity=TRUSTED),
                        "CREATE QUEUE seg (user_id BIGINT NOT NULL, body TEXT) SHARD BY user_id "
                        "WITH (storage = segmented, ack_wait = 2, batch_size = 16)")
     jobs = [(k, f"u{k} #{i}") for i in range(5) for k in range(8)]
@@ -373,7 +375,7 @@ async def test_tablets_accept_only_the_gates_credential(
         topo, tmp_path / "tablets", extra=("--users-file", str(users), "--allow-user", "gate"),
         tablet_security=ClientSecurity(user="gate", password="gate-pw"))
     try:
-        s = procs.gate.session("u")
+        s = procs.gate.session("u", identity=TRUSTED)
         assert (await procs.gate.execute(s, "SELECT 1")).rows == [(1,)]
         # the console lists the registered tablet processes with role and health
         console = HttpServer(procs.gate, "127.0.0.1", 0)

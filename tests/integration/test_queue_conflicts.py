@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from shardgate.auth.identity import TRUSTED
 from shardgate.gate import Gate
 from shardgate.topo.model import Topology
 from tests.integration.test_reshard_queue import VSCHEMA
@@ -32,7 +33,7 @@ async def test_a_lock_conflict_neither_stops_the_manager_nor_ends_the_receiver(
     path = tmp_path / "q.db"
     gate = Gate.open(Topology.from_dict({"keyspaces": {"app": {
         "shards": {"-": f"sqlite:///{path}?busy_timeout=100"}, "vschema": VSCHEMA}}}))
-    s = gate.session("app")
+    s = gate.session("app", identity=TRUSTED)
     locker: sqlite3.Connection | None = None
     try:
         await gate.execute(s, QUEUE)

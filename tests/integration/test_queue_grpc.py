@@ -10,6 +10,7 @@ import pytest
 
 from shardgate.api.client import GateClient
 from shardgate.api.server import serve
+from shardgate.auth.identity import TRUSTED
 from shardgate.client.queues import QueueReceiver
 from shardgate.gate import Gate
 from shardgate.topo.embedded import embedded_topology
@@ -31,7 +32,7 @@ async def served(
         gate = Gate.open(embedded_topology(tmp_path))
     try:
         await gate.execute(
-            gate.session("commerce"),
+            gate.session("commerce", identity=TRUSTED),
             "CREATE QUEUE jobs (customer_id BIGINT NOT NULL, body VARCHAR(64)) "
             "SHARD BY customer_id WITH (ack_wait = 5)",
         )
@@ -48,7 +49,7 @@ async def served(
 
 
 async def enqueue(gate: Gate, n: int) -> None:
-    s = gate.session("commerce")
+    s = gate.session("commerce", identity=TRUSTED)
     await gate.execute(s, "BEGIN")
     for i in range(n):
         await gate.execute(s, "INSERT INTO jobs (customer_id, body) VALUES (:c, :b)",
@@ -72,7 +73,7 @@ async def test_async_receive_and_ack(served: tuple[Gate, str]) -> None:
 
         await asyncio.wait_for(run(), 30)
     assert sorted(got) == sorted(f"job {i}" for i in range(12))
-    r = await gate.execute(gate.session("commerce"),
+    r = await gate.execute(gate.session("commerce", identity=TRUSTED),
                            "SELECT COUNT(*) FROM jobs WHERE state = 'acked'")
     assert r.rows == [(12,)]
 
@@ -94,6 +95,6 @@ async def test_sync_receiver(served: tuple[Gate, str]) -> None:
 
     got = await asyncio.wait_for(asyncio.to_thread(consume), 60)
     assert sorted(got) == sorted(f"job {i}" for i in range(8))
-    r = await gate.execute(gate.session("commerce"),
+    r = await gate.execute(gate.session("commerce", identity=TRUSTED),
                            "SELECT COUNT(*) FROM jobs WHERE state = 'acked'")
     assert r.rows == [(8,)]

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from shardgate.auth.identity import TRUSTED
 from shardgate.errors import Code, ShardgateError
 from shardgate.gate import Gate
 from shardgate.keys import KeyRange
@@ -69,7 +70,7 @@ async def gate(
 
 async def create(gate: Gate, options: str = "ack_wait = 0.4, min_backoff = 0.1") -> None:
     await gate.execute(
-        gate.session(),
+        gate.session(identity=TRUSTED),
         "CREATE QUEUE jobs (user_id BIGINT NOT NULL, body VARCHAR(64), grp BIGINT) "
         f"SHARD BY user_id WITH ({options})",
     )
@@ -98,7 +99,7 @@ async def receive(gate: Gate, n: int, *, timeout: float = 10, ack: bool = True,
 
 async def insert(gate: Gate, rows: list[tuple[int, str]], *, tx: bool = True,
                  extra: str = "") -> None:
-    s = gate.session()
+    s = gate.session(identity=TRUSTED)
     values = ", ".join(f"({u}, '{b}'{extra})" for u, b in rows)
     cols = "user_id, body" + (", grp" if extra else "")
     if tx:
@@ -125,7 +126,7 @@ async def wait_for_condition(cond: Callable[[], bool], timeout: float) -> None:
 
 async def test_transactional_enqueue_fire_and_ack(gate: Gate) -> None:
     await create(gate)
-    s = gate.session()
+    s = gate.session(identity=TRUSTED)
     await gate.execute(s, "CREATE TABLE account (user_id BIGINT PRIMARY KEY, n INT)")
     gate.topology.keyspace("app").vschema["tables"]["account"] = {
         "column_vindexes": [{"column": "user_id", "name": "hash"}]}
@@ -163,7 +164,7 @@ async def test_unacked_event_fires_again_with_backoff_then_fails(gate: Gate) -> 
                 await asyncio.wait_for(anext(stream), 0.5)
                 await asyncio.wait_for(anext(stream), 0.5)
     # inspectable, and requeued by hand
-    s = gate.session()
+    s = gate.session(identity=TRUSTED)
     r = await gate.execute(s, "SELECT state, epoch FROM jobs WHERE user_id = 1")
     assert r.rows == [("failed", 3)]
 
@@ -171,7 +172,7 @@ async def test_unacked_event_fires_again_with_backoff_then_fails(gate: Gate) -> 
 async def test_scheduled_events_never_fire_early(gate: Gate) -> None:
     await create(gate)
     at = time.time_ns() + 700_000_000
-    s = gate.session()
+    s = gate.session(identity=TRUSTED)
     await gate.execute(
         s, "INSERT INTO jobs (user_id, body, time_scheduled) VALUES (1, 'later', :t), "
         "(2, 'now', :n)", {"t": at, "n": time.time_ns()})
@@ -184,7 +185,7 @@ async def test_scheduled_events_never_fire_early(gate: Gate) -> None:
 async def test_scheduled_lateness_under_load(gate: Gate) -> None:
     """500 events scheduled over 1.5 s while 1000 immediate ones flow: none early."""
     await create(gate, "batch_size = 64")
-    s = gate.session()
+    s = gate.session(identity=TRUSTED)
     base = time.time_ns() + 300_000_000
     sched = {i: base + (i * 3_000_000) for i in range(500)}
     rows = ", ".join(f"({i}, 's{i}', {t})" for i, t in sched.items())
@@ -224,7 +225,7 @@ async def test_ack_in_sql_and_disconnected_receiver_loses_nothing(gate: Gate) ->
     # (30 s; the 15 s bound leaves room for a loaded machine and tablet processes)
     got = await receive(gate, 10, ack=False, timeout=15)
     assert {e.id for e in first} <= {e.id for e in got}
-    s = gate.session()
+    s = gate.session(identity=TRUSTED)
     await gate.execute(s, "begin")
     for e in got:
         await gate.execute(s, "UPDATE jobs SET state = 'acked' WHERE id = :id", {"id": e.id})
@@ -292,7 +293,7 @@ async def test_drop_queue_stops_it_and_frees_the_name(gate: Gate) -> None:
     receiver = gate.queue_receive("app", "jobs")
     first = await asyncio.wait_for(receiver.__anext__(), 10)  # the fields: it is subscribed
     assert first.fields
-    await gate.execute(gate.session(), "DROP QUEUE jobs")
+    await gate.execute(gate.session(identity=TRUSTED), "DROP QUEUE jobs")
 
     async def drain() -> None:
         async for _batch in receiver:
@@ -303,7 +304,7 @@ async def test_drop_queue_stops_it_and_frees_the_name(gate: Gate) -> None:
     assert ended.value.code is Code.NOT_FOUND and "dropped" in str(ended.value), ended.value
     assert "jobs" not in gate.vschema.keyspace("app").tables
     with pytest.raises(ShardgateError):
-        await gate.execute(gate.session(), "SELECT COUNT(*) FROM jobs")
+        await gate.execute(gate.session(identity=TRUSTED), "SELECT COUNT(*) FROM jobs")
     await create(gate)
     await insert(gate, [(4, "new")])
     got = await receive(gate, 1)
@@ -331,7 +332,7 @@ async def test_lease_only_holder_dispatches(backend_kind: str,
         "sharded": False, "tables": {}}}}})
     gate = Gate(topo, {("app", "0"): LocalTabletClient(a)})
     try:
-        await gate.execute(gate.session("app"),
+        await gate.execute(gate.session("app", identity=TRUSTED),
                            "CREATE QUEUE jobs (user_id BIGINT, body VARCHAR(64)) "
                            "WITH (ack_wait = 0.5)")
         a.queues.start()
@@ -340,7 +341,7 @@ async def test_lease_only_holder_dispatches(backend_kind: str,
         await b.queues.detect()
         await asyncio.sleep(0.3)
         assert a.queues.leader and not b.queues.leader
-        await gate.execute(gate.session("app"),
+        await gate.execute(gate.session("app", identity=TRUSTED),
                            "INSERT INTO jobs (user_id, body) VALUES (1, 'x')")
         got = await receive(gate, 1)
         assert got[0].epoch == 1
@@ -395,7 +396,7 @@ async def test_event_of_a_long_transaction_fires_at_its_commit(
         await create(gate, "ack_wait = 30, window = 60")
         got: list[QueueEvent] = []
         receiving = asyncio.create_task(receive(gate, 2, timeout=40, received=got))
-        long_tx = gate.session()
+        long_tx = gate.session(identity=TRUSTED)
         await gate.execute(long_tx, "begin")
         await gate.execute(long_tx, "INSERT INTO jobs (user_id, body) VALUES (1, 'long')")
         await asyncio.sleep(SCAN_SLACK_NS / 1e9 + 1.0)
@@ -420,7 +421,8 @@ async def test_new_event_scans_read_only_rows_not_seen(
     try:
         await create(gate, "ack_wait = 30, window = 60")
         old = time.time_ns() - 10 * 1_000_000_000  # a backlog scheduled 10 s ago
-        await gate.execute(gate.session(), "INSERT INTO jobs (user_id, body, time_scheduled) "
+        await gate.execute(gate.session(identity=TRUSTED),
+                           "INSERT INTO jobs (user_id, body, time_scheduled) "
                            "VALUES " + ", ".join(f"({u}, 'old', {old})" for u in range(1000)))
         queues = next(iter(gate.tablets.values())).tablet.queues  # type: ignore[attr-defined]
         queues.start()  # takes the lease: the manager runs, no receiver yet
@@ -463,7 +465,7 @@ async def test_an_ack_inside_a_transaction_holding_the_only_pooled_connection(
         await create(gate, "ack_wait = 30")
         await insert(gate, [(1, "a")], tx=False)
         got = await receive(gate, 1, ack=False)
-        s = gate.session()
+        s = gate.session(identity=TRUSTED)
         await gate.execute(s, "begin")
         await gate.execute(s, "SELECT count(*) FROM jobs WHERE user_id = 1")  # holds the pool
         await asyncio.wait_for(gate.queue_ack("app", "jobs", got[0].shard, [got[0].id]), 10)

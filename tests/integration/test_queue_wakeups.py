@@ -26,6 +26,7 @@ from typing import Any
 
 import pytest
 
+from shardgate.auth.identity import TRUSTED
 from shardgate.backends import bulk
 from shardgate.client.sync import LoopThread
 from shardgate.gate import Gate
@@ -49,7 +50,7 @@ FIRST_EVENT_MS = 5000.0
 async def cluster(backend_kind: str, make_database: Callable[..., str]) -> AsyncIterator[Cluster]:
     c = await open_cluster(backend_kind, make_database)
     try:
-        await c.gate.execute(c.gate.session("commerce"), QUEUE)
+        await c.gate.execute(c.gate.session("commerce", identity=TRUSTED), QUEUE)
         yield c
     finally:
         await c.gate.close()
@@ -149,7 +150,7 @@ async def test_events_through_another_gate_fire_at_once(cluster: Cluster) -> Non
         latency_ms = []
         for n, (via, gate) in enumerate([("the leader's own gate", cluster.gate),
                                          ("another gate", other)], start=1):
-            await gate.execute(gate.session("commerce"),
+            await gate.execute(gate.session("commerce", identity=TRUSTED),
                                "INSERT INTO jobs (customer_id, body) VALUES (7, 'hello')")
             committed = time.time_ns()
             await rx.wait_for(n, 30)

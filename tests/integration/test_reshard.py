@@ -24,6 +24,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from shardgate.api.http import HttpServer
+from shardgate.auth.identity import TRUSTED
 from shardgate.backends import open_backend
 from shardgate.backends.base import transaction
 from shardgate.cli.app import main as cli_main
@@ -86,7 +87,7 @@ class Writers:
 
     async def _run(self, k: int) -> None:
         rnd = random.Random(k)
-        s = self.gate.session("app")
+        s = self.gate.session("app", identity=TRUSTED)
         next_id = self.last_ids.get(k, 10_000_000 * (k + 1))
         while not self.stop.is_set():
             mine = [i for i in self.model if i % WRITERS == k]
@@ -197,7 +198,7 @@ async def _reshard(topo: str, writers: Writers, gate: Gate, sources: list[str],
         try:
             await _wait(lambda: follower.doc.get("runner") is not None, "no follower")
             mine = max(i for i in writers.model if i % WRITERS == 0)
-            s = gate.session("app")
+            s = gate.session("app", identity=TRUSTED)
             # a bound for a stuck follower, not a speed goal: a resumed PostgreSQL reader
             # decodes from its slot's restart point, slow on a machine running 4 workers
             deadline = time.monotonic() + 30
@@ -265,7 +266,7 @@ async def _read_from_target(gate: Gate, targets: dict[str, str]) -> None:
     try:
         await backend.execute(f"INSERT INTO t (id, v, n) VALUES ({mark}, 'marker', 0)",
                               (marker,))
-        s = gate.session("app")
+        s = gate.session("app", identity=TRUSTED)
         found = await gate.execute(s, "SELECT v FROM t WHERE id = :i", {"i": marker})
         assert found.rows == [("marker",)]
         await backend.execute(f"DELETE FROM t WHERE id = {mark}", (marker,))
@@ -295,7 +296,7 @@ async def _cluster(make_database: Any, tmp_path: Path, kind: str, rows: int = RO
     await server.import_topology(Topology.from_dict(
         {"keyspaces": {"app": {"shards": shards, "vschema": VSCHEMA}}}))
     gate = await Gate.from_topo(server)
-    s = gate.session("app")
+    s = gate.session("app", identity=TRUSTED)
     await gate.execute(s, DDL)
     model: Model = {}
     for start in range(1, rows + 1, 250):
@@ -501,7 +502,7 @@ async def test_gate_holds_frozen_writes_and_aborts_frozen_transactions(
         on_80 = next(i for i in range(ROWS + 1, ROWS + 1000)
                      if parse_shard_name("-80").contains(HASH.map([i])[0][0]))
         await backend.execute(trigger)
-        s = gate.session("app")
+        s = gate.session("app", identity=TRUSTED)
         await gate.execute(s, "BEGIN")
         await gate.execute(s, "UPDATE t SET n = 5 WHERE id = 1")
         with pytest.raises(Aborted, match="reshard"):
@@ -552,7 +553,7 @@ async def test_gate_holds_frozen_batches_and_streamed_writes(
 
     insert = "INSERT INTO t (id, v, n) VALUES (:i, 'b', 0)"
     try:
-        s = gate.session("app")
+        s = gate.session("app", identity=TRUSTED)
         await freeze()
         # in the caller's transaction: ABORTED, the transaction rolled back
         await gate.execute(s, "BEGIN")

@@ -28,6 +28,7 @@ from typing import Any
 
 import pytest
 
+from shardgate.auth.identity import TRUSTED
 from shardgate.backends import open_backend
 from shardgate.backends.change_log import open_change_log
 from shardgate.backends.changes import Heartbeat, Transaction
@@ -54,7 +55,7 @@ TABLES = {"t", "jobs", *lookup.TABLES}
 
 
 async def _seed(gate: Gate) -> tuple[plain.Model, lookup.Model]:
-    s = gate.session("app")
+    s = gate.session("app", identity=TRUSTED)
     for sql in (plain.DDL, *lookup.DDL, queue.QUEUE):
         await gate.execute(s, sql)
     rows: plain.Model = {}

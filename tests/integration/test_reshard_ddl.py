@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from shardgate.auth.identity import TRUSTED
 from shardgate.backends import open_backend
 from shardgate.errors import AlreadyExists, ShardgateError, Unsupported
 from shardgate.gate import Gate
@@ -124,7 +125,7 @@ def _id_on(shard: str, avoid: set[int], start: int) -> int:
 async def check_targets(gate: Gate, keyspace: str, targets: dict[str, str], same_kind: bool,
                         model: Model, source_def: TableDef) -> None:
     """Defaults, unique, check and indexes on the targets, through ``gate``."""
-    s = gate.session(keyspace)
+    s = gate.session(keyspace, identity=TRUSTED)
     for name, url in targets.items():
         assert await _indexes(url) == {(True, ("v",)), (False, ("n", "d"))}, name
         if same_kind:
@@ -163,7 +164,7 @@ async def _cluster(make_database: Any, tmp_path: Path, kind: str
     for url in shards.values():
         await _run(url, SOURCE_DDL[kind])
     gate = await Gate.from_topo(TopoServer(open_topo_store(topo)))
-    s = gate.session("app")
+    s = gate.session("app", identity=TRUSTED)
     model: Model = {}
     for start in range(1, ROWS + 1, 250):
         ids = range(start, min(start + 250, ROWS + 1))
@@ -211,7 +212,7 @@ async def test_movetables_carries_defaults_unique_indexes_and_checks(
     await _run(src, SOURCE_DDL[source])
     gate = await Gate.from_topo(TopoServer(open_topo_store(topo)))
     model: Model = {}
-    s = gate.session("src")
+    s = gate.session("src", identity=TRUSTED)
     await gate.execute(s, "INSERT INTO t (id, v, n) VALUES "
                        + ", ".join(f"({i}, 'v{i}', 0)" for i in range(1, 301)))
     model.update({i: (f"v{i}", 0) for i in range(1, 301)})

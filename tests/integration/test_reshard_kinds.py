@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from shardgate.auth.identity import TRUSTED
 from shardgate.backends import open_backend
 from shardgate.errors import ShardgateError
 from shardgate.gate import Gate
@@ -62,10 +63,10 @@ async def _cluster(make_database: Any, tmp_path: Path) -> tuple[str, Gate, dict[
         "seq": {"shards": {"0": make_database("mysql", "kseq")}, "vschema": SEQ_VSCHEMA}}}))
     await server.close()
     gate = await Gate.from_topo(TopoServer(open_topo_store(topo)))
-    q = gate.session("seq")
+    q = gate.session("seq", identity=TRUSTED)
     await gate.execute(q, "CREATE TABLE s_seq (id INT PRIMARY KEY, next_id BIGINT, cache BIGINT)")
     await gate.execute(q, "INSERT INTO s_seq (id, next_id, cache) VALUES (0, 1, 5)")
-    s = gate.session("app")
+    s = gate.session("app", identity=TRUSTED)
     await gate.execute(s, DDL)
     await gate.execute(s, "CREATE TABLE countries (code VARCHAR(8) PRIMARY KEY, "
                           "name VARCHAR(64) NOT NULL)")
@@ -83,7 +84,7 @@ async def _cluster(make_database: Any, tmp_path: Path) -> tuple[str, Gate, dict[
 
 async def _numbered(gate: Gate, note: str, count: int) -> list[int]:
     """Insert ``count`` rows into ``s`` without ids (the sequence gives them); their ids."""
-    s = gate.session("app")
+    s = gate.session("app", identity=TRUSTED)
     ids = []
     for k in range(count):
         res = await gate.execute(s, "INSERT INTO s (note) VALUES (:n)", {"n": f"{note}{k}"})
@@ -111,7 +112,7 @@ async def test_split_mariadb_sources_with_reference_and_sequence_tables(
         assert set(flow.doc["streams"]["-80"]["tables"]) == {"countries", "s", "t"}
         assert set(flow.doc["streams"]["80-"]["tables"]) == {"s", "t"}
         # changes during the workflow: reference writes reach every target once
-        s = gate.session("app")
+        s = gate.session("app", identity=TRUSTED)
         await gate.execute(s, "INSERT INTO countries (code, name) VALUES ('es', 'Spain')")
         await gate.execute(s, "UPDATE countries SET name = 'Italia' WHERE code = 'it'")
         await gate.execute(s, "DELETE FROM countries WHERE code = 'de'")

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from shardgate.auth.identity import TRUSTED
 from shardgate.backends import open_backend
 from shardgate.errors import Aborted, Unsupported
 from shardgate.gate import Gate
@@ -97,7 +98,7 @@ class Writers:
 
     async def _run(self, k: int) -> None:
         rnd = random.Random(k)
-        s = self.gate.session("app")
+        s = self.gate.session("app", identity=TRUSTED)
         next_id = 10_000_000 * (k + 1)
         serial = 0
         while not self.stop.is_set():
@@ -182,7 +183,7 @@ async def _cluster(make_database: Any, tmp_path: Path, kind: str, users: int = U
         {"keyspaces": {"app": {"shards": shards, "vschema": VSCHEMA}}}))
     await server.close()
     gate = await Gate.from_topo(TopoServer(open_topo_store(topo)))
-    s = gate.session("app")
+    s = gate.session("app", identity=TRUSTED)
     for sql in DDL:
         await gate.execute(s, sql)
     model: Model = {}
@@ -230,7 +231,7 @@ async def _split(make_database: Any, tmp_path: Path, kind: str) -> None:
         assert writers.slowest < 5.0
         await check_placement(four, model)
         # lookups through the gate: the lookup vindexes route them to the owners' shards
-        s = gate.session("app")
+        s = gate.session("app", identity=TRUSTED)
         by_email = "SELECT id, n FROM `user` WHERE email = :e"
         for i, (email, _, n) in random.Random(5).sample(sorted(model.items()), 40):
             plan = await gate.explain_shards(
@@ -304,7 +305,7 @@ async def test_write_across_a_frozen_and_a_serving_shard_is_held_whole(
     email = _on(frozen, MD5, (f"held{j}@example.com" for j in range(1000)))
     tag = _on(serving, MD5, (f"h{j}" for j in range(1000)))
     insert = "INSERT INTO `user` (id, email, tag, n) VALUES (:i, :e, :t, 0)"
-    s = gate.session("app")
+    s = gate.session("app", identity=TRUSTED)
     try:
         await freeze()
         await gate.execute(s, "BEGIN")

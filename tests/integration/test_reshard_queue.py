@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from shardgate.auth.identity import TRUSTED
 from shardgate.backends import open_backend
 from shardgate.gate import Gate
 from shardgate.gate.cutover import HOLD_S
@@ -56,7 +57,7 @@ class Producers:
     async def one(self) -> None:
         self.next += 1
         n = self.next
-        await self.gate.execute(self.gate.session("app"),
+        await self.gate.execute(self.gate.session("app", identity=TRUSTED),
                                 "INSERT INTO jobs (user_id, body) VALUES (:u, :b)",
                                 {"u": n * 7919 % 100_003, "b": f"e{n}"})
         self.bodies.add(f"e{n}")
@@ -170,7 +171,7 @@ async def test_split_queue_two_to_four_while_producing_and_receiving(
                        target_urls=tuple(sorted(four.items())), workflow="wfq")
     flow = ReshardWorkflow(server, spec, batch=50)
     try:
-        await gate.execute(gate.session("app"), QUEUE)
+        await gate.execute(gate.session("app", identity=TRUSTED), QUEUE)
         for _ in range(BEFORE):
             await producers.one()
         receiver.start()
@@ -247,8 +248,8 @@ async def test_a_frozen_shard_pauses_its_manager_and_holds_acks(
     receiver = Receiver(gate)
     ops = ("INSERT", "UPDATE", "DELETE")
     try:
-        await gate.execute(gate.session("app"), QUEUE)
-        await gate.execute(gate.session("app"),
+        await gate.execute(gate.session("app", identity=TRUSTED), QUEUE)
+        await gate.execute(gate.session("app", identity=TRUSTED),
                            "INSERT INTO jobs (user_id, body) VALUES (1, 'first')")
         stream = gate.queue_receive("app", "jobs")
         batch = await anext(stream)  # fields
@@ -273,7 +274,7 @@ async def test_a_frozen_shard_pauses_its_manager_and_holds_acks(
         assert await asyncio.wait_for(ack, 10) == 1
         state = (await backend.execute("SELECT state FROM jobs")).rows
         assert [tuple(r) for r in state] == [("acked",)]
-        await gate.execute(gate.session("app"),
+        await gate.execute(gate.session("app", identity=TRUSTED),
                            "INSERT INTO jobs (user_id, body) VALUES (2, 'second')")
         batch = await asyncio.wait_for(anext(stream), 10)
         assert [e.values[-1] for e in batch.events] == ["second"]

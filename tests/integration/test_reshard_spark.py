@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from shardgate.auth.identity import TRUSTED
 from shardgate.gate import Gate
 from shardgate.spark.jobs import DumpJob
 from shardgate.spark.jobs.lake import DELETED, GENERATION_SHIFT, ORDER, SHARD
@@ -48,7 +49,7 @@ async def _cluster(make_database: Any, tmp_path: Path, kind: str
     write_cluster_file(Topology.from_dict(
         {"keyspaces": {"app": {"shards": shards, "vschema": VSCHEMA}}}), path)
     gate = await Gate.from_topo(await open_topo(path))  # seeds the store from the file
-    s = gate.session("app")
+    s = gate.session("app", identity=TRUSTED)
     await gate.execute(s, DDL)
     model: Model = {}
     for start in range(1, ROWS + 1, 500):

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from shardgate.auth.identity import TRUSTED
 from shardgate.errors import Code, ShardgateError
 from shardgate.event_token import EventToken, Freshness
 from shardgate.gate import Gate
@@ -57,7 +58,7 @@ class LoggingWriters:
 
     async def _run(self, k: int) -> None:
         rnd = random.Random(k)
-        s = self.gate.session("app")
+        s = self.gate.session("app", identity=TRUSTED)
         mine = self.alive[k]
         next_id = 10_000_000 * (k + 1)
         while not self.stop.is_set():

@@ -31,6 +31,7 @@ import pytest
 from shardgate.api.client import GateClient
 from shardgate.api.server import serve
 from shardgate.api.tablet_client import GrpcTabletClient
+from shardgate.auth.identity import ANONYMOUS, TRUSTED, Identity
 from shardgate.backends import open_backend
 from shardgate.backends.urls import parse_url
 from shardgate.errors import (
@@ -125,7 +126,8 @@ def _process(args: list[str], expect: str) -> Iterator[subprocess.Popen[bytes]]:
 async def pg_gate(make_database: Callable[..., str]) -> AsyncIterator[tuple[Gate, str]]:
     url = make_database("postgres", "robust")
     gate = Gate.open(_unsharded(url), limits=GateLimits(transaction_timeout_s=2.0))
-    await gate.execute(gate.session(), "CREATE TABLE t (id BIGINT PRIMARY KEY, v TEXT)")
+    await gate.execute(gate.session(identity=TRUSTED),
+                       "CREATE TABLE t (id BIGINT PRIMARY KEY, v TEXT)")
     try:
         yield gate, url
     finally:
@@ -199,16 +201,16 @@ async def test_thirty_thousand_abandoned_sessions_are_reaped(tmp_path: Path) -> 
     url = f"sqlite:///{tmp_path / 'reap.db'}"
     gate = Gate.open(_unsharded(url), limits=GateLimits(session_idle_timeout_s=0.5))
     try:
-        s = gate.session()
+        s = gate.session(identity=TRUSTED)
         await gate.execute(s, "CREATE TABLE t (id INTEGER PRIMARY KEY, v TEXT)")
-        held = gate.session()
+        held = gate.session(identity=TRUSTED)
         await gate.execute(held, "BEGIN")
         await gate.execute(held, "SELECT count(*) FROM t")  # joins the shard
-        ids = {gate.session(addressable=True).id for _ in range(30_000)}
+        ids = {gate.session(addressable=True, identity=ANONYMOUS).id for _ in range(30_000)}
         assert len(ids) == 30_000
         assert len(gate.sessions) >= 30_000
         for _ in range(1000):  # in-process sessions made per call are never kept
-            await gate.execute(gate.session(), "SELECT count(*) FROM t")
+            await gate.execute(gate.session(identity=TRUSTED), "SELECT count(*) FROM t")
         await _until(lambda: len(gate.sessions) == 0, 15.0, "every idle session to be reaped")
         # The reaped transaction was rolled back, and its session says so once.
         with pytest.raises(Aborted, match="idled longer than"):
@@ -221,9 +223,10 @@ async def test_thirty_thousand_abandoned_sessions_are_reaped(tmp_path: Path) -> 
 async def test_a_session_id_is_useless_to_another_owner(tmp_path: Path) -> None:
     gate = Gate.open(_unsharded(f"sqlite:///{tmp_path / 'own.db'}"))
     try:
-        alice = gate.session(owner="alice", addressable=True)
+        alice = gate.session(owner="alice", addressable=True, identity=Identity("alice"))
         assert gate.find_session(alice.id, "alice") is alice
-        local = gate.session(owner="alice")  # in-process only: not found by id at all
+        # in-process only: not found by id at all
+        local = gate.session(owner="alice", identity=Identity("alice"))
         with pytest.raises(NotFound):
             gate.find_session(local.id, "alice")
         for thief in ("mallory", None):
@@ -231,7 +234,7 @@ async def test_a_session_id_is_useless_to_another_owner(tmp_path: Path) -> None:
                 gate.find_session(alice.id, thief)
             await gate.close_session(alice.id, thief)  # not hers: nothing happens
         assert gate.find_session(alice.id, "alice") is alice
-        ids = sorted(gate.session().id for _ in range(1000))
+        ids = sorted(gate.session(identity=TRUSTED).id for _ in range(1000))
         assert ids[0] > 0 and ids[-1] < 2**64
         assert sum(b - a == 1 for a, b in itertools.pairwise(ids)) == 0
         assert ids[-1] > 2**48  # random over 64 bits, not a counter
@@ -242,7 +245,7 @@ async def test_a_session_id_is_useless_to_another_owner(tmp_path: Path) -> None:
 @pg
 async def test_transaction_timeout_rolls_back_and_reports_once(pg_gate: tuple[Gate, str]) -> None:
     gate, url = pg_gate
-    s = gate.session()
+    s = gate.session(identity=TRUSTED)
     await gate.execute(s, "BEGIN")
     await gate.execute(s, "INSERT INTO t (id, v) VALUES (1, 'x')")
     await _until(lambda: not s.in_transaction, 5.0, "the reaper to end the transaction")
@@ -279,15 +282,17 @@ async def test_twenty_concurrent_twopc_commits_on_four_pg_shards(
             for i, kr in enumerate(KeyRange(b"", b"").split(4))}
     gate = Gate.open(_sharded(urls), limits=GateLimits(pool_timeout_s=2.0))
     try:
-        await gate.execute(gate.session(), "CREATE TABLE t (id BIGINT PRIMARY KEY, v TEXT)")
-        await gate.execute(gate.session(), "INSERT INTO t (id, v) VALUES (1, 'probe')")
+        await gate.execute(gate.session(identity=TRUSTED),
+                           "CREATE TABLE t (id BIGINT PRIMARY KEY, v TEXT)")
+        await gate.execute(gate.session(identity=TRUSTED),
+                           "INSERT INTO t (id, v) VALUES (1, 'probe')")
         stop = asyncio.Event()
         slowest = 0.0
         retries = 0
 
         async def point_selects() -> int:
             nonlocal slowest
-            s, n = gate.session(), 0
+            s, n = gate.session(identity=TRUSTED), 0
             while not stop.is_set():
                 start = time.monotonic()
                 res = await gate.execute(s, "SELECT v FROM t WHERE id = 1")
@@ -299,7 +304,7 @@ async def test_twenty_concurrent_twopc_commits_on_four_pg_shards(
 
         async def client(c: int) -> None:
             nonlocal retries
-            s = gate.session(transaction_mode="twopc")
+            s = gate.session(transaction_mode="twopc", identity=TRUSTED)
             ids = [c * 1000 + i for i in range(1, 9)]  # 8 rows: every shard
             values = ", ".join(f"({i}, 'c{c}')" for i in ids)
             for _ in range(50):
@@ -364,7 +369,7 @@ async def test_tablet_killed_during_commit_gives_outcome_unknown(
         remote = await GrpcTabletClient.connect(f"grpc://127.0.0.1:{port}")
         gate = Gate(topo, {("app", "0"): remote})
         try:
-            s = gate.session()
+            s = gate.session(identity=TRUSTED)
             await gate.execute(s, "BEGIN")
             await gate.execute(s, "INSERT INTO t (id, v) VALUES (1, 'slow')")
             commit = asyncio.create_task(gate.execute(s, "COMMIT"))
@@ -446,7 +451,7 @@ async def test_query_timeout_cancels_the_statement_on_the_shard(
     url = make_database(backend_kind, "robust_timeout")
     gate = Gate.open(_unsharded(url))
     try:
-        s = gate.session()
+        s = gate.session(identity=TRUSTED)
         await gate.execute(s, "CREATE TABLE t (id BIGINT PRIMARY KEY, v TEXT)")
         await gate.execute(s, "SET query_timeout_ms = 300")
         for in_tx in (False, True):

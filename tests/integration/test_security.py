@@ -29,6 +29,7 @@ from shardgate.api.tablet_service import serve_tablet
 from shardgate.auth import StaticUsers
 from shardgate.auth.acl import TableACL
 from shardgate.auth.guard import DENIALS, Guard
+from shardgate.auth.identity import TRUSTED
 from shardgate.errors import (
     Code,
     FailedPrecondition,
@@ -437,7 +438,7 @@ async def test_deny_list_on_every_backend(
 
 async def test_unparseable_targeted_statement_is_refused(any_backend_cluster: Gate) -> None:
     gate = any_backend_cluster
-    s = gate.session("commerce")
+    s = gate.session("commerce", identity=TRUSTED)
     await gate.execute(s, "USE `commerce:80-`")
     for sql in ("SET GLOBAL general_log = 1", "KILL 1", "ANALYZE customer",
                 "GRANT ALL ON customer TO bob", "LOCK TABLES customer WRITE"):

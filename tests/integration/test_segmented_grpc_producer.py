@@ -22,6 +22,7 @@ import pytest
 
 from shardgate.api.client import GateClient
 from shardgate.api.server import serve
+from shardgate.auth.identity import TRUSTED
 from shardgate.errors import FailedPrecondition, Unsupported
 from shardgate.queues.events import QueueEvent
 from shardgate.tablet import LocalTabletClient
@@ -51,7 +52,7 @@ async def served(backend_kind: str, make_database: Callable[..., str]
             assert isinstance(client, LocalTabletClient)
             client.tablet.queues.segmented_kwargs = {"poll_interval": 0.02,
                                                      "compaction_interval": 0.1}
-        await c.gate.execute(c.gate.session("commerce"), CREATE)
+        await c.gate.execute(c.gate.session("commerce", identity=TRUSTED), CREATE)
         server, port = await serve(c.gate, "127.0.0.1", 0)
         try:
             yield c, f"grpc://127.0.0.1:{port}"
@@ -159,7 +160,7 @@ async def test_nack_with_reason_and_retry_time(served: tuple[Cluster, str]) -> N
 
 async def test_nack_of_a_queue_table_is_refused(served: tuple[Cluster, str]) -> None:
     cluster, target = served
-    await cluster.gate.execute(cluster.gate.session("commerce"),
+    await cluster.gate.execute(cluster.gate.session("commerce", identity=TRUSTED),
                                "CREATE QUEUE plain (user_id BIGINT NOT NULL) SHARD BY user_id")
     shard = cluster.topology.keyspace("commerce").shards[0].name
     async with GateClient(target, keyspace="commerce") as client:
@@ -175,9 +176,9 @@ async def test_enqueue_in_a_transaction_rolls_over_to_a_spare_dataset(
     c = await open_cluster(backend_kind, make_database, shards=1)
     gate = c.gate
     try:
-        await gate.execute(gate.session("commerce"), CREATE.replace(
+        await gate.execute(gate.session("commerce", identity=TRUSTED), CREATE.replace(
             "batch_size = 8", "batch_size = 8, dataset_max_rows = 3"))
-        s = gate.session("commerce")
+        s = gate.session("commerce", identity=TRUSTED)
         await gate.execute(s, "BEGIN")
         first = await gate.queue_enqueue("commerce", "events", [(1, "a"), (2, "b"), (3, "c")],
                                          session=s)

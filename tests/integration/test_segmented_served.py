@@ -25,6 +25,7 @@ import pytest
 
 from shardgate.api.client import GateClient
 from shardgate.api.server import serve
+from shardgate.auth.identity import TRUSTED
 from shardgate.errors import InvalidArgument
 from shardgate.gate import Gate
 from shardgate.queues.ddl import parse_create_queue
@@ -55,7 +56,8 @@ async def _cluster(kind: str, make_database: Callable[..., str], ack_wait: float
     for client in c.gate.tablets.values():  # quicker polling and compaction for tests
         assert isinstance(client, LocalTabletClient)
         client.tablet.queues.segmented_kwargs = {"poll_interval": 0.02, "compaction_interval": 0.1}
-    await c.gate.execute(c.gate.session("commerce"), CREATE.format(ack_wait=ack_wait))
+    await c.gate.execute(c.gate.session("commerce", identity=TRUSTED),
+                         CREATE.format(ack_wait=ack_wait))
     return c
 
 
@@ -102,7 +104,7 @@ async def test_create_queue_makes_segmented_tables(cluster: Cluster) -> None:
         assert [(int(r[0]), str(r[1])) for r in res.rows] == [(1000, "open")]
     assert await job_states(gate) == {}
     # Again with IF NOT EXISTS: nothing changes; without it: refused.
-    s = gate.session("commerce")
+    s = gate.session("commerce", identity=TRUSTED)
     await gate.execute(s, CREATE.format(ack_wait=1).replace("QUEUE", "QUEUE IF NOT EXISTS", 1))
     with pytest.raises(InvalidArgument, match="already exists"):
         await gate.execute(s, CREATE.format(ack_wait=1))
@@ -285,7 +287,7 @@ async def test_segmented_needs_a_functional_vindex(make_database: Callable[..., 
     try:
         with pytest.raises(InvalidArgument, match="functional, single-column"):
             await c.gate.execute(
-                c.gate.session("commerce"),
+                c.gate.session("commerce", identity=TRUSTED),
                 "CREATE QUEUE q (email VARCHAR(64), body TEXT) SHARD BY email "
                 "USING customer_email_idx WITH (storage = segmented)")
         assert "q" not in c.gate.vschema.keyspace("commerce").tables

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from shardgate.auth.identity import TRUSTED
 from shardgate.errors import Code, ShardgateError
 from tests.integration.conftest import Cluster
 
@@ -19,7 +20,7 @@ from tests.integration.conftest import Cluster
 async def test_unknown_column_leads_with_the_column(cluster: Cluster, sql: str, lead: str) -> None:
     gate = cluster.gate
     with pytest.raises(ShardgateError) as err:
-        await gate.execute(gate.session("commerce"), sql)
+        await gate.execute(gate.session("commerce", identity=TRUSTED), sql)
     assert err.value.code is Code.NOT_FOUND
     assert err.value.message.startswith(lead), err.value.message
     assert "(shard database " in err.value.message  # the shard only as a detail, at the end

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from shardgate.auth.identity import TRUSTED
 from shardgate.backends import bulk, open_backend
 from shardgate.keys import parse_shard_name
 from shardgate.topo import write_cluster_file
@@ -52,7 +53,7 @@ async def test_reader_reads_every_row_once(
     cluster, path = await _cluster_file(kind, make_database, tmp_path)
     g = cluster.gate
     try:
-        s = g.session()
+        s = g.session(identity=TRUSTED)
         await g.execute_batch(s, [
             ("INSERT INTO corder (order_id, customer_id, sku, price) VALUES "
              + ", ".join(f"({i}, {i}, 'sku{i}', {i % 10})" for i in range(c, c + 100)), None)

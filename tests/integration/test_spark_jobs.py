@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from shardgate.auth.identity import TRUSTED
 from shardgate.backends import open_backend
 from shardgate.errors import ShardgateError
 from shardgate.spark.jobs import ArchiveJob, DumpJob, parse_before, read_table
@@ -39,7 +40,8 @@ async def _cluster(kind: str, make_database: Callable[..., str], tmp_path: Path
 async def _db_rows(spark: Any, cluster: Cluster) -> Any:
     """The table as the database holds it (read through the gate) as a DataFrame."""
     res = await cluster.gate.execute(
-        cluster.gate.session(), "SELECT order_id, customer_id, sku, price FROM corder")
+        cluster.gate.session(identity=TRUSTED),
+        "SELECT order_id, customer_id, sku, price FROM corder")
     return spark.createDataFrame([tuple(r) for r in res.rows], ORDER_SCHEMA)
 
 
@@ -77,7 +79,7 @@ class Writers:
 
     async def _write(self, k: int, rnd: random.Random) -> None:
         g = self.cluster.gate
-        s = g.session()
+        s = g.session(identity=TRUSTED)
         live = self.owned[k]
         while not self.stop.is_set():
             # One key per transaction (1-3 changes): one shard, so SQLite writers never
@@ -138,7 +140,8 @@ async def test_dump_converges_while_writers_run(
     g = cluster.gate
     lake = str(tmp_path / "lake")
     try:
-        await g.execute(g.session(), "INSERT INTO corder (order_id, customer_id, sku, price) "
+        await g.execute(g.session(identity=TRUSTED),
+                        "INSERT INTO corder (order_id, customer_id, sku, price) "
                         "VALUES " + ", ".join(f"({i}, {i}, 's{i}', {i % 10})"
                                               for i in range(1, SEED + 1)))
         writers = Writers(cluster, SEED)
@@ -181,7 +184,7 @@ async def test_dump_converges_while_writers_run(
         assert _lake_rows(lake) == lake_rows
 
         # Later writes reach the lake on the next run; replayed old changes are harmless.
-        s = g.session()
+        s = g.session(identity=TRUSTED)
         a, b = 10**6 + 1, 10**6 + 2
         for i in (a, b):
             await g.execute(s, "INSERT INTO corder (order_id, customer_id, sku, price) "
@@ -284,7 +287,8 @@ async def test_archive_loses_nothing_and_purges_only_what_it_wrote(
     g = cluster.gate
     closed = False
     try:
-        await g.execute(g.session(), "CREATE QUEUE jobs (customer_id BIGINT NOT NULL, "
+        await g.execute(g.session(identity=TRUSTED),
+                        "CREATE QUEUE jobs (customer_id BIGINT NOT NULL, "
                         "body VARCHAR(64)) SHARD BY customer_id USING hash")
         await g.close()  # no queue manager touches the events below
         closed = True

@@ -33,6 +33,7 @@ from typing import Any
 
 import pytest
 
+from shardgate.auth.identity import TRUSTED
 from shardgate.backends import bulk, open_backend
 from shardgate.gate import Gate
 from shardgate.keys import KeyRange
@@ -123,7 +124,7 @@ class Keyspace:
         self.path = str(tmp_path / "cluster.yaml")
         write_cluster_file(self.topology, self.path)
         self.gate = Gate.open(self.topology)
-        self.session = self.gate.session(KS)
+        self.session = self.gate.session(KS, identity=TRUSTED)
 
     def url_of(self, i: int) -> str:
         ks = self.topology.keyspace(KS)
@@ -434,7 +435,7 @@ async def test_mariadb_snapshot_position_is_exact_under_writes(
         await ks.ingest("ver", [{"id": i, "v": 0} for i in range(1, 2001)])
 
         async def write(w: int) -> None:
-            session = ks.gate.session(KS)
+            session = ks.gate.session(KS, identity=TRUSTED)
             n = 1_000_000 * (w + 1)
             while not stop.is_set():
                 n += 1

@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from shardgate.auth.identity import TRUSTED
 from shardgate.backends import bulk
 from shardgate.backends.change_log import open_change_log
 from tests.integration.conftest import Cluster, close_cluster, open_cluster_on
@@ -41,7 +42,7 @@ async def prod(request: pytest.FixtureRequest) -> AsyncIterator[tuple[Cluster, s
 
 async def _insert_orders(cluster: Cluster, ids: range) -> None:
     g = cluster.gate
-    s = g.session()
+    s = g.session(identity=TRUSTED)
     await g.execute(s, "BEGIN")
     for i in ids:
         await g.execute(s, "INSERT INTO corder (order_id, customer_id, sku, price) VALUES "
@@ -68,7 +69,7 @@ async def test_changes_source(prod: tuple[Cluster, str], spark: Any, tmp_path: P
             await log.close()
     try:
         await _insert_orders(cluster, range(1, 21))
-        await cluster.gate.execute(cluster.gate.session(),
+        await cluster.gate.execute(cluster.gate.session(identity=TRUSTED),
                                    "UPDATE corder SET sku = 'changed' WHERE order_id = 3")
         sink = _Collect()
         query = (spark.readStream.format("shardgate_changes").option("topo", topo)
@@ -92,7 +93,7 @@ async def test_changes_source(prod: tuple[Cluster, str], spark: Any, tmp_path: P
 async def test_queue_source(prod: tuple[Cluster, str], spark: Any, tmp_path: Path) -> None:
     cluster, topo = prod
     g = cluster.gate
-    s = g.session()
+    s = g.session(identity=TRUSTED)
     await g.execute(s, "CREATE QUEUE jobs (customer_id BIGINT NOT NULL, body VARCHAR(64)) "
                        "SHARD BY customer_id WITH (ack_wait = 5, min_backoff = 0.2)")
     n = 30

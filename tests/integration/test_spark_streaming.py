@@ -24,6 +24,7 @@ from typing import Any
 
 import pytest
 
+from shardgate.auth.identity import TRUSTED
 from shardgate.backends import bulk
 from shardgate.backends.change_log import open_change_log
 from shardgate.errors import InvalidArgument
@@ -43,7 +44,7 @@ async def _cluster_file(kind: str, make_database: Callable[..., str], tmp_path: 
                         *setup: str) -> tuple[Cluster, str]:
     cluster = await open_cluster(kind, make_database)
     for sql in setup:
-        await cluster.gate.execute(cluster.gate.session(), sql)
+        await cluster.gate.execute(cluster.gate.session(identity=TRUSTED), sql)
     path = tmp_path / "cluster.yaml"
     write_cluster_file(cluster.topology, path)
     return cluster, str(path)
@@ -102,7 +103,7 @@ async def test_changes_source_exact_set_admission_and_restart(
 ) -> None:
     cluster, path = await _cluster_file(kind, make_database, tmp_path)
     g = cluster.gate
-    s = g.session()
+    s = g.session(identity=TRUSTED)
     max_events = 10
     expected: list[tuple[str, int, str | None]] = []  # (op, order_id, sku after)
 
@@ -202,7 +203,7 @@ def test_changes_reader_replays_ranges_and_refreshes_shards(
     async def write(path: str, ids: range) -> None:
         gate = Gate.open(Topology.from_dict(yaml.safe_load(Path(path).read_text())))
         try:
-            s = gate.session("commerce")
+            s = gate.session("commerce", identity=TRUSTED)
             for i in ids:
                 await gate.execute(s, "INSERT INTO corder (order_id, customer_id, sku, price) "
                                       f"VALUES ({i}, {i}, 's', 1)")
@@ -287,7 +288,7 @@ async def test_changes_partitions_group_shards_read_concurrently(
 
     cluster, path = await _cluster_file(kind, make_database, tmp_path)
     g = cluster.gate
-    s = g.session()
+    s = g.session(identity=TRUSTED)
     try:
         await _prepare_capture(cluster)
         base = ShardgateChangesDataSource({"cluster": path, "starting": "latest"}).streamReader(
@@ -439,7 +440,7 @@ def test_queue_reader_over_grpc_gate_acks_after_next_offset_and_replays(tmp_path
 
     async def up() -> tuple[Gate, Any, int]:
         gate = Gate.open(embedded_topology(tmp_path / "data"))
-        s = gate.session("commerce")
+        s = gate.session("commerce", identity=TRUSTED)
         await gate.execute(s, QUEUE)
         await gate.execute(s, "INSERT INTO jobs (customer_id, body) VALUES "
                               + ", ".join(f"({i}, 'b{i}')" for i in range(1, 31)))

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from shardgate.auth.identity import TRUSTED
 from shardgate.errors import Code, FailedPrecondition, InvalidArgument, NotFound, Unavailable
 from shardgate.gate import Gate
 from shardgate.topo.local import open_topo, read_topology, store_path_for
@@ -189,7 +190,7 @@ async def test_second_gate_follows_a_change_within_a_second(tmp_path: Path) -> N
     g1 = await Gate.from_topo(await open_topo(path))
     g2 = await Gate.from_topo(await open_topo(path))
     try:
-        s1, s2 = g1.session("ks"), g2.session("ks")
+        s1, s2 = g1.session("ks", identity=TRUSTED), g2.session("ks", identity=TRUSTED)
         await g1.execute(s1, "CREATE TABLE IF NOT EXISTS n (id BIGINT PRIMARY KEY, v TEXT)")
         with pytest.raises(NotFound, match="VSchema"):
             await g2.execute(s2, "SELECT v FROM n WHERE id = 1")
@@ -224,7 +225,7 @@ async def test_gate_that_loses_the_store_keeps_serving_degraded(tmp_path: Path) 
         store.down = True
         await _wait_for(lambda: gate.degraded is not None)
         assert "unreachable" in (gate.degraded or "")
-        s = gate.session("ks")
+        s = gate.session("ks", identity=TRUSTED)
         assert (await gate.execute(s, "SELECT 1")).rows == [(1,)]
         store.down = False
         await _wait_for(lambda: gate.degraded is None)

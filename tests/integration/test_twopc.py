@@ -20,6 +20,7 @@ from typing import Any
 import pymysql
 import pytest
 
+from shardgate.auth.identity import TRUSTED
 from shardgate.backends.urls import parse_url
 from shardgate.errors import Code, FailedPrecondition, InvalidArgument, ShardgateError
 from shardgate.gate import twopc
@@ -191,7 +192,7 @@ async def _insert_customers(cluster: Cluster, session: Any, ids: range) -> None:
 async def test_twopc_commit_is_atomic_and_best_effort_is_unchanged(cluster: Cluster) -> None:
     gate = cluster.gate
     # best effort, the default: no ids, no record, no decision table
-    be = gate.session("commerce")
+    be = gate.session("commerce", identity=TRUSTED)
     assert be.transaction_mode == "best_effort"
     await gate.execute(be, "BEGIN")
     await _insert_customers(cluster, be, range(101, 101 + ROWS))
@@ -202,7 +203,7 @@ async def test_twopc_commit_is_atomic_and_best_effort_is_unchanged(cluster: Clus
         with pytest.raises(Exception):  # noqa: B017 - a driver error: no such table
             _query(cluster.kind, url, f"SELECT count(*) FROM {twopc.DT_TABLE}")
 
-    s = gate.session("commerce", transaction_mode="twopc")
+    s = gate.session("commerce", transaction_mode="twopc", identity=TRUSTED)
     await gate.execute(s, "BEGIN")
     await _insert_customers(cluster, s, range(1, ROWS + 1))
     assert len(s.shard_txs) >= 3 and s.dtid is not None
@@ -236,7 +237,7 @@ async def test_killed_participant_rolls_back_every_shard(cluster: Cluster) -> No
     ids = range(1, ROWS + 1)
     coordinator = _shard_of(cluster, ids[0])
     victim = next(_shard_of(cluster, i) for i in ids if _shard_of(cluster, i) != coordinator)
-    s = gate.session("commerce", transaction_mode="twopc")
+    s = gate.session("commerce", transaction_mode="twopc", identity=TRUSTED)
     await gate.execute(s, "BEGIN")
     await _insert_customers(cluster, s, ids)
     _kill_sessions(cluster.kind, cluster.shard_urls("commerce")[victim])
@@ -261,7 +262,7 @@ async def test_deferred_constraint_fails_prepare_and_rolls_back(cluster: Cluster
         conn.execute(
             "ALTER TABLE corder ADD CONSTRAINT one_sku UNIQUE (sku) DEFERRABLE INITIALLY DEFERRED"
         )
-    s = gate.session("commerce", transaction_mode="twopc")
+    s = gate.session("commerce", transaction_mode="twopc", identity=TRUSTED)
     await gate.execute(s, "BEGIN")
     await _insert_customers(cluster, s, ids)
     for n, cid in enumerate([twins[0], twins[0]]):  # same sku twice on the victim shard
@@ -381,7 +382,7 @@ async def test_sqlite_multi_shard_twopc_is_refused(make_database: Callable[..., 
     cluster = await open_cluster("sqlite", make_database)
     try:
         gate = cluster.gate
-        s = gate.session("commerce", transaction_mode="twopc")
+        s = gate.session("commerce", transaction_mode="twopc", identity=TRUSTED)
         await gate.execute(s, "BEGIN")  # one shard alone: an ordinary commit
         await gate.execute(s, "INSERT INTO corder (order_id, customer_id, sku) VALUES (1, 1, 'a')")
         await gate.execute(s, "COMMIT")
@@ -389,9 +390,11 @@ async def test_sqlite_multi_shard_twopc_is_refused(make_database: Callable[..., 
         await _insert_customers(cluster, s, range(10, 10 + ROWS))
         with pytest.raises(FailedPrecondition, match="cannot prepare transactions"):
             await gate.execute(s, "COMMIT")
-        found = await gate.execute(gate.session("commerce"), "SELECT count(*) FROM customer")
+        found = await gate.execute(gate.session("commerce", identity=TRUSTED),
+                                   "SELECT count(*) FROM customer")
         assert int(found.rows[0][0]) == 0
-        orders = await gate.execute(gate.session("commerce"), "SELECT count(*) FROM corder")
+        orders = await gate.execute(gate.session("commerce", identity=TRUSTED),
+                                    "SELECT count(*) FROM corder")
         assert int(orders.rows[0][0]) == 1
         report = await gate.resolve_transactions(grace_s=0)  # no capable shard: nothing to do
         assert not (report.committed or report.rolled_back or report.errors)
@@ -403,7 +406,7 @@ async def test_set_transaction_mode(make_database: Callable[..., str]) -> None:
     cluster = await open_cluster("sqlite", make_database)
     try:
         gate = cluster.gate
-        s = gate.session("commerce")
+        s = gate.session("commerce", identity=TRUSTED)
         await gate.execute(s, "SET transaction_mode = 'twopc'")
         assert s.transaction_mode == "twopc"
         await gate.execute(s, "set session transaction_mode = 'BEST_EFFORT'")
@@ -411,7 +414,7 @@ async def test_set_transaction_mode(make_database: Callable[..., str]) -> None:
         with pytest.raises(InvalidArgument):
             await gate.execute(s, "SET transaction_mode = 'single'")
         with pytest.raises(InvalidArgument):
-            gate.session(transaction_mode="xa")
+            gate.session(transaction_mode="xa", identity=TRUSTED)
         await gate.execute(s, "BEGIN")
         await gate.execute(s, "INSERT INTO corder (order_id, customer_id, sku) VALUES (1, 1, 'a')")
         with pytest.raises(FailedPrecondition):

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from shardgate.api.client import GateClient
+from shardgate.auth.identity import TRUSTED
 from shardgate.errors import Code, ShardgateError
 from shardgate.gate import Gate
 from shardgate.topo.model import Topology
@@ -68,10 +69,10 @@ async def seeded(tmp_path: Path, topo_url: str) -> AsyncIterator[str]:
         await server.import_topology(cluster(tmp_path))
         gate = Gate.open(await server.load_topology(), topo=server)
         try:
-            s = gate.session("commerce")
+            s = gate.session("commerce", identity=TRUSTED)
             await gate.execute(s, "CREATE TABLE customer (customer_id BIGINT PRIMARY KEY, "
                                   "email VARCHAR(64), name VARCHAR(64))")
-            await gate.execute(gate.session("lookup"),
+            await gate.execute(gate.session("lookup", identity=TRUSTED),
                                "CREATE TABLE customer_email_idx (email VARCHAR(64) PRIMARY KEY, "
                                "keyspace_id VARBINARY(16))")
         finally:
@@ -149,7 +150,7 @@ async def test_changes_reach_a_second_gate_process_and_survive_restarts(
 ) -> None:
     server = TopoServer(open_topo_store(seeded))
     gate = await Gate.from_topo(server)
-    s = gate.session("commerce")
+    s = gate.session("commerce", identity=TRUSTED)
     client = GateClient(second_gate.target, keyspace="commerce")
     note = "SELECT * FROM note WHERE customer_id = 7"
     try:
@@ -218,7 +219,7 @@ async def test_invalid_changes_are_refused_with_the_path_and_nothing_saved(
     try:
         _, before = await server.keyspace_vschema("commerce")
         with pytest.raises(ShardgateError) as err:
-            await gate.execute(gate.session("commerce"),
+            await gate.execute(gate.session("commerce", identity=TRUSTED),
                                "ALTER VSCHEMA ON note ADD VINDEX nope(a) USING no_such_type")
         assert err.value.code is Code.INVALID_ARGUMENT
         assert "commerce.vindexes.nope.type" in err.value.message
@@ -278,7 +279,7 @@ def test_vschema_apply_dry_run_and_concurrent_applies(seeded: str, tmp_path: Pat
 async def test_drop_table_with_lookups_needs_confirmation(seeded: str, tmp_path: Path) -> None:
     server = TopoServer(open_topo_store(seeded))
     gate = await Gate.from_topo(server, watch=False)
-    s = gate.session("commerce")
+    s = gate.session("commerce", identity=TRUSTED)
     try:
         await gate.execute(s, "INSERT INTO customer (customer_id, email) VALUES (1, 'a@x')")
         with pytest.raises(ShardgateError) as err:
@@ -310,7 +311,7 @@ async def test_drop_table_with_lookups_needs_confirmation(seeded: str, tmp_path:
 async def test_drop_queue(seeded: str) -> None:
     server = TopoServer(open_topo_store(seeded))
     gate = await Gate.from_topo(server, watch=False)
-    s = gate.session("commerce")
+    s = gate.session("commerce", identity=TRUSTED)
     try:
         await gate.execute(s, "CREATE QUEUE jobs (user_id BIGINT) SHARD BY user_id USING hash")
         await gate.execute(s, "INSERT INTO jobs (user_id) VALUES (1)")

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from shardgate.auth.identity import TRUSTED
 from shardgate.backends import open_backend
 from shardgate.errors import Code, ShardgateError
 from shardgate.gate import Gate
@@ -62,10 +63,10 @@ async def gate_topo(
     })
     gate = Gate.open(topo)
     try:
-        s = gate.session()
+        s = gate.session(identity=TRUSTED)
         await gate.execute(s, "CREATE TABLE users (id BIGINT PRIMARY KEY, email VARCHAR(64))")
         await gate.execute(s, "CREATE TABLE settings (k VARCHAR(32) PRIMARY KEY, v VARCHAR(32))")
-        await gate.execute(gate.session("lk"),
+        await gate.execute(gate.session("lk", identity=TRUSTED),
                            "CREATE TABLE email_idx (email VARCHAR(64) PRIMARY KEY, uid BIGINT)")
         yield gate, topo
     finally:
@@ -76,7 +77,7 @@ async def test_pinned_rows_live_on_the_shard_of_the_pin(
     gate_topo: tuple[Gate, Topology],
 ) -> None:
     gate, topo = gate_topo
-    s = gate.session()
+    s = gate.session(identity=TRUSTED)
     await gate.execute(s, "INSERT INTO settings (k, v) VALUES ('a', '1'), ('b', '2')")
     await gate.execute(s, "UPDATE settings SET v = '3' WHERE k = 'b'")
     placed = {sh.name: await direct(sh.url, "SELECT k, v FROM settings ORDER BY k")
@@ -94,7 +95,7 @@ async def test_lookup_hash_rules_and_authoritative_columns(
     gate_topo: tuple[Gate, Topology],
 ) -> None:
     gate, topo = gate_topo
-    s = gate.session()
+    s = gate.session(identity=TRUSTED)
     # No column list: the VSchema's authoritative columns (id, email) are used.
     await gate.execute(s, "INSERT INTO users VALUES (1, 'a@x'), (2, 'b@x'), (77, 'c@x')")
     lk_url = topo.keyspace("lk").shard("0").url

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from shardgate.auth.identity import TRUSTED
 from shardgate.errors import Code, ShardgateError
 from shardgate.gate import Gate
 from shardgate.keys import KeyRange
@@ -63,13 +64,13 @@ async def gate(backend_kind: str, make_database: Callable[..., str]) -> AsyncIte
         },
     })
     g = Gate.open(topo)
-    s = g.session()
+    s = g.session(identity=TRUSTED)
     for ddl in DDL:
         await g.execute(s, ddl)
     # no unique key on the lookup tables: the gate alone must keep them exact
     for ddl in ("CREATE TABLE tag_idx (tag BIGINT, keyspace_id VARBINARY(16))",
                 "CREATE TABLE email_idx (email VARCHAR(32), keyspace_id VARBINARY(16))"):
-        await g.execute(g.session("lk"), ddl)
+        await g.execute(g.session("lk", identity=TRUSTED), ddl)
     try:
         yield g
     finally:
@@ -77,7 +78,7 @@ async def gate(backend_kind: str, make_database: Callable[..., str]) -> AsyncIte
 
 
 async def rows(gate: Gate, sql: str, bv: dict[str, Any] | None = None) -> list[tuple[Any, ...]]:
-    return sorted((await gate.execute(gate.session(), sql, bv)).rows)
+    return sorted((await gate.execute(gate.session(identity=TRUSTED), sql, bv)).rows)
 
 
 async def placed(gate: Gate, table: str, column: str) -> dict[str, list[Any]]:
@@ -99,14 +100,14 @@ def shard_of(gate: Gate, vindex: str, value: Any) -> str:
 
 async def refused(gate: Gate, sql: str) -> ShardgateError:
     with pytest.raises(ShardgateError) as err:
-        await gate.execute(gate.session(), sql)
+        await gate.execute(gate.session(identity=TRUSTED), sql)
     return err.value
 
 
 async def test_reads_find_rows_by_the_value_an_integer_column_compares(
     gate: Gate, backend_kind: str
 ) -> None:
-    s = gate.session()
+    s = gate.session(identity=TRUSTED)
     await gate.execute(s, "INSERT INTO t1 (id, tag, n) VALUES (5, NULL, 0), (6, NULL, 0), "
                           "(1, NULL, 0)")
     for where in ("id = 5.0", "id = 5e0", "id = '05'", "id = :v"):
@@ -126,7 +127,8 @@ async def test_reads_find_rows_by_the_value_an_integer_column_compares(
 async def test_a_derived_table_routes_by_the_value_its_column_compares(gate: Gate) -> None:
     # an IN over a derived table's vindex column routes by the stored values
     # (3, not the text '03', whose xxhash keyspace id differs), as a plain select does
-    await gate.execute(gate.session(), "INSERT INTO t2 (k, v) VALUES (3, 'a'), (5, 'b')")
+    await gate.execute(gate.session(identity=TRUSTED),
+                       "INSERT INTO t2 (k, v) VALUES (3, 'a'), (5, 'b')")
     assert await rows(gate, "SELECT k FROM t2 WHERE k IN ('03', 5)") == [(3,), (5,)]
     assert await rows(
         gate, "SELECT k FROM (SELECT k FROM t2 WHERE k IN ('03', 5)) AS d"
@@ -134,7 +136,7 @@ async def test_a_derived_table_routes_by_the_value_its_column_compares(gate: Gat
 
 
 async def test_inserts_place_rows_by_the_stored_integer(gate: Gate, backend_kind: str) -> None:
-    s = gate.session()
+    s = gate.session(identity=TRUSTED)
     await gate.execute(s, "INSERT INTO t2 (k, v) VALUES ('03', 'a'), (5.0, 'b'), (6e0, 'c')")
     assert await placed(gate, "t2", "k") == _by_shard(gate, "xxhash", [3, 5, 6])
     assert await rows(gate, "SELECT k, v FROM t2 WHERE k = 3") == [(3, "a")]
@@ -153,7 +155,7 @@ async def test_inserts_place_rows_by_the_stored_integer(gate: Gate, backend_kind
 
 
 async def test_numbers_into_a_varchar_column(gate: Gate, backend_kind: str) -> None:
-    s = gate.session()
+    s = gate.session(identity=TRUSTED)
     await gate.execute(s, "INSERT INTO t3 (s, v) VALUES (7, 'int'), ('07', 'text')")
     assert await placed(gate, "t3", "s") == _by_shard(gate, "xxhash", ["07", "7"])
     assert await rows(gate, "SELECT v FROM t3 WHERE s = '7'") == [("int",)]
@@ -169,7 +171,7 @@ async def test_numbers_into_a_varchar_column(gate: Gate, backend_kind: str) -> N
 
 
 async def test_lookup_values_are_the_stored_ones(gate: Gate) -> None:
-    s = gate.session()
+    s = gate.session(identity=TRUSTED)
     await gate.execute(s, "INSERT INTO t1 (id, tag, n) VALUES (9, '03', 0)")
     lookup = gate.tablets[("lk", "0")]
     assert [r[0] for r in (await lookup.execute("SELECT tag FROM tag_idx", [])).rows] == [3]
@@ -181,7 +183,7 @@ async def test_lookup_values_are_the_stored_ones(gate: Gate) -> None:
 
 
 async def test_is_null_on_a_lookup_column_finds_and_deletes_rows(gate: Gate) -> None:
-    s = gate.session()
+    s = gate.session(identity=TRUSTED)
     await gate.execute(s, "INSERT INTO t1 (id, tag, n) VALUES (1, NULL, 0), (2, 5, 0), "
                           "(3, NULL, 0), (4, NULL, 0)")
     assert await rows(gate, "SELECT id FROM t1 WHERE tag IS NULL") == [(1,), (3,), (4,)]
@@ -193,7 +195,7 @@ async def test_is_null_on_a_lookup_column_finds_and_deletes_rows(gate: Gate) -> 
 
 
 async def test_insert_ignore_keeps_lookups_exact(gate: Gate) -> None:
-    s = gate.session()
+    s = gate.session(identity=TRUSTED)
     lookup = gate.tablets[("lk", "0")]
 
     async def emails() -> list[tuple[Any, ...]]:
@@ -226,7 +228,7 @@ async def test_insert_ignore_keeps_lookups_exact(gate: Gate) -> None:
 async def test_mysql_char_columns_route_without_the_trailing_spaces_mysql_drops(
     gate: Gate, backend_kind: str
 ) -> None:
-    s = gate.session()
+    s = gate.session(identity=TRUSTED)
     await gate.execute(s, "INSERT INTO t5 (c, v) VALUES ('ab  ', 'x'), ('cd', 'y')")
     assert await rows(gate, "SELECT v FROM t5 WHERE c = 'ab  '") == [("x",)]
     if backend_kind == "mysql":  # stored and compared without trailing spaces
@@ -236,7 +238,7 @@ async def test_mysql_char_columns_route_without_the_trailing_spaces_mysql_drops(
 
 
 async def test_subquery_in_values_is_computed_over_all_shards(gate: Gate) -> None:
-    s = gate.session()
+    s = gate.session(identity=TRUSTED)
     await gate.execute(s, "INSERT INTO t1 (id, tag, n) VALUES (1, NULL, 0), (2, NULL, 0), "
                           "(3, NULL, 0), (4, NULL, 0), (5, NULL, 0)")
     assert len(await placed(gate, "t1", "id")) > 1  # the rows span shards
@@ -253,7 +255,7 @@ async def test_subquery_in_values_is_computed_over_all_shards(gate: Gate) -> Non
 async def test_lookup_rows_the_lookup_table_collation_matches_are_followed(
     gate: Gate, backend_kind: str
 ) -> None:
-    s = gate.session()
+    s = gate.session(identity=TRUSTED)
     await gate.execute(s, "INSERT INTO t4 (id, email) VALUES (1, 'red'), (2, 'blue ')")
     ci = backend_kind == "mysql"  # MariaDB's default collation: case and trailing spaces ignored
     assert await rows(gate, "SELECT id FROM t4 WHERE email = 'RED'") == ([(1,)] if ci else [])
@@ -300,14 +302,16 @@ async def test_a_multi_row_insert_into_one_shard_is_one_autocommit_statement(
     first, second = sorted(by_shard, key=lambda s: -len(by_shard[s]))[:2]
     same = by_shard[first][:3]
     begun = _count_begins(gate)
-    await gate.execute(gate.session(), "INSERT INTO t2 (k, v) VALUES (:a, 'x'), (:b, 'y'), "
+    await gate.execute(gate.session(identity=TRUSTED),
+                       "INSERT INTO t2 (k, v) VALUES (:a, 'x'), (:b, 'y'), "
                        "(:c, 'z')", {"a": same[0], "b": same[1], "c": same[2]})
     assert begun == []
     assert (await placed(gate, "t2", "k")) == {first: sorted(same)}
     # Rows for two shards, one of them a duplicate: nothing of the statement stays.
     other = by_shard[second][0]
     with pytest.raises(ShardgateError):
-        await gate.execute(gate.session(), "INSERT INTO t2 (k, v) VALUES (:a, 'x'), (:b, 'y')",
+        await gate.execute(gate.session(identity=TRUSTED),
+                           "INSERT INTO t2 (k, v) VALUES (:a, 'x'), (:b, 'y')",
                            {"a": other, "b": same[0]})
     assert sorted(begun) == sorted([f"ks/{first}", f"ks/{second}"])
     assert (await placed(gate, "t2", "k")) == {first: sorted(same)}
@@ -315,7 +319,7 @@ async def test_a_multi_row_insert_into_one_shard_is_one_autocommit_statement(
 
 async def test_insert_select_routes_each_selected_row(gate: Gate) -> None:
     """INSERT ... SELECT into a sharded table: the gate selects, then routes each row."""
-    s = gate.session()
+    s = gate.session(identity=TRUSTED)
     await gate.execute(s, "INSERT INTO t2 (k, v) VALUES (1, 'a'), (2, 'b'), (3, 'c'), (4, 'd')")
     res = await gate.execute(s, "INSERT INTO t1 (id, tag, n) SELECT k, k + 10, 0 FROM t2 "
                                 "WHERE k > 1")
@@ -341,7 +345,7 @@ async def test_insert_select_routes_each_selected_row(gate: Gate) -> None:
 async def test_a_pulled_out_scalar_subquery_keeps_its_type(gate: Gate, backend_kind: str) -> None:
     """``SELECT k, (SELECT ...)``: the column is the subquery's own value (a DATETIME
     stays a datetime), not the shard's echo of a bound parameter (text on MariaDB)."""
-    s = gate.session()
+    s = gate.session(identity=TRUSTED)
     await gate.execute(s, "INSERT INTO t2 (k, v) VALUES (1, 'a'), (2, 'b'), (3, 'c')")
     when = "CAST('2006-05-12 12:00:00' AS DATETIME)" if backend_kind == "mysql" else \
         "CAST(1.5 AS DECIMAL(4, 2))"
@@ -355,7 +359,7 @@ async def test_a_pulled_out_scalar_subquery_keeps_its_type(gate: Gate, backend_k
 
 async def test_a_cast_to_char_routes_by_its_text(gate: Gate) -> None:
     """``CAST(7 AS CHAR(4))`` as a vindex value is MySQL's text of it, '7' (not padded)."""
-    s = gate.session()
+    s = gate.session(identity=TRUSTED)
     await gate.execute(s, "INSERT INTO t3 (s, v) VALUES (CAST(7 AS CHAR(4)), 'c'), "
                           "(CAST('ab' AS CHAR), 'd')")
     assert await placed(gate, "t3", "s") == _by_shard(gate, "xxhash", ["7", "ab"])

@@ -16,6 +16,7 @@ import json
 import sys
 from pathlib import Path
 
+from shardgate.auth.identity import TRUSTED
 from shardgate.gate import Gate
 from shardgate.topo import Topology
 
@@ -23,7 +24,7 @@ from shardgate.topo import Topology
 async def run(cluster: Path, first_id: int, count: int) -> None:
     gate = Gate.open(Topology.from_dict(json.loads(cluster.read_text())))
     try:
-        session = gate.session("commerce")
+        session = gate.session("commerce", identity=TRUSTED)
         await gate.execute(session, "SET transaction_mode = 'twopc'")
         await gate.execute(session, "BEGIN")
         for cid in range(first_id, first_id + count):

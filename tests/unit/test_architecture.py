@@ -9,6 +9,7 @@ fails on any strongly connected component of more than one module.
 
 from __future__ import annotations
 
+import ast
 import tomllib
 from pathlib import Path
 
@@ -102,3 +103,57 @@ def test_every_top_level_module_has_a_layer() -> None:
         if (p.suffix == ".py" and p.stem != "__init__") or (p / "__init__.py").exists()
     }
     assert sorted(children - placed) == [], "add these to the layers contract in pyproject.toml"
+
+
+#: what names the trusted path (shardgate.ports.Trusted / auth.identity.TRUSTED)
+_TRUSTED_NAMES = frozenset({"TRUSTED", "Trusted", "trusted_session"})
+
+
+def trusted_uses(source: str) -> list[str]:
+    """Where ``source`` could reach the gate without the caller's identity: a name,
+    attribute, import or string naming the trusted marker, a ``.session(...)`` call
+    without ``identity=``, or a gate ``Session(...)`` built directly."""
+    found: list[str] = []
+    for node in ast.walk(ast.parse(source)):
+        line = getattr(node, "lineno", 0)
+        match node:
+            case ast.Name(id=name) | ast.Attribute(attr=name) if name in _TRUSTED_NAMES:
+                found.append(f"{line}: {name}")
+            case ast.alias(name=name) if name.rpartition(".")[2] in _TRUSTED_NAMES:
+                found.append(f"{line}: import {name}")
+            case ast.Constant(value=str() as text) if text in _TRUSTED_NAMES:
+                found.append(f"{line}: {text!r}")
+            case ast.Call(func=ast.Attribute(attr="session"), keywords=kws) if not any(
+                    k.arg == "identity" for k in kws):
+                found.append(f"{line}: .session() without identity=")
+            case ast.Call(func=ast.Name(id="Session") | ast.Attribute(attr="Session")):
+                found.append(f"{line}: Session(...) built directly")
+    return sorted(found, key=lambda f: int(f.partition(":")[0]))
+
+
+def test_no_front_door_reaches_the_gate_on_the_trusted_path() -> None:
+    """Every door passes the caller's identity (issue 30): nothing under shardgate/api/
+    names the trusted marker, opens a session without ``identity=`` or builds one."""
+    api = Path(shardgate.__file__).parent / "api"
+    offenders = {
+        str(path.relative_to(api.parent)): uses
+        for path in sorted(api.rglob("*.py"))
+        if (uses := trusted_uses(path.read_text()))
+    }
+    assert offenders == {}, "front doors must pass the caller's Identity to the gate"
+
+
+def test_the_trusted_path_finder_finds_uses() -> None:
+    source = (
+        "from shardgate.auth.identity import TRUSTED\n"
+        "import shardgate.auth.identity as i\n"
+        "s = gate.session('ks', identity=i.TRUSTED)\n"
+        "t = gate.session('ks')\n"
+        "u = gate.session('ks', identity=caller())\n"
+        "v = Session(keyspace='ks', identity=who)\n"
+        "w = getattr(i, 'TRUSTED')\n"
+    )
+    assert trusted_uses(source) == [
+        "1: import TRUSTED", "3: TRUSTED", "4: .session() without identity=",
+        "6: Session(...) built directly", "7: 'TRUSTED'",
+    ]

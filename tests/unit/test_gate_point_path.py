@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from prometheus_client import REGISTRY
 
+from shardgate.auth.identity import TRUSTED
 from shardgate.engine.primitives import Route
 from shardgate.gate import Gate
 from shardgate.planner.build import Plan
@@ -81,7 +82,7 @@ def test_which_routes_are_points(gate: tuple[Gate, list[Any]]) -> None:
 async def test_point_reads_reach_the_shard_the_general_route_finds(
         gate: tuple[Gate, list[tuple[str, str, tuple[Any, ...]]]]) -> None:
     g, calls = gate
-    s = g.session("ks")
+    s = g.session("ks", identity=TRUSTED)
     route = _route(g, "SELECT id FROM t WHERE id = :id")
     from shardgate.gate.gate import _SessionCursor
 
@@ -101,7 +102,7 @@ async def test_point_reads_reach_the_shard_the_general_route_finds(
 async def test_point_reads_keep_the_bookkeeping(
         gate: tuple[Gate, list[tuple[str, str, tuple[Any, ...]]]]) -> None:
     g, _ = gate
-    s = g.session("ks")
+    s = g.session("ks", identity=TRUSTED)
     sample = "shardgate_gate_api_seconds_count"
     labels = {"operation": "Execute", "keyspace": "ks", "statement": "SELECT"}
     before = REGISTRY.get_sample_value(sample, labels) or 0.0
@@ -125,7 +126,7 @@ async def test_point_reads_keep_the_bookkeeping(
 async def test_values_the_point_path_leaves_to_the_general_route(
         gate: tuple[Gate, list[tuple[str, str, tuple[Any, ...]]]]) -> None:
     g, calls = gate
-    s = g.session("ks")
+    s = g.session("ks", identity=TRUSTED)
     # NULL matches no row: one shard answers a query over no rows (the fields)
     await g.execute(s, "SELECT id FROM t WHERE id = :id", {"id": None})
     assert len(calls) == 1 and calls[0][0] == SHARDS[0] and calls[0][1] != \
@@ -137,7 +138,7 @@ async def test_values_the_point_path_leaves_to_the_general_route(
 async def test_a_reported_end_still_fails_the_next_point_read(
         gate: tuple[Gate, list[tuple[str, str, tuple[Any, ...]]]]) -> None:
     g, _ = gate
-    s = g.session("ks")
+    s = g.session("ks", identity=TRUSTED)
     s.ended = "the gate rolled back this session's transaction: test"
     with pytest.raises(Exception, match="ABORTED"):
         await g.execute(s, "SELECT id FROM t WHERE id = :id", {"id": 1})

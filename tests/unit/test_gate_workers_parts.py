@@ -8,6 +8,7 @@ import socket
 
 import pytest
 
+from shardgate.auth.identity import TRUSTED
 from shardgate.cli.app import build_parser
 from shardgate.cli.serve import run_loop
 from shardgate.cli.workers import check_count, parse_slot, reserve_port
@@ -60,7 +61,7 @@ async def test_show_shardgate_worker_names_this_process(tmp_path: object) -> Non
     gate = Gate.open(Topology.from_dict({"keyspaces": {"ks": {
         "shards": {"-": f"sqlite:///{tmp_path}/w.db"}}}}))
     try:
-        r = await gate.execute(gate.session("ks"), "SHOW SHARDGATE_WORKER")
+        r = await gate.execute(gate.session("ks", identity=TRUSTED), "SHOW SHARDGATE_WORKER")
         me = worker.current()
         assert r.fields == ["Worker", "Workers", "Pid"]
         assert r.rows == [(me.index, me.count, me.pid)]

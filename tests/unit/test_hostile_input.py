@@ -26,6 +26,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from shardgate.api.client import GateClient
+from shardgate.auth.identity import TRUSTED
 from shardgate.client import dbapi
 from shardgate.engine.coerce import column_types_sql
 from shardgate.engine.primitives import Route
@@ -48,8 +49,8 @@ class Harness:
     def __init__(self, data_dir: Path) -> None:
         self.loop = asyncio.new_event_loop()
         self.gate = Gate.open(embedded_topology(data_dir))
-        self.session = self.gate.session()
-        lookup = self.gate.session("lookup")
+        self.session = self.gate.session(identity=TRUSTED)
+        lookup = self.gate.session("lookup", identity=TRUSTED)
         for ddl in COMMERCE_DDL:
             self.run(ddl)
         for ddl in LOOKUP_DDL:
@@ -172,7 +173,7 @@ def test_a_thousand_or_terms_evaluated_at_the_gate_work(h: Harness) -> None:
 def _drop_behind_the_vschema(h: Harness, table: str) -> None:
     """Drop ``table`` of keyspace lookup on its shard only (a shard-targeted session
     sends DDL as is), leaving the VSchema that uses it as it is."""
-    s = h.gate.session("lookup")
+    s = h.gate.session("lookup", identity=TRUSTED)
     h.run("USE `lookup:0`", session=s)
     h.run(f"DROP TABLE {table}", session=s)
 
@@ -203,7 +204,7 @@ def test_dbapi_refuses_bad_sql_and_binds_as_programming_errors(h: Harness) -> No
         def run(self, coro: Any) -> Any:
             return h.loop.run_until_complete(coro)
 
-    session = dbapi._LocalSession(h.gate, None)
+    session = dbapi._LocalSession(h.gate, None, TRUSTED)
     conn = dbapi.Connection(session, Runner(), autocommit=True)  # type: ignore[arg-type]
     cur = conn.cursor()
     for sql, params in ((b"SELECT 1", None), (None, None), (BY_ID, {"id": {"a": 1}}),
@@ -408,7 +409,7 @@ async def test_errors_in_the_gates_own_savepoints_say_so() -> None:
                     "tables": {"t": {"column_vindexes": [{"column": "id", "name": "hash"}]}}},
     }}})
     gate = Gate(topo, {("bench", "-"): _NoSavepoints()})  # type: ignore[dict-item]
-    s = gate.session("bench")
+    s = gate.session("bench", identity=TRUSTED)
     await gate.execute(s, "BEGIN")
     await gate.execute(s, "SELECT id FROM t WHERE id = 1")  # the shard joins the transaction
     with pytest.raises(ShardgateError) as err:

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from shardgate.auth.identity import TRUSTED
 from shardgate.backends.base import MAX_XID_LENGTH, check_xid
 from shardgate.errors import Aborted, AlreadyExists, InvalidArgument
 from shardgate.gate import twopc
@@ -83,7 +84,8 @@ class FakeTablet(TabletClient):
 
 
 async def _joined(tablets: dict[tuple[str, str], FakeTablet]) -> Session:
-    s = Session(keyspace="ks", in_transaction=True, transaction_mode=twopc.TWOPC)
+    s = Session(keyspace="ks", in_transaction=True, transaction_mode=twopc.TWOPC,
+                identity=TRUSTED)
     for key, t in tablets.items():
         s.shard_txs[key] = await twopc.begin_participant(s, key[0], key[1], t)
     return s

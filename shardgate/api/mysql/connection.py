@@ -186,6 +186,17 @@ class GateConnection(Connection):
     _authenticating = False
     _refused = False
 
+    async def handle_change_user(self, data: bytes) -> None:
+        """COM_CHANGE_USER: the new user authenticates, or the connection is closed (as
+        MySQL does); the session is then the new user's (:meth:`GateSession.reset`)."""
+        self.session.username = None  # a failed authentication leaves no user: closed
+        await super().handle_change_user(data)
+
+    async def handle_reset_connection(self, data: bytes) -> None:
+        """COM_RESET_CONNECTION: the session afresh (its transaction rolled back), same user."""
+        await self.session.reset()
+        await self.stream.write(self.ok())
+
     def _unknown_database(self) -> str | None:
         """The client's default database when it names no keyspace (checked once authenticated)."""
         db = self.session.database

@@ -58,8 +58,9 @@ from sqlglot import exp
 from sqlglot.errors import SqlglotError
 from sqlglot.executor import execute
 
-from shardgate.api.mysql import catalog
+from shardgate.api.mysql import catalog, errors
 from shardgate.api.mysql.errors import BAD_DB, NO_SUCH_TABLE, PARSE, mysql_code, mysql_message
+from shardgate.auth.acl import Role
 from shardgate.auth.identity import Identity
 from shardgate.engine.primitives import Opcode, Route
 from shardgate.errors import ShardgateError
@@ -160,18 +161,37 @@ class GateSession(Session):
         super().__init__(SessionVariables(GlobalVariables(VARIABLES)))
         self.gate = gate
         self._identity = identity
-        self.state: GateSessionState = gate.session()
+        #: the gate session, opened once the handshake named the caller (:meth:`init`)
+        self._state: GateSessionState | None = None
         self.autocommit = True
         #: the last statement's result (its counts go in the OK packet)
         self.last = Result()
         #: the authenticated caller, set once the handshake is done
         self.identity: Identity | None = None
 
+    @property
+    def state(self) -> GateSessionState:
+        """The gate session of the authenticated caller (none before the handshake)."""
+        if self._state is None:
+            raise MysqlError("not authenticated", code=errors.ACCESS_DENIED.errno)
+        return self._state
+
     # -- connection life ---------------------------------------------------------
+
+    def _open(self) -> GateSessionState:
+        """A gate session for the authenticated user: every statement of this connection
+        is authorized for that user (ANONYMOUS without a users file, as on gRPC)."""
+        identity = self._identity(self.username or "")
+        if identity is None:
+            raise MysqlError(f"Access denied for user '{self.username}'",
+                             code=errors.ACCESS_DENIED.errno)
+        self.identity = identity
+        keyspace = self._state.keyspace if self._state is not None else None
+        return self.gate.session(keyspace, identity=identity)
 
     async def init(self, connection: Any) -> None:
         await super().init(connection)
-        self.identity = self._identity(self.username or "")
+        self._state = self._open()
         database: str | None = self.database
         if database:
             await self.use(database)
@@ -179,17 +199,24 @@ class GateSession(Session):
             self.database = self.state.keyspace
 
     async def close(self) -> None:
-        if self.state.in_transaction:
-            await self.gate.rollback(self.state)
+        if self._state is not None and self._state.in_transaction:
+            await self.gate.rollback(self._state)
         await super().close()
 
     async def reset(self) -> None:
-        """COM_RESET_CONNECTION / COM_CHANGE_USER: a fresh session, its transaction rolled back."""
-        if self.state.in_transaction:
-            await self.gate.rollback(self.state)
-        keyspace = self.state.keyspace
-        self.state = self.gate.session(keyspace)
+        """COM_RESET_CONNECTION / COM_CHANGE_USER: a fresh session, its transaction rolled
+        back, for the user now authenticated (COM_CHANGE_USER's new user), in the
+        connection's database (COM_CHANGE_USER's, if it named one)."""
+        if self._state is not None and self._state.in_transaction:
+            await self.gate.rollback(self._state)
+        self._state = self._open()
         self.autocommit = True
+        self.variables.set("autocommit", True)
+        database: str | None = self.database
+        if database:
+            await self.use(database)
+        else:
+            self.database = self.state.keyspace
 
     async def use(self, database: str) -> None:
         """``USE ks`` / COM_INIT_DB, including Vitess's ``ks:-80`` and ``ks[ksid]`` targets."""
@@ -197,7 +224,7 @@ class GateSession(Session):
 
     @property
     def in_transaction(self) -> bool:
-        return self.state.in_transaction
+        return self._state is not None and self._state.in_transaction
 
     # -- statements --------------------------------------------------------------
 
@@ -400,10 +427,13 @@ class GateSession(Session):
     def _show_vschema(self, kind: str, on: str | None) -> AllowedResult:
         if kind == "tables":
             ks = self._keyspace(None)
-            return [(t,) for t in vschema_tables(self.gate.vschema, ks)], ["Tables"]
+            return [(t,) for t in vschema_tables(self.gate.vschema, ks)
+                    if self._readable(ks, t)], ["Tables"]
         keyspace, table = self.state.keyspace, on
         if on is not None and "." in on:
             keyspace, table = on.split(".", 1)
+        if table is not None:
+            self._require_read(keyspace or "", table)
         fields, rows = vschema_vindexes(self.gate.vschema, keyspace if on else None, table)
         return rows, fields
 
@@ -420,7 +450,8 @@ class GateSession(Session):
                 ks = self._keyspace(db)
                 tables = [(t.name, "BASE TABLE") for t in await self.gate.catalog(ks)]
                 tables += [(v, "VIEW") for v in await self.gate.views(ks)]
-                rows = [t for t in sorted(tables) if like is None or like_match(t[0], like)]
+                rows = [t for t in sorted(tables) if (like is None or like_match(t[0], like))
+                        and self._readable(ks, t[0])]
                 fields = [f"Tables_in_{ks}"]
                 if expression.args.get("full"):
                     return rows, [*fields, "Table_type"]
@@ -436,6 +467,7 @@ class GateSession(Session):
                 return rows, fields
             case "CREATE TABLE" | "CREATE VIEW":
                 name = expression.text("target")
+                self._require_read(self._keyspace(db), name)
                 native = await self.gate.native_create(self._keyspace(db), name)
                 if native is not None:
                     if re.match(r"^CREATE\b.*?\bVIEW\b", native, re.S):
@@ -463,7 +495,8 @@ class GateSession(Session):
             case "TABLE STATUS":
                 ks = self._keyspace(db)
                 return [(t.name, "InnoDB", 10, "Dynamic") for t in await self.gate.catalog(ks)
-                        if like is None or like_match(t.name, like)], \
+                        if (like is None or like_match(t.name, like))
+                        and self._readable(ks, t.name)], \
                     ["Name", "Engine", "Version", "Row_format"]
         return await super()._show(expression)
 
@@ -473,6 +506,7 @@ class GateSession(Session):
             raise MysqlError("DESCRIBE takes a table name", code=PARSE.errno)
         first, second = _unquote(m.group(1)), m.group(2) and _unquote(m.group(2))
         db, name = (first, second) if second is not None else (None, first)
+        self._require_read(self._keyspace(db), name)
         native = await self.gate.native_describe(self._keyspace(db), name)
         if native is not None:
             return native, ["Field", "Type", "Null", "Key", "Default", "Extra"]
@@ -480,9 +514,21 @@ class GateSession(Session):
         return rows, fields
 
     async def schema(self) -> BaseInfoSchema:
-        """``information_schema`` over every keyspace (read from the shards' catalogs)."""
-        catalogs = {ks: await self.gate.catalog(ks) for ks in self.gate.topology.keyspaces}
+        """``information_schema`` over every keyspace (read from the shards' catalogs),
+        with only the tables the caller may read (as SHOW TABLES)."""
+        catalogs = {ks: [t for t in await self.gate.catalog(ks) if self._readable(ks, t.name)]
+                    for ks in self.gate.topology.keyspaces}
         return catalog.info_schema(catalogs)
+
+    def _readable(self, keyspace: str, table: str) -> bool:
+        """Whether the caller may read ``keyspace.table`` (what lists of tables show)."""
+        return self.gate.guard.allows(self.identity, keyspace, table, Role.READER)
+
+    def _require_read(self, keyspace: str, table: str) -> None:
+        """PERMISSION_DENIED unless the caller may read ``keyspace.table``: the listener
+        answers DESCRIBE, SHOW COLUMNS/INDEX/CREATE TABLE itself, from the catalog, and
+        shows a table's columns only to whom the table ACL lets read its rows."""
+        self.gate.guard.require(self.identity, keyspace, [table], Role.READER)
 
     def _keyspace(self, db: str | None) -> str:
         name = db or self.state.keyspace
@@ -494,6 +540,7 @@ class GateSession(Session):
 
     async def _table(self, name: str, db: str | None) -> TableInfo:
         ks = self._keyspace(db)
+        self._require_read(ks, name)
         found = await self.gate.catalog(ks, name)
         if not found:
             raise MysqlError(f"Table '{ks}.{name}' doesn't exist",

@@ -62,7 +62,7 @@ from shardgate.errors import (
     InvalidArgument,
     NotFound,
 )
-from shardgate.ports import GateView, SessionGate, SqlShard
+from shardgate.ports import TRUSTED, GateView, SessionGate, SqlShard
 from shardgate.queues.inbox import sql
 from shardgate.queues.inbox.model import (
     US,
@@ -357,7 +357,7 @@ class InboxStore:
             await self._ensure_bucket(b, in_transaction=in_tx)
         msg = Message(user, ts, self._ids.next(ts) if msg_id is None else int(msg_id), body)
         bind = {"user_id": user, "ts": msg.ts, "msg_id": msg.msg_id, "body": body}
-        s = session if session is not None else self.gate.session(self.keyspace)
+        s = session if session is not None else self.gate.session(self.keyspace, identity=TRUSTED)
         if len(targets) == 1:
             await self.gate.execute(s, sql.insert_sql(self._q(bucket.table)), bind)
             return msg
@@ -389,7 +389,7 @@ class InboxStore:
             "user_id": user, "consumer": consumer, "ts": p.ts, "msg_id": p.msg_id,
             "recent": ",".join(f"{t}.{i}" for t, i in p.recent), "updated_at": self.now(),
         }
-        s = session if session is not None else self.gate.session(self.keyspace)
+        s = session if session is not None else self.gate.session(self.keyspace, identity=TRUSTED)
         table = self._q(self.pointers_table)
         res = await self.gate.execute(s, sql.pointer_update_sql(table), bind)
         if res.rows_affected:
@@ -408,7 +408,7 @@ class InboxStore:
         _check_user(user)
         check_consumer(consumer)
         await self._ready()
-        s = session if session is not None else self.gate.session(self.keyspace)
+        s = session if session is not None else self.gate.session(self.keyspace, identity=TRUSTED)
         res = await self.gate.execute(
             s, sql.pointer_select_sql(self._q(self.pointers_table)),
             {"user_id": user, "consumer": consumer})
@@ -443,7 +443,7 @@ class InboxStore:
         d = Delivery(p, window_us=window, limit=limit, max_recent=self.options.max_recent)
         page = _page_size(limit + (len(p.recent) if p is not None else 0))
         lo = p.scan_from(window) if p is not None else 0
-        s = session if session is not None else self.gate.session(self.keyspace)
+        s = session if session is not None else self.gate.session(self.keyspace, identity=TRUSTED)
         for b in buckets_to_read(list(self._buckets.values()), p, window_us=window,
                                  now=self.now(), forward_insert=self.options.forward_insert):
             if await self._scan_bucket(s, b, user, lo, page, d):
