@@ -135,8 +135,11 @@ def tail_view(result: Result) -> Result:
 
 
 def _iso(ns: Any) -> Any:
-    """Nanoseconds since the epoch as ISO-8601 (UTC, microseconds); None stays None."""
-    if ns is None or isinstance(ns, bool) or not isinstance(ns, int | float):
+    """Nanoseconds since the epoch as ISO-8601 (UTC, microseconds); 0 (no time yet: an
+    event not fired) and None are NULL."""
+    if not ns:
+        return None
+    if isinstance(ns, bool) or not isinstance(ns, int | float):
         return ns
     stamp = datetime.datetime.fromtimestamp(int(ns) // 1000 / 1e6, tz=datetime.UTC)
     return stamp.isoformat(timespec="microseconds").replace("+00:00", "Z")
