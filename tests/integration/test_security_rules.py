@@ -29,7 +29,7 @@ from shardgate.auth import StaticUsers
 from shardgate.auth.acl import TableACL
 from shardgate.auth.guard import Guard
 from shardgate.auth.identity import TRUSTED
-from shardgate.errors import Code, ShardgateError
+from shardgate.errors import ShardgateError
 from shardgate.gate import Gate
 
 from .conftest import open_cluster
@@ -238,7 +238,8 @@ BELOW_ADMIN_REFUSED = {  # for bob, not for dba
     "sqlite": ["SELECT sqlite_version()", "SELECT sqlite_source_id()"],
 }
 ALLOWED_TO_READERS = {  # ordinary functions of each dialect
-    "postgres": "SELECT upper(name), length(email), md5(name), jsonb_typeof(jsonb_build_object('n', name)), "
+    "postgres": "SELECT upper(name), length(email), md5(name), "
+                "jsonb_typeof(jsonb_build_object('n', name)), "
                 "date_trunc('day', now()) IS NOT NULL FROM customer WHERE customer_id = 1",
     "mysql": "SELECT UPPER(name), LENGTH(email), MD5(name), JSON_OBJECT('n', name), "
              "DATE_FORMAT(NOW(), '%Y') IS NOT NULL FROM customer WHERE customer_id = 1",
