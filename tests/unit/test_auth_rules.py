@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -117,3 +118,141 @@ def test_guard_gate_tables_need_admin_and_trusted_code_is_not_checked() -> None:
         g.authorize(None, "SELECT LOAD_FILE('x')", None, VSCHEMA)
     with pytest.raises(PermissionDenied):
         g.authorize(None, "SELECT LOAD_FILE('x')", None, VSCHEMA)
+
+
+# -- issue 30: scopes, writes at any depth, functions, catalogs, never-sent statements ------
+
+
+def _tables(sql: str) -> set[tuple[str, str, Role]]:
+    return {(t.keyspace, t.table, t.role) for t in analyze(sql).tables}
+
+
+@pytest.mark.parametrize(("sql", "tables"), [
+    # a CTE's body does not see its own name (unless RECURSIVE): the inner biz is the table
+    ("WITH biz AS (SELECT * FROM biz) SELECT * FROM biz", {"biz"}),
+    ("WITH RECURSIVE biz AS (SELECT * FROM biz) SELECT * FROM biz", set()),
+    # a CTE hides a table only after it: b is a table in a's body
+    ("WITH a AS (SELECT * FROM b), b AS (SELECT 1) SELECT * FROM a, b", {"b"}),
+    ("WITH a AS (SELECT 1), b AS (SELECT * FROM a) SELECT * FROM b", set()),
+    # a nested WITH's scope ends with its query
+    ("SELECT * FROM (WITH x AS (SELECT 1) SELECT * FROM x) s, x", {"x"}),
+    # a nested WITH's bodies see only their own CTEs (MariaDB reads the table there)
+    ("WITH c AS (SELECT 1) SELECT * FROM (WITH y AS (SELECT * FROM c) SELECT * FROM y) z",
+     {"c"}),
+    ("WITH c AS (SELECT 1) SELECT * FROM (WITH y AS (SELECT 2) SELECT * FROM c) z", set()),
+    # PostgreSQL folds unquoted names: "BIZ" (quoted) is not BIZ (unquoted, = biz)
+    ('WITH "BIZ" AS (SELECT 1) SELECT * FROM BIZ', {"BIZ"}),
+    ("WITH biz AS (SELECT 1) SELECT * FROM `biz`", set()),
+    # a CTE never hides a written table, nor a qualified one
+    ("WITH t AS (SELECT 1) DELETE FROM t", {"t"}),
+    ("WITH customer AS (SELECT 1) SELECT * FROM commerce.customer", {"customer"}),
+])
+def test_cte_names_are_resolved_by_scope(sql: str, tables: set[str]) -> None:
+    assert {t for _, t, _ in _tables(sql)} == tables
+
+
+def test_writes_at_any_depth_and_locking_reads_need_the_writer_role() -> None:
+    w, r = Role.WRITER, Role.READER
+    assert _tables("WITH d AS (DELETE FROM t WHERE a = 1 RETURNING id) SELECT * FROM d") == {
+        ("", "t", w)}
+    assert _tables("WITH u AS (UPDATE t SET a = 1 RETURNING id) SELECT * FROM u, v") == {
+        ("", "t", w), ("", "v", r)}
+    assert _tables("SELECT * FROM (WITH i AS (INSERT INTO t (a) SELECT b FROM s RETURNING a) "
+                   "SELECT * FROM i) x") == {("", "t", w), ("", "s", r)}
+    assert _tables("SELECT * FROM t JOIN u ON t.a = u.a WHERE t.b IN (SELECT b FROM v) "
+                   "FOR UPDATE") == {("", "t", w), ("", "u", w), ("", "v", r)}
+    assert _tables("SELECT * FROM t LOCK IN SHARE MODE") == {("", "t", w)}
+    assert _tables("SELECT * FROM t FOR SHARE") == {("", "t", w)}
+    assert _tables("UPDATE t SET a = (SELECT b FROM u)") == {("", "t", w), ("", "u", r)}
+
+
+@pytest.mark.parametrize(("sql", "form"), [
+    ("DROP DATABASE other", "DROP DATABASE"), ("create database x", "CREATE DATABASE"),
+    ("CREATE OR REPLACE USER x", "CREATE USER"), ("ALTER ROLE x SUPERUSER", "ALTER ROLE"),
+    ("DROP SCHEMA public", "DROP SCHEMA"), ("CREATE SCHEMA s", "CREATE SCHEMA"),
+    ("GRANT ALL ON t TO x", "GRANT"), ("REVOKE ALL ON t FROM x", "REVOKE"),
+    ("ALTER SYSTEM SET work_mem = 1", "ALTER SYSTEM"), ("SET GLOBAL x = 1", "SET GLOBAL"),
+    ("FLUSH PRIVILEGES", "FLUSH"), ("SHUTDOWN", "SHUTDOWN"), ("RESET MASTER", "RESET"),
+    ("PURGE BINARY LOGS TO 'x'", "PURGE"), ("CHANGE MASTER TO MASTER_HOST='x'", "CHANGE"),
+    ("DROP TABLESPACE t", "DROP TABLESPACE"), ("DROP SERVER s", "DROP SERVER"),
+    ("SHOW BINLOG EVENTS", "SHOW BINLOG"), ("DO $$ BEGIN EXECUTE 'x'; END $$", "DO"),
+    ("PREPARE s FROM 'SELECT 1'", "PREPARE"), ("LOCK TABLES t WRITE", "LOCK"),
+    ("/* hi */ drop /* there */ database x", "DROP DATABASE"),
+])
+def test_statements_about_the_server_are_never_sent(sql: str, form: str) -> None:
+    with pytest.raises(PermissionDenied) as info:
+        analyze(sql)
+    assert form in info.value.message and "deny-list" in info.value.message
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT set_config('default_transaction_read_only', 'on', false)",
+    "SELECT pg_catalog.set_config('a', 'b', false)", "SELECT pg_advisory_lock(1)",
+    "SELECT pg_try_advisory_xact_lock(1)", "SELECT GET_LOCK('a', 1)", "SELECT release_lock('a')",
+    "SELECT ts_stat('SELECT v FROM t')", "SELECT * FROM t WHERE a = ts_rewrite('a', 'SELECT 1')",
+    "SELECT table_to_xml('t', true, true, '')", "SELECT dblink('x', 'SELECT 1')",
+    "SELECT LAST_INSERT_ID(5)", "SELECT @a := v FROM t", "SELECT eval('SELECT 1')",
+    "SELECT pg_create_logical_replication_slot('s', 'x')", "SELECT pg_drop_replication_slot('s')",
+])
+def test_sql_in_a_string_and_session_state_functions_are_refused_for_everyone(sql: str) -> None:
+    with pytest.raises(PermissionDenied) as info:
+        analyze(sql)
+    assert "deny-list" in info.value.message
+
+
+def test_functions_as_each_dialect_sees_them_and_catalogs() -> None:
+    a = analyze("SELECT IF(a, 1, 2), GROUP_CONCAT(b), DATE_FORMAT(c, '%Y'), upper(d), "
+                "my_udf(e) FROM t")
+    assert a.functions["postgres"] == {"string_agg", "to_char", "upper", "my_udf"}
+    assert a.functions["mysql"] == {"group_concat", "date_format", "upper", "my_udf"}
+    assert a.functions["sqlite"] == {"group_concat", "strftime", "upper", "my_udf"}
+    assert analyze("SELECT s.f(1)").admin_only  # a schema-qualified (user) function
+    assert not analyze("SELECT pg_catalog.upper('a')").admin_only
+    assert analyze("SELECT * FROM pg_stat_activity").catalogs == ("pg_catalog.pg_stat_activity",)
+    assert analyze("SELECT * FROM INFORMATION_SCHEMA.Tables t").catalogs == (
+        "information_schema.tables",)
+    assert analyze("SELECT * FROM pragma_table_info('t')").catalogs == ("pragma_table_info",)
+    assert analyze("SELECT * FROM pragma_table_info('t')").functions["sqlite"] == frozenset()
+    assert analyze("SELECT * FROM main.sqlite_master").catalogs == ("sqlite_master",)
+    assert analyze("SHOW PROCESSLIST").admin_only and not analyze("SHOW TABLES").admin_only
+    assert analyze("SHOW TABLES FROM mysql").admin_only
+
+
+def test_guard_below_admin_functions_catalogs_per_dialect() -> None:
+    g = Guard(acl({"name": "secret", "table_names_or_prefixes": ["corder"], "admins": ["a"]},
+                  {"name": "all", "table_names_or_prefixes": ["%"], "readers": ["r"],
+                   "admins": ["a"]}))
+
+    def on(dialect: str | None) -> Callable[[str], str | None]:
+        return lambda ks: dialect
+
+    r, a = Identity("r"), Identity("a")
+    g.authorize(r, "SELECT upper(name), jsonb_typeof('{}') FROM customer", "commerce", VSCHEMA,
+                on("postgres"))
+    with pytest.raises(PermissionDenied) as info:  # not a SQLite function
+        g.authorize(r, "SELECT jsonb_typeof('{}') FROM customer", "commerce", VSCHEMA,
+                    on("sqlite"))
+    assert "jsonb_typeof()" in info.value.message and "sqlite allow-list" in info.value.message
+    for sql in ("SELECT version() FROM customer", "SELECT pg_sleep(1)",
+                "SELECT current_setting('data_directory')", "SELECT x.f(1) FROM customer",
+                "SELECT * FROM pg_stat_activity",
+                "SELECT * FROM information_schema.user_privileges"):
+        with pytest.raises(PermissionDenied) as info:
+            g.authorize(r, sql, "commerce", VSCHEMA, on("postgres"))
+        assert "needs the admin role" in info.value.message, sql
+        g.authorize(a, sql, "commerce", VSCHEMA, on("postgres"))  # admin of all it names
+    g.authorize(r, "SELECT table_name FROM information_schema.tables", "commerce:-80", VSCHEMA,
+                on("mysql"))
+    g.authorize(r, "SELECT name FROM sqlite_master", "commerce:-80", VSCHEMA, on("sqlite"))
+    with pytest.raises(PermissionDenied):  # dialect not known: no catalog
+        g.authorize(r, "SELECT type FROM sqlite_master", "commerce:-80", VSCHEMA)
+    # admin means admin on every table named: admin of corder only is not admin of customer
+    g2 = Guard(acl({"name": "secret", "table_names_or_prefixes": ["corder"], "admins": ["x"]},
+                   {"name": "all", "table_names_or_prefixes": ["%"], "readers": ["x"]}))
+    g2.authorize(Identity("x"), "SELECT version() FROM corder", "commerce", VSCHEMA,
+                 on("postgres"))
+    with pytest.raises(PermissionDenied):
+        g2.authorize(Identity("x"), "SELECT version() FROM corder, customer", "commerce",
+                     VSCHEMA, on("postgres"))
+    with pytest.raises(PermissionDenied):  # no table: the % entry decides, x is a reader
+        g2.authorize(Identity("x"), "SELECT version()", "commerce", VSCHEMA, on("postgres"))
