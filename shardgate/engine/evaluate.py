@@ -5,13 +5,16 @@ canonical SQL text or alias), arithmetic, comparisons, AND/OR/NOT, IS [NOT]
 NULL, IN lists, with SQL's three-valued logic (``None`` is unknown). Values
 follow the shard database's rules (:class:`~shardgate.engine.sqlsem.Semantics`,
 passed at execution): truth of numbers and strings, mixed-type comparisons,
-collations, integer and decimal arithmetic and division.
-:func:`compile_expr` checks at plan time that everything is supported and
-resolvable, so execution never meets an unknown node.
+collations, integer and decimal arithmetic and division; on SQLite, the
+affinity a column gives the constant it is compared with (``int_col < '3'``
+compares numbers there, ``text_col = 3`` texts). :func:`compile_expr`
+checks at plan time that everything is supported and resolvable, so
+execution never meets an unknown node.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping, Sequence
 from decimal import Decimal
 from typing import Any
@@ -93,6 +96,10 @@ def _compile(node: exp.Expr, slots: Mapping[str, int]) -> Evaluator:
     if isinstance(node, exp.Binary) and type(node) in _COMPARE:
         test = _COMPARE[type(node)]
         left, right = compile_expr(node.left, slots), compile_expr(node.right, slots)
+        if _is_constant(node.right) and _is_column(node.left):
+            right = _with_affinity(right, left)
+        elif _is_constant(node.left) and _is_column(node.right):
+            left = _with_affinity(left, right)
 
         def compare(row: Row, sem: Semantics) -> Any:
             a, b = left(row, sem), right(row, sem)
@@ -130,6 +137,9 @@ def _compile(node: exp.Expr, slots: Mapping[str, int]) -> Evaluator:
         inner = compile_expr(node.this, slots)
         low = compile_expr(node.args["low"], slots)
         high = compile_expr(node.args["high"], slots)
+        if _is_column(node.this):
+            low = _with_affinity(low, inner) if _is_constant(node.args["low"]) else low
+            high = _with_affinity(high, inner) if _is_constant(node.args["high"]) else high
 
         def between(row: Row, sem: Semantics) -> Any:
             v, lo, hi = inner(row, sem), low(row, sem), high(row, sem)
@@ -141,6 +151,9 @@ def _compile(node: exp.Expr, slots: Mapping[str, int]) -> Evaluator:
     if isinstance(node, exp.In) and not node.args.get("query"):
         inner = compile_expr(node.this, slots)
         items = [compile_expr(e, slots) for e in node.expressions]
+        if _is_column(node.this):
+            items = [_with_affinity(f, inner) if _is_constant(e) else f
+                     for f, e in zip(items, node.expressions, strict=True)]
 
         def member(row: Row, sem: Semantics) -> Any:
             v = inner(row, sem)
@@ -160,6 +173,49 @@ def _compile(node: exp.Expr, slots: Mapping[str, int]) -> Evaluator:
         f"the gate cannot evaluate {node.sql(dialect='mysql')!r} after merging shards: "
         "use plain columns, aggregates of the select list, arithmetic and comparisons"
     )
+
+
+def _is_column(node: exp.Expr) -> bool:
+    while isinstance(node, exp.Paren):
+        node = node.this
+    return isinstance(node, exp.Column)
+
+
+def _is_constant(node: exp.Expr) -> bool:
+    while isinstance(node, exp.Paren):
+        node = node.this
+    if isinstance(node, exp.Neg):
+        node = node.this
+    return isinstance(node, exp.Literal)
+
+
+_SQLITE_INTEGER = re.compile(r"\s*[+-]?\d+\s*")
+_SQLITE_REAL = re.compile(r"\s*[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?\s*")
+
+
+def _with_affinity(constant: Evaluator, column: Evaluator) -> Evaluator:
+    """On SQLite, ``constant`` as compared with a column's value: a column of numeric
+    affinity (it holds a number) makes a text that is a well-formed number that
+    number, a column of TEXT affinity (it holds text) makes a number its text;
+    elsewhere, and for values that do not convert, the constant as it is."""
+
+    def value(row: Row, sem: Semantics) -> Any:
+        c = constant(row, sem)
+        if sem.dialect != "sqlite" or c is None:
+            return c
+        v = column(row, sem)
+        if isinstance(v, int | float) and not isinstance(v, bool) and isinstance(c, str):
+            if _SQLITE_INTEGER.fullmatch(c):
+                n = int(c)
+                return n if -(2**63) <= n < 2**63 else float(n)
+            if _SQLITE_REAL.fullmatch(c):
+                return float(c)
+        elif isinstance(v, str) and isinstance(c, int | float | Decimal) and \
+                not isinstance(c, bool):
+            return str(c)
+        return c
+
+    return value
 
 
 def _fractional(text: str) -> Evaluator:

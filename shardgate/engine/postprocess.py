@@ -24,11 +24,11 @@ from typing import Any
 
 from shardgate.engine.evaluate import Evaluator
 from shardgate.engine.primitives import ExecCursor, Primitive, order_compare, semantics_of
-from shardgate.engine.sqlsem import EXACT, INT64_MAX, INT64_MIN, Semantics
+from shardgate.engine.sqlsem import EXACT, INT64_MAX, INT64_MIN, Semantics, shown
 from shardgate.engine.values import Value
 from shardgate.errors import InvalidArgument, Unsupported
 from shardgate.result import Result, Row
-from shardgate.sql.dialect import avg_partial
+from shardgate.sql.dialect import avg_magnitude, avg_partial
 
 
 class AggOp(enum.Enum):
@@ -52,12 +52,14 @@ class AggSpec:
 
 
 class _Acc:
-    __slots__ = ("distinct", "n", "value")
+    __slots__ = ("distinct", "magnitude", "n", "value")
 
     def __init__(self) -> None:
         self.value: Any = None
         self.n: Any = 0
         self.distinct: dict[Any, Any] = {}
+        #: AVG on SQLite: the sum of the integers' absolute values (a double)
+        self.magnitude = 0.0
 
 
 def _add(a: Any, b: Any) -> Any:
@@ -73,14 +75,30 @@ def _add(a: Any, b: Any) -> Any:
     return a + b
 
 
-def _avg(total: Any, count: Any, sem: Semantics) -> Any:
+#: below this sum of absolute values every running sum of integers is exact in a double
+_EXACT_DOUBLE_SUMS = 2.0**53 * (1 - 1e-14)  # (SQLite prints the sum to 15 digits)
+
+
+def _avg(total: Any, count: Any, sem: Semantics, magnitude: float = 0.0) -> Any:
     """AVG as the shards' database computes it, from the combined SUM and COUNT.
 
-    Floating point inputs, and SQLite: a double. MariaDB/MySQL and PostgreSQL:
-    the exact sum divided as a decimal (:meth:`Semantics.decimal_divide`).
+    Floating point inputs: a double. MariaDB/MySQL and PostgreSQL: the exact
+    sum divided as a decimal (:meth:`Semantics.decimal_divide`: MariaDB's
+    DECIMAL at the sum's scale + ``div_precision_increment``, PostgreSQL's
+    numeric at ``select_div_scale``). SQLite (before 3.43) adds the values
+    as doubles in the order it reads the rows, then divides: while the
+    integers' absolute values (``magnitude``) sum below 2^53 every running
+    sum is exact whatever the order, and the gate's answer is SQLite's; past
+    it the answer depends on an order the gate cannot know, so it refuses.
     """
     if total is None or not count:
         return None
+    if sem.dialect == "sqlite" and isinstance(total, int) and magnitude >= _EXACT_DOUBLE_SUMS:
+        raise Unsupported(
+            "AVG over these integers cannot be computed across SQLite shards: SQLite sums "
+            "them as doubles in the order it reads the rows, and past 2^53 the rounding "
+            "depends on that order; use SUM(x) and COUNT(x) instead"
+        )
     if isinstance(total, float) or sem.dialect == "sqlite":
         return float(total) / int(count)
     return sem.decimal_divide(Decimal(total), Decimal(int(count)))
@@ -172,7 +190,7 @@ class Aggregate(Primitive):
             case AggOp.SUM:
                 return _checked_sum(acc.value, sem)
             case AggOp.AVG:
-                return _avg(acc.value, acc.n, sem)
+                return _avg(acc.value, acc.n, sem, acc.magnitude)
             case AggOp.COUNT_DISTINCT:
                 return len(acc.distinct)
             case AggOp.SUM_DISTINCT:
@@ -210,6 +228,7 @@ def _accumulate(spec: AggSpec, acc: _Acc, row: Row, sem: Semantics) -> None:
         case AggOp.AVG:
             assert spec.column2 is not None
             acc.value = _add(acc.value, avg_partial(v))
+            acc.magnitude += avg_magnitude(v)
             acc.n = _add(acc.n, row[spec.column2] or 0)
         case AggOp.COUNT_DISTINCT | AggOp.SUM_DISTINCT:
             if v is not None:
@@ -323,8 +342,12 @@ class Projection(Primitive):
         res = await self.input.execute(vc, bind_vars)
         cols = self.columns
         sem = semantics_of(vc, self.keyspace)
-        names = self.mysql_names if self.mysql_names and sem.dialect == "mysql" else self.names
-        return Result(fields=list(names),
+        if sem.dialect == "mysql":
+            # a quotient (AVG, /) leaves at its declared scale (sqlsem.Quotient)
+            return Result(fields=list(self.mysql_names or self.names),
+                          rows=[tuple(shown(f(r, sem)) for f in cols) for r in res.rows],
+                          rows_affected=res.rows_affected)
+        return Result(fields=list(self.names),
                       rows=[tuple(f(r, sem) for f in cols) for r in res.rows],
                       rows_affected=res.rows_affected)
 

@@ -16,7 +16,11 @@ database would:
   PostgreSQL, a double on SQLite), decimals exactly, doubles when a double is
   involved; strings take their numeric prefix on MySQL (a double) and SQLite.
 * **division**: MySQL gives a decimal with the dividend's scale plus
-  ``div_precision_increment`` (4), rounded half up; the gate's ``/`` reaches
+  ``div_precision_increment`` (4), rounded half up when shown or compared,
+  but kept to whole 9-digit words (truncated) in further arithmetic, as
+  MariaDB's ``decimal_div`` does: ``AVG(n) * 2`` is ``4.2857`` for
+  ``AVG(n) = 15/7`` (``2.142857142 * 2``), not ``2.1429 * 2``
+  (:class:`Quotient`); the gate's ``/`` reaches
   SQLite and PostgreSQL as a division of doubles (sqlglot's rendering of
   MySQL's ``/``); ``x / 0`` is NULL everywhere. AVG on PostgreSQL is a
   numeric division at ``select_div_scale``'s scale.
@@ -34,7 +38,7 @@ import operator
 import re
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
-from decimal import ROUND_HALF_UP, Context, Decimal
+from decimal import ROUND_DOWN, ROUND_HALF_UP, Context, Decimal
 from typing import Any
 
 from shardgate.engine.general_ci import WEIGHTS as GENERAL_CI_WEIGHTS
@@ -46,6 +50,42 @@ EXACT = Context(prec=120)
 #: MariaDB's default ``div_precision_increment``
 DIV_PRECISION_INCREMENT = 4
 _MYSQL_MAX_SCALE = 30
+#: MariaDB's decimals are stored in words of 9 digits
+_DIGITS_PER_WORD = 9
+
+
+class Quotient(Decimal):
+    """A MySQL/MariaDB decimal that holds more digits than it shows.
+
+    A division's quotient (and AVG's) keeps whole 9-digit words of fraction
+    (truncated) for the arithmetic that uses it, but is shown, compared and
+    grouped at its declared scale ``shown`` (rounded half up). Arithmetic
+    with one keeps it a ``Quotient``, the declared scale following MySQL's
+    types: the sum of the scales for ``*``, the larger for ``+`` and ``-``.
+    """
+
+    shown: int
+
+    def __new__(cls, value: Decimal, shown: int) -> Quotient:
+        self = Decimal.__new__(cls, value)
+        self.shown = shown
+        return self
+
+    def value(self) -> Decimal:
+        """The decimal the database shows (and compares)."""
+        return Decimal(self).quantize(Decimal(1).scaleb(-self.shown), rounding=ROUND_HALF_UP,
+                                      context=EXACT)
+
+
+def shown(v: Any) -> Any:
+    """``v`` as the database returns it: a :class:`Quotient` at its declared scale."""
+    return v.value() if isinstance(v, Quotient) else v
+
+
+def _declared_scale(v: Any) -> int:
+    if isinstance(v, Quotient):
+        return v.shown
+    return _scale(v) if isinstance(v, Decimal) else 0
 
 
 @dataclass(frozen=True)
@@ -235,7 +275,11 @@ class Semantics:
             if self.dialect == "sqlite":
                 return _ARITH[op](float(a), float(b))
             raise InvalidArgument(f"BIGINT value is out of range in '{a} {op} {b}'")
-        return _EXACT_ARITH[op](Decimal(a), Decimal(b))
+        exact = _EXACT_ARITH[op](Decimal(a), Decimal(b))
+        if isinstance(a, Quotient) or isinstance(b, Quotient):
+            sa, sb = _declared_scale(a), _declared_scale(b)
+            return Quotient(exact, min(sa + sb if op == "*" else max(sa, sb), _MYSQL_MAX_SCALE))
+        return exact
 
     def divide(self, a: Any, b: Any) -> Any:
         """``a / b`` as the gate's SQL divides on the dialect; NULL for ``x / 0``.
@@ -251,20 +295,26 @@ class Semantics:
             return None
         if isinstance(a, float) or isinstance(b, float) or self.dialect != "mysql":
             return float(a) / float(b)
-        return self.decimal_divide(Decimal(a), Decimal(b))
+        return self.decimal_divide(a if isinstance(a, Decimal) else Decimal(a),
+                                   b if isinstance(b, Decimal) else Decimal(b))
 
     def decimal_divide(self, num: Decimal, den: Decimal) -> Decimal:
         """Exact decimal division at the database's result scale, rounded half up.
 
-        MySQL/MariaDB: the dividend's scale plus ``div_precision_increment``;
+        MySQL/MariaDB: a :class:`Quotient` shown at the dividend's declared scale
+        plus ``div_precision_increment``, holding the whole 9-digit words of
+        ``decimal_div`` (the operands' scales plus the increment), truncated;
         PostgreSQL: ``select_div_scale`` (numeric division, e.g. AVG).
         """
         if self.dialect == "postgres":
             scale = pg_div_scale(num, den)
-        else:
-            scale = min(_scale(num) + DIV_PRECISION_INCREMENT, _MYSQL_MAX_SCALE)
-        return EXACT.divide(num, den).quantize(
-            Decimal(1).scaleb(-scale), rounding=ROUND_HALF_UP, context=EXACT)
+            return EXACT.divide(num, den).quantize(
+                Decimal(1).scaleb(-scale), rounding=ROUND_HALF_UP, context=EXACT)
+        declared = min(_declared_scale(num) + DIV_PRECISION_INCREMENT, _MYSQL_MAX_SCALE)
+        words = -(-(_scale(num) + _scale(den) + DIV_PRECISION_INCREMENT) // _DIGITS_PER_WORD)
+        held = EXACT.divide(num, den).quantize(
+            Decimal(1).scaleb(-words * _DIGITS_PER_WORD), rounding=ROUND_DOWN, context=EXACT)
+        return Quotient(held, declared)
 
     # ---------------------------------------------------------------- truth --
 
@@ -276,7 +326,7 @@ class Semantics:
             raise Unsupported(
                 f"a condition must be boolean on PostgreSQL, got {type(v).__name__} {v!r}"
             )
-        return bool(self.number(v) != 0)
+        return bool(self.number(shown(v)) != 0)
 
     def boolean(self, v: bool | None) -> Any:
         """A condition's value as the database returns it: 1/0, or a PostgreSQL boolean."""
@@ -294,7 +344,7 @@ class Semantics:
             b = int(b)
         na, nb = _is_number(a), _is_number(b)
         if na and nb:
-            return _cmp(a, b)
+            return _cmp(shown(a), shown(b))
         if isinstance(a, str) and isinstance(b, str):
             return self.collation.compare(a, b)
         if isinstance(a, bytes) and isinstance(b, bytes):
@@ -331,6 +381,8 @@ class Semantics:
             return int(v)
         if isinstance(v, float) and v.is_integer():
             return int(v)
+        if isinstance(v, Quotient):
+            return v.value()
         return v  # type: ignore[no-any-return]
 
 

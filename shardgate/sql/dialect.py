@@ -130,6 +130,7 @@ def _fix_for_dialect(node: exp.Expr, dialect: str) -> exp.Expr:
 _AVG_SUM_SQLITE = sqlglot.parse_one(
     "CASE WHEN COUNT(__sg_x) = SUM(typeof(__sg_x) = 'integer') "
     "THEN CAST(SUM(__sg_x >> 32) AS TEXT) || ':' || CAST(SUM(__sg_x & 4294967295) AS TEXT) "
+    "|| ':' || CAST(TOTAL(ABS(CAST(__sg_x AS REAL))) AS TEXT) "
     "ELSE TOTAL(__sg_x) END",
     dialect="sqlite",
 )
@@ -138,9 +139,10 @@ _AVG_SUM_SQLITE = sqlglot.parse_one(
 def _sqlite_avg_sum(x: exp.Expression) -> exp.Expression:
     """AVG's partial sum on SQLite, which SUM would overflow on large integers.
 
-    Integers: the exact sum as text ``'hi:lo'`` (the sums of their high and low
-    32 bits, which cannot overflow; :func:`avg_partial` reads it); otherwise
-    ``TOTAL(x)``, a double, as SQLite's AVG sums.
+    Integers: the exact sum as text ``'hi:lo:magnitude'`` (the sums of their
+    high and low 32 bits, which cannot overflow, and the sum of their absolute
+    values as a double; :func:`avg_partial` and :func:`avg_magnitude` read
+    it); otherwise ``TOTAL(x)``, a double, as SQLite's AVG sums.
     """
     return _AVG_SUM_SQLITE.transform(
         lambda n: exp.Paren(this=x.copy())
@@ -149,11 +151,23 @@ def _sqlite_avg_sum(x: exp.Expression) -> exp.Expression:
 
 
 def avg_partial(value: Any) -> Any:
-    """The number an AVG partial sum stands for (``'hi:lo'`` from SQLite: an exact int)."""
+    """The number an AVG partial sum stands for (``'hi:lo:m'`` from SQLite: an exact int)."""
     if isinstance(value, str):
-        hi, _, lo = value.partition(":")
+        hi, lo = value.split(":")[:2]
         return (int(hi) << 32) + int(lo)
     return value
+
+
+def avg_magnitude(value: Any) -> float:
+    """The sum of the absolute values behind an AVG partial of integers: read
+    from SQLite's ``'hi:lo:m'``, ``abs`` of one integer (a row's own value, as
+    a join at the gate gives); 0.0 for any other partial."""
+    if isinstance(value, str):
+        parts = value.split(":")
+        return float(parts[2]) if len(parts) > 2 else 0.0
+    if isinstance(value, int) and not isinstance(value, bool):
+        return float(abs(value))
+    return 0.0
 
 
 def _pg_limited_dml(node: exp.Delete | exp.Update) -> exp.Expression:

@@ -16,7 +16,7 @@ import pytest
 from sqlglot import exp
 
 from shardgate.engine.evaluate import compile_expr
-from shardgate.engine.sqlsem import collation, semantics
+from shardgate.engine.sqlsem import collation, semantics, shown
 from shardgate.errors import Code, ShardgateError
 from shardgate.result import Result
 from shardgate.sql import parse
@@ -75,8 +75,20 @@ def test_mixed_type_comparisons_follow_the_engine_or_are_refused() -> None:
 
 def test_arithmetic_and_division() -> None:
     my, lite, pg = semantics("mysql"), semantics("sqlite"), semantics("postgres")
-    assert my.divide(Decimal(51), 52) == Decimal("0.9808")
-    assert str(my.divide(Decimal("1.50"), 3)) == "0.500000"
+    assert shown(my.divide(Decimal(51), 52)) == Decimal("0.9808")
+    assert str(shown(my.divide(Decimal("1.50"), 3))) == "0.500000"
+    # MariaDB keeps a quotient to whole 9-digit words in further arithmetic (issue 32):
+    # AVG(n) = 15/7 is 2.1429, AVG(n) * 2 is 4.2857 and AVG(n) * 100000000 is
+    # 214285714.2000 there (2.142857142 * ...), AVG(n) + 0.00001 is 2.14287
+    avg = my.decimal_divide(Decimal(15), Decimal(7))
+    assert str(shown(avg)) == "2.1429" and my.compare(avg, Decimal("2.1429")) == 0
+    assert str(shown(my.arith("*", avg, 2))) == "4.2857"
+    assert str(shown(my.arith("*", avg, 100000000))) == "214285714.2000"
+    assert str(shown(my.arith("+", avg, Decimal("0.00001")))) == "2.14287"
+    assert str(shown(my.arith("-", 0, avg))) == "-2.1429"
+    assert str(shown(my.divide(avg, 3))) == "0.71428571"
+    assert str(shown(my.divide(my.decimal_divide(Decimal("10.58"), Decimal(7)), 7))) == \
+        "0.2159183673"
     assert my.divide(1, 0) is None and lite.divide(1, 0) is None and pg.divide(1, 0) is None
     assert lite.divide(7, 2) == 3.5  # the gate's / reaches SQLite as CAST(a AS REAL) / b
     assert str(pg.decimal_divide(Decimal(2), Decimal(3))) == "0.66666666666666666667"
