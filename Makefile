@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 BASE := $(VENV)/.installed-base
 STAMP := $(VENV)/.installed-dev
 
-.PHONY: up test install install-base servers lint bench-smoke bench doctor clean
+.PHONY: up test install install-base servers lint bench-smoke bench doctor clean console-screenshots
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -49,6 +49,10 @@ test: $(STAMP) servers
 	@# then, alone, the tests that change a server's shared state (marker server_wide)
 	PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/pytest -n 3 --dist loadfile -m "not server_wide"
 	PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/pytest -m server_wide
+
+# rewrite docs/console/*.png from the browser tests (ordinary runs leave them alone)
+console-screenshots: $(STAMP)
+	SHARDGATE_SCREENSHOTS=1 $(BIN)/pytest tests/browser -p no:randomly -q
 
 lint: $(STAMP)
 	$(BIN)/ruff check shardgate tests bench

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from shardgate.api.http import HttpServer
 from shardgate.auth.identity import TRUSTED
+from shardgate.errors import ShardgateError
 from shardgate.gate import Gate
 from shardgate.topo.local import open_topo
 from tests.conftest import console_cluster
@@ -289,3 +291,146 @@ async def test_segmented_queues_and_inbox_stores_on_the_queue_api(
     assert notes and notes[0]["keyspace"] == "ks" and notes[0]["bucket_count"] >= 1
     counted = await _get(f"{base}/api/inboxes/ks/notes?counts=1")
     assert counted["messages"] == 1
+
+
+# -- the charts' figures, lease holder and log positions, workflows (issue 34 item 12) ------
+
+
+def _totals(stats: dict[str, Any], keyspace: str) -> dict[str, tuple[int, int]]:
+    """(calls, errors) in the window per series: "" for the keyspace, else the shard."""
+    return {s["shard"]: (s["total"]["count"], s["total"]["errors"])
+            for s in stats["keyspaces"] + stats["shards"] if s["keyspace"] == keyspace}
+
+
+async def test_stats_count_known_traffic_per_keyspace_and_shard(
+    console: tuple[Gate, str],
+) -> None:
+    gate, base = console
+    s = gate.session("ks", identity=TRUSTED)
+    await gate.execute(s, "CREATE TABLE IF NOT EXISTS t (id BIGINT PRIMARY KEY, v TEXT)")
+    before = _totals(await _get(f"{base}/api/stats?minutes=5"), "ks")
+    for i in range(50):
+        await gate.execute(s, f"INSERT INTO t (id, v) VALUES ({1000 + i}, 'x')")
+    for i in range(2):  # the shard refuses a duplicate key: two failed statements
+        with pytest.raises(ShardgateError):
+            await gate.execute(s, f"INSERT INTO t (id, v) VALUES ({1000 + i}, 'again')")
+    stats = await _get(f"{base}/api/stats?minutes=5")
+    after = _totals(stats, "ks")
+    assert after[""][0] - before[""][0] == 52 and after[""][1] - before[""][1] == 2
+    # each insert is one call to the shard of its id; together the shards saw all 52
+    shard_calls = {k: after[k][0] - before.get(k, (0, 0))[0] for k in ("-80", "80-")}
+    assert sum(shard_calls.values()) == 52 and all(n > 0 for n in shard_calls.values())
+    assert sum(after[k][1] - before.get(k, (0, 0))[1] for k in ("-80", "80-")) == 2
+    assert stats["bucket_s"] == 10 and len(stats["starts"]) == 30
+    ks = next(x for x in stats["keyspaces"] if x["keyspace"] == "ks")
+    assert len(ks["qps"]) == len(ks["count"]) == len(ks["p99_ms"]) == 30
+    assert ks["count"][-1] + ks["count"][-2] >= 52  # now's window (or the one before)
+    busy = [i for i, c in enumerate(ks["count"]) if c]
+    assert all(ks["p50_ms"][i] is not None and 0 < ks["p50_ms"][i] <= ks["p99_ms"][i]
+               for i in busy)
+    assert all(ks["p50_ms"][i] is None for i, c in enumerate(ks["count"]) if not c)
+    assert max(ks["error_rate"]) > 0 and ks["qps"][busy[-1]] > 0
+    async with aiohttp.ClientSession() as http, \
+            http.get(f"{base}/api/stats?minutes=soon") as r:
+        assert r.status == 400 and (await r.json())["code"] == "INVALID_ARGUMENT"
+
+
+@pytest.mark.postgres
+async def test_cluster_names_the_lease_holder_and_log_end_without_a_queue(
+    make_database: Any,
+) -> None:
+    from shardgate.topo.model import Topology
+
+    url = make_database("postgres", "console_lease")
+    gate = Gate.open(Topology.from_dict({"keyspaces": {"pg": {
+        "shards": {"0": url}, "vschema": {"sharded": False}}}}))
+    gate.compete_for_leases()  # what a serving gate (`shardgate up`, `gate`) does first
+    server = HttpServer(gate, "127.0.0.1", 0)
+    base = f"http://127.0.0.1:{await server.start()}"
+    try:
+        shard: dict[str, Any] = {}
+        for _ in range(200):  # the lease is taken in the background
+            shard = (await _get(f"{base}/api/cluster"))["keyspaces"][0]["shards"][0]
+            if shard["lease_holder"]:
+                break
+            await asyncio.sleep(0.05)
+        assert shard["lease_holder"].startswith("in-process ("), shard
+        assert re.fullmatch(r"[0-9A-F]+/[0-9A-F]+", shard["log_position"]), shard
+        assert shard["reader_position"] == ""  # nothing streams it: the reader is not started
+        async with aiohttp.ClientSession() as http, http.get(f"{base}/") as r:
+            page = await r.text()
+        assert "in-process (" in page and shard["log_position"] in page
+    finally:
+        await server.stop()
+        await gate.close()
+
+
+async def test_queue_api_keeps_a_history_for_the_charts(console: tuple[Gate, str]) -> None:
+    gate, base = console
+    s = gate.session("ks", identity=TRUSTED)
+    await gate.execute(s, "CREATE QUEUE hjobs (user_id BIGINT NOT NULL, body VARCHAR(50)) "
+                          "SHARD BY user_id")
+    for i in range(3):
+        await gate.execute(s, f"INSERT INTO hjobs (user_id, body) VALUES ({i}, 'job')")
+    queues = {q["queue"]: q for q in await _get(f"{base}/api/queues")}
+    history = queues["hjobs"]["history"]
+    assert len(history) == 1 and history[0][1] == 3  # [time, pending, fired, acked, ...]
+    # a second read within QUEUE_SAMPLE_S adds no sample
+    queues = {q["queue"]: q for q in await _get(f"{base}/api/queues")}
+    assert len(queues["hjobs"]["history"]) == 1
+
+
+def test_queue_history_rates_from_the_leaders_counters() -> None:
+    from shardgate.api.http.model import QueueHistory
+
+    h = QueueHistory()
+
+    def doc(pending: int, fired: int, acked: int) -> list[dict[str, Any]]:
+        return [{"keyspace": "ks", "queue": "q", "storage": "table", "shards": [
+            {"shard": "-80", "depth": {"to_be_fired": pending}, "fired": fired, "acked": acked},
+            {"shard": "80-", "depth": {"to_be_fired": 0}, "fired": 0, "acked": 0}]}]
+
+    h.add(doc(10, 0, 0), now=100.0)
+    h.add(doc(9, 5, 5), now=101.0)  # within QUEUE_SAMPLE_S: not kept
+    h.add(doc(4, 20, 10), now=104.0)
+    assert h.series("ks", "q") == [[100.0, 10, 0, 0, 0.0, 0.0], [104.0, 4, 20, 10, 5.0, 2.5]]
+    h.add(doc(4, 1, 1), now=110.0)  # a new leader's counters start again: no negative rate
+    assert h.series("ks", "q")[-1][4:] == [0.0, 0.0]
+
+
+async def test_workflow_actions_need_the_admin_role_and_a_real_workflow(
+    tmp_path: Path,
+) -> None:
+    from shardgate.auth.acl import TableACL
+    from shardgate.auth.guard import Guard
+    from shardgate.auth.users import StaticUsers
+
+    users = StaticUsers.from_mapping({"rita": [{"Password": "r-pw"}],
+                                      "dba": [{"Password": "d-pw"}]})
+    acl = TableACL.from_mapping({"table_groups": [{
+        "name": "all", "table_names_or_prefixes": ["%"], "readers": ["rita"],
+        "writers": [], "admins": ["dba"]}]})
+    gate = await Gate.from_topo(await open_topo(console_cluster(tmp_path)), guard=Guard(acl))
+    server = HttpServer(gate, "127.0.0.1", 0, users=users)
+    base = f"http://127.0.0.1:{await server.start()}"
+    rita = {"Authorization": aiohttp.encode_basic_auth("rita", "r-pw")}
+    dba = {"Authorization": aiohttp.encode_basic_auth("dba", "d-pw")}
+    try:
+        async with aiohttp.ClientSession() as http:
+            async with http.get(f"{base}/api/workflows", headers=rita) as r:
+                assert r.status == 200 and await r.json() == []
+            url = f"{base}/api/workflows/reshard:ks.split/switch_writes"
+            async with http.post(url, headers=rita) as r:
+                body = await r.json()
+                assert r.status == 403 and body["code"] == "PERMISSION_DENIED", body
+            async with http.post(url, headers=dba) as r:
+                body = await r.json()
+                assert r.status == 404 and body["code"] == "NOT_FOUND", body
+            async with http.post(f"{base}/api/workflows/reshard:ks.split/drop",
+                                 headers=dba) as r:
+                assert r.status == 400 and "unknown workflow action" in (await r.json())["message"]
+            async with http.post(f"{base}/api/workflows/backfill:ks/vdiff", headers=dba) as r:
+                assert r.status == 400
+    finally:
+        await server.stop()
+        await gate.close()

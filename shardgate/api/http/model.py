@@ -17,6 +17,7 @@ from shardgate.queues.inbox.registry import InboxRegistry
 from shardgate.queues.router import queue_options_of
 from shardgate.queues.segmented.queue import SegmentedQueue
 from shardgate.tablet.registry import LEASE_HOLDER
+from shardgate.topo.store import Record
 
 GATE_KEY = web.AppKey("gate", Gate)
 STARTED_KEY = web.AppKey("started", float)
@@ -58,7 +59,7 @@ def _position_sql(kind: str) -> str:
 
 
 #: why a SQLite shard shows no change-log position
-NO_CAPTURE_NOTE = "no change log yet: SQLite change capture starts with the first change stream"
+NO_CAPTURE_NOTE = "none yet: SQLite logs changes from the first change stream on"
 
 
 async def log_positions(gate: Gate) -> dict[tuple[str, str], tuple[str, str]]:
@@ -98,7 +99,7 @@ def _lease_holder(tablet: dict[str, Any] | None, procs: list[dict[str, Any]]) ->
         if t.get("role") == LEASE_HOLDER:
             return str(t.get("alias"))
     if tablet and tablet.get("lease_holder"):
-        return f"in-process tablet of gate {worker.current().label()}"
+        return f"in-process ({worker.current().label()})"
     return ""
 
 
@@ -258,6 +259,22 @@ def workflow_doc(name: str, version: int, doc: dict[str, Any]) -> dict[str, Any]
         "last_vdiff": doc.get("last_vdiff"), "error": doc.get("error"),
         "actions": list(actions), "record": doc,
     }
+
+
+def workflows_doc(records: list[Record]) -> list[dict[str, Any]]:
+    """The workflow records as the page shows them; a switch's journal record
+    (``journal:<workflow record>``) goes with its workflow (``journal``), not apart."""
+    journals = {r.name.removeprefix("journal:"): r.doc for r in records
+                if r.name.startswith("journal:")}
+    out = []
+    for r in records:
+        if r.name.startswith("journal:") and r.name.removeprefix("journal:") in {
+                x.name for x in records}:
+            continue
+        doc = workflow_doc(r.name, r.version, r.doc or {})
+        doc["journal"] = journals.get(r.name)
+        out.append(doc)
+    return out
 
 
 def parse_workflow_name(name: str) -> tuple[str, str, str]:

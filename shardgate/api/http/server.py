@@ -54,7 +54,7 @@ from shardgate.api.http.model import (
     registered_tablets,
     segmented_request,
     vschema_diff,
-    workflow_doc,
+    workflows_doc,
 )
 from shardgate.auth.acl import Role
 from shardgate.auth.users import StaticUsers
@@ -322,8 +322,7 @@ async def api_streams(request: web.Request) -> web.Response:
 async def api_workflows(request: web.Request) -> web.Response:
     """Workflow records of the topo store (lookup-vindex backfills, resharding)."""
     gate = request.app[GATE_KEY]
-    return web.json_response([workflow_doc(r.name, r.version, r.doc or {})
-                              for r in await gate.topo.list_workflows()], dumps=_dumps)
+    return web.json_response(workflows_doc(await gate.topo.list_workflows()), dumps=_dumps)
 
 
 async def api_workflow_action(request: web.Request) -> web.Response:

@@ -50,7 +50,7 @@ const sg = (() => {
       if (d) svg.append(svgEl("path", {d, stroke: color, class: "line", "data-series": s.name}));
       if (last) svg.append(svgEl("circle", {cx: x(last[0]), cy: y(last[1]), r: 2, fill: color}));
       caption.append(el("span", {class: "value", style: `color:${color}`},
-        `${s.name} ${fmt(last ? last[1] : null)}${unit}`));
+        last ? `${s.name} ${fmt(last[1])}${unit}` : `${s.name}: none`));
     });
     return el("figure", {class: "chart", "data-chart": opts.id || title, "data-points": values.length,
                          "data-max": max, title: `${title}: highest ${fmt(max)}${unit}`}, caption, svg);
@@ -128,7 +128,9 @@ const sg = (() => {
     }
     // A label kept on one line with its input (the pair wraps as a whole).
     const labelled = (text, input) => el("label", {class: "field"}, el("span", {}, text), input);
-    const nameCell = (name) => el("b", {class: "name", title: name}, name);
+    // a long name wraps after its underscores first (<wbr>), mid-word only if it must
+    const nameCell = (name) => el("b", {class: "name", title: name},
+      ...name.split(/(?<=_)/).flatMap((part, i) => i ? [el("wbr"), part] : [part]));
     function renderForm() {
       form.replaceChildren();
       const typeNames = types.map(t => t.type);
@@ -312,6 +314,14 @@ const sg = (() => {
       box.append(t);
       return box;
     }
+    // depth and throughput of a queue table over the samples the gate kept (/api/queues)
+    function queueCharts(q) {
+      const h = q.history || [];
+      return el("div", {class: "charts"},
+        chart("pending", [{name: "pending", values: h.map(p => p[1])}], {unit: ""}),
+        chart("throughput", [{name: "fired/s", values: h.map(p => p[4])},
+                             {name: "acked/s", values: h.map(p => p[5])}], {unit: "/s"}));
+    }
     let shown = "";
     async function refresh() {
       const queues = await api("GET", "/api/queues");
@@ -320,10 +330,16 @@ const sg = (() => {
         failedBy[q.queue] = await api("GET", `/api/queues/${q.keyspace}/${q.queue}/failed`).catch(() => []);
       }
       const inboxList = await api("GET", "/api/inboxes").catch(() => []);
-      const key = JSON.stringify([queues.map(q => [q.queue, (q.history || []).slice(-1), (q.shards || []).map ? q.shards.map(
+      const key = JSON.stringify([queues.map(q => [q.queue, (q.shards || []).map ? q.shards.map(
         s => [s.shard, s.depth, s.paused, s.leader, s.receivers, s.jobs_by_state, s.blocked_keys])
         : q.shards]), failedBy, inboxList.map(i => [i.keyspace, i.name, i.bucket_count])]);
-      if (key === shown) return;  // unchanged: keep the page still under the pointer
+      if (key === shown) {  // unchanged: keep the page still under the pointer, charts move
+        for (const q of queues) {
+          const old = root.querySelector(`section.queue[data-queue="${q.queue}"] .charts`);
+          if (old) old.replaceWith(queueCharts(q));
+        }
+        return;
+      }
       shown = key;
       const out = el("div");
       if (!queues.length) out.append(el("p", {}, "no queues"));
@@ -353,12 +369,7 @@ const sg = (() => {
                             onclick: act(q, paused ? "resume" : "pause", {shard: s.shard})},
                  paused ? "resume" : "pause"))));
         }
-        box.append(t);
-        const h = q.history || [];
-        box.append(el("div", {class: "charts"},
-          chart("pending", [{name: "pending", values: h.map(p => p[1])}], {unit: ""}),
-          chart("throughput", [{name: "fired/s", values: h.map(p => p[4])},
-                               {name: "acked/s", values: h.map(p => p[5])}], {unit: "/s"})));
+        box.append(t, queueCharts(q));
         const failed = failedBy[q.queue];
         if (failed.length) {
           const ft = el("table", {class: "failed"});
@@ -442,7 +453,8 @@ const sg = (() => {
         const pct = typeof w.progress === "number" ? Math.round(w.progress * 100) : null;
         box.append(el("h2", {}, w.name),
           el("p", {}, el("span", {class: "tag", "data-k": "state"}, w.state), ` ${w.type}`,
-            w.reads_switched ? " · reads switched" : "", w.error ? ` · last error: ${w.error}` : ""),
+            w.reads_switched ? " · reads switched" : "", w.journal ? " · writes switched (journal written)" : "",
+            w.error ? ` · last error: ${w.error}` : ""),
           el("div", {class: "progress"}, el("progress", {max: 100, value: pct ?? 0}),
             el("span", {}, pct === null ? "" : `${pct}%` + (w.estimate ? ` · ${w.rows_copied} of ~${w.estimate} rows copied` : ""))));
         const streams = Object.entries(w.streams || {});
