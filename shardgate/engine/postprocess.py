@@ -24,6 +24,7 @@ from typing import Any
 
 from shardgate.engine.evaluate import Evaluator
 from shardgate.engine.primitives import ExecCursor, Primitive, order_compare, semantics_of
+from shardgate.engine.sortkeys import sort_rows
 from shardgate.engine.sqlsem import EXACT, INT64_MAX, INT64_MIN, Semantics, shown
 from shardgate.engine.values import Value
 from shardgate.errors import InvalidArgument, Unsupported
@@ -276,7 +277,12 @@ class MemorySort(Primitive):
     async def execute(self, vc: ExecCursor, bind_vars: Mapping[str, Any]) -> Result:
         res = await self.input.execute(vc, bind_vars)
         sem = semantics_of(vc, self.keyspace)
-        res.rows.sort(key=cmp_to_key(_row_comparator(self.keys, sem)))
+        ordered = sort_rows(res.rows, [(_value_of(k, sem), k.descending, k.nulls_first)
+                                       for k in self.keys], sem)
+        if ordered is None:  # a term of mixed kinds: compared pairwise
+            res.rows.sort(key=cmp_to_key(_row_comparator(self.keys, sem)))
+        else:
+            res.rows = ordered
         return res
 
     def describe(self) -> dict[str, Any]:
@@ -284,6 +290,10 @@ class MemorySort(Primitive):
                 "OrderBy": ", ".join(f"{k.text} {'DESC' if k.descending else 'ASC'}"
                                      for k in self.keys),
                 "Inputs": [self.input.describe()]}
+
+
+def _value_of(key: SortKey, sem: Semantics) -> Callable[[Row], Any]:
+    return lambda row: key.key(row, sem)
 
 
 def _row_comparator(keys: Sequence[SortKey], sem: Semantics) -> Callable[[Row, Row], int]:

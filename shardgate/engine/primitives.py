@@ -20,6 +20,7 @@ from __future__ import annotations
 import enum
 import functools
 import heapq
+import operator
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cmp_to_key
@@ -29,6 +30,7 @@ from sqlglot import exp
 
 from shardgate.engine.coerce import NO_MATCH, SCATTER, Kind, convert_row, stored_value
 from shardgate.engine.insert_ignore import insert_ignoring
+from shardgate.engine.sortkeys import sort_rows
 from shardgate.engine.sqlsem import INT64_MAX, Semantics, semantics
 from shardgate.engine.values import BindVar, Literal, SQLExpr, Value, resolve
 from shardgate.errors import InvalidArgument, Unsupported
@@ -457,8 +459,8 @@ class Route(Primitive):
                 insert_id=next((r.insert_id for r in results if r.insert_id), None),
             )
         if self.order_by:
-            key = _sort_key(fields, self.order_by, sem)
-            rows: list[Row] = list(heapq.merge(*(r.rows for r in results), key=key))
+            rows: list[Row] = _merge_ordered(fields, [r.rows for r in results],
+                                             self.order_by, sem)
         else:
             rows = [row for r in results for row in r.rows]
         if self.upper_limit_var is not None:
@@ -572,7 +574,8 @@ def semantics_of(vc: ExecCursor, keyspace: str) -> Semantics:
     return semantics(vc.dialect(keyspace), vc.collation(keyspace))
 
 
-def _sort_key(fields: Sequence[str], order: Sequence[OrderKey], sem: Semantics) -> Any:
+def _order_indexes(fields: Sequence[str], order: Sequence[OrderKey]) -> list[tuple[int, OrderKey]]:
+    """Each ORDER BY term with the position of its result column."""
     lowered = [f.lower() for f in fields]
     idx: list[tuple[int, OrderKey]] = []
     for k in order:
@@ -586,6 +589,19 @@ def _sort_key(fields: Sequence[str], order: Sequence[OrderKey], sem: Semantics) 
                 f"ORDER BY {k.column} is not in the result columns {list(fields)}: "
                 "select it so the gate can merge the shards' sorted results"
             ) from None
+    return idx
+
+
+def _merge_ordered(fields: Sequence[str], parts: Sequence[Sequence[Row]],
+                   order: Sequence[OrderKey], sem: Semantics) -> list[Row]:
+    """The shards' sorted rows in one order: sorted by keys computed once per value
+    (:func:`~shardgate.engine.sortkeys.sort_rows`), else merged comparing pairwise."""
+    idx = _order_indexes(fields, order)
+    rows = [row for part in parts for row in part]
+    ordered = sort_rows(rows, [(operator.itemgetter(i), k.descending, k.nulls_first)
+                               for i, k in idx], sem)
+    if ordered is not None:
+        return ordered
 
     def cmp(r1: Row, r2: Row) -> int:
         for i, k in idx:
@@ -594,7 +610,7 @@ def _sort_key(fields: Sequence[str], order: Sequence[OrderKey], sem: Semantics) 
                 return c
         return 0
 
-    return cmp_to_key(cmp)
+    return list(heapq.merge(*parts, key=cmp_to_key(cmp)))
 
 
 @dataclass(frozen=True)
