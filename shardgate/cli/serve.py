@@ -608,7 +608,8 @@ async def _serve_until_signal(
     """
     tls = mysql_tls(args)
     users = security.users
-    gate.compete_for_leases()  # the shards' leases are held from the start, not per queue
+    if not reuse_port:  # one gate process: its shards' leases held from the start, not per
+        gate.compete_for_leases()  # queue (workers front tablet processes, which hold them)
     host = args.host
     # the gRPC listener's rules first: the MySQL and HTTP listeners follow the same users
     check_listen(host, tls=security.tls is not None, auth=security.authenticates,
