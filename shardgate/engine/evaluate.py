@@ -5,11 +5,11 @@ canonical SQL text or alias), arithmetic, comparisons, AND/OR/NOT, IS [NOT]
 NULL, IN lists, with SQL's three-valued logic (``None`` is unknown). Values
 follow the shard database's rules (:class:`~shardgate.engine.sqlsem.Semantics`,
 passed at execution): truth of numbers and strings, mixed-type comparisons,
-collations, integer and decimal arithmetic and division; on SQLite, the
-affinity a column gives the constant it is compared with (``int_col < '3'``
-compares numbers there, ``text_col = 3`` texts). :func:`compile_expr`
-checks at plan time that everything is supported and resolvable, so
-execution never meets an unknown node.
+collations, integer and decimal arithmetic and division; on SQLite and
+PostgreSQL, what a column makes of the constant it is compared with
+(``int_col < '3'`` compares numbers there; SQLite's ``text_col = 3`` texts).
+:func:`compile_expr` checks at plan time that everything is supported and
+resolvable, so execution never meets an unknown node.
 """
 
 from __future__ import annotations
@@ -189,26 +189,33 @@ def _is_constant(node: exp.Expr) -> bool:
     return isinstance(node, exp.Literal)
 
 
-_SQLITE_INTEGER = re.compile(r"\s*[+-]?\d+\s*")
-_SQLITE_REAL = re.compile(r"\s*[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?\s*")
+_INTEGER_TEXT = re.compile(r"\s*[+-]?\d+\s*")
+_REAL_TEXT = re.compile(r"\s*[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?\s*")
 
 
 def _with_affinity(constant: Evaluator, column: Evaluator) -> Evaluator:
-    """On SQLite, ``constant`` as compared with a column's value: a column of numeric
-    affinity (it holds a number) makes a text that is a well-formed number that
-    number, a column of TEXT affinity (it holds text) makes a number its text;
-    elsewhere, and for values that do not convert, the constant as it is."""
+    """``constant`` as the database compares it with a column's value.
+
+    SQLite: a column of numeric affinity (it holds a number) makes a text that
+    is a well-formed number that number, a column of TEXT affinity (it holds
+    text) makes a number its text. PostgreSQL: a quoted constant takes the
+    column's type (``int_col < '3'`` is ``< 3``; text that is no such number
+    stays text, which the gate refuses to compare, as PostgreSQL rejects it).
+    Elsewhere, and for values that do not convert, the constant as it is.
+    """
 
     def value(row: Row, sem: Semantics) -> Any:
         c = constant(row, sem)
-        if sem.dialect != "sqlite" or c is None:
+        if c is None or sem.dialect == "mysql":
             return c
         v = column(row, sem)
+        if sem.dialect == "postgres":
+            return _pg_typed(c, v)
         if isinstance(v, int | float) and not isinstance(v, bool) and isinstance(c, str):
-            if _SQLITE_INTEGER.fullmatch(c):
+            if _INTEGER_TEXT.fullmatch(c):
                 n = int(c)
                 return n if -(2**63) <= n < 2**63 else float(n)
-            if _SQLITE_REAL.fullmatch(c):
+            if _REAL_TEXT.fullmatch(c):
                 return float(c)
         elif isinstance(v, str) and isinstance(c, int | float | Decimal) and \
                 not isinstance(c, bool):
@@ -216,6 +223,17 @@ def _with_affinity(constant: Evaluator, column: Evaluator) -> Evaluator:
         return c
 
     return value
+
+
+def _pg_typed(c: Any, v: Any) -> Any:
+    """A quoted constant ``c`` read as the type of the column value ``v`` (PostgreSQL)."""
+    if not isinstance(c, str) or isinstance(v, bool):
+        return c
+    if isinstance(v, int) and _INTEGER_TEXT.fullmatch(c):
+        return int(c)
+    if isinstance(v, float | Decimal) and _REAL_TEXT.fullmatch(c):
+        return float(c) if isinstance(v, float) else Decimal(c.strip())
+    return c
 
 
 def _fractional(text: str) -> Evaluator:

@@ -8,7 +8,9 @@ database would:
 * **truth**: three-valued (``None`` is unknown). MySQL/MariaDB and SQLite take
   a number, or a string's numeric prefix, as TRUE when non-zero; PostgreSQL
   takes booleans only (anything else is refused, as PostgreSQL refuses it).
-* **comparison**: numbers numerically, whatever their Python type; strings by
+* **comparison**: numbers numerically, whatever their Python type (a double
+  against an integer or decimal as doubles on MySQL and PostgreSQL, exactly
+  on SQLite); strings by
   the collation; a number against a string as doubles on MySQL, by storage
   class on SQLite (numbers < text < blobs). What the database would not
   compare is refused with a coded error, never a Python ``TypeError``.
@@ -344,7 +346,12 @@ class Semantics:
             b = int(b)
         na, nb = _is_number(a), _is_number(b)
         if na and nb:
-            return _cmp(shown(a), shown(b))
+            a, b = shown(a), shown(b)
+            if self.dialect != "sqlite" and isinstance(a, float) is not isinstance(b, float):
+                # a double against an integer or a decimal (0.1 as written) compares as
+                # doubles on MariaDB and PostgreSQL: f = 0.1 holds for the double 0.1
+                return _cmp(float(a), float(b))
+            return _cmp(a, b)
         if isinstance(a, str) and isinstance(b, str):
             return self.collation.compare(a, b)
         if isinstance(a, bytes) and isinstance(b, bytes):

@@ -113,8 +113,9 @@ _T1 = ([{"id": 3, "n": 1, "s": "abc", "f": None, "tag": "red"}]
        + [{"id": 10 + i, "n": n, "s": s, "f": None, "tag": None} for i, (n, s) in enumerate(
            zip((1, 2, 2, 5, 3, 1, 1), ("abc", "abc ", "Ábc", "Zeta", "zeta", "ß", "s"),
                strict=True))]
-       + [{"id": 20 + i, "n": 3, "s": ("Ørn", "orn", "éa", "Ea")[i % 4], "f": None,
-           "tag": ("red", "Red ", "blue")[i % 3]} for i in range(16)])
+       + [{"id": 20 + i, "n": 3, "s": ("Ørn", "orn", "éa", "Ea")[i % 4],
+           "f": (0.1, 0.2, 1.5, None)[i % 4], "tag": ("red", "Red ", "blue")[i % 3]}
+          for i in range(16)])
 _T2 = [{"id": i, "k": i * 7, "email": None if i % 3 == 0 else f"{'abcdefghijkl'[i]}@x",
         "n": i % 6} for i in range(1, 12)]
 _HUGE = [{"id": 9223372036854775807 - i, "n": None, "s": "x", "f": None, "tag": None}
@@ -140,6 +141,12 @@ ISSUE_32: list[tuple[str, bool, frozenset[str]]] = [
      False, frozenset()),
     ("SELECT a.id, b.id FROM t1 a LEFT JOIN t2 b ON a.id = b.k "
      "WHERE b.id IN ('2', 4) OR b.id BETWEEN '4' AND ' 5'", False, frozenset()),
+    # ... and PostgreSQL and MariaDB compare a double with a decimal (0.1 as written)
+    # as doubles, so b.f = 0.1 holds for the double 0.1 (also in HAVING)
+    ("SELECT a.id, b.id FROM t1 a LEFT JOIN t1 b ON a.id = b.n "
+     "WHERE b.f = 0.1 OR b.f > 0.2 OR b.f IN (0.2)", False, frozenset()),
+    ("SELECT n, MIN(f) FROM t1 GROUP BY n HAVING MIN(f) = 0.1 OR MAX(f) <= 0.2",
+     False, frozenset({"aggregate"})),
     # 3. MariaDB's collation in GROUP BY, DISTINCT and merge sorts
     ("SELECT MAX(id), s FROM t1 GROUP BY s", False, frozenset({"aggregate"})),
     ("SELECT s, COUNT(*) FROM t1 GROUP BY s ORDER BY s DESC", True, frozenset({"aggregate"})),
