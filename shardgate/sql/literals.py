@@ -10,7 +10,8 @@ It is deliberately narrow, a scan of the text (no parse): in a ``SELECT``,
 ``UPDATE`` or ``DELETE`` with one ``SELECT`` at most (no subqueries or
 unions), only an integer or a quoted string that follows a comparison
 operator (``=``, ``<=>``, ``<>``, ``!=``, ``<``, ``<=``, ``>``, ``>=``) after
-the ``WHERE`` keyword, and is followed by the end of the value (whitespace,
+the ``WHERE`` keyword, or the two of ``BETWEEN x AND y`` (sysbench's range
+reads), and is followed by the end of the value (whitespace,
 ``)``, ``,``, ``;`` or the end of the text), is replaced, outside comments,
 quoted identifiers and other strings. So result column names (the select
 list) never change. Decimals and floats (kept exact as text), strings with a
@@ -41,7 +42,9 @@ _STATEMENTS = re.compile(r"^\s*(select|update|delete)\b", re.I)
 #: The next character the scan acts on, before and after ``WHERE`` (the others are
 #: skipped in one C-level search instead of one loop turn each).
 _NEXT_BEFORE_WHERE = re.compile(r"[wW'\"`#]|--|/\*")
-_NEXT_AFTER_WHERE = re.compile(r"[<>=!'\"`#]|--|/\*")
+_NEXT_AFTER_WHERE = re.compile(r"[<>=!'\"`#bB]|--|/\*")
+_BETWEEN = re.compile(r"between\s+", re.I)
+_AND = re.compile(r"\s+and\s+", re.I)
 
 
 def bind_literals(sql: str) -> tuple[str, dict[str, Any]] | None:
@@ -83,6 +86,11 @@ def bind_literals(sql: str) -> tuple[str, dict[str, Any]] | None:
                 and _WHERE.match(sql, i) is not None
             i += 1
             continue
+        if c in "bB":
+            i = _bind_between(sql, i, out, binds, last)
+            if i < 0:  # both bound: the text is copied up to the end of the second
+                last = i = -i
+            continue
         m = _OPERATOR.match(sql, i) if c in "<>=!" and sql[i - 1] != "-" else None
         if m is None:
             i += 1
@@ -101,6 +109,30 @@ def bind_literals(sql: str) -> tuple[str, dict[str, Any]] | None:
         return None
     out.append(sql[last:])
     return "".join(out), binds
+
+
+def _bind_between(sql: str, i: int, out: list[str], binds: dict[str, Any], last: int) -> int:
+    """At a ``b`` at ``i``: ``BETWEEN x AND y`` with two literals has them bound (the text
+    up to the second appended to ``out``) and gives minus the index after it; otherwise
+    the index to go on scanning from."""
+    if i and (sql[i - 1].isalnum() or sql[i - 1] == "_"):
+        return i + 1
+    m = _BETWEEN.match(sql, i)
+    if m is None:
+        return i + 1
+    low, low_end = _literal(sql, m.end())
+    if low_end < 0:
+        return m.end()
+    m_and = _AND.match(sql, low_end)
+    if m_and is None:
+        return low_end
+    high, high_end = _literal(sql, m_and.end())
+    if high_end < 0 or not _AFTER.match(sql, high_end):
+        return m_and.end()
+    names = f"{PREFIX}{len(binds)}", f"{PREFIX}{len(binds) + 1}"
+    binds[names[0]], binds[names[1]] = low, high
+    out += (sql[last:m.end()], f":{names[0]}", sql[low_end:m_and.end()], f":{names[1]}")
+    return -high_end
 
 
 def _literal(sql: str, i: int) -> tuple[Any, int]:

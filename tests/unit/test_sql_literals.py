@@ -17,6 +17,14 @@ from shardgate.sql.literals import bind_literals
     ("delete from t where (a = 'x')", "delete from t where (a = :_l0)", {"_l0": "x"}),
     ("select * from t where s = \"d\\\"q\"", "select * from t where s = :_l0", {"_l0": 'd"q'}),
     ("select * from t where s = 'a%\\_'", "select * from t where s = :_l0", {"_l0": "a%\\_"}),
+    # sysbench's range reads: both ends of BETWEEN, NOT BETWEEN too
+    ("SELECT SUM(k) FROM sbtest1 WHERE id BETWEEN 5 AND 104",
+     "SELECT SUM(k) FROM sbtest1 WHERE id BETWEEN :_l0 AND :_l1", {"_l0": 5, "_l1": 104}),
+    ("select * from t where b = 1 and x not between 'a' And 'b' order by x",
+     "select * from t where b = :_l0 and x not between :_l1 And :_l2 order by x",
+     {"_l0": 1, "_l1": "a", "_l2": "b"}),
+    ("select * from t where between_x = 3 and y between-1 and 2",
+     "select * from t where between_x = :_l0 and y between-1 and 2", {"_l0": 3}),
 ])
 def test_binds_comparison_literals(sql: str, text: str, binds: dict[str, object]) -> None:
     assert bind_literals(sql) == (text, binds)
@@ -35,6 +43,9 @@ def test_binds_comparison_literals(sql: str, text: str, binds: dict[str, object]
     "select 1 from t /* where a = 1",
     "select * from t where j->'$.a' is null",
     "select 'where a = 1' from t",
+    "select * from t where x between 1.5 and 2",  # a decimal end
+    "select * from t where x between y and 2",  # a column end
+    "select * from t where abetween 1 and 2",
 ])
 def test_leaves_what_it_does_not_understand(sql: str) -> None:
     assert bind_literals(sql) is None
