@@ -5,7 +5,12 @@ and then the id each response returns, so ``BEGIN`` / ``USE`` carry over from
 one call to the next. Errors from the server come back as the
 :class:`~shardgate.errors.ShardgateError` subclass of their code (see
 :func:`~shardgate.errors.error_for_code`); a server that cannot be reached is
-:class:`~shardgate.errors.Unavailable`.
+:class:`~shardgate.errors.Unavailable`. A call that carried a COMMIT (``COMMIT``,
+or ``execute_batch(..., as_transaction=True)``) and broke after it was sent
+(the gate died or the connection broke before the answer: no status of the
+gate's own) is :class:`~shardgate.errors.CommitOutcomeUnknown` (code
+``UNKNOWN``), never ``UNAVAILABLE``: the transaction may be committed, and
+retrying it blindly could write it twice (see docs/clients.md).
 
 Create and use a client on one event loop (gRPC channels belong to the loop
 they were created on)::
@@ -18,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from collections.abc import AsyncGenerator, Mapping, Sequence
 from types import TracebackType
 from typing import Any
@@ -27,9 +33,17 @@ import grpc
 from shardgate.api import convert, inbox_convert, queue_convert, stream_convert
 from shardgate.api import shardgate_pb2 as pb
 from shardgate.api import shardgate_pb2_grpc as pb_grpc
+from shardgate.api.handlers import ORIGIN_KEY
 from shardgate.api.security import ClientSecurity, open_channel
 from shardgate.api.server import GRPC_OPTIONS
-from shardgate.errors import Code, InvalidArgument, ShardgateError, error_for_code
+from shardgate.errors import (
+    COMMIT_OUTCOME_UNKNOWN,
+    Code,
+    CommitOutcomeUnknown,
+    InvalidArgument,
+    ShardgateError,
+    error_for_code,
+)
 from shardgate.queues.events import QueueBatch, QueueEvent
 from shardgate.queues.inbox.model import InboxOptions, Message, Pointer
 from shardgate.queues.inbox.store import InboxRead, MaintainReport
@@ -93,6 +107,37 @@ def error_from_rpc(
                     "it requires (--tls-cert/--tls-key); otherwise " + hint)
         return error_for_code(code, f"nothing answers at {target} ({reason}): {hint}")
     return error_for_code(code, details)
+
+
+#: codes the transport itself reports when a connection breaks or a deadline passes
+TRANSPORT_CODES = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.UNKNOWN,
+                             grpc.StatusCode.CANCELLED, grpc.StatusCode.DEADLINE_EXCEEDED,
+                             grpc.StatusCode.INTERNAL})
+
+
+def lost_after_sending(exc: grpc.aio.AioRpcError) -> bool:
+    """Whether a failed call may have reached the server and run there: the transport
+    broke (no status of the service's own, see :data:`~shardgate.api.handlers.ORIGIN_KEY`)
+    or the deadline passed after the request went out, rather than the server
+    answering with an error or no connection being made at all."""
+    if any(key == ORIGIN_KEY for key, _ in (exc.trailing_metadata() or ())):
+        return False
+    code = exc.code()
+    if code not in TRANSPORT_CODES:
+        return False
+    details = (exc.details() or "").lower()
+    return not (code is grpc.StatusCode.UNAVAILABLE
+                and (_unreachable(details) or "handshake" in details))
+
+
+#: a statement that commits: COMMIT (MySQL's COMMIT WORK too), after leading comments
+_COMMIT = re.compile(r"^\s*(?:(?:/\*.*?\*/|--[^\n]*(?:\n|$)|#[^\n]*(?:\n|$))\s*)*commit\b",
+                     re.I | re.S)
+
+
+def commits(sql: str) -> bool:
+    """Whether ``sql`` is a COMMIT."""
+    return _COMMIT.match(sql) is not None
 
 
 def with_user(
@@ -169,7 +214,7 @@ class GateClient:
         try:
             response: pb.ExecuteResponse = await self._stub.Execute(request, timeout=self.timeout)
         except grpc.aio.AioRpcError as exc:
-            raise error_from_rpc(exc, self.target) from None
+            raise self._failed(exc, commit=commits(sql)) from None
         self.session_id = response.session_id
         return convert.to_result(response)
 
@@ -192,7 +237,8 @@ class GateClient:
                 request, timeout=self.timeout
             )
         except grpc.aio.AioRpcError as exc:
-            raise error_from_rpc(exc, self.target) from None
+            commit = as_transaction or any(commits(sql) for sql, _ in statements)
+            raise self._failed(exc, commit=commit) from None
         self.session_id = response.session_id
         out: list[Result | ShardgateError] = []
         for r in response.results:
@@ -201,6 +247,18 @@ class GateClient:
             else:
                 out.append(convert.to_result(r.result))
         return out
+
+    def _failed(self, exc: grpc.aio.AioRpcError, *, commit: bool) -> ShardgateError:
+        """The error of a failed Execute / ExecuteBatch; ``commit``: the call carried a
+        COMMIT, so a call lost after it was sent is :class:`CommitOutcomeUnknown`."""
+        if commit and lost_after_sending(exc):
+            details = exc.details() or exc.code().name
+            return CommitOutcomeUnknown(
+                f"{COMMIT_OUTCOME_UNKNOWN}: the call to the gate at {self.target} broke after "
+                f"COMMIT was sent ({exc.code().name}: {details}); the transaction may or may "
+                "not be committed. Read its rows back (or an idempotency key written in it) "
+                "before running it again: retrying blindly can write it twice")
+        return error_from_rpc(exc, self.target)
 
     async def stream_execute(
         self, sql: str, bind_vars: Mapping[str, Any] | None = None

@@ -38,7 +38,10 @@ a connection rolls back what was not committed.
 
 Errors are the PEP 249 classes below, chosen by the gate's error code; each
 carries ``.code`` (:class:`~shardgate.errors.Code`) and the original
-:class:`~shardgate.errors.ShardgateError` as ``__cause__``. Results are read
+:class:`~shardgate.errors.ShardgateError` as ``__cause__``. A COMMIT whose
+call broke after it was sent (the gate died during it) raises
+:class:`OutcomeUnknownError` (code ``UNKNOWN``), not an ``OperationalError``:
+the transaction may be committed, so check before running it again. Results are read
 whole (``fetch*`` page through memory); ``cursor.description`` names the
 columns, with ``type_code`` None (the protocol carries no column types yet).
 """
@@ -57,7 +60,7 @@ from shardgate.api.client import GateClient, with_user
 from shardgate.api.security import ClientSecurity
 from shardgate.auth.identity import Caller
 from shardgate.client.sync import LoopRunner, LoopThread
-from shardgate.errors import Code, ShardgateError
+from shardgate.errors import Code, OutcomeUnknown, ShardgateError
 from shardgate.gate import Gate, Session
 from shardgate.result import Result, Row
 from shardgate.sql.inputs import check_bind_vars, check_sql
@@ -109,6 +112,14 @@ class InternalError(DatabaseError):
     """An internal error of the gate: a bug, or an unexpected database error."""
 
 
+class OutcomeUnknownError(InternalError):
+    """The outcome is unknown: the gate or a shard was lost after the statement (a COMMIT,
+    an autocommitted write) was sent. It may have been applied: read the data back
+    before running it again. Never an :class:`OperationalError`, which callers retry.
+    ``code`` is ``UNKNOWN``; a lost COMMIT's message starts with "commit outcome unknown".
+    """
+
+
 class ProgrammingError(DatabaseError):
     """Bad SQL, unknown table or keyspace, an unsupported statement, or a misused cursor."""
 
@@ -138,6 +149,8 @@ _ERROR_BY_CODE: dict[Code, type[DatabaseError]] = {
 
 def error_from(exc: ShardgateError) -> DatabaseError:
     """The DB-API error reporting ``exc`` (raise it ``from exc``)."""
+    if isinstance(exc, OutcomeUnknown):
+        return OutcomeUnknownError(exc.message, exc.code)
     return _ERROR_BY_CODE.get(exc.code, DatabaseError)(exc.message, exc.code)
 
 

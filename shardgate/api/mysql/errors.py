@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
-from shardgate.errors import Code, ShardgateError, SyntaxError_
+from shardgate.errors import Code, OutcomeUnknown, ShardgateError, SyntaxError_
 
 
 class MysqlCode(NamedTuple):
@@ -42,6 +42,10 @@ OUT_OF_RANGE = MysqlCode(1264, "22003", "ER_WARN_DATA_OUT_OF_RANGE")
 TOO_MANY_CONNECTIONS = MysqlCode(1040, "08004", "ER_CON_COUNT_ERROR")
 UNKNOWN = MysqlCode(1105, "HY000", "ER_UNKNOWN_ERROR")
 SERVER_SHUTDOWN = MysqlCode(1053, "08S01", "ER_SERVER_SHUTDOWN")
+#: the outcome is unknown (a shard was lost after COMMIT, or after an autocommitted
+#: write, was sent): MySQL's "error during COMMIT", never 1105, which UNAVAILABLE
+#: (retry once the shard is back) also gives: check the data before retrying
+OUTCOME_UNKNOWN = MysqlCode(1180, "HY000", "ER_ERROR_DURING_COMMIT")
 
 #: One MySQL error per code (the first choice when the message names nothing finer).
 BY_CODE: dict[Code, MysqlCode] = {
@@ -78,6 +82,8 @@ _MIMIC_SQLSTATES = {
 
 def mysql_code(exc: ShardgateError) -> MysqlCode:
     """The MySQL error for ``exc``."""
+    if isinstance(exc, OutcomeUnknown):
+        return OUTCOME_UNKNOWN
     text = exc.message
     match exc.code:
         case Code.INVALID_ARGUMENT if isinstance(exc, SyntaxError_):
@@ -116,7 +122,7 @@ def mysql_message(exc: ShardgateError) -> str:
 def sqlstate_of(errno: int) -> str:
     """The SQLSTATE sent with MySQL error ``errno`` (``HY000`` when none is specific)."""
     for known in (*BY_CODE.values(), PARSE, BAD_FIELD, BAD_DB, TABLE_EXISTS, LOCK_WAIT_TIMEOUT,
-                  ROW_IS_REFERENCED, TOO_MANY_CONNECTIONS, SERVER_SHUTDOWN):
+                  ROW_IS_REFERENCED, TOO_MANY_CONNECTIONS, SERVER_SHUTDOWN, OUTCOME_UNKNOWN):
         if known.errno == errno:
             return known.sqlstate
     return _MIMIC_SQLSTATES.get(errno, "HY000")
