@@ -11,11 +11,15 @@ from collections.abc import AsyncIterator
 
 import pytest
 import pytest_asyncio
-from playwright.async_api import Browser, async_playwright
+from playwright.async_api import Browser, async_playwright, expect
 
 CHROMIUM = os.environ.get("SHARDGATE_CHROMIUM", "/usr/bin/chromium")
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+# a page waits on the gate (a reshard's write switch, a VDiff): on a loaded 2-core machine
+# that takes longer than expect()'s default 5 s
+expect.set_options(timeout=20_000)
+
 #: set to 1 to rewrite the screenshots in docs/console/ (`make console-screenshots`)
 SCREENSHOTS_ENV = "SHARDGATE_SCREENSHOTS"
 
