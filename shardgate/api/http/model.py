@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import difflib
 import json
 import time
 from collections import deque
+from collections.abc import Awaitable
 from typing import Any
 
 from aiohttp import web
@@ -16,6 +18,7 @@ from shardgate.gate import Gate, worker
 from shardgate.queues.inbox.registry import InboxRegistry
 from shardgate.queues.router import queue_options_of
 from shardgate.queues.segmented.queue import SegmentedQueue
+from shardgate.tablet import TabletClient
 from shardgate.tablet.registry import LEASE_HOLDER
 from shardgate.topo.store import Record
 
@@ -62,34 +65,43 @@ def _position_sql(kind: str) -> str:
 NO_CAPTURE_NOTE = "none yet: SQLite logs changes from the first change stream on"
 
 
+#: how long the page waits for one shard's log position (an unreachable shard says so)
+POSITION_TIMEOUT_S = 2.0
+
+
+async def _log_position(tablet: TabletClient, kind: str) -> tuple[str, str]:
+    """(position, note) of one shard, read through its tablet."""
+    sql = _position_sql(kind)
+    try:
+        async with asyncio.timeout(POSITION_TIMEOUT_S):
+            if kind == "sqlite":
+                from shardgate.backends.changes_sqlite import CHANGE_TABLE
+
+                found = await tablet.execute(
+                    f"SELECT 1 FROM sqlite_master WHERE name = '{CHANGE_TABLE}'", [])
+                if not found.rows:
+                    return "", NO_CAPTURE_NOTE
+            res = await tablet.execute(sql, [])
+    except ShardgateError as exc:
+        return "", f"unknown: {exc.message}"
+    except TimeoutError:
+        return "", f"unknown: no answer in {POSITION_TIMEOUT_S:g} s"
+    position = str(res.rows[0][0]) if res.rows and res.rows[0][0] is not None else ""
+    return position, "" if position else "no change log"
+
+
 async def log_positions(gate: Gate) -> dict[tuple[str, str], tuple[str, str]]:
-    """Each serving shard's change-log end read now through its tablet, and a note when
-    there is none (a tablet's stream reader knows a position only once something
-    streams the shard). A shard that cannot say (unreachable) is left out."""
-    out: dict[tuple[str, str], tuple[str, str]] = {}
+    """Each serving shard's change-log end read now through its tablet (all shards at
+    once), and a note when there is none (a tablet's stream reader knows a position
+    only once something streams the shard)."""
+    asked: dict[tuple[str, str], Awaitable[tuple[str, str]]] = {}
     for ks in gate.topology.keyspaces.values():
         for shard in ks.shards:
             tablet = gate.tablets.get((ks.name, shard.name))
             kind = parse_url(shard.url).kind
-            sql = _position_sql(kind)
-            if tablet is None or not sql:
-                continue
-            try:
-                if kind == "sqlite":
-                    from shardgate.backends.changes_sqlite import CHANGE_TABLE
-
-                    found = await tablet.execute(
-                        f"SELECT 1 FROM sqlite_master WHERE name = '{CHANGE_TABLE}'", [])
-                    if not found.rows:
-                        out[(ks.name, shard.name)] = ("", NO_CAPTURE_NOTE)
-                        continue
-                res = await tablet.execute(sql, [])
-            except ShardgateError as exc:
-                out[(ks.name, shard.name)] = ("", f"unknown: {exc.message}")
-                continue
-            position = str(res.rows[0][0]) if res.rows and res.rows[0][0] is not None else ""
-            out[(ks.name, shard.name)] = (position, "" if position else "no change log")
-    return out
+            if tablet is not None and _position_sql(kind):
+                asked[(ks.name, shard.name)] = _log_position(tablet, kind)
+    return dict(zip(asked, await asyncio.gather(*asked.values()), strict=True))
 
 
 def _lease_holder(tablet: dict[str, Any] | None, procs: list[dict[str, Any]]) -> str:
