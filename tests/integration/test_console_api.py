@@ -335,13 +335,18 @@ async def test_stats_count_known_traffic_per_keyspace_and_shard(
         assert r.status == 400 and (await r.json())["code"] == "INVALID_ARGUMENT"
 
 
-@pytest.mark.postgres
+#: each backend's log end as the cluster page shows it
+LOG_END = {"postgres": r"[0-9A-F]+/[0-9A-F]+", "mysql": r"\d+-\d+-\d+(,\d+-\d+-\d+)*"}
+
+
+@pytest.mark.parametrize("kind", [pytest.param("postgres", marks=pytest.mark.postgres),
+                                  pytest.param("mysql", marks=pytest.mark.mysql)])
 async def test_cluster_names_the_lease_holder_and_log_end_without_a_queue(
-    make_database: Any,
+    make_database: Any, kind: str
 ) -> None:
     from shardgate.topo.model import Topology
 
-    url = make_database("postgres", "console_lease")
+    url = make_database(kind, "console_lease")
     gate = Gate.open(Topology.from_dict({"keyspaces": {"pg": {
         "shards": {"0": url}, "vschema": {"sharded": False}}}}))
     gate.compete_for_leases()  # what a serving gate (`shardgate up`, `gate`) does first
@@ -355,7 +360,7 @@ async def test_cluster_names_the_lease_holder_and_log_end_without_a_queue(
                 break
             await asyncio.sleep(0.05)
         assert shard["lease_holder"].startswith("in-process ("), shard
-        assert re.fullmatch(r"[0-9A-F]+/[0-9A-F]+", shard["log_position"]), shard
+        assert re.fullmatch(LOG_END[kind], shard["log_position"]), shard
         assert shard["reader_position"] == ""  # nothing streams it: the reader is not started
         async with aiohttp.ClientSession() as http, http.get(f"{base}/") as r:
             page = await r.text()
