@@ -8,7 +8,7 @@ the listener answers itself: DESCRIBE, SHOW, information_schema), cannot
 DELETE or DROP; a writer cannot run DDL; a user with the role gets the rows.
 COM_CHANGE_USER makes the session the new user's; without a users file the
 listener's caller is ANONYMOUS, as on gRPC. The embedded DB-API driver runs as
-the identity it is given.
+the identity it is given, and the console's queue page as its HTTP user.
 """
 
 from __future__ import annotations
@@ -19,10 +19,12 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+import aiohttp
 import mysql.connector
 import pymysql
 import pytest
 
+from shardgate.api.http import HttpServer
 from shardgate.api.mysql import MysqlListener, serve_mysql
 from shardgate.auth.acl import TableACL
 from shardgate.auth.guard import Guard
@@ -32,6 +34,8 @@ from shardgate.client import dbapi
 from shardgate.client.embedded import close_embedded, open_embedded
 from shardgate.gate import Gate
 from shardgate.topo.embedded import embedded_topology
+from shardgate.topo.local import open_topo
+from tests.conftest import console_cluster
 from tests.integration.conftest import Cluster
 from tests.integration.test_grpc import set_up_embedded
 
@@ -289,3 +293,33 @@ def test_embedded_dbapi_runs_as_the_identity_it_is_given(tmp_path: Path) -> None
         own.close()
     finally:
         close_embedded(gate, loop_thread)
+
+
+def _basic(user: str) -> dict[str, str]:
+    return {"Authorization": aiohttp.encode_basic_auth(user, f"{user}-pw")}
+
+
+async def test_console_reads_a_queue_as_its_http_user(tmp_path: Path) -> None:
+    gate = await Gate.from_topo(await open_topo(console_cluster(tmp_path)))
+    server = HttpServer(gate, "127.0.0.1", 0, users=StaticUsers.from_mapping(USERS))
+    try:
+        s = gate.session("ks", identity=TRUSTED)
+        await gate.execute(s, "CREATE QUEUE fjobs (user_id BIGINT NOT NULL, body VARCHAR(50)) "
+                              "SHARD BY user_id")
+        gate.guard = Guard(TableACL.from_mapping({"table_groups": [
+            {"name": "jobs", "table_names_or_prefixes": ["fjobs"],
+             "readers": ["rita"], "writers": [], "admins": ["ada"]},
+        ]}))
+        port = await server.start()
+        url = f"http://127.0.0.1:{port}/api/queues/ks/fjobs/failed"
+        async with aiohttp.ClientSession() as http:
+            async with http.get(url, headers=_basic("walt")) as r:
+                body = await r.json()
+                assert r.status == 403, body
+                assert body["code"] == "PERMISSION_DENIED" and "'walt'" in body["message"]
+            async with http.get(url, headers=_basic("rita")) as r:
+                assert r.status == 200, await r.text()
+                assert await r.json() == []
+    finally:
+        await server.stop()
+        await gate.close()
