@@ -28,6 +28,7 @@ from typing import Any
 
 from shardgate.cli import reshard
 from shardgate.cli.common import open_store, store_args
+from shardgate.cli.progress import Progress
 from shardgate.errors import InvalidArgument
 from shardgate.workflows.movetables import MoveTablesWorkflow, movetables_spec
 from shardgate.workflows.reshard import DEFAULT_MAX_LAG_S
@@ -100,19 +101,21 @@ async def _run(args: argparse.Namespace) -> int:
     server = await open_store(args)
     try:
         flow: MoveTablesWorkflow
+        bar = Progress("copy")
         if args.reshard_command == "create":
             tables = tuple(t.strip() for t in args.tables.split(",") if t.strip())
             spec = await movetables_spec(server, source_keyspace=args.source_keyspace,
                                          target_keyspace=args.target_keyspace, tables=tables,
                                          workflow=args.workflow)
             flow = MoveTablesWorkflow(server, spec, vschema=_vschema(args.vschema),
-                                      batch=args.batch, progress=reshard._progress_bar)
+                                      batch=args.batch, progress=bar)
         else:
             flow = await MoveTablesWorkflow.resume(server, args.target_keyspace, args.workflow,
-                                                   progress=reshard._progress_bar)
+                                                   progress=bar)
         try:
-            return await reshard._command(flow, args)
+            return await reshard._command(flow, args, bar)
         finally:
+            bar.end()
             await flow.close()
     finally:
         await server.close()

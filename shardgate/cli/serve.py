@@ -295,7 +295,7 @@ def _query_timeout_ms(args: argparse.Namespace) -> int:
     if args.query_timeout_ms is not None:
         return int(args.query_timeout_ms)
     if args.query_timeout is not None:
-        return round(args.query_timeout * 1000)
+        return round(float(args.query_timeout) * 1000)
     return SERVER_QUERY_TIMEOUT_MS
 
 
