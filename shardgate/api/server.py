@@ -128,7 +128,7 @@ class GateServicer(pb_grpc.GateServicer):
             keyspace = self._session(request.session_id, None, context).keyspace
         else:
             keyspace = _keyspace(request) or self.gate.topology.default_keyspace
-        plan = await self.gate.explain_shards(request.sql, keyspace)
+        plan = await self.gate.explain_shards(request.sql, keyspace, identity=caller())
         return pb.ExplainPlanResponse(plan_json=json.dumps(plan, default=str))
 
     @unary(pb.GetVSchemaResponse)

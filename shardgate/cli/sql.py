@@ -106,7 +106,8 @@ async def _sql(args: argparse.Namespace) -> int:
         try:
             session = gate.session(args.keyspace, identity=TRUSTED)
             if args.explain:
-                print(json.dumps(await gate.explain_shards(args.sql, session.keyspace), indent=2))
+                plan = await gate.explain_shards(args.sql, session.keyspace, identity=TRUSTED)
+                print(json.dumps(plan, indent=2))
             else:
                 print(format_result(await gate.execute(session, args.sql)))
         finally:

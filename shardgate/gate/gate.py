@@ -696,15 +696,19 @@ class Gate:
             return {"QueryType": planned.query_type, "Original": sql}
         return planned.describe()
 
-    async def explain_shards(self, sql: str, keyspace: str | None = None) -> dict[str, Any]:
+    async def explain_shards(
+        self, sql: str, keyspace: str | None = None, *, identity: Caller
+    ) -> dict[str, Any]:
         """:meth:`explain`, with the shards each route of the plan reaches (``"Shards"``,
-        as ``keyspace/shard``), resolved from the statement's values as execution would."""
+        as ``keyspace/shard``), resolved from the statement's values as execution would
+        (lookup vindexes read): so ``identity`` must be allowed to run ``sql`` itself."""
         from shardgate.engine.explain import with_target_shards
 
+        session = self.session(keyspace, identity=identity)
+        self.authorize(session, sql)
         planned = self.plan(sql, keyspace)
         if not isinstance(planned, Plan):
             return {"QueryType": planned.query_type, "Original": sql}
-        session = self.session(keyspace, identity=TRUSTED)
         cursor = _SessionCursor(self, session)
         cursor.reads = not _writes(planned.instructions)  # as _run routes it
         return await with_target_shards(planned.instructions, planned.describe(), cursor)

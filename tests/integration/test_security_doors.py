@@ -24,14 +24,18 @@ import mysql.connector
 import pymysql
 import pytest
 
+from shardgate.api.client import GateClient
 from shardgate.api.http import HttpServer
 from shardgate.api.mysql import MysqlListener, serve_mysql
+from shardgate.api.security import ServerSecurity
+from shardgate.api.server import serve
 from shardgate.auth.acl import TableACL
 from shardgate.auth.guard import Guard
 from shardgate.auth.identity import TRUSTED, Identity
 from shardgate.auth.users import StaticUsers
 from shardgate.client import dbapi
 from shardgate.client.embedded import close_embedded, open_embedded
+from shardgate.errors import PermissionDenied
 from shardgate.gate import Gate
 from shardgate.topo.embedded import embedded_topology
 from shardgate.topo.local import open_topo
@@ -323,3 +327,19 @@ async def test_console_reads_a_queue_as_its_http_user(tmp_path: Path) -> None:
     finally:
         await server.stop()
         await gate.close()
+
+
+async def test_grpc_explain_needs_the_statements_rights(embedded: Gate) -> None:
+    """ExplainPlan resolves shards as execution would (it reads lookup vindexes): only
+    for a caller who may run the statement."""
+    server, port = await serve(embedded, "127.0.0.1", 0, no_auth=False, security=ServerSecurity(
+        users=StaticUsers.from_mapping(USERS)))
+    try:
+        async with GateClient(f"grpc://127.0.0.1:{port}", keyspace="commerce", user="rita",
+                              password="rita-pw", timeout=30) as rita:
+            with pytest.raises(PermissionDenied, match="'rita'"):
+                await rita.explain("SELECT * FROM corder WHERE order_id = 10")
+            plan = await rita.explain("SELECT * FROM customer WHERE email = 'a@x.io'")
+            assert plan["Instructions"]["Shards"]
+    finally:
+        await server.stop(None)

@@ -392,12 +392,14 @@ async def test_explain_names_the_target_shards(
                          {"names": "CREATE TABLE names (id INTEGER PRIMARY KEY, name TEXT)"})
     try:
         smap = ks.topology.keyspace(KS).shard_map
-        plan = await ks.gate.explain_shards("SELECT name FROM names WHERE id = 7", KS)
+        plan = await ks.gate.explain_shards("SELECT name FROM names WHERE id = 7", KS,
+                                            identity=TRUSTED)
         assert plan["Instructions"]["Shards"] == [f"{KS}/{smap.find(_ksid(7))}"]
-        both = await ks.gate.explain_shards("SELECT name FROM names WHERE id IN (7, 8, 9)", KS)
+        both = await ks.gate.explain_shards("SELECT name FROM names WHERE id IN (7, 8, 9)", KS,
+                                            identity=TRUSTED)
         assert both["Instructions"]["Shards"] == [
             f"{KS}/{n}" for n in smap.names if n in {smap.find(_ksid(i)) for i in (7, 8, 9)}]
-        scatter = await ks.gate.explain_shards("SELECT name FROM names", KS)
+        scatter = await ks.gate.explain_shards("SELECT name FROM names", KS, identity=TRUSTED)
         assert scatter["Instructions"]["Shards"] == [f"{KS}/{n}" for n in smap.names]
         res = await ks.sql("EXPLAIN SELECT name FROM names WHERE id = 7")
         assert json.loads(res.rows[0][0])["Instructions"]["Shards"] == [
