@@ -112,7 +112,8 @@ _TRUSTED_NAMES = frozenset({"TRUSTED", "Trusted", "trusted_session"})
 def trusted_uses(source: str) -> list[str]:
     """Where ``source`` could reach the gate without the caller's identity: a name,
     attribute, import or string naming the trusted marker, a ``.session(...)`` call
-    without ``identity=``, or a gate ``Session(...)`` built directly."""
+    (or the gate's ``update_stream`` / ``explain_shards``, which default to or open
+    sessions) without ``identity=``, or a gate ``Session(...)`` built directly."""
     found: list[str] = []
     for node in ast.walk(ast.parse(source)):
         line = getattr(node, "lineno", 0)
@@ -126,6 +127,11 @@ def trusted_uses(source: str) -> list[str]:
             case ast.Call(func=ast.Attribute(attr="session"), keywords=kws) if not any(
                     k.arg == "identity" for k in kws):
                 found.append(f"{line}: .session() without identity=")
+            case ast.Call(func=ast.Attribute(attr=("update_stream" | "explain_shards") as name,
+                                             value=ast.Name(id="gate")
+                                             | ast.Attribute(attr="gate")),
+                          keywords=kws) if not any(k.arg == "identity" for k in kws):
+                found.append(f"{line}: gate.{name}() without identity=")
             case ast.Call(func=ast.Name(id="Session") | ast.Attribute(attr="Session")):
                 found.append(f"{line}: Session(...) built directly")
     return sorted(found, key=lambda f: int(f.partition(":")[0]))
@@ -152,8 +158,11 @@ def test_the_trusted_path_finder_finds_uses() -> None:
         "u = gate.session('ks', identity=caller())\n"
         "v = Session(keyspace='ks', identity=who)\n"
         "w = getattr(i, 'TRUSTED')\n"
+        "x = self.gate.update_stream('ks', None, None)\n"
+        "y = client.update_stream('ks')\n"
     )
     assert trusted_uses(source) == [
         "1: import TRUSTED", "3: TRUSTED", "4: .session() without identity=",
         "6: Session(...) built directly", "7: 'TRUSTED'",
+        "8: gate.update_stream() without identity=",
     ]
