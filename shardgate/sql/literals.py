@@ -10,15 +10,18 @@ It is deliberately narrow, a scan of the text (no parse): in a ``SELECT``,
 ``UPDATE`` or ``DELETE`` with one ``SELECT`` at most (no subqueries or
 unions), only an integer or a quoted string that follows a comparison
 operator (``=``, ``<=>``, ``<>``, ``!=``, ``<``, ``<=``, ``>``, ``>=``) after
-the ``WHERE`` keyword, or the two of ``BETWEEN x AND y`` (sysbench's range
-reads), and is followed by the end of the value (whitespace,
+the ``WHERE`` keyword (an ``UPDATE``'s: after ``SET``, so ``SET c = 'x'`` too),
+or the two of ``BETWEEN x AND y`` (sysbench's range reads), and is followed by
+the end of the value (whitespace,
 ``)``, ``,``, ``;`` or the end of the text), is replaced, outside comments,
 quoted identifiers and other strings. So result column names (the select
 list) never change. Decimals and floats (kept exact as text), strings with a
 character set introducer, a ``COLLATE`` or another string after them, hex or
 bit literals, JSON ``->`` paths, anything it does not understand, stay as
 they are; ``None`` means the statement runs exactly as sent. String escapes
-are MySQL's (``\\n``, ``\\'``, ``''``...).
+are MySQL's (``\\n``, ``\\'``, ``''``...). An ``INSERT``/``REPLACE ... VALUES``
+whose rows hold only literals has its integers and strings bound
+(:func:`_bind_values`): the plan of a row count is made once.
 """
 
 from __future__ import annotations
@@ -41,7 +44,16 @@ _ESCAPES = {"0": "\0", "'": "'", '"': '"', "b": "\b", "n": "\n", "r": "\r", "t":
 _STATEMENTS = re.compile(r"^\s*(select|update|delete)\b", re.I)
 #: The next character the scan acts on, before and after ``WHERE`` (the others are
 #: skipped in one C-level search instead of one loop turn each).
-_NEXT_BEFORE_WHERE = re.compile(r"[wW'\"`#]|--|/\*")
+_NEXT_BEFORE_WHERE = re.compile(r"[wWsS'\"`#]|--|/\*")
+_SET = re.compile(r"set\b", re.I)
+#: an INSERT/REPLACE ... VALUES whose rows :func:`_bind_values` reads
+_INSERT = re.compile(r"\s*(?:insert|replace)\s+(?:(?:ignore|low_priority|delayed|high_priority)"
+                     r"\s+)?(?:into\s+)?[`\w.]+\s*(?:\([^()'\"]*\)\s*)?values?\s*(?=\()", re.I)
+#: values of a VALUES row kept as written (not bound)
+_KEPT = re.compile(r"(?:null|default|true|false)\b|-?(?:\d+\.\d*|\.\d+)(?:[eE][-+]?\d+)?(?![\w.])",
+                   re.I)
+_ROW_SEPARATOR = re.compile(r"\s*([,)])\s*")
+_END = re.compile(r"\s*;?\s*$")
 _NEXT_AFTER_WHERE = re.compile(r"[<>=!'\"`#bB]|--|/\*")
 _BETWEEN = re.compile(r"between\s+", re.I)
 _AND = re.compile(r"\s+and\s+", re.I)
@@ -53,12 +65,19 @@ def bind_literals(sql: str) -> tuple[str, dict[str, Any]] | None:
     None when there is nothing to bind, or the text has ``:`` bind variables
     of its own, or anything the scan does not understand.
     """
-    if not _STATEMENTS.match(sql) or ":" in sql or len(_SELECT.findall(sql)) > 1:
+    if ":" in sql:
+        return None
+    if _INSERT.match(sql):
+        return _bind_values(sql)
+    first = _STATEMENTS.match(sql)
+    if first is None or len(_SELECT.findall(sql)) > 1:
         return None
     out: list[str] = []
     binds: dict[str, Any] = {}
     i, n, last = 0, len(sql), 0
     where = False
+    # an UPDATE's SET assignments are scanned as its WHERE is (``SET c = 'x'``)
+    update_set = first.group(1).lower() == "update"
     while i < n:
         found = (_NEXT_AFTER_WHERE if where else _NEXT_BEFORE_WHERE).search(sql, i)
         if found is None:
@@ -82,8 +101,9 @@ def bind_literals(sql: str) -> tuple[str, dict[str, Any]] | None:
             i = end + 2
             continue
         if not where:
-            where = c in "wW" and (i == 0 or not (sql[i - 1].isalnum() or sql[i - 1] == "_")) \
-                and _WHERE.match(sql, i) is not None
+            word = c in "wWsS" and (i == 0 or not (sql[i - 1].isalnum() or sql[i - 1] == "_"))
+            where = word and (_WHERE.match(sql, i) is not None
+                              or (update_set and _SET.match(sql, i) is not None))
             i += 1
             continue
         if c in "bB":
@@ -105,6 +125,53 @@ def bind_literals(sql: str) -> tuple[str, dict[str, Any]] | None:
         out.append(sql[last:start])
         out.append(f":{name}")
         last = i = end
+    if not binds:
+        return None
+    out.append(sql[last:])
+    return "".join(out), binds
+
+
+def _bind_values(sql: str) -> tuple[str, dict[str, Any]] | None:
+    """An ``INSERT``/``REPLACE ... VALUES (...), (...)`` with its integer and string
+    values bound (sysbench's inserts; the prepare's hold hundreds of rows). Rows hold
+    literals only (``NULL``, ``DEFAULT``, booleans and decimals stay as written); any
+    other value, or anything after the rows (``ON DUPLICATE KEY UPDATE``), gives None."""
+    m = _INSERT.match(sql)
+    assert m is not None
+    out: list[str] = []
+    binds: dict[str, Any] = {}
+    i, last = m.end(), 0
+    while True:  # at a row's "("
+        if i >= len(sql) or sql[i] != "(":
+            return None
+        i += 1
+        while True:  # at a value
+            while i < len(sql) and sql[i].isspace():
+                i += 1
+            value, end = _literal(sql, i)
+            if end >= 0:
+                name = f"{PREFIX}{len(binds)}"
+                binds[name] = value
+                out += (sql[last:i], f":{name}")
+                last = end
+            else:
+                kept = _KEPT.match(sql, i)
+                if kept is None:
+                    return None
+                end = kept.end()
+            sep = _ROW_SEPARATOR.match(sql, end)
+            if sep is None:
+                return None
+            i = sep.end()
+            if sep.group(1) == ")":
+                break
+        if _END.match(sql, i):
+            break
+        if sql[i] != ",":
+            return None
+        i += 1
+        while i < len(sql) and sql[i].isspace():
+            i += 1
     if not binds:
         return None
     out.append(sql[last:])
