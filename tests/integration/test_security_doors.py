@@ -249,6 +249,32 @@ async def test_change_user_and_reset_give_the_new_users_session(embedded: Gate) 
         await server.stop()
 
 
+async def test_stmt_reset_keeps_the_transaction(embedded: Gate) -> None:
+    """COM_STMT_RESET resets one prepared statement, not the session: the connection's
+    open transaction (and its user) stay."""
+    server, port = await _serve(embedded, StaticUsers.from_mapping(USERS))
+
+    def client() -> None:
+        conn = mysql.connector.connect(host="127.0.0.1", port=port, user="walt",
+                                       password="walt-pw", database="commerce",
+                                       autocommit=False, use_pure=True,
+                                       auth_plugin="mysql_native_password")
+        cur = conn.cursor()
+        cur.execute("INSERT INTO corder (order_id, customer_id, sku, price) "
+                    "VALUES (30, 1, 'kept', 1)")
+        prepared = conn.cmd_stmt_prepare(b"SELECT sku FROM corder WHERE order_id = ?")
+        conn.cmd_stmt_reset(prepared["statement_id"])
+        conn.commit()
+        cur.execute("SELECT sku FROM corder WHERE order_id = 30")
+        assert cur.fetchall() == [("kept",)]
+        conn.close()
+
+    try:
+        await run(client)
+    finally:
+        await server.stop()
+
+
 async def test_without_a_users_file_the_caller_is_anonymous(embedded: Gate) -> None:
     """``shardgate up``'s listener (no users file): ANONYMOUS, whom the ACL may deny,
     as on gRPC; never the gate's trusted path."""

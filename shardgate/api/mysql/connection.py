@@ -339,6 +339,16 @@ class GateConnection(Connection):
         await self.stream.write(self.ok_or_eof(), drain=False)
         await self.stream.drain()
 
+    async def handle_stmt_reset(self, data: bytes) -> None:
+        """COM_STMT_RESET: the statement's long data and open cursor are dropped; the
+        session is left alone (mysql-mimic reset the whole session: the connection's
+        open transaction was rolled back behind the client's back)."""
+        if len(data) >= 4:
+            stmt = self.get_stmt(int.from_bytes(data[:4], "little"))
+            stmt.param_buffers = None
+            stmt.cursor = None
+        await self.stream.write(self.ok())
+
     async def handle_stmt_close(self, data: bytes) -> None:
         await super().handle_stmt_close(data)
         if self._params is not None and len(data) >= 4:
