@@ -138,7 +138,7 @@ NEVER_SENT = {
 #: Two-word forms never sent (first word, second word).
 _NEVER_SENT_PAIRS = {
     ("set", "global"): _SERVER, ("set", "persist"): _SERVER, ("set", "persist_only"): _SERVER,
-    ("set", "password"): _SERVER, ("set", "role"): _SESSION, ("set", "session"): _SESSION,
+    ("set", "password"): _SERVER, ("set", "role"): _SESSION,
     ("rename", "user"): _SERVER, ("start", "slave"): _SERVER, ("start", "replica"): _SERVER,
     ("stop", "slave"): _SERVER, ("stop", "replica"): _SERVER, ("show", "binlog"): _LOGS,
     ("show", "relaylog"): _LOGS, ("show", "binary"): _LOGS, ("show", "master"): _LOGS,
@@ -407,7 +407,8 @@ class _Walk:
                 reading = True
             with_ = node.args.get("with_") or node.args.get("with")
             if isinstance(with_, exp.With):
-                visible = self._with(with_, visible, role, reading, locked, stack)
+                visible = self._with(with_, visible, role, reading, locked, stack,
+                                     nested=node is not self.root)
             if isinstance(node, exp.Table):
                 self._table(node, visible, role, reading=reading)
             elif isinstance(node, exp.Func) and not isinstance(node, _NOT_CALLS):
@@ -426,16 +427,22 @@ class _Walk:
 
     @staticmethod
     def _with(with_: exp.With, visible: frozenset[_Name], role: Role, reading: bool,
-              locked: bool, stack: list[_Item]) -> frozenset[_Name]:
+              locked: bool, stack: list[_Item], *, nested: bool) -> frozenset[_Name]:
         """Queue the CTE bodies, each seeing the CTEs before it (and itself when RECURSIVE);
-        return the names the rest of the statement sees."""
+        return the names the rest of the statement sees.
+
+        The bodies of a nested WITH (in a subquery or a CTE) see only their own WITH's
+        CTEs: MariaDB 10.11 resolves a name there to the table, not to an outer CTE
+        (PostgreSQL and SQLite to the CTE), so only the narrower scope is safe.
+        """
         recursive = bool(with_.args.get("recursive"))
         names: list[_Name] = []
+        outer = frozenset() if nested else visible
         for cte in with_.expressions:
             alias = cte.args.get("alias")
             ident = alias.this if isinstance(alias, exp.TableAlias) else None
             name = (ident.this, bool(ident.quoted)) if isinstance(ident, exp.Identifier) else None
-            body_sees = visible | frozenset(names) | (
+            body_sees = outer | frozenset(names) | (
                 frozenset({name}) if recursive and name is not None else frozenset())
             if isinstance(cte.this, exp.Expression):
                 stack.append((cte.this, body_sees, role, reading, locked))
