@@ -28,7 +28,7 @@
 # shard A waits for shard B, the other client's the other way round); no shard sees the
 # cycle, so the statement waits until the gate's query timeout cancels it with error
 # 3024, where one MariaDB answers 1213 at once. So with --threads > 1 the gate runs with
-# --query-timeout-ms 1000 (30 s by default), sysbench is told to retry 3024 as it retries
+# --query-timeout 1 (30 s by default), sysbench is told to retry 3024 as it retries
 # 1213 and 1205 (--mysql-ignore-errors), and the errors column counts them
 # (docs/clients.md, "sysbench").
 set -euo pipefail
@@ -101,7 +101,7 @@ EOF
 GATE_ARGS=()
 IGNORE=()
 if ((THREADS > 1)); then
-    GATE_ARGS=(--query-timeout-ms 1000)
+    GATE_ARGS=(--query-timeout 1)
     IGNORE=(--mysql-ignore-errors=1213,1020,1205,3024)
 fi
 free_port() { "$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
