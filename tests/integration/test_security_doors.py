@@ -14,6 +14,7 @@ the identity it is given, and the console's queue page as its HTTP user.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -242,6 +243,8 @@ async def test_change_user_and_reset_give_the_new_users_session(embedded: Gate) 
             conn.cmd_change_user(username="walt", password="wrong", database="commerce")
         with pytest.raises(mysql.connector.Error):
             count_orders(conn)
+        with contextlib.suppress(mysql.connector.Error):
+            conn.close()
 
     try:
         await run(client)
