@@ -16,6 +16,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import subprocess
+import sys
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -40,6 +42,14 @@ from shardgate.errors import PermissionDenied
 from shardgate.gate import Gate
 from shardgate.topo.embedded import embedded_topology
 from shardgate.topo.local import open_topo
+from tests.acceptance.test_cli import (
+    STOP_TIMEOUT_S,
+    cli_env,
+    free_port,
+    shardgate,
+    wait_for_port,
+)
+from tests.acceptance.test_cli_mysql import mariadb
 from tests.conftest import console_cluster
 from tests.integration.conftest import Cluster
 from tests.integration.test_grpc import set_up_embedded
@@ -372,3 +382,61 @@ async def test_grpc_explain_needs_the_statements_rights(embedded: Gate) -> None:
             assert plan["Instructions"]["Shards"]
     finally:
         await server.stop(None)
+
+
+# -- the command line: `shardgate up` with --users-file and --acl-file, the mariadb client ---
+
+UP_CLUSTER = """\
+default_keyspace: app
+keyspaces:
+  app:
+    shards: {"0": "sqlite:///app.db"}
+    vschema: {sharded: false, tables: {t: {}, secret: {}}}
+"""
+UP_ACL = {"table_groups": [
+    {"name": "open", "table_names_or_prefixes": ["t"],
+     "readers": ["rita"], "writers": ["walt"], "admins": ["ada"]},
+    {"name": "closed", "table_names_or_prefixes": ["secret"],
+     "readers": [], "writers": ["walt"], "admins": ["ada"]},
+]}
+
+
+def test_shardgate_up_listener_applies_the_acl_to_the_mariadb_client(tmp_path: Path) -> None:
+    (tmp_path / "cluster.yaml").write_text(UP_CLUSTER)
+    (tmp_path / "users.json").write_text(json.dumps(USERS))
+    (tmp_path / "acl.json").write_text(json.dumps(UP_ACL))
+    for sql in ("CREATE TABLE t (id BIGINT PRIMARY KEY)",
+                "CREATE TABLE secret (id BIGINT PRIMARY KEY, v VARCHAR(20))",
+                "INSERT INTO t (id) VALUES (1)", "INSERT INTO secret (id, v) VALUES (1, 'x')"):
+        made = shardgate("sql", "--cluster", "cluster.yaml", sql, cwd=tmp_path)
+        assert made.returncode == 0, made.stderr
+    port, mysql_port = free_port(), free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "shardgate.cli", "up", "--cluster", "cluster.yaml",
+         "--port", str(port), "--mysql-port", str(mysql_port), "--http-port", "0",
+         "--users-file", "users.json", "--acl-file", "acl.json"],
+        cwd=tmp_path, env=cli_env(), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL, text=True)
+    try:
+        wait_for_port(proc, mysql_port)
+
+        def as_user(user: str, sql: str) -> subprocess.CompletedProcess[str]:
+            return mariadb(mysql_port, f"--password={user}-pw", "app", "-e", sql, user=user)
+
+        for user, sql in (("rita", "SELECT v FROM secret"), ("rita", "DESCRIBE secret"),
+                          ("rita", "DELETE FROM t"), ("rita", "DROP TABLE t"),
+                          ("walt", "DROP TABLE secret"), ("walt", "ALTER TABLE t ADD x INT")):
+            done = as_user(user, sql)
+            assert done.returncode != 0 and "ERROR 1142" in done.stderr, (user, sql, done)
+        shown = as_user("rita", "SHOW TABLES")
+        assert shown.returncode == 0 and shown.stdout.split()[1:] == ["t"], shown
+        read = as_user("walt", "SELECT v FROM secret")
+        assert read.returncode == 0 and read.stdout.split() == ["v", "x"], read
+        assert as_user("rita", "SELECT id FROM t").stdout.split() == ["id", "1"]
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
