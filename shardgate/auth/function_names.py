@@ -111,15 +111,15 @@ year yearweek
 """)
 
 SQLITE = _names("""
--> ->> abs acos acosh asin asinh atan atan2 atanh avg bm25 ceil ceiling changes char
-coalesce cos cosh count cume_dist current_date current_time current_timestamp date datetime
-degrees dense_rank exp first_value floor format fts5 fts5_source_id glob group_concat hex
-highlight ifnull iif instr json json_array json_array_length json_extract json_group_array
+-> ->> abs acos acosh asin asinh atan atan2 atanh avg bm25 ceil ceiling char coalesce cos
+cosh count cume_dist current_date current_time current_timestamp date datetime degrees
+dense_rank exp first_value floor format fts5 fts5_source_id glob group_concat hex highlight
+ifnull iif instr json json_array json_array_length json_each json_extract json_group_array
 json_group_object json_insert json_object json_patch json_quote json_remove json_replace
-json_set json_type json_valid julianday lag last_insert_rowid last_value lead length like
-likelihood likely ln log log10 log2 lower ltrim match matchinfo max min mod nth_value ntile
-nullif offsets optimize percent_rank pi pow power printf quote radians random randomblob
-rank replace round row_number rtreecheck rtreedepth rtreenode rtrim sign sin sinh snippet
-soundex sqrt strftime substr substring subtype sum tan tanh time total total_changes trim
-trunc typeof unicode unixepoch unlikely upper zeroblob
+json_set json_tree json_type json_valid julianday lag last_value lead length like likelihood
+likely ln log log10 log2 lower ltrim match matchinfo max min mod nth_value ntile nullif
+offsets optimize percent_rank pi pow power printf quote radians random randomblob rank
+replace round row_number rtreecheck rtreedepth rtreenode rtrim sign sin sinh snippet soundex
+sqrt strftime substr substring subtype sum tan tanh time total trim trunc typeof unicode
+unixepoch unlikely upper zeroblob
 """)

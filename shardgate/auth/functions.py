@@ -85,7 +85,7 @@ BELOW_ADMIN_DENIED = frozenset({
     "sqlite_compileoption_get", "sqlite_compileoption_used", "sqlite_offset",
     "load_extension", "fts3_tokenizer", "readfile", "writefile", "edit",
     "version", "user", "system_user", "session_user", "current_user",
-    "current_role", "current_query",
+    "current_role", "current_query", "changes", "total_changes", "last_insert_rowid",
 })
 #: Name prefixes of :data:`BELOW_ADMIN_DENIED`.
 BELOW_ADMIN_PREFIXES = ("pg_", "lo_", "acl", "has_", "to_reg", "txid", "fmgr_", "sqlite_",

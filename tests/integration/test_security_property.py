@@ -3,8 +3,9 @@
 Hypothesis generates statements with nested CTEs (named like the denied and
 the allowed table, shadowing at several depths, RECURSIVE or not),
 subqueries (in FROM, WHERE, the select list, EXISTS and IN), joins, UNIONs and
-function calls over an allowed table (``customer``) and a denied one
-(``corder``, holding marker values no other table holds), and runs each
+function calls over allowed tables (``pub``, ``x``, ``y``) and a denied one
+(``priv``, holding marker values no other table holds; all four ``(k, v)``,
+so generated queries compose), and runs each
 through the real gate as the reader ``bob`` (an :class:`Identity` under a
 table ACL), in a plain session and in a shard-targeted one (``USE
 `commerce:-80```), where the shard runs whatever the gate lets through.
