@@ -3,7 +3,7 @@
 # beside the same run straight to one MariaDB database.
 #
 #   bash bench/sysbench.sh [--smoke] [--seconds S] [--table-size N] [--threads T]
-#                          [--ps-mode auto|disable]
+#                          [--ps-mode auto|disable] [--production]
 #
 # Through the gate: `shardgate up --cluster` over a keyspace `sbtest` of 4 MariaDB shards
 # (-40, 40-80, 80-c0, c0-: four databases of the local server) and an unsharded keyspace
@@ -13,6 +13,9 @@
 # Vitess sequence (the table sbtest1_seq in sbseq), so sysbench runs unchanged: its
 # prepare inserts rows without ids (--auto_inc=on, the default) and the gate draws them
 # from the sequence; `cleanup` (DROP TABLE) takes sbtest1 and its sequence out again.
+# With --production the same keyspace is served in production mode instead: `shardgate
+# cluster up` (a `shardgate gate` process and one `shardgate tablet` process per shard,
+# docs/production.md), and the CPU of the gate and of the tablets is printed apart.
 # Straight: the same sysbench commands against one MariaDB database.
 #
 # Each of oltp_point_select, oltp_read_only and oltp_read_write runs on both, one after
@@ -42,6 +45,7 @@ SECONDS_EACH=10
 TABLE_SIZE=10000
 THREADS=1
 PS_MODE=auto
+PRODUCTION=0
 while (($#)); do
     case "$1" in
         --smoke) SECONDS_EACH=2; TABLE_SIZE=1000 ;;
@@ -49,11 +53,15 @@ while (($#)); do
         --table-size) TABLE_SIZE="$2"; shift ;;
         --threads) THREADS="$2"; shift ;;
         --ps-mode) PS_MODE="$2"; shift ;;
+        --production) PRODUCTION=1 ;;
         *) echo "usage: $0 [--smoke] [--seconds S] [--table-size N] [--threads T]" \
-                "[--ps-mode auto|disable]" >&2; exit 2 ;;
+                "[--ps-mode auto|disable] [--production]" >&2; exit 2 ;;
     esac
     shift
 done
+if ((PRODUCTION && THREADS > 1)); then
+    echo "--production takes one thread (cluster up sets no query timeout)" >&2; exit 2
+fi
 command -v sysbench >/dev/null || { echo "sysbench is missing: run make servers" \
     "(scripts/install-system-deps.sh installs it)" >&2; exit 1; }
 
@@ -62,11 +70,15 @@ PREFIX="sg_sysbench_$$"
 SHARDS=(s1 s2 s3 s4)
 WORK="$(mktemp -d)"
 GATE_PID=""
+TABLET_PIDS=()
+LOG="$WORK/gate.log"
 
 admin() { mariadb -h "$HOST" -P "$PORT" -u root --skip-ssl -N -e "$1"; }
 
 cleanup() {
-    if [[ -n "$GATE_PID" ]] && kill -0 "$GATE_PID" 2>/dev/null; then
+    if ((PRODUCTION)) && [[ -e "$WORK/cluster/cluster-state.json" ]]; then
+        "$PY" -m shardgate.cli cluster down --dir "$WORK/cluster" >/dev/null 2>&1 || true
+    elif [[ -n "$GATE_PID" ]] && kill -0 "$GATE_PID" 2>/dev/null; then
         kill "$GATE_PID"; wait "$GATE_PID" 2>/dev/null || true
     fi
     for db in "${SHARDS[@]}" seq direct; do admin "DROP DATABASE IF EXISTS \`${PREFIX}_$db\`"; done
@@ -107,15 +119,27 @@ fi
 free_port() { "$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 GRPC_PORT="$(free_port)"
 MYSQL_PORT="$(free_port)"
-"$PY" -m shardgate.cli up --cluster "$WORK/cluster.yaml" --port "$GRPC_PORT" \
-    --mysql-port "$MYSQL_PORT" --http-port 0 "${GATE_ARGS[@]}" >"$WORK/gate.log" 2>&1 &
-GATE_PID=$!
-for _ in $(seq 600); do  # until it says it serves MySQL (60 s at most)
-    if ! kill -0 "$GATE_PID" 2>/dev/null; then cat "$WORK/gate.log" >&2; exit 1; fi
-    if grep -q "MySQL listener on" "$WORK/gate.log"; then break; fi
-    sleep 0.1
-done
-grep -q "MySQL listener on" "$WORK/gate.log" || { cat "$WORK/gate.log" >&2; exit 1; }
+if ((PRODUCTION)); then
+    LOG="$WORK/cluster/logs/gate.log"
+    "$PY" -m shardgate.cli cluster up --cluster "$WORK/cluster.yaml" --dir "$WORK/cluster" \
+        --tablets-per-shard 1 --port "$GRPC_PORT" --mysql-port "$MYSQL_PORT" --http-port 0 \
+        >"$WORK/cluster-up.log" 2>&1 || { cat "$WORK/cluster-up.log" "$LOG" >&2; exit 1; }
+    GATE_PID="$("$PY" -c 'import json, sys; print(json.load(open(sys.argv[1]))["pids"]["gate"])' \
+        "$WORK/cluster/cluster-state.json")"
+    read -r -a TABLET_PIDS <<<"$("$PY" -c 'import json, sys
+print(" ".join(str(p) for n, p in json.load(open(sys.argv[1]))["pids"].items() if n != "gate"))' \
+        "$WORK/cluster/cluster-state.json")"
+else
+    "$PY" -m shardgate.cli up --cluster "$WORK/cluster.yaml" --port "$GRPC_PORT" \
+        --mysql-port "$MYSQL_PORT" --http-port 0 "${GATE_ARGS[@]}" >"$LOG" 2>&1 &
+    GATE_PID=$!
+    for _ in $(seq 600); do  # until it says it serves MySQL (60 s at most)
+        if ! kill -0 "$GATE_PID" 2>/dev/null; then cat "$LOG" >&2; exit 1; fi
+        if grep -q "MySQL listener on" "$LOG"; then break; fi
+        sleep 0.1
+    done
+    grep -q "MySQL listener on" "$LOG" || { cat "$LOG" >&2; exit 1; }
+fi
 
 # the gate / the direct database, as sysbench options
 GATE=(--mysql-host=127.0.0.1 --mysql-port="$MYSQL_PORT" --mysql-user=root --mysql-db=sbtest)
@@ -130,7 +154,7 @@ sb() {  # sb WORKLOAD COMMAND TARGET-OPTIONS...: sysbench's output; fails on any
         echo "sysbench $workload $command failed:" >&2
         echo "$out" >&2
         echo "the gate's log:" >&2
-        cat "$WORK/gate.log" >&2
+        cat "$LOG" >&2
         exit 1
     fi
     echo "$out"
@@ -139,7 +163,11 @@ sb() {  # sb WORKLOAD COMMAND TARGET-OPTIONS...: sysbench's output; fails on any
 sb oltp_read_write prepare "${GATE[@]}" >/dev/null
 sb oltp_read_write prepare "${DIRECT[@]}" >/dev/null
 
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+cpu_ticks() {  # utime + stime of the processes named, in clock ticks
+    local sum=0 pid
+    for pid in "$@"; do sum=$((sum + $(awk '{print $14 + $15}' "/proc/$pid/stat"))); done
+    echo "$sum"
+}
 TICK="$(getconf CLK_TCK)"
 
 tps() { awk '/transactions:/ {gsub(/\(/, "", $3); print $3}' <<<"$1"; }
@@ -161,21 +189,30 @@ RUN=(--time="$SECONDS_EACH" --threads="$THREADS" --db-ps-mode="$PS_MODE" --repor
      "${IGNORE[@]}")
 echo "sysbench $(sysbench --version | awk '{print $2}'): ${SECONDS_EACH} s per workload and" \
      "path, $TABLE_SIZE rows, $THREADS thread(s), --db-ps-mode=$PS_MODE"
-echo "gate: shardgate up, keyspace of 4 MariaDB shards; direct: one MariaDB database"
-printf '%-18s %10s %9s %10s %9s %7s %14s %7s\n' workload "direct/s" "p95 ms" "gate/s" \
-    "p95 ms" ratio "gate CPU us/tx" errors
+if ((PRODUCTION)); then
+    echo "gate: shardgate cluster up (gate process, one tablet process per shard), keyspace" \
+         "of 4 MariaDB shards; direct: one MariaDB database"
+else
+    echo "gate: shardgate up, keyspace of 4 MariaDB shards; direct: one MariaDB database"
+fi
+printf '%-18s %10s %9s %10s %9s %7s %14s %16s %7s\n' workload "direct/s" "p95 ms" "gate/s" \
+    "p95 ms" ratio "gate CPU us/tx" "tablets us/tx" errors
 for workload in oltp_point_select oltp_read_only oltp_read_write; do
     direct="$(sb "$workload" run "${DIRECT[@]}" "${RUN[@]}")"
     check_clean "$workload direct" "$direct"
     before="$(cpu_ticks "$GATE_PID")"
+    tablets_before="$(cpu_ticks "${TABLET_PIDS[@]}")"
     gate="$(sb "$workload" run "${GATE[@]}" "${RUN[@]}")"
     after="$(cpu_ticks "$GATE_PID")"
+    tablets="$(($(cpu_ticks "${TABLET_PIDS[@]}") - tablets_before))"
     check_clean "$workload gate" "$gate"
     awk -v w="$workload" -v dt="$(tps "$direct")" -v dp="$(p95 "$direct")" \
         -v gt="$(tps "$gate")" -v gp="$(p95 "$gate")" -v n="$(txns "$gate")" \
-        -v cpu="$((after - before))" -v tick="$TICK" -v e="$(errors "$direct")/$(errors "$gate")" \
-        'BEGIN { printf "%-18s %10.1f %9.2f %10.1f %9.2f %7.3f %14.0f %7s\n",
-                        w, dt, dp, gt, gp, gt / dt, 1e6 * cpu / tick / n, e }'
+        -v cpu="$((after - before))" -v tcpu="$tablets" -v prod="$PRODUCTION" \
+        -v tick="$TICK" -v e="$(errors "$direct")/$(errors "$gate")" 'BEGIN {
+            t = prod ? sprintf("%.0f", 1e6 * tcpu / tick / n) : "(in the gate)"
+            printf "%-18s %10.1f %9.2f %10.1f %9.2f %7.3f %14.0f %16s %7s\n",
+                   w, dt, dp, gt, gp, gt / dt, 1e6 * cpu / tick / n, t, e }'
 done
 # the table is whole after the writes: sysbench's DELETE + INSERT pairs keep the count
 rows="$(mariadb -h 127.0.0.1 -P "$MYSQL_PORT" -u root --skip-ssl -N sbtest \
