@@ -6,7 +6,9 @@ parameters, read DECIMAL, DATE, DATETIME and TIME parameters, send bytes that
 are not text as bytes, and announce a SELECT's result columns in the prepare
 answer (libmariadb reads an execute's rows only when it did: sysbench's
 workloads run through it in ``test_sysbench.py``, which also covers executes
-without new-params-bound-flag).
+without new-params-bound-flag). The rows are read back as text (a scatter
+read, PyMySQL), where a TIME of more than a day or below zero must be MySQL's
+``30:00:07`` / ``-01:00:00.000500``, not Python's ``1 day, 6:00:07``.
 """
 
 from __future__ import annotations
@@ -67,7 +69,7 @@ def _prepared(port: int) -> Any:
 
 ROWS: list[tuple[Any, ...]] = [
     (1, "it's", b"\x00\xff'\\", Decimal("-12.500"), datetime.date(2026, 2, 3),
-     datetime.datetime(2026, 2, 3, 4, 5, 6, 789000), datetime.timedelta(hours=6, seconds=7)),
+     datetime.datetime(2026, 2, 3, 4, 5, 6, 789000), datetime.timedelta(hours=30, seconds=7)),
     (2, "back\\slash \\1 \\\\", b"", Decimal("0.001"), None, None, None),
     (3, "nul\x00 nl\n cr\r ctrl-z\x1a \"q\"", None, None, None, None, None),
 ]
@@ -92,9 +94,13 @@ async def test_parameters_reach_the_shards_as_sent(port: int) -> None:
             got.append(cur.fetchall())
         finally:
             conn.close()
-        plain = pymysql.connect(host="127.0.0.1", port=port, user="app", database="prep")
+        plain = pymysql.connect(host="127.0.0.1", port=port, user="app", database="prep",
+                                autocommit=True)
         try:
             with plain.cursor() as c:
+                # (a negative TIME as text: mysql-connector's binary TIME of a negative
+                # timedelta is off by its days, whatever the server)
+                c.execute("INSERT INTO t (id, dur) VALUES (4, '-01:00:00.000500')")
                 c.execute("SELECT id, c, b, d, day, ts, dur FROM t ORDER BY id")
                 stored = list(c.fetchall())
         finally:
@@ -104,7 +110,9 @@ async def test_parameters_reach_the_shards_as_sent(port: int) -> None:
     got, stored = await asyncio.wait_for(asyncio.to_thread(client), 120)
     assert [[tuple(r) for r in rows] for rows in got] == [
         [(1,)], [(2,)], [(3,)], [(1, Decimal("-12.500")), (2, Decimal("0.001"))], [(1,)]]
-    assert stored == [tuple(r) for r in ROWS]
+    assert stored == [*(tuple(r) for r in ROWS),
+                      (4, None, None, None, None, None,
+                       -datetime.timedelta(hours=1, microseconds=500))]
 
 
 async def test_prepare_announces_a_selects_columns(port: int) -> None:

@@ -13,15 +13,20 @@ Over mysql-mimic's ``Connection`` this adds:
 * a failed authentication closes the connection (mysql-mimic would go on to
   the command phase), and so does an unknown default database;
 * binary columns (``bytes`` values) are sent with the binary character set,
-  so clients return bytes rather than decoding them as text.
+  so clients return bytes rather than decoding them as text;
+* TIME values in text results written as MySQL writes them (``30:00:07``,
+  ``-01:00:00``; mysql-mimic wrote Python's ``1 day, 6:00:07``);
+* prepared statements (:mod:`shardgate.api.mysql.prepared`): parameters read
+  with the types kept between executes, a SELECT's columns in the prepare answer.
 """
 
 from __future__ import annotations
 
 import asyncio
+import datetime
 import logging
 import ssl
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, cast
 
 from mysql_mimic.charset import CharacterSet
@@ -435,6 +440,9 @@ class GateConnection(Connection):
         self.stream.write_many(header)
         cols = result_set.columns
         rows = result_set.rows
+        times = [i for i, c in enumerate(cols) if c.type == ColumnType.TIME]
+        if times:  # MySQL's text of a TIME ('30:00:07'), not Python's ('1 day, 6:00:07')
+            rows = _times_as_text(rows, times)
         if isinstance(rows, list | tuple) and len(rows) <= ROW_BATCH:
             # a result already in memory (a point select's): framed straight into the
             # stream's buffer and sent with its header and EOF in one write
@@ -444,7 +452,7 @@ class GateConnection(Connection):
             return
         count = 0
         batch: list[bytes] = []
-        async for row in aiterate(result_set.rows):
+        async for row in aiterate(rows):
             count += 1
             batch.append(make_text_resultset_row(row, cols))
             if len(batch) >= ROW_BATCH:
@@ -456,3 +464,34 @@ class GateConnection(Connection):
             self.stream.write_many(batch)
         await self.stream.write(self.ok_or_eof(affected_rows=count), drain=False)
         await self.stream.drain()
+
+
+def time_text(value: datetime.timedelta) -> str:
+    """A TIME value as MySQL writes it: ``[-]HH:MM:SS[.ffffff]``, hours past 24."""
+    micros = (value.days * 86400 + value.seconds) * 1_000_000 + value.microseconds
+    sign = "-" if micros < 0 else ""
+    seconds, micro = divmod(abs(micros), 1_000_000)
+    hours, rest = divmod(seconds, 3600)
+    text = f"{sign}{hours:02d}:{rest // 60:02d}:{rest % 60:02d}"
+    return f"{text}.{micro:06d}" if micro else text
+
+
+def _times_as_text(rows: Any, columns: list[int]) -> Any:
+    """``rows`` (a list or an async iterable) with the timedeltas of ``columns`` as text."""
+
+    def fixed(row: Sequence[Any]) -> tuple[Any, ...]:
+        out = list(row)
+        for i in columns:
+            if isinstance(out[i], datetime.timedelta):
+                out[i] = time_text(out[i])
+        return tuple(out)
+
+    if isinstance(rows, list | tuple):
+        return [fixed(r) for r in rows]
+
+    async def each() -> AsyncIterator[tuple[Any, ...]]:
+        async for row in aiterate(rows):
+            yield fixed(row)
+
+    return each()
+
