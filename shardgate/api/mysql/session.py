@@ -522,13 +522,13 @@ class GateSession(Session):
 
     def _readable(self, keyspace: str, table: str) -> bool:
         """Whether the caller may read ``keyspace.table`` (what lists of tables show)."""
-        return self.gate.guard.allows(self.identity, keyspace, table, Role.READER)
+        return self.gate.guard.allows(self.state.identity, keyspace, table, Role.READER)
 
     def _require_read(self, keyspace: str, table: str) -> None:
         """PERMISSION_DENIED unless the caller may read ``keyspace.table``: the listener
         answers DESCRIBE, SHOW COLUMNS/INDEX/CREATE TABLE itself, from the catalog, and
         shows a table's columns only to whom the table ACL lets read its rows."""
-        self.gate.guard.require(self.identity, keyspace, [table], Role.READER)
+        self.gate.guard.require(self.state.identity, keyspace, [table], Role.READER)
 
     def _keyspace(self, db: str | None) -> str:
         name = db or self.state.keyspace
