@@ -6,7 +6,8 @@ one call to the next. Errors from the server come back as the
 :class:`~shardgate.errors.ShardgateError` subclass of their code (see
 :func:`~shardgate.errors.error_for_code`); a server that cannot be reached is
 :class:`~shardgate.errors.Unavailable`. A call that carried a COMMIT (``COMMIT``,
-or ``execute_batch(..., as_transaction=True)``) and broke after it was sent
+``execute_batch(..., as_transaction=True)``, a write outside a transaction,
+which commits on its own) and broke after it was sent
 (the gate died or the connection broke before the answer: no status of the
 gate's own) is :class:`~shardgate.errors.CommitOutcomeUnknown` (code
 ``UNKNOWN``), never ``UNAVAILABLE``: the transaction may be committed, and
@@ -140,6 +141,19 @@ def commits(sql: str) -> bool:
     return _COMMIT.match(sql) is not None
 
 
+#: statements that only read or set session state: sending them again changes nothing
+_NO_WRITE = re.compile(
+    r"^\s*(?:(?:/\*.*?\*/|--[^\n]*(?:\n|$)|#[^\n]*(?:\n|$))\s*)*\(?\s*"
+    r"(?:select|show|describe|desc|explain|use|set|begin|start|rollback|savepoint|release|"
+    r"values|table)\b", re.I | re.S)
+
+
+def writes(sql: str) -> bool:
+    """Whether ``sql`` may change data (anything but a read or session statement): outside
+    a transaction it commits on its own. ``SELECT`` counts as a read."""
+    return _NO_WRITE.match(sql) is None
+
+
 def with_user(
     security: ClientSecurity | None, user: str | None, password: str | None
 ) -> ClientSecurity:
@@ -176,6 +190,8 @@ class GateClient:
         self.timeout = timeout
         #: The server's id of this session; 0 until the first call returns.
         self.session_id = 0
+        #: whether the session had a transaction open after the last Execute answered
+        self.in_transaction = False
         self._channel = open_channel(parse_target(target), with_user(security, user, password),
                                      GRPC_OPTIONS, tls=target.startswith(TLS_SCHEME))
         self._stub = pb_grpc.GateStub(self._channel)  # type: ignore[no-untyped-call]
@@ -214,8 +230,10 @@ class GateClient:
         try:
             response: pb.ExecuteResponse = await self._stub.Execute(request, timeout=self.timeout)
         except grpc.aio.AioRpcError as exc:
-            raise self._failed(exc, commit=commits(sql)) from None
+            commit = commits(sql) or (not self.in_transaction and writes(sql))
+            raise self._failed(exc, commit=commit) from None
         self.session_id = response.session_id
+        self.in_transaction = response.in_transaction
         return convert.to_result(response)
 
     async def execute_batch(
@@ -250,13 +268,15 @@ class GateClient:
 
     def _failed(self, exc: grpc.aio.AioRpcError, *, commit: bool) -> ShardgateError:
         """The error of a failed Execute / ExecuteBatch; ``commit``: the call carried a
-        COMMIT, so a call lost after it was sent is :class:`CommitOutcomeUnknown`."""
+        COMMIT (or a write outside a transaction, which commits on its own), so a call
+        lost after it was sent is :class:`CommitOutcomeUnknown`."""
         if commit and lost_after_sending(exc):
             details = exc.details() or exc.code().name
             return CommitOutcomeUnknown(
                 f"{COMMIT_OUTCOME_UNKNOWN}: the call to the gate at {self.target} broke after "
-                f"COMMIT was sent ({exc.code().name}: {details}); the transaction may or may "
-                "not be committed. Read its rows back (or an idempotency key written in it) "
+                "its COMMIT was sent (a COMMIT, or a write outside a transaction, which "
+                f"commits on its own) ({exc.code().name}: {details}); it may or may not be "
+                "committed. Read its rows back (or an idempotency key written with them) "
                 "before running it again: retrying blindly can write it twice")
         return error_from_rpc(exc, self.target)
 

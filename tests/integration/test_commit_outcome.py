@@ -6,8 +6,9 @@ for an advisory lock the test holds, so the test knows the COMMIT is in flight
 (it sees the wait in ``pg_locks``) before it kills a process:
 
 * the gate process (``shardgate gate``) SIGKILLed while a gRPC client's COMMIT
-  runs: :class:`~shardgate.api.client.GateClient` (``COMMIT``, and
-  ``execute_batch(as_transaction=True)``) raises ``CommitOutcomeUnknown`` (code
+  runs: :class:`~shardgate.api.client.GateClient` (``COMMIT``,
+  ``execute_batch(as_transaction=True)``, an INSERT outside a transaction,
+  which commits on its own) raises ``CommitOutcomeUnknown`` (code
   ``UNKNOWN``) and the DB-API driver ``OutcomeUnknownError``, where it said
   UNAVAILABLE, which clients retry. A COMMIT sent to no gate at all stays
   UNAVAILABLE: nothing was sent.
@@ -145,8 +146,9 @@ def gate_process(procs: TabletProcesses, port: int, tmp_path: Path) -> Iterator[
         log.close()
 
 
-#: how each client sends the COMMIT that the gate's death cuts off
-CLIENTS = ["execute", "batch", "dbapi"]
+#: how each client sends the COMMIT that the gate's death cuts off (``autocommit``: an
+#: INSERT outside a transaction, which commits on its own)
+CLIENTS = ["execute", "batch", "autocommit", "dbapi"]
 
 
 @pytest.mark.parametrize("client", CLIENTS)
@@ -176,6 +178,9 @@ async def test_gate_killed_during_commit_is_unknown_not_unavailable(
                     await gc.execute("BEGIN")
                     await gc.execute("INSERT INTO w (id, v) VALUES (1, 'block')")
                     call = gc.execute("COMMIT")
+                elif client == "autocommit":
+                    await gc.execute("SELECT COUNT(*) FROM w")  # the session exists
+                    call = gc.execute("INSERT INTO w (id, v) VALUES (1, 'block')")
                 else:
                     call = gc.execute_batch([("INSERT INTO w (id, v) VALUES (1, 'block')", None)],
                                             as_transaction=True)
