@@ -579,4 +579,5 @@ class GateClient:
             pass
         finally:
             self.session_id = 0
+            self.in_transaction = False
             await self._channel.close()
