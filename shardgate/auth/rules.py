@@ -487,15 +487,31 @@ class _Walk:
                 for names in out.values():
                     names.add(node.name.lower())
                 continue
+            shape = frozenset(k for k, v in node.args.items() if v not in (None, False, []))
             for dialect, names in out.items():
-                try:
-                    text = node.sql(dialect)
-                except (SqlglotError, RecursionError):
-                    text = f"{node.sql_name()}("
-                match = _CALL_HEAD.match(text)
-                if match is not None:
-                    names.add(match.group(1).lower())
+                key = (type(node), dialect, shape)
+                name = _RENDERED.get(key, "")
+                if name == "":
+                    name = _rendered_name(node, dialect)
+                    if len(_RENDERED) < 10_000:
+                        _RENDERED[key] = name
+                if name is not None:
+                    names.add(name)
         return {d: frozenset(n - SYNTAX_CALLS) for d, n in out.items()}
+
+
+#: the name a function class with given arguments is written as in a dialect (None: as
+#: an operator or keyword, no call): sqlglot's generator picks it by class and arguments
+_RENDERED: dict[tuple[type, str, frozenset[str]], str | None] = {}
+
+
+def _rendered_name(node: exp.Func, dialect: str) -> str | None:
+    try:
+        text = node.sql(dialect)
+    except (SqlglotError, RecursionError):
+        text = f"{node.sql_name()}("
+    match = _CALL_HEAD.match(text)
+    return match.group(1).lower() if match is not None else None
 
 
 def _hidden(ident: exp.Identifier, visible: frozenset[_Name]) -> bool:
