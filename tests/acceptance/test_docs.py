@@ -1,31 +1,36 @@
-"""Every shell and Python example in README.md and docs/ runs, as written (issue 18).
+"""Every shell and Python example in README.md and docs/ runs as printed (issues 18 and 34).
 
-Each Markdown file is one scenario, run in a fresh directory in the order its
-blocks appear:
+The module is one reader's session: one directory in which ``shardgate up`` (the
+embedded default cluster, default ports: gRPC 15991, MySQL 15306, console 15000)
+serves from the start, as ``make up`` leaves it. README.md, then each docs page,
+runs in that directory, block by block in the order printed, each block as a
+user pastes it:
 
-* ``sh`` blocks: each command runs through the shell with this checkout's
-  ``shardgate`` first on PATH (a `.venv/bin/shardgate` of its own). A command
-  that serves until stopped (``shardgate up`` without ``--check``, ``shardgate
-  gate``, ``shardgate tablet``) is started in the background, must come up and
-  stay up, and is stopped (SIGTERM) when the file is done. ``make`` and ``pip
-  install`` lines are the README's install steps: CI itself runs them
-  (``.ci/run`` runs ``make test``, whose install is ``make up``'s plus extras),
-  so they are not run again here.
-* ``python`` blocks of README.md are whole programs, run as they are. Blocks of
-  docs/ pages run in order in one asyncio program where top-level ``await``
-  works and, as each page says, ``gate`` is an open :class:`~shardgate.gate.Gate`
-  over ``cluster.yaml``, ``topology`` its topology and ``spark`` a local Spark
-  session (started only for pages that use it).
-* The directory holds ``cluster.yaml``: keyspaces ``commerce`` and ``lookup``
-  (the embedded default of ``shardgate up``) and ``app`` (2 shards, no tables),
-  on SQLite; pages that name a PostgreSQL database get it created, empty.
+* ``sh`` blocks: each command through ``bash`` (continuation lines joined),
+  with ``.venv/bin`` as ``make up`` leaves it (``shardgate`` of this checkout,
+  ``python``, ``activate``). README.md gets only what it tells the reader
+  (``. .venv/bin/activate``); docs pages assume ``shardgate`` is on PATH. A
+  command that serves until stopped (``shardgate up`` without ``--check``,
+  ``gate``, ``tablet``) starts in the background, must come up and stay up,
+  and is stopped (SIGTERM) when its page is done; ``shardgate up`` itself (and
+  ``make up``) is the module's server, already running. ``export NAME=VALUE``
+  holds for the page's later blocks. ``make`` and ``pip install`` lines are the
+  install steps CI runs itself (``make test``), not run again here.
+* ``python`` blocks: each one a program in a file, run with ``python FILE``:
+  nothing is injected (no ``gate``, no ``spark``, no top-level ``await``). A
+  block whose fence reads ```` ```python continued ```` continues the program
+  of the python block before it (pasted into the same interpreter: spark.md's
+  blocks share one Spark session); the chain runs once, as one file, where its
+  last block is printed.
 
-Other block kinds (``sql``, ``yaml``, ``json``, diagrams) are not programs.
+Spark reads the machine's defaults from ``SPARK_CONF_DIR`` (few shuffle partitions,
+no UI, a quick JVM), as a small machine would set them. Pages that name a PostgreSQL database (``postgresql://postgres@127.0.0.1:5432/DB``)
+get it created, empty. Other block kinds (``sql``, ``yaml``, ``json``, diagrams)
+are not programs.
 """
 
 from __future__ import annotations
 
-import asyncio
 import os
 import re
 import shlex
@@ -33,28 +38,27 @@ import signal
 import socket
 import subprocess
 import sys
-import textwrap
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
-import yaml
 
-from shardgate.auth.identity import TRUSTED
 from tests.acceptance.test_cli import REPO_ROOT, cli_env
 
 DOC_FILES = [REPO_ROOT / "README.md", *sorted((REPO_ROOT / "docs").glob("*.md"))]
-GATE_PORT = 15991
-STEP_TIMEOUT_S = 240
-SERVE_START_S = 30
-_FENCE = re.compile(r"^```(\w*)[^\n]*\n(.*?)^```", re.M | re.S)
+#: the default ports of `shardgate up`, which the pages print
+PORTS = {"--port": 15991, "--mysql-port": 15306, "--http-port": 15000}
+STEP_TIMEOUT_S = 300
+SERVE_START_S = 60
+_FENCE = re.compile(r"^```(\w*)([^\n]*)\n(.*?)^```", re.M | re.S)
 _SERVERS = re.compile(r"^shardgate (up(?!.*--check)|gate|tablet)\b")
-_INSTALL = re.compile(r"^(make|pip install)\b")
+_INSTALL = re.compile(r"^(make (?!up|doctor)|pip install)")
 #: the README's make targets, as what they run once installed
 _MAKE = {"make up": "shardgate up", "make doctor": "shardgate doctor"}
 _SOURCE = re.compile(r"^\. \S+/activate\b")
+_EXPORT = re.compile(r"^export (\w+)=(.*)$")
 
 
 @dataclass(frozen=True)
@@ -62,15 +66,37 @@ class Block:
     lang: str
     line: int
     text: str
+    #: the fence says ``python continued``: part of the program of the block before
+    continued: bool = False
 
 
 def blocks(path: Path) -> list[Block]:
     text = path.read_text()
     return [
-        Block(m.group(1), text.count("\n", 0, m.start()) + 1, m.group(2))
+        Block(m.group(1), text.count("\n", 0, m.start()) + 1, m.group(3),
+              "continued" in m.group(2).split())
         for m in _FENCE.finditer(text)
         if m.group(1) in ("sh", "python")
     ]
+
+
+def programs(found: list[Block]) -> list[Block | list[Block]]:
+    """The page's steps in order: each sh block, and each Python program (a block and the
+    ``continued`` blocks after it) where its last block is."""
+    steps: list[Block | list[Block]] = []
+    chain: list[Block] = []
+    for block in found:
+        if block.lang == "python" and block.continued:
+            assert chain, f"line {block.line}: `python continued` follows no python block"
+            steps.remove(chain)
+            chain.append(block)
+            steps.append(chain)
+        elif block.lang == "python":
+            chain = [block]
+            steps.append(chain)
+        else:
+            steps.append(block)
+    return steps
 
 
 def commands(text: str) -> list[str]:
@@ -102,28 +128,9 @@ def _comment_start(line: str) -> int | None:
     return None
 
 
-def _env(bin_dir: Path | None) -> dict[str, str]:
-    env = cli_env()
-    path = [p for p in env["PATH"].split(os.pathsep) if not (Path(p) / "shardgate").exists()]
-    env["PATH"] = os.pathsep.join(([str(bin_dir)] if bin_dir else []) + path)
-    env["PYSPARK_PYTHON"] = sys.executable
-    env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    return env
-
-
-def _shardgate_bin(cwd: Path) -> Path:
-    """``.venv/bin`` as ``make up`` leaves it: ``shardgate`` (this checkout) and ``activate``."""
-    bin_dir = cwd / ".venv" / "bin"
-    bin_dir.mkdir(parents=True)
-    exe = bin_dir / "shardgate"
-    exe.write_text(f"#!/bin/sh\nexec {shlex.quote(sys.executable)} -m shardgate.cli \"$@\"\n")
-    exe.chmod(0o755)
-    (bin_dir / "activate").write_text(f'PATH="{bin_dir}:$PATH"; export PATH\n')
-    return bin_dir
-
-
 def _port_free(port: int) -> bool:
     with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind(("127.0.0.1", port))
         except OSError:
@@ -131,21 +138,103 @@ def _port_free(port: int) -> bool:
     return True
 
 
-class Scenario:
-    """One Markdown file's run: its directory, environment and background servers."""
+def _venv_bin(cwd: Path) -> Path:
+    """``.venv/bin`` as ``make up`` leaves it: ``shardgate`` (this checkout), ``python``
+    (this interpreter, with shardgate and its extras) and ``activate``."""
+    bin_dir = cwd / ".venv" / "bin"
+    bin_dir.mkdir(parents=True)
+    for name, run in (("shardgate", f"{shlex.quote(sys.executable)} -m shardgate.cli"),
+                      ("python", shlex.quote(sys.executable))):
+        exe = bin_dir / name
+        exe.write_text(f'#!/bin/sh\nexec {run} "$@"\n')
+        exe.chmod(0o755)
+    (bin_dir / "activate").write_text(f'PATH="{bin_dir}:$PATH"; export PATH\n')
+    return bin_dir
 
-    def __init__(self, doc: Path, tmp: Path) -> None:
-        self.doc = doc
-        self.cwd = tmp / "work"
-        self.cwd.mkdir()
-        self.bin_dir = _shardgate_bin(self.cwd)
-        # README.md: only what the reader is told (activate, or install into their PATH);
-        # docs/ pages assume shardgate is installed.
-        self.env = _env(self.bin_dir if doc.name != "README.md" else None)
-        self.servers: list[tuple[str, subprocess.Popen[str]]] = []
-        self.python_steps: list[Block] = []
-        #: ``. .venv/bin/activate`` lines seen: later commands run after them
+
+#: the machine's Spark defaults (``$SPARK_CONF_DIR/spark-defaults.conf``), as a small test
+#: machine would set them: the pages' Spark sessions and commands start as printed
+SPARK_DEFAULTS = {
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.sql.shuffle.partitions": "2",
+    "spark.default.parallelism": "2",
+    "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
+    "spark.python.worker.reuse": "true",
+}
+
+
+def _spark_conf(conf_dir: Path) -> Path:
+    conf_dir.mkdir(exist_ok=True)
+    (conf_dir / "spark-defaults.conf").write_text(
+        "".join(f"{k} {v}\n" for k, v in SPARK_DEFAULTS.items()))
+    return conf_dir
+
+
+class Site:
+    """The module's directory and its ``shardgate up``; one page at a time in it."""
+
+    def __init__(self, cwd: Path) -> None:
+        self.cwd = cwd
+        self.bin_dir = _venv_bin(cwd)
+        self.base_env = cli_env()
+        self.base_env["PATH"] = os.pathsep.join(
+            p for p in self.base_env["PATH"].split(os.pathsep)
+            if not (Path(p) / "shardgate").exists())
+        self.base_env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        self.base_env["SPARK_CONF_DIR"] = str(_spark_conf(cwd.parent / "spark-conf"))
+        self.up: subprocess.Popen[str] | None = None
+        self.doc: Path = REPO_ROOT / "README.md"
+        self.env: dict[str, str] = {}
         self.prelude: list[str] = []
+        self.servers: list[tuple[str, subprocess.Popen[str]]] = []
+
+    # -- the module's server ---------------------------------------------------------------
+
+    def start(self) -> None:
+        taken = [f"{port} ({flag})" for flag, port in PORTS.items() if not _port_free(port)]
+        assert not taken, (f"ports {', '.join(taken)} are taken: the pages print shardgate "
+                           "up's default ports, so stop what holds them")
+        log = (self.cwd / "shardgate-up.log").open("w")
+        self.up = subprocess.Popen(
+            [str(self.bin_dir / "shardgate"), "up"], cwd=self.cwd, env=self.base_env,
+            stdout=log, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        log.close()
+        self._wait_listening(self.up, "shardgate up", PORTS["--port"])
+
+    def stop(self) -> None:
+        if self.up is not None:
+            _stop("shardgate up", self.up)
+
+    def _wait_listening(self, proc: subprocess.Popen[str], cmd: str, port: int) -> None:
+        deadline = time.monotonic() + SERVE_START_S
+        while _port_free(port):
+            if proc.poll() is not None:
+                pytest.fail(f"`{cmd}` exited {proc.returncode}\n{self._log()}")
+            if time.monotonic() > deadline:
+                pytest.fail(f"`{cmd}` did not listen on {port} in {SERVE_START_S}s")
+            time.sleep(0.1)
+
+    def _log(self) -> str:
+        path = self.cwd / "shardgate-up.log"
+        return path.read_text() if path.exists() else ""
+
+    # -- one page --------------------------------------------------------------------------
+
+    def open_page(self, doc: Path) -> None:
+        self.doc = doc
+        self.env = dict(self.base_env)
+        if doc.name != "README.md":  # docs pages assume shardgate is installed
+            self.env["PATH"] = os.pathsep.join([str(self.bin_dir), self.env["PATH"]])
+        self.prelude = []
+        for db in sorted(set(re.findall(r"postgresql://postgres@127\.0\.0\.1:5432/(\w+)",
+                                        doc.read_text()))):
+            _postgres_database(db)
+
+    def close_page(self) -> None:
+        for cmd, proc in reversed(self.servers):
+            _stop(cmd, proc)
+        self.servers = []
 
     def where(self, block: Block) -> str:
         return f"{self.doc.relative_to(REPO_ROOT)}:{block.line}"
@@ -158,157 +247,69 @@ class Scenario:
             if not line:
                 return
         if line in _MAKE:  # make runs .venv/bin/shardgate itself, with no activation
-            line = _MAKE[line].replace("shardgate", str(self.bin_dir / "shardgate"), 1)
+            line = _MAKE[line]
+            if line == "shardgate up":
+                return  # the module's server
+            line = line.replace("shardgate", str(self.bin_dir / "shardgate"), 1)
         if _INSTALL.match(line):
             return
-        if _SERVERS.match(line) or _SERVERS.match(line.replace(str(self.bin_dir) + "/", "")):
+        export = _EXPORT.match(line)
+        if export:
+            self.env[export.group(1)] = self._bash(f"printf %s {export.group(2)}", block)
+            return
+        if _SERVERS.match(line):
             self.serve(line, block)
             return
+        self._bash(line, block)
+
+    def _bash(self, line: str, block: Block) -> str:
         cmd = " && ".join([*self.prelude, line])
-        done = subprocess.run(cmd, shell=True, cwd=self.cwd, env=self.env, capture_output=True,
-                              text=True, timeout=STEP_TIMEOUT_S)
+        done = subprocess.run(["bash", "-c", cmd], cwd=self.cwd, env=self.env,
+                              capture_output=True, text=True, timeout=STEP_TIMEOUT_S)
         assert done.returncode == 0, (
             f"{self.where(block)}: `{cmd}` exited {done.returncode}\n"
             f"stdout:\n{done.stdout}\nstderr:\n{done.stderr}"
         )
+        return done.stdout
 
     def serve(self, cmd: str, block: Block) -> None:
-        key = cmd.replace(str(self.bin_dir) + "/", "")
-        listens = "--port" not in key and key.split()[1] in ("up", "gate")
-        if any(k == key for k, p in self.servers if p.poll() is None):
-            return  # the page starts the same server again: it is running
-        cmd = " && ".join([*self.prelude, cmd])
-        if listens:
-            assert _port_free(GATE_PORT), f"port {GATE_PORT} is taken: stop the gate running there"
-        proc = subprocess.Popen(cmd, shell=True, cwd=self.cwd, env=self.env, text=True,
+        if cmd.split() == ["shardgate", "up"]:
+            return  # the module's server
+        port = re.search(r"--port (\d+)", cmd)
+        proc = subprocess.Popen(["bash", "-c", " && ".join([*self.prelude, cmd])],
+                                cwd=self.cwd, env=self.env, text=True,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 start_new_session=True)
-        self.servers.append((key, proc))
-        deadline = time.monotonic() + SERVE_START_S
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                out, err = proc.communicate()
-                pytest.fail(f"{self.where(block)}: `{cmd}` exited {proc.returncode}\n{out}\n{err}")
-            if not listens or not _port_free(GATE_PORT):
-                if not listens:
-                    time.sleep(2.0)  # up and still running
-                    if proc.poll() is None:
-                        return
-                    continue
-                return
-            time.sleep(0.1)
-        pytest.fail(f"{self.where(block)}: `{cmd}` did not come up in {SERVE_START_S}s")
+        self.servers.append((cmd, proc))
+        if port:
+            self._wait_listening(proc, cmd, int(port.group(1)))
+        elif proc.poll() is not None:
+            out, err = proc.communicate()
+            pytest.fail(f"{self.where(block)}: `{cmd}` exited {proc.returncode}\n{out}\n{err}")
 
-    def program(self, block: Block) -> None:
-        path = self.cwd / f"example_{block.line}.py"
-        path.write_text(block.text)
-        done = subprocess.run([sys.executable, str(path)], cwd=self.cwd, env=self.env,
+    def program(self, chain: list[Block]) -> None:
+        """A Python program (a block, or a chain of ``continued`` ones) run from a file."""
+        name = f"{self.doc.stem}_{chain[0].line}.py"
+        (self.cwd / name).write_text("".join(b.text for b in chain))
+        done = subprocess.run([str(self.bin_dir / "python"), name], cwd=self.cwd, env=self.env,
                               capture_output=True, text=True, timeout=STEP_TIMEOUT_S)
-        assert done.returncode == 0, f"{self.where(block)}:\n{done.stdout}\n{done.stderr}"
-
-    def snippets(self, steps: list[Block]) -> None:
-        """docs/ Python blocks, in order, in one async program (see the module docstring)."""
-        runner = self.cwd / "run_examples.py"
-        runner.write_text(_RUNNER)
-        args = [sys.executable, str(runner), str(self.doc)] + [str(b.line) for b in steps]
-        done = subprocess.run(args, cwd=self.cwd, env=self.env, capture_output=True, text=True,
-                              timeout=STEP_TIMEOUT_S * 2)
-        where = self.doc.relative_to(REPO_ROOT)
-        assert done.returncode == 0, f"{where}:\n{done.stdout}\n{done.stderr}"
-
-    def close(self) -> None:
-        for cmd, proc in reversed(self.servers):
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGTERM)
-                try:
-                    proc.communicate(timeout=30)
-                except subprocess.TimeoutExpired:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                    proc.communicate()
-                    pytest.fail(f"`{cmd}` did not stop on SIGTERM")
+        lines = ", ".join(str(b.line) for b in chain)
+        assert done.returncode == 0, (
+            f"{self.doc.relative_to(REPO_ROOT)} (python at line {lines}) exited "
+            f"{done.returncode}:\n{done.stdout}\n{done.stderr}")
 
 
-_RUNNER = textwrap.dedent('''
-    """Runs a docs page's Python blocks in order, top-level await allowed."""
-    import ast, asyncio, inspect, re, sys
-    from pathlib import Path
-
-    doc, lines = Path(sys.argv[1]), {int(n) for n in sys.argv[2:]}
-    text = doc.read_text()
-    fence = re.compile(r"^```python[^\\n]*\\n(.*?)^```", re.M | re.S)
-    steps = [(text.count("\\n", 0, m.start()) + 1, m.group(1)) for m in fence.finditer(text)]
-    steps = [(n, code) for n, code in steps if n in lines]
-
-    async def main():
-        from shardgate.gate import Gate
-        from shardgate.topo import load_cluster_file
-        topology = load_cluster_file("cluster.yaml")
-        env = {"__name__": "__docs__", "topology": topology}
-        if any("spark" in code for _, code in steps):
-            from tests.integration.spark_session import start_spark
-            env["spark"] = start_spark()
-        gate = Gate.open(topology) if any("gate" in code for _, code in steps) else None
-        env["gate"] = gate
+def _stop(cmd: str, proc: subprocess.Popen[str]) -> None:
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
         try:
-            for n, code in steps:
-                compiled = compile(code, f"{doc.name}:{n}", "exec",
-                                   flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
-                if compiled.co_flags & inspect.CO_COROUTINE:
-                    await asyncio.wait_for(eval(compiled, env), 120)
-                else:  # plain code may run its own event loop (run_sync): not on this one
-                    await asyncio.to_thread(eval, compiled, env)
-        finally:
-            if gate is not None:
-                await gate.close()
-            if "spark" in env:
-                env["spark"].stop()
-
-    asyncio.run(main())
-''')
-
-
-def _setup(scenario: Scenario, doc: Path) -> None:
-    """The directory a page's examples expect (see the module docstring)."""
-    if doc.name == "README.md":
-        return
-    cwd, env = scenario.cwd, scenario.env
-    done = subprocess.run([sys.executable, "-m", "shardgate.cli", "up", "--check", "--data-dir",
-                           "data"], cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
-    cluster = yaml.safe_load((cwd / "data" / "cluster.yaml").read_text())
-    cluster["keyspaces"]["app"] = {
-        "shards": {name: f"sqlite:///{cwd / 'data' / f'app{name}.db'}" for name in ("-80", "80-")},
-        "vschema": {"sharded": True, "vindexes": {"hash": {"type": "hash"}}, "tables": {}},
-    }
-    (cwd / "cluster.yaml").write_text(yaml.safe_dump(cluster))
-    if doc.name == "spark.md":
-        # The page writes into and reads from queue `jobs` of keyspace `app`, declared
-        # in the cluster file (the Spark sources read the VSchema from it).
-        cluster["keyspaces"]["app"]["vschema"]["tables"]["jobs"] = asyncio.run(
-            _create_queue(cwd / "cluster.yaml", "app",
-                          "CREATE QUEUE jobs (user_id BIGINT NOT NULL, body VARCHAR(64)) "
-                          "SHARD BY user_id")
-        )
-        (cwd / "cluster.yaml").write_text(yaml.safe_dump(cluster))
-    if str(GATE_PORT) in doc.read_text():
-        # The page talks to a running gate at the default address.
-        scenario.serve("shardgate up --cluster cluster.yaml", Block("sh", 0, ""))
-    for db in sorted(set(re.findall(r"postgresql://postgres@127\.0\.0\.1:5432/(\w+)",
-                                    doc.read_text()))):
-        _postgres_database(db)
-
-
-async def _create_queue(cluster_file: Path, keyspace: str, sql: str) -> Any:
-    from shardgate.gate import Gate
-    from shardgate.topo import load_cluster_file
-
-    gate = Gate.open(load_cluster_file(cluster_file))
-    try:
-        await gate.execute(gate.session(keyspace, identity=TRUSTED), sql)
-        name = sql.split()[2]
-        return gate.topology.keyspace(keyspace).vschema["tables"][name]
-    finally:
-        await gate.close()
+            proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+            pytest.fail(f"`{cmd}` did not stop on SIGTERM")
+    else:
+        proc.communicate()  # its pipes closed
 
 
 def _postgres_database(name: str) -> None:
@@ -323,25 +324,41 @@ def _postgres_database(name: str) -> None:
         conn.execute(f'CREATE DATABASE "{name}"')
 
 
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
+    """The reader's directory with ``shardgate up`` serving, for every page."""
+    here = Site(tmp_path_factory.mktemp("docs") / "work")
+    here.cwd.mkdir(exist_ok=True)
+    try:
+        here.start()
+        yield here
+    finally:
+        here.stop()
+
+
+def test_fences_parse_into_programs() -> None:
+    page = "```sh\na\n```\n```python\nx = 1\n```\n```sh\nb\n```\n```python continued\n" \
+           "print(x)\n```\n```python\ny\n```\n"
+    found = [Block(m.group(1), 0, m.group(3), "continued" in m.group(2).split())
+             for m in _FENCE.finditer(page)]
+    steps = programs(found)
+    assert [s.text if isinstance(s, Block) else [b.text for b in s] for s in steps] == [
+        "a\n", "b\n", ["x = 1\n", "print(x)\n"], ["y\n"]]
+
+
 @pytest.mark.parametrize("doc", DOC_FILES, ids=lambda p: p.name)
-def test_examples_run_as_written(doc: Path, tmp_path: Path) -> None:
+def test_examples_run_as_printed(doc: Path, site: Site) -> None:
     found = blocks(doc)
     if not found:
         assert "```sh" not in doc.read_text() and "```python" not in doc.read_text()
         return
-    scenario = Scenario(doc, tmp_path)
+    site.open_page(doc)
     try:
-        _setup(scenario, doc)
-        docs_page = doc.name != "README.md"
-        for block in found:
-            if block.lang == "sh":
-                for cmd in commands(block.text):
-                    scenario.sh(cmd, block)
-            elif docs_page:
-                scenario.python_steps.append(block)
+        for step in programs(found):
+            if isinstance(step, Block):
+                for cmd in commands(step.text):
+                    site.sh(cmd, step)
             else:
-                scenario.program(block)
-        if scenario.python_steps:
-            scenario.snippets(scenario.python_steps)
+                site.program(step)
     finally:
-        scenario.close()
+        site.close_page()
