@@ -3,7 +3,8 @@ one line per stage elsewhere.
 
 A bar drawn with ``\\r`` into a file or a pipe is one endless line of redraws, so
 when the stream is not a terminal :class:`Progress` prints a line only when the
-work reaches a new stage: each quarter of the estimate, and the end.
+work reaches a new stage: where it starts (a resumed run says where it resumed),
+each quarter of the estimate, and the end.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ class Progress:
         self.label = label
         self.stream = stream if stream is not None else sys.stderr
         self.tty = self.stream.isatty()
-        self._stage = 0
+        self._stage = -1  # no line yet
         self._drawn = False
 
     def __call__(self, done: int, estimate: int) -> None:

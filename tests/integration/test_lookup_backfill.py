@@ -91,7 +91,8 @@ def _load(gate: Gate, shards: dict[str, str]) -> None:
 
 
 def _progress(stderr: str) -> list[int]:
-    return [int(m) for m in re.findall(r"\] (\d+)/", stderr)]
+    # the bar on a terminal (`] N/`), a line per stage in a pipe (`backfill: N/`, issue 34)
+    return [int(m) for m in re.findall(r"(?:\]|backfill:) (\d+)/", stderr)]
 
 
 async def _record(topo: str) -> dict[str, Any] | None:
