@@ -296,6 +296,24 @@ def test_an_unknown_keyspace_lists_the_known_ones(up: Up, command: tuple[str, ..
     assert "['commerce', 'lookup']" in done.stderr
 
 
+def test_mysql_use_of_an_unknown_keyspace_lists_the_known_ones(up: Up) -> None:
+    done = up.mariadb("USE nope")
+    assert done.returncode == 1
+    error = _error_line(done.stderr)
+    assert error.startswith("ERROR 1049 (42000)") and "['commerce', 'lookup']" in error, error
+
+
+# -- item 9: the server's hint is the README's command ---------------------------------------
+
+
+def test_the_mysql_hint_up_prints_is_the_readmes_command(up: Up) -> None:
+    hint = next(line for line in up.log.read_text().splitlines()
+                if line.startswith("try: mariadb"))
+    command = hint.removeprefix("try: ").replace(f"-P {up.mysql}", "-P 15306")
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    assert "-u app" in command and command in readme, command
+
+
 # -- item 11: queue tail ---------------------------------------------------------------------
 
 

@@ -219,8 +219,15 @@ class GateSession(Session):
             self.database = self.state.keyspace
 
     async def use(self, database: str) -> None:
-        """``USE ks`` / COM_INIT_DB, including Vitess's ``ks:-80`` and ``ks[ksid]`` targets."""
-        await self._gate(f"USE `{database.replace('`', '``')}`")
+        """``USE ks`` / COM_INIT_DB, including Vitess's ``ks:-80`` and ``ks[ksid]`` targets.
+
+        COM_INIT_DB (the ``mariadb`` client's own ``USE``) does not pass through
+        :meth:`handle_query`: its errors are answered in MySQL's terms here (1049 for
+        an unknown keyspace), not as an unexpected exception (1105 and a traceback)."""
+        try:
+            await self._gate(f"USE `{database.replace('`', '``')}`")
+        except ShardgateError as exc:
+            raise MysqlError(mysql_message(exc), code=mysql_code(exc).errno) from exc
 
     @property
     def in_transaction(self) -> bool:
