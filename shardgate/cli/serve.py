@@ -23,6 +23,10 @@ cluster file, ``tablet`` one shard's tablet; each serves gRPC until a signal::
 shard in the topo store (see ``docs/production.md``); ``up`` runs gate and
 tablets in one process.
 
+Each command first checks every port it will listen on and names all the taken
+ones with their flags in one ``UNAVAILABLE`` error, before it sets up or prints
+anything (:mod:`shardgate.cli.listen_ports`).
+
 Security flags: ``--users-file F`` (callers' users, Vitess's static file),
 ``--tls-cert F --tls-key F`` (serve TLS; reloaded when the files change),
 ``--tls-ca F`` (require client certificates signed by it: mTLS, the

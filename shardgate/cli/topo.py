@@ -24,8 +24,11 @@ nothing is saved) and running gates pick it up through their watchers.
 ``vschema get`` prints the keyspace's VSchema (JSON) and, on stderr, its
 version; ``vschema apply`` replaces it with FILE.json, compare-and-swap on the
 version read at the start (or on ``--expect-version``): if another change got
-in first it fails with ``ABORTED`` and saves nothing. ``--dry-run`` prints a
-unified diff against the current VSchema and saves nothing.
+in first it fails with ``ABORTED`` and saves nothing; a file equal to the stored
+VSchema saves nothing either (``unchanged``, the version stays). ``--dry-run``
+prints a unified diff against the current VSchema and saves nothing.
+``lookup-vindex create`` shows its backfill as a bar on a terminal and as a line
+per stage otherwise (:mod:`shardgate.cli.progress`).
 """
 
 from __future__ import annotations
