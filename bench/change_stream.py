@@ -40,6 +40,7 @@ from typing import Any
 import psycopg
 import pymysql
 
+from shardgate.auth.identity import TRUSTED
 from shardgate.backends.change_log import open_change_log
 from shardgate.event_token import EventToken
 from shardgate.gate import Gate
@@ -130,7 +131,7 @@ def _floor_drop(url: str) -> None:
 async def _gate_rate(gate: Gate, start: str, expected: int) -> tuple[float, float]:
     """(rows/s from the first row to the last, seconds from the call to the first row)."""
     pos = StreamPosition({f"{KS}/0": EventToken(0.0, f"{KS}/0", start)})
-    events = gate.update_stream(KS, start=pos, heartbeat_s=0.5)
+    events = gate.update_stream(KS, start=pos, heartbeat_s=0.5, identity=TRUSTED)
     t0 = time.perf_counter()
     first = 0.0
     n = 0
@@ -152,7 +153,7 @@ async def _latency(gate: Gate, rate: float, seconds: float) -> tuple[float, floa
     ph = tablet.placeholder
     sent: dict[int, float] = {}
     lat: list[float] = []
-    events = gate.update_stream(KS, heartbeat_s=0.2)
+    events = gate.update_stream(KS, heartbeat_s=0.2, identity=TRUSTED)
     await events.__anext__()  # the stream is reading (a heartbeat) before the writes start
 
     async def consume() -> None:

@@ -53,6 +53,7 @@ except ImportError:  # run as a script
         start_spark,
     )
 
+from shardgate.auth.identity import TRUSTED
 from shardgate.topo import Topology
 
 SHARDS = 4
@@ -122,7 +123,7 @@ async def stream_only(topo: Topology, lake: str) -> tuple[int, float]:
     try:
         reached: set[str] = set()
         stream = gate.update_stream("bench", None, StreamPosition(dict(positions.tokens)),
-                                    heartbeat_s=0.2)
+                                    heartbeat_s=0.2, identity=TRUSTED)
         async for ev in stream:
             events += sum(1 for c in ev.changes if c.table == "t")
             if position_key(ev.token.position) >= targets[ev.token.shard]:

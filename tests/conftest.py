@@ -37,6 +37,7 @@ import os
 import re
 import secrets
 import socket
+import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -169,11 +170,27 @@ def _database_name(hint: str) -> str:
 def _drop_postgres(name: str) -> None:
     with _postgres_admin() as conn:
         # Logical replication slots (change streams) of the database block DROP DATABASE.
+        # A slot stays active until the server notices its reader is gone (a tablet
+        # process just killed): end the reader's backend, then wait for the slot to be
+        # released (pg_terminate_backend only signals), bounded.
         conn.execute(
-            "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots"
-            " WHERE database = %s AND NOT active",
+            "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots"
+            " WHERE database = %s AND active",
             (name,),
         )
+        deadline = time.monotonic() + 30
+        while True:
+            conn.execute(
+                "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots"
+                " WHERE database = %s AND NOT active",
+                (name,),
+            )
+            row = conn.execute(
+                "SELECT count(*) FROM pg_replication_slots WHERE database = %s", (name,)
+            ).fetchone()
+            if not row or not row[0] or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 

@@ -1067,7 +1067,7 @@ class Gate:
         start: StartPoint = None,
         *,
         heartbeat_s: float = 1.0,
-        identity: Caller = TRUSTED,
+        identity: Caller,
     ) -> AsyncIterator[StreamEvent]:
         """The change stream of a keyspace or key range (see :mod:`shardgate.streams.merge`).
 
@@ -1075,8 +1075,9 @@ class Gate:
         consumers, their position and lag). ``identity`` is the reader: with a
         table ACL, each change of a table an :class:`Identity` may not read is left
         out (see :mod:`shardgate.gate.stream_access`), PERMISSION_DENIED at once
-        when it may read no table of the keyspace; TRUSTED (in-process code: the
-        default, as a transport always passes its caller) reads every table.
+        when it may read no table of the keyspace; TRUSTED (in-process code only; a
+        transport always passes its caller) reads every table. Required, as for
+        :meth:`session`: no stream is read without saying who reads it.
         """
         who = identity if isinstance(identity, Identity) else None
         tables = self.vschema.keyspace(keyspace).tables

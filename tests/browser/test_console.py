@@ -124,7 +124,7 @@ async def test_cluster_page_names_the_lease_holder_and_the_log_positions(
         got = asyncio.Event()
 
         async def consume() -> None:
-            async for _ in gate.update_stream("commerce", heartbeat_s=0.1):
+            async for _ in gate.update_stream("commerce", heartbeat_s=0.1, identity=TRUSTED):
                 got.set()
 
         task = asyncio.create_task(consume())

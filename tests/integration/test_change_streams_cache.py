@@ -32,7 +32,7 @@ async def test_cache_stays_consistent(cache_cluster: Cluster) -> None:
     prefix = f"sgtest:{secrets.token_hex(4)}:"
     r = aioredis.from_url(REDIS_URL)
     tasks: list[asyncio.Task[None]] = []
-    events = gate.update_stream("commerce", heartbeat_s=0.2)
+    events = gate.update_stream("commerce", heartbeat_s=0.2, identity=TRUSTED)
     try:
         for k in range(1, KEYS + 1):
             await gate.execute(

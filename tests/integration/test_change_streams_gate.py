@@ -80,7 +80,7 @@ def _expected_count() -> int:
 async def test_update_stream_merges_shards_and_resumes(streams_cluster: Cluster) -> None:
     gate = streams_cluster.gate
     began = time.time()
-    events = gate.update_stream("commerce", heartbeat_s=0.2)
+    events = gate.update_stream("commerce", heartbeat_s=0.2, identity=TRUSTED)
     want = _expected_count()
     await _started(events)  # "from now" starts where each shard's stream begins reading
     collect = asyncio.ensure_future(_collect(events, lambda g: len(_orders(g)) >= want))
@@ -108,7 +108,8 @@ async def test_update_stream_merges_shards_and_resumes(streams_cluster: Cluster)
     # (-80 = -40 + 40-80) and a range cutting shards (20-60, filtered by ksid).
     for kr_name in ("-80", "20-60"):
         kr = parse_key_range(kr_name)
-        sub = gate.update_stream("commerce", kr_name, start=began - 1, heartbeat_s=0.2)
+        sub = gate.update_stream("commerce", kr_name, start=began - 1, heartbeat_s=0.2,
+                                  identity=TRUSTED)
         expect_ids = {i for i in range(1, N + 1) if kr.contains(ksids[i])}
         seen = await _collect(sub, lambda g, e=expect_ids: {o for _s, o, _ in _orders(g)} >= e)
         await sub.aclose()  # type: ignore[attr-defined]
@@ -121,7 +122,8 @@ async def test_update_stream_merges_shards_and_resumes(streams_cluster: Cluster)
     for ev in got[: mid + 1]:
         start.advance(ev)
     rest_expected = _orders(got[mid + 1 :])
-    resumed = gate.update_stream("commerce", start=start.serialize(), heartbeat_s=0.2)
+    resumed = gate.update_stream("commerce", start=start.serialize(), heartbeat_s=0.2,
+                                 identity=TRUSTED)
     rest = await _collect(resumed, lambda g: len(_orders(g)) >= len(rest_expected))
     await resumed.aclose()  # type: ignore[attr-defined]
     assert sorted(_orders(rest)) == sorted(rest_expected)
@@ -130,7 +132,7 @@ async def test_update_stream_merges_shards_and_resumes(streams_cluster: Cluster)
 
 async def test_topology_change_ends_the_stream(streams_cluster: Cluster) -> None:
     gate = streams_cluster.gate
-    events = gate.update_stream("commerce", heartbeat_s=0.1)
+    events = gate.update_stream("commerce", heartbeat_s=0.1, identity=TRUSTED)
     first = asyncio.ensure_future(events.__anext__())
     await asyncio.sleep(0.3)
     doc: dict[str, Any] = {
@@ -160,7 +162,7 @@ async def test_topology_change_ends_the_stream(streams_cluster: Cluster) -> None
 async def test_event_token_options(streams_cluster: Cluster) -> None:
     gate = streams_cluster.gate
     s = gate.session(identity=TRUSTED)
-    events = gate.update_stream("commerce", heartbeat_s=0.2)
+    events = gate.update_stream("commerce", heartbeat_s=0.2, identity=TRUSTED)
     await _started(events)
     collect = asyncio.ensure_future(_collect(events, lambda g: len(_orders(g)) >= 1))
     await gate.execute(

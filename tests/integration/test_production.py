@@ -209,7 +209,7 @@ async def test_change_stream_resumes_on_the_new_lease_holder(pair: TabletProcess
             await log.close()
     seen: list[int] = []
     heartbeats: set[str] = set()
-    events = gate.update_stream("app", heartbeat_s=0.1)
+    events = gate.update_stream("app", heartbeat_s=0.1, identity=TRUSTED)
 
     async def consume() -> None:
         async for ev in events:

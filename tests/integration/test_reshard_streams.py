@@ -104,7 +104,8 @@ class Consumer:
 
     async def _run(self) -> None:
         try:
-            stream = self.gate.update_stream("app", start=self.start, heartbeat_s=0.2)
+            stream = self.gate.update_stream("app", start=self.start, heartbeat_s=0.2,
+                                                identity=TRUSTED)
             async with contextlib.aclosing(stream):  # closed here, not by the GC
                 await self._read(stream)
         except asyncio.CancelledError:

@@ -99,15 +99,10 @@ class Doors:
         """Assert ``sql`` is refused with PERMISSION_DENIED (naming ``says``); its message.
 
         The MySQL listener answers some statements itself, never sending them to a shard
-        (``SET``, ``information_schema``: :data:`LISTENER_ANSWERS`), and plans a plain
-        session's statement before the gate authorizes it; there any refusal (or the
-        listener's own answer, without a denied row) will do.
+        (``SET``, ``information_schema``: :data:`LISTENER_ANSWERS`); there any refusal
+        (or the listener's own answer, without a denied row) will do.
         """
-        # the MySQL listener answers some statements itself, and in a plain session plans
-        # a statement before the gate authorizes it (execute does, before running it):
-        # there a planner error may come first, and any refusal shows nothing ran
-        answers = door == "mysql" and (sql.lower().startswith(LISTENER_ANSWERS)
-                                       or not targeted)
+        answers = door == "mysql" and sql.lower().startswith(LISTENER_ANSWERS)
         try:
             rows = await self.run(door, user, sql, targeted=targeted)
         except Refused as exc:

@@ -177,8 +177,8 @@ async def test_the_gate_api_filters_for_an_identity(served: Served) -> None:
     finally:
         await events.aclose()  # type: ignore[attr-defined]
     assert tables == {"pub"}
-    # the gate's own in-process callers (no identity) see every table
-    events = served.gate.update_stream("app", None, began, heartbeat_s=0.2)
+    # the gate's own in-process callers (TRUSTED) see every table
+    events = served.gate.update_stream("app", None, began, heartbeat_s=0.2, identity=TRUSTED)
     try:
         tables, _ = await _read_to_end(events)
     finally:

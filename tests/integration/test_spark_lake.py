@@ -475,7 +475,7 @@ async def test_mariadb_snapshot_position_is_exact_under_writes(
         async def check() -> None:
             nonlocal seen
             events = ks.gate.update_stream(KS, None, StreamPosition(dict(tokens)),
-                                           heartbeat_s=0.2)
+                                           heartbeat_s=0.2, identity=TRUSTED)
             try:
                 async for event in events:
                     for c in event.changes:

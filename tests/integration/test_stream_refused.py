@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from shardgate.auth.identity import TRUSTED
 from shardgate.backends.changes import LogItem
 from shardgate.errors import Code, ShardgateError, Unavailable
 from shardgate.gate import Gate
@@ -37,7 +38,7 @@ async def test_a_refused_tablet_stream_fails_the_stream(make_database: Callable[
         gate.tablets[("ks", "80-")] = _Refusing(local.tablet)
 
         async def first() -> object:
-            async for event in gate.update_stream("ks", heartbeat_s=0.1):
+            async for event in gate.update_stream("ks", heartbeat_s=0.1, identity=TRUSTED):
                 return event
             return None
 

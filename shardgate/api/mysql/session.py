@@ -300,12 +300,15 @@ class GateSession(Session):
         Comparison literals become bind variables first (:func:`bind_literals`),
         so statements that differ only in their values share one cached plan.
         """
-        if not self.autocommit and not self.state.in_transaction:
-            await self.gate.begin(self.state)
         bound = bind_literals(sql)
         binds: dict[str, Any] | None = None
         if bound is not None:
             sql, binds = bound
+        # the caller's rights first: a refused statement is PERMISSION_DENIED, never a
+        # planner's error about a table it may not know of (cached per text, as execute's)
+        self.gate.authorize(self.state, sql)
+        if not self.autocommit and not self.state.in_transaction:
+            await self.gate.begin(self.state)
         point = read and _point(self.gate.plan(sql, self.state.plan_key))
         if point and self.text_protocol and not self.state.in_transaction:
             wire = await self.gate.execute_wire(self.state, sql, binds)
