@@ -40,6 +40,7 @@ import asyncio
 import contextlib
 import fcntl
 import os
+import re
 import sqlite3
 from collections.abc import Sequence
 from typing import Any
@@ -65,6 +66,23 @@ from shardgate.errors import (
 from shardgate.result import Result, ResultLimits
 
 DEFAULT_BUSY_TIMEOUT_MS = 5000
+
+#: statements that check names against the connection's cached schema when prepared
+_DDL_HEAD = re.compile(r"\s*(?:create|drop|alter)\b", re.IGNORECASE)
+
+
+def _refresh_schema(db: sqlite3.Connection) -> None:
+    """Bring ``db``'s cached schema up to date before a DDL statement is prepared.
+
+    SQLite checks a CREATE's name against the schema the connection cached when it
+    last read, and answers "index ... already exists" from that cache without
+    checking the schema cookie: a pooled connection last used before another
+    connection's DROP TABLE refused to re-create the dropped table's index. A read
+    of ``sqlite_master`` starts a read transaction, which compares the cookie and
+    reloads a stale schema.
+    """
+    if not db.in_transaction:  # inside one the snapshot's schema is the one to keep
+        db.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
 
 
 def _open(path: str, busy_timeout_ms: int) -> sqlite3.Connection:
@@ -126,6 +144,8 @@ class SQLiteConnection(ThreadedConnection):
         self, sql: str, params: Sequence[Any], limits: ResultLimits | None = None
     ) -> Result:
         db = self._db()
+        if _DDL_HEAD.match(sql):
+            _refresh_schema(db)
         try:
             cur = db.execute(sql, params)
             try:
