@@ -98,9 +98,11 @@ def test_gate_mysql_auth_flags(tmp_path: Path) -> None:
     cluster = str(tmp_path / "data" / "cluster.yaml")
 
     # neither users nor --no-auth: the gate does not start (no listener would be safe)
+    # (--http-port 0: the default 15000 may be another test's `shardgate up`, and taken
+    # ports are reported before anything else is checked)
     refused = shardgate("gate", "--cluster", cluster, "--port", str(free_port()),
-                        "--mysql-port", str(free_port()), cwd=tmp_path)
-    assert refused.returncode != 0 and "--no-auth" in refused.stderr
+                        "--mysql-port", str(free_port()), "--http-port", "0", cwd=tmp_path)
+    assert refused.returncode != 0 and "--no-auth" in refused.stderr, refused.stderr
 
     # never without users on a non-loopback address
     refused = shardgate("gate", "--cluster", cluster, "--port", str(free_port()),
