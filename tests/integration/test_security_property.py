@@ -28,17 +28,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from shardgate.api.mysql import serve_mysql
-from shardgate.api.security import ServerSecurity
-from shardgate.api.server import serve
-from shardgate.auth import StaticUsers
 from shardgate.auth.acl import TableACL
 from shardgate.auth.guard import Guard
 from shardgate.auth.identity import TRUSTED, Identity
 from shardgate.gate import Gate
 
 from .conftest import open_cluster
-from .test_security_rules import TARGET, USERS, Doors, Refused
+from .test_security_rules import TARGET, Doors, Refused, served_doors
 
 NAMES = ["priv", "priv", "pub", "x", "y"]  # CTE names: mostly the denied table's
 #: what only the denied table holds (its v values; its k values are above SECRET_K)
@@ -192,15 +188,8 @@ def _sample(n: int) -> list[str]:
 async def doors(backend_kind: str, make_database: Callable[..., str]) -> AsyncIterator[Doors]:
     gate = await _cluster(backend_kind, make_database)
     try:
-        users = StaticUsers.from_mapping(USERS)
-        server, port = await serve(gate, "127.0.0.1", 0,
-                                   security=ServerSecurity(users=users), no_auth=False)
-        listener, mysql_port = await serve_mysql(gate, "127.0.0.1", 0, users=users)
-        try:
-            yield Doors(gate, backend_kind, f"grpc://127.0.0.1:{port}", mysql_port)
-        finally:
-            await listener.stop()
-            await server.stop(None)
+        async with served_doors(gate, backend_kind) as doors_:
+            yield doors_
     finally:
         await gate.close()
 

@@ -14,6 +14,7 @@ one is a leak.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -137,17 +138,24 @@ async def doors(backend_kind: str, make_database: Callable[..., str]) -> AsyncIt
             await gate.execute(s, "INSERT INTO corder (order_id, customer_id, sku, price) "
                                   f"VALUES ({i}, {i}, '{MARKER}-{i}', {MARKER_PRICE})")
         gate.guard = Guard(TableACL.from_mapping(ACL))
-        users = StaticUsers.from_mapping(USERS)
-        server, port = await serve(gate, "127.0.0.1", 0,
-                                   security=ServerSecurity(users=users), no_auth=False)
-        listener, mysql_port = await serve_mysql(gate, "127.0.0.1", 0, users=users)
-        try:
-            yield Doors(gate, backend_kind, f"grpc://127.0.0.1:{port}", mysql_port)
-        finally:
-            await listener.stop()
-            await server.stop(None)
+        async with served_doors(gate, backend_kind) as doors_:
+            yield doors_
     finally:
         await gate.close()
+
+
+@contextlib.asynccontextmanager
+async def served_doors(gate: Gate, backend_kind: str) -> AsyncIterator[Doors]:
+    """``gate`` behind a gRPC server and a MySQL listener, both with :data:`USERS`."""
+    users = StaticUsers.from_mapping(USERS)
+    server, port = await serve(gate, "127.0.0.1", 0,
+                               security=ServerSecurity(users=users), no_auth=False)
+    listener, mysql_port = await serve_mysql(gate, "127.0.0.1", 0, users=users)
+    try:
+        yield Doors(gate, backend_kind, f"grpc://127.0.0.1:{port}", mysql_port)
+    finally:
+        await listener.stop()
+        await server.stop(None)
 
 
 def _leaks(rows: list[tuple[Any, ...]]) -> bool:
