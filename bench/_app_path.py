@@ -57,7 +57,7 @@ def _client_main(conn: Connection, keys: Sequence[int]) -> None:
     import MySQLdb  # noqa: F401  (imported before the first job, not during it)
     import psycopg  # noqa: F401
 
-    import shardgate.api.client  # noqa: F401
+    import shardgate.api.grpc.client  # noqa: F401
 
     conn.send("ready")
     # one event loop for the process's life: grpc.aio binds itself to the first loop
@@ -87,7 +87,7 @@ def _warm(conn: Connection) -> float:
 
 async def _gate_job(conn: Connection, target: str, keys: Sequence[int],
                     seconds: float) -> tuple[int, int]:
-    from shardgate.api.client import GateClient
+    from shardgate.api.grpc.client import GateClient
 
     async with GateClient(target, keyspace="bench") as c:
         worker = (await c.execute("SHOW SHARDGATE_WORKER")).rows[0][0]

@@ -30,9 +30,9 @@ import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from shardgate.api.client import GateClient
-from shardgate.api.security import ClientSecurity, ServerSecurity, TLSFiles
-from shardgate.api.server import serve
+from shardgate.api.grpc.client import GateClient
+from shardgate.api.grpc.security import ClientSecurity, ServerSecurity, TLSFiles
+from shardgate.api.grpc.server import serve
 from shardgate.auth import Identity, StaticUsers
 from shardgate.auth.acl import TableACL
 from shardgate.auth.guard import Guard

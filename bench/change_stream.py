@@ -41,7 +41,7 @@ import psycopg
 import pymysql
 
 from shardgate.auth.identity import TRUSTED
-from shardgate.backends.change_log import open_change_log
+from shardgate.backends.changes.open import open_change_log
 from shardgate.event_token import EventToken
 from shardgate.gate import Gate
 from shardgate.streams.merge import StreamPosition
@@ -207,9 +207,9 @@ async def run_backend(
         expected = rows  # inserts + updates
 
         if kind == "postgres":
-            from shardgate.backends.changes_postgres import raw_decode
+            from shardgate.backends.changes.postgres import raw_decode
         else:
-            from shardgate.backends.changes_mysql import raw_decode  # type: ignore[assignment]
+            from shardgate.backends.changes.mysql import raw_decode  # type: ignore[assignment]
         raws: list[float] = []
         gates: list[float] = []
         raw_starts: list[float] = []

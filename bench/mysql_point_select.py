@@ -40,7 +40,7 @@ from typing import Any
 
 import pymysql
 
-from shardgate.api.client import GateClient
+from shardgate.api.grpc.client import GateClient
 from shardgate.topo import Topology, write_cluster_file
 
 #: Per process, so two runs at once (two checkouts on one machine) do not drop each other's rows.

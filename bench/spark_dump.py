@@ -100,8 +100,8 @@ def make_changes(urls: list[str], changes: int, rows: int) -> int:
 async def stream_only(topo: Topology, lake: str) -> tuple[int, float]:
     """Change events of ``t`` read through the gate stream from the lake's positions to the
     log ends (no apply): the catch-up reference. Returns (events, seconds)."""
-    from shardgate.backends import bulk
-    from shardgate.backends.change_log import open_change_log
+    from shardgate.backends.bulk import copy as bulk
+    from shardgate.backends.changes.open import open_change_log
     from shardgate.event_token import position_key
     from shardgate.gate import Gate
     from shardgate.spark.jobs.lake import LakeTable

@@ -58,8 +58,8 @@ from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailable
 from pyspark.sql.types import StructType
 
 from shardgate.auth.identity import TRUSTED
-from shardgate.backends.change_log import open_change_log
 from shardgate.backends.changes import Transaction
+from shardgate.backends.changes.open import open_change_log
 from shardgate.topo import Topology
 
 SHARDS = 4
@@ -135,7 +135,7 @@ async def raw_queue(topo: Topology, queue: str, n: int) -> float:
 
 
 async def acked(topo: Topology, queue: str) -> int:
-    from shardgate.backends import bulk
+    from shardgate.backends.bulk import copy as bulk
 
     return sum(int(bulk.query(s.url, f"SELECT count(*) FROM {queue} WHERE state = 'acked'")[0][0])
                for s in topo.keyspace("bench").shards)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Regenerate shardgate/api/shardgate_pb2.py, shardgate_pb2.pyi and
-# shardgate_pb2_grpc.py from shardgate/api/shardgate.proto with grpc_tools
+# Regenerate shardgate/api/grpc/shardgate_pb2.py, shardgate_pb2.pyi and
+# shardgate_pb2_grpc.py from shardgate/api/grpc/shardgate.proto with grpc_tools
 # (pip install -e '.[dev]'). Run from anywhere; commit the result.
 #
 # The generated modules are committed so that installing shardgate needs no
@@ -15,14 +15,14 @@ PYTHON=${PYTHON:-"$ROOT/.venv/bin/python"}
 
 cd "$ROOT"
 # Generating from the repository root with the package path as the import path
-# makes protoc write `from shardgate.api import shardgate_pb2` in the _grpc
+# makes protoc write `from shardgate.api.grpc import shardgate_pb2` in the _grpc
 # module, so the generated code imports as a package without edits.
 "$PYTHON" -m grpc_tools.protoc \
   --proto_path=. \
   --python_out=. \
   --pyi_out=. \
   --grpc_python_out=. \
-  shardgate/api/shardgate.proto
+  shardgate/api/grpc/shardgate.proto
 
-grep -o "ValidateProtobufRuntimeVersion([^)]*)" -z shardgate/api/shardgate_pb2.py | tr -d '\n\0 ' \
+grep -o "ValidateProtobufRuntimeVersion([^)]*)" -z shardgate/api/grpc/shardgate_pb2.py | tr -d '\n\0 ' \
   | sed 's/^/generated: /' && echo

@@ -1,4 +1,4 @@
-"""Regenerate shardgate/engine/general_ci.py from a MariaDB server.
+"""Regenerate shardgate/evalengine/general_ci.py from a MariaDB server.
 
 The weights of ``utf8mb4_general_ci`` are read from the server itself
 (``WEIGHT_STRING`` of every BMP code point), so the gate compares strings the

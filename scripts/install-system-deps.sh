@@ -3,7 +3,7 @@
 # (idempotent; run by `make servers`, so a fresh machine gets them).
 #   chromium                  browser tests (Playwright drives /usr/bin/chromium)
 #   libpostgresql-jdbc-java   Spark JDBC references (benchmarks)
-#   sysbench                  bench/sysbench.sh and tests/integration/test_sysbench.py
+#   sysbench                  bench/sysbench.sh and tests/integration/doors/test_sysbench.py
 set -euo pipefail
 
 want=()

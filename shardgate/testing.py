@@ -19,8 +19,8 @@ from typing import Any
 import sqlglot
 from sqlglot import exp
 
-from shardgate.engine.coerce import Kind
 from shardgate.errors import AlreadyExists, Internal, InvalidArgument
+from shardgate.evalengine.coerce import Kind
 from shardgate.result import Result
 
 

@@ -45,8 +45,8 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from shardgate.aio import cancel_and_wait, wait_for
-from shardgate.api.security import ClientSecurity
-from shardgate.api.tablet_client import GrpcTabletClient, TabletUnreachable
+from shardgate.api.grpc.security import ClientSecurity
+from shardgate.api.grpc.tablet_client import GrpcTabletClient, TabletUnreachable
 from shardgate.auth.guard import Guard
 from shardgate.backends.changes import LogItem, Transaction
 from shardgate.backends.urls import parse_url

@@ -55,7 +55,7 @@ from shardgate.backends._pool import (
     is_insert,
 )
 from shardgate.backends.base import LeaseHandle
-from shardgate.backends.changes_sqlite import CaptureConnection, end_of_statement
+from shardgate.backends.changes.sqlite import CaptureConnection, end_of_statement
 from shardgate.backends.sqlite_errors import translate
 from shardgate.backends.urls import DatabaseURL, parse_url
 from shardgate.errors import (

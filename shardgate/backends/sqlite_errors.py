@@ -1,7 +1,7 @@
 """SQLite errors to shardgate errors: the one place this happens.
 
 Shared by the SQLite backend (:mod:`shardgate.backends.sqlite`) and its change
-capture (:mod:`shardgate.backends.changes_sqlite`), which both talk to SQLite.
+capture (:mod:`shardgate.backends.changes.sqlite`), which both talk to SQLite.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from shardgate.api.security import ClientSecurity
+from shardgate.api.grpc.security import ClientSecurity
 from shardgate.errors import InvalidArgument, NotFound
 from shardgate.gate import Gate
 from shardgate.result import Result

@@ -30,7 +30,7 @@ import asyncio
 import json
 from typing import Any
 
-from shardgate.api.client import GateClient
+from shardgate.api.grpc.client import GateClient
 from shardgate.cli.common import DEFAULT_TARGET, add_target_args, local_gate
 from shardgate.errors import FailedPrecondition, InvalidArgument
 from shardgate.gate import Gate

@@ -23,7 +23,7 @@ import datetime
 import json
 from typing import Any
 
-from shardgate.api.client import GateClient
+from shardgate.api.grpc.client import GateClient
 from shardgate.auth.identity import TRUSTED
 from shardgate.cli.common import (
     DEFAULT_TARGET,

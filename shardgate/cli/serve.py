@@ -77,18 +77,18 @@ from pathlib import Path
 from typing import Any
 
 from shardgate.aio import wait_for
-from shardgate.api.client import GateClient
 from shardgate.api.fleet import (
     DEFAULT_FAILOVER_TIMEOUT_S,
     DEFAULT_HEALTH_INTERVAL_S,
     open_remote_gate,
 )
+from shardgate.api.grpc.client import GateClient
+from shardgate.api.grpc.security import ServerSecurity, TLSFiles
+from shardgate.api.grpc.server import serve
+from shardgate.api.grpc.tablet_service import DEFAULT_IDLE_TIMEOUT_S, serve_tablet_service
 from shardgate.api.http import HttpServer
 from shardgate.api.http.tablet import serve_tablet_http
 from shardgate.api.mysql import DEFAULT_MYSQL_PORT, MysqlListener, TlsConfig, serve_mysql
-from shardgate.api.security import ServerSecurity, TLSFiles
-from shardgate.api.server import serve
-from shardgate.api.tablet_service import DEFAULT_IDLE_TIMEOUT_S, serve_tablet_service
 from shardgate.auth import StaticUsers
 from shardgate.auth.acl import TableACL
 from shardgate.auth.guard import Guard

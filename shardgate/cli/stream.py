@@ -25,7 +25,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-from shardgate.api.client import GateClient
+from shardgate.api.grpc.client import GateClient
 from shardgate.auth.identity import TRUSTED
 from shardgate.cli.common import (
     DEFAULT_TARGET,

@@ -161,7 +161,7 @@ async def _topo(args: argparse.Namespace) -> int:
 
 async def _vschema(args: argparse.Namespace) -> int:
     if args.vschema_command == "show" and not (args.topo or args.cluster or args.data_dir):
-        from shardgate.api.client import GateClient  # only this form needs gRPC
+        from shardgate.api.grpc.client import GateClient  # only this form needs gRPC
 
         async with GateClient(args.target or DEFAULT_TARGET) as client:
             print(json.dumps(await client.vschema(), indent=2))

@@ -11,7 +11,7 @@
     print(cur.lastrowid)                               # the sequence value
     conn.commit()
 
-Targets: ``"grpc://host:port"`` (a :class:`~shardgate.api.client.GateClient` on
+Targets: ``"grpc://host:port"`` (a :class:`~shardgate.api.grpc.client.GateClient` on
 a private loop thread the connection owns), or an in-process
 :class:`~shardgate.gate.Gate` with ``loop=`` the event loop it runs on, which
 another thread must be running (:func:`shardgate.client.embedded.open_embedded`
@@ -56,8 +56,8 @@ from collections.abc import Coroutine, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Protocol, TypeVar
 
-from shardgate.api.client import GateClient, with_user
-from shardgate.api.security import ClientSecurity
+from shardgate.api.grpc.client import GateClient, with_user
+from shardgate.api.grpc.security import ClientSecurity
 from shardgate.auth.identity import Caller
 from shardgate.client.sync import LoopRunner, LoopThread
 from shardgate.errors import Code, OutcomeUnknown, ShardgateError
@@ -248,7 +248,7 @@ def connect(
     ``keyspace``: the session's default keyspace (None: the topology's default).
     ``timeout``: seconds per gRPC call (None: no deadline).
     ``user`` / ``password``: the gate's users file entry; ``security``: TLS
-    files (:class:`~shardgate.api.security.ClientSecurity`).
+    files (:class:`~shardgate.api.grpc.security.ClientSecurity`).
     """
     if isinstance(target, Gate):
         if loop is None:

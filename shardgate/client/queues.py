@@ -17,8 +17,8 @@ from collections.abc import Iterator, Sequence
 from types import TracebackType
 from typing import Any
 
-from shardgate.api.client import GateClient
-from shardgate.api.security import ClientSecurity
+from shardgate.api.grpc.client import GateClient
+from shardgate.api.grpc.security import ClientSecurity
 from shardgate.client.sync import LoopThread
 from shardgate.queues.events import QueueBatch, QueueEvent
 

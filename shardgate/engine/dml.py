@@ -22,10 +22,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from shardgate.engine.coerce import Kind, stored_value
 from shardgate.engine.primitives import ExecCursor, Primitive, Route, ShardQuery, vindex_map
-from shardgate.engine.values import Value, resolve
 from shardgate.errors import Internal
+from shardgate.evalengine.coerce import Kind, stored_value
+from shardgate.evalengine.values import Value, resolve
 from shardgate.result import Result
 from shardgate.vindexes import Lookup, Vindex
 

@@ -18,8 +18,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from shardgate.engine.primitives import ExecCursor, Insert, Primitive
-from shardgate.engine.values import Literal
 from shardgate.errors import InvalidArgument
+from shardgate.evalengine.values import Literal
 from shardgate.result import Result
 
 

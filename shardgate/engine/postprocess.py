@@ -22,12 +22,12 @@ from decimal import Decimal
 from functools import cmp_to_key
 from typing import Any
 
-from shardgate.engine.evaluate import Evaluator
 from shardgate.engine.primitives import ExecCursor, Primitive, order_compare, semantics_of
 from shardgate.engine.sortkeys import sort_rows
-from shardgate.engine.sqlsem import EXACT, INT64_MAX, INT64_MIN, Semantics, shown
-from shardgate.engine.values import Value
 from shardgate.errors import InvalidArgument, Unsupported
+from shardgate.evalengine.evaluate import Evaluator
+from shardgate.evalengine.sqlsem import EXACT, INT64_MAX, INT64_MIN, Semantics, shown
+from shardgate.evalengine.values import Value
 from shardgate.result import Result, Row
 from shardgate.sql.dialect import avg_magnitude, avg_partial
 

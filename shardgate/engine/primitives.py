@@ -28,12 +28,12 @@ from typing import Any, Protocol
 
 from sqlglot import exp
 
-from shardgate.engine.coerce import NO_MATCH, SCATTER, Kind, convert_row, stored_value
 from shardgate.engine.insert_ignore import insert_ignoring
 from shardgate.engine.sortkeys import sort_rows
-from shardgate.engine.sqlsem import INT64_MAX, Semantics, semantics
-from shardgate.engine.values import BindVar, Literal, SQLExpr, Value, resolve
 from shardgate.errors import InvalidArgument, Unsupported
+from shardgate.evalengine.coerce import NO_MATCH, SCATTER, Kind, convert_row, stored_value
+from shardgate.evalengine.sqlsem import INT64_MAX, Semantics, semantics
+from shardgate.evalengine.values import BindVar, Literal, SQLExpr, Value, resolve
 from shardgate.keys import KeyRange, ShardMap, parse_key_range
 from shardgate.result import Result, Row
 from shardgate.sql.dialect import ShardSQL, render
@@ -268,7 +268,7 @@ class Route(Primitive):
     #: trailing result columns the gate added (ksid or sort columns) to drop
     hidden: int = 0
     #: the columns of ``table`` that ``values`` are compared with (the vindex's):
-    #: values are mapped as those columns would store them (shardgate.engine.coerce)
+    #: values are mapped as those columns would store them (shardgate.evalengine.coerce)
     columns: tuple[str, ...] = ()
 
     @functools.cached_property
@@ -719,7 +719,7 @@ class Insert(Primitive):
 
         Vindexes then map, lookups record and the shard receives one same value
         (``'03'`` into a BIGINT column is 3 everywhere); what the backends would
-        convert differently or lossily is refused (:mod:`shardgate.engine.coerce`).
+        convert differently or lossily is refused (:mod:`shardgate.evalengine.coerce`).
         """
         vindex_columns = {*self.primary_columns}
         for lookup in self.owned_lookups:

@@ -2,7 +2,7 @@
 
 The gate sorts rows itself after merging shards (a scatter's ORDER BY, DISTINCT,
 GROUP BY). Sorting with a comparison function calls
-:meth:`~shardgate.engine.sqlsem.Semantics.compare` for every pair the sort
+:meth:`~shardgate.evalengine.sqlsem.Semantics.compare` for every pair the sort
 compares, about n log n times, each weighing both strings by the collation
 again: sysbench's ``SELECT DISTINCT c ... ORDER BY c`` of 100 CHAR(120) rows
 spent two thirds of its gate time there.
@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from decimal import Decimal
 from typing import Any, cast
 
-from shardgate.engine.sqlsem import Semantics
+from shardgate.evalengine.sqlsem import Semantics
 from shardgate.result import Row
 
 #: one sort term: the row's value, descending, NULLs first in the output

@@ -40,10 +40,11 @@ from typing import Any, Protocol
 from sqlglot import exp
 
 from shardgate.engine.insert_select import InsertSelect, with_rows
+from shardgate.engine.plan import Plan
 from shardgate.engine.primitives import ExecCursor, Insert, Primitive
 from shardgate.errors import InvalidArgument, ShardgateError, Unsupported
 from shardgate.gate.catalog import TableInfo
-from shardgate.planner.build import Plan, build_plan
+from shardgate.planner.build import build_plan
 from shardgate.result import Result
 from shardgate.sql.statements import GateStatement
 from shardgate.vschema import VSchema

@@ -40,9 +40,9 @@ from sqlglot import exp
 from shardgate.auth import catalogs
 from shardgate.auth.guard import Guard
 from shardgate.auth.identity import TRUSTED, Caller, Identity, Trusted
-from shardgate.engine.coerce import Kind, column_types_sql, kind_of_type
 from shardgate.engine.dml import LookupDML
 from shardgate.engine.insert_select import InsertSelect
+from shardgate.engine.plan import Plan
 from shardgate.engine.primitives import (
     ExecCursor,
     Insert,
@@ -69,6 +69,7 @@ from shardgate.errors import (
     Unsupported,
     error_for_code,
 )
+from shardgate.evalengine.coerce import Kind, column_types_sql, kind_of_type
 from shardgate.gate import cutover, twopc, vschema_ddl, worker
 from shardgate.gate import metrics as gate_metrics
 from shardgate.gate import options as exec_options
@@ -93,7 +94,6 @@ from shardgate.gate.stats import QueryStats, Stats, Timeline
 from shardgate.gate.stream_access import check_stream_reader, readable_events
 from shardgate.keys import KeyRange, ShardMap
 from shardgate.planner.build import (
-    Plan,
     auto_increment_column,
     build_plan,
     first_primary_key_column,
@@ -124,6 +124,7 @@ from shardgate.sql.statements import (
     ShowVitessKeyspaces,
     ShowVitessShards,
     ShowVitessTablets,
+    StatementType,
     Use,
     like_match,
 )
@@ -514,23 +515,24 @@ class Gate:
             case CreateQueueStatement():  # not cached: it changes the VSchema
                 cq = create_queue_from(stmt)
                 ks = self.vschema.keyspace(cq.keyspace or keyspace or "").name
-                return Plan("DDL", sql, queue_router.CreateQueuePrimitive(cq, ks, self))
+                return Plan(StatementType.DDL, sql, queue_router.CreateQueuePrimitive(cq, ks, self))
             case Use():
                 planned = self._resolve_use(stmt)
             case SetTransactionMode(mode=mode):
                 planned = SetTransactionMode(twopc.check_mode(mode))
             case AlterVSchema():  # not cached: it changes the VSchema
                 ks = self.vschema.keyspace(_ddl_keyspace(stmt.keyspace, keyspace)).name
-                return Plan("DDL", sql, vschema_ddl.AlterVSchemaPrimitive(stmt, ks, self))
+                alter = vschema_ddl.AlterVSchemaPrimitive(stmt, ks, self)
+                return Plan(StatementType.DDL, sql, alter)
             case DropQueueStatement():
                 ks = self.vschema.keyspace(_ddl_keyspace(stmt.keyspace, keyspace)).name
-                return Plan("DDL", sql, queue_router.DropQueuePrimitive(stmt, ks, self))
+                return Plan(StatementType.DDL, sql, queue_router.DropQueuePrimitive(stmt, ks, self))
             case exp.Drop() if (cascade := self._drop_cascade(stmt, sql, keyspace)) is not None:
-                return Plan("DDL", sql, cascade)
+                return Plan(StatementType.DDL, sql, cascade)
             case exp.Create() if (ctas := self._create_as_select(stmt, keyspace)) is not None:
-                return Plan("DDL", sql, ctas)  # not cached: it may change the VSchema
+                return Plan(StatementType.DDL, sql, ctas)  # not cached: it may change the VSchema
             case exp.Create() if (auto := self._auto_shard(stmt, sql, keyspace)) is not None:
-                return Plan("DDL", sql, auto)  # not cached: it changes the VSchema
+                return Plan(StatementType.DDL, sql, auto)  # not cached: it changes the VSchema
             case exp.Expression() if keyspace is not None and ":" in keyspace:
                 planned = self._targeted(stmt, sql, keyspace)
             case exp.Expression():
@@ -655,7 +657,7 @@ class Gate:
         shard_stmt = catalogs.for_shard(stmt, self.tablets[(ks.name, shard)].dialect)
         route = Route(Opcode.BY_DESTINATION, ks.name, ks.sharded,
                       ShardQuery(shard_stmt), write=write, target_shards=(shard,))
-        return Plan("TARGETED", sql, route, normalize(stmt))
+        return Plan(StatementType.TARGETED, sql, route, normalize(stmt))
 
     def authorize(self, session: Session, sql: str) -> None:
         """PermissionDenied unless the session's caller may run ``sql`` (statement
@@ -854,7 +856,7 @@ class Gate:
     async def _execute_plan(
         self, session: Session, planned: Plan, bv: Mapping[str, Any]
     ) -> Result:
-        if planned.statement_type == "DDL":
+        if planned.statement_type is StatementType.DDL:
             self._kinds.clear()
         return await self._recorded(
             session, planned, lambda: self._run(session, planned.instructions, bv),

@@ -1,5 +1,6 @@
 """Statements to primitive trees (pure, synchronous)."""
 
-from shardgate.planner.build import Plan, build_plan
+from shardgate.engine.plan import Plan
+from shardgate.planner.build import build_plan
 
 __all__ = ["Plan", "build_plan"]

@@ -22,6 +22,7 @@ from shardgate.engine.concat import Concatenate
 from shardgate.engine.dml import LookupChange, LookupDML
 from shardgate.engine.explain import Explain
 from shardgate.engine.insert_select import InsertSelect
+from shardgate.engine.plan import Plan
 from shardgate.engine.postprocess import Aggregate
 from shardgate.engine.primitives import (
     DDL,
@@ -36,8 +37,8 @@ from shardgate.engine.primitives import (
 from shardgate.engine.probe import TypeChecked
 from shardgate.engine.readswitch import ReadSwitch
 from shardgate.engine.scalar import ScalarSubqueries
-from shardgate.engine.values import SQLExpr, Value, from_expression
 from shardgate.errors import InvalidArgument, ShardgateError, Unsupported
+from shardgate.evalengine.values import SQLExpr, Value, from_expression
 from shardgate.keys import KeyRange
 from shardgate.planner.columns import expand_stars
 from shardgate.planner.derived import plan_derived_at_gate
@@ -81,34 +82,11 @@ from shardgate.planner.union import (
 )
 from shardgate.sql.dialect import strip_qualifiers
 from shardgate.sql.rewrite import swapped, transform
+from shardgate.sql.statements import StatementType
 from shardgate.vindexes import Lookup
 from shardgate.vindexes.consistent_lookup import ConsistentLookupBase
 from shardgate.vindexes.lookup import LookupBase
 from shardgate.vschema import ColumnVindex, Table, VSchema
-
-
-@dataclass(frozen=True)
-class Plan:
-    """A planned statement: its type, the original text and the primitive tree."""
-
-    statement_type: str
-    original: str
-    instructions: Primitive
-    #: the statement with literals and bind variables replaced by ``?``: the key of query
-    #: statistics (the gate's own statements, ``ALTER VSCHEMA``, ``CREATE QUEUE``...:
-    #: their text, whitespace collapsed)
-    normalized: str = ""
-
-    def __post_init__(self) -> None:
-        if not self.normalized:
-            object.__setattr__(self, "normalized", " ".join(self.original.split()))
-
-    def describe(self) -> dict[str, Any]:
-        return {
-            "QueryType": self.statement_type,
-            "Original": self.original,
-            "Instructions": self.instructions.describe(),
-        }
 
 
 @dataclass(frozen=True)
@@ -980,18 +958,18 @@ def _plan_ddl(stmt: exp.Expression, vschema: VSchema, default_ks: str | None) ->
 
 
 _Builder = Callable[[Any, VSchema, str | None], Primitive]
-_BUILDERS: dict[type[exp.Expr], tuple[str, _Builder]] = {
-    exp.Select: ("SELECT", _plan_select),
-    exp.Union: ("SELECT", _plan_select),
-    exp.Subquery: ("SELECT", _plan_parenthesized),
-    exp.Insert: ("INSERT", _plan_insert),
-    exp.Update: ("UPDATE", _plan_update_delete),
-    exp.Delete: ("DELETE", _plan_update_delete),
-    exp.Create: ("DDL", _plan_ddl),
-    exp.Drop: ("DDL", _plan_ddl),
-    exp.TruncateTable: ("DDL", _plan_ddl),
-    exp.Alter: ("DDL", _plan_ddl),
-    exp.Describe: ("EXPLAIN", _plan_explain),
+_BUILDERS: dict[type[exp.Expr], tuple[StatementType, _Builder]] = {
+    exp.Select: (StatementType.SELECT, _plan_select),
+    exp.Union: (StatementType.SELECT, _plan_select),
+    exp.Subquery: (StatementType.SELECT, _plan_parenthesized),
+    exp.Insert: (StatementType.INSERT, _plan_insert),
+    exp.Update: (StatementType.UPDATE, _plan_update_delete),
+    exp.Delete: (StatementType.DELETE, _plan_update_delete),
+    exp.Create: (StatementType.DDL, _plan_ddl),
+    exp.Drop: (StatementType.DDL, _plan_ddl),
+    exp.TruncateTable: (StatementType.DDL, _plan_ddl),
+    exp.Alter: (StatementType.DDL, _plan_ddl),
+    exp.Describe: (StatementType.EXPLAIN, _plan_explain),
 }
 
 

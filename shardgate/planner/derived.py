@@ -14,10 +14,10 @@ from collections.abc import Callable
 
 from sqlglot import exp
 
-from shardgate.engine.evaluate import compile_expr
 from shardgate.engine.postprocess import Filter
 from shardgate.engine.primitives import Primitive
 from shardgate.errors import Unsupported
+from shardgate.evalengine.evaluate import compile_expr
 from shardgate.planner.finish import finish_at_gate
 from shardgate.planner.union import output_names
 

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-from shardgate.engine.evaluate import compile_expr
 from shardgate.engine.postprocess import Limit, MemorySort, Projection, SortKey
 from shardgate.engine.primitives import Primitive
-from shardgate.engine.values import from_expression
 from shardgate.errors import InvalidArgument
+from shardgate.evalengine.evaluate import compile_expr
+from shardgate.evalengine.values import from_expression
 from shardgate.planner.select import (
     find_selected,
     mysql_names,

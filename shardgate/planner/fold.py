@@ -20,8 +20,8 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-from shardgate.engine.sqlsem import INT64_MAX, INT64_MIN
-from shardgate.engine.values import Literal
+from shardgate.evalengine.sqlsem import INT64_MAX, INT64_MIN
+from shardgate.evalengine.values import Literal
 from shardgate.sql.rewrite import flatten
 
 _COMPARISONS = (exp.EQ, exp.NEQ, exp.LT, exp.LTE, exp.GT, exp.GTE)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-from shardgate.engine.values import Literal, SQLExpr, Value, from_expression
 from shardgate.errors import InvalidArgument, Unsupported
+from shardgate.evalengine.values import Literal, SQLExpr, Value, from_expression
 from shardgate.sql.dialect import strip_qualifiers
 from shardgate.vschema import Table
 

@@ -27,11 +27,11 @@ from dataclasses import dataclass, replace
 
 from sqlglot import exp
 
-from shardgate.engine.evaluate import canonical, compile_expr
 from shardgate.engine.join import NestedLoopJoin, PulloutSubquery
 from shardgate.engine.postprocess import Filter
 from shardgate.engine.primitives import Primitive
 from shardgate.errors import Unsupported
+from shardgate.evalengine.evaluate import canonical, compile_expr
 from shardgate.planner.finish import finish_at_gate
 from shardgate.planner.merge import same_vindex
 from shardgate.planner.routing import RouteChoice, choose, conjuncts

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from sqlglot import exp
 
 from shardgate.engine.primitives import Opcode
-from shardgate.engine.values import Literal, SQLExpr, Value, from_expression
 from shardgate.errors import InvalidArgument
+from shardgate.evalengine.values import Literal, SQLExpr, Value, from_expression
 from shardgate.keys import KeyRange, parse_key_range
 from shardgate.planner.fold import always_false, folded_literal
 from shardgate.sql.rewrite import flatten

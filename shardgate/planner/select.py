@@ -25,7 +25,6 @@ from typing import Any, TypeGuard
 
 from sqlglot import exp
 
-from shardgate.engine.evaluate import Evaluator, Row, canonical, compile_expr
 from shardgate.engine.postprocess import (
     AggOp,
     Aggregate,
@@ -39,9 +38,10 @@ from shardgate.engine.postprocess import (
 )
 from shardgate.engine.primitives import Opcode, OrderKey, Primitive, Route, ShardQuery
 from shardgate.engine.probe import TypeChecked
-from shardgate.engine.sqlsem import Semantics
-from shardgate.engine.values import BindVar, Value, from_expression, is_constant
 from shardgate.errors import InvalidArgument, Unsupported
+from shardgate.evalengine.evaluate import Evaluator, Row, canonical, compile_expr
+from shardgate.evalengine.sqlsem import Semantics
+from shardgate.evalengine.values import BindVar, Value, from_expression, is_constant
 from shardgate.sql.dialect import AVG_SUM, strip_qualifiers
 from shardgate.sql.labels import label
 from shardgate.vindexes import Vindex

@@ -82,8 +82,8 @@ from pyspark.sql.types import (
 
 from shardgate.aio import wait_for
 from shardgate.backends import open_backend
-from shardgate.backends.change_log import capture_exists, open_change_log
 from shardgate.backends.changes import ChangeLog, Heartbeat, Transaction
+from shardgate.backends.changes.open import capture_exists, open_change_log
 from shardgate.backends.urls import redacted
 from shardgate.errors import Code, InvalidArgument, NotFound, ShardgateError, Unavailable
 from shardgate.event_token import EventToken, position_key
@@ -272,7 +272,7 @@ class ShardgateChangesDataSource(DataSource):
             return SCHEMA
         import pyarrow as pa
 
-        from shardgate.backends import bulk
+        from shardgate.backends.bulk import copy as bulk
 
         opts = SourceOptions.parse(self.options)
         shard = opts.topo().keyspace(opts.keyspace).shards[0]

@@ -65,7 +65,7 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
 
 from shardgate.aio import cancel_and_wait
-from shardgate.backends import bulk
+from shardgate.backends.bulk import copy as bulk
 from shardgate.backends.urls import parse_url
 from shardgate.errors import InvalidArgument, ShardgateError
 from shardgate.queues.events import (
@@ -174,7 +174,7 @@ class _FleetGate(_LocalGate):
 
 class _RemoteGate:
     def __init__(self, target: str, keyspace: str, queue: str) -> None:
-        from shardgate.api.client import GateClient
+        from shardgate.api.grpc.client import GateClient
 
         self.client = GateClient(target, keyspace=keyspace)
         self.keyspace = keyspace

@@ -3,7 +3,7 @@
 The life of a read:
 
 1. Driver, ``schema()``: unless the user gave a schema, the result types of
-   the query on the first shard (:func:`shardgate.backends.bulk`).
+   the query on the first shard (:func:`shardgate.backends.bulk.copy`).
 2. Driver, ``pushFilters()``: simple comparisons of a column with a literal
    become SQL terms appended to every split's WHERE. Comparisons of integers,
    decimals, booleans and dates are left to the database alone; comparisons of
@@ -53,10 +53,10 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from shardgate.auth.identity import TRUSTED
-from shardgate.backends import bulk
+from shardgate.backends.bulk import copy as bulk
+from shardgate.engine.plan import Plan
 from shardgate.errors import InvalidArgument, Unsupported
 from shardgate.keys import KeyRange
-from shardgate.planner.build import Plan
 from shardgate.spark import types as sgtypes
 from shardgate.spark._worker import settle
 from shardgate.spark.ksids import KsidMapper, VindexSpec

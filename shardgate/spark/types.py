@@ -6,9 +6,9 @@ change apply, and the change source. ``docs/types.md`` is the table a user
 reads; this docstring is the contract the code keeps.
 
 Schemas. The backends describe a column in Arrow terms
-(:func:`shardgate.backends.bulk.result_schema`), tagging the columns whose
+(:func:`shardgate.backends.bulk.copy.result_schema`), tagging the columns whose
 Arrow form is a decision rather than a fact with the field metadata key
-:data:`shardgate.backends.bulk.SG_TYPE`:
+:data:`shardgate.backends.bulk.copy.SG_TYPE`:
 
 * ``numeric``: a PostgreSQL ``NUMERIC`` without precision. It becomes
   ``decimal(38, 18)`` (:data:`UNBOUNDED_NUMERIC`) by default; a value that does
@@ -48,7 +48,7 @@ import pyarrow.compute as pc
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import StructType
 
-from shardgate.backends.bulk import SG_TYPE
+from shardgate.backends.bulk.copy import SG_TYPE
 from shardgate.errors import InvalidArgument
 
 #: the Arrow type of an unbounded PostgreSQL NUMERIC (``numeric_as="decimal"``)

@@ -57,7 +57,7 @@ from typing import TYPE_CHECKING, TypeVar
 from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
-from shardgate.backends import bulk
+from shardgate.backends.bulk import copy as bulk
 from shardgate.backends.urls import parse_url
 from shardgate.errors import (
     AlreadyExists,

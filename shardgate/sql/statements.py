@@ -11,30 +11,56 @@ itself (Vitess's ``QueryType``).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import ClassVar
 
 from sqlglot import exp
+
+
+class StatementType(StrEnum):
+    """What a statement is, as ``EXPLAIN`` and the query statistics report it (Vitess's
+    ``QueryType``). The gate's planned statements carry one in
+    :attr:`shardgate.engine.plan.Plan.statement_type`."""
+
+    SELECT = "SELECT"
+    INSERT = "INSERT"
+    UPDATE = "UPDATE"
+    DELETE = "DELETE"
+    DDL = "DDL"
+    EXPLAIN = "EXPLAIN"
+    BEGIN = "BEGIN"
+    COMMIT = "COMMIT"
+    ROLLBACK = "ROLLBACK"
+    SAVEPOINT = "SAVEPOINT"
+    ROLLBACK_TO = "ROLLBACK_TO"
+    RELEASE = "RELEASE"
+    USE = "USE"
+    TRANSACTION_MODE = "TRANSACTION_MODE"
+    SET = "SET"
+    SHOW = "SHOW"
+    #: a statement sent as is to the shard a targeted session names
+    TARGETED = "TARGETED"
 
 
 @dataclass(frozen=True, slots=True)
 class Begin:
     """``BEGIN`` / ``START TRANSACTION``."""
 
-    query_type: ClassVar[str] = "BEGIN"
+    query_type: ClassVar[StatementType] = StatementType.BEGIN
 
 
 @dataclass(frozen=True, slots=True)
 class Commit:
     """``COMMIT``."""
 
-    query_type: ClassVar[str] = "COMMIT"
+    query_type: ClassVar[StatementType] = StatementType.COMMIT
 
 
 @dataclass(frozen=True, slots=True)
 class Rollback:
     """``ROLLBACK`` (of the whole transaction)."""
 
-    query_type: ClassVar[str] = "ROLLBACK"
+    query_type: ClassVar[StatementType] = StatementType.ROLLBACK
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,7 +68,7 @@ class Savepoint:
     """``SAVEPOINT name`` (``name`` lower-cased: savepoint names ignore case)."""
 
     name: str
-    query_type: ClassVar[str] = "SAVEPOINT"
+    query_type: ClassVar[StatementType] = StatementType.SAVEPOINT
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,7 +76,7 @@ class RollbackToSavepoint:
     """``ROLLBACK [WORK] TO [SAVEPOINT] name``."""
 
     name: str
-    query_type: ClassVar[str] = "ROLLBACK_TO"
+    query_type: ClassVar[StatementType] = StatementType.ROLLBACK_TO
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,7 +84,7 @@ class ReleaseSavepoint:
     """``RELEASE SAVEPOINT name``."""
 
     name: str
-    query_type: ClassVar[str] = "RELEASE"
+    query_type: ClassVar[StatementType] = StatementType.RELEASE
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,7 +99,7 @@ class Use:
     shard: str | None = None
     keyspace_id: bytes | None = None
     tablet_type: str | None = None
-    query_type: ClassVar[str] = "USE"
+    query_type: ClassVar[StatementType] = StatementType.USE
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,7 +107,7 @@ class SetTransactionMode:
     """``SET [SESSION] transaction_mode = 'twopc'`` (the mode as written)."""
 
     mode: str
-    query_type: ClassVar[str] = "TRANSACTION_MODE"
+    query_type: ClassVar[StatementType] = StatementType.TRANSACTION_MODE
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,7 +115,7 @@ class SetQueryTimeout:
     """``SET [SESSION] query_timeout_ms = N``: the session's per-statement timeout (0: none)."""
 
     ms: int
-    query_type: ClassVar[str] = "SET"
+    query_type: ClassVar[StatementType] = StatementType.SET
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,7 +123,7 @@ class ShowVitessShards:
     """``SHOW VITESS_SHARDS [LIKE 'pattern']``: one ``ks/shard`` row per shard."""
 
     like: str | None = None
-    query_type: ClassVar[str] = "SHOW"
+    query_type: ClassVar[StatementType] = StatementType.SHOW
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,7 +131,7 @@ class ShowVitessKeyspaces:
     """``SHOW VITESS_KEYSPACES [LIKE 'pattern']`` (also ``SHOW KEYSPACES``)."""
 
     like: str | None = None
-    query_type: ClassVar[str] = "SHOW"
+    query_type: ClassVar[StatementType] = StatementType.SHOW
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,7 +139,7 @@ class ShowVitessTablets:
     """``SHOW VITESS_TABLETS [LIKE 'pattern']``: a primary tablet per shard (LIKE: its alias)."""
 
     like: str | None = None
-    query_type: ClassVar[str] = "SHOW"
+    query_type: ClassVar[StatementType] = StatementType.SHOW
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,7 +147,7 @@ class ShowShardgateWorker:
     """``SHOW SHARDGATE_WORKER``: which worker process of the gate answers this session
     (``gate --workers N``; see :mod:`shardgate.gate.worker`)."""
 
-    query_type: ClassVar[str] = "SHOW"
+    query_type: ClassVar[StatementType] = StatementType.SHOW
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,7 +161,7 @@ class AlterVSchema:
     """
 
     keyspace: str | None
-    query_type: ClassVar[str] = "DDL"
+    query_type: ClassVar[StatementType] = StatementType.DDL
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,7 +248,7 @@ class DropQueueStatement:
     name: str
     keyspace: str | None
     if_exists: bool = False
-    query_type: ClassVar[str] = "DDL"
+    query_type: ClassVar[StatementType] = StatementType.DDL
 
 
 @dataclass(frozen=True, slots=True)
@@ -240,7 +266,7 @@ class CreateQueueStatement:
     shard_column: str | None = None
     vindex: str | None = None
     options: tuple[tuple[str, str], ...] = ()
-    query_type: ClassVar[str] = "DDL"
+    query_type: ClassVar[StatementType] = StatementType.DDL
 
 
 #: Statements that change the session or the transaction, answered by the gate.

@@ -47,7 +47,7 @@ from typing import Any
 from shardgate.aio import cancel_and_wait
 from shardgate.backends import Backend, Connection, open_backend
 from shardgate.backends._pool import DEFAULT_POOL_TIMEOUT_S, wait_for_slot
-from shardgate.backends.change_log import open_change_log
+from shardgate.backends.changes.open import open_change_log
 from shardgate.errors import (
     Aborted,
     FailedPrecondition,

@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shardgate.backends.urls import redacted
-from shardgate.engine.sqlsem import collation
 from shardgate.errors import InvalidArgument, NotFound
+from shardgate.evalengine.sqlsem import collation
 from shardgate.keys import KeyRange, ShardMap, parse_shard_name
 from shardgate.vschema import VSchema
 

@@ -52,8 +52,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from shardgate.auth.identity import TRUSTED
-from shardgate.engine.coerce import Kind
 from shardgate.errors import FailedPrecondition, InvalidArgument, NotFound, Unsupported
+from shardgate.evalengine.coerce import Kind
 from shardgate.gate import Gate
 from shardgate.sql.statements import AddColumnVindex
 from shardgate.topo.server import TopoServer

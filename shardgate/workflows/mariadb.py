@@ -8,7 +8,7 @@ in the same step, the binlog file and offset of the last transaction in it
 status variables: MariaDB blocks binlog commits for the instant the snapshot
 is taken, so the two agree); ``BINLOG_GTID_POS`` turns that offset into the
 GTID position the change log reader
-(:class:`~shardgate.backends.changes_mysql.MySQLChangeLog`) starts from.
+(:class:`~shardgate.backends.changes.mysql.MySQLChangeLog`) starts from.
 
 Invariant: every transaction whose GTID is at or below the returned position
 is in the snapshot, none after it (one GTID domain: see

@@ -90,8 +90,8 @@ from typing import Any, Self
 from shardgate.aio import wait_for
 from shardgate.backends import open_backend
 from shardgate.backends.base import Backend, Connection
-from shardgate.backends.change_log import capture_exists, open_change_log
 from shardgate.backends.changes import ChangeLog
+from shardgate.backends.changes.open import capture_exists, open_change_log
 from shardgate.errors import (
     Aborted,
     AlreadyExists,

@@ -55,8 +55,8 @@ from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from shardgate.backends.base import Backend
-from shardgate.backends.change_log import capture_exists
 from shardgate.backends.changes import ChangeLog
+from shardgate.backends.changes.open import capture_exists
 from shardgate.errors import DeadlineExceeded, FailedPrecondition, Unsupported
 from shardgate.keys import parse_shard_name
 from shardgate.topo.model import Topology

@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from shardgate.api.tablet_client import GrpcTabletClient
+from shardgate.api.grpc.tablet_client import GrpcTabletClient
 from shardgate.auth.identity import TRUSTED
 from shardgate.errors import ShardgateError
 from shardgate.gate import Gate

@@ -31,11 +31,11 @@ from shardgate.topo.model import Topology
 from shardgate.topo.server import TopoServer
 from shardgate.topo.store import open_topo_store
 from shardgate.workflows.reshard import ReshardSpec, ReshardWorkflow
-from tests.integration import test_reshard as plain
-from tests.integration import test_reshard_lookup as lookup
-from tests.integration import test_reshard_queue as queue
-from tests.integration.test_reshard_busy import TABLES, VSCHEMA, _final, _seed
-from tests.integration.test_reshard_streams import Consumer, LoggingWriters, _received
+from tests.integration.workflows import test_reshard as plain
+from tests.integration.workflows import test_reshard_lookup as lookup
+from tests.integration.workflows import test_reshard_queue as queue
+from tests.integration.workflows.test_reshard_busy import TABLES, VSCHEMA, _final, _seed
+from tests.integration.workflows.test_reshard_streams import Consumer, LoggingWriters, _received
 
 FOUR = ("-40", "40-80", "80-c0", "c0-")
 #: statements per second of all writers and producers together

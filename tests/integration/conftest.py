@@ -234,7 +234,7 @@ async def streams_cluster(
     request: pytest.FixtureRequest,
 ) -> AsyncIterator[Cluster]:
     """``cluster``, whose shards' change capture (slots, triggers) is dropped at the end."""
-    from shardgate.backends.change_log import open_change_log
+    from shardgate.backends.changes.open import open_change_log
 
     c = await cluster_for(backend_kind, tablets, make_database, request)
     try:

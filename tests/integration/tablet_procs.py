@@ -29,7 +29,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from shardgate.api.fleet import TabletFleet, open_remote_gate
-from shardgate.api.security import ClientSecurity
+from shardgate.api.grpc.security import ClientSecurity
 from shardgate.cli.cluster import wait_for_tablets
 from shardgate.gate import Gate
 from shardgate.topo import Topology
@@ -37,7 +37,7 @@ from shardgate.topo.local import open_topo
 from shardgate.topo.server import TopoServer
 
 _CTX = multiprocessing.get_context("forkserver")
-_CTX.set_forkserver_preload(["shardgate.cli.app", "shardgate.api.tablet_service",
+_CTX.set_forkserver_preload(["shardgate.cli.app", "shardgate.api.grpc.tablet_service",
                              "shardgate.backends.postgres", "shardgate.tablet.registry"])
 
 

@@ -15,9 +15,9 @@ from decimal import Decimal
 import pytest
 from sqlglot import exp
 
-from shardgate.engine.evaluate import compile_expr
-from shardgate.engine.sqlsem import collation, semantics, shown
 from shardgate.errors import Code, ShardgateError
+from shardgate.evalengine.evaluate import compile_expr
+from shardgate.evalengine.sqlsem import collation, semantics, shown
 from shardgate.result import Result
 from shardgate.sql import parse
 from shardgate.sql.dialect import AVG_SUM, avg_partial, render

@@ -1,4 +1,4 @@
-"""Python values and results <-> protobuf messages (shardgate.api.convert)."""
+"""Python values and results <-> protobuf messages (shardgate.api.grpc.convert)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from shardgate.api import convert
-from shardgate.api import shardgate_pb2 as pb
+from shardgate.api.grpc import convert
+from shardgate.api.grpc import shardgate_pb2 as pb
 from shardgate.errors import Code, InvalidArgument
 from shardgate.result import Result
 

@@ -81,7 +81,7 @@ def test_postgres_lost_wal_is_out_of_range_not_retried() -> None:
     import psycopg2
     import psycopg2.errors
 
-    from shardgate.backends.changes_postgres import _translate
+    from shardgate.backends.changes.postgres import _translate
     from shardgate.errors import Code, ShardgateError
 
     translate = _translate("postgresql://x@h/db")

@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from shardgate.api.fleet import _guarded, _Remote
-from shardgate.api.tablet_client import GrpcTabletClient, TabletUnreachable
+from shardgate.api.grpc.tablet_client import GrpcTabletClient, TabletUnreachable
 from shardgate.tablet.registry import TabletRecord
 
 

@@ -9,9 +9,9 @@ import pytest
 from prometheus_client import REGISTRY
 
 from shardgate.auth.identity import TRUSTED
+from shardgate.engine.plan import Plan
 from shardgate.engine.primitives import Route
 from shardgate.gate import Gate
-from shardgate.planner.build import Plan
 from shardgate.result import ExecuteOptions, Result
 from shardgate.tablet.client import TabletClient
 from shardgate.topo import Topology

@@ -25,12 +25,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from shardgate.api.client import GateClient
+from shardgate.api.grpc.client import GateClient
 from shardgate.auth.identity import TRUSTED
 from shardgate.client import dbapi
-from shardgate.engine.coerce import column_types_sql
 from shardgate.engine.primitives import Route
 from shardgate.errors import Code, InvalidArgument, ShardgateError
+from shardgate.evalengine.coerce import column_types_sql
 from shardgate.gate import Gate, Session
 from shardgate.gate import gate as gate_module
 from shardgate.result import Result

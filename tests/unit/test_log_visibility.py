@@ -8,8 +8,8 @@ MariaDB: the last binlog coordinate read against the snapshot's
 from __future__ import annotations
 
 from shardgate.backends.changes import Transaction, xid_precedes
-from shardgate.backends.changes_mysql import BinlogVisibility, MySQLChangeLog, binlog_mark
-from shardgate.backends.changes_postgres import PgVisibility, PostgresChangeLog
+from shardgate.backends.changes.mysql import BinlogVisibility, MySQLChangeLog, binlog_mark
+from shardgate.backends.changes.postgres import PgVisibility, PostgresChangeLog
 from shardgate.event_token import EventToken
 
 TOKEN = EventToken(1.0, "ks/-", "0/0")

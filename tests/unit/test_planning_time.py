@@ -18,8 +18,9 @@ import pytest
 import sqlglot
 from sqlglot import exp
 
+from shardgate.engine.plan import Plan
 from shardgate.planner import build_plan
-from shardgate.planner.build import Plan, normalize
+from shardgate.planner.build import normalize
 from shardgate.sql import parse
 from shardgate.sql.long_lists import parse_statements
 from shardgate.sql.rewrite import swapped, transform

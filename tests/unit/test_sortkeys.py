@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from shardgate.engine.primitives import order_compare
 from shardgate.engine.sortkeys import column_keys, sort_rows
-from shardgate.engine.sqlsem import semantics
+from shardgate.evalengine.sqlsem import semantics
 
 #: characters where the collations differ: case, accents, ß, spaces and tabs around
 #: them (PAD SPACE), a character above U+FFFF

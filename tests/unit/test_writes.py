@@ -6,8 +6,8 @@ import decimal
 
 import pytest
 
-from shardgate.engine.coerce import NO_MATCH, SCATTER, Kind, kind_of_type, stored_value
 from shardgate.errors import Code, ShardgateError
+from shardgate.evalengine.coerce import NO_MATCH, SCATTER, Kind, kind_of_type, stored_value
 from shardgate.planner import build_plan
 from shardgate.result import Result
 from shardgate.sql import parse

@@ -47,15 +47,15 @@ def _position_sql(kind: str) -> str:
     """The SQL giving the end of a database's change log now (one row, one column)."""
     match kind:
         case "sqlite":
-            from shardgate.backends.changes_sqlite import SQLiteChangeLog
+            from shardgate.backends.changes.sqlite import SQLiteChangeLog
 
             return SQLiteChangeLog.position_sql
         case "postgresql":
-            from shardgate.backends.changes_postgres import PostgresChangeLog
+            from shardgate.backends.changes.postgres import PostgresChangeLog
 
             return PostgresChangeLog.position_sql
         case "mysql":
-            from shardgate.backends.changes_mysql import MySQLChangeLog
+            from shardgate.backends.changes.mysql import MySQLChangeLog
 
             return MySQLChangeLog.position_sql
     return ""
@@ -75,7 +75,7 @@ async def _log_position(tablet: TabletClient, kind: str) -> tuple[str, str]:
     try:
         async with asyncio.timeout(POSITION_TIMEOUT_S):
             if kind == "sqlite":
-                from shardgate.backends.changes_sqlite import CHANGE_TABLE
+                from shardgate.backends.changes.sqlite import CHANGE_TABLE
 
                 found = await tablet.execute(
                     f"SELECT 1 FROM sqlite_master WHERE name = '{CHANGE_TABLE}'", [])

@@ -62,12 +62,12 @@ from shardgate.api.mysql import catalog, errors
 from shardgate.api.mysql.errors import BAD_DB, NO_SUCH_TABLE, PARSE, mysql_code, mysql_message
 from shardgate.auth.acl import Role
 from shardgate.auth.identity import Identity
+from shardgate.engine.plan import Plan
 from shardgate.engine.primitives import Opcode, Route
 from shardgate.errors import ShardgateError
 from shardgate.gate import Gate
 from shardgate.gate import Session as GateSessionState
 from shardgate.gate.catalog import TableInfo, vschema_tables, vschema_vindexes
-from shardgate.planner.build import Plan
 from shardgate.result import Result, WireResult
 from shardgate.sql.literals import bind_literals
 from shardgate.sql.parse import syntax_error

@@ -491,7 +491,7 @@ class InboxStore:
         """
         import pyarrow as pa
 
-        from shardgate.backends import bulk
+        from shardgate.backends.bulk import copy as bulk
 
         await self._ready()
         if not messages:

@@ -41,7 +41,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from shardgate.backends import bulk
+from shardgate.backends.bulk import copy as bulk
 from shardgate.backends.urls import parse_url
 from shardgate.errors import FailedPrecondition, Internal, InvalidArgument, NotFound
 from shardgate.spark.jobs.tasks import run_tasks, table_schema

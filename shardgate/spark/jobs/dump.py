@@ -5,7 +5,7 @@ invariants):
 
 1. **Snapshot** (first run only). One Spark task per shard opens one read
    transaction that also captures the shard's log position
-   (:meth:`shardgate.backends.bulk.ShardReader.snapshot`: an exported snapshot
+   (:meth:`shardgate.backends.bulk.copy.ShardReader.snapshot`: an exported snapshot
    of a new logical slot on PostgreSQL, a consistent snapshot on MariaDB, a
    read transaction that reads the change table's last sequence on SQLite),
    reads the whole table in it as Arrow batches, and writes Parquet files into
@@ -72,9 +72,9 @@ from typing import TYPE_CHECKING, Any
 
 from shardgate.aio import wait_for
 from shardgate.auth.identity import TRUSTED
-from shardgate.backends import bulk
-from shardgate.backends.change_log import open_change_log
+from shardgate.backends.bulk import copy as bulk
 from shardgate.backends.changes import DELETE, INSERT, UPDATE
+from shardgate.backends.changes.open import open_change_log
 from shardgate.backends.urls import parse_url
 from shardgate.errors import (
     Code,

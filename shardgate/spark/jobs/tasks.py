@@ -6,7 +6,7 @@ import re
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from shardgate.backends import bulk
+from shardgate.backends.bulk import copy as bulk
 from shardgate.backends.urls import parse_url
 from shardgate.errors import Code, NotFound, ShardgateError
 

@@ -5,7 +5,7 @@ generated on every engine except those of :data:`BY_DESIGN`, where the
 engine's own answer is not the reference because the gate's SQL dialect is
 MySQL's on every backend (decided by the lead, docs/routing.md "Scatter
 post-processing"). A mismatch the gate cannot fix yet is an open bug with a
-failing test marked ``xfail(strict=True)`` (``tests/integration/test_difftest.py``,
+failing test marked ``xfail(strict=True)`` (``tests/integration/sql/test_difftest.py``,
 "known open bugs"), never a construct switched off here.
 """
 

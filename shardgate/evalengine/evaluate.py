@@ -1,0 +1,267 @@
+"""Evaluating small SQL expressions at the gate (HAVING, ORDER BY after merging).
+
+Only what post-processing needs: literals, references to result slots (by
+canonical SQL text or alias), arithmetic, comparisons, AND/OR/NOT, IS [NOT]
+NULL, IN lists, with SQL's three-valued logic (``None`` is unknown). Values
+follow the shard database's rules (:class:`~shardgate.evalengine.sqlsem.Semantics`,
+passed at execution): truth of numbers and strings, mixed-type comparisons,
+collations, integer and decimal arithmetic and division; on SQLite and
+PostgreSQL, what a column makes of the constant it is compared with
+(``int_col < '3'`` compares numbers there; SQLite's ``text_col = 3`` texts).
+:func:`compile_expr` checks at plan time that everything is supported and
+resolvable, so execution never meets an unknown node.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping, Sequence
+from decimal import Decimal
+from typing import Any
+
+from sqlglot import exp
+
+from shardgate.errors import Unsupported
+from shardgate.evalengine.sqlsem import Semantics
+from shardgate.evalengine.values import Literal, from_expression
+from shardgate.sql.rewrite import flatten
+
+Row = Sequence[Any]
+#: a compiled expression: its value for a result row, under the shard database's semantics
+Evaluator = Callable[[Row, Semantics], Any]
+
+
+def canonical(node: exp.Expr) -> str:
+    """The text used to match an expression to a result slot."""
+    return node.sql(dialect="mysql").lower()
+
+
+_ARITH: dict[type[exp.Expr], str] = {exp.Add: "+", exp.Sub: "-", exp.Mul: "*"}
+_COMPARE: dict[type[exp.Expr], Callable[[int], bool]] = {
+    exp.EQ: lambda c: c == 0,
+    exp.NEQ: lambda c: c != 0,
+    exp.GT: lambda c: c > 0,
+    exp.GTE: lambda c: c >= 0,
+    exp.LT: lambda c: c < 0,
+    exp.LTE: lambda c: c <= 0,
+}
+
+
+_PREDICATES = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.And, exp.Or, exp.Not,
+               exp.Is, exp.Between, exp.In)
+
+
+def compile_expr(node: exp.Expr, slots: Mapping[str, int]) -> Evaluator:
+    """Compile ``node`` into a function of a result row and the shards' semantics.
+
+    ``slots`` maps canonical texts (and lower-case aliases) to row indexes. A
+    condition's value is the database's: 1/0 on MySQL and SQLite, a boolean on
+    PostgreSQL, NULL when unknown.
+    """
+    f = _compile(node, slots)
+    if isinstance(node, _PREDICATES) and canonical(node) not in slots:
+        return lambda row, sem: sem.boolean(f(row, sem))
+    return f
+
+
+def _compile(node: exp.Expr, slots: Mapping[str, int]) -> Evaluator:
+    key = canonical(node)
+    if key in slots:
+        i = slots[key]
+        return lambda row, sem: row[i]
+    if isinstance(node, exp.Column) and node.name.lower() in slots:
+        i = slots[node.name.lower()]
+        return lambda row, sem: row[i]
+    if isinstance(node, exp.Paren):
+        return compile_expr(node.this, slots)
+    if isinstance(node, exp.Literal) and node.is_number and not node.is_int:
+        return _fractional(node.this)
+    if isinstance(node, exp.Literal | exp.Null | exp.Boolean) or (
+        isinstance(node, exp.Neg) and isinstance(node.this, exp.Literal) and node.this.is_int
+    ):
+        value = from_expression(node)
+        assert isinstance(value, Literal)
+        constant = value.value
+        return lambda row, sem: constant
+    if isinstance(node, exp.Neg):
+        inner = compile_expr(node.this, slots)
+        return lambda row, sem: sem.arith("-", 0, inner(row, sem))
+    if isinstance(node, exp.Div):
+        left, right = compile_expr(node.left, slots), compile_expr(node.right, slots)
+        return lambda row, sem: sem.divide(left(row, sem), right(row, sem))
+    if isinstance(node, exp.Binary) and type(node) in _ARITH:
+        op = _ARITH[type(node)]
+        left, right = compile_expr(node.left, slots), compile_expr(node.right, slots)
+        return lambda row, sem: sem.arith(op, left(row, sem), right(row, sem))
+    if isinstance(node, exp.Binary) and type(node) in _COMPARE:
+        test = _COMPARE[type(node)]
+        left, right = compile_expr(node.left, slots), compile_expr(node.right, slots)
+        if _is_constant(node.right) and _is_column(node.left):
+            right = _with_affinity(right, left)
+        elif _is_constant(node.left) and _is_column(node.right):
+            left = _with_affinity(left, right)
+
+        def compare(row: Row, sem: Semantics) -> Any:
+            a, b = left(row, sem), right(row, sem)
+            if a is None or b is None:
+                return None
+            return test(sem.compare(a, b))
+
+        return compare
+    if isinstance(node, exp.And | exp.Or):
+        # A chain of one connector is compiled flat (AND and OR are associative in
+        # SQL's three-valued logic): 1,000 OR terms are neither 1,000 nested calls
+        # nor 1,000 re-renderings of ever shorter chains.
+        terms = [compile_expr(t, slots) for t in flatten(node, type(node))]
+        combine = _and if isinstance(node, exp.And) else _or
+
+        def chain(row: Row, sem: Semantics) -> Any:
+            acc = sem.truth(terms[0](row, sem))
+            for term in terms[1:]:
+                acc = combine(acc, sem.truth(term(row, sem)))
+            return acc
+
+        return chain
+    if isinstance(node, exp.Not):
+        inner = compile_expr(node.this, slots)
+
+        def negate(row: Row, sem: Semantics) -> Any:
+            v = sem.truth(inner(row, sem))
+            return None if v is None else not v
+
+        return negate
+    if isinstance(node, exp.Is) and isinstance(node.expression, exp.Null):
+        inner = compile_expr(node.this, slots)
+        return lambda row, sem: inner(row, sem) is None
+    if isinstance(node, exp.Between):
+        inner = compile_expr(node.this, slots)
+        low = compile_expr(node.args["low"], slots)
+        high = compile_expr(node.args["high"], slots)
+        if _is_column(node.this):
+            low = _with_affinity(low, inner) if _is_constant(node.args["low"]) else low
+            high = _with_affinity(high, inner) if _is_constant(node.args["high"]) else high
+
+        def between(row: Row, sem: Semantics) -> Any:
+            v, lo, hi = inner(row, sem), low(row, sem), high(row, sem)
+            above = None if v is None or lo is None else sem.compare(lo, v) <= 0
+            below = None if v is None or hi is None else sem.compare(v, hi) <= 0
+            return _and(above, below)
+
+        return between
+    if isinstance(node, exp.In) and not node.args.get("query"):
+        inner = compile_expr(node.this, slots)
+        items = [compile_expr(e, slots) for e in node.expressions]
+        if _is_column(node.this):
+            items = [_with_affinity(f, inner) if _is_constant(e) else f
+                     for f, e in zip(items, node.expressions, strict=True)]
+
+        def member(row: Row, sem: Semantics) -> Any:
+            v = inner(row, sem)
+            if v is None:
+                return None
+            found: bool | None = False
+            for f in items:
+                eq = sem.equal(v, f(row, sem))
+                if eq:
+                    return True
+                if eq is None:
+                    found = None
+            return found
+
+        return member
+    raise Unsupported(
+        f"the gate cannot evaluate {node.sql(dialect='mysql')!r} after merging shards: "
+        "use plain columns, aggregates of the select list, arithmetic and comparisons"
+    )
+
+
+def _is_column(node: exp.Expr) -> bool:
+    while isinstance(node, exp.Paren):
+        node = node.this
+    return isinstance(node, exp.Column)
+
+
+def _is_constant(node: exp.Expr) -> bool:
+    while isinstance(node, exp.Paren):
+        node = node.this
+    if isinstance(node, exp.Neg):
+        node = node.this
+    return isinstance(node, exp.Literal)
+
+
+_INTEGER_TEXT = re.compile(r"\s*[+-]?\d+\s*")
+_REAL_TEXT = re.compile(r"\s*[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?\s*")
+
+
+def _with_affinity(constant: Evaluator, column: Evaluator) -> Evaluator:
+    """``constant`` as the database compares it with a column's value.
+
+    SQLite: a column of numeric affinity (it holds a number) makes a text that
+    is a well-formed number that number, a column of TEXT affinity (it holds
+    text) makes a number its text. PostgreSQL: a quoted constant takes the
+    column's type (``int_col < '3'`` is ``< 3``; text that is no such number
+    stays text, which the gate refuses to compare, as PostgreSQL rejects it).
+    Elsewhere, and for values that do not convert, the constant as it is.
+    """
+
+    def value(row: Row, sem: Semantics) -> Any:
+        c = constant(row, sem)
+        if c is None or sem.dialect == "mysql":
+            return c
+        v = column(row, sem)
+        if sem.dialect == "postgres":
+            return _pg_typed(c, v)
+        if isinstance(v, int | float) and not isinstance(v, bool) and isinstance(c, str):
+            if _INTEGER_TEXT.fullmatch(c):
+                n = int(c)
+                return n if -(2**63) <= n < 2**63 else float(n)
+            if _REAL_TEXT.fullmatch(c):
+                return float(c)
+        elif isinstance(v, str) and isinstance(c, int | float | Decimal) and \
+                not isinstance(c, bool):
+            return str(c)
+        return c
+
+    return value
+
+
+def _pg_typed(c: Any, v: Any) -> Any:
+    """A quoted constant ``c`` read as the type of the column value ``v`` (PostgreSQL)."""
+    if not isinstance(c, str) or isinstance(v, bool):
+        return c
+    if isinstance(v, int) and _INTEGER_TEXT.fullmatch(c):
+        return int(c)
+    if isinstance(v, float | Decimal) and _REAL_TEXT.fullmatch(c):
+        return float(c) if isinstance(v, float) else Decimal(c.strip())
+    return c
+
+
+def _fractional(text: str) -> Evaluator:
+    """A number literal with a point or exponent: a double on SQLite (and MySQL for
+    ``1e2``), an exact decimal otherwise."""
+    exact = Decimal(text)
+    approximate = float(text)
+    is_exponent = "e" in text.lower()
+
+    def value(row: Row, sem: Semantics) -> Any:
+        if sem.dialect == "sqlite" or (is_exponent and sem.dialect == "mysql"):
+            return approximate
+        return exact
+
+    return value
+
+
+def _and(a: bool | None, b: bool | None) -> bool | None:
+    if a is False or b is False:
+        return False
+    if a is None or b is None:
+        return None
+    return True
+
+
+def _or(a: bool | None, b: bool | None) -> bool | None:
+    if a is True or b is True:
+        return True
+    if a is None or b is None:
+        return None
+    return False

@@ -1,0 +1,1 @@
+"""The database seam: each backend's connections, pools and bulk copy."""

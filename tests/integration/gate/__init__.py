@@ -1,0 +1,1 @@
+"""The gate: sessions, transactions, two-phase commit, limits, shard errors, VSchema DDL."""

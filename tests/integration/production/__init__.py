@@ -1,0 +1,1 @@
+"""Production mode: gate and tablet processes, failover, the topo."""

@@ -1,0 +1,1 @@
+"""Queues: table, segmented and inbox stores, managers, gRPC receivers."""

@@ -1,0 +1,1 @@
+"""Authorization on every door: statement rules, pools, streams, the property test."""

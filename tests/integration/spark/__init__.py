@@ -1,0 +1,1 @@
+"""The Spark pipeline: sources, writer, jobs, lake, production mode (real local Spark)."""

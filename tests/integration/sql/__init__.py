@@ -1,0 +1,2 @@
+"""SQL answers: the gate against one database holding all rows (differential, golden,
+SQLAlchemy suite)."""

@@ -1,0 +1,1 @@
+"""Change streams: backends' logs, the gate's merged stream, cache invalidation, gRPC."""

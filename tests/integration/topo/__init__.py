@@ -1,0 +1,1 @@
+"""The topo store on each backend."""

@@ -1,0 +1,1 @@
+"""Workflows: reshard, MoveTables, lookup backfill, catch-up, kills and busy writers."""
