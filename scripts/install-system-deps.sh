@@ -4,12 +4,15 @@
 #   chromium                  browser tests (Playwright drives /usr/bin/chromium)
 #   libpostgresql-jdbc-java   Spark JDBC references (benchmarks)
 #   sysbench                  bench/sysbench.sh and tests/integration/doors/test_sysbench.py
+#   etcd-server               the etcd topo store's tests (each test run starts its own etcd
+#                             on free ports, shardgate.topo.etcd_local; not the distro service)
 set -euo pipefail
 
 want=()
 command -v chromium >/dev/null || want+=(chromium)
 test -e /usr/share/java/postgresql.jar || want+=(libpostgresql-jdbc-java)
 command -v sysbench >/dev/null || want+=(sysbench)
+command -v etcd >/dev/null || want+=(etcd-server)
 
 if ((${#want[@]})); then
     echo "install-system-deps: installing ${want[*]}"

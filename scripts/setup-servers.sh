@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Bring up and configure the database servers shardgate's tests and CI use:
 # PostgreSQL 15 (logical decoding, prepared transactions), MariaDB 10.11
-# (row-based binary log with full metadata) and Redis.
+# (row-based binary log with full metadata) and Redis; checks that etcd is installed.
 #
 # Idempotent: run it as often as you like. A server is started only if it does
 # not answer, and restarted only if a setting that needs a restart differs from
@@ -268,8 +268,18 @@ setup_redis() {
     echo "redis: started ok"
 }
 
+# ---------------------------------------------------------------------- etcd --
+# Not started here: the topo tests start their own etcd on free ports in a temp dir.
+
+setup_etcd() {
+    command -v etcd >/dev/null ||
+        die "etcd is not installed; scripts/install-system-deps.sh installs etcd-server"
+    echo "etcd: $(etcd --version | head -1) ok (tests start their own)"
+}
+
 [[ $(id -u) == 0 ]] || die "run as root (it starts services and writes their configuration)"
 setup_postgres
 setup_mysql
 setup_redis
+setup_etcd
 echo "setup-servers: all servers ready"

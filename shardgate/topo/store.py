@@ -20,12 +20,18 @@ Invariants:
   writers queue on its row lock (SQLite: the database write lock) and the
   check-then-write inside the transaction cannot interleave.
 * **Watching is polling the clock.** One primary-key read of the clock row
-  tells a watcher whether anything changed (:class:`shardgate.topo.watch.TopoWatcher`).
+  tells a watcher whether anything changed (:class:`shardgate.topo.watch.TopoWatcher`);
+  :meth:`TopoStore.changed` is the wait between two reads (a sleep here, etcd's
+  watch in :mod:`shardgate.topo.etcd`).
+* **Leases** exist only where ``has_leases`` is true (etcd): a record put with a
+  lease is deleted by the store when the lease expires. The SQL and memory
+  stores have none; their tablet records expire on the readers' side.
 
 Backends: ``sqlite:///path`` (the embedded default, a file in the data
 directory), ``postgresql://…`` and ``mysql://…`` through the same seam as
-shards (:func:`shardgate.backends.open_backend`), and ``memory:`` (one
-process only: gates built in tests and :meth:`Gate.open` without a store).
+shards (:func:`shardgate.backends.open_backend`), ``etcd://host:port/prefix``
+(:mod:`shardgate.topo.etcd`) and ``memory:`` (one process only: gates built in
+tests and :meth:`Gate.open` without a store).
 """
 
 from __future__ import annotations
@@ -33,91 +39,25 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from abc import ABC, abstractmethod
-from dataclasses import dataclass
 from typing import Any
 
 from shardgate.backends import open_backend
 from shardgate.backends.base import Backend, transaction
 from shardgate.backends.urls import redacted
-from shardgate.errors import Aborted, InvalidArgument, NotFound, ShardgateError, Unavailable
+from shardgate.errors import NotFound, ShardgateError, Unavailable
+from shardgate.topo.base import (
+    KINDS,
+    Record,
+    TopoConflict,
+    TopoStore,
+    check_record,
+    conflict,
+    no_lease,
+)
 from shardgate.topo.model import Topology
 
-KINDS = ("keyspace", "cluster", "workflow", "tablet")
-
-
-class TopoConflict(Aborted):
-    """A compare-and-swap lost: the record changed since it was read."""
-
-
-@dataclass(frozen=True)
-class Record:
-    """One record; ``doc`` is None for a deleted record (a tombstone)."""
-
-    kind: str
-    name: str
-    doc: dict[str, Any] | None
-    version: int
-
-
-class TopoStore(ABC):
-    """Versioned records with compare-and-swap writes (see the module docstring)."""
-
-    #: where the store lives, password redacted (for messages)
-    location: str = ""
-
-    @abstractmethod
-    async def get(self, kind: str, name: str) -> Record | None:
-        """The live record, or None if it does not exist (or was deleted)."""
-
-    @abstractmethod
-    async def list_records(self, kind: str) -> list[Record]:
-        """Every live record of ``kind``, by name."""
-
-    @abstractmethod
-    async def put(
-        self, kind: str, name: str, doc: dict[str, Any], *, expect: int | None = None
-    ) -> int:
-        """Write ``doc``; return its new version.
-
-        ``expect``: None writes unconditionally, 0 only creates, N only
-        replaces version N; otherwise :class:`TopoConflict`.
-        """
-
-    @abstractmethod
-    async def delete(self, kind: str, name: str, *, expect: int | None = None) -> int:
-        """Delete (leave a tombstone); return the tombstone's version.
-
-        Deleting a record that does not exist is a no-op returning the clock.
-        """
-
-    @abstractmethod
-    async def clock(self) -> int:
-        """The version of the newest write (0 for an empty store)."""
-
-    @abstractmethod
-    async def changes_since(self, version: int) -> tuple[int, list[Record]]:
-        """``(clock, records written after version)``, tombstones included."""
-
-    @abstractmethod
-    async def close(self) -> None:
-        """Release connections."""
-
-
-def _check(kind: str, name: str) -> None:
-    if kind not in KINDS:
-        raise InvalidArgument(f"topo record kind {kind!r} is not one of {list(KINDS)}")
-    if not name or len(name) > 255:
-        raise InvalidArgument(f"topo record name {name!r} must be 1 to 255 characters")
-
-
-def _conflict(kind: str, name: str, expect: int, found: int | None) -> TopoConflict:
-    have = "does not exist" if found is None else f"is at version {found}"
-    want = "to be new" if expect == 0 else f"at version {expect}"
-    return TopoConflict(
-        f"topo record {kind}/{name} changed concurrently: expected it {want}, but it {have}; "
-        "read it again and retry"
-    )
+__all__ = ["KINDS", "MemoryTopoStore", "Record", "SqlTopoStore", "TopoConflict", "TopoStore",
+           "open_topo_store"]
 
 
 class MemoryTopoStore(TopoStore):
@@ -154,14 +94,16 @@ class MemoryTopoStore(TopoStore):
         )
 
     async def put(
-        self, kind: str, name: str, doc: dict[str, Any], *, expect: int | None = None
+        self, kind: str, name: str, doc: dict[str, Any], *, expect: int | None = None,
+        lease: int | None = None,
     ) -> int:
-        _check(kind, name)
+        check_record(kind, name)
+        no_lease(self.location, lease)
         text = json.dumps(doc)  # same check as the SQL store: the doc must be JSON
         return self._write(kind, name, json.loads(text), expect)
 
     async def delete(self, kind: str, name: str, *, expect: int | None = None) -> int:
-        _check(kind, name)
+        check_record(kind, name)
         if (kind, name) not in self._records and expect is None:
             return self._clock
         return self._write(kind, name, None, expect)
@@ -170,7 +112,7 @@ class MemoryTopoStore(TopoStore):
         cur = self._records.get((kind, name))
         live = cur.version if cur is not None and cur.doc is not None else None
         if expect is not None and (live or 0) != expect:
-            raise _conflict(kind, name, expect, live)
+            raise conflict(kind, name, expect, live)
         self._clock += 1
         self._records[(kind, name)] = Record(kind, name, doc, self._clock)
         return self._clock
@@ -284,13 +226,15 @@ class SqlTopoStore(TopoStore):
         ]
 
     async def put(
-        self, kind: str, name: str, doc: dict[str, Any], *, expect: int | None = None
+        self, kind: str, name: str, doc: dict[str, Any], *, expect: int | None = None,
+        lease: int | None = None,
     ) -> int:
-        _check(kind, name)
+        check_record(kind, name)
+        no_lease(self.location, lease)
         return await self._write(kind, name, json.dumps(doc, sort_keys=True), expect)
 
     async def delete(self, kind: str, name: str, *, expect: int | None = None) -> int:
-        _check(kind, name)
+        check_record(kind, name)
         return await self._write(kind, name, None, expect)
 
     async def _write(self, kind: str, name: str, text: str | None, expect: int | None) -> int:
@@ -308,7 +252,7 @@ class SqlTopoStore(TopoStore):
                     (kind, name))).rows
                 live = int(cur[0][1]) if cur and cur[0][0] is not None else None
                 if expect is not None and (live or 0) != expect:
-                    raise _conflict(kind, name, expect, live)
+                    raise conflict(kind, name, expect, live)
                 if text is None and not cur:
                     raise _NothingToDelete(clock - 1)
                 if cur:
@@ -349,7 +293,12 @@ class _NothingToDelete(ShardgateError):
 
 
 def open_topo_store(url: str) -> TopoStore:
-    """The store at ``url``: ``memory:``, ``sqlite:///path``, ``postgresql://…``, ``mysql://…``."""
+    """The store at ``url``: ``memory:``, ``sqlite:///path``, ``postgresql://…``, ``mysql://…``,
+    ``etcd://host:port/prefix``."""
     if url == "memory:":
         return MemoryTopoStore()
+    if url.startswith("etcd://"):
+        from shardgate.topo.etcd import EtcdTopoStore  # its client loads only when used
+
+        return EtcdTopoStore(url)
     return SqlTopoStore(open_backend(url, pool_size=2))

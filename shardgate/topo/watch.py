@@ -1,6 +1,10 @@
 """Following the topo store: every process sees every change within a bound.
 
-How: **version polling**. Every ``interval`` (200 ms by default) the watcher
+How: **version polling** on the SQL stores, **etcd's watch** on etcd: between
+two reads the watcher waits in :meth:`TopoStore.changed`, which sleeps
+``interval`` on SQL and returns on the first watch event on etcd (a change
+reaches a watching gate in milliseconds; the clock is still read at least every
+few seconds). Every ``interval`` (200 ms by default) the polling watcher
 reads the store's clock (one primary-key row). When it moved, the watcher
 reads the records written since, and if a keyspace or the global record is
 among them it reads the whole topology and hands it to ``on_topology``; other
@@ -94,4 +98,4 @@ class TopoWatcher:
                 if self.degraded is not None:
                     log.warning("topo store reachable again at version %d", self.version)
                 self.degraded = None
-            await asyncio.sleep(self.interval)
+            await self.server.store.changed(self.version, self.interval)

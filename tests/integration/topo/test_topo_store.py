@@ -1,9 +1,10 @@
-"""The topo store on SQLite, PostgreSQL and MariaDB: versions, compare-and-swap,
+"""The topo store on SQLite, PostgreSQL, MariaDB and etcd: versions, compare-and-swap,
 changes since a version, the topology on top, and a gate that follows it."""
 
 from __future__ import annotations
 
 import asyncio
+import statistics
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -14,17 +15,33 @@ import pytest
 from shardgate.auth.identity import TRUSTED
 from shardgate.errors import Code, FailedPrecondition, InvalidArgument, NotFound, Unavailable
 from shardgate.gate import Gate
+from shardgate.topo.etcd import EtcdTopoStore
 from shardgate.topo.local import open_topo, read_topology, store_path_for
 from shardgate.topo.model import Topology
 from shardgate.topo.server import TopoServer
-from shardgate.topo.store import MemoryTopoStore, TopoConflict, TopoStore, open_topo_store
+from shardgate.topo.store import (
+    MemoryTopoStore,
+    Record,
+    TopoConflict,
+    TopoStore,
+    open_topo_store,
+)
 from shardgate.topo.watch import TopoWatcher
 
+BACKENDS = ["memory", "sqlite", "postgres", "mysql", "etcd"]
 
-@pytest.fixture(params=["memory", "sqlite", "postgres", "mysql"])
-async def store(request: pytest.FixtureRequest, make_database: Any) -> AsyncIterator[TopoStore]:
+
+def store_url(kind: str, request: pytest.FixtureRequest) -> str:
+    """An empty store of ``kind`` for this test."""
+    if kind == "etcd":
+        return str(request.getfixturevalue("etcd_url"))
+    return str(request.getfixturevalue("make_database")(kind, "topo"))
+
+
+@pytest.fixture(params=BACKENDS)
+async def store(request: pytest.FixtureRequest) -> AsyncIterator[TopoStore]:
     kind: str = request.param
-    s = MemoryTopoStore() if kind == "memory" else open_topo_store(make_database(kind, "topo"))
+    s = MemoryTopoStore() if kind == "memory" else open_topo_store(store_url(kind, request))
     yield s
     await s.close()
 
@@ -34,13 +51,15 @@ async def test_versions_follow_one_clock(store: TopoStore) -> None:
     v1 = await store.put("keyspace", "a", {"x": 1})
     v2 = await store.put("keyspace", "b", {"x": 2})
     v3 = await store.put("keyspace", "a", {"x": 3})
-    assert (v1, v2, v3) == (1, 2, 3)
+    assert 0 < v1 < v2 < v3
+    if not isinstance(store, EtcdTopoStore):  # etcd's revisions count every prefix's writes
+        assert (v1, v2, v3) == (1, 2, 3)
     rec = await store.get("keyspace", "a")
-    assert rec is not None and rec.doc == {"x": 3} and rec.version == 3
+    assert rec is not None and rec.doc == {"x": 3} and rec.version == v3
     assert [r.name for r in await store.list_records("keyspace")] == ["a", "b"]
-    clock, changed = await store.changes_since(1)
-    assert clock == 3
-    assert [(r.name, r.version) for r in changed] == [("b", 2), ("a", 3)]
+    clock, changed = await store.changes_since(v1)
+    assert clock == v3 == await store.clock()
+    assert [(r.name, r.version) for r in changed] == [("b", v2), ("a", v3)]
 
 
 async def test_compare_and_swap_refuses_a_stale_writer(store: TopoStore) -> None:
@@ -245,3 +264,74 @@ async def test_watcher_delivers_in_clock_order_never_skips() -> None:
         assert await watcher.poll()
     assert not await watcher.poll()
     assert seen == sorted(seen) and len(seen) == 3 and seen[-1] == await store.clock()
+
+
+async def test_a_leased_record_goes_with_its_lease(store: TopoStore) -> None:
+    if not store.has_leases:  # SQL and memory: no leases; a lease is refused, not ignored
+        assert await store.grant_lease(3) is None
+        with pytest.raises(InvalidArgument, match="no leases"):
+            await store.put("tablet", "t", {"a": 1}, lease=7)
+        return
+    lease = await store.grant_lease(1)
+    assert lease is not None
+    v = await store.put("tablet", "t", {"a": 1}, lease=lease)
+    assert await store.keep_alive(lease)
+    seen: list[Record] = []
+    version = v
+
+    async def until_gone() -> None:
+        nonlocal version
+        while not any(r.name == "t" and r.doc is None for r in seen):
+            await store.changed(version, 0.2)
+            version, records = await store.changes_since(version)
+            seen.extend(records)
+
+    start = time.monotonic()
+    await asyncio.wait_for(until_gone(), 10)
+    took = time.monotonic() - start
+    assert 0.9 < took < 4.0  # the lease's second, plus etcd's expiry check
+    assert await store.get("tablet", "t") is None
+    assert not await store.keep_alive(lease)
+    assert await store.clock() >= version > v
+
+
+async def test_unreachable_etcd_is_a_coded_error() -> None:
+    server = TopoServer(open_topo_store("etcd://root:secret@127.0.0.1:1/sg"))
+    try:
+        with pytest.raises(Unavailable) as err:
+            await Gate.from_topo(server)
+        assert "topo store at etcd://127.0.0.1:1/sg" in err.value.message
+        assert "secret" not in err.value.message
+    finally:
+        await server.close()
+
+
+@pytest.mark.parametrize("url", ["etcd://", "etcd://h:x/p", "etcd://h/p?zone=a", "etcd://h/p?cell=a/b"])
+def test_bad_etcd_urls_are_refused(url: str) -> None:
+    with pytest.raises(InvalidArgument, match="topo store URL"):
+        open_topo_store(url)
+
+
+async def test_a_gate_on_etcd_sees_a_vschema_change_within_100ms_median(
+    tmp_path: Path, etcd_url: str
+) -> None:
+    """Watches, not polling: the median over 20 changes is well under one poll interval."""
+    path = _cluster(tmp_path)
+    g1 = await Gate.from_topo(await open_topo(path, url=etcd_url), watch=False)
+    g2 = await Gate.from_topo(await open_topo(path, url=etcd_url))
+    try:
+        times: list[float] = []
+        for n in range(20):
+            name = f"n{n}"
+            await g1.change_vschema("ks", lambda vs, name=name: {**vs, "tables": {
+                **vs["tables"], name: {"column_vindexes": [{"column": "id", "name": "hash"}]}}})
+            times.append(await _wait_for(
+                lambda name=name: name in g2.topology.keyspace("ks").vschema["tables"]))
+        median = statistics.median(times)
+        print(f"etcd watch propagation: median {median * 1000:.1f} ms, "
+              f"max {max(times) * 1000:.1f} ms over {len(times)} changes")
+        assert median < 0.1
+        assert g2.degraded is None
+    finally:
+        await g1.close()
+        await g2.close()
