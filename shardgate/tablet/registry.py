@@ -22,6 +22,10 @@ Invariants and rules (kept simple on purpose):
   (compare-and-swap on the version it read, so a tablet that came back and
   wrote a newer heartbeat is never deleted). A dead tablet's record is
   therefore ignored after about 3 s and gone from the store after a minute.
+* **Leases, on a store that has them (etcd).** The record is written with a
+  store lease of ``EXPIRE_BEATS`` heartbeats, renewed on every beat; when the
+  tablet dies the lease expires and the store deletes the record itself
+  (watchers see the delete), so no tablet purges others' records there.
 """
 
 from __future__ import annotations
@@ -122,6 +126,7 @@ class TabletRegistration:
         self._beat = 0
         self._task: asyncio.Task[None] | None = None
         self._written: tuple[str, str] | None = None
+        self._lease: int | None = None
 
     def _role(self) -> str:
         return LEASE_HOLDER if self.tablet.queues.leader else STANDBY
@@ -145,10 +150,19 @@ class TabletRegistration:
         """Write the record now (and purge long-dead records of this shard)."""
         self._beat += 1
         rec = self.record()
-        await self.store.put(KIND, self.alias, asdict(rec))
+        await self.store.put(KIND, self.alias, asdict(rec), lease=await self._renew_lease())
         self._written = (rec.role, rec.health)
-        if self._beat % 10 == 1:
+        if self._beat % 10 == 1 and not self.store.has_leases:
             await self._purge()
+
+    async def _renew_lease(self) -> int | None:
+        """The lease the record goes with (None: the store has none), renewed; a new one
+        if it expired (the tablet was stopped or cut off for longer than the lease)."""
+        if not self.store.has_leases:
+            return None
+        if self._lease is None or not await self.store.keep_alive(self._lease):
+            self._lease = await self.store.grant_lease(EXPIRE_BEATS * self.heartbeat_s)
+        return self._lease
 
     async def _purge(self) -> None:
         now = time.time()
@@ -186,6 +200,9 @@ class TabletRegistration:
         if deregister:
             with contextlib.suppress(ShardgateError):
                 await self.store.delete(KIND, self.alias)
+            if self._lease is not None:
+                with contextlib.suppress(ShardgateError):
+                    await self.store.revoke_lease(self._lease)
 
 
 class TabletRoster:

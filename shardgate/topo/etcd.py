@@ -52,7 +52,7 @@ import aetcd
 from aetcd import rpc
 
 from shardgate.aio import cancel_and_wait, wait_for
-from shardgate.errors import InvalidArgument, Unavailable
+from shardgate.errors import InvalidArgument, NotFound, Unavailable
 from shardgate.topo.base import KINDS, Record, TopoStore, check_record, conflict
 
 log = logging.getLogger(__name__)
@@ -170,7 +170,11 @@ class EtcdTopoStore(TopoStore):
     async def _call(self, aw: Awaitable[T]) -> T:
         try:
             return await wait_for(aw, REQUEST_TIMEOUT_S)
-        except (aetcd.ClientError, rpc.AioRpcError, TimeoutError) as exc:
+        except rpc.AioRpcError as exc:
+            if exc.code() == rpc.StatusCode.NOT_FOUND:  # e.g. a put with an expired lease
+                raise NotFound(f"the topo store at {self.location}: {exc.details()}") from exc
+            raise self._unreachable(exc) from exc
+        except (aetcd.ClientError, TimeoutError) as exc:
             raise self._unreachable(exc) from exc
 
     def _unreachable(self, exc: BaseException) -> Unavailable:

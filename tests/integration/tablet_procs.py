@@ -140,11 +140,13 @@ def _kill_all(procs: dict[str, multiprocessing.process.BaseProcess]) -> None:
 async def serve_with_processes(
     topology: Topology, directory: Path, *, per_shard: int = 1, extra: tuple[str, ...] = (),
     failover_timeout: float = 10.0, tablet_security: ClientSecurity | None = None,
+    topo_url: str | None = None,
 ) -> TabletProcesses:
-    """Import ``topology`` into a new topo store in ``directory``, start ``per_shard`` tablet
-    processes per shard, wait until each shard has a lease holder, open the remote gate."""
+    """Import ``topology`` into a new topo store in ``directory`` (or the empty one at
+    ``topo_url``), start ``per_shard`` tablet processes per shard, wait until each shard
+    has a lease holder, open the remote gate."""
     directory.mkdir(parents=True, exist_ok=True)
-    topo_url = f"sqlite:///{directory / 'topo.db'}"
+    topo_url = topo_url or f"sqlite:///{directory / 'topo.db'}"
     topo = await open_topo(url=topo_url)
     await topo.import_topology(topology)
     procs: dict[str, multiprocessing.process.BaseProcess] = {}

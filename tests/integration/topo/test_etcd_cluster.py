@@ -1,0 +1,78 @@
+"""A gate and tablet processes on an etcd topo store (``--topo etcd://…``).
+
+The tablets register with etcd leases: a SIGKILLed tablet's record is deleted by
+etcd when its lease expires (about 3 s: three 1 s heartbeats), not left for a
+heartbeat purge a minute later, and the gate's watch sees it go; the gate fails
+over to the standby meanwhile.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import pytest
+
+from shardgate.auth.identity import TRUSTED
+from shardgate.gate import Gate
+from shardgate.tablet.registry import EXPIRE_BEATS, KIND
+from shardgate.topo import Topology
+from tests.conftest import require_server
+from tests.integration.tablet_procs import TabletProcesses, serve_with_processes
+
+pytestmark = pytest.mark.postgres
+
+
+@pytest.fixture
+async def pair(
+    make_database: Callable[..., str], tmp_path: Path, etcd_url: str
+) -> AsyncIterator[TabletProcesses]:
+    """Keyspace ``app`` (one shard, table ``w``) served by 2 tablet processes on etcd."""
+    require_server("postgres")
+    topo = Topology.from_dict({"default_keyspace": "app", "keyspaces": {
+        "app": {"shards": {"0": make_database("postgres", "etcd")},
+                "vschema": {"sharded": False}}}})
+    setup = Gate.open(topo)
+    try:
+        await setup.execute(setup.session(identity=TRUSTED),
+                            "CREATE TABLE w (id BIGINT PRIMARY KEY, v VARCHAR(32))")
+    finally:
+        await setup.close()
+    procs = await serve_with_processes(topo, tmp_path / "tablets", per_shard=2,
+                                       topo_url=etcd_url)
+    try:
+        yield procs
+    finally:
+        await procs.close()
+
+
+async def test_a_killed_tablets_record_goes_with_its_lease(pair: TabletProcesses) -> None:
+    gate, store = pair.gate, pair.topo.store
+    assert store.location.startswith("etcd://") and store.has_leases
+    s = gate.session("app", identity=TRUSTED)
+    await gate.execute(s, "INSERT INTO w (id, v) VALUES (1, 'one')")
+    holder = pair.holder("app", "0")
+    standby = next(a for a in pair.shards[("app", "0")] if a != holder)
+    assert await store.get(KIND, holder) is not None
+
+    pair.kill(holder)
+    killed = time.monotonic()
+    while await store.get(KIND, holder) is not None:  # nobody deletes it but etcd
+        assert time.monotonic() - killed < EXPIRE_BEATS + 3, "the record outlived its lease"
+        await asyncio.sleep(0.05)
+    gone_after = time.monotonic() - killed
+    print(f"killed tablet's record deleted by etcd {gone_after:.2f} s after SIGKILL")
+    assert gone_after > 1.0  # the lease ran out; no one deleted it at once
+    # the gate's watch saw the delete: its roster no longer lists the dead tablet
+    while holder in {r.alias for r in pair.fleet.roster.all()}:
+        assert time.monotonic() - killed < EXPIRE_BEATS + 4
+        await asyncio.sleep(0.05)
+    # the standby took the shard over and the gate reaches it
+    while pair.fleet.pick("app", "0") is None or pair.holder("app", "0") != standby:
+        assert time.monotonic() - killed < 15, "no failover to the standby"
+        await asyncio.sleep(0.05)
+    assert (await gate.execute(s, "SELECT v FROM w WHERE id = 1")).rows == [("one",)]
+    live = await store.list_records(KIND)
+    assert [r.name for r in live] == [standby]
