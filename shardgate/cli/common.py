@@ -108,7 +108,7 @@ def cluster_file_of(args: argparse.Namespace, *, default_data_dir: bool = False)
     return cluster_file
 
 
-STORE_HELP = "the topo store (sqlite:///…, postgresql://…, mysql://…)"
+STORE_HELP = "the topo store (sqlite:///…, postgresql://…, mysql://…, etcd://HOST:PORT/prefix)"
 
 
 def store_args(p: argparse.ArgumentParser) -> None:

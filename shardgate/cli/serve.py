@@ -136,7 +136,8 @@ DEFAULT_TABLET_PORT = 15999
 
 
 TOPO_HELP = (
-    "topo store URL (sqlite:///…, postgresql://…, mysql://…); default: the SQLite store "
+    "topo store URL (sqlite:///…, postgresql://…, mysql://…, etcd://HOST:PORT/prefix); "
+    "default: the SQLite store "
     "beside the cluster file (NAME.topo.db), seeded from the file the first time"
 )
 
