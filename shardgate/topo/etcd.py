@@ -64,6 +64,16 @@ DEFAULT_PREFIX = "/shardgate"
 DEFAULT_CELL = "local"
 #: seconds an etcd request may take before the store counts as unreachable
 REQUEST_TIMEOUT_S = 5.0
+#: gRPC channel options: reconnect within a second of etcd coming back (gRPC's default
+#: backoff grows to two minutes, a gate would stay degraded that long), and notice a dead
+#: link by keepalive pings (no more often than etcd's default minimum of 5 s allows)
+CHANNEL_OPTIONS = {
+    "grpc.initial_reconnect_backoff_ms": 100,
+    "grpc.min_reconnect_backoff_ms": 100,
+    "grpc.max_reconnect_backoff_ms": 1000,
+    "grpc.keepalive_time_ms": 10_000,
+    "grpc.keepalive_timeout_ms": 5_000,
+}
 #: the tombstone: an empty value (a live record's value is a JSON document, never empty)
 TOMBSTONE = b""
 #: the longest a watcher waits without an event before it reads the clock anyway (a watch
@@ -124,7 +134,7 @@ class EtcdTopoStore(TopoStore):
             f"?cell={cell}" if cell != DEFAULT_CELL else "")
         self._root = (prefix.rstrip("/") + "/").encode()
         self._client = aetcd.Client(host=host, port=port, username=user, password=password,
-                                    timeout=REQUEST_TIMEOUT_S)
+                                    timeout=REQUEST_TIMEOUT_S, options=CHANNEL_OPTIONS)
         #: the newest revision the watch has seen (0: no watch yet)
         self._seen = 0
         #: key -> tombstone of keys the watch saw deleted (lease expiry), newest last

@@ -40,10 +40,11 @@ def _answers(port: int) -> bool:
 class LocalEtcd:
     """One ``etcd`` process serving ``url`` (``etcd://127.0.0.1:PORT``)."""
 
-    def __init__(self, data_dir: Path, proc: subprocess.Popen[bytes], port: int) -> None:
+    def __init__(self, data_dir: Path, port: int, peer_port: int) -> None:
         self.data_dir = data_dir
-        self.proc = proc
         self.port = port
+        self.peer_port = peer_port
+        self.proc: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
@@ -53,34 +54,40 @@ class LocalEtcd:
     @classmethod
     def start(cls, data_dir: Path) -> LocalEtcd:
         """Start etcd with its data in ``data_dir``; return once it serves requests."""
+        data_dir.mkdir(parents=True, exist_ok=True)
+        etcd = cls(data_dir, _free_port(), _free_port())
+        etcd.restart()
+        return etcd
+
+    def restart(self) -> None:
+        """(Re)start the process on the same ports and data; return once it serves."""
         binary = shutil.which("etcd")
         if binary is None:
             raise FailedPrecondition(
                 "etcd is not installed; run scripts/install-system-deps.sh as root "
                 "(Debian package etcd-server)")
-        data_dir.mkdir(parents=True, exist_ok=True)
-        client, peer = _free_port(), _free_port()
-        log = (data_dir / "etcd.log").open("ab")
-        proc = subprocess.Popen(
-            [binary, "--name", "sg", "--data-dir", str(data_dir / "data"),
-             "--listen-client-urls", f"http://127.0.0.1:{client}",
-             "--advertise-client-urls", f"http://127.0.0.1:{client}",
-             "--listen-peer-urls", f"http://127.0.0.1:{peer}",
-             "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer}",
-             "--initial-cluster", f"sg=http://127.0.0.1:{peer}",
-             # a lone member: short election, fast lease expiry checks
-             "--heartbeat-interval", "50", "--election-timeout", "500"],
-            stdout=log, stderr=log, stdin=subprocess.DEVNULL)
-        log.close()
-        etcd = cls(data_dir, proc, client)
+        self.stop()
+        client, peer = self.port, self.peer_port
+        log_path = self.data_dir / "etcd.log"
+        log_path.write_bytes(b"")
+        with log_path.open("ab") as log:
+            self.proc = subprocess.Popen(
+                [binary, "--name", "sg", "--data-dir", str(self.data_dir / "data"),
+                 "--listen-client-urls", f"http://127.0.0.1:{client}",
+                 "--advertise-client-urls", f"http://127.0.0.1:{client}",
+                 "--listen-peer-urls", f"http://127.0.0.1:{peer}",
+                 "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer}",
+                 "--initial-cluster", f"sg=http://127.0.0.1:{peer}",
+                 # a lone member: a short election
+                 "--heartbeat-interval", "50", "--election-timeout", "500"],
+                stdout=log, stderr=log, stdin=subprocess.DEVNULL)
         deadline = time.monotonic() + START_TIMEOUT_S
-        while not etcd._ready():
-            if proc.poll() is not None or time.monotonic() > deadline:
-                etcd.stop()
-                tail = (data_dir / "etcd.log").read_text(errors="replace")[-2000:]
+        while not self._ready():
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                tail = log_path.read_text(errors="replace")[-2000:]
                 raise Unavailable(f"etcd did not start (port {client}): {tail}")
             time.sleep(0.05)
-        return etcd
 
     def _ready(self) -> bool:
         # etcd logs this once the member has a leader and serves its client port
@@ -89,10 +96,16 @@ class LocalEtcd:
 
     def stop(self) -> None:
         """End the process (SIGTERM, SIGKILL after 5 s)."""
-        if self.proc.poll() is None:
+        if self.proc is not None and self.proc.poll() is None:
             self.proc.terminate()
             try:
                 self.proc.wait(5)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+
+    def kill(self) -> None:
+        """SIGKILL the process (as a crash or a lost host would end it)."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()

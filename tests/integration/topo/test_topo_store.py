@@ -16,6 +16,7 @@ from shardgate.auth.identity import TRUSTED
 from shardgate.errors import Code, FailedPrecondition, InvalidArgument, NotFound, Unavailable
 from shardgate.gate import Gate
 from shardgate.topo.etcd import EtcdTopoStore
+from shardgate.topo.etcd_local import LocalEtcd
 from shardgate.topo.local import open_topo, read_topology, store_path_for
 from shardgate.topo.model import Topology
 from shardgate.topo.server import TopoServer
@@ -36,6 +37,12 @@ def store_url(kind: str, request: pytest.FixtureRequest) -> str:
     if kind == "etcd":
         return str(request.getfixturevalue("etcd_url"))
     return str(request.getfixturevalue("make_database")(kind, "topo"))
+
+
+@pytest.fixture(params=BACKENDS[1:])
+def seed_url(request: pytest.FixtureRequest) -> str | None:
+    """Where a cluster file's store is: beside it (SQLite, None) or another backend's URL."""
+    return None if request.param == "sqlite" else store_url(request.param, request)
 
 
 @pytest.fixture(params=BACKENDS)
@@ -117,8 +124,10 @@ def _cluster(tmp_path: Path, name: str = "cluster.yaml") -> Path:
     return path
 
 
-async def test_server_refuses_invalid_vschema_and_saves_nothing(tmp_path: Path) -> None:
-    server = await open_topo(_cluster(tmp_path))
+async def test_server_refuses_invalid_vschema_and_saves_nothing(
+    tmp_path: Path, seed_url: str | None
+) -> None:
+    server = await open_topo(_cluster(tmp_path), url=seed_url)
     try:
         before = await server.store.clock()
 
@@ -134,8 +143,10 @@ async def test_server_refuses_invalid_vschema_and_saves_nothing(tmp_path: Path) 
         await server.close()
 
 
-async def test_update_with_expected_version_conflicts(tmp_path: Path) -> None:
-    server = await open_topo(_cluster(tmp_path))
+async def test_update_with_expected_version_conflicts(
+    tmp_path: Path, seed_url: str | None
+) -> None:
+    server = await open_topo(_cluster(tmp_path), url=seed_url)
     try:
         _, v = await server.keyspace_vschema("ks")
 
@@ -176,8 +187,9 @@ async def test_cluster_file_seeds_the_store_once(tmp_path: Path) -> None:
         await server.close()
 
 
-async def test_empty_store_is_a_coded_error(tmp_path: Path) -> None:
-    server = TopoServer(open_topo_store(f"sqlite:///{tmp_path / 'empty.db'}"))
+@pytest.mark.parametrize("kind", BACKENDS[1:])
+async def test_empty_store_is_a_coded_error(kind: str, request: pytest.FixtureRequest) -> None:
+    server = TopoServer(open_topo_store(store_url(kind, request)))
     try:
         with pytest.raises(FailedPrecondition, match="topo import"):
             await server.load_topology()
@@ -204,10 +216,12 @@ async def _wait_for(cond: Any, timeout: float = 5.0) -> float:
     return time.monotonic() - start
 
 
-async def test_second_gate_follows_a_change_within_a_second(tmp_path: Path) -> None:
+async def test_second_gate_follows_a_change_within_a_second(
+    tmp_path: Path, seed_url: str | None
+) -> None:
     path = _cluster(tmp_path)
-    g1 = await Gate.from_topo(await open_topo(path))
-    g2 = await Gate.from_topo(await open_topo(path))
+    g1 = await Gate.from_topo(await open_topo(path, url=seed_url))
+    g2 = await Gate.from_topo(await open_topo(path, url=seed_url))
     try:
         s1, s2 = g1.session("ks", identity=TRUSTED), g2.session("ks", identity=TRUSTED)
         await g1.execute(s1, "CREATE TABLE IF NOT EXISTS n (id BIGINT PRIMARY KEY, v TEXT)")
@@ -335,3 +349,35 @@ async def test_a_gate_on_etcd_sees_a_vschema_change_within_100ms_median(
     finally:
         await g1.close()
         await g2.close()
+
+
+async def test_a_gate_that_loses_etcd_keeps_serving_degraded(tmp_path: Path) -> None:
+    """etcd killed: the watch breaks, the gate serves its topology, degraded; etcd back on
+    the same ports and data: the watch resumes and a change made meanwhile arrives."""
+    etcd = LocalEtcd.start(tmp_path / "etcd")
+    url = f"{etcd.url}/sg"
+    gate = await Gate.from_topo(await open_topo(_cluster(tmp_path), url=url))
+    writer = await open_topo(url=url)
+    try:
+        s = gate.session("ks", identity=TRUSTED)
+        await gate.execute(s, "CREATE TABLE IF NOT EXISTS t (id BIGINT PRIMARY KEY)")
+        etcd.kill()
+        await _wait_for(lambda: gate.degraded is not None)
+        assert "etcd://127.0.0.1" in (gate.degraded or "")
+        assert (await gate.execute(s, "SELECT COUNT(*) FROM t")).rows == [(0,)]
+        await asyncio.to_thread(etcd.restart)
+        back = time.monotonic()
+        while True:  # the writer's channel reconnects within a second (UNAVAILABLE: retry)
+            try:
+                await writer.update_vschema("ks", lambda vs: {**vs, "tables": {
+                    **vs["tables"], "m": {"column_vindexes": [{"column": "id", "name": "hash"}]}}})
+                break
+            except Unavailable:
+                assert time.monotonic() - back < 3.0
+                await asyncio.sleep(0.1)
+        await _wait_for(lambda: "m" in gate.topology.keyspace("ks").vschema["tables"]
+                        and gate.degraded is None, timeout=15)
+    finally:
+        await writer.close()
+        await gate.close()
+        etcd.stop()
