@@ -99,7 +99,7 @@ def parse_etcd_url(url: str) -> tuple[str, int, str, str, str | None, str | None
     except ValueError as exc:
         raise InvalidArgument(f"topo store URL {url!r}: bad port") from exc
     prefix = "/" + parts.path.strip("/") if parts.path.strip("/") else DEFAULT_PREFIX
-    query = parse_qs(parts.query)
+    query = parse_qs(parts.query, keep_blank_values=True)
     unknown = sorted(set(query) - {"cell"})
     if unknown:
         raise InvalidArgument(f"topo store URL {url!r}: unknown options {unknown}; "
