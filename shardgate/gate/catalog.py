@@ -17,12 +17,14 @@ bookkeeping, SQLite's own) are left out.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from shardgate.errors import NotFound
+from shardgate.evalengine.coerce import Kind, column_types_sql, kind_of_type
 from shardgate.tablet import TabletClient
+from shardgate.topo.model import Topology
 from shardgate.vindexes import Vindex
 from shardgate.vschema import VSchema
 
@@ -380,3 +382,73 @@ def rename_databases(text: str, names: dict[str, str]) -> str:
         if db != keyspace:
             text = text.replace(f"{quote_mysql(db)}.", f"{quote_mysql(keyspace)}.")
     return text
+
+
+class CatalogGate(Protocol):
+    """What :class:`Catalog` needs of the gate: the served topology and first shards."""
+
+    @property
+    def topology(self) -> Topology: ...
+
+    def first_shard(self, keyspace: str) -> tuple[tuple[str, str], TabletClient]: ...
+
+
+class Catalog:
+    """The gate's reads of its keyspaces' schemas, each from the keyspace's first shard.
+
+    Invariant: :meth:`column_kinds` answers from a cache that is emptied
+    (:meth:`forget`) on every DDL through the gate and every topology change;
+    everything else is read anew on each call.
+    """
+
+    def __init__(self, gate: CatalogGate) -> None:
+        self._gate = gate
+        #: (keyspace, lower-case table) -> column kinds, read from the first shard
+        self.kinds: dict[tuple[str, str], dict[str, Kind]] = {}
+
+    def forget(self) -> None:
+        """Drop the cached column kinds (a DDL or a new topology may have changed them)."""
+        self.kinds.clear()
+
+    async def column_kinds(self, keyspace: str, table: str) -> Mapping[str, Kind]:
+        """How each column of ``table`` converts values, from its first shard's schema.
+
+        Cached until the next DDL through the gate; a table the shard does not
+        know (yet) gives an empty mapping, which is not cached.
+        """
+        key = (keyspace, table.lower())
+        found = self.kinds.get(key)
+        if found is not None:
+            return found
+        _, tablet = self._gate.first_shard(keyspace)
+        res = await tablet.execute(column_types_sql(tablet.dialect, tablet.placeholder), [table])
+        found = {str(r[0]).lower(): kind_of_type(str(r[1] or ""), tablet.dialect)
+                 for r in res.rows}
+        if found:
+            self.kinds[key] = found
+        return found
+
+    async def tables(self, keyspace: str, table: str | None = None) -> list[TableInfo]:
+        """The tables of ``keyspace`` (or only ``table``) with columns and indexes."""
+        return await read_catalog(self._gate.first_shard(keyspace)[1], table)
+
+    async def views(self, keyspace: str) -> list[str]:
+        """The views of ``keyspace`` (its first shard's), sorted."""
+        return await read_views(self._gate.first_shard(keyspace)[1])
+
+    async def native_describe(self, keyspace: str, table: str) -> list[tuple[Any, ...]] | None:
+        """The first shard's own ``DESCRIBE`` (MariaDB/MySQL; None elsewhere or not found)."""
+        return await native_describe(self._gate.first_shard(keyspace)[1], table)
+
+    async def native_create(self, keyspace: str, table: str) -> str | None:
+        """The first shard's own ``SHOW CREATE TABLE`` (MariaDB/MySQL), database names
+        turned into keyspace names; None on other dialects or when not found."""
+        text = await native_create(self._gate.first_shard(keyspace)[1], table)
+        if text is None:
+            return None
+        names: dict[str, str] = {}
+        for ks in self._gate.topology.keyspaces:
+            db = await database_name(self._gate.first_shard(ks)[1])
+            if db is not None:
+                names[db] = ks
+        return rename_databases(text, names)

@@ -122,3 +122,24 @@ async def _warm(tablet: TabletClient) -> None:
     with contextlib.suppress(ShardgateError):
         await asyncio.gather(*(tablet.execute("SELECT 1", [])
                                for _ in range(WARM_CONNECTIONS)))
+
+
+class Hold:
+    """What a gate's held statements wait on: one :class:`Refresher` reading the topo
+    store (``poll``) and one :class:`Warmer` of the pending shards (``pending``) for
+    all of them, and the version of the topology the gate serves (``serving``)."""
+
+    def __init__(self, poll: Callable[[], Awaitable[object]],
+                 pending: Callable[[], list[TabletClient]], serving: Callable[[], int]) -> None:
+        self._refresh = Refresher(poll)
+        self._warm = Warmer(pending, serving)
+        self._serving = serving
+
+    async def wait(self, deadline: float) -> bool:
+        """:func:`wait_for_switch` for this gate: True to replay the held statement,
+        False once ``deadline`` (monotonic) passed."""
+        return await wait_for_switch(self._refresh, self._serving, deadline, self._warm)
+
+    async def close(self) -> None:
+        """Stop warming (the gate closes its tablets next)."""
+        await self._warm.close()

@@ -27,9 +27,15 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 
-from shardgate.errors import FailedPrecondition
+from sqlglot import exp
+
+from shardgate.errors import FailedPrecondition, ShardgateError
+from shardgate.gate.failures import internal_failure, quiet_rollback
+from shardgate.tablet import TabletClient
 
 AllocateFn = Callable[[str, int], Awaitable[tuple[int, int]]]
+#: keyspace -> ``(keyspace, shard)`` and tablet of its first shard
+FirstShardFn = Callable[[str], tuple[tuple[str, str], TabletClient]]
 
 
 class Sequences:
@@ -77,3 +83,62 @@ class Sequences:
                 nxt = first
             self._blocks[sequence] = (nxt + count, end)
             return nxt
+
+
+class SequenceTables:
+    """Where each sequence's row lives (the first shard of its keyspace) and how a
+    block of its values is reserved there (the ``allocate`` of :class:`Sequences`)."""
+
+    def __init__(self, first_shard: FirstShardFn) -> None:
+        self._first_shard = first_shard
+
+    def home(self, sequence: str) -> tuple[tuple[str, str], TabletClient, str]:
+        """Where sequence ``ks.table`` lives: the first shard of ``ks``; and ``table``."""
+        ks_name, table = sequence.split(".", 1)
+        key, tablet = self._first_shard(ks_name)
+        return key, tablet, table
+
+    async def allocate(self, sequence: str, count: int) -> tuple[int, int]:
+        """Reserve a block of ``max(cache, count)`` values in a transaction of its own."""
+        key, tablet, table = self.home(sequence)
+        tid = await tablet.begin()
+        try:
+            end, cache = await self._reserve(tablet, sequence, table, tid, count, cached=True)
+            await tablet.commit(tid)
+        except ShardgateError as exc:
+            await quiet_rollback(tablet, tid)
+            raise internal_failure(exc, f"{key[0]}/{key[1]}",
+                                   f"allocating values of sequence {sequence}") from exc
+        except BaseException:
+            await quiet_rollback(tablet, tid)
+            raise
+        return end - max(cache, count), end
+
+    async def allocate_in(self, tid: int, sequence: str, count: int) -> tuple[int, int]:
+        """Reserve exactly ``count`` values inside the session's transaction ``tid``."""
+        _, tablet, table = self.home(sequence)
+        end, _ = await self._reserve(tablet, sequence, table, tid, count, cached=False)
+        return end - count, end
+
+    async def _reserve(
+        self, tablet: TabletClient, sequence: str, table: str, tid: int, count: int,
+        *, cached: bool,
+    ) -> tuple[int, int]:
+        """Move ``next_id`` on (UPDATE first: the row lock serialises gates); its new value."""
+        ident = exp.to_identifier(table).sql(dialect=tablet.dialect)
+        ph = tablet.placeholder
+        if ph == "%s":  # a driver formatting its parameters: a % of the name is doubled
+            ident = ident.replace("%", "%%")
+        step = f"CASE WHEN cache > {ph} THEN cache ELSE {ph} END" if cached else ph
+        await tablet.execute(
+            f"UPDATE {ident} SET next_id = next_id + {step} WHERE id = 0",
+            [count, count] if cached else [count],
+            tid,
+        )
+        res = await tablet.execute(f"SELECT next_id, cache FROM {ident} WHERE id = 0", [], tid)
+        if not res.rows:
+            raise FailedPrecondition(
+                f"sequence {sequence} has no row with id = 0: "
+                f"INSERT INTO {table} (id, next_id, cache) VALUES (0, 1, 1000)"
+            )
+        return int(res.rows[0][0]), int(res.rows[0][1])

@@ -25,6 +25,8 @@ import time
 from dataclasses import dataclass, field
 
 from shardgate.auth.identity import Caller
+from shardgate.planner.target import session_key
+from shardgate.sql.statements import TabletType
 
 
 def new_session_id() -> int:
@@ -51,16 +53,17 @@ class Session:
     #: a shard of ``keyspace`` every statement goes to, unrouted (``USE `ks:-80```)
     target: str | None = None
     #: which tablets serve the session's reads outside transactions (``USE ks@replica``)
-    tablet_type: str = "primary"
+    tablet_type: TabletType = TabletType.PRIMARY
     #: shard calls made for this session so far (statistics read the difference)
     shard_calls: int = 0
 
     @property
     def plan_key(self) -> str | None:
-        """The plan cache's second key: the default keyspace, and the target if any."""
-        if self.target is None:
+        """The plan cache's second key: the default keyspace, and the target if any
+        (``ks:shard``; :func:`~shardgate.planner.target.session_target` reads it back)."""
+        if self.target is None:  # (inline: every statement asks)
             return self.keyspace
-        return f"{self.keyspace}:{self.target}"
+        return session_key(self.keyspace, self.target)
     #: "best_effort" (default) or "twopc": how COMMIT ends a multi-shard transaction
     transaction_mode: str = "best_effort"
     #: twopc mode: the open transaction's distributed id (names its coordinator

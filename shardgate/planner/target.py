@@ -20,7 +20,7 @@ from sqlglot import exp
 from shardgate.engine.primitives import Opcode, Route, ShardQuery
 from shardgate.errors import InvalidArgument, Unsupported
 from shardgate.keys import parse_key_range
-from shardgate.sql.dialect import strip_qualifiers
+from shardgate.sql.dialects.render import strip_qualifiers
 from shardgate.vindexes import Lookup
 from shardgate.vschema import VSchema
 
@@ -35,6 +35,23 @@ class Target:
     keyspace: str
     destination: str
     key_range: bool
+
+
+def session_target(plan_key: str | None) -> Target | None:
+    """The shard a targeted session's statements go to, from its plan key ``ks:shard``
+    (:attr:`shardgate.gate.session.Session.plan_key`, made by :func:`session_key`);
+    None for a plain keyspace (or none). A ``USE`` resolves every target form to one
+    shard, so a session's target is never a key range."""
+    if plan_key is None or ":" not in plan_key:
+        return None
+    keyspace, _, shard = plan_key.partition(":")
+    return Target(keyspace, shard, False)
+
+
+def session_key(keyspace: str | None, shard: str | None) -> str | None:
+    """The plan key of a session using ``keyspace`` and targeting ``shard`` (if any):
+    the plan cache's second key, read back by :func:`session_target`."""
+    return keyspace if shard is None else f"{keyspace}:{shard}"
 
 
 def parse_target(text: str | None) -> Target | None:

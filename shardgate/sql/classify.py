@@ -48,12 +48,13 @@ from shardgate.sql.statements import (
     ShowVitessShards,
     ShowVitessTablets,
     Statement,
+    TabletType,
     Use,
 )
 
 #: Vitess tablet types a ``USE ks@type`` may name (shardgate serves primaries only).
-TABLET_TYPES = {"primary": "primary", "master": "primary", "replica": "replica",
-                "rdonly": "rdonly"}
+TABLET_TYPES = {"primary": TabletType.PRIMARY, "master": TabletType.PRIMARY,
+                "replica": TabletType.REPLICA, "rdonly": TabletType.RDONLY}
 
 _USE_FORMS = "USE ks, USE `ks:-80` or USE `ks[<hex keyspace id>]`"
 _CREATE_QUEUE_FORM = (
@@ -308,7 +309,7 @@ def _use(head: _Head) -> Use:
 def _use_target(target: str, head: _Head, at: int) -> Use:
     """``ks``, ``ks:shard``, ``ks/shard`` or ``ks[<hex>]``, each with an optional ``@type``."""
     body, sep, tablet = target.partition("@")
-    tablet_type: str | None = None
+    tablet_type: TabletType | None = None
     if sep:
         tablet_type = TABLET_TYPES.get(tablet.strip().lower())
         if tablet_type is None:

@@ -42,6 +42,15 @@ class StatementType(StrEnum):
     TARGETED = "TARGETED"
 
 
+class TabletType(StrEnum):
+    """Which tablets of a shard serve a session's reads outside transactions (Vitess's
+    ``USE ks@replica``); writes and transactions always go to the primary."""
+
+    PRIMARY = "primary"
+    REPLICA = "replica"
+    RDONLY = "rdonly"
+
+
 @dataclass(frozen=True, slots=True)
 class Begin:
     """``BEGIN`` / ``START TRANSACTION``."""
@@ -98,7 +107,7 @@ class Use:
     keyspace: str
     shard: str | None = None
     keyspace_id: bytes | None = None
-    tablet_type: str | None = None
+    tablet_type: TabletType | None = None
     query_type: ClassVar[StatementType] = StatementType.USE
 
 

@@ -12,6 +12,7 @@ from shardgate.auth.identity import TRUSTED
 from shardgate.engine.plan import Plan
 from shardgate.engine.primitives import Route
 from shardgate.gate import Gate
+from shardgate.gate.cursor import SessionCursor
 from shardgate.result import ExecuteOptions, Result
 from shardgate.tablet.client import TabletClient
 from shardgate.topo import Topology
@@ -59,7 +60,7 @@ def gate() -> tuple[Gate, list[tuple[str, str, tuple[Any, ...]]]]:
     }}})
     calls: list[tuple[str, str, tuple[Any, ...]]] = []
     g = Gate(topo, {("ks", s): Recording(s, calls) for s in SHARDS})
-    g._kinds[("ks", "t")] = {}  # no column types to read from the recording tablets
+    g.schema.kinds[("ks", "t")] = {}  # no column types to read from the recording tablets
     return g, calls
 
 
@@ -84,9 +85,7 @@ async def test_point_reads_reach_the_shard_the_general_route_finds(
     g, calls = gate
     s = g.session("ks", identity=TRUSTED)
     route = _route(g, "SELECT id FROM t WHERE id = :id")
-    from shardgate.gate.gate import _SessionCursor
-
-    cursor = _SessionCursor(g, s)
+    cursor = SessionCursor(g, s)
     cursor.reads = True
     seen = set()
     for i in range(64):

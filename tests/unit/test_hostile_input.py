@@ -32,7 +32,7 @@ from shardgate.engine.primitives import Route
 from shardgate.errors import Code, InvalidArgument, ShardgateError
 from shardgate.evalengine.coerce import column_types_sql
 from shardgate.gate import Gate, Session
-from shardgate.gate import gate as gate_module
+from shardgate.gate import planning as planning_module
 from shardgate.result import Result
 from shardgate.topo import Topology
 from shardgate.topo.embedded import (
@@ -441,7 +441,7 @@ def test_a_bug_in_planning_or_execution_is_still_a_coded_error(
     def broken_plan(*args: Any) -> Any:
         raise AttributeError("'NoneType' object has no attribute 'name'")
 
-    monkeypatch.setattr(gate_module, "build_plan", broken_plan)
+    monkeypatch.setattr(planning_module, "build_plan", broken_plan)
     err = h.error("SELECT name FROM customer WHERE customer_id = 99")
     assert err.code is Code.INTERNAL
     assert err.message.startswith("planning failed with AttributeError"), err.message

@@ -293,16 +293,16 @@ async def test_concurrent_sessions(cluster: Cluster) -> None:
 
 
 async def test_same_text_is_parsed_once(cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> None:
-    import shardgate.gate.gate as gate_module
+    import shardgate.gate.planning as planning_module
 
     calls: list[str] = []
-    real_parse = gate_module.classify  # the gate's one entry from text to statement
+    real_parse = planning_module.classify  # the gate's one entry from text to statement
 
     def counting_parse(sql: str) -> Any:
         calls.append(sql)
         return real_parse(sql)
 
-    monkeypatch.setattr(gate_module, "classify", counting_parse)
+    monkeypatch.setattr(planning_module, "classify", counting_parse)
     g = cluster.gate
     s = g.session(identity=TRUSTED)
     sql = "SELECT customer_id FROM customer WHERE customer_id = :id"
