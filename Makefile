@@ -47,8 +47,9 @@ test: $(STAMP) servers
 	@# three workers, each taking whole test files (module-scoped fixtures stay shared); four
 	@# took 14 min instead of 21 on 2 cores but failed load-bound tests in 3 of 4 runs
 	@# then, alone, the tests that change a server's shared state (marker server_wide)
-	PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/pytest -n 3 --dist loadfile -m "not server_wide"
-	PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/pytest -m server_wide
+	@# the 40 slowest tests and the slowest files (tests/conftest.py) close each run's log
+	PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/pytest -n 3 --dist loadfile -m "not server_wide" --durations=40
+	PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/pytest -m server_wide --durations=10
 
 # rewrite docs/console/*.png from the browser tests (ordinary runs leave them alone)
 console-screenshots: $(STAMP)

@@ -320,3 +320,42 @@ async def console_site(tmp_path: Path) -> AsyncIterator[tuple[Gate, str]]:
     finally:
         await server.stop()
         await gate.close()
+
+
+# ----------------------------------------------------------------- durations --
+
+#: how many test files the end-of-run summary lists (``--durations`` lists tests)
+FILE_DURATIONS_SHOWN = 25
+
+#: test file -> seconds of set-up, call and teardown; xdist worker -> seconds busy
+_file_seconds: dict[str, float] = {}
+_worker_seconds: dict[str, float] = {}
+_file_worker: dict[str, str] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Add each phase's duration to its file's total (and, under xdist, its worker's)."""
+    path = report.nodeid.split("::", 1)[0]
+    _file_seconds[path] = _file_seconds.get(path, 0.0) + report.duration
+    node = getattr(report, "node", None)  # set by xdist on the reports a worker sends
+    worker = getattr(getattr(node, "gateway", None), "id", None)
+    if isinstance(worker, str):
+        _worker_seconds[worker] = _worker_seconds.get(worker, 0.0) + report.duration
+        _file_worker[path] = worker
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """The slowest test files (with ``--dist loadfile`` the longest file bounds a worker)
+    and each worker's busy time, printed at the end of the run for CI's log."""
+    if not _file_seconds or len(_file_seconds) < 2:
+        return
+    tr = terminalreporter
+    tr.section("slowest test files (set-up + call + teardown)")
+    ranked = sorted(_file_seconds.items(), key=lambda kv: -kv[1])
+    for path, seconds in ranked[:FILE_DURATIONS_SHOWN]:
+        worker = _file_worker.get(path, "")
+        tr.write_line(f"{seconds:8.1f}s {worker:>4} {path}")
+    tr.write_line(f"{sum(_file_seconds.values()):8.1f}s in all, {len(ranked)} files")
+    if _worker_seconds:
+        tr.write_line("busy: " + ", ".join(
+            f"{w} {s:.0f}s" for w, s in sorted(_worker_seconds.items())))
