@@ -26,6 +26,26 @@ _SHARD_NAME = re.compile(r"^([0-9a-fA-F]*)-([0-9a-fA-F]*)$")
 _NAME_FORMS = "'-80', '40-80', '80-', '-' or '0' (hex bounds, even number of digits)"
 
 
+@dataclass(frozen=True, slots=True, order=True)
+class ShardId:
+    """One shard of one keyspace; ``str()`` is ``"keyspace/shard"`` (the form in event
+    tokens, positions and logs), which :meth:`parse` reads back."""
+
+    keyspace: str
+    shard: str
+
+    @classmethod
+    def parse(cls, text: str) -> ShardId:
+        """``"ks/shard"`` -> ``ShardId("ks", "shard")``; InvalidArgument without the slash."""
+        keyspace, slash, shard = text.partition("/")
+        if not slash or not keyspace or not shard:
+            raise InvalidArgument(f"{text!r} is not a shard id: write it 'keyspace/shard'")
+        return cls(keyspace, shard)
+
+    def __str__(self) -> str:
+        return f"{self.keyspace}/{self.shard}"
+
+
 def ksid_hex(ksid: KeyspaceId) -> str:
     """Lower-case hex of a keyspace id (``b"\\x16k"`` -> ``"166b"``)."""
     return ksid.hex()

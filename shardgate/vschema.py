@@ -67,6 +67,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 from shardgate.errors import (
@@ -80,7 +81,21 @@ from shardgate.errors import (
 from shardgate.vindexes import Lookup, MultiColumn, SingleColumn, Vindex, create_vindex
 from shardgate.vindexes.consistent_lookup import ConsistentLookupBase
 
-TABLE_TYPES = ("", "sequence", "reference", "queue")
+
+class TableType(StrEnum):
+    """A VSchema table's ``type``: the value is what the VSchema document says."""
+
+    #: an ordinary table, placed by its column vindexes (the document leaves ``type`` out)
+    NORMAL = ""
+    #: a sequence table: one row handing out auto-increment values (unsharded keyspace)
+    SEQUENCE = "sequence"
+    #: a reference table: the same rows on every shard (reads go to any one)
+    REFERENCE = "reference"
+    #: a queue table (``CREATE QUEUE``): its events are fired to receivers
+    QUEUE = "queue"
+
+
+TABLE_TYPES = tuple(TableType)
 
 #: Vitess's protobuf JSON (camelCase) names -> the snake_case ones used here.
 CAMEL_CASE = {
@@ -125,7 +140,7 @@ class Table:
 
     name: str
     keyspace: str
-    type: str = ""
+    type: TableType = TableType.NORMAL
     column_vindexes: list[ColumnVindex] = field(default_factory=list)
     auto_increment: AutoIncrement | None = None
     options: dict[str, Any] = field(default_factory=dict)
@@ -469,13 +484,14 @@ def _build_table(
     ttype = _expect(spec.get("type", ""), str, f"{path}.type", "a string")
     if ttype not in TABLE_TYPES:
         raise VSchemaError(f"{path}.type", f"unknown table type {ttype!r}; use one of "
-                           f"{[t for t in TABLE_TYPES if t]} or leave it out")
-    if ttype == "sequence" and ks.sharded:
+                           f"{[t.value for t in TableType if t]} or leave it out")
+    ttype = TableType(ttype)
+    if ttype == TableType.SEQUENCE and ks.sharded:
         raise VSchemaError(f"{path}.type", "sequence tables must be in an unsharded keyspace "
                            "(pinned sequence tables in a sharded keyspace are not supported)")
     table = Table(name=tname, keyspace=ks.name, type=ttype)
     _table_extras(table, spec, path)
-    if ttype == "queue":
+    if ttype == TableType.QUEUE:
         table.options = dict(_expect(spec.get("queue", {}), dict, f"{path}.queue", "an object"))
 
     cvs = _expect(spec.get("column_vindexes", []), list, f"{path}.column_vindexes", "a list")
@@ -516,8 +532,8 @@ def _build_table(
                          vindex=vindex, owned=owned)
         )
 
-    if (ks.sharded and ttype not in ("reference", "sequence") and not table.column_vindexes
-            and table.pinned is None):
+    if (ks.sharded and ttype not in (TableType.REFERENCE, TableType.SEQUENCE)
+            and not table.column_vindexes and table.pinned is None):
         raise VSchemaError(
             f"{path}.column_vindexes",
             "a table of a sharded keyspace needs at least one column vindex "
@@ -637,7 +653,7 @@ def _resolve_sequences(keyspaces: Mapping[str, Keyspace]) -> None:
     sequences: dict[str, list[str]] = {}
     for ks in keyspaces.values():
         for t in ks.tables.values():
-            if t.type == "sequence":
+            if t.type == TableType.SEQUENCE:
                 sequences.setdefault(t.name, []).append(ks.name)
     for ks in keyspaces.values():
         for t in ks.tables.values():
@@ -648,7 +664,7 @@ def _resolve_sequences(keyspaces: Mapping[str, Keyspace]) -> None:
             if "." in ai.sequence:
                 sks, sname = ai.sequence.split(".", 1)
                 seq_table = keyspaces.get(sks, Keyspace(sks, False)).tables.get(sname)
-                if seq_table is None or seq_table.type != "sequence":
+                if seq_table is None or seq_table.type != TableType.SEQUENCE:
                     raise VSchemaError(path, f"{ai.sequence!r} is not a table of type sequence")
                 continue
             where = sequences.get(ai.sequence, [])

@@ -29,7 +29,7 @@ from shardgate.evalengine.evaluate import Evaluator
 from shardgate.evalengine.sqlsem import EXACT, INT64_MAX, INT64_MIN, Semantics, shown
 from shardgate.evalengine.values import Value
 from shardgate.result import Result, Row
-from shardgate.sql.dialect import avg_magnitude, avg_partial
+from shardgate.sql.dialects.render import avg_magnitude, avg_partial
 
 
 class AggOp(enum.Enum):

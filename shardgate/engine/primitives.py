@@ -36,7 +36,8 @@ from shardgate.evalengine.sqlsem import INT64_MAX, Semantics, semantics
 from shardgate.evalengine.values import BindVar, Literal, SQLExpr, Value, resolve
 from shardgate.keys import KeyRange, ShardMap, parse_key_range
 from shardgate.result import Result, Row
-from shardgate.sql.dialect import ShardSQL, render
+from shardgate.sql.dialects import Dialect
+from shardgate.sql.dialects.render import ShardSQL, render
 from shardgate.vindexes import (
     KeyspaceId,
     Lookup,
@@ -154,7 +155,7 @@ class ShardQuery:
         key = (dialect, placeholder)
         found = self._rendered.get(key)
         if found is None:
-            found = self._rendered[key] = render(self.tree, dialect, placeholder)
+            found = self._rendered[key] = render(self.tree, Dialect(dialect), placeholder)
         return found
 
     @property

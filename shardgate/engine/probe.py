@@ -20,7 +20,7 @@ from sqlglot import exp
 
 from shardgate.engine.primitives import ExecCursor, Primitive, ShardQuery, over_no_rows
 from shardgate.result import Result
-from shardgate.sql.dialect import strip_qualifiers
+from shardgate.sql.dialects.render import strip_qualifiers
 
 
 def _probe_of(tree: exp.Expr) -> exp.Expr:

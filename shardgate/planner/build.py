@@ -80,7 +80,7 @@ from shardgate.planner.union import (
     union_tail,
     without_dual_joins,
 )
-from shardgate.sql.dialect import strip_qualifiers
+from shardgate.sql.dialects.render import strip_qualifiers
 from shardgate.sql.rewrite import swapped, transform
 from shardgate.sql.statements import StatementType
 from shardgate.vindexes import Lookup

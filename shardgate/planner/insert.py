@@ -6,7 +6,7 @@ from sqlglot import exp
 
 from shardgate.errors import InvalidArgument, Unsupported
 from shardgate.evalengine.values import Literal, SQLExpr, Value, from_expression
-from shardgate.sql.dialect import strip_qualifiers
+from shardgate.sql.dialects.render import strip_qualifiers
 from shardgate.vschema import Table
 
 

@@ -42,7 +42,7 @@ from shardgate.errors import InvalidArgument, Unsupported
 from shardgate.evalengine.evaluate import Evaluator, Row, canonical, compile_expr
 from shardgate.evalengine.sqlsem import Semantics
 from shardgate.evalengine.values import BindVar, Value, from_expression, is_constant
-from shardgate.sql.dialect import AVG_SUM, strip_qualifiers
+from shardgate.sql.dialects.render import AVG_SUM, strip_qualifiers
 from shardgate.sql.labels import label
 from shardgate.vindexes import Vindex
 

@@ -20,7 +20,7 @@ from shardgate.evalengine.evaluate import compile_expr
 from shardgate.evalengine.sqlsem import collation, semantics, shown
 from shardgate.result import Result
 from shardgate.sql import parse
-from shardgate.sql.dialect import AVG_SUM, avg_partial, render
+from shardgate.sql.dialects.render import AVG_SUM, avg_partial, render
 
 from .recording import cursor, run
 

@@ -1,0 +1,180 @@
+"""The :class:`Dialect` names and :class:`SQLDialect`, the base of the per-dialect objects.
+
+A dialect is named by :class:`Dialect`, a ``StrEnum`` whose values are the
+strings stored in topo records, sent on the wire and understood by sqlglot
+(``"sqlite"``, ``"postgres"``, ``"mysql"``). Everything that differs in SQL
+text between the shard databases lives in one :class:`SQLDialect` subclass
+per dialect (``sqlite.py``, ``postgres.py``, ``mysql.py``, as sqlglot keeps a
+module per dialect); :func:`shardgate.sql.dialects.sql_dialect` returns the
+object of a :class:`Dialect`. Code that differs per dialect asks the object
+(a statement, a clause, a capability flag), never ``dialect == "..."``.
+
+The objects are stateless singletons: every attribute is a class constant and
+every method a pure function of its arguments.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import ClassVar
+
+from sqlglot import exp
+
+from shardgate.errors import InvalidArgument
+
+#: meta flag of a SUM that is AVG's partial sum (the planner sets it, SQLite renders it)
+AVG_SUM = "sg_avg_sum"
+
+
+class Dialect(StrEnum):
+    """A shard database's SQL dialect; the value is sqlglot's name for it."""
+
+    SQLITE = "sqlite"
+    POSTGRES = "postgres"
+    MYSQL = "mysql"
+
+    @classmethod
+    def of(cls, name: str) -> Dialect:
+        """The dialect named ``name``: a dialect's value or a backend URL kind
+        (``postgresql``); InvalidArgument for anything else."""
+        try:
+            return cls(_ALIASES.get(name, name))
+        except ValueError:
+            raise InvalidArgument(
+                f"unknown SQL dialect {name!r}; use one of {[d.value for d in cls]}"
+            ) from None
+
+
+_ALIASES = {"postgresql": "postgres", "mariadb": "mysql"}
+
+
+@dataclass(frozen=True, slots=True)
+class TableComment:
+    """Where a table's comment goes in its creation: inside the ``CREATE TABLE``
+    body (``inner``, SQLite keeps it in ``sqlite_master``), after its closing
+    parenthesis (``suffix``, MariaDB) or in statements of its own (``after``,
+    PostgreSQL's ``COMMENT ON TABLE``)."""
+
+    inner: str = ""
+    suffix: str = ""
+    after: tuple[str, ...] = ()
+
+
+class SQLDialect:
+    """What one SQL dialect writes differently: the base of the dialect objects.
+
+    Class constants describe the dialect; methods build the SQL text that
+    differs. Defaults here are the common (standard) forms; each subclass
+    overrides what its database spells otherwise.
+    """
+
+    #: the dialect this object speaks
+    name: ClassVar[Dialect]
+    #: the driver's positional placeholder (``?`` or ``%s``)
+    placeholder: ClassVar[str] = "%s"
+    #: the database runs inside this process (SQLite): its clock is this
+    #: process's clock, and a transaction holds the whole database's lock
+    embedded: ClassVar[bool] = False
+    #: the clause locking the rows a SELECT reads ("" where a transaction locks all)
+    row_lock: ClassVar[str] = " FOR UPDATE"
+    #: the database clock in nanoseconds since the epoch (an SQL expression)
+    now_ns_sql: ClassVar[str]
+    #: a random positive 60-bit or wider BIGINT (an SQL expression, fresh per row)
+    random_id_sql: ClassVar[str]
+    #: the name of the function returning the smaller of two values
+    least: ClassVar[str] = "LEAST"
+    #: ``CREATE INDEX ... WHERE`` (partial indexes)
+    partial_indexes: ClassVar[bool] = True
+    #: a list parameter binds as an array (``= ANY(%s::bigint[])``, ``unnest``)
+    array_params: ClassVar[bool] = False
+    #: ``UPDATE ... RETURNING``
+    update_returning: ClassVar[bool] = True
+    #: ``DELETE ... LIMIT n``
+    delete_limit: ClassVar[bool] = False
+    #: the suffix of ``DROP TABLE`` that also drops the views over the table
+    drop_cascade: ClassVar[str] = ""
+    #: a statement relaxing the session's commit durability (its log flush), if any
+    relaxed_durability_sql: ClassVar[str | None] = None
+
+    @property
+    def sqlglot(self) -> str:
+        """sqlglot's name of this dialect (for ``Expression.sql(dialect=...)``)."""
+        return self.name.value
+
+    def quote(self, name: str) -> str:
+        """``name`` as an identifier, quoted only where the dialect needs it."""
+        return exp.to_identifier(name).sql(dialect=self.name.value)
+
+    # -- rendering a gate AST (shardgate.sql.dialects.render) ---------------------------
+
+    def fix(self, node: exp.Expr) -> exp.Expr:
+        """``node`` patched where sqlglot's generator gets this dialect wrong (called
+        on every node before generation; returns ``node`` itself when nothing changes)."""
+        return node
+
+    def finish(self, sql: str) -> str:
+        """Generated SQL text patched where sqlglot's spelling is not the database's."""
+        return sql
+
+    # -- inserts and upserts ----------------------------------------------------------
+
+    def insert_ignore(self) -> tuple[str, str]:
+        """``(head, tail)`` of an INSERT that skips rows whose key exists:
+        ``f"{head} t ... {tail}"``."""
+        return "INSERT INTO", " ON CONFLICT DO NOTHING"
+
+    def upsert(self, key: str, sets: str) -> str:
+        """The clause after an ``INSERT ... VALUES`` that updates the row whose
+        ``key`` (a column list) exists instead: ``sets`` is ``col = expr, ...``
+        written with :meth:`current` and :meth:`excluded`."""
+        return f" ON CONFLICT ({key}) DO UPDATE SET {sets}"
+
+    def current(self, table: str, column: str) -> str:
+        """In an upsert's ``sets``: the existing row's value of ``column``."""
+        return column
+
+    def excluded(self, column: str) -> str:
+        """In an upsert's ``sets``: the value the INSERT proposed for ``column``."""
+        return f"excluded.{column}"
+
+    # -- tables, comments, views ------------------------------------------------------
+
+    def table_comment(self, table: str, comment: str) -> TableComment:
+        """Where ``comment`` goes when creating ``table`` (quoted); the comment is
+        a plain marker (no quotes, no ``*/``)."""
+        return TableComment(after=(f"COMMENT ON TABLE {table} IS '{comment}'",))
+
+    def comment_on_table(self, table: str, comment: str) -> str | None:
+        """A statement setting an existing table's comment (None: the dialect keeps
+        comments only in ``CREATE TABLE``)."""
+        return f"COMMENT ON TABLE {table} IS '{comment}'"
+
+    def set_default(self, table: str, column: str, expr: str) -> str | None:
+        """A statement giving an existing column a default (None: the dialect cannot)."""
+        return f"ALTER TABLE {table} ALTER COLUMN {column} SET DEFAULT {expr}"
+
+    def replace_view(self, view: str, body: str) -> list[str]:
+        """Statements (re)creating ``view`` as ``body``, run in one transaction."""
+        return [f"DROP VIEW IF EXISTS {view}", f"CREATE VIEW {view} AS {body}"]
+
+    def tables_sql(self) -> str:
+        """SQL listing the names of the tables of the connection's schema."""
+        raise NotImplementedError
+
+    def commented_tables_sql(self, prefix: str) -> str:
+        """SQL listing ``(table, text)`` of the schema's tables whose comment may
+        start with ``prefix`` (a plain word); :meth:`comment_from` reads the
+        comment out of ``text``."""
+        raise NotImplementedError
+
+    def comment_from(self, text: str, prefix: str) -> str:
+        """The comment starting with ``prefix`` out of what :meth:`commented_tables_sql`
+        returned for one table ("" if there is none)."""
+        return text
+
+    def table_sizes_sql(self) -> str | None:
+        """SQL giving ``(table, bytes on disk with indexes)`` of the schema's tables
+        whose names are ``LIKE`` its one parameter; None where the database cannot
+        tell."""
+        return None

@@ -1,0 +1,52 @@
+"""MariaDB (sqlglot's ``mysql``): ``%s`` placeholders, ``ON DUPLICATE KEY``, no partial indexes."""
+
+from __future__ import annotations
+
+from shardgate.sql.dialects.base import Dialect, SQLDialect, TableComment
+
+
+class MySQLDialect(SQLDialect):
+    """MariaDB 10.11, spoken as sqlglot's ``mysql`` dialect."""
+
+    name = Dialect.MYSQL
+    now_ns_sql = "(FLOOR(UNIX_TIMESTAMP(NOW(6)) * 1000000000))"
+    # Not RAND(): MariaDB's RAND() has 30 bits of state, so one bulk INSERT of
+    # 200k events repeats ~900 ids. 60 bits of an MD5 of a (unique) UUID() do not.
+    random_id_sql = "(CAST(CONV(SUBSTR(MD5(UUID()), 1, 15), 16, 10) AS SIGNED))"
+    partial_indexes = False
+    update_returning = False
+    delete_limit = True
+
+    def finish(self, sql: str) -> str:
+        if sql.endswith(" FOR SHARE"):
+            return sql[: -len(" FOR SHARE")] + " LOCK IN SHARE MODE"  # MariaDB's spelling
+        return sql
+
+    def insert_ignore(self) -> tuple[str, str]:
+        return "INSERT IGNORE INTO", ""
+
+    def upsert(self, key: str, sets: str) -> str:
+        return f" ON DUPLICATE KEY UPDATE {sets}"  # any unique key: ``key`` is implied
+
+    def excluded(self, column: str) -> str:
+        return f"VALUES({column})"
+
+    def table_comment(self, table: str, comment: str) -> TableComment:
+        return TableComment(suffix=f" COMMENT = '{comment}'")
+
+    def comment_on_table(self, table: str, comment: str) -> str | None:
+        return f"ALTER TABLE {table} COMMENT = '{comment}'"
+
+    def replace_view(self, view: str, body: str) -> list[str]:
+        return [f"CREATE OR REPLACE VIEW {view} AS {body}"]
+
+    def tables_sql(self) -> str:
+        return "SELECT table_name FROM information_schema.tables WHERE table_schema = DATABASE()"
+
+    def commented_tables_sql(self, prefix: str) -> str:
+        return ("SELECT table_name, table_comment FROM information_schema.tables"
+                f" WHERE table_schema = DATABASE() AND table_comment LIKE '{prefix}%%'")
+
+    def table_sizes_sql(self) -> str | None:
+        return ("SELECT table_name, data_length + index_length FROM information_schema.tables "
+                "WHERE table_schema = DATABASE() AND table_name LIKE %s")
