@@ -30,8 +30,8 @@ from shardgate.cli import reshard
 from shardgate.cli.common import open_store, store_args
 from shardgate.cli.progress import Progress
 from shardgate.errors import InvalidArgument
+from shardgate.workflows.cutover import DEFAULT_MAX_LAG_S
 from shardgate.workflows.movetables import MoveTablesWorkflow, movetables_spec
-from shardgate.workflows.reshard import DEFAULT_MAX_LAG_S
 from shardgate.workflows.rowcopy import DEFAULT_BATCH
 
 

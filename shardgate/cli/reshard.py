@@ -34,7 +34,9 @@ from shardgate.cli.common import open_store, store_args
 from shardgate.cli.progress import Progress
 from shardgate.errors import InvalidArgument
 from shardgate.gate.cutover import HOLD_S
-from shardgate.workflows.reshard import DEFAULT_MAX_LAG_S, ReshardSpec, ReshardWorkflow
+from shardgate.workflows.base import Workflow
+from shardgate.workflows.cutover import DEFAULT_MAX_LAG_S
+from shardgate.workflows.reshard import ReshardSpec, ReshardWorkflow
 from shardgate.workflows.rowcopy import DEFAULT_BATCH
 
 
@@ -119,7 +121,7 @@ async def _run(args: argparse.Namespace) -> int:
         await server.close()
 
 
-async def _command(flow: ReshardWorkflow, args: argparse.Namespace, bar: Progress) -> int:
+async def _command(flow: Workflow[Any], args: argparse.Namespace, bar: Progress) -> int:
     match args.reshard_command:
         case "run" if args.follow:
             await flow.run()

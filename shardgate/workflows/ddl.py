@@ -45,15 +45,20 @@ as it is: create it there first to go past a refusal.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import sqlglot
 from sqlglot import exp
 
-from shardgate.backends.base import Connection
-from shardgate.errors import NotFound, Unsupported
+from shardgate.backends.base import Backend, Connection
+from shardgate.errors import DeadlineExceeded, NotFound, ShardgateError, Unavailable, Unsupported
+from shardgate.queues.ddl import queue_table_extras
+from shardgate.queues.options import QueueOptions
+from shardgate.sql.dialects import Dialect
 from shardgate.workflows.coltypes import is_json_check, kind_of, target_type
+from shardgate.workflows.rowsql import MovingTable, quote, user_tables
 
 _DIALECTS = {"sqlite": "sqlite", "postgres": "postgres", "mysql": "mysql"}
 _INTEGERS = {exp.DataType.Type.TINYINT, exp.DataType.Type.SMALLINT,
@@ -135,6 +140,66 @@ class TableDef:
         cols = ", ".join(q(c) + (" DESC" if desc else "") for c, desc in index.columns)
         unique = "UNIQUE " if index.unique else ""
         return f"CREATE {unique}INDEX {q(name)} ON {q(self.name)} ({cols})"
+
+
+async def create_tables(source: Backend, targets: Mapping[str, Backend],
+                        tables: Mapping[str, MovingTable], queues: Mapping[str, QueueOptions],
+                        *, check_only: bool = False) -> None:
+    """Create ``tables`` on the ``targets`` (shard name -> database) lacking them, with
+    ``source``'s definitions; the ``queues`` among them become queue tables there.
+    ``check_only``: only compute the statements, so that what cannot be carried is
+    refused before anything is done."""
+    conn = await source.acquire()
+    try:
+        for name in tables:
+            table = await source_table(conn, source.dialect, name)
+            for t, backend in targets.items():
+                tconn = await backend.acquire()
+                try:
+                    if name in await user_tables(tconn, backend.dialect):
+                        continue
+                    stmts = table.statements(backend.dialect, f"target {t}",
+                                             queue=name in queues)
+                    if not check_only:
+                        await _run_ddl(tconn, backend.dialect, name, t, stmts)
+                        if name in queues:
+                            await _make_queue(tconn, source.dialect, backend.dialect, name,
+                                              queues[name])
+                finally:
+                    await backend.release(tconn)
+    finally:
+        await source.release(conn)
+
+
+async def _run_ddl(conn: Connection, dialect: Dialect, table: str, target: str,
+                   stmts: list[str]) -> None:
+    """Run ``stmts`` (the table, then its indexes); a statement the target refuses
+    drops the table again (MariaDB's DDL is not transactional), so that the next
+    attempt does not take a half-made table for one created on purpose."""
+    for i, sql in enumerate(stmts):
+        try:
+            await conn.execute(sql)
+        except (Unavailable, DeadlineExceeded):
+            raise
+        except ShardgateError as exc:
+            if i:
+                with contextlib.suppress(ShardgateError):
+                    await conn.execute(f"DROP TABLE {quote(dialect, table)}")
+            raise Unsupported(f"table {table}: target {target} ({dialect}) refused "
+                              f"{sql!r}: {exc}; create the table on the target "
+                              "first") from exc
+
+
+async def _make_queue(conn: Connection, source_dialect: Dialect, dialect: Dialect, name: str,
+                      options: QueueOptions) -> None:
+    """Make a target's new copy of queue table ``name`` a queue table: defaults,
+    comment marker and scan indexes (:func:`~shardgate.queues.ddl.queue_table_extras`;
+    SQLite's ``CREATE TABLE`` copied from a SQLite source and MariaDB's ``SHOW
+    CREATE TABLE`` carry the marker and defaults already)."""
+    if dialect == source_dialect == "mysql":
+        return
+    for sql in queue_table_extras(name, options, dialect):
+        await conn.execute(sql)
 
 
 async def source_table(conn: Connection, dialect: str, table: str) -> TableDef:

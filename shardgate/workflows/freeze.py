@@ -33,9 +33,15 @@ transaction, the variable never outlives the applier's use of its session).
 
 from __future__ import annotations
 
+import asyncio
+import logging
+from collections.abc import Callable, Sequence
+
 from shardgate.backends._pool import PooledConnection
 from shardgate.backends.base import Backend, Connection
+from shardgate.errors import Aborted, Unsupported
 from shardgate.topo.model import WRITES_FROZEN
+from shardgate.workflows.rowsql import quote
 
 #: SQLite: the table whose (uncommitted) row lets the applier's writes through
 MARK_TABLE = "_sg_reshard_apply"
@@ -62,6 +68,102 @@ def sqlite_deny_trigger(trigger: str, op: str, table: str) -> str:
     return (f"CREATE TRIGGER IF NOT EXISTS {trigger} BEFORE {op} ON {table} "
             f"WHEN NOT EXISTS (SELECT 1 FROM {MARK_TABLE}) BEGIN "
             f"SELECT RAISE(ABORT, '{_MESSAGE}'); END")
+
+
+#: freezing (or unfreezing) a shard: tries when its statements lose a lock conflict
+FREEZE_ATTEMPTS = 4
+_OPS = ("INSERT", "UPDATE", "DELETE")
+log = logging.getLogger(__name__)
+
+
+def _sqlite_table(table: str, on: bool) -> list[str]:
+    t = quote("sqlite", table)
+    out = []
+    for op in _OPS:
+        trig = quote("sqlite", f"_sg_deny_{op.lower()}_{table}")
+        out.append(sqlite_deny_trigger(trig, op, t) if on else f"DROP TRIGGER IF EXISTS {trig}")
+    return out
+
+
+def _postgres_table(table: str, on: bool) -> list[str]:
+    trig, t = quote("postgres", f"_sg_deny_{table}"), quote("postgres", table)
+    out = [f"DROP TRIGGER IF EXISTS {trig} ON {t}"]
+    if on:
+        out.append(f"CREATE TRIGGER {trig} BEFORE INSERT OR UPDATE OR DELETE ON {t} "
+                   "FOR EACH ROW EXECUTE FUNCTION _sg_deny_writes()")
+    return out
+
+
+def _mysql_table(table: str, on: bool) -> list[str]:
+    """``CREATE OR REPLACE``: a trigger an older version left (refusing the applier
+    too) is replaced by one that lets the applier through. Creating (or replacing) a
+    trigger takes the table's exclusive metadata lock, so it waits for the
+    transactions that wrote the table to end: after it, no write in flight can still
+    commit."""
+    out = []
+    for op in _OPS:
+        trig = quote("mysql", f"_sg_deny_{op.lower()}_{table}")
+        if not on:
+            out.append(f"DROP TRIGGER IF EXISTS {trig}")
+        else:
+            out.append(
+                f"CREATE OR REPLACE TRIGGER {trig} BEFORE {op} ON {quote('mysql', table)} "
+                f"FOR EACH ROW IF COALESCE(@{MYSQL_VARIABLE}, 0) <> 1 THEN "
+                f"SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = '{_MESSAGE}'; END IF")
+    return out
+
+
+#: per dialect: what a freeze runs first, and the statements of each table
+_FREEZE: dict[str, tuple[str | None, Callable[[str, bool], list[str]]]] = {
+    "sqlite": (SQLITE_MARK_DDL, _sqlite_table),
+    "postgres": (PG_DENY_FUNCTION, _postgres_table),
+    "mysql": (None, _mysql_table),
+}
+
+
+def table_freeze_sql(dialect: str, table: str, on: bool) -> list[str]:
+    """The statements that make ``table`` refuse (``on``) or accept again writes but
+    the applier's (idempotent)."""
+    if dialect not in _FREEZE:
+        raise Unsupported(f"write cut-over on {dialect} shards is not implemented")
+    return _FREEZE[dialect][1](table, on)
+
+
+def freeze_statements(dialect: str, tables: Sequence[str], on: bool) -> list[str]:
+    """Everything a freeze (``on``) or unfreeze of ``tables`` runs, in order: the
+    trigger function or marker table first (freezing), then each table's triggers."""
+    first = _FREEZE[dialect][0] if on and dialect in _FREEZE else None
+    out = [first] if first else []
+    for table in tables:
+        out += table_freeze_sql(dialect, table, on)
+    return out
+
+
+async def set_frozen(backend: Backend, tables: Sequence[str], on: bool, *,
+                     record: str) -> None:
+    """Make ``backend`` refuse (``on``) or accept again writes to ``tables`` (but the
+    applier's) for workflow ``record``.
+
+    The statements are idempotent: a run that lost a lock conflict (``ABORTED``: a
+    SQLite shard held by writers that wait on each other across shards, a deadlock)
+    is run again, all of it, up to :data:`FREEZE_ATTEMPTS` times.
+    """
+    stmts = freeze_statements(backend.dialect, tables, on)
+    for attempt in range(FREEZE_ATTEMPTS):
+        try:
+            conn = await backend.acquire()
+            try:
+                for sql in stmts:
+                    await conn.execute(sql)
+            finally:
+                await backend.release(conn)
+            return
+        except Aborted:
+            if attempt == FREEZE_ATTEMPTS - 1:
+                raise
+            log.info("%s: %s a shard met a lock conflict; again", record,
+                     "freezing" if on else "unfreezing")
+            await asyncio.sleep(0.05 * (attempt + 1))
 
 
 class ApplyPass:

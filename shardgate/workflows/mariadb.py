@@ -1,4 +1,4 @@
-"""MariaDB sources of a reshard: the copy's snapshot position and the cut-over's freeze.
+"""MariaDB sources of a reshard: the copy's snapshot position.
 
 A copy cycle (and VDiff) needs a read snapshot together with the change-log
 position it corresponds to, exactly. On MariaDB,
@@ -14,27 +14,13 @@ Invariant: every transaction whose GTID is at or below the returned position
 is in the snapshot, none after it (one GTID domain: see
 :func:`shardgate.workflows.catchup.position_key`).
 
-The write cut-over freezes the moving tables with ``BEFORE`` triggers that
-``SIGNAL`` an error carrying :data:`~shardgate.topo.model.WRITES_FROZEN`
-(the gates hold such writes), unless the session's user variable
-:data:`~shardgate.workflows.freeze.MYSQL_VARIABLE` is 1: the workflow's
-applier sets it around its own transactions (the reverse stream writes the
-frozen sources; the forward one, after ``reverse-traffic``, the frozen
-targets; see :mod:`shardgate.workflows.freeze`). Creating (or replacing) a
-trigger takes the table's exclusive metadata lock, so it waits for the
-transactions that wrote the table to end: after it, no write in flight can
-still commit.
+The write cut-over's triggers on MariaDB are in :mod:`shardgate.workflows.freeze`.
 """
 
 from __future__ import annotations
 
 from shardgate.backends.base import Connection
 from shardgate.errors import FailedPrecondition
-from shardgate.topo.model import WRITES_FROZEN
-from shardgate.workflows.freeze import MYSQL_VARIABLE
-from shardgate.workflows.rowsql import quote
-
-_OPS = ("INSERT", "UPDATE", "DELETE")
 
 
 async def begin_snapshot(conn: Connection) -> str:
@@ -54,22 +40,3 @@ async def begin_snapshot(conn: Connection) -> str:
         # no transaction was ever logged with a GTID: the log's beginning
         pos = "0-0-0"
     return pos
-
-
-def freeze_sql(table: str, on: bool) -> list[str]:
-    """The statements that make ``table`` refuse (``on``) or accept again writes.
-
-    ``CREATE OR REPLACE``: a trigger an older version left (refusing the applier
-    too) is replaced by one that lets the applier through."""
-    out = []
-    for op in _OPS:
-        trig = quote("mysql", f"_sg_deny_{op.lower()}_{table}")
-        if not on:
-            out.append(f"DROP TRIGGER IF EXISTS {trig}")
-        else:
-            out.append(
-                f"CREATE OR REPLACE TRIGGER {trig} BEFORE {op} ON {quote('mysql', table)} "
-                f"FOR EACH ROW IF COALESCE(@{MYSQL_VARIABLE}, 0) <> 1 THEN "
-                f"SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = '{WRITES_FROZEN}: writes paused "
-                "for a reshard cut-over'; END IF")
-    return out

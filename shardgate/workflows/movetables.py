@@ -3,11 +3,11 @@
 A MoveTables workflow moves tables ``T`` from keyspace ``A`` (the **source**)
 to keyspace ``B`` (the **target**, sharded or not) while applications keep
 sending the same SQL. It is a reshard whose sources are ``A``'s shard and
-whose targets are ``B``'s serving shards, for the tables ``T`` only: it reuses
-:class:`~shardgate.workflows.reshard.ReshardWorkflow`'s copy cycles (snapshot
-and position), catch-up (the source's change log, filtered to ``T``), VDiff,
-lease, metrics and write cut-over (freeze, final catch-up, journal), and
-replaces what the keyspace records did there by **routing rules**
+whose targets are ``B``'s serving shards, for the tables ``T`` only: a
+:class:`~shardgate.workflows.base.Workflow` (copy cycles under a snapshot and
+its position, catch-up from the source's change log filtered to ``T``, VDiff,
+lease, metrics and write cut-over: freeze, final catch-up, journal) whose
+traffic moves by **routing rules**
 (:func:`~shardgate.vschema.parse_routing_rules`) in the ``cluster/global``
 record. For each moved table ``t`` the rules are written for ``t`` and
 ``A.t`` (``B.t`` always names the target's copy):
@@ -22,7 +22,7 @@ reads switched
 ``cutover``
     ``A.t`` refuses writes (gates hold them), the final catch-up runs, the
     journal is written (the point of no return); a failure before it rolls
-    back to ``running`` (inherited).
+    back to ``running`` (:class:`~shardgate.workflows.base.Workflow`).
 ``switched``
     the rules route ``t`` and ``A.t`` to ``B.t`` for everything; ``A.t`` stays
     frozen.
@@ -64,28 +64,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from shardgate.errors import (
-    AlreadyExists,
-    FailedPrecondition,
-    InvalidArgument,
-    NotFound,
-    Unsupported,
-)
+from shardgate.errors import FailedPrecondition, InvalidArgument, NotFound, Unsupported
 from shardgate.topo.server import TopoServer
 from shardgate.vindexes import Lookup, create_vindex
 from shardgate.vindexes.base import SingleColumn
 from shardgate.vschema import VSchema
+from shardgate.workflows.base import NAME, Workflow, WorkflowSpec
 from shardgate.workflows.coltypes import column_kinds
 from shardgate.workflows.ddl import source_table
-from shardgate.workflows.reshard import (
-    _NAME,
-    CUTOVER_TIMEOUT_S,
-    DEFAULT_MAX_LAG_S,
-    PRE_CUTOVER_ROUNDS,
-    SHORT_ROUND_S,
-    ReshardSpec,
-    ReshardWorkflow,
-)
 from shardgate.workflows.rowsql import (
     MovingTable,
     lookup_tables,
@@ -97,20 +83,18 @@ from shardgate.workflows.rowsql import (
 
 
 @dataclass(frozen=True)
-class MoveTablesSpec(ReshardSpec):
+class MoveTablesSpec(WorkflowSpec):
     """What ``shardgate movetables create`` was asked for (``keyspace`` is the source
     keyspace; ``sources``/``targets``/``target_urls`` are the shards of both, read
     from the topology at create)."""
 
+    workflow: str = "movetables"
     target_keyspace: str = ""
     tables: tuple[str, ...] = ()
 
-    def _check_shards(self) -> None:
-        """Sources and targets are shards of different keyspaces: no overlap to check."""
-
     def __post_init__(self) -> None:
         super().__post_init__()
-        if not _NAME.match(self.target_keyspace):
+        if not NAME.match(self.target_keyspace):
             raise InvalidArgument(f"--target-keyspace {self.target_keyspace!r}: letters, "
                                   "digits and '_' only")
         if self.target_keyspace == self.keyspace:
@@ -118,13 +102,13 @@ class MoveTablesSpec(ReshardSpec):
         if not self.tables:
             raise InvalidArgument("give the tables to move (--tables t1,t2)")
         for t in self.tables:
-            if not _NAME.match(t):
+            if not NAME.match(t):
                 raise InvalidArgument(f"table {t!r}: letters, digits and '_' only")
 
     @property
     def record(self) -> str:
+        """The workflow record's name (after the target keyspace)."""
         return f"movetables:{self.target_keyspace}.{self.workflow}"
-
 
 
 async def movetables_spec(store: TopoServer, *, source_keyspace: str, target_keyspace: str,
@@ -215,75 +199,52 @@ def _rules_for(spec: MoveTablesSpec, to_keyspace: str) -> list[dict[str, Any]]:
             for t in spec.tables for f in (t, f"{spec.keyspace}.{t}")]
 
 
-class MoveTablesWorkflow(ReshardWorkflow):
+class MoveTablesWorkflow(Workflow[MoveTablesSpec]):
     """One MoveTables, resumable from its topo store record (see the module docstring)."""
 
+    kind = "movetables"
+    title = "MoveTables"
     command = "movetables"
+    spec_type = MoveTablesSpec
 
     def __init__(self, store: TopoServer, spec: MoveTablesSpec, *,
                  vschema: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
         super().__init__(store, spec, **kwargs)
-        self.mt = spec
         #: ``--vschema``: the target keyspace's VSchema entries (``tables``, ``vindexes``)
         self.vschema_arg = dict(vschema or {})
         #: the moved tables placed by the source keyspace's vindexes
         self._placed: dict[str, MovingTable] = {}
 
-    @classmethod
-    async def resume(cls, store: TopoServer, keyspace: str, workflow: str = "movetables",
-                     **kwargs: Any) -> MoveTablesWorkflow:
-        """The workflow of target keyspace ``keyspace`` from its record."""
-        name = f"movetables:{keyspace}.{workflow}"
-        found = await store.get_workflow(name)
-        if found is None or found.doc is None:
-            raise NotFound(f"no MoveTables workflow {name} in the topo store")
-        flow = cls(store, MoveTablesSpec.from_doc(found.doc["spec"]), **kwargs)
-        flow.doc, flow.version = found.doc, found.version
-        return flow
-
     # -- create -----------------------------------------------------------------
 
-    async def create(self) -> None:
-        """Create the workflow (or resume it, with the same arguments) and copy."""
-        found = await self.store.get_workflow(self.spec.record)
-        if found is not None and found.doc is not None:
-            recorded = MoveTablesSpec.from_doc(found.doc["spec"])
-            if (recorded.keyspace, recorded.tables) != (self.mt.keyspace, self.mt.tables):
-                raise AlreadyExists(
-                    f"workflow {self.spec.record} exists with other arguments "
-                    f"({recorded.to_doc()}); resume it with the same ones or cancel it")
-            self.spec = self.mt = recorded
-            self.doc, self.version = found.doc, found.version
-        else:
-            await self._start()
-        if self.state == "copying":
-            await self._setup()
-        await self.run()
+    def _same_request(self, recorded: MoveTablesSpec) -> bool:
+        """The same tables of the same source keyspace (the shards are the recorded ones)."""
+        return (recorded.keyspace, recorded.tables) == (self.spec.keyspace, self.spec.tables)
 
     async def _target_entries(self) -> dict[str, Any]:
         """The target keyspace's VSchema entries of the moved tables (checked)."""
         topo = await self._topology()
-        src = topo.keyspace(self.mt.keyspace).vschema
-        svs = topo.build_vschema().keyspace(self.mt.keyspace)
-        dst = dict(topo.keyspace(self.mt.target_keyspace).vschema)
+        src = topo.keyspace(self.spec.keyspace).vschema
+        svs = topo.build_vschema().keyspace(self.spec.keyspace)
+        dst = dict(topo.keyspace(self.spec.target_keyspace).vschema)
         given = self.vschema_arg
         extra = set(given) - {"tables", "vindexes"}
         if extra:
             raise InvalidArgument(f"--vschema: only 'tables' and 'vindexes' are read, not "
                                   f"{sorted(extra)}")
         entries: dict[str, Any] = {}
-        for t in self.mt.tables:
+        for t in self.spec.tables:
             entry = (given.get("tables") or {}).get(t) or (dst.get("tables") or {}).get(t)
             if entry is None and not dst.get("sharded"):
                 entry = {k: v for k, v in ((src.get("tables") or {}).get(t) or {}).items()
                          if k != "column_vindexes"}
             if dst.get("sharded") and not (entry or {}).get("column_vindexes"):
                 raise InvalidArgument(
-                    f"target keyspace {self.mt.target_keyspace} is sharded and has no vindex "
+                    f"target keyspace {self.spec.target_keyspace} is sharded and has no vindex "
                     f"for table {t!r}: give its VSchema entry (column_vindexes) with "
                     "--vschema FILE")
             entries[t] = _auto_increment(entry or {}, svs.tables.get(t),
-                                         self.mt.target_keyspace, t)
+                                         self.spec.target_keyspace, t)
         return {"tables": entries, "vindexes": dict(given.get("vindexes") or {})}
 
     @staticmethod
@@ -295,49 +256,39 @@ class MoveTablesWorkflow(ReshardWorkflow):
         out["tables"] = {**(vschema.get("tables") or {}), **entries["tables"]}
         return out
 
-    async def _start(self) -> None:
+    async def _check_start(self) -> dict[str, Any]:
+        """Refused when rules for the tables exist; the record's ``target_vschema``."""
         topo = await self._topology()
         vs = topo.build_vschema()
         rules = {*vs.routing_rules, *vs.read_routing_rules}
-        clash = sorted(r for t in self.mt.tables for r in (t, f"{self.mt.keyspace}.{t}")
+        clash = sorted(r for t in self.spec.tables for r in (t, f"{self.spec.keyspace}.{t}")
                        if r in rules)
         if clash:
             raise FailedPrecondition(f"routing rules for {clash} exist already: another "
                                      "MoveTables runs (or ran without `complete`)")
-        entries = await self._target_entries()
-        self.doc = {"kind": "movetables", "spec": self.spec.to_doc(), "state": "copying",
-                    "target_vschema": entries}
-        self._tables = {}
-        tables = await self._moving_tables()
-        streams = {s: {"state": "copying", "pos": None, "lag_s": 0.0, "error": None,
-                       "tables": {t: {"last": None, "done": False, "rows": 0} for t in tables}}
-                   for s in self.spec.sources}
-        await self._create_target_tables(check_only=True)  # refuse before recording
-        self.doc.update(tables=sorted(tables), streams=streams,
-                        estimate=await self._estimate(), started=time.time())
-        self.version = await self.store.put_workflow(self.spec.record, self.doc, expect=0)
+        return {"target_vschema": await self._target_entries()}
 
     async def _moving_tables(self) -> dict[str, MovingTable]:
         if self._tables:
             return self._tables
         topo = await self._topology()
-        target = topo.keyspace(self.mt.target_keyspace)
+        target = topo.keyspace(self.spec.target_keyspace)
         entries = self.doc.get("target_vschema") or await self._target_entries()
         trial = VSchema.from_json({
             ks.name: self._merged(ks.vschema, entries) if ks.name == target.name
             else ks.vschema for ks in topo.keyspaces.values()})
         tks = trial.keyspace(target.name)
-        source = topo.keyspace(self.mt.keyspace)
+        source = topo.keyspace(self.spec.keyspace)
         vschema = topo.build_vschema()
         sks = vschema.keyspace(source.name)
         first = self._backend(self._url(topo, self.spec.sources[0]))
         conn = await first.acquire()
         try:
             present = await user_tables(conn, first.dialect)
-            missing = [t for t in self.mt.tables if t not in present]
+            missing = [t for t in self.spec.tables if t not in present]
             if missing:
-                raise NotFound(f"tables {missing} are not in keyspace {self.mt.keyspace}")
-            for name in self.mt.tables:
+                raise NotFound(f"tables {missing} are not in keyspace {self.spec.keyspace}")
+            for name in self.spec.tables:
                 _check_kind(vschema, source.name, name, len(self.spec.sources))
                 vindex: SingleColumn
                 if tks.sharded:
@@ -371,10 +322,10 @@ class MoveTablesWorkflow(ReshardWorkflow):
         """Target tables, routing rules (``t``, ``A.t`` -> ``A.t``), the target's VSchema,
         capture on the source; idempotent."""
         await self._create_target_tables()
-        stay = _rules_for(self.mt, self.mt.keyspace)
+        stay = _rules_for(self.spec, self.spec.keyspace)
         await self._set_rules(rules=stay)
         entries = self.doc["target_vschema"]
-        await self.store.update_vschema(self.mt.target_keyspace,
+        await self.store.update_vschema(self.spec.target_keyspace,
                                         lambda vs: self._merged(vs, entries))
         for _, log in (await self._sources()).values():
             await log.prepare()
@@ -382,7 +333,7 @@ class MoveTablesWorkflow(ReshardWorkflow):
     async def _set_rules(self, *, rules: list[dict[str, Any]] | None = None,
                          read_rules: list[dict[str, Any]] | None = None) -> None:
         """Replace this workflow's rules (``None``: remove them) of each kind."""
-        ours = {f for t in self.mt.tables for f in (t, f"{self.mt.keyspace}.{t}")}
+        ours = {f for t in self.spec.tables for f in (t, f"{self.spec.keyspace}.{t}")}
 
         def change(doc: dict[str, Any]) -> None:
             for key, new in (("rules", rules), ("read_rules", read_rules)):
@@ -394,51 +345,30 @@ class MoveTablesWorkflow(ReshardWorkflow):
 
     # -- traffic ----------------------------------------------------------------
 
-    async def switch_reads(self, *, dry_run: bool = False) -> str:
-        """Route reads outside transactions of ``t`` and ``A.t`` to ``B.t``."""
-        await self._load()
-        await self._recover()
-        self._need("running", "switch reads")
-        await self.catch_up()
-        self._check_lag()
-        plan = (f"reads of {list(self.mt.tables)} would be served by keyspace "
-                f"{self.mt.target_keyspace}")
-        if dry_run:
-            return "dry run: " + plan
-        await self._set_rules(rules=_rules_for(self.mt, self.mt.keyspace),
-                              read_rules=_rules_for(self.mt, self.mt.target_keyspace))
-        await self._save(reads_switched=True)
-        return plan.replace("would be", "are")
+    async def _reads_plan(self) -> str:
+        return (f"reads of {list(self.spec.tables)} would be served by keyspace "
+                f"{self.spec.target_keyspace}")
 
-    async def reverse_traffic(self, *, max_lag_s: float = DEFAULT_MAX_LAG_S,
-                              timeout_s: float = CUTOVER_TIMEOUT_S) -> str:
-        """Route reads to the source again; after the write switch, writes too: the
-        reverse cut-over (:mod:`.reverse`: the target keyspace's tables frozen, the
-        source caught up with them, its journal, then the rules back to ``A.t``)."""
-        await self._load()
-        await self._recover()
-        if self.state == "switched":
-            return await self._reverse.reverse_writes(
-                max_lag_s=max_lag_s, timeout_s=timeout_s, rounds=PRE_CUTOVER_ROUNDS,
-                short_round_s=SHORT_ROUND_S)
-        await self._set_rules(rules=_rules_for(self.mt, self.mt.keyspace))
-        await self._save(reads_switched=False)
-        return f"reads of {list(self.mt.tables)} are served by {self.mt.keyspace} again"
+    async def _route_reads(self, to_targets: bool) -> str:
+        """Read rules (reads outside transactions) of ``t`` and ``A.t`` to ``B.t``;
+        back: none (everything to ``A.t``)."""
+        if to_targets:
+            await self._set_rules(rules=_rules_for(self.spec, self.spec.keyspace),
+                                  read_rules=_rules_for(self.spec, self.spec.target_keyspace))
+            return (f"reads of {list(self.spec.tables)} are served by keyspace "
+                    f"{self.spec.target_keyspace}")
+        await self._set_rules(rules=_rules_for(self.spec, self.spec.keyspace))
+        return f"reads of {list(self.spec.tables)} are served by {self.spec.keyspace} again"
 
     async def _serve_sources(self) -> None:
         """After a reverse journal: every use of ``t`` and ``A.t`` routes to ``A.t``."""
-        await self._set_rules(rules=_rules_for(self.mt, self.mt.keyspace))
+        await self._set_rules(rules=_rules_for(self.spec, self.spec.keyspace))
 
-    async def _publish_switch(self, steps: dict[str, float] | None = None) -> None:
-        """After the journal: the reverse streams start (target -> source), every use of
-        ``t`` and ``A.t`` routes to ``B.t`` (``steps``: as the base class's)."""
-        steps = steps if steps is not None else {}
+    async def _route_writes(self, journal: Mapping[str, Any],
+                            steps: dict[str, float]) -> None:
+        """Every use of ``t`` and ``A.t`` routes to ``B.t``."""
         mark = time.monotonic()
-        found = await self.store.get_workflow(self.spec.journal)
-        await self._reverse.begin(found.doc if found is not None and found.doc else {})
-        steps["reverse_begin_s"] = time.monotonic() - mark
-        mark = time.monotonic()
-        await self._set_rules(rules=_rules_for(self.mt, self.mt.target_keyspace))
+        await self._set_rules(rules=_rules_for(self.spec, self.spec.target_keyspace))
         steps["topology_s"] = time.monotonic() - mark
         steps["published_at"] = time.time()
         if self.state != "switched":
@@ -455,13 +385,11 @@ class MoveTablesWorkflow(ReshardWorkflow):
     async def complete(self) -> str:
         """After the switch: the tables belong to ``B``'s VSchema alone; the source's
         copies are renamed (kept, frozen); the rules go."""
-        await self._load()
-        await self._recover()
-        self._need("switched", "complete")
+        await self._begin("switched", "complete")
 
         def drop_entries(doc: dict[str, Any]) -> None:
             tables = (doc.get("vschema") or {}).get("tables") or {}
-            for t in self.mt.tables:
+            for t in self.spec.tables:
                 tables.pop(t, None)
 
         await self._edit_keyspace(drop_entries)
@@ -470,7 +398,7 @@ class MoveTablesWorkflow(ReshardWorkflow):
             conn = await backend.acquire()
             try:
                 present = await user_tables(conn, d)
-                for t in self.mt.tables:
+                for t in self.spec.tables:
                     if t in present:
                         await conn.execute(f"ALTER TABLE {quote(d, t)} RENAME TO "
                                            f"{quote(d, self.moved_name(t))}")
@@ -482,25 +410,21 @@ class MoveTablesWorkflow(ReshardWorkflow):
         await self._reverse.finish(drop_capture=False)
         await self.store.delete_workflow(self.spec.journal)
         await self.store.delete_workflow(self.spec.record, expect=self.version)
-        return (f"{self.spec.record} complete: tables {list(self.mt.tables)} belong to "
-                f"keyspace {self.mt.target_keyspace}; the source's copies were renamed "
-                f"{[self.moved_name(t) for t in self.mt.tables]} (frozen; drop them when "
+        return (f"{self.spec.record} complete: tables {list(self.spec.tables)} belong to "
+                f"keyspace {self.spec.target_keyspace}; the source's copies were renamed "
+                f"{[self.moved_name(t) for t in self.spec.tables]} (frozen; drop them when "
                 "you like)")
 
     async def cancel(self) -> str:
         """Before the write switch: remove the target's copies, its VSchema entries and
         the rules; delete the record."""
-        await self._load()
-        await self._recover()
-        if self.state == "switched":
-            raise FailedPrecondition(f"{self.spec.record} has switched writes: run "
-                                     "`reverse-traffic` first (or `complete` to keep them)")
+        await self._refuse_switched()
         for backend, _ in (await self._sources()).values():
             await self._freeze(backend, False)
         await self._reverse.finish(drop_capture=True)
         created = set((self.doc.get("target_vschema") or {}).get("tables") or {})
         await self.store.update_vschema(
-            self.mt.target_keyspace,
+            self.spec.target_keyspace,
             lambda vs: {**vs, "tables": {k: v for k, v in (vs.get("tables") or {}).items()
                                          if k not in created}})
         await self._set_rules()
@@ -509,11 +433,11 @@ class MoveTablesWorkflow(ReshardWorkflow):
             d = backend.dialect
             conn = await backend.acquire()
             try:
-                for t in self.mt.tables:
+                for t in self.spec.tables:
                     await conn.execute(f"DROP TABLE IF EXISTS {quote(d, t)}")
             finally:
                 await backend.release(conn)
         await self.store.delete_workflow(self.spec.record, expect=self.version)
-        return (f"{self.spec.record} cancelled: tables {list(self.mt.tables)} dropped from "
-                f"keyspace {self.mt.target_keyspace}; {self.mt.keyspace} serves them")
+        return (f"{self.spec.record} cancelled: tables {list(self.spec.tables)} dropped from "
+                f"keyspace {self.spec.target_keyspace}; {self.spec.keyspace} serves them")
 

@@ -1,8 +1,8 @@
 """VDiff: the sources and the targets of a reshard compared at one consistent point.
 
-The caller (:meth:`shardgate.workflows.reshard.ReshardWorkflow.vdiff`) opens
-a snapshot on every source shard, catches the targets up to exactly the
-snapshots' positions, and hands the open connections here. Each table is then
+:func:`diff_workflow` (for :meth:`shardgate.workflows.base.Workflow.vdiff`) opens
+a snapshot on every source shard, has the targets caught up to exactly the
+snapshots' positions, and compares every moving table (:func:`diff_table`). Each table is then
 read in primary-key order from every source (one merged sequence) and from
 every target (another), and the two sequences are walked side by side:
 
@@ -19,14 +19,17 @@ turn (every target holds all its rows), the reports summed
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import re
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from shardgate.backends.base import Connection
+from shardgate.backends.base import Backend, Connection
+from shardgate.backends.changes import ChangeLog
 from shardgate.workflows.coltypes import normal
+from shardgate.workflows.rowcopy import open_snapshot
 from shardgate.workflows.rowsql import MovingTable, select_after
 
 PAGE = 1000
@@ -161,3 +164,59 @@ def merge_diffs(table: str, parts: Sequence[tuple[str, TableDiff]]) -> TableDiff
         for text in part.samples:
             _sample(out, f"[{target}] {text}")
     return out
+
+
+async def diff_workflow(sources: Mapping[str, tuple[Backend, ChangeLog]],
+                        targets: Mapping[str, Backend], tables: Iterable[MovingTable],
+                        catch_up: Callable[[dict[str, str]], Awaitable[object]]
+                        ) -> list[TableDiff]:
+    """Compare ``tables`` on the ``sources`` (shard -> database and change log) and
+    the ``targets`` at one point: a snapshot on every source, then ``catch_up`` with
+    the snapshots' positions brings the targets there, then each table is diffed (a
+    reference table between the first source and each target)."""
+    async with contextlib.AsyncExitStack() as stack:
+        snaps: dict[str, Connection] = {}
+        positions: dict[str, str] = {}
+        for name, (backend, log) in sources.items():
+            conn, pos = await stack.enter_async_context(_snapshot(backend, log))
+            snaps[name], positions[name] = conn, pos
+        await catch_up(positions)
+        tconns = {}
+        for t, backend in targets.items():
+            tconns[t] = await stack.enter_async_context(_connection(backend))
+        reports = []
+        for table in tables:
+            if table.reference:  # the first source's rows, on every target
+                first, (b, _) = next(iter(sources.items()))
+                reports.append(merge_diffs(table.name, [
+                    (t, await diff_table([(snaps[first], b.dialect, b.placeholder)],
+                                         [(tconns[t], tb.dialect, tb.placeholder)], table))
+                    for t, tb in targets.items()]))
+                continue
+            reports.append(await diff_table(
+                [(snaps[s], b.dialect, b.placeholder) for s, (b, _) in sources.items()],
+                [(tconns[t], b.dialect, b.placeholder) for t, b in targets.items()],
+                table))
+    return reports
+
+
+@contextlib.asynccontextmanager
+async def _snapshot(backend: Backend, log: ChangeLog) -> AsyncIterator[tuple[Connection, str]]:
+    conn, pos = await open_snapshot(backend, log)
+    try:
+        yield conn, pos
+    finally:
+        try:
+            if conn.in_transaction:
+                await conn.execute("ROLLBACK")
+        finally:
+            await backend.release(conn)
+
+
+@contextlib.asynccontextmanager
+async def _connection(backend: Backend) -> AsyncIterator[Connection]:
+    conn = await backend.acquire()
+    try:
+        yield conn
+    finally:
+        await backend.release(conn)

@@ -65,8 +65,9 @@ from shardgate.topo.lint import check_vschema
 from shardgate.topo.store import TopoConflict
 from shardgate.vindexes.registry import describe_types
 from shardgate.workflows import metrics as reshard_metrics
+from shardgate.workflows.base import list_workflows
 from shardgate.workflows.movetables import MoveTablesWorkflow
-from shardgate.workflows.reshard import ReshardWorkflow, list_workflows
+from shardgate.workflows.reshard import ReshardWorkflow
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 

@@ -30,7 +30,7 @@ from shardgate.topo.model import WRITES_FROZEN
 from shardgate.vindexes import create_vindex
 from shardgate.vindexes.base import SingleColumn
 from shardgate.workflows.catchup import Applier
-from shardgate.workflows.mariadb import freeze_sql
+from shardgate.workflows.freeze import table_freeze_sql
 from shardgate.workflows.rowsql import MovingTable
 
 KINDS = [pytest.param("sqlite", id="sqlite"),
@@ -155,7 +155,7 @@ async def test_the_applier_writes_through_a_mariadb_freeze_and_no_one_else(
         await backend.execute("CREATE TABLE t (id BIGINT PRIMARY KEY, v VARCHAR(64) NOT NULL, "
                               "n INT NOT NULL)")
         await backend.execute("INSERT INTO t (id, v, n) VALUES (1, 'old', 0)")
-        for sql in freeze_sql("t", True):
+        for sql in table_freeze_sql("mysql", "t", True):
             await backend.execute(sql)
         applier = Applier({"t": TABLE}, [("-", KeyRange())], {"-": backend})
         await applier.apply([_tx(1, [RowChange("t", UPDATE, (1,), _row(1, "old", 0),
@@ -172,7 +172,7 @@ async def test_the_applier_writes_through_a_mariadb_freeze_and_no_one_else(
         with pytest.raises(ShardgateError, match=WRITES_FROZEN):
             await backend.execute("DELETE FROM t")
         assert await _rows(backend) == {1: ("new", 1), 2: ("b", 2)}
-        for sql in freeze_sql("t", False):
+        for sql in table_freeze_sql("mysql", "t", False):
             await backend.execute(sql)
         await backend.execute("DELETE FROM t WHERE id = 2")
         assert await _rows(backend) == {1: ("new", 1)}

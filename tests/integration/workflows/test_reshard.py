@@ -43,7 +43,7 @@ from shardgate.topo.server import TopoServer
 from shardgate.topo.store import open_topo_store
 from shardgate.vindexes import create_vindex
 from shardgate.vindexes.base import SingleColumn
-from shardgate.workflows import reshard as reshard_mod
+from shardgate.workflows import cutover
 from shardgate.workflows.reshard import ReshardSpec, ReshardWorkflow
 from shardgate.workflows.rowsql import MovingTable, RowWriter
 from tests.acceptance.test_cli import cli_env
@@ -449,7 +449,7 @@ async def test_failed_cutover_rolls_back_and_sources_keep_serving(
         await server.close()
         await gate.close()
     await check_placement(shards, model)
-    assert reshard_mod.CUTOVER_TIMEOUT_S > 0
+    assert cutover.CUTOVER_TIMEOUT_S > 0
 
 
 @pytest.mark.mysql

@@ -17,7 +17,7 @@ bound):
   the next command finishes the switch.
 
 The kill lands at an exact step through the workflow's test hook
-(:data:`~shardgate.workflows.reshard.PAUSE_ENV`): the command stops dead there and
+(:data:`~shardgate.workflows.cutover.PAUSE_ENV`): the command stops dead there and
 says so on stderr; the test checks the state it left, then SIGKILLs it.
 The test_copy_resumes_after_sigkill test of test_reshard.py covers the copy.
 """
@@ -43,7 +43,8 @@ from shardgate.keys import parse_shard_name
 from shardgate.topo.model import WRITES_FROZEN
 from shardgate.topo.server import TopoServer
 from shardgate.topo.store import open_topo_store
-from shardgate.workflows.reshard import PAUSE_ENV, ReshardSpec, ReshardWorkflow
+from shardgate.workflows.cutover import PAUSE_ENV
+from shardgate.workflows.reshard import ReshardSpec, ReshardWorkflow
 from tests.acceptance.test_cli import cli_env
 from tests.integration.workflows.test_reshard import HASH, Writers, _cluster, _wait, check_placement
 
