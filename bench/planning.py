@@ -23,7 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from shardgate.planner import build_plan
-from shardgate.sql import parse
+from shardgate.sql.parse import parse
 from shardgate.vschema import VSchema
 
 VSCHEMA_FILE = Path(__file__).resolve().parent.parent / "tests" / "unit" / "golden" / "vschema.json"

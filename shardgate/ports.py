@@ -26,6 +26,7 @@ from typing import Any, Final, Protocol, TypeVar
 
 from shardgate.backends.changes import LogItem
 from shardgate.result import ExecuteOptions, Result
+from shardgate.sql.dialects import Dialect
 from shardgate.topo.model import Topology
 from shardgate.vschema import VSchema
 
@@ -119,7 +120,7 @@ class SqlShard(Protocol):
     """A tablet client that runs SQL on its shard outside any gate session."""
 
     @property
-    def dialect(self) -> str:
+    def dialect(self) -> Dialect:
         """The shard database's SQL dialect (``sqlite``, ``postgres``, ``mysql``)."""
         ...
 

@@ -56,6 +56,7 @@ from shardgate.gate.limits import GateLimits
 from shardgate.queues.events import QueueBatch
 from shardgate.queues.options import QueueOptions
 from shardgate.result import ExecuteOptions, Result, Row, WireResult
+from shardgate.sql.dialects import Dialect
 from shardgate.tablet.client import TabletClient
 from shardgate.tablet.registry import KIND, TabletRecord, TabletRoster
 from shardgate.topo.server import TopoServer
@@ -317,7 +318,7 @@ class ShardTablets(TabletClient):
         self.fleet = fleet
         self.keyspace = keyspace
         self.shard = shard
-        self.dialect = dialect
+        self.dialect = Dialect(dialect)
         self.placeholder = placeholder
         self.replica = replica
         self._txs: dict[int, tuple[_Remote, int]] = {}

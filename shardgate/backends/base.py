@@ -40,6 +40,7 @@ from typing import Any
 from shardgate.backends.copytext import TextRows
 from shardgate.errors import FailedPrecondition, InvalidArgument, ShardgateError, Unsupported
 from shardgate.result import Result, ResultLimits, WireResult
+from shardgate.sql.dialects import Dialect
 
 
 class Connection(ABC):
@@ -198,8 +199,8 @@ def check_xid(xid: str) -> str:
 class Backend(ABC):
     """A shard's database: its dialect and a pool of connections."""
 
-    #: sqlglot dialect name: "sqlite", "postgres" or "mysql".
-    dialect: str = ""
+    #: the database's SQL dialect (its value is sqlglot's name for it)
+    dialect: Dialect
     #: positional placeholder the driver expects: "?" or "%s".
     placeholder: str = "?"
     #: the database's default collation, once a connection has read it (MariaDB,

@@ -80,6 +80,7 @@ from shardgate.errors import (
     Unavailable,
 )
 from shardgate.result import Result, ResultLimits, WireResult
+from shardgate.sql.dialects import Dialect
 
 DEFAULT_CONNECT_TIMEOUT_S = 3
 DEFAULT_PORT = 3306
@@ -456,7 +457,7 @@ class MySQLConnection(ThreadedConnection):
 class MySQLBackend(PooledBackend):
     """A MariaDB (or MySQL) database as a shard."""
 
-    dialect = "mysql"
+    dialect = Dialect.MYSQL
     placeholder = "%s"
     supports_twopc = True
 

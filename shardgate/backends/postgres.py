@@ -77,6 +77,7 @@ from shardgate.errors import (
     Unavailable,
 )
 from shardgate.result import Result, ResultLimits, rows_size
+from shardgate.sql.dialects import Dialect
 
 DEFAULT_CONNECT_TIMEOUT_S = 3
 
@@ -513,7 +514,7 @@ class PostgresConnection(PooledConnection):
 class PostgresBackend(PooledBackend):
     """A PostgreSQL database as a shard."""
 
-    dialect = "postgres"
+    dialect = Dialect.POSTGRES
     placeholder = "%s"
     supports_twopc = True
 

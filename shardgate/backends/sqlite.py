@@ -64,6 +64,7 @@ from shardgate.errors import (
     ShardgateError,
 )
 from shardgate.result import Result, ResultLimits
+from shardgate.sql.dialects import Dialect
 
 DEFAULT_BUSY_TIMEOUT_MS = 5000
 
@@ -261,7 +262,7 @@ class SQLiteConnection(ThreadedConnection):
 class SQLiteBackend(PooledBackend):
     """A SQLite file (or a private in-memory database) as a shard."""
 
-    dialect = "sqlite"
+    dialect = Dialect.SQLITE
     placeholder = "?"
 
     def __init__(self, url: str, *, pool_size: int = 4) -> None:

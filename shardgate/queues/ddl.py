@@ -33,32 +33,24 @@ apply (a segmented queue always keeps per-key order).
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from sqlglot import exp
 
 from shardgate.errors import InvalidArgument
-from shardgate.queues.events import MANDATORY_COLUMNS, NOW_NS
+from shardgate.queues.events import MANDATORY_COLUMNS
 from shardgate.queues.options import QueueOptions
 from shardgate.sql.classify import create_queue_statement, head_words
+from shardgate.sql.dialects import Dialect, sql_dialect
 from shardgate.sql.statements import CreateQueueStatement
+from shardgate.vschema import TableType
 
-
-def now_ns_sql(dialect: str) -> str:
-    """The SQL expression of the database clock stamping ``time_scheduled`` (ns)."""
-    return NOW_NS[dialect]
-
-
-_RANDOM_ID = {
-    "sqlite": "(random() & 9223372036854775807)",
-    "postgres": "(('x' || substr(replace(gen_random_uuid()::text, '-', ''), 1, 15))"
-                "::bit(60)::bigint)",
-    # Not RAND(): MariaDB's RAND() has 30 bits of state, so one bulk INSERT of
-    # 200k events repeats ~900 ids. 60 bits of an MD5 of a (unique) UUID() do not.
-    "mysql": "(CAST(CONV(SUBSTR(MD5(UUID()), 1, 15), 16, 10) AS SIGNED))",
-}
+#: the word a queue table's comment marker starts with
+MARKER = "shardgate_queue"
+#: whether ``CREATE QUEUE IF NOT EXISTS`` also writes ``CREATE INDEX IF NOT EXISTS``
+#: (MariaDB's queue indexes are created without it, as they always were)
+_INDEX_IF_NOT_EXISTS = {Dialect.SQLITE: True, Dialect.POSTGRES: True, Dialect.MYSQL: False}
 
 
 def is_create_queue(sql: str) -> bool:
@@ -81,7 +73,7 @@ class CreateQueue:
 
     def vschema_table(self) -> dict[str, Any]:
         """The VSchema entry of the queue table."""
-        doc: dict[str, Any] = {"type": "queue"}
+        doc: dict[str, Any] = {"type": TableType.QUEUE.value}
         if self.raw_options:
             doc["queue"] = dict(self.raw_options)
         if self.shard_column:
@@ -93,7 +85,7 @@ class CreateQueue:
         """Whether this creates a segmented queue (``WITH (storage = segmented)``)."""
         return self.options.storage == "segmented"
 
-    def table_ddl(self, dialect: str) -> list[str]:
+    def table_ddl(self, dialect: Dialect) -> list[str]:
         """CREATE TABLE and CREATE INDEX statements for ``dialect``."""
         return queue_table_ddl(self.name, self.columns, self.options, dialect,
                                if_not_exists=self.if_not_exists)
@@ -162,9 +154,12 @@ def _number(v: str) -> Any:
     return v
 
 
-def _defaults(dialect: str) -> dict[str, str]:
-    """The mandatory columns' defaults on ``dialect`` (``time_acked`` has none)."""
-    return {"id": _RANDOM_ID[dialect], "time_scheduled": NOW_NS[dialect], "time_next": "0",
+def _defaults(dialect: Dialect) -> dict[str, str]:
+    """The mandatory columns' defaults on ``dialect`` (``time_acked`` has none): ``id``
+    is random (inserts spread over the primary key), ``time_scheduled`` the database's
+    clock in ns."""
+    d = sql_dialect(dialect)
+    return {"id": d.random_id_sql, "time_scheduled": d.now_ns_sql, "time_next": "0",
             "epoch": "0", "state": "'to_be_fired'", "priority": "0"}
 
 
@@ -172,12 +167,13 @@ def queue_table_ddl(
     name: str,
     user_columns: list[exp.ColumnDef],
     options: QueueOptions,
-    dialect: str,
+    dialect: Dialect,
     *,
     if_not_exists: bool = False,
 ) -> list[str]:
     """The statements creating queue table ``name`` on one shard of ``dialect``."""
-    q = exp.to_identifier(name).sql(dialect=dialect)
+    target = sql_dialect(dialect)
+    q = target.quote(name)
     ine = "IF NOT EXISTS " if if_not_exists else ""
     d = _defaults(dialect)
     cols = [
@@ -190,23 +186,17 @@ def queue_table_ddl(
         f"priority INT NOT NULL DEFAULT {d['priority']}",
     ]
     cols += [c.sql(dialect=dialect) for c in user_columns]
-    comment = options.to_comment()
-    if dialect == "sqlite":
+    comment = target.table_comment(q, options.to_comment())
+    if comment.inner:  # one column a line, the marker first
         body = ",\n  ".join(cols)
-        create = f"CREATE TABLE {ine}{q} (\n  /* {comment} */\n  {body}\n)"
-    elif dialect == "mysql":
-        create = (f"CREATE TABLE {ine}{q} ({', '.join(cols)}) "
-                  f"COMMENT = '{comment}'")
+        create = f"CREATE TABLE {ine}{q} (\n  {comment.inner}\n  {body}\n)"
     else:
-        create = f"CREATE TABLE {ine}{q} ({', '.join(cols)})"
-    out = [create]
-    if dialect == "postgres":
-        out.append(f"COMMENT ON TABLE {q} IS '{comment}'")
-    idx_ine = "IF NOT EXISTS " if if_not_exists and dialect != "mysql" else ""
-    return out + _scan_indexes(name, options, dialect, idx_ine)
+        create = f"CREATE TABLE {ine}{q} ({', '.join(cols)}){comment.suffix}"
+    idx_ine = "IF NOT EXISTS " if if_not_exists and _INDEX_IF_NOT_EXISTS[dialect] else ""
+    return [create, *comment.after, *_scan_indexes(name, options, dialect, idx_ine)]
 
 
-def _scan_indexes(name: str, options: QueueOptions, dialect: str, ine: str) -> list[str]:
+def _scan_indexes(name: str, options: QueueOptions, dialect: Dialect, ine: str) -> list[str]:
     """``CREATE INDEX`` of a queue table's scan indexes and its ordering/group keys.
 
     PostgreSQL and SQLite get one partial index per scanned state: new events by
@@ -215,57 +205,47 @@ def _scan_indexes(name: str, options: QueueOptions, dialect: str, ine: str) -> l
     entry, not one to each index, and a scan reads only its state's entries.
     MariaDB has no partial indexes: ``(state, time_scheduled)`` and ``(state,
     time_next)`` serve the same scans there."""
-    q = exp.to_identifier(name).sql(dialect=dialect)
+    target = sql_dialect(dialect)
+    q = target.quote(name)
     indexes: list[tuple[str, str]]
-    if dialect == "mysql":
-        indexes = [("due", "(state, time_scheduled)"), ("next", "(state, time_next)")]
-    else:
+    if target.partial_indexes:
         indexes = [("due", "(time_scheduled) WHERE state = 'to_be_fired'"),
                    ("next", "(time_next) WHERE state = 'fired'"),
                    ("acked", "(time_next) WHERE state = 'acked'")]
+    else:
+        indexes = [("due", "(state, time_scheduled)"), ("next", "(state, time_next)")]
     for opt in (options.ordering_key, options.group_key):
         if opt is not None:
-            indexes.append((opt, f"({exp.to_identifier(opt).sql(dialect=dialect)})"))
-    return [f"CREATE INDEX {ine}{exp.to_identifier(f'{name}_sg_{suffix}').sql(dialect=dialect)}"
-            f" ON {q} {cols_sql}" for suffix, cols_sql in indexes]
+            indexes.append((opt, f"({target.quote(opt)})"))
+    return [f"CREATE INDEX {ine}{target.quote(f'{name}_sg_{suffix}')} ON {q} {cols_sql}"
+            for suffix, cols_sql in indexes]
 
 
-def queue_table_extras(name: str, options: QueueOptions, dialect: str, *,
+def queue_table_extras(name: str, options: QueueOptions, dialect: Dialect, *,
                        comment: bool = True) -> list[str]:
     """What makes an existing copy of queue table ``name`` (its columns and primary
     key, e.g. a reshard target's) a queue table like :func:`queue_table_ddl` would
     create: the mandatory columns' defaults, the comment marker (``comment``; not
     on SQLite, whose marker lives in the ``CREATE TABLE`` statement) and the scan
     indexes. Idempotent."""
-    q = exp.to_identifier(name).sql(dialect=dialect)
+    target = sql_dialect(dialect)
+    q = target.quote(name)
     out: list[str] = []
-    if dialect != "sqlite":
-        for col, expr in _defaults(dialect).items():
-            out.append(f"ALTER TABLE {q} ALTER COLUMN {col} SET DEFAULT {expr}")
-        if comment:
-            marker = options.to_comment()
-            out.append(f"COMMENT ON TABLE {q} IS '{marker}'" if dialect == "postgres"
-                       else f"ALTER TABLE {q} COMMENT = '{marker}'")
+    for col, expr in _defaults(dialect).items():
+        default = target.set_default(q, col, expr)
+        if default is not None:
+            out.append(default)
+    marker = target.comment_on_table(q, options.to_comment()) if comment else None
+    if marker is not None:
+        out.append(marker)
     return out + _scan_indexes(name, options, dialect, "IF NOT EXISTS ")
 
 
-def detect_sql(dialect: str) -> str:
+def detect_sql(dialect: Dialect) -> str:
     """SQL listing ``(table, comment)`` of the tables that may carry the queue marker."""
-    if dialect == "sqlite":
-        return ("SELECT name, sql FROM sqlite_master WHERE type = 'table'"
-                " AND sql LIKE '%shardgate_queue%'")
-    if dialect == "postgres":
-        return ("SELECT c.relname, obj_description(c.oid, 'pg_class') FROM pg_class c"
-                " JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.relkind = 'r'"
-                " AND n.nspname = current_schema()"
-                " AND obj_description(c.oid, 'pg_class') LIKE 'shardgate_queue%%'")
-    return ("SELECT table_name, table_comment FROM information_schema.tables"
-            " WHERE table_schema = DATABASE() AND table_comment LIKE 'shardgate_queue%%'")
+    return sql_dialect(dialect).commented_tables_sql(MARKER)
 
 
-def comment_of(dialect: str, text: str) -> str:
+def comment_of(dialect: Dialect, text: str) -> str:
     """The marker inside what :func:`detect_sql` returned for one table."""
-    if dialect == "sqlite":
-        m = re.search(r"/\*\s*(shardgate_queue[^*]*)\*/", text)
-        return m.group(1).strip() if m else ""
-    return text
+    return sql_dialect(dialect).comment_from(text, MARKER)

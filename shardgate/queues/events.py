@@ -18,13 +18,6 @@ ACKED = "acked"
 FAILED = "failed"
 STATES = (TO_BE_FIRED, FIRED, ACKED, FAILED)
 
-#: The database's clock in ns since the epoch, per dialect (SQL expressions).
-NOW_NS = {
-    "sqlite": "(CAST((julianday('now') - 2440587.5) * 86400000000000.0 AS INTEGER))",
-    "postgres": "((extract(epoch from clock_timestamp()) * 1000000000)::bigint)",
-    "mysql": "(FLOOR(UNIX_TIMESTAMP(NOW(6)) * 1000000000))",
-}
-
 
 @dataclass(slots=True)
 class QueueEvent:

@@ -37,50 +37,32 @@ from __future__ import annotations
 import re
 
 from shardgate.errors import InvalidArgument
-from shardgate.queues.events import NOW_NS
+from shardgate.sql.dialects import Dialect, sql_dialect
 
 TABLE = "_sg_queue_signals"
 #: ``since_ns`` of a signal consumed with no new one since (larger than any time).
 NONE_PENDING = 2**62
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_$]*$")
-#: backend URL kinds (``bulk``) and dialects, both accepted
-_DIALECTS = {"postgres": "postgres", "postgresql": "postgres", "mysql": "mysql",
-             "sqlite": "sqlite"}
 
 
-def _dialect(dialect: str) -> str:
-    try:
-        return _DIALECTS[dialect]
-    except KeyError:
-        raise InvalidArgument(f"queue signals: unknown dialect {dialect!r}") from None
-
-
-def ddl(dialect: str) -> str:
-    """``CREATE TABLE IF NOT EXISTS`` of the signal table."""
-    _dialect(dialect)
+def ddl() -> str:
+    """``CREATE TABLE IF NOT EXISTS`` of the signal table (the same in every dialect)."""
     return (f"CREATE TABLE IF NOT EXISTS {TABLE} (queue VARCHAR(64) NOT NULL PRIMARY KEY, "
             "seq BIGINT NOT NULL, since_ns BIGINT NOT NULL, signalled_ns BIGINT NOT NULL)")
 
 
-def signal_sql(dialect: str, queue: str, since_ns: int) -> str:
+def signal_sql(dialect: Dialect, queue: str, since_ns: int) -> str:
     """The upsert recording one signal of ``queue`` (literal values, no parameters:
     ``queue`` must be a plain identifier, as queue table names are)."""
     if not _NAME.match(queue):
         raise InvalidArgument(f"queue signals: {queue!r} is not a plain table name")
-    q, since, d = queue.lower(), int(since_ns), _dialect(dialect)
-    values = (f"INSERT INTO {TABLE} (queue, seq, since_ns, signalled_ns) "
-              f"VALUES ('{q}', 1, {since}, {NOW_NS[d]})")
-    if d == "postgres":
-        return (f"{values} ON CONFLICT (queue) DO UPDATE SET seq = {TABLE}.seq + 1, "
-                f"since_ns = LEAST({TABLE}.since_ns, EXCLUDED.since_ns), "
-                "signalled_ns = EXCLUDED.signalled_ns")
-    if d == "mysql":
-        return (f"{values} ON DUPLICATE KEY UPDATE seq = seq + 1, "
-                "since_ns = LEAST(since_ns, VALUES(since_ns)), "
-                "signalled_ns = VALUES(signalled_ns)")
-    return (f"{values} ON CONFLICT (queue) DO UPDATE SET seq = seq + 1, "
-            "since_ns = min(since_ns, excluded.since_ns), signalled_ns = excluded.signalled_ns")
+    q, since, d = queue.lower(), int(since_ns), sql_dialect(dialect)
+    seq, pending = d.current(TABLE, "seq"), d.current(TABLE, "since_ns")
+    sets = (f"seq = {seq} + 1, since_ns = {d.least}({pending}, {d.excluded('since_ns')}), "
+            f"signalled_ns = {d.excluded('signalled_ns')}")
+    return (f"INSERT INTO {TABLE} (queue, seq, since_ns, signalled_ns) "
+            f"VALUES ('{q}', 1, {since}, {d.now_ns_sql}){d.upsert('queue', sets)}")
 
 
 def read_sql() -> str:

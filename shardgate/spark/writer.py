@@ -72,6 +72,7 @@ from shardgate.spark import types as sgtypes
 from shardgate.spark._worker import settle
 from shardgate.spark.ksids import KsidMapper, ShardIndex, VindexSpec, group_by_shard
 from shardgate.spark.options import SourceOptions, WriteOptions
+from shardgate.sql.dialects import Dialect, sql_dialect
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -88,6 +89,11 @@ class _Shard:
     kind: str
     start: bytes
     end: bytes
+
+    @property
+    def dialect(self) -> Dialect:
+        """The shard database's dialect (from its URL kind)."""
+        return Dialect.of(self.kind)
 
 
 @dataclass
@@ -229,7 +235,7 @@ class ShardgateWriter(DataSourceArrowWriter):
             ], transaction=s.kind != "mysql")
             if self.queue:
                 with contextlib.suppress(AlreadyExists):  # two jobs creating it at once
-                    bulk.run(s.url, [signals.ddl(s.kind)], transaction=False)
+                    bulk.run(s.url, [signals.ddl()], transaction=False)
 
         try:
             self._each(create)
@@ -269,16 +275,14 @@ class ShardgateWriter(DataSourceArrowWriter):
             task_list = ", ".join(f"'{t}'" for t in tasks)
             insert, tail = "INSERT INTO", ""
             if self.write_opts.ignore_duplicates:
-                insert = {"postgresql": "INSERT INTO", "sqlite": "INSERT OR IGNORE INTO",
-                          "mysql": "INSERT IGNORE INTO"}[s.kind]
-                tail = " ON CONFLICT DO NOTHING" if s.kind == "postgresql" else ""
+                insert, tail = sql_dialect(s.dialect).insert_ignore()
             statements = [
                 f"{insert} {self._q(s.kind, self.table)} ({cols}) SELECT {picks} FROM "
                 f"{self._q(s.kind, self.stage)} WHERE {self._q(s.kind, TASK_COLUMN)} "
                 f"IN ({task_list}){tail}"
             ]
             if self.queue:  # last: its row lock is held only until the commit
-                statements.append(signals.signal_sql(s.kind, self.table, since))
+                statements.append(signals.signal_sql(s.dialect, self.table, since))
             bulk.run(s.url, statements)
             committed.append(s.name)
 

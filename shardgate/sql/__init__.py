@@ -1,6 +1,6 @@
-"""SQL text in and out: parsing gate SQL, generating per-shard dialect SQL (sqlglot)."""
+"""SQL text in and out: parsing gate SQL (:mod:`~shardgate.sql.parse`), generating
+per-shard dialect SQL (:mod:`~shardgate.sql.dialects`); sqlglot underneath.
 
-from shardgate.sql.dialects.render import ShardSQL, render
-from shardgate.sql.parse import GATE_DIALECT, parse
-
-__all__ = ["GATE_DIALECT", "ShardSQL", "parse", "render"]
+Nothing is imported here, so a process that only needs :class:`~shardgate.sql.dialects.Dialect`
+(a Spark task, a backend) does not load sqlglot.
+"""

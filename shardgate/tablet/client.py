@@ -16,6 +16,7 @@ from shardgate.errors import FailedPrecondition, Unsupported
 from shardgate.queues.events import QueueBatch
 from shardgate.queues.options import QueueOptions
 from shardgate.result import ExecuteOptions, Result, Row, WireResult
+from shardgate.sql.dialects import Dialect
 from shardgate.tablet.queue_service import receive_batches
 from shardgate.tablet.tablet import Tablet
 
@@ -25,7 +26,7 @@ class TabletClient(ABC):
 
     keyspace: str
     shard: str
-    dialect: str
+    dialect: Dialect
     placeholder: str
     #: whether the shard can prepare transactions (PostgreSQL, MariaDB)
     supports_twopc: bool = False

@@ -18,6 +18,8 @@ from prometheus_client.registry import Collector
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
 
+    from shardgate.sql.dialects import Dialect
+
 
 class _Tablet(Protocol):
     """What the collector reads of a tablet."""
@@ -28,7 +30,7 @@ class _Tablet(Protocol):
     _transactions: dict[int, Any]
 
     @property
-    def dialect(self) -> str: ...
+    def dialect(self) -> Dialect: ...
 
 QUERIES = Histogram(
     "shardgate_tablet_query_seconds", "Statements a tablet ran on its shard",

@@ -334,7 +334,7 @@ class QueueService:
             await self.backend.execute(text)
         except NotFound:  # the first signal of this database: create the table
             with contextlib.suppress(AlreadyExists):
-                await self.backend.execute(signals.ddl(self.backend.dialect))
+                await self.backend.execute(signals.ddl())
             await self.backend.execute(text)
 
     async def _watch_signals(self) -> None:
@@ -345,7 +345,7 @@ class QueueService:
             try:
                 if not ready:
                     with contextlib.suppress(AlreadyExists):
-                        await self.backend.execute(signals.ddl(self.backend.dialect))
+                        await self.backend.execute(signals.ddl())
                     ready = True
                 res = await self.backend.execute(signals.read_sql())
             except ShardgateError as exc:

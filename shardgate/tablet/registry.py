@@ -39,6 +39,7 @@ from dataclasses import asdict, dataclass
 
 from shardgate.aio import cancel_and_wait
 from shardgate.errors import ShardgateError
+from shardgate.sql.dialects import Dialect
 from shardgate.tablet.tablet import Tablet
 from shardgate.topo.store import Record, TopoConflict, TopoStore
 
@@ -78,7 +79,7 @@ class TabletRecord:
     heartbeat_at: float
     heartbeat_s: float
     beat: int
-    dialect: str
+    dialect: Dialect
     placeholder: str
     supports_twopc: bool
     collation: str
@@ -91,9 +92,11 @@ class TabletRecord:
         if record.doc is None:
             return None
         try:
-            return cls(**{k: record.doc[k] for k in cls.__dataclass_fields__
-                          if k in record.doc or k not in _OPTIONAL})
-        except (KeyError, TypeError):
+            doc = {k: record.doc[k] for k in cls.__dataclass_fields__
+                   if k in record.doc or k not in _OPTIONAL}
+            doc["dialect"] = Dialect(doc["dialect"])
+            return cls(**doc)
+        except (KeyError, TypeError, ValueError):
             log.warning("ignoring malformed tablet record %s", record.name)
             return None
 

@@ -58,6 +58,7 @@ from shardgate.errors import (
 from shardgate.event_token import is_fresher
 from shardgate.result import ExecuteOptions, Result, ResultLimits, Row, WireResult
 from shardgate.sql.classify import head_words
+from shardgate.sql.dialects import Dialect
 from shardgate.tablet import metrics
 from shardgate.tablet.queue_service import QueueService, QueueWrite
 from shardgate.tablet.stream import TabletStream
@@ -166,7 +167,7 @@ class Tablet:
                    transaction_cap_per_user=transaction_cap_per_user)
 
     @property
-    def dialect(self) -> str:
+    def dialect(self) -> Dialect:
         return self.backend.dialect
 
     @property

@@ -19,8 +19,8 @@ from shardgate.errors import Code, ShardgateError
 from shardgate.evalengine.evaluate import compile_expr
 from shardgate.evalengine.sqlsem import collation, semantics, shown
 from shardgate.result import Result
-from shardgate.sql import parse
 from shardgate.sql.dialects.render import AVG_SUM, avg_partial, render
+from shardgate.sql.parse import parse
 
 from .recording import cursor, run
 

@@ -9,7 +9,7 @@ from sqlglot import exp
 
 from shardgate.errors import Code, ShardgateError, VSchemaError
 from shardgate.planner.build import auto_increment_column, build_plan, first_primary_key_column
-from shardgate.sql import parse
+from shardgate.sql.parse import parse
 from shardgate.vschema import VSchema
 
 

@@ -12,7 +12,7 @@ from shardgate.engine.primitives import _map_distinct
 from shardgate.errors import Code, ShardgateError
 from shardgate.planner import build_plan
 from shardgate.result import Result
-from shardgate.sql import parse
+from shardgate.sql.parse import parse
 from shardgate.testing import RecordingCursor
 from shardgate.vindexes.base import SingleColumn
 from shardgate.vschema import VSchema

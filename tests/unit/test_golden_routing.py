@@ -20,7 +20,7 @@ import pytest
 
 from shardgate.errors import ShardgateError
 from shardgate.planner import build_plan
-from shardgate.sql import parse
+from shardgate.sql.parse import parse
 from shardgate.vschema import VSchema
 
 GOLDEN = Path(__file__).parent / "golden"

@@ -6,7 +6,7 @@ import pytest
 
 from shardgate.errors import ShardgateError
 from shardgate.planner import build_plan
-from shardgate.sql import parse
+from shardgate.sql.parse import parse
 
 from .recording import VSCHEMA
 

@@ -7,7 +7,7 @@ from sqlglot import exp
 
 from shardgate.planner.fold import always_false, fold_integer
 from shardgate.planner.target import Target, parse_target
-from shardgate.sql import parse
+from shardgate.sql.parse import parse
 
 
 def _where(sql: str) -> exp.Expr:

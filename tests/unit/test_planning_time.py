@@ -21,8 +21,8 @@ from sqlglot import exp
 from shardgate.engine.plan import Plan
 from shardgate.planner import build_plan
 from shardgate.planner.build import normalize
-from shardgate.sql import parse
 from shardgate.sql.long_lists import parse_statements
+from shardgate.sql.parse import parse
 from shardgate.sql.rewrite import swapped, transform
 
 from .recording import VSCHEMA

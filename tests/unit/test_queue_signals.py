@@ -19,7 +19,7 @@ from shardgate.tablet.queue_service import QueueService
 async def test_first_read_wakes_pending_signals_only(tmp_path: Path) -> None:
     backend = open_backend(f"sqlite:///{tmp_path / 'shard.db'}")
     try:
-        await backend.execute(signals.ddl("sqlite"))
+        await backend.execute(signals.ddl())
         since = time.time_ns()
         await backend.execute(signals.signal_sql("sqlite", "jobs", since))  # pending
         await backend.execute(signals.signal_sql("sqlite", "mail", since))

@@ -17,7 +17,7 @@ from shardgate.errors import Code, ShardgateError
 from shardgate.keys import KeyRange, ShardMap
 from shardgate.planner import build_plan
 from shardgate.result import Result
-from shardgate.sql import parse
+from shardgate.sql.parse import parse
 from shardgate.testing import RecordingCursor
 from shardgate.vschema import VSchema
 

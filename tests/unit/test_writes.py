@@ -10,7 +10,7 @@ from shardgate.errors import Code, ShardgateError
 from shardgate.evalengine.coerce import NO_MATCH, SCATTER, Kind, kind_of_type, stored_value
 from shardgate.planner import build_plan
 from shardgate.result import Result
-from shardgate.sql import parse
+from shardgate.sql.parse import parse
 from shardgate.testing import RecordingCursor
 from shardgate.vschema import VSchema
 

@@ -22,6 +22,7 @@ from shardgate.event_token import EventToken
 from shardgate.queues.events import QueueBatch
 from shardgate.queues.options import QueueOptions
 from shardgate.result import ExecuteOptions, Result, Row, WireResult
+from shardgate.sql.dialects import Dialect
 from shardgate.tablet.client import TabletClient
 
 #: what to do when no tablet answers
@@ -77,7 +78,7 @@ class GrpcTabletClient(TabletClient):
         self.target = target
         self.keyspace = keyspace
         self.shard = shard
-        self.dialect = dialect
+        self.dialect = Dialect(dialect)
         self.placeholder = placeholder
         self.timeout = timeout
         #: names this gate process on transactions (the tablet reaps those of dead gates)
@@ -103,7 +104,7 @@ class GrpcTabletClient(TabletClient):
             await probe.close()
             raise tablet_error(exc, target) from None
         probe.keyspace, probe.shard = info.keyspace, info.shard
-        probe.dialect, probe.placeholder = info.dialect, info.placeholder
+        probe.dialect, probe.placeholder = Dialect(info.dialect), info.placeholder
         probe.supports_twopc, probe._collation = info.supports_twopc, info.collation
         probe._gives_wire = info.gives_wire
         return probe

@@ -18,38 +18,35 @@ Tables (``<name>`` is the inbox name):
 from __future__ import annotations
 
 from shardgate.errors import InvalidArgument
+from shardgate.sql.dialects import Dialect, sql_dialect
 
-_USER = {
-    ("bigint", "sqlite"): "BIGINT", ("bigint", "postgres"): "BIGINT",
-    ("bigint", "mysql"): "BIGINT",
-    ("varchar", "sqlite"): "VARCHAR(255)", ("varchar", "postgres"): "VARCHAR(255)",
-    ("varchar", "mysql"): "VARCHAR(255)",
-}
-_TEXT = {"sqlite": "TEXT", "postgres": "TEXT", "mysql": "MEDIUMTEXT"}
+#: the user column's type per inbox ``user_type`` (the same in every dialect)
+_USER = {"bigint": "BIGINT", "varchar": "VARCHAR(255)"}
+_TEXT = {Dialect.SQLITE: "TEXT", Dialect.POSTGRES: "TEXT", Dialect.MYSQL: "MEDIUMTEXT"}
 #: Rows stored in primary key order, so a user's messages are adjacent (InnoDB always is).
-_CLUSTERED = {"sqlite": " WITHOUT ROWID", "postgres": "", "mysql": ""}
+_CLUSTERED = {Dialect.SQLITE: " WITHOUT ROWID", Dialect.POSTGRES: "", Dialect.MYSQL: ""}
 
 
-def _check_dialect(dialect: str) -> None:
+def _check_dialect(dialect: Dialect) -> None:
     if dialect not in _TEXT:
         raise InvalidArgument(f"inbox store: unknown dialect {dialect!r}")
 
 
-def bucket_ddl(table: str, dialect: str, *, user_type: str) -> str:
+def bucket_ddl(table: str, dialect: Dialect, *, user_type: str) -> str:
     """``CREATE TABLE IF NOT EXISTS`` of one bucket table."""
     _check_dialect(dialect)
     return (
-        f"CREATE TABLE IF NOT EXISTS {table} (user_id {_USER[(user_type, dialect)]} NOT NULL, "
+        f"CREATE TABLE IF NOT EXISTS {table} (user_id {_USER[user_type]} NOT NULL, "
         f"ts BIGINT NOT NULL, msg_id BIGINT NOT NULL, body {_TEXT[dialect]}, "
         f"PRIMARY KEY (user_id, ts, msg_id)){_CLUSTERED[dialect]}"
     )
 
 
-def pointers_ddl(table: str, dialect: str, user_type: str) -> str:
+def pointers_ddl(table: str, dialect: Dialect, user_type: str) -> str:
     """``CREATE TABLE IF NOT EXISTS`` of the pointer table."""
     _check_dialect(dialect)
     return (
-        f"CREATE TABLE IF NOT EXISTS {table} (user_id {_USER[(user_type, dialect)]} NOT NULL, "
+        f"CREATE TABLE IF NOT EXISTS {table} (user_id {_USER[user_type]} NOT NULL, "
         "consumer VARCHAR(64) NOT NULL, ts BIGINT NOT NULL, msg_id BIGINT NOT NULL, "
         f"recent {_TEXT[dialect]}, updated_at BIGINT NOT NULL, "
         f"PRIMARY KEY (user_id, consumer)){_CLUSTERED[dialect]}"
@@ -60,27 +57,27 @@ def pointers_ddl(table: str, dialect: str, user_type: str) -> str:
 OPTIONS_TABLE = "_sg_inboxes"
 
 
-def options_ddl(dialect: str) -> str:
+def options_ddl(dialect: Dialect) -> str:
     """``CREATE TABLE IF NOT EXISTS`` of the table of inboxes and their options."""
     _check_dialect(dialect)
     return (f"CREATE TABLE IF NOT EXISTS {OPTIONS_TABLE} (name VARCHAR(64) NOT NULL "
             f"PRIMARY KEY, options {_TEXT[dialect]} NOT NULL, created_at BIGINT NOT NULL)")
 
 
-def placeholder(dialect: str) -> str:
-    return "?" if dialect == "sqlite" else "%s"
+def placeholder(dialect: Dialect) -> str:
+    return sql_dialect(dialect).placeholder
 
 
-def options_select_sql(dialect: str) -> str:
+def options_select_sql(dialect: Dialect) -> str:
     return f"SELECT options FROM {OPTIONS_TABLE} WHERE name = {placeholder(dialect)}"
 
 
-def options_insert_sql(dialect: str) -> str:
+def options_insert_sql(dialect: Dialect) -> str:
     ph = placeholder(dialect)
     return f"INSERT INTO {OPTIONS_TABLE} (name, options, created_at) VALUES ({ph}, {ph}, {ph})"
 
 
-def options_delete_sql(dialect: str) -> str:
+def options_delete_sql(dialect: Dialect) -> str:
     return f"DELETE FROM {OPTIONS_TABLE} WHERE name = {placeholder(dialect)}"
 
 
@@ -92,14 +89,10 @@ def drop_ddl(table: str) -> str:
     return f"DROP TABLE IF EXISTS {table}"
 
 
-def list_tables_sql(dialect: str) -> str:
+def list_tables_sql(dialect: Dialect) -> str:
     """The names of the tables of the shard's database (schema)."""
     _check_dialect(dialect)
-    if dialect == "sqlite":
-        return "SELECT name FROM sqlite_master WHERE type = 'table'"
-    if dialect == "postgres":
-        return "SELECT tablename FROM pg_tables WHERE schemaname = current_schema()"
-    return "SELECT table_name FROM information_schema.tables WHERE table_schema = DATABASE()"
+    return sql_dialect(dialect).tables_sql()
 
 
 # Gate statements (named bind variables; the gate rewrites them per dialect).

@@ -79,6 +79,7 @@ from shardgate.queues.inbox.model import (
     next_bucket,
     parse_bucket_table,
 )
+from shardgate.sql.dialects import Dialect
 from shardgate.vindexes.base import SingleColumn
 from shardgate.vindexes.hash import Hash
 
@@ -575,13 +576,13 @@ class InboxStore:
         return len(self.gate.topology.keyspace(self.keyspace).shards)
 
     async def _each_shard(
-        self, statement: Callable[[str], str], *, suppress: type[Exception] | None = None
+        self, statement: Callable[[Dialect], str], *, suppress: type[Exception] | None = None
     ) -> list[Any]:
         """``statement(dialect)`` on every shard at once (``suppress``: that error is fine)."""
         return await self._each_shard_with(lambda d: (statement(d), []), suppress=suppress)
 
     async def _each_shard_with(
-        self, statement: Callable[[str], tuple[str, list[Any]]], *,
+        self, statement: Callable[[Dialect], tuple[str, list[Any]]], *,
         suppress: type[Exception] | None = None,
     ) -> list[Any]:
         ks = self.gate.topology.keyspace(self.keyspace)

@@ -266,8 +266,9 @@ class ShardConsumer:
             if self._lease is None:
                 await asyncio.sleep(self.lease_retry)
         self._writer = self._lease.conn
-        if self.store.dialect == "postgres":
-            await self._writer.execute("SET synchronous_commit = off")
+        relaxed = self.store.sql.relaxed_durability_sql
+        if relaxed is not None:  # PostgreSQL: no WAL flush wait per status batch
+            await self._writer.execute(relaxed)
         async with self._write_lock:
             live = await self.store.recover(self._writer)
             await self.store.add_spare(self._writer)

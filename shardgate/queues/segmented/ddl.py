@@ -39,9 +39,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sqlglot import exp
-
 from shardgate.errors import InvalidArgument
+from shardgate.sql.dialects import Dialect, sql_dialect
+from shardgate.sql.dialects.base import TableComment
 
 #: Distance between the numbers of consecutive new datasets (merges use the gaps).
 DATASET_STEP = 1000
@@ -93,15 +93,17 @@ def check_queue_name(name: str) -> str:
 class SegmentedNames:
     """Quoted table names of one segmented queue in one dialect."""
 
-    def __init__(self, queue: str, dialect: str) -> None:
+    def __init__(self, queue: str, dialect: Dialect) -> None:
         self.queue = check_queue_name(queue)
         self.dialect = dialect
+        #: the dialect's object (its SQL forms)
+        self.sql = sql_dialect(dialect)
         self._quoted: dict[str, str] = {}
 
     def quote(self, name: str) -> str:
         found = self._quoted.get(name)
         if found is None:
-            found = self._quoted[name] = exp.to_identifier(name).sql(dialect=self.dialect)
+            found = self._quoted[name] = self.sql.quote(name)
         return found
 
     @property
@@ -123,21 +125,27 @@ class SegmentedNames:
         return self.quote(f"{self.queue}_job_status_{int(n)}")
 
 
-def _types(dialect: str) -> dict[str, str]:
-    match dialect:
-        case "postgres":
-            return {"text": "TEXT", "key": "VARCHAR(255)", "state": "VARCHAR(16)",
-                    "auto": "BIGINT GENERATED ALWAYS AS IDENTITY"}
-        case "mysql":
-            return {"text": "LONGTEXT", "key": "VARCHAR(255)", "state": "VARCHAR(16)",
-                    "auto": "BIGINT NOT NULL AUTO_INCREMENT"}
-        case "sqlite":
-            return {"text": "TEXT", "key": "TEXT", "state": "TEXT", "auto": "INTEGER"}
-    raise InvalidArgument(f"segmented queues support postgres, mysql and sqlite, not {dialect}")
+#: The store's column types and table options per dialect: ``text`` (payloads,
+#: reasons), ``key`` (job keys), ``state``, ``id`` (the actions table's generated
+#: primary key) and ``engine`` (after a ``CREATE TABLE``'s columns).
+_TYPES: dict[Dialect, dict[str, str]] = {
+    Dialect.POSTGRES: {"text": "TEXT", "key": "VARCHAR(255)", "state": "VARCHAR(16)",
+                       "id": "id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY",
+                       "engine": ""},
+    Dialect.MYSQL: {"text": "LONGTEXT", "key": "VARCHAR(255)", "state": "VARCHAR(16)",
+                    "id": "id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY",
+                    "engine": " ENGINE=InnoDB"},
+    Dialect.SQLITE: {"text": "TEXT", "key": "TEXT", "state": "TEXT",
+                     "id": "id INTEGER PRIMARY KEY AUTOINCREMENT", "engine": ""},
+}
 
 
-def _suffix(dialect: str) -> str:
-    return " ENGINE=InnoDB" if dialect == "mysql" else ""
+def _types(dialect: Dialect) -> dict[str, str]:
+    try:
+        return _TYPES[dialect]
+    except KeyError:
+        raise InvalidArgument(
+            f"segmented queues support postgres, mysql and sqlite, not {dialect}") from None
 
 
 def catalog_ddl(names: SegmentedNames, marker: str | None = None) -> list[str]:
@@ -150,46 +158,40 @@ def catalog_ddl(names: SegmentedNames, marker: str | None = None) -> list[str]:
     every time).
     """
     t = _types(names.dialect)
-    d = names.dialect
-    actions_id = (
-        f"id {t['auto']} PRIMARY KEY" if d != "sqlite" else "id INTEGER PRIMARY KEY AUTOINCREMENT"
-    )
     if marker is not None and ("'" in marker or "*/" in marker):
         raise InvalidArgument(f"segmented queue {names.queue}: bad comment marker {marker!r}")
-    inner = f"/* {marker} */ " if marker and d == "sqlite" else ""
-    comment = f" COMMENT = '{marker}'" if marker and d == "mysql" else ""
-    out = [
+    comment = names.sql.table_comment(names.catalog, marker) if marker else TableComment()
+    inner = f"{comment.inner} " if comment.inner else ""
+    return [
         f"CREATE TABLE IF NOT EXISTS {names.catalog} ({inner}n BIGINT NOT NULL PRIMARY KEY, "
         f"state {t['state']} NOT NULL, first_id BIGINT NOT NULL, next_id BIGINT NOT NULL, "
         "job_rows BIGINT NOT NULL DEFAULT 0, job_bytes BIGINT NOT NULL DEFAULT 0, "
-        f"created BIGINT NOT NULL, closed BIGINT NULL){_suffix(d)}{comment}",
-        f"CREATE TABLE IF NOT EXISTS {names.actions} ({actions_id}, job_id BIGINT NOT NULL, "
-        f"action {t['state']} NOT NULL, reason {t['text']} NULL, at BIGINT NOT NULL){_suffix(d)}",
+        f"created BIGINT NOT NULL, closed BIGINT NULL){t['engine']}{comment.suffix}",
+        f"CREATE TABLE IF NOT EXISTS {names.actions} ({t['id']}, job_id BIGINT NOT NULL, "
+        f"action {t['state']} NOT NULL, reason {t['text']} NULL, at BIGINT NOT NULL)"
+        f"{t['engine']}",
+        *comment.after,
     ]
-    if marker and d == "postgres":
-        out.append(f"COMMENT ON TABLE {names.catalog} IS '{marker}'")
-    return out
 
 
 def dataset_ddl(names: SegmentedNames, n: int) -> list[str]:
     """The jobs and status tables of dataset ``n`` (idempotent)."""
     t = _types(names.dialect)
-    d = names.dialect
     jobs = (
         f"CREATE TABLE IF NOT EXISTS {names.jobs(n)} (job_id BIGINT NOT NULL PRIMARY KEY, "
         f"job_key {t['key']} NOT NULL, payload {t['text']} NULL, created BIGINT NOT NULL)"
-        f"{_suffix(d)}"
+        f"{t['engine']}"
     )
     status = [f"CREATE TABLE IF NOT EXISTS {names.status(n)} (job_id BIGINT NOT NULL, "
               f"attempt INT NOT NULL, seq INT NOT NULL, state {t['state']} NOT NULL, "
-              f"reason {t['text']} NULL, at BIGINT NOT NULL){_suffix(d)}"]
+              f"reason {t['text']} NULL, at BIGINT NOT NULL){t['engine']}"]
     return [jobs, *status]
 
 
 def drop_dataset_ddl(names: SegmentedNames, n: int) -> list[str]:
     """Drop dataset ``n``'s tables (idempotent). On PostgreSQL ``CASCADE`` also drops the
     view when it still names them; the caller rebuilds the view afterwards."""
-    cascade = " CASCADE" if names.dialect == "postgres" else ""
+    cascade = names.sql.drop_cascade
     return [f"DROP TABLE IF EXISTS {names.status(n)}{cascade}",
             f"DROP TABLE IF EXISTS {names.jobs(n)}{cascade}"]
 
@@ -215,11 +217,6 @@ def view_ddl(names: SegmentedNames, datasets: Sequence[int]) -> list[str]:
             "SELECT n AS dataset, first_id AS job_id, state AS job_key, 0 AS attempt, "
             f"state, state AS reason, created AS at FROM {names.catalog} WHERE 1 = 0"
         )
-    body = " UNION ALL ".join(parts)
-    if names.dialect == "sqlite":
-        return [f"DROP VIEW IF EXISTS {names.view}", f"CREATE VIEW {names.view} AS {body}"]
-    if names.dialect == "postgres":
-        # CREATE OR REPLACE cannot drop columns or change types; DROP + CREATE in the
-        # caller's transaction is atomic for readers.
-        return [f"DROP VIEW IF EXISTS {names.view}", f"CREATE VIEW {names.view} AS {body}"]
-    return [f"CREATE OR REPLACE VIEW {names.view} AS {body}"]
+    # PostgreSQL's CREATE OR REPLACE cannot drop columns or change types: DROP +
+    # CREATE in the caller's transaction is atomic for readers.
+    return names.sql.replace_view(names.view, " UNION ALL ".join(parts))

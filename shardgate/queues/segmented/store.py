@@ -61,6 +61,7 @@ from shardgate.queues.segmented.ddl import (
     view_ddl,
 )
 from shardgate.result import Result
+from shardgate.sql.dialects import Dialect
 
 #: Jobs per producer write (group commit), as RudderStack's jobsdb batches them.
 DEFAULT_WRITE_BATCH = 128
@@ -122,16 +123,18 @@ class SegmentedStore:
     unless it says so.
     """
 
-    def __init__(self, queue: str, dialect: str, placeholder: str, *,
+    def __init__(self, queue: str, dialect: Dialect, placeholder: str, *,
                  max_rows: int, max_bytes: int, marker: str | None = None) -> None:
         self.names = SegmentedNames(queue, dialect)
         #: the comment marker put on the catalog (see :func:`catalog_ddl`), if any
         self.marker = marker
         self.dialect = dialect
+        #: the dialect's object (its SQL forms and capabilities)
+        self.sql = self.names.sql
         self.ph = placeholder
         self.max_rows = max_rows
         self.max_bytes = max_bytes
-        self._lock_clause = "" if dialect == "sqlite" else " FOR UPDATE"
+        self._lock_clause = self.sql.row_lock
         #: the dataset last seen open (PostgreSQL's one-statement write tries it first)
         self._open_hint: int | None = None
 
@@ -145,7 +148,7 @@ class SegmentedStore:
 
     def _in(self, column: str, ids: Sequence[int]) -> list[tuple[str, list[Any]]]:
         """``column IN (...)`` predicates with their parameters, in chunks."""
-        if self.dialect == "postgres":  # a hash semi-join, not a linear ANY() per row
+        if self.sql.array_params:  # a hash semi-join, not a linear ANY() per row
             return [(f"{column} IN (SELECT unnest({self.ph}::bigint[]))", [pg_array(list(ids))])]
         out = []
         for i in range(0, len(ids), IN_CHUNK):
@@ -247,7 +250,7 @@ class SegmentedStore:
         ph = self.ph
         size = sum(job_bytes(k, p) for k, p in jobs)
         count = len(jobs)
-        if self.dialect == "postgres" and self._open_hint is not None:
+        if self.sql.array_params and self._open_hint is not None:
             ids = await self._append_fast(conn, self._open_hint, jobs, size)
             if ids:
                 return ids, False
@@ -330,7 +333,7 @@ class SegmentedStore:
         ids = list(range(first, first + count))
         now = time.time_ns()
         table = self.names.jobs(n)
-        if self.dialect == "postgres":
+        if self.sql.array_params:
             await execute(
                 f"INSERT INTO {table} (job_id, job_key, payload, created) SELECT * FROM "
                 "unnest(%s::bigint[], %s::text[], %s::text[], %s::bigint[])",
@@ -403,7 +406,7 @@ class SegmentedStore:
                            jobs: Sequence[tuple[str, str | None]]) -> None:
         now = time.time_ns()
         table = self.names.jobs(n)
-        if self.dialect == "postgres":
+        if self.sql.array_params:
             await conn.execute(
                 f"INSERT INTO {table} (job_id, job_key, payload, created) SELECT * FROM "
                 "unnest(%s::bigint[], %s::text[], %s::text[], %s::bigint[])",
@@ -448,7 +451,7 @@ class SegmentedStore:
             return
         table = self.names.status(n)
         cols = "(job_id, attempt, seq, state, reason, at)"
-        if self.dialect == "postgres":
+        if self.sql.array_params:
             first = rows[0]
             if all(r[2] == first[2] and r[3] == first[3] and r[4] == first[4] for r in rows):
                 # the usual batch: one state, reason and time; only ids and attempts vary
@@ -595,28 +598,14 @@ class SegmentedStore:
         """On-disk bytes of each dataset's two tables with their indexes (PostgreSQL:
         ``pg_total_relation_size``; MariaDB: ``information_schema``); SQLite reports the
         catalog's count of written bytes."""
-        out: dict[int, int] = {}
-        if self.dialect == "postgres":
-            for n in datasets:
-                names = [f"{self.names.queue}_jobs_{n}", f"{self.names.queue}_job_status_{n}"]
-                res = await conn.execute(
-                    "SELECT COALESCE(SUM(pg_total_relation_size(c.oid)), 0) FROM pg_class c "
-                    "JOIN pg_namespace s ON s.oid = c.relnamespace "
-                    "WHERE s.nspname = current_schema() AND c.relname = ANY(%s)", [names])
-                out[n] = int(res.rows[0][0])
-        elif self.dialect == "mysql":
-            res = await conn.execute(
-                "SELECT table_name, data_length + index_length FROM information_schema.tables "
-                "WHERE table_schema = DATABASE() AND table_name LIKE %s",
-                [f"{self.names.queue}\\_%"])
-            sizes = {str(r[0]).lower(): int(r[1] or 0) for r in res.rows}
-            for n in datasets:
-                out[n] = (sizes.get(f"{self.names.queue}_jobs_{n}", 0)
-                          + sizes.get(f"{self.names.queue}_job_status_{n}", 0))
-        else:
+        sizes_sql = self.sql.table_sizes_sql()
+        if sizes_sql is None:
             by_n = {d.n: d.job_bytes for d in await self.datasets(conn)}
-            out = {n: by_n.get(n, 0) for n in datasets}
-        return out
+            return {n: by_n.get(n, 0) for n in datasets}
+        res = await conn.execute(sizes_sql, [f"{self.names.queue}\\_%"])
+        sizes = {str(r[0]).lower(): int(r[1] or 0) for r in res.rows}
+        return {n: sizes.get(f"{self.names.queue}_jobs_{n}", 0)
+                + sizes.get(f"{self.names.queue}_job_status_{n}", 0) for n in datasets}
 
 
 class ShardProducer:

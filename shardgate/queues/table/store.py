@@ -32,12 +32,10 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from sqlglot import exp
-
 from shardgate.backends import Connection
-from shardgate.queues.ddl import now_ns_sql
 from shardgate.queues.events import ACKED, EVENT_COLUMNS, FAILED, FIRED, STATES, TO_BE_FIRED
 from shardgate.result import Row
+from shardgate.sql.dialects import Dialect, sql_dialect
 
 #: Rows a purge statement deletes at most (Vitess purges 500 at a time).
 PURGE_BATCH = 500
@@ -71,16 +69,17 @@ class QueueStore:
     table order (read from the database by :meth:`load_columns`).
     """
 
-    def __init__(self, table: str, dialect: str, placeholder: str) -> None:
+    def __init__(self, table: str, dialect: Dialect, placeholder: str) -> None:
         self.table = table
         self.dialect = dialect
+        self._d = sql_dialect(dialect)
         self.ph = placeholder
         self.user_columns: list[str] = []
         self._t = self.quote(table)
         self._select_of: tuple[tuple[str, ...], str] = ((), "")
 
     def quote(self, name: str) -> str:
-        return exp.to_identifier(name).sql(dialect=self.dialect)
+        return self._d.quote(name)
 
     def _in(self, n: int) -> str:
         return "(" + ", ".join([self.ph] * n) + ")"
@@ -89,7 +88,7 @@ class QueueStore:
         """``id IN (...)``, or ``id = ANY(%s)`` on PostgreSQL: one statement text
         for every batch size, so the driver's query cache and prepared
         statements work."""
-        if self.dialect == "postgres":  # an array literal: psycopg dumps a list per item
+        if self._d.array_params:  # an array literal: psycopg dumps a list per item
             return f"id = ANY({self.ph}::bigint[])", ["{" + ",".join(map(str, map(int, ids))) + "}"]
         return f"id IN {self._in(len(ids))}", list(ids)
 
@@ -150,9 +149,9 @@ class QueueStore:
         exceeds the true offset; the tightest of ``samples`` readings is kept (a
         busy event loop reads its clock late). SQLite runs in this process, on
         this clock: 0."""
-        if self.dialect == "sqlite":
+        if self._d.embedded:
             return 0
-        sql = f"SELECT {now_ns_sql(self.dialect)}"
+        sql = f"SELECT {self._d.now_ns_sql}"
         best: int | None = None
         for _ in range(samples):
             res = await conn.execute(sql)
@@ -179,7 +178,7 @@ class QueueStore:
         id_sql, id_args = self._ids(ids)
         where = f"{id_sql} AND {_LIVE}"
         sets = f"state = {ph}, epoch = epoch + 1, time_next = {ph}"
-        if self.dialect == "mysql":
+        if not self._d.update_returning:
             await conn.begin()
             try:
                 res = await conn.execute(
@@ -233,7 +232,7 @@ class QueueStore:
     async def purge(self, conn: Connection, acked_before: int, limit: int = PURGE_BATCH) -> int:
         """Delete at most ``limit`` events acked before ``acked_before``."""
         ph = self.ph
-        if self.dialect == "mysql":
+        if self._d.delete_limit:
             sql = (f"DELETE FROM {self._t} WHERE state = {_lit(ACKED)} AND time_next < {ph}"
                    f" LIMIT {int(limit)}")
         else:
@@ -292,9 +291,7 @@ class QueueStore:
         cols = [c for c in self.user_columns]
         quoted = ", ".join(self.quote(c) for c in cols)
         ph = self.ph
-        head = {"sqlite": "INSERT OR IGNORE INTO", "mysql": "INSERT IGNORE INTO"}.get(
-            self.dialect, "INSERT INTO")
-        tail = " ON CONFLICT DO NOTHING" if self.dialect == "postgres" else ""
+        head, tail = self._d.insert_ignore()
         res = await conn.execute(
             f"{head} {self._t} (id, priority, {quoted}) SELECT {ph}, 0, {quoted}"
             f" FROM {self._t} WHERE id = {ph}{tail}",

@@ -1,13 +1,14 @@
-"""The :class:`Dialect` names and :class:`SQLDialect`, the base of the per-dialect objects.
+"""SQLDialect, the base of the per-dialect objects, and what they return.
 
-A dialect is named by :class:`Dialect`, a ``StrEnum`` whose values are the
-strings stored in topo records, sent on the wire and understood by sqlglot
-(``"sqlite"``, ``"postgres"``, ``"mysql"``). Everything that differs in SQL
-text between the shard databases lives in one :class:`SQLDialect` subclass
-per dialect (``sqlite.py``, ``postgres.py``, ``mysql.py``, as sqlglot keeps a
-module per dialect); :func:`shardgate.sql.dialects.sql_dialect` returns the
-object of a :class:`Dialect`. Code that differs per dialect asks the object
-(a statement, a clause, a capability flag), never ``dialect == "..."``.
+A dialect is named by :class:`~shardgate.sql.dialects.Dialect`, a ``StrEnum``
+whose values are the strings stored in topo records, sent on the wire and
+understood by sqlglot (``"sqlite"``, ``"postgres"``, ``"mysql"``). Everything
+that differs in SQL text between the shard databases lives in one
+:class:`SQLDialect` subclass per dialect (``sqlite.py``, ``postgres.py``,
+``mysql.py``, as sqlglot keeps a module per dialect);
+:func:`shardgate.sql.dialects.sql_dialect` returns the object of a dialect.
+Code that differs per dialect asks the object (a statement, a clause, a
+capability flag), never ``dialect == "..."``.
 
 The objects are stateless singletons: every attribute is a class constant and
 every method a pure function of its arguments.
@@ -16,37 +17,11 @@ every method a pure function of its arguments.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import ClassVar
 
 from sqlglot import exp
 
-from shardgate.errors import InvalidArgument
-
-#: meta flag of a SUM that is AVG's partial sum (the planner sets it, SQLite renders it)
-AVG_SUM = "sg_avg_sum"
-
-
-class Dialect(StrEnum):
-    """A shard database's SQL dialect; the value is sqlglot's name for it."""
-
-    SQLITE = "sqlite"
-    POSTGRES = "postgres"
-    MYSQL = "mysql"
-
-    @classmethod
-    def of(cls, name: str) -> Dialect:
-        """The dialect named ``name``: a dialect's value or a backend URL kind
-        (``postgresql``); InvalidArgument for anything else."""
-        try:
-            return cls(_ALIASES.get(name, name))
-        except ValueError:
-            raise InvalidArgument(
-                f"unknown SQL dialect {name!r}; use one of {[d.value for d in cls]}"
-            ) from None
-
-
-_ALIASES = {"postgresql": "postgres", "mariadb": "mysql"}
+from shardgate.sql.dialects.names import Dialect
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +71,8 @@ class SQLDialect:
     drop_cascade: ClassVar[str] = ""
     #: a statement relaxing the session's commit durability (its log flush), if any
     relaxed_durability_sql: ClassVar[str | None] = None
+    #: index names are per table (MariaDB), not per schema
+    index_names_per_table: ClassVar[bool] = False
 
     @property
     def sqlglot(self) -> str:
@@ -105,6 +82,10 @@ class SQLDialect:
     def quote(self, name: str) -> str:
         """``name`` as an identifier, quoted only where the dialect needs it."""
         return exp.to_identifier(name).sql(dialect=self.name.value)
+
+    def quoted(self, name: str) -> str:
+        """``name`` as an identifier, always quoted (any spelling, keywords too)."""
+        return '"' + name.replace('"', '""') + '"'
 
     # -- rendering a gate AST (shardgate.sql.dialects.render) ---------------------------
 
@@ -137,6 +118,11 @@ class SQLDialect:
     def excluded(self, column: str) -> str:
         """In an upsert's ``sets``: the value the INSERT proposed for ``column``."""
         return f"excluded.{column}"
+
+    def keep_existing(self, key: list[str]) -> str:
+        """The clause after an ``INSERT ... VALUES`` that leaves a row whose ``key``
+        (quoted columns) exists as it is (no other error is ignored)."""
+        return f" ON CONFLICT ({', '.join(key)}) DO NOTHING"
 
     # -- tables, comments, views ------------------------------------------------------
 

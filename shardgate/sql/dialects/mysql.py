@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from shardgate.sql.dialects.base import Dialect, SQLDialect, TableComment
+from shardgate.sql.dialects.base import SQLDialect, TableComment
+from shardgate.sql.dialects.names import Dialect
 
 
 class MySQLDialect(SQLDialect):
@@ -16,6 +17,13 @@ class MySQLDialect(SQLDialect):
     partial_indexes = False
     update_returning = False
     delete_limit = True
+    index_names_per_table = True
+
+    def quoted(self, name: str) -> str:
+        return "`" + name.replace("`", "``") + "`"
+
+    def keep_existing(self, key: list[str]) -> str:
+        return " ON DUPLICATE KEY UPDATE " + ", ".join(f"{c} = {self.excluded(c)}" for c in key)
 
     def finish(self, sql: str) -> str:
         if sql.endswith(" FOR SHARE"):

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-from shardgate.sql.dialects.base import Dialect, SQLDialect
+from shardgate.sql.dialects.base import SQLDialect
+from shardgate.sql.dialects.names import Dialect
 
 _BINARY_TYPES = {
     exp.DataType.Type.VARBINARY,

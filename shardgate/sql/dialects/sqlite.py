@@ -7,7 +7,8 @@ import re
 import sqlglot
 from sqlglot import exp
 
-from shardgate.sql.dialects.base import AVG_SUM, Dialect, SQLDialect, TableComment
+from shardgate.sql.dialects.base import SQLDialect, TableComment
+from shardgate.sql.dialects.names import AVG_SUM, Dialect
 
 _AVG_SUM_SQLITE = sqlglot.parse_one(
     "CASE WHEN COUNT(__sg_x) = SUM(typeof(__sg_x) = 'integer') "
