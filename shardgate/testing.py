@@ -104,7 +104,7 @@ class SQLiteVCursor:
 
 
 class RecordingCursor:
-    """A fake :class:`~shardgate.engine.primitives.ExecCursor` that logs every shard call.
+    """A fake :class:`~shardgate.engine.cursor.ExecCursor` that logs every shard call.
 
     As Vitess's ``fake_vcursor_test.go``: each call becomes one line,
     ``"ExecuteShard commerce/-80: SELECT ... [args]"``, in :attr:`log`, and

@@ -6,7 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from shardgate.engine.primitives import ExecCursor, Primitive
+from shardgate.engine.cursor import ExecCursor
+from shardgate.engine.primitive import Primitive
 from shardgate.result import Result, Row
 
 

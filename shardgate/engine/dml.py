@@ -22,7 +22,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from shardgate.engine.primitives import ExecCursor, Primitive, Route, ShardQuery, vindex_map
+from shardgate.engine.cursor import ExecCursor, ShardQuery
+from shardgate.engine.primitive import Primitive, vindex_map
+from shardgate.engine.route import Route
 from shardgate.errors import Internal
 from shardgate.evalengine.coerce import Kind, stored_value
 from shardgate.evalengine.values import Value, resolve

@@ -8,7 +8,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from shardgate.engine.primitives import ExecCursor, Primitive
+from shardgate.engine.cursor import ExecCursor
+from shardgate.engine.primitive import Primitive
 from shardgate.result import Result
 
 
@@ -35,7 +36,7 @@ def _routes(p: Primitive) -> list[Primitive]:
     """The primitives of a plan tree that reach shards (routes), depth first, in field order."""
     from dataclasses import fields, is_dataclass
 
-    from shardgate.engine.primitives import Route
+    from shardgate.engine.route import Route
 
     out: list[Primitive] = [p] if isinstance(p, Route) else []
     if not is_dataclass(p):
@@ -69,7 +70,7 @@ async def with_target_shards(
     are bind variables keeps no ``Shards``; so does a plan whose described
     routes cannot be matched one to one with its primitives.
     """
-    from shardgate.engine.primitives import Route
+    from shardgate.engine.route import Route
     from shardgate.errors import ShardgateError
 
     routes = [r for r in _routes(instructions) if isinstance(r, Route)]

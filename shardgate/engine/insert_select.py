@@ -17,7 +17,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from shardgate.engine.primitives import ExecCursor, Insert, Primitive
+from shardgate.engine.cursor import ExecCursor
+from shardgate.engine.insert import Insert
+from shardgate.engine.primitive import Primitive
 from shardgate.errors import InvalidArgument
 from shardgate.evalengine.values import Literal
 from shardgate.result import Result

@@ -23,7 +23,8 @@ from typing import Any
 
 from sqlglot import exp
 
-from shardgate.engine.primitives import ExecCursor, Primitive, semantics_of
+from shardgate.engine.cursor import ExecCursor
+from shardgate.engine.primitive import Primitive, semantics_of
 from shardgate.errors import InvalidArgument, Unsupported
 from shardgate.result import Result, Row
 from shardgate.sql.labels import label, with_values

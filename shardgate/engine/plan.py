@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from shardgate.engine.primitives import Primitive
+from shardgate.engine.primitive import Primitive
 from shardgate.sql.statements import StatementType
 
 __all__ = ["Plan", "StatementType"]

@@ -22,7 +22,8 @@ from decimal import Decimal
 from functools import cmp_to_key
 from typing import Any
 
-from shardgate.engine.primitives import ExecCursor, Primitive, order_compare, semantics_of
+from shardgate.engine.cursor import ExecCursor
+from shardgate.engine.primitive import Primitive, order_compare, semantics_of
 from shardgate.engine.sortkeys import sort_rows
 from shardgate.errors import InvalidArgument, Unsupported
 from shardgate.evalengine.evaluate import Evaluator
@@ -316,14 +317,14 @@ class Limit(Primitive):
     offset: Value | None = None
 
     async def execute(self, vc: ExecCursor, bind_vars: Mapping[str, Any]) -> Result:
-        from shardgate.engine.primitives import _int_of
+        from shardgate.engine.primitive import int_of
 
         res = await self.input.execute(vc, bind_vars)
-        off = _int_of(self.offset, bind_vars, "OFFSET")
+        off = int_of(self.offset, bind_vars, "OFFSET")
         if self.limit is None:
             res.rows = res.rows[off:]
         else:
-            res.rows = res.rows[off : off + _int_of(self.limit, bind_vars, "LIMIT")]
+            res.rows = res.rows[off : off + int_of(self.limit, bind_vars, "LIMIT")]
         return res
 
     def describe(self) -> dict[str, Any]:

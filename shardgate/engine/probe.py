@@ -18,7 +18,9 @@ from typing import Any
 
 from sqlglot import exp
 
-from shardgate.engine.primitives import ExecCursor, Primitive, ShardQuery, over_no_rows
+from shardgate.engine.cursor import ExecCursor, ShardQuery
+from shardgate.engine.primitive import Primitive
+from shardgate.engine.route import over_no_rows
 from shardgate.result import Result
 from shardgate.sql.dialects.render import strip_qualifiers
 

@@ -14,7 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from shardgate.engine.primitives import ExecCursor, Primitive
+from shardgate.engine.cursor import ExecCursor
+from shardgate.engine.primitive import Primitive
 from shardgate.errors import InvalidArgument
 from shardgate.result import Result
 

@@ -39,9 +39,11 @@ from typing import Any, Protocol
 
 from sqlglot import exp
 
+from shardgate.engine.cursor import ExecCursor
+from shardgate.engine.insert import Insert
 from shardgate.engine.insert_select import InsertSelect, with_rows
 from shardgate.engine.plan import Plan
-from shardgate.engine.primitives import ExecCursor, Insert, Primitive
+from shardgate.engine.primitive import Primitive
 from shardgate.errors import InvalidArgument, ShardgateError, Unsupported
 from shardgate.gate.catalog import TableInfo
 from shardgate.planner.build import build_plan

@@ -21,8 +21,9 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, Protocol
 
 from shardgate.auth.identity import TRUSTED
+from shardgate.engine.cursor import ExecCursor, ShardQuery
+from shardgate.engine.insert import InsertQuery
 from shardgate.engine.plan import Plan
-from shardgate.engine.primitives import ExecCursor, ShardQuery, _InsertQuery
 from shardgate.errors import FailedPrecondition, Internal, InvalidArgument, ShardgateError
 from shardgate.evalengine.coerce import Kind
 from shardgate.gate import options as exec_options
@@ -147,7 +148,7 @@ class SessionCursor(ExecCursor):
         """``query`` on one shard (in the session's transaction if one is open)."""
         tablet = self.tablet(keyspace, shard)
         self.session.shard_calls += 1
-        if isinstance(query, _InsertQuery):
+        if isinstance(query, InsertQuery):
             sql, args = query.for_shard(shard, tablet.dialect, tablet.placeholder, bind_vars)
         else:
             sql, args = query.for_dialect(tablet.dialect, tablet.placeholder).bind(bind_vars)

@@ -12,7 +12,8 @@ import contextlib
 from collections.abc import Mapping
 from typing import Any
 
-from shardgate.engine.primitives import ExecCursor, Primitive
+from shardgate.engine.cursor import ExecCursor
+from shardgate.engine.primitive import Primitive
 from shardgate.errors import Code, Internal, ShardgateError, error_for_code
 from shardgate.result import Result
 from shardgate.sql.parse import too_deep

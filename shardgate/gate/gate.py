@@ -43,8 +43,9 @@ from typing import Any
 from shardgate.auth.guard import Guard
 from shardgate.auth.identity import Caller, Identity, Trusted
 from shardgate.engine.plan import Plan
-from shardgate.engine.primitives import Primitive, Route
+from shardgate.engine.primitive import Primitive
 from shardgate.engine.readswitch import ReadSwitch
+from shardgate.engine.route import Route
 from shardgate.errors import (
     Aborted,
     FailedPrecondition,

@@ -26,8 +26,10 @@ from sqlglot import exp
 from shardgate.auth import catalogs
 from shardgate.auth.guard import Guard
 from shardgate.auth.identity import Caller
+from shardgate.engine.cursor import ShardQuery
 from shardgate.engine.plan import Plan
-from shardgate.engine.primitives import Opcode, Route, ShardQuery
+from shardgate.engine.primitive import Opcode
+from shardgate.engine.route import Route
 from shardgate.errors import InvalidArgument, ShardgateError, Unsupported
 from shardgate.gate import twopc, vschema_ddl
 from shardgate.gate.create_select import CreateTableAsSelect, TableCreator

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 
 from sqlglot import exp
 
-from shardgate.engine.primitives import Opcode, Route
+from shardgate.engine.primitive import Opcode
+from shardgate.engine.route import Route
 from shardgate.errors import InvalidArgument, Unsupported
 from shardgate.keys import KeyRange
 from shardgate.sql.parse import GATE_DIALECT, parse

@@ -29,8 +29,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from shardgate.engine.dml import LookupDML
+from shardgate.engine.insert import Insert
 from shardgate.engine.insert_select import InsertSelect
-from shardgate.engine.primitives import Insert, Primitive, Route
+from shardgate.engine.primitive import Primitive
+from shardgate.engine.route import Route
 from shardgate.engine.scalar import ScalarSubqueries
 from shardgate.errors import (
     COMMIT_OUTCOME_UNKNOWN,

@@ -30,7 +30,8 @@ from typing import Any, Protocol
 
 from sqlglot import exp
 
-from shardgate.engine.primitives import ExecCursor, Primitive
+from shardgate.engine.cursor import ExecCursor
+from shardgate.engine.primitive import Primitive
 from shardgate.errors import Aborted, FailedPrecondition, ShardgateError
 from shardgate.gate.sequences import Sequences
 from shardgate.result import Result

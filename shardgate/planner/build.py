@@ -19,23 +19,18 @@ from typing import Any, cast
 from sqlglot import exp
 
 from shardgate.engine.concat import Concatenate
+from shardgate.engine.cursor import ShardQuery
+from shardgate.engine.ddl import DDL
 from shardgate.engine.dml import LookupChange, LookupDML
 from shardgate.engine.explain import Explain
+from shardgate.engine.insert import Insert, OwnedLookup
 from shardgate.engine.insert_select import InsertSelect
 from shardgate.engine.plan import Plan
 from shardgate.engine.postprocess import Aggregate
-from shardgate.engine.primitives import (
-    DDL,
-    Insert,
-    Opcode,
-    OrderKey,
-    OwnedLookup,
-    Primitive,
-    Route,
-    ShardQuery,
-)
+from shardgate.engine.primitive import Opcode, OrderKey, Primitive
 from shardgate.engine.probe import TypeChecked
 from shardgate.engine.readswitch import ReadSwitch
+from shardgate.engine.route import Route
 from shardgate.engine.scalar import ScalarSubqueries
 from shardgate.errors import InvalidArgument, ShardgateError, Unsupported
 from shardgate.evalengine.values import SQLExpr, Value, from_expression

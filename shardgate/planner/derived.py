@@ -15,7 +15,7 @@ from collections.abc import Callable
 from sqlglot import exp
 
 from shardgate.engine.postprocess import Filter
-from shardgate.engine.primitives import Primitive
+from shardgate.engine.primitive import Primitive
 from shardgate.errors import Unsupported
 from shardgate.evalengine.evaluate import compile_expr
 from shardgate.planner.finish import finish_at_gate

@@ -10,7 +10,7 @@ from __future__ import annotations
 from sqlglot import exp
 
 from shardgate.engine.postprocess import Limit, MemorySort, Projection, SortKey
-from shardgate.engine.primitives import Primitive
+from shardgate.engine.primitive import Primitive
 from shardgate.errors import InvalidArgument
 from shardgate.evalengine.evaluate import compile_expr
 from shardgate.evalengine.values import from_expression

@@ -29,7 +29,7 @@ from sqlglot import exp
 
 from shardgate.engine.join import NestedLoopJoin, PulloutSubquery
 from shardgate.engine.postprocess import Filter
-from shardgate.engine.primitives import Primitive
+from shardgate.engine.primitive import Primitive
 from shardgate.errors import Unsupported
 from shardgate.evalengine.evaluate import canonical, compile_expr
 from shardgate.planner.finish import finish_at_gate

@@ -27,7 +27,7 @@ from collections.abc import Iterator
 
 from sqlglot import exp
 
-from shardgate.engine.primitives import Opcode
+from shardgate.engine.primitive import Opcode
 from shardgate.planner.routing import RouteChoice, choose, conjuncts
 from shardgate.vindexes import Lookup, Vindex
 from shardgate.vschema import Table, VSchema

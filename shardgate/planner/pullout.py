@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 from sqlglot import exp
 
-from shardgate.engine.primitives import Primitive
+from shardgate.engine.primitive import Primitive
 from shardgate.engine.pullout import PulloutExists, PulloutValue
 from shardgate.planner.join import correlated
 from shardgate.sql.labels import label

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from sqlglot import exp
 
-from shardgate.engine.primitives import Opcode
+from shardgate.engine.primitive import Opcode
 from shardgate.errors import InvalidArgument
 from shardgate.evalengine.values import Literal, SQLExpr, Value, from_expression
 from shardgate.keys import KeyRange, parse_key_range

@@ -25,6 +25,7 @@ from typing import Any, TypeGuard
 
 from sqlglot import exp
 
+from shardgate.engine.cursor import ShardQuery
 from shardgate.engine.postprocess import (
     AggOp,
     Aggregate,
@@ -36,8 +37,9 @@ from shardgate.engine.postprocess import (
     SortKey,
     slot,
 )
-from shardgate.engine.primitives import Opcode, OrderKey, Primitive, Route, ShardQuery
+from shardgate.engine.primitive import Opcode, OrderKey, Primitive
 from shardgate.engine.probe import TypeChecked
+from shardgate.engine.route import Route
 from shardgate.errors import InvalidArgument, Unsupported
 from shardgate.evalengine.evaluate import Evaluator, Row, canonical, compile_expr
 from shardgate.evalengine.sqlsem import Semantics

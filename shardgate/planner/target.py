@@ -17,7 +17,9 @@ from dataclasses import dataclass
 
 from sqlglot import exp
 
-from shardgate.engine.primitives import Opcode, Route, ShardQuery
+from shardgate.engine.cursor import ShardQuery
+from shardgate.engine.primitive import Opcode
+from shardgate.engine.route import Route
 from shardgate.errors import InvalidArgument, Unsupported
 from shardgate.keys import parse_key_range
 from shardgate.sql.dialects.render import strip_qualifiers

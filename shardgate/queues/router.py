@@ -38,7 +38,8 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from shardgate.aio import cancel_and_wait
-from shardgate.engine.primitives import ExecCursor, Primitive
+from shardgate.engine.cursor import ExecCursor
+from shardgate.engine.primitive import Primitive
 from shardgate.errors import InvalidArgument, NotFound, ShardgateError, Unsupported
 from shardgate.keys import parse_shard_name
 from shardgate.ports import GateView, SqlShard

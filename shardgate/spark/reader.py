@@ -66,7 +66,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from sqlglot import exp
 
-    from shardgate.engine.primitives import Route
+    from shardgate.engine.route import Route
     from shardgate.gate import Gate
     from shardgate.spark.writer import ShardgateWriter
     from shardgate.topo import Topology
@@ -103,7 +103,7 @@ def _open_gate(topology: Topology) -> Gate:
 
 
 def _plan_split(gate: Gate, sql: str, keyspace: str) -> Route:
-    from shardgate.engine.primitives import Route
+    from shardgate.engine.route import Route
 
     planned = gate.plan(sql, keyspace)
     if not isinstance(planned, Plan) or not isinstance(planned.instructions, Route):

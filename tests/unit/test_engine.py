@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from Crypto.Cipher import DES
 
-from shardgate.engine.primitives import _map_distinct
+from shardgate.engine.primitive import map_distinct
 from shardgate.errors import Code, ShardgateError
 from shardgate.planner import build_plan
 from shardgate.result import Result
@@ -220,8 +220,8 @@ class _Counting(SingleColumn):
 async def test_distinct_sharding_values_are_mapped_once_and_never_conflated() -> None:
     vindex = _Counting()
     values: list[Any] = [5, 5, True, 1, 1.0, "5", 5, (1, "a"), (True, "a"), (1, "a")]
-    got = await _map_distinct(cursor(), vindex, values)
+    got = await map_distinct(cursor(), vindex, values)
     assert got == [[f"{type(v).__name__}:{v!r}".encode()] for v in values]
     assert len(vindex.mapped) == 7  # 5, True, 1, 1.0, '5', (1, 'a'), (True, 'a')
     unhashable: list[Any] = [[1], [1]]  # mapped as given
-    assert len(await _map_distinct(cursor(), _Counting(), unhashable)) == 2
+    assert len(await map_distinct(cursor(), _Counting(), unhashable)) == 2

@@ -10,7 +10,7 @@ from prometheus_client import REGISTRY
 
 from shardgate.auth.identity import TRUSTED
 from shardgate.engine.plan import Plan
-from shardgate.engine.primitives import Route
+from shardgate.engine.route import Route
 from shardgate.gate import Gate
 from shardgate.gate.cursor import SessionCursor
 from shardgate.result import ExecuteOptions, Result

@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 from shardgate.api.grpc.client import GateClient
 from shardgate.auth.identity import TRUSTED
 from shardgate.client import dbapi
-from shardgate.engine.primitives import Route
+from shardgate.engine.route import Route
 from shardgate.errors import Code, InvalidArgument, ShardgateError
 from shardgate.evalengine.coerce import column_types_sql
 from shardgate.gate import Gate, Session

@@ -11,7 +11,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shardgate.engine.primitives import order_compare
+from shardgate.engine.primitive import order_compare
 from shardgate.engine.sortkeys import column_keys, sort_rows
 from shardgate.evalengine.sqlsem import semantics
 

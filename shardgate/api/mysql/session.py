@@ -63,7 +63,8 @@ from shardgate.api.mysql.errors import BAD_DB, NO_SUCH_TABLE, PARSE, mysql_code,
 from shardgate.auth.acl import Role
 from shardgate.auth.identity import Identity
 from shardgate.engine.plan import Plan
-from shardgate.engine.primitives import Opcode, Route
+from shardgate.engine.primitive import Opcode
+from shardgate.engine.route import Route
 from shardgate.errors import ShardgateError
 from shardgate.gate import Gate
 from shardgate.gate import Session as GateSessionState

@@ -8,7 +8,8 @@ import pytest
 
 from shardgate.auth.identity import TRUSTED
 from shardgate.engine.plan import Plan
-from shardgate.engine.primitives import Opcode, Route
+from shardgate.engine.primitive import Opcode
+from shardgate.engine.route import Route
 from shardgate.errors import Code, ShardgateError
 from shardgate.gate import Gate
 from shardgate.topo import Topology

@@ -16,7 +16,8 @@ from typing import Any
 
 import pytest
 
-from shardgate.engine.primitives import Opcode, Route
+from shardgate.engine.primitive import Opcode
+from shardgate.engine.route import Route
 from shardgate.errors import Code, ShardgateError
 
 from .test_differential import Dataset, Harness, normalised, open_harness
