@@ -1,8 +1,12 @@
-"""Evaluating small SQL expressions at the gate (HAVING, ORDER BY after merging).
+"""Evaluating SQL expressions at the gate (select lists, HAVING, ORDER BY, join
+filters after merging shards; Vitess's evalengine).
 
-Only what post-processing needs: literals, references to result slots (by
-canonical SQL text or alias), arithmetic, comparisons, AND/OR/NOT, IS [NOT]
-NULL, IN lists, with SQL's three-valued logic (``None`` is unknown). Values
+Literals, references to result slots (by canonical SQL text or alias),
+arithmetic (``+ - * / %``), comparisons, AND/OR/NOT, IS [NOT] NULL, IN lists,
+BETWEEN, ``COALESCE``/``IFNULL``, ``NULLIF``, ``CASE``, ``IF``, ``CONCAT``,
+``LOWER``/``UPPER`` and ``[NOT] LIKE [ESCAPE]`` (:mod:`~shardgate.evalengine.functions`),
+with SQL's three-valued logic (``None`` is unknown). Anything else is refused
+at plan time with a coded UNIMPLEMENTED error naming the form. Values
 follow the shard database's rules (:class:`~shardgate.evalengine.sqlsem.Semantics`,
 passed at execution): truth of numbers and strings, mixed-type comparisons,
 collations, integer and decimal arithmetic and division; on SQLite and
@@ -22,6 +26,8 @@ from typing import Any
 from sqlglot import exp
 
 from shardgate.errors import Unsupported
+from shardgate.evalengine import functions as fn
+from shardgate.evalengine.functions import Kind
 from shardgate.evalengine.sqlsem import Semantics
 from shardgate.evalengine.values import Literal, from_expression
 from shardgate.sql.rewrite import flatten
@@ -48,7 +54,11 @@ _COMPARE: dict[type[exp.Expr], Callable[[int], bool]] = {
 
 
 _PREDICATES = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.And, exp.Or, exp.Not,
-               exp.Is, exp.Between, exp.In)
+               exp.Is, exp.Between, exp.In, exp.Like, exp.Escape)
+
+
+class Unresolved(Unsupported):
+    """A column that is not among the slots the gate has (not grouped, not selected)."""
 
 
 def compile_expr(node: exp.Expr, slots: Mapping[str, int]) -> Evaluator:
@@ -72,6 +82,14 @@ def _compile(node: exp.Expr, slots: Mapping[str, int]) -> Evaluator:
     if isinstance(node, exp.Column) and node.name.lower() in slots:
         i = slots[node.name.lower()]
         return lambda row, sem: row[i]
+    if isinstance(node, exp.Column):
+        raise Unresolved(
+            f"{node.sql(dialect='mysql')!r} is neither grouped nor aggregated, so it cannot be "
+            "computed across shards: add it to GROUP BY"
+        )
+    function = _function(node, slots)
+    if function is not None:
+        return function
     if isinstance(node, exp.Paren):
         return compile_expr(node.this, slots)
     if isinstance(node, exp.Literal) and node.is_number and not node.is_int:
@@ -170,9 +188,150 @@ def _compile(node: exp.Expr, slots: Mapping[str, int]) -> Evaluator:
 
         return member
     raise Unsupported(
-        f"the gate cannot evaluate {node.sql(dialect='mysql')!r} after merging shards: "
-        "use plain columns, aggregates of the select list, arithmetic and comparisons"
+        f"the gate cannot evaluate {type(node).__name__.upper()} in "
+        f"{node.sql(dialect='mysql')!r} after merging shards: it evaluates arithmetic, "
+        "comparisons, COALESCE, NULLIF, CASE, IF, CONCAT, LOWER, UPPER and LIKE"
     )
+
+
+def kind_of(node: exp.Expr) -> Kind:
+    """The static kind of ``node`` (:class:`~shardgate.evalengine.functions.Kind`)."""
+    while isinstance(node, exp.Paren):
+        node = node.this
+    if isinstance(node, exp.Null):
+        return Kind.NULL
+    if isinstance(node, exp.Literal):
+        return Kind.TEXT if node.is_string else Kind.NUMBER
+    if isinstance(node, exp.Concat | exp.Lower | exp.Upper):
+        return Kind.TEXT
+    if isinstance(node, (exp.Neg, exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Mod, exp.Count,
+                         exp.Sum, exp.Avg, exp.Boolean, *_PREDICATES)):
+        return Kind.NUMBER
+    if isinstance(node, exp.Coalesce | exp.Case | exp.If):
+        kinds = {kind_of(b) for b in _branches(node)} - {Kind.NULL}
+        if not kinds:
+            return Kind.NULL
+        if Kind.TEXT in kinds:
+            return Kind.TEXT
+        return kinds.pop() if len(kinds) == 1 else Kind.UNKNOWN
+    if isinstance(node, exp.Nullif):
+        return kind_of(node.this)
+    return Kind.UNKNOWN
+
+
+def _branches(node: exp.Expr) -> list[exp.Expr]:
+    """The expressions whose value CASE / COALESCE / IF may return."""
+    if isinstance(node, exp.Coalesce):
+        return [node.this, *node.expressions]
+    if isinstance(node, exp.Case):
+        out = [i.args["true"] for i in node.args.get("ifs") or []]
+        default = node.args.get("default")
+        return out + ([default] if default is not None else [exp.Null()])
+    if isinstance(node, exp.If):
+        false = node.args.get("false")
+        return [node.args["true"], false if false is not None else exp.Null()]
+    return [node]
+
+
+def _function(node: exp.Expr, slots: Mapping[str, int]) -> Evaluator | None:
+    """The evaluator of a function ``node`` (see the module doc), None if not one."""
+    if isinstance(node, exp.Lower | exp.Upper):
+        inner = compile_expr(node.this, slots)
+        upper = isinstance(node, exp.Upper)
+        return lambda row, sem: fn.change_case(sem, inner(row, sem), upper)
+    if isinstance(node, exp.Concat):
+        parts = [compile_expr(e, slots) for e in node.expressions]
+        return lambda row, sem: fn.concat(sem, [p(row, sem) for p in parts])
+    if isinstance(node, exp.Mod):
+        left, right = compile_expr(node.left, slots), compile_expr(node.right, slots)
+        return lambda row, sem: fn.modulo(sem, left(row, sem), right(row, sem))
+    if isinstance(node, exp.Like | exp.Escape):
+        escape_f: Evaluator | None = None
+        if isinstance(node, exp.Escape):
+            escape_f = compile_expr(node.expression, slots)
+            node = node.this
+            if not isinstance(node, exp.Like):
+                return None
+        value, pattern = compile_expr(node.this, slots), compile_expr(node.expression, slots)
+        esc = escape_f
+        negate = bool(node.args.get("negate"))  # NOT LIKE
+
+        def matches(row: Row, sem: Semantics) -> Any:
+            e = esc(row, sem) if esc is not None else None
+            if esc is not None and e is None:
+                return None
+            hit = fn.like(sem, value(row, sem), pattern(row, sem), e)
+            return hit if hit is None or not negate else not hit
+
+        return matches
+    if isinstance(node, exp.Nullif):
+        first, second = compile_expr(node.this, slots), compile_expr(node.expression, slots)
+        if _is_column(node.this) and _is_constant(node.expression):
+            second = _with_affinity(second, first)
+
+        def nullif(row: Row, sem: Semantics) -> Any:
+            a = first(row, sem)
+            return None if sem.equal(a, second(row, sem)) else a
+
+        return nullif
+    if isinstance(node, exp.Coalesce | exp.Case | exp.If):
+        return _choice(node, slots)
+    return None
+
+
+def _choice(node: exp.Coalesce | exp.Case | exp.If, slots: Mapping[str, int]) -> Evaluator:
+    """COALESCE / CASE / IF: the value of the branch chosen, typed as the database types
+    the whole expression (:func:`~shardgate.evalengine.functions.unify`)."""
+    branches = _branches(node)
+    values = [compile_expr(b, slots) for b in branches]
+    kinds = [kind_of(b) for b in branches]
+    unknown = [i for i, k in enumerate(kinds) if k is Kind.UNKNOWN]
+    form = type(node).__name__.upper()
+
+    def typed(row: Row, sem: Semantics, picked: int, value: Any) -> Any:
+        if value is None or sem.dialect != "mysql":
+            return value
+        others = [values[i](row, sem) for i in unknown if i != picked]
+        return fn.unify(sem, value, kinds, others, form)
+
+    if isinstance(node, exp.Coalesce):
+        def coalesce(row: Row, sem: Semantics) -> Any:
+            for i, f in enumerate(values):
+                v = f(row, sem)
+                if v is not None:
+                    return typed(row, sem, i, v)
+            return None
+
+        return coalesce
+    if isinstance(node, exp.If):
+        cond = compile_expr(node.this, slots)
+
+        def if_(row: Row, sem: Semantics) -> Any:
+            i = 0 if sem.truth(cond(row, sem)) is True else 1
+            return typed(row, sem, i, values[i](row, sem))
+
+        return if_
+    operand_node = node.this
+    operand = compile_expr(operand_node, slots) if operand_node is not None else None
+    whens: list[Evaluator] = []
+    for i in node.args.get("ifs") or []:
+        when = compile_expr(i.this, slots)
+        if operand is not None and _is_column(operand_node) and _is_constant(i.this):
+            when = _with_affinity(when, operand)
+        whens.append(when)
+
+    def case(row: Row, sem: Semantics) -> Any:
+        subject = operand(row, sem) if operand is not None else None
+        for i, when in enumerate(whens):
+            if operand is not None:
+                hit = sem.equal(subject, when(row, sem))
+            else:
+                hit = sem.truth(when(row, sem))
+            if hit is True:
+                return typed(row, sem, i, values[i](row, sem))
+        return typed(row, sem, len(whens), values[-1](row, sem))
+
+    return case
 
 
 def _is_column(node: exp.Expr) -> bool:

@@ -129,6 +129,15 @@ class Collation:
             w = "".join(sup if c > "\uffff" else c for c in w)
         return w
 
+    def weigh(self, s: str) -> str:
+        """``s`` with each character replaced by its weight (same length): equal
+        characters under the collation become equal, without PAD SPACE."""
+        if self.unknown:
+            self._refuse()
+        if self.weights is None and self.supplementary is None:
+            return s
+        return self._weigh(s)
+
     def key(self, s: str) -> Hashable:
         """Equal keys exactly for the strings the collation holds equal."""
         if self.unknown:
@@ -239,6 +248,9 @@ class Semantics:
 
     dialect: str
     collation: Collation = BINARY
+    #: the database's collation / locale name as read from it, lower case
+    #: (PostgreSQL's ``c.utf-8``: what LOWER and UPPER follow)
+    locale: str = ""
 
     # -------------------------------------------------------------- numbers --
 
@@ -420,4 +432,4 @@ def semantics(dialect: str, collation_name: str | None = None) -> Semantics:
     that refuse string comparisons, and only those.
     """
     name = collation_name or DEFAULT_COLLATION.get(dialect, "binary")
-    return Semantics(dialect, _known(name) or Collation(name, unknown=True))
+    return Semantics(dialect, _known(name) or Collation(name, unknown=True), name.lower())

@@ -41,7 +41,7 @@ from shardgate.engine.primitive import Opcode, OrderKey, Primitive
 from shardgate.engine.probe import TypeChecked
 from shardgate.engine.route import Route
 from shardgate.errors import InvalidArgument, Unsupported
-from shardgate.evalengine.evaluate import Evaluator, Row, canonical, compile_expr
+from shardgate.evalengine.evaluate import Evaluator, Row, Unresolved, canonical, compile_expr
 from shardgate.evalengine.sqlsem import Semantics
 from shardgate.evalengine.values import BindVar, Value, from_expression, is_constant
 from shardgate.sql.dialects.render import AVG_SUM, strip_qualifiers
@@ -338,7 +338,11 @@ def _any_values(items: list[exp.Expr], groups: list[exp.Expr]) -> list[exp.Expr]
     keys |= {g.name.lower() for g in groups if isinstance(g, exp.Column)}
 
     def wrap(node: exp.Expr) -> exp.Expr:
-        if not isinstance(node, exp.Column) or node.find_ancestor(exp.AggFunc, exp.Select):
+        if not isinstance(node, exp.Column):
+            if canonical(node) in keys and not node.find(exp.AggFunc):
+                return node.copy()  # a grouped expression: its columns stay (a copy prunes)
+            return node
+        if node.find_ancestor(exp.AggFunc, exp.Select):
             return node
         if canonical(node) in keys or node.name.lower() in keys:
             return node
@@ -515,7 +519,7 @@ def plan_aggregation(tree: exp.Select, make_input: InputFactory, keyspace: str) 
     def compile_(node: exp.Expr) -> Evaluator:
         try:
             return compile_expr(node, slots)
-        except Unsupported:
+        except Unresolved:
             raise Unsupported(
                 f"{node.sql(dialect='mysql')!r} is neither grouped nor aggregated, "
                 "so it cannot be computed across shards: add it to GROUP BY"

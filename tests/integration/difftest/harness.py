@@ -50,7 +50,8 @@ from .schema import (
 SHARD_ERROR = "shard database"
 
 #: constructs whose text results collapse equal values (MariaDB: compare by collation key)
-COLLAPSING = {"distinct", "distinct_text", "aggregate_text", "distinct_aggregate", "aggregate"}
+COLLAPSING = {"distinct", "distinct_text", "aggregate_text", "distinct_aggregate", "aggregate",
+              "gate_expr_group"}
 
 
 @dataclass

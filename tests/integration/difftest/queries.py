@@ -84,6 +84,11 @@ CONSTRUCTS: dict[str, str] = {
     "group_position": "GROUP BY position",
     "sum_text": "SUM / SUM(DISTINCT) over text (item 10)",
     "agg_no_shard": "aggregate whose filter targets no shard (item 8)",
+    "gate_expr_aggregate": "COALESCE / CASE / CONCAT / LOWER / UPPER / LIKE / arithmetic over "
+                           "aggregates merged at the gate (issue 32)",
+    "gate_expr_group": "functions of grouped columns, GROUP BY an expression (issue 32)",
+    "gate_expr_having": "HAVING with functions of aggregates (issue 32)",
+    "gate_expr_join": "functions in the select list and WHERE of a gate-side join (issue 32)",
 }
 
 
@@ -113,6 +118,10 @@ class Col:
 ASC, DESC = "\x01", "\x02"
 #: bind variable marks (gate: ``:name``; reference: the literal)
 BIND = "\x03"
+#: CONCAT marks (start, separator, end): MySQL's ``CONCAT(a, b)`` at the gate and on
+#: MariaDB; ``(a || b)`` on the SQLite (3.40 has no CONCAT) and PostgreSQL references
+#: (whose CONCAT skips NULLs): the gate's rendering of MySQL's CONCAT there
+CONCAT_MARKS = ("\x05", "\x06", "\x07")
 #: bind variable name stems, some as the gate names its own (``__sg_vals``)
 BIND_NAMES = ("v", "__sg_vals", "__sg_upper_limit", "__sg_sq", "__sg_join")
 
@@ -312,7 +321,8 @@ class Gen(Generator):
             ("aggregate", self.q_aggregate), ("aggregate", self.q_aggregate),
             ("distinct", self.q_distinct), ("join", self.q_join), ("join", self.q_join),
             ("subquery", self.q_subquery), ("subquery", self.q_subquery),
-            ("expr", self.q_expr),
+            ("expr", self.q_expr), ("gate_expr", self.q_gate_expr),
+            ("gate_expr", self.q_gate_expr),
         ]
         for _ in range(200):  # a query using a disabled construct is drawn again
             self.used = set()
@@ -333,6 +343,12 @@ class Gen(Generator):
                 DESC, " DESC NULLS LAST")
         sql = sql.replace(ASC, "").replace(DESC, " DESC")
         plain = plain.replace(ASC, "").replace(DESC, " DESC")
+        start, sep, end = CONCAT_MARKS
+        sql = sql.replace(start, "CONCAT(").replace(sep, ", ").replace(end, ")")
+        if self.kind == "mysql":
+            plain = plain.replace(start, "CONCAT(").replace(sep, ", ").replace(end, ")")
+        else:
+            plain = plain.replace(start, "").replace(sep, " || ").replace(end, "")
         for name, value in self.binds.items():
             sql = sql.replace(f"{BIND}{name}{BIND}", f":{name}")
             plain = plain.replace(f"{BIND}{name}{BIND}", literal(value))
@@ -653,3 +669,118 @@ class Gen(Generator):
             return (f"SELECT {exprs[0]} AS e, COUNT(*) FROM {t}{self.where(cols, 0.5)} "
                     f"GROUP BY {exprs[0]}"), False
         return f"SELECT id, {', '.join(exprs)} FROM {t}{self.where(cols, 0.6)}", False
+
+    # ------------------------------------- expressions the gate evaluates (issue 32) --
+
+    @staticmethod
+    def concat(*parts: str) -> str:
+        """CONCAT of ``parts``, marked for each side (:data:`CONCAT_MARKS`)."""
+        start, sep, end = CONCAT_MARKS
+        return start + sep.join(parts) + end
+
+    @staticmethod
+    def named(expr: str, n: int) -> str:
+        """A select item: a CONCAT aliased (SQLite names ``a || b`` by that text, the
+        gate by MySQL's ``CONCAT(a, b)``: the gate's dialect is MySQL's)."""
+        return f"{expr} AS c{n}" if CONCAT_MARKS[0] in expr else expr
+
+    def function_of(self, ic: str, tc: str, collapsed: bool = False) -> str:
+        """A function of an integer-valued ``ic`` and a text-valued ``tc`` (columns or
+        aggregates) of the kinds the gate evaluates after a merge.
+
+        ``collapsed``: ``tc`` is a grouped column or MIN/MAX of one, whose value on
+        MariaDB is any member of a class of collation-equal strings (``'red'``,
+        ``'Red '``), as MariaDB itself shows a group's first row: there only
+        functions that keep collation-equal strings equal are generated (no
+        pattern that trailing spaces defeat, the text last in CONCAT)."""
+        r = self.rng
+        loose = collapsed and self.kind == "mysql"
+        patterns = ("a%", "ß%", "Z%", "%e%") if loose else (
+            "a%", "%n", "r_d", "_", "%e%", "ß%", "Z%")
+        return r.choice((
+            f"COALESCE({ic}, {r.randrange(-1, 3)})",
+            f"COALESCE({tc}, 'none')",
+            f"CASE WHEN {ic} > {r.randrange(0, 4)} THEN 'big' ELSE 'small' END",
+            f"CASE WHEN {ic} IS NULL THEN -1 WHEN {ic} < 2 THEN 0 ELSE 1 END",
+            f"CASE {r.choice((ic, tc))} WHEN 1 THEN 'one' WHEN 'red' THEN 'r' END",
+            self.concat(ic, "'-'", tc),
+            self.concat("'<'", tc) if loose else self.concat("'<'", tc, "'>'"),
+            f"LOWER({tc})", f"UPPER({tc})",
+            f"{tc} LIKE {literal(r.choice(patterns))}",
+            f"{tc} NOT LIKE {literal(r.choice(('a%', 'R%', '%b%')))}",
+            f"({ic} % 1000) {r.choice(('+', '-', '*'))} {r.randrange(1, 4)}",
+            f"({ic} % 1000) % {r.randrange(1, 4)}",
+            f"NULLIF({ic}, {r.randrange(0, 3)})",
+            f"COALESCE(NULLIF({tc}, 'red'), LOWER({tc}), 'x')",
+        ))
+
+    def q_gate_expr(self) -> tuple[str, bool]:
+        r = self.rng
+        kind = self.choose([
+            ("gate_expr_aggregate", lambda: "aggregate"), ("gate_expr_group", lambda: "group"),
+            ("gate_expr_having", lambda: "having"), ("gate_expr_join", lambda: "join"),
+        ])
+        if kind == "join":
+            return self.q_gate_expr_join()
+        t = r.choice(("t1", "t1", "t2"))
+        cols = self.columns(t)
+        ic_col, tc_col = r.choice(INT_COLS[t]), r.choice(TEXT_COLS[t])
+        where = self.where(cols, 0.5)
+        if kind == "group":
+            self.used.add("aggregate")
+            group = r.choice(([ic_col], [tc_col], [tc_col, ic_col]))
+            if tc_col in group:
+                self.used.add("distinct_text")
+            item = self.function_of(ic_col if ic_col in group else "1",
+                                    tc_col if tc_col in group else "'t'", collapsed=True)
+            if r.random() < 0.3:  # GROUP BY the expression itself
+                return (f"SELECT {item} AS e, COUNT(*) FROM {t}{where} GROUP BY {item}"), False
+            shown = ", ".join(group)
+            return (f"SELECT {shown}, {self.named(item, 0)}, COUNT(*) FROM {t}{where} "
+                    f"GROUP BY {', '.join(group)}"), False
+        aggs = (f"{r.choice(('MIN', 'MAX', 'SUM'))}({ic_col})", "COUNT(*)")
+        ic = r.choice(aggs)
+        tc = f"{r.choice(('MIN', 'MAX'))}({tc_col})"
+        self.used.add("aggregate_text")
+        item = self.function_of(ic, tc, collapsed=True)
+        grouped = r.random() < 0.6
+        head = f"{tc_col}, " if grouped else ""
+        group = f" GROUP BY {tc_col}" if grouped else ""
+        if grouped:
+            self.used.update({"aggregate", "distinct_text"})
+        else:
+            self.used.add("aggregate_no_group")
+        if kind == "aggregate":
+            return f"SELECT {head}{self.named(item, 0)}, COUNT(*) FROM {t}{where}{group}", False
+        cond = self.function_of(ic, tc, collapsed=True)
+        if not re.search(r"LIKE|IS NULL", cond):
+            cond = f"{cond} {r.choice(('=', '<>', '>'))} {r.choice(('1', literal('a')))}"
+        return f"SELECT {head}COUNT(*), {ic} FROM {t}{where}{group} HAVING {cond}", False
+
+    def q_gate_expr_join(self) -> tuple[str, bool]:
+        r = self.rng
+        left = self.on("join_left", 0.5)
+        jk = "LEFT JOIN" if left else "JOIN"
+        if r.random() < 0.5:
+            self.used.add("join_nested")
+            src = f"t1 a {jk} t2 b ON {r.choice(('a.n = b.n', 'a.id = b.k', 'a.s = b.email'))}"
+            b_int, b_text = r.choice(("b.n", "b.k", "b.id")), "b.email"
+        else:
+            self.used.add("join_self_nonvindex")
+            src = f"t1 a {jk} t1 b ON {r.choice(('a.id = b.n', 'a.n = b.n', 'a.s = b.s'))}"
+            b_int, b_text = r.choice(("b.n", "b.id")), r.choice(("b.s", "b.tag"))
+        a_int, a_text = r.choice(("a.n", "a.id")), r.choice(("a.s", "a.tag"))
+        items = [self.function_of(r.choice((a_int, b_int)), r.choice((a_text, b_text)))
+                 for _ in range(r.randrange(1, 3))]
+        if r.random() < 0.3:
+            items.append(f"COALESCE({b_int}, {a_int})")
+        if r.random() < 0.3:
+            items.append(self.concat(a_text, "'/'", b_text))
+        where = ""
+        if r.random() < 0.5:
+            cond = self.function_of(r.choice((a_int, b_int)), r.choice((a_text, b_text)))
+            if not re.search(r"LIKE|IS NULL", cond):
+                cond = f"{cond} {r.choice(('=', '<>'))} {r.choice(('1', literal('big')))}"
+            where = f" WHERE {cond}"
+        shown = ", ".join(self.named(e, i) for i, e in enumerate(items))
+        return f"SELECT a.id, b.id, {shown} FROM {src}{where}", False
