@@ -53,7 +53,7 @@ from shardgate.result import Result
 from shardgate.sql.statements import DropQueueStatement
 from shardgate.topo.vschema_edits import add_table, drop_table
 from shardgate.vindexes import SingleColumn
-from shardgate.vschema import VSchema
+from shardgate.vschema import TableType, VSchema
 
 log = logging.getLogger(__name__)
 
@@ -214,7 +214,7 @@ def queue_options_of(gate: QueueGate, keyspace: str) -> dict[str, QueueOptions]:
     return {
         t.name.lower(): QueueOptions.from_mapping(t.options, path=f"{keyspace}.tables.{t.name}")
         for t in ks.tables.values()
-        if t.type == "queue"
+        if t.type == TableType.QUEUE
     }
 
 
@@ -250,7 +250,7 @@ async def create_queue(gate: QueueDDLGate, cq: CreateQueue, keyspace: str) -> No
     trial = {k.name: k.vschema for k in gate.topology.keyspaces.values()}
     trial[keyspace] = change(ks_topo.vschema)
     new_vschema = VSchema.from_json(trial, gate.topology.routing_rules)
-    if new_vschema.keyspace(keyspace).tables[cq.name].type != "queue":
+    if new_vschema.keyspace(keyspace).tables[cq.name].type != TableType.QUEUE:
         raise InvalidArgument(f"table {keyspace}.{cq.name} exists and is not a queue")
     if cq.segmented:
         _check_segmented_vindex(new_vschema, keyspace, cq, ks_topo.sharded)
@@ -295,7 +295,7 @@ async def drop_queue(gate: QueueDDLGate, dq: DropQueueStatement, keyspace: str) 
         if dq.if_exists:
             return
         raise NotFound(f"queue {keyspace}.{dq.name} is not in the VSchema")
-    if table.type != "queue":
+    if table.type != TableType.QUEUE:
         raise InvalidArgument(f"{keyspace}.{dq.name} is not a queue: use DROP TABLE")
     if table.options.get("storage") == "segmented":
         raise Unsupported(
@@ -341,7 +341,7 @@ async def receive(
 ) -> AsyncIterator[QueueBatch]:
     """Events of ``queue`` from the targeted shards (see the module docstring)."""
     table = gate.vschema.find_table(queue, keyspace, keyspace)
-    if table.type != "queue":
+    if table.type != TableType.QUEUE:
         raise InvalidArgument(f"{table.qualified} is not a queue table (type {table.type!r})")
     ks_name = table.keyspace
     if shard is not None:
@@ -454,7 +454,8 @@ async def enqueue(
     tablet transaction of their own for a remote one.
     """
     table = gate.vschema.find_table(queue, keyspace, keyspace)
-    if table.type != "queue" or str(table.options.get("storage", "")).lower() != "segmented":
+    storage = str(table.options.get("storage", "")).lower()
+    if table.type != TableType.QUEUE or storage != "segmented":
         raise InvalidArgument(f"{table.qualified} is not a segmented queue; a queue table "
                               "takes INSERT INTO")
     opts = QueueOptions.from_mapping(table.options, path=table.qualified)

@@ -87,6 +87,7 @@ from shardgate.backends.changes.open import capture_exists, open_change_log
 from shardgate.backends.urls import redacted
 from shardgate.errors import Code, InvalidArgument, NotFound, ShardgateError, Unavailable
 from shardgate.event_token import EventToken, position_key
+from shardgate.keys import ShardId
 from shardgate.spark import types as sgtypes
 from shardgate.spark._worker import settle
 from shardgate.spark.changes_hop import Db, Join, View
@@ -332,7 +333,7 @@ class ChangesStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     async def _each(self, shards: Sequence[Db], fn: Any) -> list[Any]:
         async def one(s: Db) -> Any:
-            log = open_change_log(s.url, f"{self.opts.keyspace}/{s.name}")
+            log = open_change_log(s.url, str(ShardId(self.opts.keyspace, s.name)))
             try:
                 return await fn(s, log)
             finally:
@@ -370,7 +371,7 @@ class ChangesStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             text = str(value)
             if text.startswith("et1."):
                 token = EventToken.parse(text)
-                if token.shard.split("/")[-1] != s.name:
+                if ShardId.parse(token.shard).shard != s.name:
                     raise InvalidArgument(
                         f"option 'starting': the token for shard {s.name} is of {token.shard}")
                 text = token.position
@@ -640,7 +641,7 @@ class ChangesStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             maxsize=4 * len(p.ranges))
 
         async def pump(r: ShardRange) -> None:
-            log = open_change_log(r.url, f"{keyspace}/{r.shard}")
+            log = open_change_log(r.url, str(ShardId(keyspace, r.shard)))
             try:
                 txs = read_range(log, r.start, r.end, idle_timeout=self.changes.read_timeout)
                 try:

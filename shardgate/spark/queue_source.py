@@ -77,6 +77,7 @@ from shardgate.queues.events import (
     QueueEvent,
 )
 from shardgate.spark.options import QueueSourceOptions, SourceOptions
+from shardgate.vschema import TableType
 
 if TYPE_CHECKING:
     from shardgate.api.fleet import TabletFleet
@@ -103,7 +104,7 @@ def queue_schema(opts: SourceOptions, queue: str) -> StructType:
     topo = opts.topo()
     ks = topo.build_vschema().keyspace(opts.keyspace)
     table = ks.tables.get(queue)
-    if table is None or table.type != "queue":
+    if table is None or table.type != TableType.QUEUE:
         raise InvalidArgument(
             f"{opts.keyspace}.{queue} is not a queue table of the VSchema; queues: "
             f"{sorted(t.name for t in ks.tables.values() if t.type == 'queue')}"

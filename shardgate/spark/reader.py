@@ -61,6 +61,7 @@ from shardgate.spark import types as sgtypes
 from shardgate.spark._worker import settle
 from shardgate.spark.ksids import KsidMapper, VindexSpec
 from shardgate.spark.options import ReadOptions, SourceOptions
+from shardgate.sql.dialects import Dialect
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -76,8 +77,10 @@ if TYPE_CHECKING:
 # vindexes (a Python worker starts faster).
 GATE_DIALECT = "mysql"
 
-#: placeholder used to render shard SQL that has no parameters (nothing to double)
-_NO_PARAMS = "?"
+#: The placeholder a split's shard SQL (it has no parameters) is rendered with: "?"
+#: leaves a literal ``%`` alone, "%s" doubles it (MariaDB's splits have always been
+#: rendered so).
+_READ_PLACEHOLDER = {Dialect.SQLITE: "?", Dialect.POSTGRES: "?", Dialect.MYSQL: "%s"}
 
 
 def base_select(read: ReadOptions, columns: Sequence[str] | None) -> str:
@@ -118,7 +121,7 @@ class _Plan:
     gate_sql: str
     shard: str
     url: str
-    dialect: str
+    dialect: Dialect
     shard_sql: str
     start: bytes
     end: bytes
@@ -162,8 +165,7 @@ def plan_splits(
             route = _plan_split(gate, gate_sql, opts.keyspace)
             shard = topo.keyspace(split.keyspace).shard(split.shard)
             dialect = gate.tablets[(split.keyspace, split.shard)].dialect
-            placeholder = "%s" if dialect == "mysql" else _NO_PARAMS
-            rendered = route.query.for_dialect(dialect, placeholder)
+            rendered = route.query.for_dialect(dialect, _READ_PLACEHOLDER[dialect])
             if rendered.params:
                 raise InvalidArgument("the Spark reader's query cannot have bind variables")
             spec: VindexSpec | None = None

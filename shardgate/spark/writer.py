@@ -73,6 +73,7 @@ from shardgate.spark._worker import settle
 from shardgate.spark.ksids import KsidMapper, ShardIndex, VindexSpec, group_by_shard
 from shardgate.spark.options import SourceOptions, WriteOptions
 from shardgate.sql.dialects import Dialect, sql_dialect
+from shardgate.vschema import TableType
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -156,7 +157,7 @@ class ShardgateWriter(DataSourceArrowWriter):
         self.columns = [f.name for f in schema.fields]
         lowered = {c.lower() for c in self.columns}
         #: a bulk enqueue: the commit also signals the queue's leader
-        self.queue = table.type == "queue"
+        self.queue = table.type == TableType.QUEUE
         #: events may carry their own (older) times: the leader's scan starts at 0
         self.explicit_times = "time_scheduled" in lowered
         if self.queue:

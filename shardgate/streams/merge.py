@@ -38,7 +38,7 @@ from shardgate.aio import cancel_and_wait, wait_for
 from shardgate.backends.changes import Heartbeat, LogItem, RowChange, Transaction
 from shardgate.errors import Code, InvalidArgument, ShardgateError, Unavailable, Unsupported
 from shardgate.event_token import EventToken, position_key
-from shardgate.keys import FULL_RANGE, KeyRange, KeyspaceId, parse_key_range
+from shardgate.keys import FULL_RANGE, KeyRange, KeyspaceId, ShardId, parse_key_range
 from shardgate.ports import GateView, StreamShard
 from shardgate.streams.hop import MARK_MARGIN_S, Hop
 from shardgate.topo.model import KeyspaceTopo, ShardTopo
@@ -252,7 +252,7 @@ async def update_stream(
 
     for name in ks_topo.shard_map.shards_for_range(kr):
         shard = ks_topo.shard(name)
-        qualified = f"{keyspace}/{name}"
+        qualified = str(ShardId(keyspace, name))
         if isinstance(start, StreamPosition):
             position, since = start.start_of(qualified, began)
             token = start.tokens.get(qualified)
@@ -273,7 +273,7 @@ async def update_stream(
             if not shard.key_range.intersects(kr):
                 continue
             if isinstance(start, StreamPosition):
-                qualified = f"{keyspace}/{source}"
+                qualified = str(ShardId(keyspace, source))
                 token = start.tokens.get(qualified)
                 if token is not None:
                     if hop.drained(source, token.position):
@@ -281,7 +281,7 @@ async def update_stream(
                     add(shard, token.position, None, token.timestamp, end=final)
                     drain.append(source)
                     continue
-                if any(f"{keyspace}/{t}" in start.tokens for t in feeds
+                if any(str(ShardId(keyspace, t)) in start.tokens for t in feeds
                        if t in hop.targets or t not in hop.sources):
                     continue  # the client was past the switch already
                 position, since = start.start_of(qualified, began)
@@ -300,7 +300,7 @@ async def update_stream(
                     continue
                 tf.waits = waits
                 has_token = isinstance(start, StreamPosition) and \
-                    f"{keyspace}/{target}" in start.tokens
+                    str(ShardId(keyspace, target)) in start.tokens
                 if not has_token:
                     position = hop.targets.get(target)
                     tf.position, tf.since = position, (
@@ -355,7 +355,7 @@ async def update_stream(
     def beat(name: str, hb: Heartbeat) -> StreamEvent:
         assert hb.position is not None
         return StreamEvent(
-            keyspace, name, EventToken(hb.watermark, f"{keyspace}/{name}", hb.position),
+            keyspace, name, EventToken(hb.watermark, str(ShardId(keyspace, name)), hb.position),
             [], min(latest.values()), heartbeat=True,
         )
 
@@ -468,10 +468,10 @@ def _refuse_lost_shards(ks: KeyspaceTopo, start: StreamPosition, hop: Hop | None
     """A position naming shards the keyspace no longer has (a reshard completed since):
     the changes between it and the switch are gone from the stream (``OUT_OF_RANGE``)."""
     known = {s.name for s in ks.all_shards}
-    lost = sorted(t.shard for t in start.tokens.values()
-                  if t.shard.startswith(f"{ks.name}/")
-                  and t.shard.split("/", 1)[1] not in known)
-    if lost and (hop is None or not set(s.split("/", 1)[1] for s in lost) <= set(hop.sources)):
+    gone = sorted(s for s in (ShardId.parse(t.shard) for t in start.tokens.values())
+                  if s.keyspace == ks.name and s.shard not in known)
+    lost = [str(s) for s in gone]
+    if lost and (hop is None or not {s.shard for s in gone} <= set(hop.sources)):
         raise ShardgateError(
             f"the stream position names shards {lost} that keyspace {ks.name!r} no longer has "
             "(a reshard completed after it was taken): the changes between it and the "
@@ -504,12 +504,12 @@ def _drop_retired_tokens(
     dropped: dict[str, float] = {}
     for shard in ks.shards:
         target = shard.name
-        token = tokens.get(f"{ks.name}/{target}")
+        token = tokens.get(str(ShardId(ks.name, target)))
         if token is None or target in hop.sources:
             continue
-        fed = [tokens[f"{ks.name}/{s}"] for s in hop.feeding(target)
-               if f"{ks.name}/{s}" in tokens]
-        behind = any(not hop.drained(t.shard.split("/", 1)[1], t.position) for t in fed)
+        fed = [tokens[str(ShardId(ks.name, s))] for s in hop.feeding(target)
+               if str(ShardId(ks.name, s)) in tokens]
+        behind = any(not hop.drained(ShardId.parse(t.shard).shard, t.position) for t in fed)
         journal = hop.targets.get(target)
         if not behind and token.timestamp >= hop.at and (
                 journal is None or not _before(token.position, journal)):

@@ -17,6 +17,7 @@ from shardgate.errors import InvalidArgument, VSchemaError
 from shardgate.topo.model import Topology
 from shardgate.topo.server import check_with
 from shardgate.vindexes.registry import describe_types
+from shardgate.vschema import TableType
 
 
 def _finding(path: str, message: str) -> dict[str, str]:
@@ -54,7 +55,7 @@ def _warnings(topology: Topology, keyspace: str, doc: dict[str, Any]) -> list[di
         for cv in cvs:
             used.setdefault(cv.get("name", ""), []).append(tname)
         kind = (table or {}).get("type", "")
-        if doc.get("sharded") and not cvs and kind not in ("reference", "sequence"):
+        if doc.get("sharded") and not cvs and kind not in (TableType.REFERENCE, TableType.SEQUENCE):
             out.append(_finding(f"tables.{tname}", "a sharded table with no vindex: every "
                                 "query on it is a scatter and inserts cannot be routed"))
         if doc.get("sharded") and cvs:

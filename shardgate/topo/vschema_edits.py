@@ -50,6 +50,7 @@ from shardgate.sql.statements import (
     DropVSchemaTable,
     DropVSchemaVindex,
 )
+from shardgate.vschema import TableType
 
 Doc = dict[str, Any]
 
@@ -73,7 +74,7 @@ def alter(doc: Mapping[str, Any], stmt: AlterVSchema, keyspace: str) -> Doc:
                     f"ALTER VSCHEMA ADD SEQUENCE {table}: sequence tables live in an unsharded "
                     f"keyspace; {keyspace!r} is sharded"
                 )
-            return add_table(doc, keyspace, table, {"type": "sequence"})
+            return add_table(doc, keyspace, table, {"type": TableType.SEQUENCE.value})
         case CreateVSchemaVindex(vindex=name, vindex_type=vtype, params=params):
             out = _copy(doc)
             _define_vindex(out, keyspace, name, vtype, dict(params), create_only=True)
@@ -355,7 +356,7 @@ def _qualify(table: str, keyspace: str) -> str:
 
 
 def _is_sequence(doc: Mapping[str, Any], table: str) -> bool:
-    return bool(doc.get("tables", {}).get(table, {}).get("type") == "sequence")
+    return bool(doc.get("tables", {}).get(table, {}).get("type") == TableType.SEQUENCE)
 
 
 def _table(doc: Doc, keyspace: str, table: str) -> Doc:

@@ -71,6 +71,7 @@ from shardgate.queues.segmented.store import (
     ShardProducer,
 )
 from shardgate.vindexes import SingleColumn, Vindex
+from shardgate.vschema import TableType
 
 #: The gate, whatever its tablet clients (only in-process ones serve ``from_gate``).
 AnyGate = GateView[object]
@@ -84,7 +85,7 @@ def segmented_queues_of(gate: AnyGate, keyspace: str) -> dict[str, QueueOptions]
     return {
         t.name.lower(): QueueOptions.from_mapping(t.options, path=f"{keyspace}.tables.{t.name}")
         for t in ks.tables.values()
-        if t.type == "queue" and str(t.options.get("storage", "")).lower() == "segmented"
+        if t.type == TableType.QUEUE and str(t.options.get("storage", "")).lower() == "segmented"
     }
 
 

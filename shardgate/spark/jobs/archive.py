@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 from shardgate.backends.bulk import copy as bulk
 from shardgate.backends.urls import parse_url
 from shardgate.errors import FailedPrecondition, Internal, InvalidArgument, NotFound
+from shardgate.keys import ShardId
 from shardgate.spark.jobs.tasks import run_tasks, table_schema
 
 if TYPE_CHECKING:
@@ -105,7 +106,8 @@ def _tmp_name(final: str) -> str:
 
 
 def _shard_tag(shard: str) -> str:
-    name = shard.split("/", 1)[-1]
+    """A column-name-safe tag of a qualified shard (``ks/-80`` -> ``s_80``)."""
+    name = ShardId.parse(shard).shard
     return "s" + (name.replace("-", "_") or "_")
 
 
@@ -278,7 +280,8 @@ class ArchiveJob:
         self.before = before
         self.out = os.path.abspath(out)
         self.chunk_rows = chunk_rows
-        self.shards = {f"{keyspace}/{s.name}": s.url for s in topology.keyspace(keyspace).shards}
+        self.shards = {str(ShardId(keyspace, s.name)): s.url
+                       for s in topology.keyspace(keyspace).shards}
         self.progress: Progress = progress or (lambda _msg: None)
 
     def run_sync(self, **extra: Any) -> ArchiveSummary:

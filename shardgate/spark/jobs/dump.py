@@ -85,7 +85,7 @@ from shardgate.errors import (
     Unsupported,
 )
 from shardgate.event_token import EventToken, position_key
-from shardgate.keys import parse_shard_name
+from shardgate.keys import ShardId, parse_shard_name
 from shardgate.spark.jobs.lake import (
     BUCKET,
     DEFAULT_RETENTION_S,
@@ -360,7 +360,8 @@ class DumpJob:
         self.keyspace = keyspace
         self.table = table
         self.spark = spark
-        self.shards = {f"{keyspace}/{s.name}": s.url for s in topology.keyspace(keyspace).shards}
+        self.shards = {str(ShardId(keyspace, s.name)): s.url
+                       for s in topology.keyspace(keyspace).shards}
         if not self.shards:
             raise NotFound(f"keyspace {keyspace!r} has no shards")
         self.key = list(key) if key else []
@@ -386,7 +387,7 @@ class DumpJob:
         summary = DumpSummary(self.keyspace, self.table, self.lake.path)
         if self.cluster_file is not None or self.topo_url is not None:
             self.topology = await self._load_topology()
-            self.shards = {f"{self.keyspace}/{s.name}": s.url
+            self.shards = {str(ShardId(self.keyspace, s.name)): s.url
                            for s in self.topology.keyspace(self.keyspace).shards}
         first_url = next(iter(self.shards.values()))
         if not self.key:
@@ -446,10 +447,11 @@ class DumpJob:
             return
         hop = Hop.of(self.topology.keyspace(self.keyspace))
         ks = self.keyspace
+        local = [ShardId.parse(m).shard for m in missing]
         if hop is not None and all(
-                m.split("/", 1)[1] in hop.targets
-                and all(f"{ks}/{s}" in positions.tokens for s in hop.feeding(m.split("/", 1)[1]))
-                for m in missing):
+                s in hop.targets
+                and all(str(ShardId(ks, f)) in positions.tokens for f in hop.feeding(s))
+                for s in local):
             return
         raise FailedPrecondition(
             f"the lake table at {self.lake.path} has no position for shards "
@@ -547,7 +549,7 @@ class DumpJob:
 
     def _url_of(self, topology: Topology, shard: str) -> str:
         """The database of ``shard`` (qualified), serving or a reshard's source."""
-        return topology.keyspace(self.keyspace).any_shard(shard.split("/", 1)[1]).url
+        return topology.keyspace(self.keyspace).any_shard(ShardId.parse(shard).shard).url
 
     async def _apply(
         self, positions: Positions, summary: DumpSummary, *, follow: bool,
@@ -604,10 +606,10 @@ class DumpJob:
             """A target of a write switch: above every source feeding it; a shard met
             otherwise for the first time: above every shard known. True when ``q``
             is a new database (a new generation)."""
-            local = q.split("/", 1)[1]
+            local = ShardId.parse(q).shard
             for hop in reversed(hops):
                 if local in hop.targets and local not in hop.sources:
-                    need = 1 + max((gens.get(f"{self.keyspace}/{s}", 0)
+                    need = 1 + max((gens.get(str(ShardId(self.keyspace, s)), 0)
                                     for s in hop.feeding(local)), default=0)
                     if gens.get(q, -1) < need:
                         gens[q] = need
@@ -785,11 +787,11 @@ def _drop_drained(current: dict[str, EventToken], ks: KeyspaceTopo, progress: Pr
     """Drop from ``current`` the tokens of shards no longer serving once every serving
     shard meeting their range has one (the stream starts those only after the old ones
     are drained). Returns the shards dropped."""
-    serving = {f"{ks.name}/{s.name}": s.key_range for s in ks.shards}
+    serving = {str(ShardId(ks.name, s.name)): s.key_range for s in ks.shards}
     dropped = []
     for old in [q for q in current if q not in serving]:
         try:
-            kr = parse_shard_name(old.split("/", 1)[1])
+            kr = parse_shard_name(ShardId.parse(old).shard)
         except ShardgateError:
             continue
         meeting = sorted(n for n, r in serving.items() if r.intersects(kr))
