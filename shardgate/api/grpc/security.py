@@ -151,6 +151,8 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             wrapped = handler._replace(unary_unary=self._unary(handler.unary_unary))
         elif handler.unary_stream is not None:
             wrapped = handler._replace(unary_stream=self._stream(handler.unary_stream))
+        elif handler.stream_stream is not None:  # a tablet's lanes: read/write, no generator
+            wrapped = handler._replace(stream_stream=self._unary(handler.stream_stream))
         else:  # no client-streaming RPCs today: refuse rather than serve unauthenticated
             raise InvalidArgument(f"{method}: streaming requests are not authenticated")
         self._wrapped[method] = wrapped

@@ -1045,6 +1045,11 @@ class TabletStub:
                 request_serializer=shardgate_dot_api_dot_grpc_dot_shardgate__pb2.TabletHealthRequest.SerializeToString,
                 response_deserializer=shardgate_dot_api_dot_grpc_dot_shardgate__pb2.TabletHealthResponse.FromString,
                 _registered_method=True)
+        self.Lane = channel.stream_stream(
+                '/shardgate.v1.Tablet/Lane',
+                request_serializer=shardgate_dot_api_dot_grpc_dot_shardgate__pb2.TabletLaneRequest.SerializeToString,
+                response_deserializer=shardgate_dot_api_dot_grpc_dot_shardgate__pb2.TabletLaneResponse.FromString,
+                _registered_method=True)
 
 
 class TabletServicer:
@@ -1175,6 +1180,19 @@ class TabletServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Lane(self, request_iterator, context):
+        """A lane: a long-lived call carrying one statement at a time, answered in
+        order; a gate keeps a pool of them per tablet instead of one unary call
+        per statement (a call's own set-up costs more CPU than a point select).
+        A failed statement is an answer with `error_code`, the lane goes on.
+        The tablet ends a lane (status OK) only between statements, while it
+        drains: a request left unanswered by an OK end was not run. Cancelling
+        the lane cancels the statement in flight.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_TabletServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -1277,6 +1295,11 @@ def add_TabletServicer_to_server(servicer, server):
                     servicer.Health,
                     request_deserializer=shardgate_dot_api_dot_grpc_dot_shardgate__pb2.TabletHealthRequest.FromString,
                     response_serializer=shardgate_dot_api_dot_grpc_dot_shardgate__pb2.TabletHealthResponse.SerializeToString,
+            ),
+            'Lane': grpc.stream_stream_rpc_method_handler(
+                    servicer.Lane,
+                    request_deserializer=shardgate_dot_api_dot_grpc_dot_shardgate__pb2.TabletLaneRequest.FromString,
+                    response_serializer=shardgate_dot_api_dot_grpc_dot_shardgate__pb2.TabletLaneResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1819,6 +1842,33 @@ class Tablet:
             '/shardgate.v1.Tablet/Health',
             shardgate_dot_api_dot_grpc_dot_shardgate__pb2.TabletHealthRequest.SerializeToString,
             shardgate_dot_api_dot_grpc_dot_shardgate__pb2.TabletHealthResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Lane(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/shardgate.v1.Tablet/Lane',
+            shardgate_dot_api_dot_grpc_dot_shardgate__pb2.TabletLaneRequest.SerializeToString,
+            shardgate_dot_api_dot_grpc_dot_shardgate__pb2.TabletLaneResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
@@ -17,7 +18,7 @@ from shardgate.api.grpc.server import GRPC_OPTIONS
 from shardgate.api.grpc.stream_convert import change_of
 from shardgate.api.grpc.tablet_service import DRAINING
 from shardgate.backends.changes import Heartbeat, LogItem, Transaction
-from shardgate.errors import Code, ShardgateError, Unavailable
+from shardgate.errors import Code, ShardgateError, Unavailable, error_for_code
 from shardgate.event_token import EventToken
 from shardgate.queues.events import QueueBatch
 from shardgate.queues.options import QueueOptions
@@ -27,6 +28,9 @@ from shardgate.tablet.client import TabletClient
 
 #: what to do when no tablet answers
 _TABLET_HINT = "start it with `shardgate tablet --keyspace K --shard S ...` or check its address"
+
+#: idle lanes a client keeps per tablet (more are closed when they come back)
+MAX_IDLE_LANES = 64
 
 #: codes the transport itself reports when a connection breaks or a deadline passes
 _TRANSPORT_CODES = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.UNKNOWN,
@@ -63,11 +67,30 @@ def tablet_error(exc: grpc.aio.AioRpcError, target: str) -> ShardgateError:
     return error_from_rpc(exc, target, hint=_TABLET_HINT)
 
 
+def lane_failure(response: pb.TabletLaneResponse, target: str) -> ShardgateError:
+    """The error a lane's answer reports (a statement that failed on the tablet)."""
+    try:
+        code = Code(response.error_code)
+    except ValueError:
+        code = Code.UNKNOWN
+    message = response.error_message
+    if code is Code.UNAVAILABLE and message.startswith(DRAINING):
+        return TabletUnreachable(f"{target}: {message}", sent=False)
+    return error_for_code(code, message)
+
+
 class GrpcTabletClient(TabletClient):
     """Reaches one ``shardgate tablet`` process. Create it with :meth:`connect`.
 
     ``security`` is the gate's credential for tablets (a user and password the
     tablet's users file knows, or a client certificate its CA signed).
+
+    Statements (``execute`` and ``execute_wire``) travel on *lanes*: streaming
+    ``Lane`` calls kept open, one statement at a time each (see the tablet
+    service). ``_lanes`` holds the idle ones (at most :data:`MAX_IDLE_LANES`);
+    a statement takes one (or opens one) and puts it back once answered. A lane
+    whose statement did not end in an answer (cancelled, timed out, broken) is
+    cancelled, never put back: its next answer could be the wrong statement's.
     """
 
     def __init__(self, target: str, keyspace: str, shard: str, dialect: str,
@@ -91,6 +114,11 @@ class GrpcTabletClient(TabletClient):
                                      tls=target.startswith(TLS_SCHEME)
                                      or (security is not None and security.tls))
         self._stub = pb_grpc.TabletStub(self._channel)  # type: ignore[no-untyped-call]
+        self._lanes: list[Any] = []
+        #: the credential a lane carries (the channel's interceptors add it to the
+        #: other calls; they do not see streaming requests)
+        self._lane_metadata = (security.metadata()
+                               if security is not None and security.user is not None else None)
 
     @classmethod
     async def connect(cls, target: str, *, timeout: float | None = 10.0,
@@ -120,7 +148,61 @@ class GrpcTabletClient(TabletClient):
                 pb.TabletHealthRequest(gate_id=self.gate_id), timeout=timeout)
         except grpc.aio.AioRpcError as exc:
             raise tablet_error(exc, self.target) from None
+        if not response.serving:
+            self._close_lanes()  # draining: let its idle lanes end before it stops
         return response
+
+    def _close_lanes(self) -> None:
+        """Close the idle lanes (the tablet ends each once it reads the end)."""
+        lanes, self._lanes = self._lanes, []
+        for call in lanes:
+            call.cancel()
+
+    async def _on_lane(self, request: pb.TabletLaneRequest) -> pb.TabletLaneResponse:
+        """Send ``request`` on an idle lane (or a new one) and return the answer;
+        a failed statement's answer raises its error (see the class docstring)."""
+        lanes = self._lanes
+        call = None
+        while lanes:
+            call = lanes.pop()
+            if not call.done():
+                break
+            call = None
+        if call is None:
+            call = self._stub.Lane(metadata=self._lane_metadata)
+        try:
+            if self.timeout is None:
+                await call.write(request)
+                response = await call.read()
+            else:
+                async with asyncio.timeout(self.timeout):
+                    await call.write(request)
+                    response = await call.read()
+        except grpc.aio.AioRpcError as exc:
+            call.cancel()
+            raise tablet_error(exc, self.target) from None
+        except asyncio.InvalidStateError:  # the lane had ended (status OK) before the write
+            call.cancel()
+            raise TabletUnreachable(f"{self.target}: {DRAINING}: the tablet closed the lane",
+                                    sent=False) from None
+        except TimeoutError:
+            call.cancel()
+            raise TabletUnreachable(f"tablet {self.target} did not answer in "
+                                    f"{self.timeout:g} s", sent=True) from None
+        except BaseException:  # cancelled: the tablet cancels the statement with the lane
+            call.cancel()
+            raise
+        if response is grpc.aio.EOF:  # ended between statements: this one was not run
+            call.cancel()
+            raise TabletUnreachable(f"{self.target}: {DRAINING}: the tablet closed the lane",
+                                    sent=False)
+        if len(lanes) < MAX_IDLE_LANES:
+            lanes.append(call)
+        else:
+            call.cancel()
+        if response.error_code:
+            raise lane_failure(response, self.target)
+        return response  # type: ignore[no-any-return]
 
     async def execute(self, sql: str, params: Sequence[Any],
                       transaction_id: int | None = None,
@@ -132,11 +214,8 @@ class GrpcTabletClient(TabletClient):
             request = pb.TabletExecuteRequest(sql=sql, params=_params(params),
                                               transaction_id=transaction_id or 0,
                                               **convert.option_fields(options))
-        try:
-            response = await self._stub.Execute(request, timeout=self.timeout)
-        except grpc.aio.AioRpcError as exc:
-            raise tablet_error(exc, self.target) from None
-        return convert.to_result(response)
+        response = await self._on_lane(pb.TabletLaneRequest(execute=request))
+        return convert.to_result(response.result)
 
     @property
     def gives_wire(self) -> bool:
@@ -144,10 +223,8 @@ class GrpcTabletClient(TabletClient):
 
     async def execute_wire(self, sql: str, params: Sequence[Any]) -> WireResult:
         request = pb.TabletExecuteRequest(sql=sql, params=_params(params))
-        try:
-            response = await self._stub.ExecuteWire(request, timeout=self.timeout)
-        except grpc.aio.AioRpcError as exc:
-            raise tablet_error(exc, self.target) from None
+        response = (await self._on_lane(pb.TabletLaneRequest(execute=request,
+                                                             wire=True))).wire
         return WireResult(list(response.columns), list(response.rows), response.size)
 
     async def stream_execute(
@@ -298,6 +375,7 @@ class GrpcTabletClient(TabletClient):
             raise tablet_error(exc, self.target) from None
 
     async def close(self) -> None:
+        self._close_lanes()
         await self._channel.close()
 
 
