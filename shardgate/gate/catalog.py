@@ -8,8 +8,9 @@ Column types come back in MySQL's shapes (``varchar(128)``, ``bigint``,
 ``tinyint(1)``...) so MySQL clients and ORMs read them as from one MySQL server.
 
 Every shard of a keyspace has the same schema (DDL goes through the gate to all
-of them), so the first shard speaks for the keyspace. Nothing is cached: each
-call reads the catalog, so an answer is never older than the last DDL.
+of them), so the first shard speaks for the keyspace. Nothing is cached but column kinds
+(:class:`Catalog`, until the next DDL through the gate): each call reads the
+catalog, so an answer is never older than the last DDL.
 Tables shardgate keeps for itself (its queue, change-log and two-phase commit
 bookkeeping, SQLite's own) are left out.
 """
@@ -17,12 +18,13 @@ bookkeeping, SQLite's own) are left out.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from shardgate.errors import NotFound
 from shardgate.evalengine.coerce import Kind, column_types_sql, kind_of_type
+from shardgate.sql.dialects import Dialect
 from shardgate.tablet import TabletClient
 from shardgate.topo.model import Topology
 from shardgate.vindexes import Vindex
@@ -83,13 +85,7 @@ class TableInfo:
 
 async def read_catalog(tablet: TabletClient, table: str | None = None) -> list[TableInfo]:
     """The user tables of the shard behind ``tablet`` (or only ``table``), sorted by name."""
-    match tablet.dialect:
-        case "sqlite":
-            tables = await _sqlite(tablet, table)
-        case "postgres":
-            tables = await _postgres(tablet, table)
-        case _:
-            tables = await _mysql(tablet, table)
+    tables = await _READERS.get(tablet.dialect, _mysql)(tablet, table)
     return sorted((t for t in tables if not is_internal(t.name)), key=lambda t: t.name)
 
 
@@ -277,6 +273,11 @@ async def _mysql(tablet: TabletClient, only: str | None) -> list[TableInfo]:
 # -- the VSchema, as Vitess's SHOW VSCHEMA shows it ----------------------------------------
 
 
+#: how each dialect's catalog is read (another dialect reads MySQL's information_schema)
+_READERS: dict[Dialect, Callable[[TabletClient, str | None], Awaitable[list[TableInfo]]]] = {
+    Dialect.SQLITE: _sqlite, Dialect.POSTGRES: _postgres, Dialect.MYSQL: _mysql}
+
+
 def vschema_tables(vschema: VSchema, keyspace: str) -> list[str]:
     """``SHOW VSCHEMA TABLES``: the keyspace's VSchema tables, sorted."""
     return sorted(vschema.keyspace(keyspace).tables)
@@ -318,17 +319,19 @@ def vschema_vindexes(
 # -- views and the shard's own CREATE text (MariaDB / MySQL shards) ------------------------
 
 _VIEWS = {
-    "sqlite": "SELECT name FROM sqlite_master WHERE type = 'view'",
-    "postgres": "SELECT table_name FROM information_schema.views "
-                "WHERE table_schema = current_schema()",
-    "mysql": "SELECT table_name FROM information_schema.tables "
-             "WHERE table_schema = DATABASE() AND table_type = 'VIEW'",
+    Dialect.SQLITE: "SELECT name FROM sqlite_master WHERE type = 'view'",
+    Dialect.POSTGRES: "SELECT table_name FROM information_schema.views "
+                      "WHERE table_schema = current_schema()",
+    Dialect.MYSQL: "SELECT table_name FROM information_schema.tables "
+                   "WHERE table_schema = DATABASE() AND table_type = 'VIEW'",
 }
+#: the dialects whose shards answer ``DESCRIBE`` and ``SHOW CREATE TABLE`` as MySQL does
+_NATIVE = frozenset({Dialect.MYSQL})
 
 
 async def read_views(tablet: TabletClient) -> list[str]:
     """The names of the views of the shard behind ``tablet``, sorted."""
-    sql = _VIEWS.get(tablet.dialect, _VIEWS["mysql"])
+    sql = _VIEWS.get(tablet.dialect, _VIEWS[Dialect.MYSQL])
     return sorted(str(r[0]) for r in await _rows(tablet, sql) if not is_internal(str(r[0])))
 
 
@@ -339,7 +342,7 @@ def quote_mysql(name: str) -> str:
 
 async def database_name(tablet: TabletClient) -> str | None:
     """The MariaDB/MySQL database a shard lives in (None for other dialects)."""
-    if tablet.dialect in ("sqlite", "postgres"):
+    if tablet.dialect not in _NATIVE:
         return None
     rows = await _rows(tablet, "SELECT DATABASE()")
     return str(rows[0][0]) if rows and rows[0][0] is not None else None
@@ -364,7 +367,7 @@ async def native_describe(tablet: TabletClient, table: str) -> list[tuple[Any, .
 
 
 async def _native(tablet: TabletClient, statement: str, table: str) -> list[tuple[Any, ...]] | None:
-    if tablet.dialect in ("sqlite", "postgres"):
+    if tablet.dialect not in _NATIVE:
         return None
     sql = f"{statement} {quote_mysql(table)}"
     if tablet.placeholder == "%s":  # the driver formats the text: a % is written %%

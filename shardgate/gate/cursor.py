@@ -35,6 +35,7 @@ from shardgate.gate.session import Session
 from shardgate.gate.stats import Timeline
 from shardgate.keys import ShardMap
 from shardgate.result import ExecuteOptions, Result, Row
+from shardgate.sql.dialects import Dialect, sql_dialect
 from shardgate.sql.statements import GateStatement, TabletType
 from shardgate.tablet import TabletClient
 from shardgate.topo.model import Topology
@@ -103,7 +104,7 @@ class SessionCursor(ExecCursor):
     def lookup_cursor(self) -> VCursor:
         return LookupCursor(self.gate, self.session)
 
-    def dialect(self, keyspace: str) -> str:
+    def dialect(self, keyspace: str) -> Dialect:
         return self.gate.first_shard(keyspace)[1].dialect
 
     async def column_kinds(self, keyspace: str, table: str) -> Mapping[str, Kind]:
@@ -121,12 +122,13 @@ class SessionCursor(ExecCursor):
         return None
 
     async def next_sequence_values(self, sequence: str, count: int) -> int:
-        # SQLite has one writer: if this session's transaction holds the sequence's
-        # database, a transaction of the allocator's own would wait for it forever.
+        # SQLite has one writer (an embedded database: a transaction holds its lock): if
+        # this session's transaction holds the sequence's database, a transaction of
+        # the allocator's own would wait for it forever.
         tables = self.gate.sequence_tables
         key, tablet, _ = tables.home(sequence)
         tid = self.session.shard_txs.get(key)
-        if tid is not None and tablet.dialect == "sqlite":
+        if tid is not None and sql_dialect(tablet.dialect).embedded:
             return await self.gate.sequences.next_values(
                 sequence, count, in_transaction=functools.partial(tables.allocate_in, tid))
         return await self.gate.sequences.next_values(sequence, count)
@@ -278,6 +280,6 @@ class LookupCursor:
     def _holds_sqlite(self, prim: object) -> bool:
         keyspace = getattr(prim, "keyspace", None)
         return any(
-            ks == keyspace and self.gate.tablets[(ks, shard)].dialect == "sqlite"
+            ks == keyspace and sql_dialect(self.gate.tablets[(ks, shard)].dialect).embedded
             for ks, shard in self.session.shard_txs
         )

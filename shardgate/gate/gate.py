@@ -34,27 +34,22 @@ and a result past the result limits is refused (``RESOURCE_EXHAUSTED``).
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import time
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any
 
 from shardgate.auth.guard import Guard
-from shardgate.auth.identity import Caller, Identity, Trusted
+from shardgate.auth.identity import Caller
 from shardgate.engine.plan import Plan
 from shardgate.engine.primitive import Primitive
-from shardgate.engine.readswitch import ReadSwitch
 from shardgate.engine.route import Route
 from shardgate.errors import (
     Aborted,
-    FailedPrecondition,
-    NotFound,
     ShardgateError,
     Unavailable,
 )
 from shardgate.evalengine.coerce import Kind
-from shardgate.gate import cutover, twopc
+from shardgate.gate import cutover, streaming, twopc
 from shardgate.gate import metrics as gate_metrics
 from shardgate.gate import options as exec_options
 from shardgate.gate.catalog import Catalog, TableInfo
@@ -68,24 +63,25 @@ from shardgate.gate.querylog import LiveQueries, QueryLog, StreamConsumers
 from shardgate.gate.queueing import Queueing
 from shardgate.gate.recording import Recorder
 from shardgate.gate.sequences import Sequences, SequenceTables
+from shardgate.gate.serving import TopologyFollower, local_tablets
 from shardgate.gate.session import Session
 from shardgate.gate.sessions import SessionTable
 from shardgate.gate.split import QuerySplit
 from shardgate.gate.stats import QueryStats, Stats, Timeline
-from shardgate.gate.stream_access import check_stream_reader, readable_events
-from shardgate.gate.transactions import Transactions, writes
+from shardgate.gate.transactions import Transactions
 from shardgate.keys import KeyRange
 from shardgate.queues import router as queue_router
 from shardgate.queues.events import QueueBatch
 from shardgate.result import ExecuteOptions, Result, WireResult
+from shardgate.sql.dialects import Dialect
 from shardgate.sql.inputs import check_bind_vars
-from shardgate.sql.statements import GateStatement, Rollback, StatementType
-from shardgate.streams.merge import StartPoint, StreamEvent, update_stream
-from shardgate.tablet import LocalTabletClient, Tablet, TabletClient
+from shardgate.sql.statements import GateStatement, StatementType
+from shardgate.streams.merge import StartPoint, StreamEvent
+from shardgate.tablet import TabletClient
 from shardgate.topo.model import Topology
 from shardgate.topo.server import TopoServer
 from shardgate.topo.store import MemoryTopoStore, Record
-from shardgate.topo.watch import DEFAULT_INTERVAL, TopoWatcher
+from shardgate.topo.watch import DEFAULT_INTERVAL
 from shardgate.vschema import VSchema
 
 
@@ -113,27 +109,14 @@ class Gate:
         #: statement rules and table ACLs, asked before every caller's statement
         self.guard = guard if guard is not None else Guard()
         self.limits = limits if limits is not None else GateLimits()
-        self.sessions = SessionTable(self.limits, self._expire_transaction)
+        self._tx = Transactions(self)
+        self.sessions = SessionTable(self.limits, self._tx.expire)
         self.vschema: VSchema = topology.build_vschema()
         self.tablets = dict(tablets)
         #: where the topology lives and changes (a private in-memory store if none)
         self.topo = topo if topo is not None else TopoServer(MemoryTopoStore.seeded(topology))
-        #: opens a tablet for a shard that appears in a newer topology (keyspace, shard, url)
-        self._open_tablet = open_tablet
-        self._watcher: TopoWatcher | None = None
         #: whether :meth:`close` closes ``topo``
         self._owns_topo = owns_topo
-        #: the database URL each tablet serves, and tablets being closed after a reshard
-        self._tablet_urls = {(ks.name, shard.name): shard.url
-                             for ks in topology.keyspaces.values() for shard in ks.all_shards}
-        self._retired: set[asyncio.Task[None]] = set()
-        #: where statements held across a reshard's write cut-over wait
-        self.hold = cutover.Hold(self._poll_topo, self._pending_tablets,
-                                 lambda: self.topology.version)
-        for ks in topology.keyspaces.values():
-            for shard in ks.all_shards:
-                if (ks.name, shard.name) not in self.tablets:
-                    raise NotFound(f"no tablet for shard {ks.name}/{shard.name}")
         self.plans: PlanCache[Plan | GateStatement] = PlanCache(plan_cache_size)
         self.stats = Stats()
         #: calls, errors, latency per 10 s, per keyspace and per shard (the console's charts)
@@ -143,17 +126,21 @@ class Gate:
         self.querylog = QueryLog()
         #: change streams being read through this gate
         self.streams = StreamConsumers()
-        gate_metrics.COLLECTOR.gates.add(self)
         #: where each sequence lives, and its cached blocks
         self.sequence_tables = SequenceTables(self.first_shard)
         self.sequences = Sequences(self.sequence_tables.allocate)
         #: the keyspaces' schemas, read from their first shards (column kinds cached)
         self.schema = Catalog(self)
+        #: ``open_tablet`` opens a tablet for a shard new in a topology (keyspace, shard, url)
+        self._follower = TopologyFollower(self, open_tablet)  # (NotFound: a shard lacks one)
+        #: where statements held across a reshard's write cut-over wait
+        self.hold = cutover.Hold(self._follower.poll, self._follower.pending_tablets,
+                                 lambda: self.topology.version)
         self._planner = Planner(self, self.plans)
-        self._tx = Transactions(self)
         self._queues = Queueing(self)
         self._recorder = Recorder(self.limits, self.stats, self.timeline, self.live,
                                   self.querylog, self._tx.rollback)
+        gate_metrics.COLLECTOR.gates.add(self)
         queue_router.configure_local(self)
 
     @classmethod
@@ -167,23 +154,10 @@ class Gate:
         ``topo``: the store ``topology`` was read from (changes are saved there);
         without one the gate keeps its topology in a private in-memory store.
         The tablets take ``limits``' pool timeout, result limits and transaction caps
-        (without ``pool_size``, each pool holds ``limits.transaction_cap`` connections
-        for transactions and a few for autocommit statements). The gate's
-        reaper ends transactions; as a safety net for one the gate lost track
-        of, the tablets roll back a transaction idle for twice the
-        transaction timeout (which no live session reaches).
+        (see :func:`~shardgate.gate.serving.local_tablets`).
         """
         limits = limits if limits is not None else GateLimits()
-        tx_timeout = limits.transaction_timeout_s
-        idle = 2 * tx_timeout if tx_timeout is not None else None
-
-        def open_tablet(keyspace: str, shard: str, url: str) -> TabletClient:
-            return LocalTabletClient(Tablet.open(
-                keyspace, shard, url, pool_size=pool_size, pool_timeout_s=limits.pool_timeout_s,
-                result_limits=limits.result_limits, idle_transaction_timeout_s=idle,
-                transaction_cap=limits.transaction_cap if pool_size is None else None,
-                transaction_cap_per_user=limits.transaction_cap_per_user))
-
+        open_tablet = local_tablets(limits, pool_size)
         tablets = {
             (ks.name, shard.name): open_tablet(ks.name, shard.name, shard.url)
             for ks in topology.keyspaces.values()
@@ -219,112 +193,48 @@ class Gate:
 
         ``on_records`` gets changed records other than keyspaces (e.g. tablets).
         """
-        if self._watcher is None:
-            self._watcher = TopoWatcher(self.topo, self.apply_topology,
-                                        version=self.topology.version, interval=interval,
-                                        on_records=on_records)
-            self._watcher.start()
-
-    async def _poll_topo(self) -> None:
-        """Apply the store's topology now if it changed (the watcher's poll, if any)."""
-        if self._watcher is not None:
-            await self._watcher.poll()
-        elif await self.topo.store.clock() > self.topology.version:
-            self.apply_topology(await self.topo.load_topology())
-
-    def _pending_tablets(self) -> list[TabletClient]:
-        """The tablets of every pending shard (the targets of cut-overs under way)."""
-        return [self.tablets[(ks.name, shard.name)] for ks in self.topology.keyspaces.values()
-                for shard in ks.pending if (ks.name, shard.name) in self.tablets]
+        self._follower.watch(interval, on_records)
 
     @property
     def degraded(self) -> str | None:
         """Why the gate is serving a possibly stale topology (None: it is not)."""
-        return None if self._watcher is None else self._watcher.degraded
+        return self._follower.degraded
 
     def compete_for_leases(self) -> None:
-        """Have every in-process tablet compete for its shard's lease now, as ``shardgate
-        tablet`` does when it starts (otherwise a tablet competes once a queue receiver
-        first subscribes). A serving gate calls it: the lease is the shard's, not a
-        queue's, and the console names its holder from the start."""
-        for tablet in self.tablets.values():
-            if isinstance(tablet, LocalTabletClient):
-                tablet.tablet.queues.start()
+        """Have every in-process tablet compete for its shard's lease now (a serving gate
+        calls it: see :meth:`.TopologyFollower.compete_for_leases`)."""
+        self._follower.compete_for_leases()
 
     async def close(self) -> None:
-        if self._watcher is not None:
-            await self._watcher.stop()
+        """Stop following the store, end sessions, close the tablets (and ``topo`` if owned)."""
+        await self._follower.stop()
         await self.sessions.close()
         await self.hold.close()
         for t in self.tablets.values():
             await t.close()
-        for task in self._retired:
-            with contextlib.suppress(Exception):
-                await task
+        await self._follower.retired()
         if self._owns_topo:
             await self.topo.close()
 
     def apply_topology(self, topology: Topology) -> bool:
-        """Serve ``topology`` from now on; False if it is not newer than the current one.
-
-        Checked first (an invalid topology changes nothing). Statements
-        already running finish on the topology they started with (their
-        cursor holds it); cached plans are dropped; shards new to this gate
-        get a tablet.
-        """
-        if topology.version and topology.version <= self.topology.version:
-            return False
-        vschema = topology.build_vschema()
-        for ks in topology.keyspaces.values():
-            for shard in ks.all_shards:
-                key = (ks.name, shard.name)
-                known = self._tablet_urls.get(key)
-                if key in self.tablets and known is not None and known != shard.url \
-                        and self._open_tablet is not None:
-                    # a shard name reused for another database (a reshard merging back
-                    # to the names of shards it removed): the old tablet goes
-                    old = self.tablets.pop(key)
-                    self._retired.add(asyncio.get_running_loop().create_task(old.close()))
-                if key not in self.tablets:
-                    if self._open_tablet is None:
-                        raise FailedPrecondition(
-                            f"shard {ks.name}/{shard.name} appeared in the topology and this "
-                            "gate cannot open a tablet for it"
-                        )
-                    self.tablets[key] = self._open_tablet(ks.name, shard.name, shard.url)
-                self._tablet_urls[key] = shard.url
-        self.topology, self.vschema = topology, vschema
-        self.plans.clear()
-        self.schema.forget()
-        self._retain_sequences()
-        return True
+        """Serve ``topology`` from now on; False if it is not newer than the current one
+        (an invalid one changes nothing: see :meth:`.TopologyFollower.apply`)."""
+        return self._follower.apply(topology)
 
     async def change_vschema(
         self, keyspace: str, change: Callable[[dict[str, Any]], dict[str, Any]]
     ) -> None:
-        """Change a keyspace's VSchema in the topo store, then serve it here at once.
-
-        Other gates following the same store pick it up through their watcher.
-        """
-        await self.topo.update_vschema(keyspace, change)
-        self.apply_topology(await self.topo.load_topology())
+        """Change a keyspace's VSchema in the topo store, then serve it here at once
+        (other gates following the store pick it up through their watcher)."""
+        await self._follower.change_vschema(keyspace, change)
 
     def rebuild_vschema(self) -> None:
         """Rebuild the VSchema from the topology (changed at run time) and drop cached plans."""
-        self.vschema = self.topology.build_vschema()
-        self.plans.clear()
-        self._retain_sequences()
-
-    def _retain_sequences(self) -> None:
-        """Forget cached blocks of sequences the served VSchema no longer names."""
-        self.sequences.retain({t.qualified for ks in self.vschema.keyspaces.values()
-                               for t in ks.tables.values() if t.type == "sequence"})
+        self._follower.rebuild_vschema()
 
     def first_shard(self, keyspace: str) -> tuple[tuple[str, str], TabletClient]:
-        """``(keyspace, shard)`` and tablet of the keyspace's first shard.
-
-        A keyspace's column types are read there and its sequences live there.
-        """
+        """``(keyspace, shard)`` and tablet of the keyspace's first shard (where its
+        column types are read and its sequences live)."""
         key = (keyspace, self.topology.keyspace(keyspace).shards[0].name)
         return key, self.tablets[key]
 
@@ -339,33 +249,24 @@ class Gate:
                                     max_batch=max_batch)
 
     async def queue_ack(self, keyspace: str, queue: str, shard: str, ids: Sequence[int]) -> int:
-        """Ack events of ``queue`` on the one shard their receiver was told.
-
-        An ack that meets a shard frozen by a reshard's write cut-over is held like a
-        write (:mod:`.cutover`): replayed once the switch is published, on the shards
-        that then own the events' rows (or on the same shard if the cut-over rolled
-        back); an ack changes nothing when refused, and replays are idempotent."""
+        """Ack events of ``queue`` on the one shard their receiver was told (held across
+        a reshard's write cut-over: :meth:`~shardgate.gate.queueing.Queueing.ack`)."""
         return await self._queues.ack(keyspace, queue, shard, ids)
 
     async def queue_enqueue(
         self, keyspace: str, queue: str, jobs: Sequence[tuple[Any, str | None]],
         *, session: Session | None = None,
     ) -> list[tuple[str, int]]:
-        """Store ``(key, payload)`` jobs of a segmented queue; ``(shard, job_id)`` of each.
-
-        Without ``session`` (or with one outside a transaction) the jobs are
-        committed when this returns; with a session in a transaction they are
-        written in it and commit or roll back with it (see ``queues.router.enqueue``).
-        """
+        """Store ``(key, payload)`` jobs of a segmented queue; ``(shard, job_id)`` of each
+        (in ``session``'s open transaction if any: :meth:`.Queueing.enqueue`)."""
         return await self._queues.enqueue(keyspace, queue, jobs, session)
 
     async def queue_nack(
         self, keyspace: str, queue: str, shard: str, ids: Sequence[int], reason: str,
         retry_at: int | None = None,
     ) -> int:
-        """Record a failed attempt of segmented-queue jobs of one shard: each is retried
-        after the queue's backoff (or at ``retry_at``, ns since the epoch), or aborted
-        once out of attempts; how many were executing."""
+        """Record a failed attempt of segmented-queue jobs of one shard (see
+        :meth:`.Queueing.nack`); how many were executing."""
         return await self._queues.nack(keyspace, queue, shard, ids, reason, retry_at)
 
     async def queue_stats(self, keyspace: str, queue: str) -> list[dict[str, Any]]:
@@ -390,36 +291,12 @@ class Gate:
         owner: str | None = None,
         addressable: bool = False,
     ) -> Session:
-        """A new session whose unqualified tables resolve in ``keyspace``.
-
-        ``identity`` (required, no default) is who its statements are authorized
-        for: the :class:`~shardgate.auth.identity.Identity` a front door
-        authenticated, or :data:`~shardgate.auth.identity.TRUSTED` for the gate's
-        own work and in-process code (statement rules apply, table ACLs do not;
-        see :mod:`shardgate.auth.guard`). Front doors never pass TRUSTED.
-        ``transaction_mode`` is ``"best_effort"`` or ``"twopc"`` (see
-        :mod:`shardgate.gate.twopc`); ``SET transaction_mode = '...'`` changes it.
-        ``addressable`` (transports, an Identity only) puts the session in the gate's table, found
-        by id with :meth:`find_session` by the same ``owner`` (the caller's
-        identity) only, until :meth:`close_session` or the idle timeout. Any
-        session is in the table while its transaction holds a shard, so the
-        transaction timeout applies to in-process sessions too.
-        """
-        if not isinstance(identity, Identity | Trusted):
-            raise TypeError(f"Gate.session(identity=...) takes the caller's Identity or "
-                            f"TRUSTED (in-process code), not {identity!r}")
-        if addressable and not isinstance(identity, Identity):
-            raise TypeError("an addressable (transport) session needs the caller's Identity")
-        ks = keyspace if keyspace is not None else self.topology.default_keyspace
-        if ks is not None and ks not in self.topology.keyspaces:
-            raise NotFound(
-                f"keyspace {ks!r} does not exist; keyspaces: {sorted(self.topology.keyspaces)}"
-            )
-        session = Session(keyspace=ks, transaction_mode=twopc.check_mode(transaction_mode),
-                          identity=identity, owner=owner, addressable=addressable)
-        if addressable:
-            self.sessions.add(session)
-        return session
+        """A new session whose unqualified tables resolve in ``keyspace`` (None: the
+        topology's default keyspace), run for ``identity`` (required, no default: see
+        :meth:`.SessionTable.open`, which says what each argument does)."""
+        return self.sessions.open(self.topology, keyspace, identity=identity,
+                                  transaction_mode=transaction_mode, owner=owner,
+                                  addressable=addressable)
 
     def find_session(self, session_id: int, owner: str | None) -> Session:
         """The session ``session_id`` if ``owner`` owns it; ``NOT_FOUND`` otherwise."""
@@ -432,12 +309,6 @@ class Gate:
             async with session.lock:
                 if session.in_transaction:
                     await self._tx.rollback(session)
-
-    async def _expire_transaction(self, session: Session, reason: str) -> None:
-        """End ``session``'s transaction on the gate's own initiative (a timeout)."""
-        session.ended = (f"the gate rolled back this session's transaction: {reason}; "
-                         "nothing of it was committed, start it again")
-        await self._tx.rollback(session)
 
     # -- planning (shardgate.gate.planning) -------------------------------------
 
@@ -455,7 +326,7 @@ class Gate:
         rules, the deny-list, table ACLs: :class:`~shardgate.auth.guard.Guard`)."""
         self._planner.authorize(session, sql)
 
-    def dialect_of(self, keyspace: str) -> str | None:
+    def dialect_of(self, keyspace: str) -> Dialect | None:
         """The dialect of ``keyspace``'s shards (None: no such keyspace or no shard)."""
         return self._planner.dialect_of(keyspace)
 
@@ -500,8 +371,8 @@ class Gate:
         if (type(planned) is Plan and not session.in_transaction and session.ended is None
                 and type(planned.instructions) is Route and planned.instructions.point):
             # The point path: a read of one shard outside a transaction (never held by a
-            # cut-over, no transaction to expire or report): _using and _check_ended
-            # inline, nothing else skipped (see _execute_plan and _run).
+            # cut-over, no transaction to expire or report): SessionTable.using and
+            # check_ended inline, nothing else skipped (see _execute_plan and _run).
             session.busy += 1
             try:
                 return await self._execute_plan(session, planned, bv)
@@ -513,8 +384,8 @@ class Gate:
                 elif not session.addressable:
                     self.sessions.discard(session)
         held_until = time.monotonic() + cutover.HOLD_S
-        with self._using(session):
-            await self._check_ended(session, planned)
+        with self.sessions.using(session):
+            await self.sessions.check_ended(session, planned)
             if not isinstance(planned, Plan):
                 return await control(self._tx, self.topology, session, planned)
             while True:
@@ -589,33 +460,6 @@ class Gate:
             session.busy -= 1
             session.last_used = time.monotonic()
 
-    @contextlib.contextmanager
-    def _using(self, session: Session) -> Iterator[None]:
-        """Mark ``session`` busy for one call (the reaper leaves it alone), then used."""
-        session.busy += 1
-        try:
-            yield
-        finally:
-            session.busy -= 1
-            session.last_used = time.monotonic()
-            if session.shard_txs and session.internal is None:
-                self.sessions.add(session)  # the transaction timeout watches it
-            elif not session.addressable:
-                self.sessions.discard(session)
-
-    async def _check_ended(self, session: Session, planned: Plan | GateStatement) -> None:
-        """Report (once) a transaction the gate ended on its own; expire an overdue one."""
-        if session.ended is None and self.sessions.transaction_expired(
-            session, time.monotonic()
-        ):
-            await self._expire_transaction(
-                session, "the transaction ran longer than the transaction timeout "
-                f"({self.limits.transaction_timeout_s:g}s)")
-        if session.ended is not None:
-            reason, session.ended = session.ended, None
-            if not isinstance(planned, Rollback):
-                raise Aborted(reason)
-
     async def _execute_plan(
         self, session: Session, planned: Plan, bv: Mapping[str, Any]
     ) -> Result:
@@ -651,16 +495,8 @@ class Gate:
         *,
         as_transaction: bool = False,
     ) -> list[Result | ShardgateError]:
-        """Run several statements; each gets its result or its error (ExecuteBatch).
-
-        With ``as_transaction`` they run in one transaction (opened and
-        committed here unless the session already has one): the first error
-        rolls it back, and the statements after it are not run (they get
-        ``ABORTED``). Across a reshard's write cut-over a statement outside a
-        transaction is held like :meth:`execute` holds it, and a transaction
-        the batch opened itself is rolled back, held and replayed whole; in
-        the caller's transaction the refused statement gets ``ABORTED``.
-        """
+        """Run several statements; each gets its result or its error (ExecuteBatch),
+        ``as_transaction`` in one transaction (see :meth:`.Transactions.execute_batch`)."""
         return await self._tx.execute_batch(session, statements, as_transaction)
 
     def update_stream(
@@ -672,26 +508,11 @@ class Gate:
         heartbeat_s: float = 1.0,
         identity: Caller,
     ) -> AsyncIterator[StreamEvent]:
-        """The change stream of a keyspace or key range (see :mod:`shardgate.streams.merge`).
+        """The change stream of a keyspace or key range, as ``identity`` may read it
+        (required, as for :meth:`session`: see :func:`.streaming.update_stream`)."""
+        return streaming.update_stream(self, keyspace, key_range, start, heartbeat_s, identity)
 
-        While it is being read it is listed in :attr:`streams` (the console's
-        consumers, their position and lag). ``identity`` is the reader: with a
-        table ACL, each change of a table an :class:`Identity` may not read is left
-        out (see :mod:`shardgate.gate.stream_access`), PERMISSION_DENIED at once
-        when it may read no table of the keyspace; TRUSTED (in-process code only; a
-        transport always passes its caller) reads every table. Required, as for
-        :meth:`session`: no stream is read without saying who reads it.
-        """
-        who = identity if isinstance(identity, Identity) else None
-        tables = self.vschema.keyspace(keyspace).tables
-        acl = check_stream_reader(self.guard, who, keyspace, tables)
-        events = update_stream(self, keyspace, key_range, start, heartbeat_s=heartbeat_s)
-        if acl is not None and who is not None:
-            events = readable_events(events, acl, who, keyspace)
-        return self.streams.follow(
-            keyspace, str(key_range) if key_range is not None else None, events)
-
-    async def stream_execute(
+    def stream_execute(
         self, session: Session, sql: str, bind_vars: Mapping[str, Any] | None = None
     ) -> AsyncIterator[Result]:
         """Run a statement and yield its result in chunks (the first has the fields).
@@ -699,29 +520,7 @@ class Gate:
         Outside a transaction a scatter SELECT streams shard by shard with
         bounded memory; everything else yields one chunk.
         """
-        bv = check_bind_vars(bind_vars)
-        self._planner.authorize(session, sql)
-        planned = self._planner.plan(sql, session.plan_key)
-        instructions = planned.instructions if isinstance(planned, Plan) else None
-        if isinstance(instructions, ReadSwitch) and not session.in_transaction:
-            instructions = instructions.reads  # a read outside a transaction
-        if (
-            not isinstance(planned, Plan)
-            or session.in_transaction
-            or not isinstance(instructions, Route)
-            or writes(instructions)  # held across a cut-over, as execute holds it
-        ):
-            yield await self.execute(session, sql, bv)
-            return
-        with self._using(session):
-            await self._check_ended(session, planned)
-            try:
-                async for chunk in instructions.stream(SessionCursor(self, session), bv):
-                    yield chunk
-            except ShardgateError:
-                raise
-            except Exception as exc:
-                raise unexpected(exc) from exc
+        return streaming.stream_execute(self, session, sql, bind_vars)
 
     # -- transactions (shardgate.gate.transactions) -----------------------------
 
@@ -749,19 +548,12 @@ class Gate:
     # -- schemas (shardgate.gate.catalog) ---------------------------------------
 
     async def column_kinds(self, keyspace: str, table: str) -> Mapping[str, Kind]:
-        """How each column of ``table`` converts values, from its first shard's schema.
-
-        Cached until the next DDL through the gate; a table the shard does not
-        know (yet) gives an empty mapping, which is not cached.
-        """
+        """How each column of ``table`` converts values (:meth:`.Catalog.column_kinds`)."""
         return await self.schema.column_kinds(keyspace, table)
 
     async def catalog(self, keyspace: str, table: str | None = None) -> list[TableInfo]:
-        """The tables of ``keyspace`` (or only ``table``) with columns and indexes.
-
-        Read from the keyspace's first shard's own catalog, types in MySQL's
-        shapes (see :mod:`shardgate.gate.catalog`); not cached.
-        """
+        """The tables of ``keyspace`` (or only ``table``) with columns and indexes, types in
+        MySQL's shapes, read from its first shard (see :mod:`shardgate.gate.catalog`)."""
         return await self.schema.tables(keyspace, table)
 
     async def views(self, keyspace: str) -> list[str]:

@@ -39,17 +39,17 @@ from shardgate.gate.plan_cache import PlanCache
 from shardgate.gate.session import Session
 from shardgate.gate.split import QuerySplit, split_query
 from shardgate.gate.transactions import writes
-from shardgate.planner.build import (
+from shardgate.planner.build import build_plan, normalize
+from shardgate.planner.ddl import (
     auto_increment_column,
-    build_plan,
     first_primary_key_column,
-    normalize,
     reads_other_keyspace,
 )
 from shardgate.planner.target import Target, session_target
 from shardgate.queues import router as queue_router
 from shardgate.queues.ddl import create_queue_from
 from shardgate.sql.classify import classify
+from shardgate.sql.dialects import Dialect
 from shardgate.sql.inputs import check_sql
 from shardgate.sql.statements import (
     AlterVSchema,
@@ -264,7 +264,7 @@ class Planner:
         gate.guard.authorize(session.identity, check_sql(sql), session.plan_key, gate.vschema,
                              self.dialect_of)
 
-    def dialect_of(self, keyspace: str) -> str | None:
+    def dialect_of(self, keyspace: str) -> Dialect | None:
         """The dialect of ``keyspace``'s shards (None: no such keyspace or no shard)."""
         ks = self._gate.topology.keyspaces.get(keyspace)
         if ks is None or not ks.shards:

@@ -44,7 +44,12 @@ class Queueing:
                                     key_range=key_range, max_batch=max_batch)
 
     async def ack(self, keyspace: str, queue: str, shard: str, ids: Sequence[int]) -> int:
-        """Ack events of one shard, held across a write cut-over (see ``Gate.queue_ack``)."""
+        """Ack events of one shard (the shard their receiver was told).
+
+        An ack that meets a shard frozen by a reshard's write cut-over is held like a
+        write (:mod:`.cutover`): replayed once the switch is published, on the shards
+        that then own the events' rows (or on the same shard if the cut-over rolled
+        back); an ack changes nothing when refused, and replays are idempotent."""
         held_until = time.monotonic() + cutover.HOLD_S
         while True:
             try:
@@ -61,7 +66,12 @@ class Queueing:
         self, keyspace: str, queue: str, jobs: Sequence[tuple[Any, str | None]],
         session: Session | None,
     ) -> list[tuple[str, int]]:
-        """Store jobs of a segmented queue, in ``session``'s transaction if one is open."""
+        """Store ``(key, payload)`` jobs of a segmented queue; ``(shard, job_id)`` of each.
+
+        Without ``session`` (or with one outside a transaction) the jobs are
+        committed when this returns; with a session in a transaction they are
+        written in it and commit or roll back with it (see ``queues.router.enqueue``).
+        """
         join: queue_router.JoinTransaction | None = None
         if session is not None and session.in_transaction:
             gate = self._gate
@@ -85,7 +95,9 @@ class Queueing:
         self, keyspace: str, queue: str, shard: str, ids: Sequence[int], reason: str,
         retry_at: int | None,
     ) -> int:
-        """Record a failed attempt of segmented-queue jobs of one shard."""
+        """Record a failed attempt of segmented-queue jobs of one shard: each is retried
+        after the queue's backoff (or at ``retry_at``, ns since the epoch), or aborted
+        once out of attempts; how many were executing."""
         return await queue_router.nack(self._gate, keyspace, queue, shard, ids, reason, retry_at)
 
     async def stats(self, keyspace: str, queue: str) -> list[dict[str, Any]]:

@@ -21,14 +21,19 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 
 from shardgate.aio import cancel_and_wait
-from shardgate.errors import NotFound
+from shardgate.auth.identity import Caller, Identity, Trusted
+from shardgate.errors import Aborted, NotFound
+from shardgate.gate import twopc
 from shardgate.gate.limits import GateLimits
 from shardgate.gate.session import Session
+from shardgate.sql.statements import Rollback
+from shardgate.topo.model import Topology
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +52,48 @@ class SessionTable:
 
     def __len__(self) -> int:
         return len(self._by_id)
+
+    def open(
+        self,
+        topology: Topology,
+        keyspace: str | None,
+        *,
+        identity: Caller,
+        transaction_mode: str,
+        owner: str | None,
+        addressable: bool,
+    ) -> Session:
+        """A new session whose unqualified tables resolve in ``keyspace`` (None: the
+        ``topology``'s default keyspace; NOT_FOUND if it has no such keyspace).
+
+        ``identity`` (required, no default) is who its statements are authorized
+        for: the :class:`~shardgate.auth.identity.Identity` a front door
+        authenticated, or :data:`~shardgate.auth.identity.TRUSTED` for the gate's
+        own work and in-process code (statement rules apply, table ACLs do not;
+        see :mod:`shardgate.auth.guard`). Front doors never pass TRUSTED.
+        ``transaction_mode`` is ``"best_effort"`` or ``"twopc"`` (see
+        :mod:`shardgate.gate.twopc`); ``SET transaction_mode = '...'`` changes it.
+        ``addressable`` (transports, an Identity only) puts the session in the table,
+        found by id with :meth:`find` by the same ``owner`` (the caller's identity)
+        only, until it is closed or idles past the idle timeout. Any session is in
+        the table while its transaction holds a shard, so the transaction timeout
+        applies to in-process sessions too.
+        """
+        if not isinstance(identity, Identity | Trusted):
+            raise TypeError(f"Gate.session(identity=...) takes the caller's Identity or "
+                            f"TRUSTED (in-process code), not {identity!r}")
+        if addressable and not isinstance(identity, Identity):
+            raise TypeError("an addressable (transport) session needs the caller's Identity")
+        ks = keyspace if keyspace is not None else topology.default_keyspace
+        if ks is not None and ks not in topology.keyspaces:
+            raise NotFound(
+                f"keyspace {ks!r} does not exist; keyspaces: {sorted(topology.keyspaces)}"
+            )
+        session = Session(keyspace=ks, transaction_mode=twopc.check_mode(transaction_mode),
+                          identity=identity, owner=owner, addressable=addressable)
+        if addressable:
+            self.add(session)
+        return session
 
     def add(self, session: Session) -> None:
         """Register ``session`` (again); starts the reaper when a loop runs."""
@@ -79,6 +126,33 @@ class SessionTable:
             return None
         del self._by_id[session_id]
         return found
+
+    @contextlib.contextmanager
+    def using(self, session: Session) -> Iterator[None]:
+        """Mark ``session`` busy for one call (the reaper leaves it alone), then used: in
+        the table while its transaction holds a shard, else only if addressable."""
+        session.busy += 1
+        try:
+            yield
+        finally:
+            session.busy -= 1
+            session.last_used = time.monotonic()
+            if session.shard_txs and session.internal is None:
+                self.add(session)  # the transaction timeout watches it
+            elif not session.addressable:
+                self.discard(session)
+
+    async def check_ended(self, session: Session, statement: object) -> None:
+        """Report (once: ``ABORTED``) a transaction the gate ended on its own, unless
+        ``statement`` is a ROLLBACK; end an overdue one first."""
+        if session.ended is None and self.transaction_expired(session, time.monotonic()):
+            await self._end_transaction(
+                session, "the transaction ran longer than the transaction timeout "
+                f"({self.limits.transaction_timeout_s:g}s)")
+        if session.ended is not None:
+            reason, session.ended = session.ended, None
+            if not isinstance(statement, Rollback):
+                raise Aborted(reason)
 
     def transaction_expired(self, session: Session, now: float) -> bool:
         timeout = self.limits.transaction_timeout_s

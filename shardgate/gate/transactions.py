@@ -133,6 +133,13 @@ class Transactions:
         for (ks, shard), tid in txs:
             await quiet_rollback(self._gate.tablets[(ks, shard)], tid)
 
+    async def expire(self, session: Session, reason: str) -> None:
+        """End ``session``'s transaction on the gate's own initiative (a timeout): its
+        next statement other than ROLLBACK fails with ``reason``, once."""
+        session.ended = (f"the gate rolled back this session's transaction: {reason}; "
+                         "nothing of it was committed, start it again")
+        await self.rollback(session)
+
     async def resolve(self, grace_s: float) -> twopc.ResolveReport:
         """Commit or roll back the two-phase commits a dead gate left prepared."""
         return await twopc.resolve(self._gate.tablets, grace_s=grace_s)
@@ -262,7 +269,16 @@ class Transactions:
         statements: Sequence[tuple[str, Mapping[str, Any] | None]],
         as_transaction: bool,
     ) -> list[Result | ShardgateError]:
-        """:meth:`shardgate.gate.Gate.execute_batch` (see there)."""
+        """Run several statements; each gets its result or its error (ExecuteBatch).
+
+        With ``as_transaction`` they run in one transaction (opened and
+        committed here unless the session already has one): the first error
+        rolls it back, and the statements after it are not run (they get
+        ``ABORTED``). Across a reshard's write cut-over a statement outside a
+        transaction is held like ``Gate.execute`` holds it, and a transaction
+        the batch opened itself is rolled back, held and replayed whole; in
+        the caller's transaction the refused statement gets ``ABORTED``.
+        """
         own = as_transaction and not session.in_transaction
         held_until = time.monotonic() + cutover.HOLD_S
         while True:

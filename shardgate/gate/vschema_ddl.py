@@ -35,10 +35,11 @@ from shardgate.engine.primitive import Primitive
 from shardgate.errors import Aborted, FailedPrecondition, ShardgateError
 from shardgate.gate.sequences import Sequences
 from shardgate.result import Result
+from shardgate.sql.dialects import Dialect
 from shardgate.sql.statements import AlterVSchema
 from shardgate.topo.model import Topology
 from shardgate.topo.vschema_edits import Dependents, alter, dependents, drop_table_cascade
-from shardgate.vschema import VSchema
+from shardgate.vschema import TableType, VSchema
 
 #: The values a gate reserves at a time from a sequence ``auto_shard`` creates.
 SEQUENCE_CACHE = 1000
@@ -52,7 +53,7 @@ class ShardSQL(Protocol):
     """A tablet client, as far as these primitives use it."""
 
     #: the shard's SQL dialect (``sqlite``, ``postgres``, ``mysql``) and bind placeholder
-    dialect: str
+    dialect: Dialect
     placeholder: str
 
     async def execute(self, sql: str, params: Sequence[Any]) -> Result:
@@ -313,7 +314,7 @@ class AutoShardCreate(Primitive):
 
         def add(doc: dict[str, Any]) -> dict[str, Any]:
             tables = dict(doc.get("tables", {}))
-            tables[seq.table] = {"type": "sequence"}
+            tables[seq.table] = {"type": TableType.SEQUENCE.value}
             return {**doc, "tables": tables}
 
         await self.gate.change_vschema(seq.keyspace, add)
