@@ -8,7 +8,9 @@
             rx.ack(batch)
 
 Leaving the loop ends the subscription; events not acked fire again after
-their ack wait, so a receiver that disappears loses nothing.
+their ack wait, so a receiver that disappears loses nothing. The target may
+name several gates (``grpc://gate1:15991,gate2:15991``): the subscription moves
+to the next one when its gate is gone (:mod:`shardgate.api.grpc.failover`).
 """
 
 from __future__ import annotations

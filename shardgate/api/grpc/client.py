@@ -33,10 +33,9 @@ import grpc
 
 from shardgate.api.grpc import convert, inbox_convert, queue_convert, stream_convert
 from shardgate.api.grpc import shardgate_pb2 as pb
-from shardgate.api.grpc import shardgate_pb2_grpc as pb_grpc
+from shardgate.api.grpc.failover import FailoverStub, GateList, reached_nothing, split_targets
 from shardgate.api.grpc.handlers import ORIGIN_KEY
-from shardgate.api.grpc.security import ClientSecurity, open_channel
-from shardgate.api.grpc.server import GRPC_OPTIONS
+from shardgate.api.grpc.security import ClientSecurity
 from shardgate.errors import (
     COMMIT_OUTCOME_UNKNOWN,
     Code,
@@ -165,8 +164,7 @@ def with_user(
 
 
 def _unreachable(details: str) -> bool:
-    low = details.lower()
-    return "failed to connect" in low or "connection refused" in low or "dns resolution" in low
+    return reached_nothing(details)
 
 
 class GateClient:
@@ -178,6 +176,10 @@ class GateClient:
     adds TLS files (see :class:`~shardgate.api.grpc.security.ClientSecurity`; a
     ``grpcs://`` target speaks TLS). Close the client (or use ``async with``)
     to end the session and the channel.
+
+    ``target`` may name several gates, ``grpc://gate1:15991,gate2:15991``: the
+    client uses one at a time and moves to the next when one is gone (see
+    :mod:`shardgate.api.grpc.failover` for what is retried and what is not).
     """
 
     def __init__(
@@ -192,9 +194,11 @@ class GateClient:
         self.session_id = 0
         #: whether the session had a transaction open after the last Execute answered
         self.in_transaction = False
-        self._channel = open_channel(parse_target(target), with_user(security, user, password),
-                                     GRPC_OPTIONS, tls=target.startswith(TLS_SCHEME))
-        self._stub = pb_grpc.GateStub(self._channel)  # type: ignore[no-untyped-call]
+        targets = split_targets(target, (_SCHEME, TLS_SCHEME))
+        self._gates = GateList(targets, with_user(security, user, password),
+                               tls=target.startswith(TLS_SCHEME), address_of=parse_target)
+        self._stub: Any = (self._gates.stub() if len(targets) == 1
+                           else FailoverStub(self._gates, self))
 
     async def __aenter__(self) -> GateClient:
         return self
@@ -339,20 +343,31 @@ class GateClient:
         ks = keyspace or self.keyspace or ""
         request = pb.QueueReceiveRequest(keyspace=ks, queue=queue, shard=shard,
                                          key_range=key_range, max_batch=max_batch)
-        call = self._stub.QueueReceive(request)
-        fields: list[str] = []
-        try:
-            async for response in call:
-                batch = queue_convert.batch_of(ks, queue, response)
-                if not batch.events:
-                    fields = batch.fields
+        moves = 0  # gates tried since the last answer: with several, each gets one try
+        while True:
+            call = self._stub.QueueReceive(request)
+            fields: list[str] = []
+            try:
+                async for response in call:
+                    moves = 0
+                    batch = queue_convert.batch_of(ks, queue, response)
+                    if not batch.events:
+                        fields = batch.fields
+                        continue
+                    batch.fields = fields
+                    yield batch
+                return
+            except grpc.aio.AioRpcError as exc:
+                # several gates: a subscription lost with its gate (or ended by a
+                # draining one) moves to the next gate; unacked events fire again
+                others = len(self._gates.targets) - 1
+                if others and moves < others and exc.code() is grpc.StatusCode.UNAVAILABLE:
+                    moves += 1
+                    self._gates.move_on(self)
                     continue
-                batch.fields = fields
-                yield batch
-        except grpc.aio.AioRpcError as exc:
-            raise error_from_rpc(exc, self.target) from None
-        finally:
-            call.cancel()
+                raise error_from_rpc(exc, self.target) from None
+            finally:
+                call.cancel()
 
     async def ack(
         self, batch_or_events: QueueBatch | Sequence[QueueEvent], *, queue: str | None = None,
@@ -580,4 +595,4 @@ class GateClient:
         finally:
             self.session_id = 0
             self.in_transaction = False
-            await self._channel.close()
+            await self._gates.close()
