@@ -198,7 +198,12 @@ class GateClient:
         self._gates = GateList(targets, with_user(security, user, password),
                                tls=target.startswith(TLS_SCHEME), address_of=parse_target)
         self._stub: Any = (self._gates.stub() if len(targets) == 1
-                           else FailoverStub(self._gates, self))
+                           else FailoverStub(self._gates, self, self._rerunnable))
+
+    def _rerunnable(self, method: str, request: Any) -> bool:
+        """Whether a call lost after it was sent may run again on another gate: a
+        statement that does not write, outside a transaction."""
+        return method == "Execute" and not self.in_transaction and not writes(request.sql)
 
     async def __aenter__(self) -> GateClient:
         return self

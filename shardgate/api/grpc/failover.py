@@ -13,9 +13,10 @@ Invariants:
   status of the gate's own), never because a gate answered with an error.
 * **Nothing runs twice.** A unary call is retried on the next gate only if it
   reached no gate at all (connecting failed), or it is one that may run twice
-  (:data:`IDEMPOTENT`: acks, reads of metadata); any other call lost after it
-  was sent is reported as with one gate (``CommitOutcomeUnknown`` for a commit)
-  and the next call goes to the next gate.
+  (:data:`IDEMPOTENT`: acks, reads of metadata; and what the client calls
+  ``rerunnable``: a statement that does not write, outside a transaction); any
+  other call lost after it was sent is reported as with one gate
+  (``CommitOutcomeUnknown`` for a commit) and the next call goes to the next gate.
 * **A session does not move.** Moving starts a new session (``session_id`` 0) on
   the next gate. A transaction open on the gone gate stays there (its tablets
   roll it back): the first call of the session after the move (the one that
@@ -130,9 +131,11 @@ class GateList:
 class FailoverStub:
     """A ``GateStub`` look-alike whose unary calls follow the invariants of the module."""
 
-    def __init__(self, gates: GateList, client: _Client) -> None:
+    def __init__(self, gates: GateList, client: _Client,
+                 rerunnable: Callable[[str, Any], bool] = lambda name, request: False) -> None:
         self._gates = gates
         self._client = client
+        self._rerunnable = rerunnable
 
     def __getattr__(self, name: str) -> Any:
         if name in STREAMING:
@@ -150,9 +153,10 @@ class FailoverStub:
             except grpc.aio.AioRpcError as exc:
                 if name in NOT_RETRIED or not gate_gone(exc):
                     raise
+                again = (reached_nothing(exc.details() or "") or name in IDEMPOTENT
+                         or self._rerunnable(name, request))  # before the move resets state
                 gates.move_on(self._client)
-                unsent = reached_nothing(exc.details() or "")
-                if not (unsent or name in IDEMPOTENT) or attempt == len(gates.targets) - 1:
+                if not again or attempt == len(gates.targets) - 1:
                     raise
                 if in_session:
                     request.session_id = 0  # a new session on the next gate

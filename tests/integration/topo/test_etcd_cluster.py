@@ -1,24 +1,32 @@
-"""A gate and tablet processes on an etcd topo store (``--topo etcd://…``).
+"""Gates and tablet processes on an etcd topo store (``--topo etcd://…``).
 
 The tablets register with etcd leases: a SIGKILLed tablet's record is deleted by
 etcd when its lease expires (about 3 s: three 1 s heartbeats), not left for a
 heartbeat purge a minute later, and the gate's watch sees it go; the gate fails
-over to the standby meanwhile.
+over to the standby meanwhile. Two ``shardgate gate`` processes on the same store:
+a client naming both goes on through the second when the first is SIGKILLed.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
+import signal
+import subprocess
+import sys
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import pytest
 
+from shardgate.api.grpc.client import GateClient
 from shardgate.auth.identity import TRUSTED
 from shardgate.gate import Gate
 from shardgate.tablet.registry import EXPIRE_BEATS, KIND
 from shardgate.topo import Topology
+from tests.acceptance.test_cli import cli_env, free_port, wait_for_port
 from tests.conftest import require_server
 from tests.integration.tablet_procs import TabletProcesses, serve_with_processes
 
@@ -76,3 +84,38 @@ async def test_a_killed_tablets_record_goes_with_its_lease(pair: TabletProcesses
     assert (await gate.execute(s, "SELECT v FROM w WHERE id = 1")).rows == [("one",)]
     live = await store.list_records(KIND)
     assert [r.name for r in live] == [standby]
+
+
+@contextlib.contextmanager
+def gate_process(topo_url: str, port: int, log_path: Path) -> Iterator[int]:
+    """``shardgate gate --topo URL`` serving gRPC on ``port``; its pid."""
+    with log_path.open("w") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "shardgate.cli", "gate", "--topo", topo_url, "--no-auth",
+             "--port", str(port), "--mysql-port", "0", "--http-port", "0"],
+            env=cli_env(), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+            text=True, start_new_session=True)
+        try:
+            wait_for_port(proc, port)
+            yield proc.pid
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait(10)
+
+
+async def test_a_client_naming_two_gates_goes_on_when_one_is_killed(
+    pair: TabletProcesses, tmp_path: Path
+) -> None:
+    p1, p2 = free_port(), free_port()
+    with gate_process(pair.topo_url, p1, tmp_path / "g1.log") as pid1, \
+            gate_process(pair.topo_url, p2, tmp_path / "g2.log"):
+        async with GateClient(f"grpc://127.0.0.1:{p1},127.0.0.1:{p2}", keyspace="app",
+                              timeout=10) as client:
+            await client.execute("INSERT INTO w (id, v) VALUES (7, 'seven')")
+            os.kill(pid1, signal.SIGKILL)
+            start = time.monotonic()
+            rows = (await client.execute("SELECT v FROM w WHERE id = 7")).rows
+            took = time.monotonic() - start
+            print(f"client moved to the second gate {took * 1000:.0f} ms after SIGKILL")
+            assert rows == [("seven",)] and took < 1.0
