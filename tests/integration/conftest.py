@@ -134,7 +134,8 @@ def module_databases() -> Iterator[Callable[..., str]]:
     from tests.conftest import (
         POSTGRES_ADMIN_URL,
         _database_name,
-        _drop_postgres,
+        _drop_postgres_slots,
+        _dropper,
         _postgres_admin,
         _with_database,
         require_server,
@@ -154,8 +155,9 @@ def module_databases() -> Iterator[Callable[..., str]]:
     try:
         yield make
     finally:
-        for name in made:
-            _drop_postgres(name)
+        for name in made:  # slots now, the database in the background (see ``_Dropper``)
+            _drop_postgres_slots(name)
+            _dropper.drop("postgres", name, "module_databases")
 
 
 @contextlib.contextmanager
