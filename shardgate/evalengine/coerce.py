@@ -41,6 +41,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from shardgate.errors import InvalidArgument
+from shardgate.evalengine.rules import rules_of
 
 
 class Kind(enum.Enum):
@@ -69,41 +70,26 @@ _NUMBER_RE = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
 _EXACT_FLOAT = 1 << 53
 #: the characters SQLite skips around a number it reads from text (sqlite3Isspace)
 _SQLITE_SPACE = " \t\n\v\f\r"
-_MYSQL_INTEGERS = frozenset({"tinyint", "smallint", "mediumint", "int", "integer", "bigint"})
-_MYSQL_TEXTS = frozenset({"varchar", "tinytext", "text", "mediumtext", "longtext"})
-_PG_INTEGERS = frozenset({"smallint", "integer", "bigint"})
-_PG_TEXTS = frozenset({"character varying", "text"})
-
-_COLUMN_TYPES_SQL = {
-    "sqlite": "SELECT name, type FROM pragma_table_info({ph})",
-    "mysql": "SELECT column_name, data_type FROM information_schema.columns "
-             "WHERE table_schema = DATABASE() AND table_name = {ph}",
-    "postgres": "SELECT column_name, data_type FROM information_schema.columns "
-                "WHERE table_schema = current_schema() AND table_name = {ph}",
-}
-
-
 def column_types_sql(dialect: str, placeholder: str) -> str:
     """The query listing ``(column, declared type)`` of the table bound to ``placeholder``."""
-    return _COLUMN_TYPES_SQL[dialect].format(ph=placeholder)
+    return rules_of(dialect).column_types_sql.format(ph=placeholder)
 
 
 def kind_of_type(declared: str, dialect: str) -> Kind:
     """The kind of a column from its declared type (SQLite) or ``data_type`` (others)."""
     t = declared.strip().lower()
-    if dialect == "sqlite":  # SQLite's affinity rules, in their order
+    rules = rules_of(dialect)
+    if rules.affinity_types:  # SQLite's affinity rules, in their order
         if "int" in t:
             return Kind.INTEGER
         if "char" in t or "clob" in t or "text" in t:
             return Kind.TEXT
         return Kind.OTHER
-    integers, texts = (_PG_INTEGERS, _PG_TEXTS) if dialect == "postgres" else (
-        _MYSQL_INTEGERS, _MYSQL_TEXTS)
-    if t in integers:
+    if t in rules.integer_types:
         return Kind.INTEGER
-    if t in texts:
+    if t in rules.text_types:
         return Kind.TEXT
-    if t == "char" and dialect == "mysql":
+    if t == "char" and rules.char_drops_spaces:
         return Kind.CHAR
     return Kind.OTHER
 
@@ -137,9 +123,10 @@ def _refuse(value: Any, column: str, why: str) -> InvalidArgument:
 
 
 def _to_integer(value: Any, dialect: str, write: bool, column: str) -> Any:
+    rules = rules_of(dialect)
     if isinstance(value, bool):
-        if dialect == "postgres":
-            raise _refuse(value, column, "PostgreSQL does not convert booleans to integers")
+        if not rules.bool_to_integer:
+            raise _refuse(value, column, f"{rules.title} does not convert booleans to integers")
         return int(value)
     if isinstance(value, int):
         return value
@@ -148,14 +135,15 @@ def _to_integer(value: Any, dialect: str, write: bool, column: str) -> Any:
                          value, write, column, exact=isinstance(value, decimal.Decimal))
     if isinstance(value, str):
         # SQLite compares ' 4' with an integer column as 4 (numeric affinity)
-        text = value.strip(_SQLITE_SPACE) if dialect == "sqlite" and not write else value
+        text = value.strip(_SQLITE_SPACE) if rules.affinity_reads and not write else value
         if _INT_RE.fullmatch(text):
             return int(text)
         if _NUMBER_RE.fullmatch(text):
-            if dialect == "postgres":
-                raise _refuse(value, column, "PostgreSQL reads only whole numbers into integers")
+            if not rules.number_text_to_integer:
+                raise _refuse(value, column, f"{rules.title} reads only whole "
+                                             "numbers into integers")
             return _integral(decimal.Decimal(text), value, write, column, exact=True)
-        if not write and dialect == "sqlite":
+        if not write and rules.affinity_reads:
             return NO_MATCH  # SQLite compares it as text: no integer equals it
         raise _refuse(value, column, "it is not a number and the column holds integers")
     return value
@@ -181,7 +169,7 @@ def _to_text(value: Any, dialect: str, write: bool, column: str) -> Any:
     if isinstance(value, str):
         return value
     if isinstance(value, int) and not isinstance(value, bool):
-        if not write and dialect == "mysql":
+        if not write and rules_of(dialect).number_reads_text_as_number:
             return SCATTER  # MySQL compares text with a number as numbers: '05' = 5
         return str(value)
     if isinstance(value, bool | float | decimal.Decimal):

@@ -28,6 +28,7 @@ from sqlglot import exp
 from shardgate.errors import Unsupported
 from shardgate.evalengine import functions as fn
 from shardgate.evalengine.functions import Kind
+from shardgate.evalengine.rules import ConstantAffinity
 from shardgate.evalengine.sqlsem import Semantics
 from shardgate.evalengine.values import Literal, from_expression
 from shardgate.sql.rewrite import flatten
@@ -289,7 +290,7 @@ def _choice(node: exp.Coalesce | exp.Case | exp.If, slots: Mapping[str, int]) ->
     form = type(node).__name__.upper()
 
     def typed(row: Row, sem: Semantics, picked: int, value: Any) -> Any:
-        if value is None or sem.dialect != "mysql":
+        if value is None or not sem.rules.unified_result_type:
             return value
         others = [values[i](row, sem) for i in unknown if i != picked]
         return fn.unify(sem, value, kinds, others, form)
@@ -365,10 +366,11 @@ def _with_affinity(constant: Evaluator, column: Evaluator) -> Evaluator:
 
     def value(row: Row, sem: Semantics) -> Any:
         c = constant(row, sem)
-        if c is None or sem.dialect == "mysql":
+        affinity = sem.rules.constant_affinity
+        if c is None or affinity is ConstantAffinity.NONE:
             return c
         v = column(row, sem)
-        if sem.dialect == "postgres":
+        if affinity is ConstantAffinity.TYPED:
             return _pg_typed(c, v)
         if isinstance(v, int | float) and not isinstance(v, bool) and isinstance(c, str):
             if _INTEGER_TEXT.fullmatch(c):
@@ -403,7 +405,9 @@ def _fractional(text: str) -> Evaluator:
     is_exponent = "e" in text.lower()
 
     def value(row: Row, sem: Semantics) -> Any:
-        if sem.dialect == "sqlite" or (is_exponent and sem.dialect == "mysql"):
+        rules = sem.rules
+        if rules.fractional_literal_is_double or (
+                is_exponent and rules.exponent_literal_is_double):
             return approximate
         return exact
 

@@ -43,7 +43,7 @@ from decimal import Decimal
 from typing import Any
 
 from shardgate.errors import Unsupported
-from shardgate.evalengine.casemap import C_UTF8_LOWER, C_UTF8_UPPER, MARIADB_LOWER, MARIADB_UPPER
+from shardgate.evalengine.rules import LikeFold
 from shardgate.evalengine.sqlsem import EXACT, Quotient, Semantics, shown
 
 
@@ -67,13 +67,13 @@ def to_text(sem: Semantics, v: Any, where: str) -> str:
         return v
     if isinstance(v, int) and not isinstance(v, bool):
         return str(v)
-    if isinstance(v, Decimal) and sem.dialect != "sqlite":
+    if isinstance(v, Decimal) and sem.rules.decimal_text:
         if isinstance(v, Quotient):
             v = shown(v)
         return format(v, "f")
     raise Unsupported(
         f"the gate cannot compute {where} of {type(v).__name__} value {v!r} after merging "
-        f"shards the way {sem.dialect} formats it: compute it in a query one shard answers"
+        f"shards the way {sem.rules.title} formats it: compute it in a query one shard answers"
     )
 
 
@@ -81,28 +81,19 @@ _ASCII_LOWER = {c: c + 32 for c in range(ord("A"), ord("Z") + 1)}
 _ASCII_UPPER = {c + 32: c for c in range(ord("A"), ord("Z") + 1)}
 
 
-def _case_tables(sem: Semantics) -> tuple[dict[int, int], dict[int, int]] | None:
-    """(lower, upper) tables for the database, or None when only ASCII is known."""
-    if sem.dialect == "mysql" and sem.collation.name == "utf8mb4_general_ci":
-        return MARIADB_LOWER, MARIADB_UPPER
-    if sem.dialect == "postgres" and sem.locale in ("c.utf-8", "c.utf8"):
-        return C_UTF8_LOWER, C_UTF8_UPPER
-    return None
-
-
 def change_case(sem: Semantics, v: Any, upper: bool) -> Any:
     """``UPPER(v)`` or ``LOWER(v)``; NULL for NULL."""
     if v is None:
         return None
     name = "UPPER" if upper else "LOWER"
-    if sem.dialect == "postgres" and not isinstance(v, str):
-        raise Unsupported(f"{name} of a {type(v).__name__} is refused by PostgreSQL")
+    rules = sem.rules
+    if rules.strict_operands and not isinstance(v, str):
+        raise Unsupported(f"{name} of a {type(v).__name__} is refused by {sem.rules.title}")
     text = to_text(sem, v, name)
-    tables = _case_tables(sem)
+    tables = rules.case_tables.get(sem.locale)
     if tables is not None:
         return text.translate(tables[1] if upper else tables[0])
-    ascii_only = sem.dialect == "sqlite" or (
-        sem.dialect == "postgres" and sem.locale in ("c", "posix", ""))
+    ascii_only = "*" in rules.ascii_case or sem.locale in rules.ascii_case
     if not ascii_only and not text.isascii():
         raise Unsupported(
             f"the gate cannot compute {name} of non-ASCII text under the shards' "
@@ -118,18 +109,15 @@ def concat(sem: Semantics, values: Sequence[Any]) -> Any:
     return "".join(to_text(sem, v, "CONCAT") for v in values)
 
 
-#: the default escape character of LIKE
-_DEFAULT_ESCAPE = {"mysql": "\\", "postgres": "\\", "sqlite": None}
-
-
 def like(sem: Semantics, value: Any, pattern: Any, escape: Any = None) -> bool | None:
     """``value LIKE pattern [ESCAPE escape]`` in three-valued logic."""
     if value is None or pattern is None:
         return None
-    if sem.dialect == "postgres" and not (isinstance(value, str) and isinstance(pattern, str)):
-        raise Unsupported("LIKE over a value that is not text is refused by PostgreSQL")
+    rules = sem.rules
+    if rules.strict_operands and not (isinstance(value, str) and isinstance(pattern, str)):
+        raise Unsupported(f"LIKE over a value that is not text is refused by {sem.rules.title}")
     text, pat = to_text(sem, value, "LIKE"), to_text(sem, pattern, "LIKE")
-    esc = _DEFAULT_ESCAPE.get(sem.dialect) if escape is None else to_text(sem, escape, "ESCAPE")
+    esc = rules.like_escape if escape is None else to_text(sem, escape, "ESCAPE")
     if esc is not None and len(esc) != 1:
         raise Unsupported("LIKE ... ESCAPE needs a single character")
     fold = _like_fold(sem)
@@ -150,9 +138,10 @@ def like(sem: Semantics, value: Any, pattern: Any, escape: Any = None) -> bool |
 
 def _like_fold(sem: Semantics) -> Any:
     """A function mapping text to what LIKE compares (per character, same length)."""
-    if sem.dialect == "sqlite":
+    fold = sem.rules.like_fold
+    if fold is LikeFold.ASCII:
         return lambda s: s.translate(_ASCII_LOWER)
-    if sem.dialect == "postgres":
+    if fold is LikeFold.EXACT:
         return lambda s: s
     collation = sem.collation
     if collation.name == "utf8mb4_bin":
@@ -167,8 +156,8 @@ def modulo(sem: Semantics, a: Any, b: Any) -> Any:
     """``a % b``: the dividend's sign; NULL for ``x % 0`` (and NULL operands)."""
     if a is None or b is None:
         return None
-    if sem.dialect == "postgres" and not (_is_number(a) and _is_number(b)):
-        raise Unsupported("% over a value that is not a number is refused by PostgreSQL")
+    if sem.rules.strict_operands and not (_is_number(a) and _is_number(b)):
+        raise Unsupported(f"% over a value that is not a number is refused by {sem.rules.title}")
     x, y = sem.number(a), sem.number(b)
     if isinstance(x, float) or isinstance(y, float) or isinstance(x, Quotient) or \
             isinstance(y, Quotient):
@@ -189,7 +178,7 @@ def unify(sem: Semantics, value: Any, kinds: Sequence[Kind], others: Sequence[An
     ``kinds`` are the static kinds of every branch it could return; ``others``
     the values in this row of the branches of UNKNOWN kind it did not pick.
     """
-    if value is None or sem.dialect != "mysql" or not _is_number(value):
+    if value is None or not sem.rules.unified_result_type or not _is_number(value):
         return value
     if Kind.TEXT in kinds or any(isinstance(o, str | bytes) for o in others):
         return to_text(sem, value, form)

@@ -45,6 +45,8 @@ from typing import Any
 
 from shardgate.errors import InvalidArgument, Unsupported
 from shardgate.evalengine.general_ci import WEIGHTS as GENERAL_CI_WEIGHTS
+from shardgate.evalengine.rules import ValueRules, rules_of
+from shardgate.sql.dialects import Dialect
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 #: exact decimal arithmetic (MySQL decimals have at most 65 digits)
@@ -172,8 +174,6 @@ COLLATIONS: dict[str, Collation] = {
 #: other names of the binary collation (PostgreSQL's)
 _BINARY_NAMES = ("c", "c.utf-8", "c.utf8", "posix", "ucs_basic")
 _SUPPORTED = [*sorted(COLLATIONS), "C", "POSIX", "ucs_basic"]
-#: each dialect's collation when neither the topology nor the database names one
-DEFAULT_COLLATION = {"sqlite": "binary", "postgres": "binary", "mysql": "utf8mb4_general_ci"}
 
 
 def collation(name: str) -> Collation:
@@ -246,11 +246,16 @@ _EXACT_ARITH: dict[str, Callable[[Decimal, Decimal], Decimal]] = {
 class Semantics:
     """Values as one dialect and collation treat them (see the module doc)."""
 
-    dialect: str
+    dialect: Dialect
     collation: Collation = BINARY
     #: the database's collation / locale name as read from it, lower case
     #: (PostgreSQL's ``c.utf-8``: what LOWER and UPPER follow)
     locale: str = ""
+
+    @functools.cached_property
+    def rules(self) -> ValueRules:
+        """The dialect's value rules (:mod:`~shardgate.evalengine.rules`)."""
+        return rules_of(self.dialect)
 
     # -------------------------------------------------------------- numbers --
 
@@ -260,13 +265,14 @@ class Semantics:
             return int(v)
         if _is_number(v):
             return v
-        if isinstance(v, str | bytes) and self.dialect != "postgres":
+        rules = self.rules
+        if isinstance(v, str | bytes) and rules.text_is_number:
             text = v.decode("utf-8", "replace") if isinstance(v, bytes) else v
             m = _NUMERIC_PREFIX.match(text)
             if m is None:
-                return 0.0 if self.dialect == "mysql" else 0
+                return rules.non_numeric_text
             digits = m.group(1)
-            if self.dialect == "sqlite" and _INT_TEXT.fullmatch(digits):
+            if rules.integer_text_is_integer and _INT_TEXT.fullmatch(digits):
                 n = int(digits)
                 return n if INT64_MIN <= n <= INT64_MAX else float(n)
             return float(digits)
@@ -286,7 +292,7 @@ class Semantics:
             r = _ARITH[op](a, b)
             if INT64_MIN <= r <= INT64_MAX:
                 return r
-            if self.dialect == "sqlite":
+            if self.rules.overflow_to_double:
                 return _ARITH[op](float(a), float(b))
             raise InvalidArgument(f"BIGINT value is out of range in '{a} {op} {b}'")
         exact = _EXACT_ARITH[op](Decimal(a), Decimal(b))
@@ -307,7 +313,7 @@ class Semantics:
         a, b = self.number(a), self.number(b)
         if b == 0:
             return None
-        if isinstance(a, float) or isinstance(b, float) or self.dialect != "mysql":
+        if isinstance(a, float) or isinstance(b, float) or not self.rules.decimal_division:
             return float(a) / float(b)
         return self.decimal_divide(a if isinstance(a, Decimal) else Decimal(a),
                                    b if isinstance(b, Decimal) else Decimal(b))
@@ -320,7 +326,7 @@ class Semantics:
         ``decimal_div`` (the operands' scales plus the increment), truncated;
         PostgreSQL: ``select_div_scale`` (numeric division, e.g. AVG).
         """
-        if self.dialect == "postgres":
+        if self.rules.pg_division_scale:
             scale = pg_div_scale(num, den)
             return EXACT.divide(num, den).quantize(
                 Decimal(1).scaleb(-scale), rounding=ROUND_HALF_UP, context=EXACT)
@@ -336,7 +342,7 @@ class Semantics:
         """SQL truth of ``v``: True, False or None (unknown)."""
         if v is None or isinstance(v, bool):
             return v
-        if self.dialect == "postgres":
+        if self.rules.boolean_conditions:
             raise Unsupported(
                 f"a condition must be boolean on PostgreSQL, got {type(v).__name__} {v!r}"
             )
@@ -344,7 +350,7 @@ class Semantics:
 
     def boolean(self, v: bool | None) -> Any:
         """A condition's value as the database returns it: 1/0, or a PostgreSQL boolean."""
-        if v is None or self.dialect == "postgres":
+        if v is None or self.rules.boolean_conditions:
             return v
         return int(v)
 
@@ -359,7 +365,8 @@ class Semantics:
         na, nb = _is_number(a), _is_number(b)
         if na and nb:
             a, b = shown(a), shown(b)
-            if self.dialect != "sqlite" and isinstance(a, float) is not isinstance(b, float):
+            if not self.rules.exact_mixed_numbers and \
+                    isinstance(a, float) is not isinstance(b, float):
                 # a double against an integer or a decimal (0.1 as written) compares as
                 # doubles on MariaDB and PostgreSQL: f = 0.1 holds for the double 0.1
                 return _cmp(float(a), float(b))
@@ -368,13 +375,14 @@ class Semantics:
             return self.collation.compare(a, b)
         if isinstance(a, bytes) and isinstance(b, bytes):
             return _cmp(a, b)
-        if self.dialect == "sqlite":
+        rules = self.rules
+        if rules.storage_class_order:
             ra, rb = _storage_class(a), _storage_class(b)
             if ra != rb and ra and rb:
                 return _cmp(ra, rb)
-        elif self.dialect == "mysql" and (na or nb) and _stringlike(a, b):
+        elif rules.text_compares_as_number and (na or nb) and _stringlike(a, b):
             return _cmp(float(self.number(a)), float(self.number(b)))
-        elif self.dialect == "mysql" and _stringlike(a, b):
+        elif rules.text_compares_as_number and _stringlike(a, b):
             return _cmp(_as_bytes(a), _as_bytes(b))
         if type(a) is type(b):
             try:
@@ -431,5 +439,6 @@ def semantics(dialect: str, collation_name: str | None = None) -> Semantics:
     An unsupported collation (a database's own, read from it) gives semantics
     that refuse string comparisons, and only those.
     """
-    name = collation_name or DEFAULT_COLLATION.get(dialect, "binary")
-    return Semantics(dialect, _known(name) or Collation(name, unknown=True), name.lower())
+    rules = rules_of(dialect)
+    name = collation_name or rules.default_collation
+    return Semantics(rules.dialect, _known(name) or Collation(name, unknown=True), name.lower())
