@@ -29,6 +29,7 @@ from shardgate.errors import Internal
 from shardgate.evalengine.coerce import Kind, stored_value
 from shardgate.evalengine.values import Value, resolve
 from shardgate.result import Result
+from shardgate.sql.statements import StatementType
 from shardgate.vindexes import Lookup, Vindex
 
 
@@ -54,7 +55,8 @@ class LookupDML(Primitive):
     primary_vindex: Vindex
     primary_count: int
     changes: tuple[LookupChange, ...]
-    verb: str  # "Delete" or "Update"
+    #: StatementType.UPDATE or StatementType.DELETE
+    verb: StatementType
 
     async def execute(self, vc: ExecCursor, bind_vars: Mapping[str, Any]) -> Result:
         shards = await self.route.shards(vc, bind_vars)
@@ -79,7 +81,7 @@ class LookupDML(Primitive):
                 ksid = ksids[0]
                 for change, stored in zip(self.changes, new_values, strict=True):
                     old = [row[p] for p in change.positions]
-                    if self.verb == "Delete":
+                    if self.verb is StatementType.DELETE:
                         if change.vindex.ignore_nulls and any(v is None for v in old):
                             continue
                         await change.vindex.delete(cursor, [old], ksid)
@@ -97,7 +99,7 @@ class LookupDML(Primitive):
         self, vc: ExecCursor, bind_vars: Mapping[str, Any]
     ) -> list[list[Any]]:
         """Each change's new values as the owner's columns will store them (UPDATE)."""
-        if self.verb == "Delete":
+        if self.verb is StatementType.DELETE:
             return [[] for _ in self.changes]
         kinds: Mapping[str, Kind] = {}
         if self.route.table is not None:
@@ -114,7 +116,7 @@ class LookupDML(Primitive):
 
     def describe(self) -> dict[str, Any]:
         out = self.route.describe()
-        out["OperatorType"] = self.verb
+        out["OperatorType"] = self.verb.value.capitalize()  # Vitess's "Update", "Delete"
         out["OwnedVindexQuery"] = self.select.gate_sql
         out["ChangedVindexes"] = [c.vindex.name for c in self.changes]
         return out

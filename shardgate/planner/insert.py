@@ -1,13 +1,37 @@
-"""INSERT values the gate resolves itself: ``DEFAULT`` and ON DUPLICATE KEY UPDATE."""
+"""INSERT planning: one route where the keyspace's database takes the statement
+whole, else an :class:`~shardgate.engine.insert.Insert` that routes each row by its
+primary vindex (an INSERT ... SELECT or VALUES' subqueries run at the gate first);
+and the values the gate resolves itself: ``DEFAULT`` and ON DUPLICATE KEY UPDATE.
+Pure: no I/O.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import cast
+
 from sqlglot import exp
 
+from shardgate.engine.cursor import ShardQuery
+from shardgate.engine.insert import Insert, OwnedLookup
+from shardgate.engine.insert_select import InsertSelect
+from shardgate.engine.primitive import Opcode, Primitive
+from shardgate.engine.route import Route
+from shardgate.engine.scalar import ScalarSubqueries
 from shardgate.errors import InvalidArgument, Unsupported
 from shardgate.evalengine.values import Literal, SQLExpr, Value, from_expression
+from shardgate.planner.ddl import reads_other_keyspace
+from shardgate.planner.query import plan_select, route_for
+from shardgate.planner.routing import pinned_choice
 from shardgate.sql.dialects.render import strip_qualifiers
-from shardgate.vschema import Table
+from shardgate.vindexes import Lookup
+from shardgate.vindexes.consistent_lookup import ConsistentLookupBase
+from shardgate.vindexes.lookup import LookupBase
+from shardgate.vschema import Table, TableType, VSchema
+
+#: plans a query of the statement on its own (``build_plan``'s instructions): the
+#: subqueries of an INSERT's VALUES
+PlanQuery = Callable[[exp.Expr, VSchema, str | None], Primitive]
 
 
 def on_duplicate(stmt: exp.Insert, table: Table) -> tuple[tuple[str, SQLExpr], ...]:
@@ -83,3 +107,189 @@ def without_defaults(
             values.append(from_expression(r[i]))
         out_rows.append(tuple(values))
     return [columns[i] for i in keep], out_rows
+
+
+def plan_insert(stmt: exp.Insert, vschema: VSchema, default_ks: str | None,
+                plan_query: PlanQuery) -> Primitive:
+    """Plan an INSERT: one route where the keyspace's database can take it whole, else
+    an :class:`~shardgate.engine.insert.Insert` routing each row (after the gate runs
+    its SELECT, or its VALUES' subqueries, each planned by ``plan_query``)."""
+    target = stmt.this
+    columns_given: list[str] | None = None
+    quoted: set[str] = set()
+    if isinstance(target, exp.Schema):
+        columns_given = [c.name.lower() for c in target.expressions]
+        quoted = {c.name.lower() for c in target.expressions if c.args.get("quoted")}
+        target = target.this
+    if not isinstance(target, exp.Table):
+        raise InvalidArgument("INSERT needs a table")
+    table = vschema.find_table(target.name, target.db or None, default_ks)
+    if columns_given is not None:
+        _refuse_duplicates(columns_given, table)
+    ks = vschema.keyspace(table.keyspace)
+    pulled = _value_subqueries(stmt, table, vschema, default_ks, plan_query)
+    if pulled is not None:
+        return pulled
+    tree = strip_qualifiers(stmt)
+    source = stmt.expression
+    simple = isinstance(source, exp.Values) and stmt.args.get("conflict") is None
+    # A SELECT reading another keyspace cannot run in this keyspace's database: the
+    # gate runs it and inserts its rows (engine/insert_select.py).
+    elsewhere = isinstance(source, exp.Query) and reads_other_keyspace(
+        source, ks.name, vschema, default_ks)
+    if not ks.sharded and (table.auto_increment is None or not simple) and not elsewhere:
+        if table.auto_increment is not None:
+            raise Unsupported(
+                f"INSERT into {table.name} with a sequence needs a plain VALUES list"
+            )
+        return Route(Opcode.UNSHARDED, ks.name, False, ShardQuery(tree), table=table.name,
+                     write=True)
+    pinned = pinned_choice(table)
+    if pinned is not None:
+        if table.auto_increment is not None or table.column_vindexes:
+            raise Unsupported(
+                f"INSERT into pinned table {table.qualified} with column vindexes or an "
+                "auto_increment sequence is not supported"
+            )
+        if not isinstance(source, exp.Values) or source.find(exp.Query) is not None:
+            raise Unsupported(
+                f"INSERT into pinned table {table.qualified} takes a VALUES list without "
+                "subqueries (a SELECT would read the pinned shard only)"
+            )
+        return route_for(pinned, ks.name, tree, table.name, write=True)
+    selected: Primitive | None = None
+    if isinstance(source, exp.Query):
+        # The gate runs the SELECT, then inserts its rows as VALUES (engine/insert_select.py).
+        if columns_given is None and table.authoritative_columns is None:
+            raise InvalidArgument(
+                f"INSERT ... SELECT into sharded table {table.qualified} must list its "
+                f"columns: INSERT INTO {table.name} (col, ...) SELECT ..."
+            )
+        selected = plan_select(cast(exp.Expression, source), vschema, default_ks)
+        stmt = stmt.copy()
+        source = exp.Values(expressions=[])
+        stmt.set("expression", source)
+    if not isinstance(source, exp.Values):
+        raise Unsupported(f"INSERT ... SELECT into sharded table {table.name} is not supported")
+    duplicate_sets = on_duplicate(stmt, table)
+    if columns_given is None and selected is None and all(
+        isinstance(row, exp.Tuple) and not row.expressions for row in source.expressions
+    ):
+        columns_given = []  # INSERT INTO t VALUES (): every column takes its default
+    if columns_given is None and table.authoritative_columns is not None:
+        columns_given = list(table.authoritative_columns)
+    if columns_given is None:
+        raise InvalidArgument(
+            f"INSERT into {table.qualified} must list its columns: "
+            f"INSERT INTO {table.name} (col, ...) VALUES (...)"
+        )
+    raw_rows: list[list[exp.Expr]] = []
+    for i, row in enumerate(source.expressions):
+        items = row.expressions if isinstance(row, exp.Tuple) else [row]
+        if len(items) != len(columns_given):
+            raise InvalidArgument(
+                f"INSERT row {i + 1} has {len(items)} values for {len(columns_given)} columns"
+            )
+        raw_rows.append(list(items))
+    columns_given, rows = without_defaults(table, columns_given, raw_rows)
+    primary = table.primary
+    ai = table.auto_increment
+    if ks.sharded and table.type != TableType.REFERENCE and primary is not None and any(
+        c not in columns_given and (ai is None or ai.column != c) for c in primary.columns
+    ):
+        raise InvalidArgument(
+            f"insert into {table.name} must give the primary vindex column(s) "
+            f"{list(primary.columns)}"
+        )
+    owned = tuple(
+        OwnedLookup(cv.columns, cv.vindex)
+        for cv in table.owned_vindexes
+        if isinstance(cv.vindex, Lookup)
+    )
+    if stmt.args.get("ignore") and ks.sharded:
+        _check_ignorable(table, owned)
+    secondary = tuple(
+        (cv.columns, cv.vindex)
+        for cv in table.column_vindexes[1:]
+        if not (cv.owned and isinstance(cv.vindex, Lookup))
+        and not (isinstance(cv.vindex, Lookup) and cv.vindex.write_only)
+    )
+    insert = Insert(
+        keyspace=ks.name,
+        sharded=ks.sharded and table.type != TableType.REFERENCE,
+        table=table.name,
+        columns=tuple(columns_given),
+        rows=tuple(rows),
+        primary_columns=primary.columns if primary and ks.sharded else (),
+        primary_vindex=primary.vindex if primary and ks.sharded else None,
+        owned_lookups=owned if ks.sharded else (),
+        secondary=secondary if ks.sharded else (),
+        auto_increment=(ai.column, ai.sequence) if ai else None,
+        ignore=bool(stmt.args.get("ignore")),
+        broadcast=ks.sharded and table.type == TableType.REFERENCE,
+        on_duplicate=duplicate_sets,
+        quoted=frozenset(quoted | ({table.name} if target.this.args.get("quoted") else set())),
+    )
+    return insert if selected is None else InsertSelect(selected, insert)
+
+
+def _check_ignorable(table: Table, owned: tuple[OwnedLookup, ...]) -> None:
+    """INSERT IGNORE keeps owned lookups exact only if their writes join the statement's
+    transaction (see shardgate.engine.insert_ignore)."""
+    for lk in owned:
+        v = lk.vindex
+        if (not isinstance(v, LookupBase) or isinstance(v, ConsistentLookupBase)
+                or v.autocommit or len(lk.columns) != 1):
+            raise Unsupported(
+                f"INSERT IGNORE into {table.name} is not supported with its lookup vindex "
+                f"{v.name!r} ({v.type_name}{', autocommit' if v.autocommit else ''}, "
+                f"{len(lk.columns)} column(s)): a skipped row's lookup rows could not be "
+                "removed in the same transaction; use a plain INSERT"
+            )
+
+
+def _refuse_duplicates(columns: list[str], table: Table) -> None:
+    """A column named twice: the row would be routed by one value and store the other."""
+    seen: set[str] = set()
+    for c in columns:
+        if c in seen:
+            raise InvalidArgument(f"INSERT into {table.name} names column {c!r} twice")
+        seen.add(c)
+
+
+VALUE_SUBQUERY_VAR = "__sg_vsq{}"
+
+
+def _value_subqueries(
+    stmt: exp.Insert, table: Table, vschema: VSchema, default_ks: str | None,
+    plan_query: PlanQuery,
+) -> Primitive | None:
+    """Plan subqueries in VALUES that cannot run where the row goes (engine/scalar.py).
+
+    Into a sharded table a subquery would see one shard's rows; in an unsharded
+    keyspace it may stay inline unless it reads another keyspace. Each pulled
+    subquery is planned as a SELECT of its own and becomes a bind variable of
+    the insert. None when there is nothing to pull.
+    """
+    source = stmt.expression
+    if not isinstance(source, exp.Values) or source.find(exp.Query) is None:
+        return None
+    ks = vschema.keyspace(table.keyspace)
+    if not ks.sharded and not reads_other_keyspace(source, ks.name, vschema, default_ks):
+        return None
+    stmt = stmt.copy()
+    values = stmt.expression
+    subqueries: list[tuple[str, Primitive]] = []
+    while (sub := values.find(exp.Subquery)) is not None:
+        alone = isinstance(sub.parent, exp.Tuple | exp.Values)
+        if (ks.sharded and not alone) or not isinstance(sub.this, exp.Query):
+            break  # refused below
+        var = VALUE_SUBQUERY_VAR.format(len(subqueries))
+        subqueries.append((var, plan_query(sub.this, vschema, default_ks)))
+        sub.replace(exp.Placeholder(this=var))
+    if values.find(exp.Query) is not None:
+        raise Unsupported(
+            f"this subquery in the VALUES of an INSERT into {table.qualified} cannot be "
+            "computed across shards: only a subquery alone as a value, (SELECT ...), is"
+        )
+    return ScalarSubqueries(tuple(subqueries), plan_insert(stmt, vschema, default_ks, plan_query))

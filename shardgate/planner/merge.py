@@ -30,7 +30,7 @@ from sqlglot import exp
 from shardgate.engine.primitive import Opcode
 from shardgate.planner.routing import RouteChoice, choose, conjuncts
 from shardgate.vindexes import Lookup, Vindex
-from shardgate.vschema import Table, VSchema
+from shardgate.vschema import Table, TableType, VSchema
 
 
 def scope_of(node: exp.Expr) -> exp.Select | None:
@@ -103,7 +103,7 @@ def single_shard(stmt: exp.Expr, vschema: VSchema, default_ks: str | None) -> Ro
     found: RouteChoice | None = None
     key: tuple[object, ...] | None = None
     for scope, node, table in _resolve(stmt, vschema, default_ks):
-        if table.type == "reference" or not vschema.keyspace(table.keyspace).sharded:
+        if table.type == TableType.REFERENCE or not vschema.keyspace(table.keyspace).sharded:
             continue
         # An aliased table's columns are named by its alias only: ``t1.id = 3`` in
         # ``t1 JOIN t1 t1b`` pins t1, never t1b.
@@ -178,7 +178,7 @@ def colocated_subqueries(
                 anchored.add(_alias(node))  # a derived table of the outer query: a join side
                 continue
             return False
-        if table.type == "reference":
+        if table.type == TableType.REFERENCE:
             anchored.add(_alias(node))
         elif vschema.keyspace(table.keyspace).sharded:
             pending.append((scope, _alias(node)))

@@ -8,7 +8,8 @@ import pytest
 from sqlglot import exp
 
 from shardgate.errors import Code, ShardgateError, VSchemaError
-from shardgate.planner.build import auto_increment_column, build_plan, first_primary_key_column
+from shardgate.planner.build import build_plan
+from shardgate.planner.ddl import auto_increment_column, first_primary_key_column
 from shardgate.sql.parse import parse
 from shardgate.vschema import VSchema
 
