@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from sqlglot import exp
@@ -17,6 +17,7 @@ from shardgate.errors import InvalidArgument, Unsupported
 from shardgate.evalengine.coerce import stored_value
 from shardgate.evalengine.values import BindVar, Literal, SQLExpr, Value, resolve
 from shardgate.result import Result
+from shardgate.sql.dialects import Dialect, sql_dialect
 from shardgate.vindexes import KeyspaceId, Lookup, Reversible, Vindex
 from shardgate.vindexes.lookup import LookupBase
 
@@ -58,6 +59,9 @@ class Insert(Primitive):
     on_duplicate: tuple[tuple[str, SQLExpr], ...] = ()
     #: table and column names quoted in the statement (`select`): quoted for the shards too
     quoted: frozenset[str] = frozenset()
+    #: :meth:`duplicate_clause`'s renderings by dialect
+    _clauses: dict[str, str] = field(default_factory=dict, init=False, compare=False,
+                                     repr=False)
 
     async def execute(self, vc: ExecCursor, bind_vars: Mapping[str, Any]) -> Result:
         columns = list(self.columns)
@@ -304,6 +308,13 @@ class Insert(Primitive):
             out["OnDuplicate"] = [f"{c} = {e.describe()}" for c, e in self.on_duplicate]
         return out
 
+    def duplicate_clause(self, dialect: str) -> str:
+        """:attr:`on_duplicate` as the clause ending the INSERT on ``dialect``'s shards,
+        rendered once per plan and dialect (:func:`on_duplicate_clause`)."""
+        clause = self._clauses.get(dialect)
+        if clause is None:
+            clause = self._clauses[dialect] = on_duplicate_clause(self.on_duplicate, dialect)
+        return clause
 
 
 def resolve_or_none(v: Value, bind_vars: Mapping[str, Any]) -> Any:
@@ -313,52 +324,33 @@ def resolve_or_none(v: Value, bind_vars: Mapping[str, Any]) -> Any:
 
 
 @functools.lru_cache(maxsize=4096)
-def _insert_head(
+def _insert_parts(
     table: str, columns: tuple[str, ...], dialect: str, ignore: bool, quote: frozenset[str]
-) -> str:
-    """``INSERT INTO t (a, b) VALUES `` for ``dialect``, quoting the names in ``quote``."""
+) -> tuple[str, str]:
+    """``INSERT INTO t (a, b) VALUES `` for ``dialect``, quoting the names in ``quote``,
+    and what follows the rows (INSERT IGNORE's ``ON CONFLICT DO NOTHING`` on PostgreSQL)."""
 
     def name(n: str) -> str:
         return exp.to_identifier(n, quoted=n in quote or None).sql(dialect=dialect)
 
     cols = ", ".join(name(c) for c in columns)
     quoted = name(table)
-    verb = "INSERT INTO"
-    if ignore:
-        verb = {"sqlite": "INSERT OR IGNORE INTO", "mysql": "INSERT IGNORE INTO"}.get(dialect, verb)
-    return f"{verb} {quoted} ({cols}) VALUES "
+    verb, tail = sql_dialect(Dialect(dialect)).insert_ignore() if ignore else ("INSERT INTO", "")
+    return f"{verb} {quoted} ({cols}) VALUES ", tail
 
 
 def on_duplicate_clause(assignments: tuple[tuple[str, SQLExpr], ...], dialect: str) -> str:
-    """``ON DUPLICATE KEY UPDATE`` in the shard's dialect.
-
-    SQLite's upsert without a conflict target, like MySQL's clause, fires on
-    any unique constraint; ``VALUES(col)`` there is ``excluded.col``.
-    PostgreSQL needs the conflicting constraint named, which the gate does not
-    know, so it is refused there.
-    """
-    if dialect == "mysql":
-        body = ", ".join(f"{exp.to_identifier(c).sql(dialect=dialect)} = {e.render(dialect)}"
-                         for c, e in assignments)
-        return f" ON DUPLICATE KEY UPDATE {body}"
-    if dialect != "sqlite":
+    """``ON DUPLICATE KEY UPDATE`` in the shard's dialect
+    (:meth:`~shardgate.sql.dialects.base.SQLDialect.on_duplicate_key_update`); refused
+    where the dialect needs the conflicting key named, which the gate does not know."""
+    clause = sql_dialect(Dialect(dialect)).on_duplicate_key_update(
+        [(c, e.expr) for c, e in assignments])
+    if clause is None:
         raise Unsupported(
             f"INSERT ... ON DUPLICATE KEY UPDATE is not supported on {dialect} shards "
             "(it needs the conflicting key named): use INSERT ... ON CONFLICT on the shard"
         )
-
-    def excluded(node: exp.Expr) -> exp.Expr:
-        if isinstance(node, exp.Anonymous) and str(node.this).upper() == "VALUES" and \
-                len(node.expressions) == 1:
-            return exp.column(node.expressions[0].name, table="excluded")
-        return node
-
-    body = ", ".join(
-        f"{exp.to_identifier(c).sql(dialect=dialect)} = "
-        f"{e.expr.transform(excluded).sql(dialect=dialect)}"
-        for c, e in assignments
-    )
-    return f" ON CONFLICT DO UPDATE SET {body}"
+    return clause
 
 
 class InsertQuery(ShardQuery):
@@ -384,8 +376,9 @@ class InsertQuery(ShardQuery):
         def text(sql: str) -> str:  # a driver that formats %s reads a literal % as %%
             return sql.replace("%", "%%") if placeholder == "%s" else sql
 
-        head = text(_insert_head(self.insert.table, tuple(self.columns), dialect,
-                                 self.insert.ignore, self.insert.quoted))
+        head, tail = _insert_parts(self.insert.table, tuple(self.columns), dialect,
+                                   self.insert.ignore, self.insert.quoted)
+        head = text(head)
         args: list[Any] = []
         tuples: list[str] = []
         for row in self.per_shard[shard]:
@@ -397,9 +390,8 @@ class InsertQuery(ShardQuery):
                     args.append(resolve(v, bind_vars))
                     parts.append(placeholder)
             tuples.append("(" + ", ".join(parts) + ")")
-        tail = " ON CONFLICT DO NOTHING" if self.insert.ignore and dialect == "postgres" else ""
         if self.insert.on_duplicate:
-            tail = text(on_duplicate_clause(self.insert.on_duplicate, dialect))
+            tail = text(self.insert.duplicate_clause(dialect))
         return head + ", ".join(tuples) + tail, args
 
     @property

@@ -24,7 +24,7 @@ from typing import Any
 from sqlglot import exp
 
 from shardgate.engine.cursor import ExecCursor
-from shardgate.engine.primitive import Primitive, semantics_of
+from shardgate.engine.primitive import Primitive, dialect_of, semantics_of
 from shardgate.errors import InvalidArgument, Unsupported
 from shardgate.result import Result, Row
 from shardgate.sql.labels import label, with_values
@@ -121,7 +121,8 @@ class PulloutSubquery(Primitive):
             raise InvalidArgument("a subquery used with IN must select exactly one column")
         keep_null = self.has_values is not None
         values = list(dict.fromkeys(r[0] for r in res.rows if keep_null or r[0] is not None))
-        if keep_null and None in values and any(vc.dialect(k) == "mysql" for k in self.keyspaces):
+        if keep_null and None in values and any(
+                dialect_of(vc, k).in_subquery_range_false for k in self.keyspaces):
             raise Unsupported(
                 "x IN (SELECT ...) under NOT, OR or in the select list cannot be answered "
                 "across MariaDB shards when the subquery returns NULL: MariaDB answers FALSE, "

@@ -30,6 +30,8 @@ from shardgate.evalengine.evaluate import Evaluator
 from shardgate.evalengine.sqlsem import EXACT, INT64_MAX, INT64_MIN, Semantics, shown
 from shardgate.evalengine.values import Value
 from shardgate.result import Result, Row
+from shardgate.sql.dialects import Dialect, sql_dialect
+from shardgate.sql.dialects.base import SQLDialect
 from shardgate.sql.dialects.render import avg_magnitude, avg_partial
 
 
@@ -77,6 +79,11 @@ def _add(a: Any, b: Any) -> Any:
     return a + b
 
 
+def _dialect(sem: Semantics) -> SQLDialect:
+    """The object of the dialect whose values ``sem`` computes as."""
+    return sql_dialect(Dialect(sem.dialect))
+
+
 #: below this sum of absolute values every running sum of integers is exact in a double
 _EXACT_DOUBLE_SUMS = 2.0**53 * (1 - 1e-14)  # (SQLite prints the sum to 15 digits)
 
@@ -95,20 +102,21 @@ def _avg(total: Any, count: Any, sem: Semantics, magnitude: float = 0.0) -> Any:
     """
     if total is None or not count:
         return None
-    if sem.dialect == "sqlite" and isinstance(total, int) and magnitude >= _EXACT_DOUBLE_SUMS:
+    doubles = _dialect(sem).double_sums
+    if doubles and isinstance(total, int) and magnitude >= _EXACT_DOUBLE_SUMS:
         raise Unsupported(
             "AVG over these integers cannot be computed across SQLite shards: SQLite sums "
             "them as doubles in the order it reads the rows, and past 2^53 the rounding "
             "depends on that order; use SUM(x) and COUNT(x) instead"
         )
-    if isinstance(total, float) or sem.dialect == "sqlite":
+    if isinstance(total, float) or doubles:
         return float(total) / int(count)
     return sem.decimal_divide(Decimal(total), Decimal(int(count)))
 
 
 def _checked_sum(total: Any, sem: Semantics) -> Any:
     """A combined SUM: past BIGINT on SQLite, its SUM would have failed too."""
-    if sem.dialect == "sqlite" and isinstance(total, int) and \
+    if _dialect(sem).sum_overflow_fails and isinstance(total, int) and \
             not INT64_MIN <= total <= INT64_MAX:
         raise InvalidArgument("integer overflow in SUM")
     return total
@@ -123,10 +131,10 @@ def _sum_distinct(values: Sequence[Any], sem: Semantics) -> Any:
             as_double = True
         total = _add(total, sem.number(v))
     if total is not None and (as_double or (
-            sem.dialect == "sqlite" and not isinstance(total, int))):
+            _dialect(sem).double_sums and not isinstance(total, int))):
         return float(total)
     total = _checked_sum(total, sem)
-    if sem.dialect == "sqlite" and isinstance(total, int):
+    if _dialect(sem).sum_overflow_fails and isinstance(total, int):
         _refuse_order_dependent_overflow(values)
     return total
 
@@ -353,7 +361,7 @@ class Projection(Primitive):
         res = await self.input.execute(vc, bind_vars)
         cols = self.columns
         sem = semantics_of(vc, self.keyspace)
-        if sem.dialect == "mysql":
+        if _dialect(sem).mysql_results:
             # a quotient (AVG, /) leaves at its declared scale (sqlsem.Quotient)
             return Result(fields=list(self.mysql_names or self.names),
                           rows=[tuple(shown(f(r, sem)) for f in cols) for r in res.rows],

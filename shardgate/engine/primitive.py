@@ -25,6 +25,8 @@ from shardgate.errors import InvalidArgument
 from shardgate.evalengine.sqlsem import Semantics, semantics
 from shardgate.evalengine.values import Value, resolve
 from shardgate.result import Result
+from shardgate.sql.dialects import Dialect, sql_dialect
+from shardgate.sql.dialects.base import SQLDialect
 from shardgate.vindexes import KeyspaceId, Lookup, MultiColumn, SingleColumn, Vindex
 
 
@@ -142,6 +144,11 @@ def order_compare(a: Any, b: Any, descending: bool, nulls_first: bool, sem: Sema
         return (-1 if a is None else 1) * (1 if nulls_first else -1)
     c = sem.compare(a, b)
     return -c if descending else c
+
+
+def dialect_of(vc: ExecCursor, keyspace: str) -> SQLDialect:
+    """The object of the keyspace's SQL dialect (what its database does differently)."""
+    return sql_dialect(Dialect(vc.dialect(keyspace)))
 
 
 def semantics_of(vc: ExecCursor, keyspace: str) -> Semantics:

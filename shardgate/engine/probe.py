@@ -19,7 +19,7 @@ from typing import Any
 from sqlglot import exp
 
 from shardgate.engine.cursor import ExecCursor, ShardQuery
-from shardgate.engine.primitive import Primitive
+from shardgate.engine.primitive import Primitive, dialect_of
 from shardgate.engine.route import over_no_rows
 from shardgate.result import Result
 from shardgate.sql.dialects.render import strip_qualifiers
@@ -46,7 +46,7 @@ class TypeChecked(Primitive):
     _probe: list[ShardQuery] = field(default_factory=list, compare=False, repr=False)
 
     async def _check(self, vc: ExecCursor, bind_vars: Mapping[str, Any]) -> None:
-        if vc.dialect(self.keyspace) != "postgres":
+        if not dialect_of(vc, self.keyspace).strict_types:
             return
         if not self._probe:
             self._probe.append(ShardQuery(_probe_of(strip_qualifiers(self.statement))))

@@ -83,22 +83,33 @@ class Route(Primitive):
 
     @functools.cached_property
     def point(self) -> bool:
-        """Whether this route is a point read: it reaches at most one shard and its
-        result is that shard's as is (``Unsharded``, or ``EqualUnique`` on one value
-        of a single-column, non-lookup vindex; no key range, split IN list, merged
-        LIMIT or hidden columns). :meth:`point_shard` routes such a route without the
-        general :meth:`targets` (the gate's point path); worked out once per plan."""
-        if (self.write or self.key_range is not None or self.in_var is not None
-                or self.upper_limit_var is not None or self.hidden):
-            return False
+        """Whether this route is a point read: a read of one value of a unique vindex
+        (``EqualUnique``), so of at most one shard, whose result is that shard's as is
+        (no key range, split IN list, merged LIMIT or hidden columns). The one
+        definition: the MySQL listener runs a point read whole (not streamed), the
+        gate's direct path (:attr:`direct`) takes the point reads it can route without
+        I/O. Worked out once per plan."""
+        return self.opcode is Opcode.EQUAL_UNIQUE and len(self.values) == 1 and self._as_is
+
+    @functools.cached_property
+    def direct(self) -> bool:
+        """Whether the gate's direct path takes this route: a :attr:`point` read by one
+        value of a single-column, non-lookup vindex, or a read of an unsharded keyspace
+        (its result as is, too). :meth:`point_shard` finds its one shard without the
+        general :meth:`targets`. Worked out once per plan."""
         if self.opcode is Opcode.UNSHARDED:
-            return True
-        return (self.opcode is Opcode.EQUAL_UNIQUE and len(self.values) == 1
-                and not isinstance(self.values[0], tuple)
+            return self._as_is
+        return (self.point and not isinstance(self.values[0], tuple)
                 and isinstance(self.vindex, SingleColumn) and not isinstance(self.vindex, Lookup))
 
+    @property
+    def _as_is(self) -> bool:
+        """A read whose one shard's result is the answer as is."""
+        return not (self.write or self.key_range is not None or self.in_var is not None
+                    or self.upper_limit_var is not None or self.hidden)
+
     async def point_shard(self, vc: ExecCursor, bind_vars: Mapping[str, Any]) -> str | None:
-        """The one shard a :attr:`point` route reads, as :meth:`targets` would find it.
+        """The one shard a :attr:`direct` route reads, as :meth:`targets` would find it.
 
         None when :meth:`execute` must decide: no shard can hold the row (NULL, a
         value the column cannot store), a text column compared with a number

@@ -369,7 +369,7 @@ class Gate:
         self._planner.authorize(session, sql)
         planned = self._planner.plan(sql, session.plan_key)  # errors here change nothing
         if (type(planned) is Plan and not session.in_transaction and session.ended is None
-                and type(planned.instructions) is Route and planned.instructions.point):
+                and type(planned.instructions) is Route and planned.instructions.direct):
             # The point path: a read of one shard outside a transaction (never held by a
             # cut-over, no transaction to expire or report): SessionTable.using and
             # check_ended inline, nothing else skipped (see _execute_plan and _run).
@@ -422,7 +422,7 @@ class Gate:
         self._planner.authorize(session, sql)
         planned = self._planner.plan(sql, session.plan_key)
         if (type(planned) is not Plan or session.in_transaction or session.ended is not None
-                or type(planned.instructions) is not Route or not planned.instructions.point):
+                or type(planned.instructions) is not Route or not planned.instructions.direct):
             return None
         prim = planned.instructions
         if not self.first_shard(prim.keyspace)[1].gives_wire:
@@ -472,7 +472,7 @@ class Gate:
     async def _run(self, session: Session, prim: Primitive, bv: Mapping[str, Any]) -> Result:
         """Execute a planned statement with the session's transaction rules."""
         cursor = SessionCursor(self, session)
-        if type(prim) is Route and prim.point and not session.in_transaction:
+        if type(prim) is Route and prim.direct and not session.in_transaction:
             # A point read: its one shard found directly, then what Route.execute
             # does for one shard (the shard's result as is); the rare values
             # point_shard leaves undecided take the general route.

@@ -13,9 +13,12 @@ from shardgate.engine.plan import Plan
 from shardgate.engine.route import Route
 from shardgate.gate import Gate
 from shardgate.gate.cursor import SessionCursor
+from shardgate.planner import build_plan
 from shardgate.result import ExecuteOptions, Result
+from shardgate.sql.parse import parse
 from shardgate.tablet.client import TabletClient
 from shardgate.topo import Topology
+from shardgate.vschema import VSchema
 
 SHARDS = ("-40", "40-80", "80-c0", "c0-")
 
@@ -78,6 +81,35 @@ def test_which_routes_are_points(gate: tuple[Gate, list[Any]]) -> None:
     assert not _route(g, "SELECT id FROM t").point
     assert not _route(g, "SELECT id FROM t ORDER BY id LIMIT 3").point
     assert not _route(g, "UPDATE t SET v = 1 WHERE id = :id").point
+
+
+def test_point_reads_and_the_direct_path() -> None:
+    """One definition of a point read (Route.point: the MySQL listener runs it whole);
+    the gate's direct path takes those it routes without I/O, and unsharded reads."""
+    vs = VSchema.from_json({
+        "s": {"sharded": True,
+              "vindexes": {"hash": {"type": "hash"},
+                           "by_e": {"type": "lookup_unique",
+                                    "params": {"table": "m", "from": "e", "to": "k"}}},
+              "tables": {"t": {"column_vindexes": [{"column": "id", "name": "hash"}]},
+                         "u": {"column_vindexes": [{"column": "e", "name": "by_e"}]}}},
+        "plain": {"tables": {"p": {}}},
+    })
+
+    def route(sql: str) -> Route:
+        planned = build_plan(parse(sql), sql, vs, "s")
+        assert isinstance(planned.instructions, Route)
+        return planned.instructions
+
+    by_hash = route("SELECT id FROM t WHERE id = :id")
+    assert (by_hash.point, by_hash.direct) == (True, True)
+    by_lookup = route("SELECT e FROM u WHERE e = :e")  # its shard needs the lookup read
+    assert (by_lookup.point, by_lookup.direct) == (True, False)
+    unsharded = route("SELECT * FROM plain.p")  # may be long: streamed by the listener
+    assert (unsharded.point, unsharded.direct) == (False, True)
+    for sql in ("SELECT id FROM t", "SELECT id FROM t WHERE id IN (1, 2)",
+                "UPDATE t SET v = 1 WHERE id = :id", "UPDATE plain.p SET v = 1"):
+        assert (route(sql).point, route(sql).direct) == (False, False), sql
 
 
 async def test_point_reads_reach_the_shard_the_general_route_finds(

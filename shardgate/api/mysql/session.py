@@ -63,7 +63,6 @@ from shardgate.api.mysql.errors import BAD_DB, NO_SUCH_TABLE, PARSE, mysql_code,
 from shardgate.auth.acl import Role
 from shardgate.auth.identity import Identity
 from shardgate.engine.plan import Plan
-from shardgate.engine.primitive import Opcode
 from shardgate.engine.route import Route
 from shardgate.errors import ShardgateError
 from shardgate.gate import Gate
@@ -590,9 +589,9 @@ def _unquote(ident: str) -> str:
 
 
 def _point(planned: object) -> bool:
-    """A read of one vindex value on one shard: run whole (a stream costs more round trips)."""
+    """A point read (:attr:`.Route.point`): run whole (a stream costs more round trips)."""
     return isinstance(planned, Plan) and isinstance(planned.instructions, Route) and \
-        planned.instructions.opcode is Opcode.EQUAL_UNIQUE
+        planned.instructions.point
 
 
 async def _rows(first: Result, rest: AsyncIterator[Result]) -> AsyncIterator[Sequence[Any]]:

@@ -16,6 +16,7 @@ every method a pure function of its arguments.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -59,6 +60,21 @@ class SQLDialect:
     random_id_sql: ClassVar[str]
     #: the name of the function returning the smaller of two values
     least: ClassVar[str] = "LEAST"
+    #: SUM adds non-integer values, and AVG every value, as doubles (in the order it
+    #: reads the rows: SQLite before 3.43), where the others sum exact decimals
+    double_sums: ClassVar[bool] = False
+    #: an integer SUM whose running total leaves BIGINT fails ("integer overflow",
+    #: SQLite), where the others widen to a decimal
+    sum_overflow_fails: ClassVar[bool] = False
+    #: results as MariaDB/MySQL shows them: a quotient (AVG, ``/``) at its declared
+    #: scale, a string constant's column named by its value
+    mysql_results: ClassVar[bool] = False
+    #: ``x IN (SELECT ...)`` may answer FALSE, not NULL, when the subquery returns a
+    #: NULL and x lies outside the range of the subquery column's type (MariaDB)
+    in_subquery_range_false: ClassVar[bool] = False
+    #: comparing values of different types (text = integer) is an error, where the
+    #: others convert (PostgreSQL): a join the gate runs is type-checked on a shard first
+    strict_types: ClassVar[bool] = False
     #: ``CREATE INDEX ... WHERE`` (partial indexes)
     partial_indexes: ClassVar[bool] = True
     #: a list parameter binds as an array (``= ANY(%s::bigint[])``, ``unnest``)
@@ -118,6 +134,13 @@ class SQLDialect:
     def excluded(self, column: str) -> str:
         """In an upsert's ``sets``: the value the INSERT proposed for ``column``."""
         return f"excluded.{column}"
+
+    def on_duplicate_key_update(self, sets: Sequence[tuple[str, exp.Expr]]) -> str | None:
+        """MySQL's ``ON DUPLICATE KEY UPDATE col = expr, ...`` (it fires on any unique
+        key; ``VALUES(col)`` in ``expr`` is the value the INSERT proposed) in this
+        dialect, after an ``INSERT ... VALUES``; None where the dialect needs the
+        conflicting key named, which the gate does not know (PostgreSQL)."""
+        return None
 
     def keep_existing(self, key: list[str]) -> str:
         """The clause after an ``INSERT ... VALUES`` that leaves a row whose ``key``

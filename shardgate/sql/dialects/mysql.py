@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+from sqlglot import exp
+
 from shardgate.sql.dialects.base import SQLDialect, TableComment
 from shardgate.sql.dialects.names import Dialect
 
@@ -14,6 +18,8 @@ class MySQLDialect(SQLDialect):
     # Not RAND(): MariaDB's RAND() has 30 bits of state, so one bulk INSERT of
     # 200k events repeats ~900 ids. 60 bits of an MD5 of a (unique) UUID() do not.
     random_id_sql = "(CAST(CONV(SUBSTR(MD5(UUID()), 1, 15), 16, 10) AS SIGNED))"
+    mysql_results = True
+    in_subquery_range_false = True
     partial_indexes = False
     update_returning = False
     delete_limit = True
@@ -38,6 +44,10 @@ class MySQLDialect(SQLDialect):
 
     def excluded(self, column: str) -> str:
         return f"VALUES({column})"
+
+    def on_duplicate_key_update(self, sets: Sequence[tuple[str, exp.Expr]]) -> str | None:
+        body = ", ".join(f"{self.quote(c)} = {e.sql(dialect='mysql')}" for c, e in sets)
+        return f" ON DUPLICATE KEY UPDATE {body}"
 
     def table_comment(self, table: str, comment: str) -> TableComment:
         return TableComment(suffix=f" COMMENT = '{comment}'")

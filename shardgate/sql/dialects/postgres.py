@@ -40,6 +40,7 @@ class PostgresDialect(SQLDialect):
     random_id_sql = ("(('x' || substr(replace(gen_random_uuid()::text, '-', ''), 1, 15))"
                      "::bit(60)::bigint)")
     array_params = True
+    strict_types = True
     drop_cascade = " CASCADE"
     relaxed_durability_sql = "SET synchronous_commit = off"
 

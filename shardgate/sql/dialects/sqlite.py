@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 import sqlglot
 from sqlglot import exp
@@ -44,6 +45,8 @@ class SQLiteDialect(SQLDialect):
     now_ns_sql = "(CAST((julianday('now') - 2440587.5) * 86400000000000.0 AS INTEGER))"
     random_id_sql = "(random() & 9223372036854775807)"
     least = "min"
+    double_sums = True
+    sum_overflow_fails = True
 
     def fix(self, node: exp.Expr) -> exp.Expr:
         if isinstance(node, exp.Sum) and node.meta.get(AVG_SUM):
@@ -57,6 +60,19 @@ class SQLiteDialect(SQLDialect):
 
     def insert_ignore(self) -> tuple[str, str]:
         return "INSERT OR IGNORE INTO", ""
+
+    def on_duplicate_key_update(self, sets: Sequence[tuple[str, exp.Expr]]) -> str | None:
+        # An upsert without a conflict target fires on any unique constraint, as
+        # MySQL's clause does; VALUES(col) is excluded.col there.
+        def excluded(node: exp.Expr) -> exp.Expr:
+            if isinstance(node, exp.Anonymous) and str(node.this).upper() == "VALUES" and \
+                    len(node.expressions) == 1:
+                return exp.column(node.expressions[0].name, table="excluded")
+            return node
+
+        body = ", ".join(f"{self.quote(c)} = {e.transform(excluded).sql(dialect='sqlite')}"
+                         for c, e in sets)
+        return f" ON CONFLICT DO UPDATE SET {body}"
 
     def table_comment(self, table: str, comment: str) -> TableComment:
         return TableComment(inner=f"/* {comment} */")
