@@ -18,12 +18,21 @@ Python → :class:`~shardgate.api.grpc.shardgate_pb2.Value`:
 The reverse is exact for every case but the ones travelling as strings: those
 arrive as ``str``. Anything else is an :class:`~shardgate.errors.InvalidArgument`
 naming the type.
+
+Between a tablet and a gate, a statement's rows travel packed instead
+(:func:`pack_rows`): one buffer in Python's ``marshal`` format for the whole
+result, written and read in C. Per-cell Value messages cost ~20 us for a
+point select's row and ~20 ms to write (8 ms to read) for 1,000 rows of 5
+columns; packed: ~2.5 us and ~1 us, ~60 us and ~100 us. Only a gate reads
+packed rows, from the tablets it found in the topo store (and authenticated,
+where the cluster uses TLS); a tablet never unpacks what it is sent.
 """
 
 from __future__ import annotations
 
 import datetime
 import decimal
+import marshal
 import uuid
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -31,7 +40,7 @@ from typing import Any
 from shardgate.api.grpc import shardgate_pb2 as pb
 from shardgate.errors import InvalidArgument
 from shardgate.event_token import EventToken
-from shardgate.result import ExecuteOptions, Result
+from shardgate.result import ExecuteOptions, Result, Row
 from shardgate.sql.inputs import check_bind_vars, check_text
 
 _Value = pb.Value
@@ -192,6 +201,100 @@ def execute_response(
     for row in result.rows:
         add_row(values=[to_value(v, typed) for v in row])
     return response
+
+
+#: marshal's format version of packed rows (stable across Python versions since 3.4)
+PACK_VERSION = 4
+#: the cell types packed as they are (a tuple only when no cell needs escaping)
+_NATIVE = frozenset({type(None), bool, int, float, complex, str, bytes, list, dict, set,
+                     frozenset})
+#: the first item of an escaped cell: a serialized typed Value, or a tuple
+_VALUE_TAG = "V"
+_TUPLE_TAG = "("
+
+
+def _escape(v: Any) -> Any:
+    kind = type(v)
+    if kind in _NATIVE:
+        return v
+    if kind is tuple:
+        return (_TUPLE_TAG, v)
+    return (_VALUE_TAG, to_value(v, typed=True).SerializeToString())
+
+
+def pack_rows(rows: list[Row]) -> tuple[bytes, bool]:
+    """``rows`` as one marshal buffer, and whether some cells are escaped.
+
+    Every cell of the types marshal writes (None, bool, int, float, str, bytes,
+    tuple, list, dict, set...) goes as it is; when some cell is of another type,
+    every such cell becomes ``("V", its typed Value serialized)`` (see
+    :func:`to_value`: Decimal, date, time, datetime, UUID; other types are
+    refused) and every tuple cell ``("(", tuple)``. :func:`unpack_rows` gives
+    back equal rows, tuples of the same types.
+    """
+    if not all(type(r) is tuple for r in rows):
+        rows = [tuple(r) for r in rows]
+    try:
+        return marshal.dumps(rows, PACK_VERSION), False
+    except ValueError:  # a cell marshal does not write (Decimal, datetime, ...)
+        pass
+    escaped = [tuple([_escape(v) for v in row]) for row in rows]
+    try:
+        return marshal.dumps(escaped, PACK_VERSION), True
+    except ValueError:  # a list or dict holding such a cell
+        raise InvalidArgument(
+            "cannot send a list, dict or set value holding values other than None, bool, "
+            "int, float, str and bytes") from None
+
+
+def _unescape(v: Any) -> Any:
+    if type(v) is not tuple:
+        return v
+    if v[0] == _VALUE_TAG:
+        return from_value(pb.Value.FromString(v[1]))
+    return v[1]
+
+
+def unpack_rows(data: bytes, escaped: bool) -> list[Row]:
+    """The rows :func:`pack_rows` packed."""
+    if not data:
+        return []
+    rows: list[Row] = marshal.loads(data)
+    if escaped:
+        rows = [tuple([_unescape(v) for v in row]) for row in rows]
+    return rows
+
+
+def lane_response(result: Result) -> pb.TabletLaneResponse:
+    """A lane's answer carrying ``result`` (its rows packed: see :func:`pack_rows`)."""
+    response = pb.TabletLaneResponse()
+    out = response.result
+    out.rows_affected = result.rows_affected
+    if result.insert_id is not None:
+        out.insert_id = result.insert_id
+    if result.fresher is not None:
+        out.fresher = result.fresher
+    if result.event_token is not None:
+        out.event_token.CopyFrom(to_token(result.event_token))
+    add_field = out.fields.add
+    for f in result.fields:
+        add_field(name=f)
+    if result.rows:
+        response.rows, response.rows_escaped = pack_rows(result.rows)
+    return response
+
+
+def lane_result(response: pb.TabletLaneResponse) -> Result:
+    """The :class:`Result` a lane's answer carries."""
+    out = response.result
+    return Result(
+        fields=[f.name for f in out.fields],
+        rows=unpack_rows(response.rows, response.rows_escaped),
+        rows_affected=out.rows_affected,
+        insert_id=out.insert_id if out.HasField("insert_id") else None,
+        event_token=from_token(out.event_token) if out.HasField("event_token") else None,
+        fresher=out.fresher if out.HasField("fresher") else None,
+    )
 
 
 def to_token(token: EventToken | None) -> pb.EventToken | None:

@@ -733,13 +733,17 @@ class TabletLaneRequest(_message.Message):
     def __init__(self, execute: _Optional[_Union[TabletExecuteRequest, _Mapping]] = ..., wire: _Optional[bool] = ...) -> None: ...
 
 class TabletLaneResponse(_message.Message):
-    __slots__ = ("error_code", "error_message", "result", "wire")
+    __slots__ = ("error_code", "error_message", "result", "wire", "rows", "rows_escaped")
     ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
     ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
     RESULT_FIELD_NUMBER: _ClassVar[int]
     WIRE_FIELD_NUMBER: _ClassVar[int]
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    ROWS_ESCAPED_FIELD_NUMBER: _ClassVar[int]
     error_code: str
     error_message: str
     result: ExecuteResponse
     wire: TabletWireResponse
-    def __init__(self, error_code: _Optional[str] = ..., error_message: _Optional[str] = ..., result: _Optional[_Union[ExecuteResponse, _Mapping]] = ..., wire: _Optional[_Union[TabletWireResponse, _Mapping]] = ...) -> None: ...
+    rows: bytes
+    rows_escaped: bool
+    def __init__(self, error_code: _Optional[str] = ..., error_message: _Optional[str] = ..., result: _Optional[_Union[ExecuteResponse, _Mapping]] = ..., wire: _Optional[_Union[TabletWireResponse, _Mapping]] = ..., rows: _Optional[bytes] = ..., rows_escaped: _Optional[bool] = ...) -> None: ...

@@ -124,7 +124,8 @@ class GrpcTabletClient(TabletClient):
     async def connect(cls, target: str, *, timeout: float | None = 10.0,
                       security: ClientSecurity | None = None) -> GrpcTabletClient:
         """Ask the tablet who it is (keyspace, shard, dialect) and return a client."""
-        probe = cls(target, "", "", "", "", timeout=timeout, security=security)
+        # (keyspace, shard and dialect are the tablet's own, read below)
+        probe = cls(target, "", "", Dialect.SQLITE, "", timeout=timeout, security=security)
         try:
             info: pb.TabletInfoResponse = await probe._stub.Info(pb.TabletInfoRequest(),
                                                                  timeout=timeout)
@@ -214,8 +215,7 @@ class GrpcTabletClient(TabletClient):
             request = pb.TabletExecuteRequest(sql=sql, params=_params(params),
                                               transaction_id=transaction_id or 0,
                                               **convert.option_fields(options))
-        response = await self._on_lane(pb.TabletLaneRequest(execute=request))
-        return convert.to_result(response.result)
+        return convert.lane_result(await self._on_lane(pb.TabletLaneRequest(execute=request)))
 
     @property
     def gives_wire(self) -> bool:

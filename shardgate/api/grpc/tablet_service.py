@@ -58,7 +58,7 @@ from shardgate.api.grpc.server import listen, new_server
 from shardgate.auth.listen import check_listen
 from shardgate.backends.changes import Heartbeat, LogItem
 from shardgate.errors import Code, ShardgateError, Unavailable
-from shardgate.result import Row
+from shardgate.result import Result, Row
 from shardgate.tablet import Tablet
 from shardgate.tablet.queue_service import receive_batches
 
@@ -195,9 +195,9 @@ class TabletServicer(pb_grpc.TabletServicer):
 
     @unary(pb.ExecuteResponse)
     async def Execute(self, request: pb.TabletExecuteRequest, context: Ctx) -> pb.ExecuteResponse:
-        return await self._execute(request)
+        return convert.execute_response(0, await self._execute(request), typed=True)
 
-    async def _execute(self, request: pb.TabletExecuteRequest) -> pb.ExecuteResponse:
+    async def _execute(self, request: pb.TabletExecuteRequest) -> Result:
         # _work inlined (the hot call: a generator context manager per call costs more)
         tid = request.transaction_id or None
         if tid is None:
@@ -212,7 +212,7 @@ class TabletServicer(pb_grpc.TabletServicer):
                                                convert.options_of(request))
             if tid is not None:
                 self._touch(tid)
-            return convert.execute_response(0, result, typed=True)
+            return result
         finally:
             self._in_flight -= 1
 
@@ -243,6 +243,7 @@ class TabletServicer(pb_grpc.TabletServicer):
         read = context.read
         write = context.write
         Response = pb.TabletLaneResponse
+        lane_response = convert.lane_response
         while not self._lanes_ending:
             idle.add(task)
             try:
@@ -260,7 +261,7 @@ class TabletServicer(pb_grpc.TabletServicer):
                 if request.wire:
                     response = Response(wire=await self._execute_wire(request.execute))
                 else:
-                    response = Response(result=await self._execute(request.execute))
+                    response = lane_response(await self._execute(request.execute))
             except Exception as exc:
                 response = lane_error(exc)
             await write(response)
