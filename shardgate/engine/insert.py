@@ -318,6 +318,7 @@ class Insert(Primitive):
 
 
 def resolve_or_none(v: Value, bind_vars: Mapping[str, Any]) -> Any:
+    """``v``'s value (an SQL expression stands for itself: not NULL to a sequence)."""
     if isinstance(v, SQLExpr):
         return v  # an expression: not NULL as far as sequences go
     return resolve(v, bind_vars)

@@ -95,6 +95,7 @@ class OrderKey:
 async def vindex_map(
     vc: ExecCursor, vindex: Vindex, values: Sequence[Any]
 ) -> list[list[KeyspaceId]]:
+    """The keyspace ids each value maps to under ``vindex`` (a lookup reads through the cursor)."""
     if isinstance(vindex, Lookup):
         return await vindex.map(vc.lookup_cursor(), values)
     if isinstance(vindex, SingleColumn):
@@ -127,6 +128,7 @@ async def map_distinct(
 
 
 def int_of(v: Value | None, bind_vars: Mapping[str, Any], what: str) -> int:
+    """A LIMIT or OFFSET value (``what``) resolved: a non-negative integer, 0 when absent."""
     if v is None:
         return 0
     n = resolve(v, bind_vars)

@@ -30,6 +30,8 @@ def reads_other_keyspace(source: exp.Expr, keyspace: str, vschema: VSchema,
 
 
 def plan_ddl(stmt: exp.Expression, vschema: VSchema, default_ks: str | None) -> Primitive:
+    """Plan a DDL statement: run on every shard of its keyspace, or refused when it
+    cannot be (temporary tables, views over sharded keyspaces, cross-keyspace sources)."""
     if isinstance(stmt, exp.Create) and stmt.find(exp.TemporaryProperty) is not None:
         raise Unsupported(
             "CREATE TEMPORARY TABLE: a temporary table lives in one database connection, and "

@@ -108,6 +108,7 @@ def _single_table_form(stmt: exp.Expression) -> exp.Expression:
 def plan_update_delete(
     stmt: exp.Expression, vschema: VSchema, default_ks: str | None
 ) -> Primitive:
+    """Plan an UPDATE or DELETE (see the module docstring)."""
     verb = "UPDATE" if isinstance(stmt, exp.Update) else "DELETE"
     stmt = _single_table_form(stmt)
     merged = _joined_dml(stmt, vschema, default_ks)

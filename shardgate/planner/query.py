@@ -74,6 +74,7 @@ class Ref:
 
 
 def refs_of(stmt: exp.Expression, vschema: VSchema, default_keyspace: str | None) -> list[Ref]:
+    """The VSchema tables ``stmt`` names at any depth (CTE names and ``dual`` left out)."""
     refs = []
     nodes = list(stmt.find_all(exp.CTE, exp.Table))  # one walk (long IN lists)
     ctes = {c.alias_or_name.lower() for c in nodes if isinstance(c, exp.CTE)}
@@ -91,6 +92,7 @@ def _only(keyspaces: set[str]) -> str | None:
 
 
 def single_keyspace(refs: list[Ref], what: str) -> str:
+    """The one keyspace of ``refs``; refused when they span several."""
     keyspaces = {r.table.keyspace for r in refs}
     if len(keyspaces) > 1:
         raise Unsupported(
@@ -101,6 +103,7 @@ def single_keyspace(refs: list[Ref], what: str) -> str:
 
 
 def plan_select(stmt: exp.Expression, vschema: VSchema, default_ks: str | None) -> Primitive:
+    """Plan a SELECT or UNION (see the module docstring for the order tried)."""
     # FROM dual (alone or joined) means no table: the shards' dialects all take a SELECT
     # without FROM, and a quoted `dual` would be a table name on MySQL.
     stmt = cast(exp.Expression, drop_dual(without_dual_joins(stmt)))
@@ -355,6 +358,7 @@ def _keyrange_select(
 
 def route_for(choice: RouteChoice, ks: str, tree: exp.Expr, table: str,
            write: bool = False, in_var: str | None = None) -> Route:
+    """The route ``choice`` gives ``tree`` over ``table`` of keyspace ``ks``."""
     return Route(choice.opcode, ks, True, ShardQuery(tree), table=table,
                  vindex=choice.vindex, values=choice.values, write=write, in_var=in_var,
                  columns=choice.columns)
