@@ -194,6 +194,14 @@ async def app_path(url: str, topology: Topology, keys: list[int], seconds: float
                   f"{statistics.median(ratios):.2f} (rounds: "
                   f"{', '.join(f'{x:.2f}' for x in ratios)}; goal >= 1.4)")
         print("goals (issue 17): >= 0.35x psycopg with 8 clients; gate CPU <= 250 us/select")
+        c = max(clients)
+        ref_cpu = med[f"psycopg, {c} client(s)"].cpu_us["machine"]
+        for kind in ("gate", "gate MySQL"):
+            r = med[f"{kind} 1 worker, {c} client(s)"]
+            print(f"issue 31, {kind} 1 worker, {c} clients: machine CPU per select "
+                  f"{r.cpu_us['machine'] / ref_cpu:.1f}x psycopg's (goal <= 4x); gate "
+                  f"{r.cpu_us['gate']:.0f} us, tablet {r.cpu_us['tablet']:.0f} us per select "
+                  "(goals <= 150 each)")
     finally:  # the processes go first: an orphaned tablet would keep the shard's lease
         for g in gates.values():
             g.stop()
