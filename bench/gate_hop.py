@@ -23,7 +23,7 @@ import tempfile
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from shardgate.api.fleet import open_remote_gate
+from shardgate.api.grpc.remote_gate import open_remote_gate
 from shardgate.auth.identity import TRUSTED
 from shardgate.cli.cluster import start_tablet, wait_for_tablets
 from shardgate.gate import Gate

@@ -114,6 +114,21 @@ class Unavailable(ShardgateError):
     code = Code.UNAVAILABLE
 
 
+class TabletUnreachable(Unavailable):
+    """The tablet did not answer: the connection failed or broke, or it is draining.
+
+    ``sent`` says whether the request may have reached it (and run): False
+    when the connection could not be made or the tablet refused it while
+    draining, True when the connection broke or the deadline passed after
+    the request went out. The gate's fleet (:mod:`shardgate.gate.fleet`)
+    fails over on it.
+    """
+
+    def __init__(self, message: str, *, sent: bool) -> None:
+        super().__init__(message)
+        self.sent = sent
+
+
 class DeadlineExceeded(ShardgateError):
     """The statement ran past its timeout and was cancelled on the shard."""
 

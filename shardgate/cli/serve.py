@@ -44,7 +44,7 @@ it: a fraction below 1 or a count; 0, the default: none).
 
 ``gate`` opens no tablet of its own: it finds the ``tablet`` processes of
 every shard in the topo store and fails over between them (see
-:mod:`shardgate.api.fleet` and ``docs/production.md``).
+:mod:`shardgate.gate.fleet` and ``docs/production.md``).
 
 ``gate --workers N`` runs N gate processes sharing the ports under a supervisor
 (see :mod:`shardgate.cli.workers`). ``up`` has no ``--workers``: its tablets
@@ -77,12 +77,8 @@ from pathlib import Path
 from typing import Any
 
 from shardgate.aio import wait_for
-from shardgate.api.fleet import (
-    DEFAULT_FAILOVER_TIMEOUT_S,
-    DEFAULT_HEALTH_INTERVAL_S,
-    open_remote_gate,
-)
 from shardgate.api.grpc.client import GateClient
+from shardgate.api.grpc.remote_gate import open_remote_gate
 from shardgate.api.grpc.security import ServerSecurity, TLSFiles
 from shardgate.api.grpc.server import serve
 from shardgate.api.grpc.tablet_service import DEFAULT_IDLE_TIMEOUT_S, serve_tablet_service
@@ -107,6 +103,7 @@ from shardgate.cli.listen_ports import Listener, check_free
 from shardgate.cli.workers import PARENT_CHECK_S, check_count, parse_slot, supervise
 from shardgate.errors import FailedPrecondition, InvalidArgument, Unavailable
 from shardgate.gate import Gate, worker
+from shardgate.gate.fleet import DEFAULT_FAILOVER_TIMEOUT_S, DEFAULT_HEALTH_INTERVAL_S
 from shardgate.gate.limits import (
     DEFAULT_SESSION_IDLE_TIMEOUT_S,
     DEFAULT_TRANSACTION_TIMEOUT_S,

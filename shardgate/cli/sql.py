@@ -27,8 +27,8 @@ import sqlglot
 from sqlglot import TokenType, exp
 from sqlglot.errors import SqlglotError
 
-from shardgate.api.fleet import open_remote_gate
 from shardgate.api.grpc.client import GateClient
+from shardgate.api.grpc.remote_gate import open_remote_gate
 from shardgate.auth.identity import TRUSTED
 from shardgate.cli.common import (
     DEFAULT_TARGET,

@@ -80,9 +80,9 @@ from shardgate.spark.options import QueueSourceOptions, SourceOptions
 from shardgate.vschema import TableType
 
 if TYPE_CHECKING:
-    from shardgate.api.fleet import TabletFleet
     from shardgate.client.sync import LoopThread
     from shardgate.gate import Gate
+    from shardgate.gate.fleet import TabletFleet
 
 #: The columns every ``shardgate_queue`` row starts with; the queue's own columns follow.
 EVENT_FIELDS = [
@@ -157,7 +157,7 @@ class _FleetGate(_LocalGate):
 
     @classmethod
     async def open(cls, url: str, keyspace: str, queue: str) -> _FleetGate:
-        from shardgate.api.fleet import open_remote_gate
+        from shardgate.api.grpc.remote_gate import open_remote_gate
         from shardgate.topo.local import open_topo
 
         topo = await open_topo(url=url)

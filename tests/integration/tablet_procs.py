@@ -4,7 +4,7 @@ Each tablet is a real separate process running ``shardgate tablet --topo URL``
 (its own event loop, gRPC server, database pool and shard lease). They are
 forked from a forkserver that imported shardgate once, so starting five of
 them costs well under a second instead of an interpreter start-up each.
-The gate the tests use is :func:`shardgate.api.fleet.open_remote_gate`: it
+The gate the tests use is :func:`shardgate.api.grpc.remote_gate.open_remote_gate`: it
 opens no tablet of its own and reaches the processes over gRPC.
 
 :class:`SharedTablets` starts the processes (and their PostgreSQL databases)
@@ -28,10 +28,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from shardgate.api.fleet import TabletFleet, open_remote_gate
+from shardgate.api.grpc.remote_gate import open_remote_gate
 from shardgate.api.grpc.security import ClientSecurity
 from shardgate.cli.cluster import wait_for_tablets
 from shardgate.gate import Gate
+from shardgate.gate.fleet import TabletFleet
 from shardgate.topo import Topology
 from shardgate.topo.local import open_topo
 from shardgate.topo.server import TopoServer

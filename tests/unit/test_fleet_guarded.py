@@ -14,8 +14,9 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from shardgate.api.fleet import _guarded, _Remote
-from shardgate.api.grpc.tablet_client import GrpcTabletClient, TabletUnreachable
+from shardgate.api.grpc.tablet_client import GrpcTabletClient
+from shardgate.errors import TabletUnreachable
+from shardgate.gate.fleet import _guarded, _Remote
 from shardgate.tablet.registry import TabletRecord
 
 
@@ -27,7 +28,7 @@ async def remote() -> AsyncIterator[_Remote]:
         heartbeat_s=1.0, beat=1, dialect="postgres", placeholder="%s", supports_twopc=False,
         collation="")
     client = GrpcTabletClient(record.address, "ks", "-", "postgres", "%s")  # never dialled
-    yield _Remote(record, client, healthy=True, serving=True)
+    yield _Remote(record, client, client.health, healthy=True, serving=True)
     await client.close()
 
 

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from shardgate.api.fleet import is_read
 from shardgate.api.grpc import convert
+from shardgate.gate.fleet import is_read
 from shardgate.tablet.registry import KIND, TabletRecord, TabletRoster
 from shardgate.topo.store import Record
 

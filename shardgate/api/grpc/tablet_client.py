@@ -18,7 +18,7 @@ from shardgate.api.grpc.server import GRPC_OPTIONS
 from shardgate.api.grpc.stream_convert import change_of
 from shardgate.api.grpc.tablet_service import DRAINING
 from shardgate.backends.changes import Heartbeat, LogItem, Transaction
-from shardgate.errors import Code, ShardgateError, Unavailable, error_for_code
+from shardgate.errors import Code, ShardgateError, TabletUnreachable, error_for_code
 from shardgate.event_token import EventToken
 from shardgate.queues.events import QueueBatch
 from shardgate.queues.options import QueueOptions
@@ -36,20 +36,6 @@ MAX_IDLE_LANES = 64
 _TRANSPORT_CODES = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.UNKNOWN,
                     grpc.StatusCode.CANCELLED, grpc.StatusCode.DEADLINE_EXCEEDED,
                     grpc.StatusCode.INTERNAL)
-
-
-class TabletUnreachable(Unavailable):
-    """The tablet did not answer: the connection failed or broke, or it is draining.
-
-    ``sent`` says whether the request may have reached it (and run): False
-    when the connection could not be made or the tablet refused it while
-    draining, True when the connection broke or the deadline passed after
-    the request went out.
-    """
-
-    def __init__(self, message: str, *, sent: bool) -> None:
-        super().__init__(message)
-        self.sent = sent
 
 
 def tablet_error(exc: grpc.aio.AioRpcError, target: str) -> ShardgateError:
