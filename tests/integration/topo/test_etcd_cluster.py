@@ -16,7 +16,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
@@ -86,9 +86,10 @@ async def test_a_killed_tablets_record_goes_with_its_lease(pair: TabletProcesses
     assert [r.name for r in live] == [standby]
 
 
-@contextlib.contextmanager
-def gate_process(topo_url: str, port: int, log_path: Path) -> Iterator[int]:
-    """``shardgate gate --topo URL`` serving gRPC on ``port``; its pid."""
+@contextlib.asynccontextmanager
+async def gate_process(topo_url: str, port: int, log_path: Path) -> AsyncIterator[int]:
+    """``shardgate gate --topo URL`` serving gRPC on ``port``; its pid. (Waited for in a
+    thread: this loop runs the in-test gate, whose etcd calls must not stall.)"""
     with log_path.open("w") as log:
         proc = subprocess.Popen(
             [sys.executable, "-m", "shardgate.cli", "gate", "--topo", topo_url, "--no-auth",
@@ -96,26 +97,26 @@ def gate_process(topo_url: str, port: int, log_path: Path) -> Iterator[int]:
             env=cli_env(), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
             text=True, start_new_session=True)
         try:
-            wait_for_port(proc, port)
+            await asyncio.to_thread(wait_for_port, proc, port)
             yield proc.pid
         finally:
             if proc.poll() is None:
                 proc.kill()
-            proc.wait(10)
+            await asyncio.to_thread(proc.wait, 10)
 
 
 async def test_a_client_naming_two_gates_goes_on_when_one_is_killed(
     pair: TabletProcesses, tmp_path: Path
 ) -> None:
     p1, p2 = free_port(), free_port()
-    with gate_process(pair.topo_url, p1, tmp_path / "g1.log") as pid1, \
-            gate_process(pair.topo_url, p2, tmp_path / "g2.log"):
-        async with GateClient(f"grpc://127.0.0.1:{p1},127.0.0.1:{p2}", keyspace="app",
-                              timeout=10) as client:
-            await client.execute("INSERT INTO w (id, v) VALUES (7, 'seven')")
-            os.kill(pid1, signal.SIGKILL)
-            start = time.monotonic()
-            rows = (await client.execute("SELECT v FROM w WHERE id = 7")).rows
-            took = time.monotonic() - start
-            print(f"client moved to the second gate {took * 1000:.0f} ms after SIGKILL")
-            assert rows == [("seven",)] and took < 1.0
+    target = f"grpc://127.0.0.1:{p1},127.0.0.1:{p2}"
+    async with (gate_process(pair.topo_url, p1, tmp_path / "g1.log") as pid1,
+                gate_process(pair.topo_url, p2, tmp_path / "g2.log"),
+                GateClient(target, keyspace="app", timeout=10) as client):
+        await client.execute("INSERT INTO w (id, v) VALUES (7, 'seven')")
+        os.kill(pid1, signal.SIGKILL)
+        start = time.monotonic()
+        rows = (await client.execute("SELECT v FROM w WHERE id = 7")).rows
+        took = time.monotonic() - start
+        print(f"client moved to the second gate {took * 1000:.0f} ms after SIGKILL")
+        assert rows == [("seven",)] and took < 1.0
