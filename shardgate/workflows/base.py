@@ -98,8 +98,9 @@ from shardgate.errors import (
     NotFound,
     ShardgateError,
 )
-from shardgate.keys import KeyRange, parse_shard_name
+from shardgate.keys import KeyRange, ShardId, parse_shard_name
 from shardgate.queues.options import QueueOptions
+from shardgate.sql.dialects import Dialect
 from shardgate.topo.model import Topology
 from shardgate.topo.server import TopoServer
 from shardgate.topo.store import Record, TopoConflict
@@ -343,7 +344,7 @@ class Workflow(ABC, Generic[S]):
 
     def _log(self, url: str, shard: str) -> ChangeLog:
         if url not in self._logs:
-            self._logs[url] = open_change_log(url, f"{self.spec.keyspace}/{shard}")
+            self._logs[url] = open_change_log(url, str(ShardId(self.spec.keyspace, shard)))
         return self._logs[url]
 
     async def _sources(self) -> dict[str, tuple[Backend, ChangeLog]]:
@@ -721,7 +722,7 @@ def _alive(runner: Mapping[str, Any]) -> bool:
     return True
 
 
-def _stream_status(stream: Mapping[str, Any], dialect: str, head: str) -> dict[str, Any]:
+def _stream_status(stream: Mapping[str, Any], dialect: Dialect, head: str) -> dict[str, Any]:
     """One stream of :meth:`Workflow.status`: its state, position and distance to the
     source's log end ``head`` (SQLite: change rows; PostgreSQL: WAL bytes)."""
     pos = stream["pos"]

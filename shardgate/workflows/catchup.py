@@ -31,6 +31,7 @@ from shardgate.backends.changes import ChangeLog, Heartbeat, LogItem, Transactio
 from shardgate.errors import Unsupported
 from shardgate.event_token import position_key as gtid_key
 from shardgate.keys import KeyRange
+from shardgate.sql.dialects import Dialect
 from shardgate.workflows.freeze import ApplyPass
 from shardgate.workflows.rowsql import MovingTable, RowWriter, has_secondary_unique
 
@@ -43,7 +44,30 @@ Keep = Callable[[str, tuple[Any, ...]], bool]
 Op = tuple[str, RowWriter, tuple[Any, ...]]  # ("upsert" | "delete", writer, row or key)
 
 
-def position_key(dialect: str, position: str | None) -> int:
+def _lsn_key(position: str) -> int:
+    hi, lo = position.split("/")
+    return (int(hi, 16) << 32) | int(lo, 16)
+
+
+def _gtid_key(position: str) -> int:
+    key = gtid_key(position)
+    if len(key) != 2:
+        raise Unsupported(
+            f"MariaDB position {position!r} names several GTID domains: resharding "
+            "orders a source's binlog by the sequence number of one domain")
+    return key[1]
+
+
+#: per dialect, a change-log position as an integer (the change logs' own formats)
+_POSITION_KEYS: dict[Dialect, Callable[[str], int]] = {
+    Dialect.SQLITE: int, Dialect.POSTGRES: _lsn_key, Dialect.MYSQL: _gtid_key}
+#: per dialect, SQL giving a position every committed write is at or before (else the
+#: log's current position)
+_FINAL_POSITION_SQL: dict[Dialect, str] = {
+    Dialect.POSTGRES: "SELECT pg_current_wal_flush_lsn()::text"}
+
+
+def position_key(dialect: Dialect, position: str | None) -> int:
     """A position as an integer that grows with the log (SQLite seq, PostgreSQL LSN,
     MariaDB: the sequence number of a GTID of one replication domain).
 
@@ -52,17 +76,7 @@ def position_key(dialect: str, position: str | None) -> int:
     """
     if position is None or position == "":
         return -1
-    if dialect == "postgres":
-        hi, lo = position.split("/")
-        return (int(hi, 16) << 32) | int(lo, 16)
-    if dialect == "mysql":
-        key = gtid_key(position)
-        if len(key) != 2:
-            raise Unsupported(
-                f"MariaDB position {position!r} names several GTID domains: resharding "
-                "orders a source's binlog by the sequence number of one domain")
-        return key[1]
-    return int(position)
+    return _POSITION_KEYS[dialect](position)
 
 
 async def final_position(backend: Backend, log: ChangeLog) -> str:
@@ -73,9 +87,9 @@ async def final_position(backend: Backend, log: ChangeLog) -> str:
     commits in flight, so nothing committed is past it, and the log reader
     reaches it without waiting for the WAL writer.
     """
-    if backend.dialect == "postgres":
-        res = await backend.execute("SELECT pg_current_wal_flush_lsn()::text")
-        return str(res.rows[0][0])
+    sql = _FINAL_POSITION_SQL.get(backend.dialect)
+    if sql is not None:
+        return str((await backend.execute(sql)).rows[0][0])
     return await log.current_position()
 
 
@@ -234,7 +248,7 @@ class LogCursor:
                 await reader.aclose()  # type: ignore[attr-defined]
 
 
-async def catch_up(cursor: LogCursor, dialect: str, applier: Applier, *,
+async def catch_up(cursor: LogCursor, dialect: Dialect, applier: Applier, *,
                    report: Report, until: str | None = None, keep: Keep | None = None,
                    deadline: float | None = None) -> tuple[str | None, bool]:
     """Replay the log after ``cursor.position`` on the targets.

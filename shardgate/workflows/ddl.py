@@ -56,11 +56,15 @@ from shardgate.backends.base import Backend, Connection
 from shardgate.errors import DeadlineExceeded, NotFound, ShardgateError, Unavailable, Unsupported
 from shardgate.queues.ddl import queue_table_extras
 from shardgate.queues.options import QueueOptions
-from shardgate.sql.dialects import Dialect
+from shardgate.sql.dialects import Dialect, sql_dialect
 from shardgate.workflows.coltypes import is_json_check, kind_of, target_type
 from shardgate.workflows.rowsql import MovingTable, quote, user_tables
 
 _DIALECTS = {"sqlite": "sqlite", "postgres": "postgres", "mysql": "mysql"}
+#: dialects whose catalog's ``CREATE TABLE`` (MariaDB's ``SHOW CREATE TABLE``) carries
+#: a queue table's comment marker and defaults: a copy to a target of the same kind
+#: needs no :func:`~shardgate.queues.ddl.queue_table_extras`
+_CREATE_KEEPS_QUEUE = frozenset({Dialect.MYSQL})
 _INTEGERS = {exp.DataType.Type.TINYINT, exp.DataType.Type.SMALLINT,
              exp.DataType.Type.MEDIUMINT, exp.DataType.Type.INT, exp.DataType.Type.BIGINT}
 #: types MariaDB refuses without a length, and the length they get when the source
@@ -100,7 +104,7 @@ class TableDef:
     """A source table's definition (see the module docstring)."""
 
     name: str
-    dialect: str
+    dialect: Dialect
     #: ``CREATE TABLE`` in the source's dialect
     create: str
     indexes: tuple[IndexDef, ...] = ()
@@ -131,7 +135,8 @@ class TableDef:
                 f"table {self.name}: index {index.name} is {index.not_portable}, which "
                 f"{where} ({target}) cannot be given; create the table on the target first")
         name = index.name
-        if self.dialect == "mysql" and not name.startswith(f"{self.name}_"):
+        if sql_dialect(self.dialect).index_names_per_table \
+                and not name.startswith(f"{self.name}_"):
             name = f"{self.name}_{name}"  # MariaDB's key names are per table
 
         def q(ident: str) -> str:
@@ -196,18 +201,18 @@ async def _make_queue(conn: Connection, source_dialect: Dialect, dialect: Dialec
     comment marker and scan indexes (:func:`~shardgate.queues.ddl.queue_table_extras`;
     SQLite's ``CREATE TABLE`` copied from a SQLite source and MariaDB's ``SHOW
     CREATE TABLE`` carry the marker and defaults already)."""
-    if dialect == source_dialect == "mysql":
+    if dialect is source_dialect and dialect in _CREATE_KEEPS_QUEUE:
         return
     for sql in queue_table_extras(name, options, dialect):
         await conn.execute(sql)
 
 
-async def source_table(conn: Connection, dialect: str, table: str) -> TableDef:
+async def source_table(conn: Connection, dialect: Dialect, table: str) -> TableDef:
     """``table``'s definition as the source database's catalog has it."""
     match dialect:
-        case "sqlite":
+        case Dialect.SQLITE:
             return await _sqlite_table(conn, table)
-        case "postgres":
+        case Dialect.POSTGRES:
             return await _postgres_table(conn, table)
         case _:
             return await _mysql_table(conn, table)
@@ -239,7 +244,7 @@ async def _sqlite_table(conn: Connection, table: str) -> TableDef:
         indexes.append(IndexDef(str(name), bool(unique),
                                 tuple((str(c[1]), bool(c[2])) for c in cols if int(c[0]) >= 0),
                                 str(sql), why))
-    return TableDef(table, "sqlite", str(rows[0][0]), tuple(indexes), tuple(refused))
+    return TableDef(table, Dialect.SQLITE, str(rows[0][0]), tuple(indexes), tuple(refused))
 
 
 def _pq(ident: str) -> str:
@@ -310,7 +315,7 @@ async def _postgres_table(conn: Connection, table: str) -> TableDef:
         indexes.append(IndexDef(str(name), bool(unique),
                                 tuple((str(k[0]), bool(k[1])) for k in keys if k[0] is not None),
                                 own, why))
-    return TableDef(table, "postgres", create, tuple(indexes), tuple(refused))
+    return TableDef(table, Dialect.POSTGRES, create, tuple(indexes), tuple(refused))
 
 
 async def _mysql_table(conn: Connection, table: str) -> TableDef:
@@ -337,7 +342,7 @@ async def _mysql_table(conn: Connection, table: str) -> TableDef:
             why.append(f"a {index_type} index")
     indexes = tuple(IndexDef(n, u, tuple(c), None, why[0] if why else "")
                     for n, (u, c, why) in keys.items())
-    return TableDef(table, "mysql", str(rows[0][1]), indexes, tuple(refused))
+    return TableDef(table, Dialect.MYSQL, str(rows[0][1]), indexes, tuple(refused))
 
 
 def translate_ddl(ddl: str, source: str, target: str, where: str, *, table: str = "",

@@ -26,6 +26,11 @@ MariaDB
     (:meth:`ApplyPass.abandon`). The workflow's backends are its own: no gate
     session ever sets it.
 
+Each dialect's statements are one object (a ``_Freeze``, keyed by
+:class:`~shardgate.sql.dialects.Dialect`): this package's own SQL (its
+triggers carry :data:`~shardgate.topo.model.WRITES_FROZEN`, which the dialect
+objects below ``topo`` cannot name).
+
 Invariant: outside an applier's transaction a frozen table refuses every
 write (the mark is never committed, the setting never outlives the
 transaction, the variable never outlives the applier's use of its session).
@@ -35,11 +40,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from shardgate.backends._pool import PooledConnection
 from shardgate.backends.base import Backend, Connection
 from shardgate.errors import Aborted, Unsupported
+from shardgate.sql.dialects import Dialect
 from shardgate.topo.model import WRITES_FROZEN
 from shardgate.workflows.rowsql import quote
 
@@ -76,66 +82,122 @@ _OPS = ("INSERT", "UPDATE", "DELETE")
 log = logging.getLogger(__name__)
 
 
-def _sqlite_table(table: str, on: bool) -> list[str]:
-    t = quote("sqlite", table)
-    out = []
-    for op in _OPS:
-        trig = quote("sqlite", f"_sg_deny_{op.lower()}_{table}")
-        out.append(sqlite_deny_trigger(trig, op, t) if on else f"DROP TRIGGER IF EXISTS {trig}")
-    return out
+class _Freeze:
+    """One dialect's freeze: the statement a freeze runs first, each table's triggers,
+    and what the applier runs around each of its transactions to write through them."""
+
+    #: run first when freezing (the trigger function, the marker table)
+    first: str | None = None
+
+    def table(self, table: str, on: bool) -> list[str]:
+        """The statements freezing (``on``) or unfreezing ``table`` (idempotent)."""
+        raise NotImplementedError
+
+    async def begin(self, apply: ApplyPass, backend: Backend, conn: Connection) -> None:
+        """The applier's first statement in a transaction."""
+
+    async def end(self, apply: ApplyPass, backend: Backend, conn: Connection) -> None:
+        """The applier's last statement before COMMIT."""
+
+    def abandon(self, conn: Connection) -> None:
+        """A transaction of the applier failed after :meth:`begin`."""
 
 
-def _postgres_table(table: str, on: bool) -> list[str]:
-    trig, t = quote("postgres", f"_sg_deny_{table}"), quote("postgres", table)
-    out = [f"DROP TRIGGER IF EXISTS {trig} ON {t}"]
-    if on:
-        out.append(f"CREATE TRIGGER {trig} BEFORE INSERT OR UPDATE OR DELETE ON {t} "
-                   "FOR EACH ROW EXECUTE FUNCTION _sg_deny_writes()")
-    return out
+class _SQLiteFreeze(_Freeze):
+    first = SQLITE_MARK_DDL
+
+    def table(self, table: str, on: bool) -> list[str]:
+        t = quote(Dialect.SQLITE, table)
+        out = []
+        for op in _OPS:
+            trig = quote(Dialect.SQLITE, f"_sg_deny_{op.lower()}_{table}")
+            out.append(sqlite_deny_trigger(trig, op, t) if on
+                       else f"DROP TRIGGER IF EXISTS {trig}")
+        return out
+
+    async def begin(self, apply: ApplyPass, backend: Backend, conn: Connection) -> None:
+        if await apply._has_mark(backend, conn):
+            await conn.execute(f"INSERT OR REPLACE INTO {MARK_TABLE} (k) VALUES (1)")
+
+    async def end(self, apply: ApplyPass, backend: Backend, conn: Connection) -> None:
+        if apply._marked.get(id(backend)):
+            await conn.execute(f"DELETE FROM {MARK_TABLE}")
 
 
-def _mysql_table(table: str, on: bool) -> list[str]:
-    """``CREATE OR REPLACE``: a trigger an older version left (refusing the applier
-    too) is replaced by one that lets the applier through. Creating (or replacing) a
-    trigger takes the table's exclusive metadata lock, so it waits for the
-    transactions that wrote the table to end: after it, no write in flight can still
-    commit."""
-    out = []
-    for op in _OPS:
-        trig = quote("mysql", f"_sg_deny_{op.lower()}_{table}")
-        if not on:
-            out.append(f"DROP TRIGGER IF EXISTS {trig}")
-        else:
-            out.append(
-                f"CREATE OR REPLACE TRIGGER {trig} BEFORE {op} ON {quote('mysql', table)} "
-                f"FOR EACH ROW IF COALESCE(@{MYSQL_VARIABLE}, 0) <> 1 THEN "
-                f"SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = '{_MESSAGE}'; END IF")
-    return out
+class _PostgresFreeze(_Freeze):
+    first = PG_DENY_FUNCTION
+
+    def table(self, table: str, on: bool) -> list[str]:
+        trig = quote(Dialect.POSTGRES, f"_sg_deny_{table}")
+        t = quote(Dialect.POSTGRES, table)
+        out = [f"DROP TRIGGER IF EXISTS {trig} ON {t}"]
+        if on:
+            out.append(f"CREATE TRIGGER {trig} BEFORE INSERT OR UPDATE OR DELETE ON {t} "
+                       "FOR EACH ROW EXECUTE FUNCTION _sg_deny_writes()")
+        return out
+
+    async def begin(self, apply: ApplyPass, backend: Backend, conn: Connection) -> None:
+        await conn.execute(f"SELECT set_config('{PG_SETTING}', 'on', true)")
 
 
-#: per dialect: what a freeze runs first, and the statements of each table
-_FREEZE: dict[str, tuple[str | None, Callable[[str, bool], list[str]]]] = {
-    "sqlite": (SQLITE_MARK_DDL, _sqlite_table),
-    "postgres": (PG_DENY_FUNCTION, _postgres_table),
-    "mysql": (None, _mysql_table),
+class _MySQLFreeze(_Freeze):
+    def table(self, table: str, on: bool) -> list[str]:
+        """``CREATE OR REPLACE``: a trigger an older version left (refusing the applier
+        too) is replaced by one that lets the applier through. Creating (or replacing)
+        a trigger takes the table's exclusive metadata lock, so it waits for the
+        transactions that wrote the table to end: after it, no write in flight can
+        still commit."""
+        out = []
+        for op in _OPS:
+            trig = quote(Dialect.MYSQL, f"_sg_deny_{op.lower()}_{table}")
+            if not on:
+                out.append(f"DROP TRIGGER IF EXISTS {trig}")
+            else:
+                out.append(
+                    f"CREATE OR REPLACE TRIGGER {trig} BEFORE {op} ON "
+                    f"{quote(Dialect.MYSQL, table)} "
+                    f"FOR EACH ROW IF COALESCE(@{MYSQL_VARIABLE}, 0) <> 1 THEN "
+                    f"SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = '{_MESSAGE}'; END IF")
+        return out
+
+    async def begin(self, apply: ApplyPass, backend: Backend, conn: Connection) -> None:
+        await conn.execute(f"SET @{MYSQL_VARIABLE} = 1")
+
+    async def end(self, apply: ApplyPass, backend: Backend, conn: Connection) -> None:
+        await conn.execute(f"SET @{MYSQL_VARIABLE} = NULL")
+
+    def abandon(self, conn: Connection) -> None:
+        # the session may still carry the variable: the pool must close it
+        if isinstance(conn, PooledConnection):
+            conn.broken = True
+
+
+_FREEZE: dict[Dialect, _Freeze] = {
+    Dialect.SQLITE: _SQLiteFreeze(),
+    Dialect.POSTGRES: _PostgresFreeze(),
+    Dialect.MYSQL: _MySQLFreeze(),
 }
 
 
-def table_freeze_sql(dialect: str, table: str, on: bool) -> list[str]:
-    """The statements that make ``table`` refuse (``on``) or accept again writes but
-    the applier's (idempotent)."""
+def _freeze_of(dialect: Dialect) -> _Freeze:
     if dialect not in _FREEZE:
         raise Unsupported(f"write cut-over on {dialect} shards is not implemented")
-    return _FREEZE[dialect][1](table, on)
+    return _FREEZE[dialect]
 
 
-def freeze_statements(dialect: str, tables: Sequence[str], on: bool) -> list[str]:
+def table_freeze_sql(dialect: Dialect, table: str, on: bool) -> list[str]:
+    """The statements that make ``table`` refuse (``on``) or accept again writes but
+    the applier's (idempotent)."""
+    return _freeze_of(dialect).table(table, on)
+
+
+def freeze_statements(dialect: Dialect, tables: Sequence[str], on: bool) -> list[str]:
     """Everything a freeze (``on``) or unfreeze of ``tables`` runs, in order: the
     trigger function or marker table first (freezing), then each table's triggers."""
-    first = _FREEZE[dialect][0] if on and dialect in _FREEZE else None
-    out = [first] if first else []
+    freeze = _freeze_of(dialect)
+    out = [freeze.first] if on and freeze.first else []
     for table in tables:
-        out += table_freeze_sql(dialect, table, on)
+        out += freeze.table(table, on)
     return out
 
 
@@ -175,28 +237,17 @@ class ApplyPass:
 
     async def begin(self, backend: Backend, conn: Connection) -> None:
         """First statement of an applier's transaction on ``backend``."""
-        match backend.dialect:
-            case "postgres":
-                await conn.execute(f"SELECT set_config('{PG_SETTING}', 'on', true)")
-            case "sqlite":
-                if await self._has_mark(backend, conn):
-                    await conn.execute(f"INSERT OR REPLACE INTO {MARK_TABLE} (k) VALUES (1)")
-            case "mysql":
-                await conn.execute(f"SET @{MYSQL_VARIABLE} = 1")
+        await _FREEZE[backend.dialect].begin(self, backend, conn)
 
     async def end(self, backend: Backend, conn: Connection) -> None:
         """Last statement of an applier's transaction on ``backend`` (before COMMIT)."""
-        if backend.dialect == "sqlite" and self._marked.get(id(backend)):
-            await conn.execute(f"DELETE FROM {MARK_TABLE}")
-        elif backend.dialect == "mysql":
-            await conn.execute(f"SET @{MYSQL_VARIABLE} = NULL")
+        await _FREEZE[backend.dialect].end(self, backend, conn)
 
     @staticmethod
     def abandon(backend: Backend, conn: Connection) -> None:
         """An applier's transaction on ``backend`` failed after :meth:`begin`: on
         MariaDB its session may still carry the variable, so the pool must close it."""
-        if backend.dialect == "mysql" and isinstance(conn, PooledConnection):
-            conn.broken = True
+        _FREEZE[backend.dialect].abandon(conn)
 
     async def _has_mark(self, backend: Backend, conn: Connection) -> bool:
         key = id(backend)

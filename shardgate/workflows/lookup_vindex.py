@@ -55,6 +55,7 @@ from shardgate.auth.identity import TRUSTED
 from shardgate.errors import FailedPrecondition, InvalidArgument, NotFound, Unsupported
 from shardgate.evalengine.coerce import Kind
 from shardgate.gate import Gate
+from shardgate.sql.dialects import sql_dialect
 from shardgate.sql.statements import AddColumnVindex
 from shardgate.topo.server import TopoServer
 from shardgate.topo.vschema_edits import add_column_vindex, set_vindex_params
@@ -344,14 +345,14 @@ class LookupVindexWorkflow:
         lks, _, lname = self.spec.lookup_table.partition(".")
         shard = self.gate.topology.keyspace(lks).shards[0].name
         client = self.gate.tablets[(lks, shard)]
-        head, tail = _insert_ignore(client.dialect)
+        head, tail = sql_dialect(client.dialect).insert_ignore()
         for i in range(0, len(pairs), INSERT_BATCH):
             part = pairs[i:i + INSERT_BATCH]
             mark = client.placeholder
             values = ", ".join(f"({mark}, {mark})" for _ in part)
             params = [x for v, k in part for x in (v, k)]
             done = await client.execute(
-                f"{head} INTO {lname} ({self.spec.column}, keyspace_id) VALUES {values}{tail}",
+                f"{head} {lname} ({self.spec.column}, keyspace_id) VALUES {values}{tail}",
                 params)
             self._inserted += done.rows_affected
 
@@ -483,16 +484,6 @@ class LookupVindexWorkflow:
             raise FailedPrecondition(f"vindex {keyspace}.{name} is still write_only")
         await self._save(state="externalized")
         return report
-
-
-def _insert_ignore(dialect: str) -> tuple[str, str]:
-    """The head and tail of an INSERT that skips rows whose key is already there."""
-    match dialect:
-        case "postgres":
-            return "INSERT", " ON CONFLICT DO NOTHING"
-        case "sqlite":
-            return "INSERT OR IGNORE", ""
-    return "INSERT IGNORE", ""
 
 
 def _sql_type(kind: Kind | None) -> str:

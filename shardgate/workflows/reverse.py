@@ -59,6 +59,7 @@ from shardgate.backends.changes import ChangeLog
 from shardgate.backends.changes.open import capture_exists
 from shardgate.errors import DeadlineExceeded, FailedPrecondition, Unsupported
 from shardgate.keys import parse_shard_name
+from shardgate.sql.dialects import Dialect
 from shardgate.topo.model import Topology
 from shardgate.topo.server import TopoServer
 from shardgate.workflows.catchup import (
@@ -73,7 +74,7 @@ from shardgate.workflows.rowsql import MovingTable
 #: the workflow's state while ``reverse-traffic`` switches writes back
 REVERSING = "reversing"
 #: target kinds whose changes the reverse stream can read
-_CAPTURED = ("sqlite", "postgres", "mysql")
+_CAPTURED = frozenset(Dialect)
 #: how often reverse catch-up saves its positions (seconds)
 _SAVE_EVERY_S = 0.5
 

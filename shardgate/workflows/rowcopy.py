@@ -44,6 +44,7 @@ from shardgate.backends.changes import ChangeLog
 from shardgate.backends.copytext import TextRows
 from shardgate.errors import Unsupported
 from shardgate.keys import KeyRange
+from shardgate.sql.dialects import Dialect
 from shardgate.workflows.catchup import Applier, LogCursor, catch_up
 from shardgate.workflows.mariadb import begin_snapshot
 from shardgate.workflows.placing import owners
@@ -69,23 +70,38 @@ async def open_snapshot(backend: Backend, log: ChangeLog) -> tuple[Connection, s
     MariaDB: ``START TRANSACTION WITH CONSISTENT SNAPSHOT`` and the GTID of its
     binlog position (:func:`shardgate.workflows.mariadb.begin_snapshot`).
     """
-    if backend.dialect not in ("sqlite", "postgres", "mysql"):
+    begin = _SNAPSHOTS.get(backend.dialect)
+    if begin is None:
         raise Unsupported(f"copying from a {backend.dialect} source is not supported")
     conn = await backend.acquire()
     try:
-        if backend.dialect == "sqlite":
-            await conn.execute("BEGIN")
-            pos = str((await conn.execute(log.position_sql)).rows[0][0])
-        elif backend.dialect == "mysql":
-            pos = await begin_snapshot(conn)
-        else:
-            async with log.exported_snapshot() as (snapshot, pos):
-                await conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
-                await conn.execute(f"SET TRANSACTION SNAPSHOT '{snapshot}'")
+        pos = await begin(conn, log)
     except BaseException:
         await _end(backend, conn)
         raise
     return conn, pos
+
+
+async def _sqlite_snapshot(conn: Connection, log: ChangeLog) -> str:
+    await conn.execute("BEGIN")
+    return str((await conn.execute(log.position_sql)).rows[0][0])
+
+
+async def _postgres_snapshot(conn: Connection, log: ChangeLog) -> str:
+    async with log.exported_snapshot() as (snapshot, pos):
+        await conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        await conn.execute(f"SET TRANSACTION SNAPSHOT '{snapshot}'")
+    return pos
+
+
+async def _mysql_snapshot(conn: Connection, log: ChangeLog) -> str:
+    return await begin_snapshot(conn)
+
+
+#: per dialect: open a read snapshot on a connection, return its change-log position
+_SNAPSHOTS: dict[Dialect, Callable[[Connection, ChangeLog], Awaitable[str]]] = {
+    Dialect.SQLITE: _sqlite_snapshot, Dialect.POSTGRES: _postgres_snapshot,
+    Dialect.MYSQL: _mysql_snapshot}
 
 
 async def _end(backend: Backend, conn: Connection) -> None:
@@ -161,10 +177,11 @@ async def copy_cycle(stream: dict[str, Any], *, source: Backend, log: ChangeLog,
 async def _text_types(conn: Connection, source: Backend, table: MovingTable,
                       targets: list[tuple[str, KeyRange]],
                       target_backends: Mapping[str, Backend]) -> list[int] | None:
-    """The column types of ``table`` if its rows can move as COPY text (a PostgreSQL
-    source and targets, portable column types), else None."""
-    if not conn.supports_text_copy or source.dialect != "postgres" \
-            or any(target_backends[t].dialect != "postgres" for t, _ in targets):
+    """The column types of ``table`` if its rows can move as COPY text (a source
+    connection that copies text, PostgreSQL's, targets of its kind, portable column
+    types), else None."""
+    if not conn.supports_text_copy \
+            or any(target_backends[t].dialect is not source.dialect for t, _ in targets):
         return None
     sql, params = select_after(source.dialect, table, None, 0, source.placeholder)
     return await conn.text_copy_types(sql, params)
@@ -178,13 +195,13 @@ async def _copy_text(conn: Connection, stream: dict[str, Any], state: dict[str, 
     """Copy ``table`` as COPY text lines, ``batch`` rows per ``COPY (SELECT ... LIMIT)``,
     a batch written while the next is read; True when the table is done."""
     last = saved_key(state)
-    columns = [quote("postgres", c) for c in table.columns]
-    order = [quote("postgres", c) for c in table.pk]
+    columns = [quote(Dialect.POSTGRES, c) for c in table.columns]
+    order = [quote(Dialect.POSTGRES, c) for c in table.pk]
     writing: asyncio.Future[Any] | None = None
     written: tuple[int, tuple[Any, ...] | None] = (0, None)
     try:
         while True:
-            sql, params = select_after("postgres", table, last, batch, "%s")
+            sql, params = select_after(Dialect.POSTGRES, table, last, batch, "%s")
             rows = await conn.copy_out_text(sql, params, columns, oids, order)
             if writing is not None:
                 await writing

@@ -19,6 +19,7 @@ from shardgate.backends.copytext import TextRows
 from shardgate.backends.copytext import data as copy_data
 from shardgate.errors import AlreadyExists, NotFound, Unsupported
 from shardgate.keys import KeyRange, KeyspaceId
+from shardgate.sql.dialects import Dialect, sql_dialect
 from shardgate.vindexes import Lookup, SingleColumn
 from shardgate.workflows.coltypes import writer as value_writer
 
@@ -46,7 +47,7 @@ class MovingTable:
     #: values are written as they come
     kinds: tuple[str | None, ...] = ()
     #: the sources' dialect: a target of the same kind gets values as they come
-    dialect: str = ""
+    dialect: Dialect | None = None
 
     @property
     def reference(self) -> bool:
@@ -74,11 +75,9 @@ class MovingTable:
         return [m[0] if m else None for m in mapped]
 
 
-def quote(dialect: str, name: str) -> str:
-    """An identifier quoted for ``dialect``."""
-    if dialect == "mysql":
-        return "`" + name.replace("`", "``") + "`"
-    return '"' + name.replace('"', '""') + '"'
+def quote(dialect: Dialect, name: str) -> str:
+    """An identifier, always quoted, for ``dialect``."""
+    return sql_dialect(dialect).quoted(name)
 
 
 def primary_vindex(vschema_table: Any, keyspace: str) -> tuple[str, SingleColumn]:
@@ -132,12 +131,12 @@ def placement(vschema: Any, keyspace: str, table: str, shard: str) -> tuple[str,
     return primary_vindex(vt, keyspace)
 
 
-async def user_tables(conn: Connection, dialect: str) -> list[str]:
+async def user_tables(conn: Connection, dialect: Dialect) -> list[str]:
     """The user tables of a shard database (not shardgate's own ``_sg_*`` tables)."""
     match dialect:
-        case "sqlite":
+        case Dialect.SQLITE:
             sql = "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
-        case "postgres":
+        case Dialect.POSTGRES:
             sql = ("SELECT tablename FROM pg_tables WHERE schemaname = current_schema()")
         case _:
             sql = ("SELECT table_name FROM information_schema.tables "
@@ -146,16 +145,16 @@ async def user_tables(conn: Connection, dialect: str) -> list[str]:
     return sorted(str(r[0]) for r in rows if not str(r[0]).startswith(INTERNAL_PREFIX))
 
 
-async def table_shape(conn: Connection, dialect: str, table: str
+async def table_shape(conn: Connection, dialect: Dialect, table: str
                       ) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """``(columns in order, primary key columns)`` of ``table`` in a shard database."""
-    p = "?" if dialect == "sqlite" else "%s"
+    p = sql_dialect(dialect).placeholder
     match dialect:
-        case "sqlite":
+        case Dialect.SQLITE:
             info = (await conn.execute(f"PRAGMA table_info({quote(dialect, table)})")).rows
             columns = tuple(str(r[1]) for r in info)
             pk = tuple(str(r[1]) for r in sorted(info, key=lambda r: r[5]) if r[5])
-        case "postgres":
+        case Dialect.POSTGRES:
             columns = tuple(str(r[0]) for r in (await conn.execute(
                 "SELECT column_name FROM information_schema.columns WHERE table_schema = "
                 f"current_schema() AND table_name = {p} ORDER BY ordinal_position",
@@ -191,22 +190,17 @@ class RowWriter:
         cols = ", ".join(quote(d, c) for c in table.columns)
         marks = ", ".join([m] * len(table.columns))
         keys = ", ".join(quote(d, c) for c in table.pk)
-        rest = [c for c in table.columns if c not in table.pk]
-        if d == "mysql":
-            sets = ", ".join(f"{quote(d, c)} = VALUES({quote(d, c)})" for c in rest or table.pk)
-            tail = f" ON DUPLICATE KEY UPDATE {sets}"
-        elif rest:
-            sets = ", ".join(f"{quote(d, c)} = excluded.{quote(d, c)}" for c in rest)
-            tail = f" ON CONFLICT ({keys}) DO UPDATE SET {sets}"
-        else:
-            tail = f" ON CONFLICT ({keys}) DO NOTHING"
+        rest = [quote(d, c) for c in table.columns if c not in table.pk]
+        dx = sql_dialect(d)
+        tail = dx.upsert(keys, ", ".join(f"{c} = {dx.excluded(c)}" for c in rest)) if rest \
+            else dx.keep_existing([quote(d, c) for c in table.pk])
         self._quoted = (quote(d, table.name), tuple(quote(d, c) for c in table.columns))
         self.upsert_sql = f"INSERT INTO {quote(d, table.name)} ({cols}) VALUES ({marks}){tail}"
         self._head = f"INSERT INTO {quote(d, table.name)} ({cols}) VALUES "
         self._row = f"({marks})"
         self._tail = tail
         #: per column, the conversion of its values for this target (coltypes.writer)
-        kinds = table.kinds if table.dialect != d else ()
+        kinds = () if table.dialect is d else table.kinds
         self._conv = [(i, f) for i, f in enumerate(
             value_writer(k, d) for k in kinds) if f is not None]
         self._key_conv = [(table.pk.index(table.columns[i]), f) for i, f in self._conv
@@ -323,14 +317,14 @@ class RowWriter:
             await conn.execute(sql, [v for k in part for v in k])
 
 
-async def has_secondary_unique(conn: Connection, dialect: str, table: str) -> bool:
+async def has_secondary_unique(conn: Connection, dialect: Dialect, table: str) -> bool:
     """Whether ``table`` has a unique key other than its primary key (then the order of
     writes to different rows matters: a row may take a value another gives up)."""
     match dialect:
-        case "sqlite":
+        case Dialect.SQLITE:
             sql, args = ("SELECT COUNT(*) FROM pragma_index_list(?) WHERE \"unique\" "
                          "AND origin <> 'pk'", (table,))
-        case "postgres":
+        case Dialect.POSTGRES:
             sql, args = ("SELECT COUNT(*) FROM pg_index WHERE indrelid = %s::regclass AND "
                          "indisunique AND NOT indisprimary", (quote(dialect, table),))
         case _:
@@ -340,7 +334,7 @@ async def has_secondary_unique(conn: Connection, dialect: str, table: str) -> bo
     return bool(int((await conn.execute(sql, args)).rows[0][0]))
 
 
-def select_after(dialect: str, table: MovingTable, after: Sequence[Any] | None, limit: int,
+def select_after(dialect: Dialect, table: MovingTable, after: Sequence[Any] | None, limit: int,
                  placeholder: str) -> tuple[str, tuple[Any, ...]]:
     """The next ``limit`` rows in primary-key order after the key ``after``."""
     cols = ", ".join(quote(dialect, c) for c in table.columns)

@@ -28,6 +28,7 @@ from typing import Any
 
 from shardgate.backends.base import Backend, Connection
 from shardgate.backends.changes import ChangeLog
+from shardgate.sql.dialects import Dialect
 from shardgate.workflows.coltypes import normal
 from shardgate.workflows.rowcopy import open_snapshot
 from shardgate.workflows.rowsql import MovingTable, select_after
@@ -57,7 +58,7 @@ class TableDiff:
         return {**asdict(self), "clean": self.clean}
 
 
-Side = tuple[Connection, str, str]  # connection, dialect, placeholder
+Side = tuple[Connection, Dialect, str]  # connection, dialect, placeholder
 
 
 async def _rows(side: Side, table: MovingTable) -> AsyncIterator[tuple[Any, ...]]:
