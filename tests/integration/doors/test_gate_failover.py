@@ -58,6 +58,10 @@ async def three(tmp_path: Path) -> AsyncIterator[Gates]:
         gates[0].session("commerce", identity=TRUSTED),
         "CREATE QUEUE jobs (customer_id BIGINT NOT NULL, body VARCHAR(64)) "
         "SHARD BY customer_id WITH (ack_wait = 5)")
+    deadline = time.monotonic() + 10
+    while not all("jobs" in g.topology.keyspace("commerce").vschema["tables"] for g in gates):
+        assert time.monotonic() < deadline, "the other gates did not see CREATE QUEUE"
+        await asyncio.sleep(0.02)  # each gate follows the shared store (its watcher)
     served = [await serve(g, "127.0.0.1", 0) for g in gates]
     out = Gates(gates, [s for s, _ in served], [p for _, p in served])
     try:
