@@ -753,6 +753,11 @@ class Gen(Generator):
         if kind == "aggregate":
             return f"SELECT {head}{self.named(item, 0)}, COUNT(*) FROM {t}{where}{group}", False
         cond = self.function_of(ic, tc, collapsed=True)
+        while self.kind == "mysql" and cond.startswith("NULLIF("):
+            # MariaDB 10.11 answers HAVING NULLIF(COUNT(*), 2) > 1 with no rows where
+            # NULLIF(COUNT(*), 2) selected is 3 (its CASE form agrees with the gate):
+            # a MariaDB bug, so the reference's answer is not SQL's there
+            cond = self.function_of(ic, tc, collapsed=True)
         if not re.search(r"LIKE|IS NULL", cond):
             cond = f"{cond} {r.choice(('=', '<>', '>'))} {r.choice(('1', literal('a')))}"
         return f"SELECT {head}COUNT(*), {ic} FROM {t}{where}{group} HAVING {cond}", False
