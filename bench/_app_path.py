@@ -242,7 +242,7 @@ class GateProcess:
 
 
 def start_gate(topo_url: str, workers: int, event_loop: str = "auto",
-               timeout: float = 60.0) -> GateProcess:
+               timeout: float = 60.0, extra: Sequence[str] = ()) -> GateProcess:
     """Start ``shardgate gate --workers N`` (gRPC and MySQL on free ports, no console)
     and wait until it serves; its ports and worker pids."""
     with socket.socket() as s:
@@ -250,7 +250,7 @@ def start_gate(topo_url: str, workers: int, event_loop: str = "auto",
         mysql_port = int(s.getsockname()[1])
     cmd = shardgate_command("gate", "--topo", topo_url, "--no-auth", "--port", "0",
                             "--http-port", "0", "--mysql-port", str(mysql_port),
-                            "--workers", str(workers), "--event-loop", event_loop)
+                            "--workers", str(workers), "--event-loop", event_loop, *extra)
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             stdin=subprocess.DEVNULL, start_new_session=True)
     lines: list[str] = []

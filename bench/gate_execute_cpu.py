@@ -2,7 +2,8 @@
 
 One table ``t`` (10,000 rows) in a PostgreSQL and a MariaDB database, each
 served as keyspace ``bench`` (one shard, ``hash`` primary vindex on ``id``)
-by an in-process gate (``Gate.open``). One client, sequentially,
+by an in-process gate (``Gate.open``, with ``shardgate up``'s query timeout:
+the timeout's bookkeeping is part of every statement). One client, sequentially,
 ``SELECT id, v FROM t WHERE id = :id``. The figure is the event-loop thread's
 CPU time (``time.thread_time``) over the run divided by the selects: the
 gate's routing, bookkeeping and the hand-off to the driver, plus the driver's
@@ -29,6 +30,7 @@ import pymysql
 
 from shardgate.auth.identity import TRUSTED
 from shardgate.gate import Gate
+from shardgate.gate.limits import SERVER_QUERY_TIMEOUT_MS, GateLimits
 from shardgate.topo import Topology
 
 try:
@@ -103,8 +105,9 @@ async def run(gate: Gate, keys: list[int], seconds: float) -> tuple[int, float, 
 
 async def main(seconds: float, rounds: int, profile: bool) -> None:
     keys = [random.randrange(ROWS) for _ in range(4096)]
-    gates = {"postgresql": Gate.open(topology(fresh_pg()), pool_size=1),
-             "mariadb": Gate.open(topology(fresh_mysql()), pool_size=1)}
+    limits = GateLimits(query_timeout_ms=SERVER_QUERY_TIMEOUT_MS)  # as `shardgate up` runs
+    gates = {"postgresql": Gate.open(topology(fresh_pg()), pool_size=1, limits=limits),
+             "mariadb": Gate.open(topology(fresh_mysql()), pool_size=1, limits=limits)}
     try:
         for gate in gates.values():
             await run(gate, keys, 0.3)  # warm up: connections, plan cache, prepared statements

@@ -1,50 +1,66 @@
-"""The cost of the gate -> tablet hop: point selects, in-process tablets vs tablet processes.
+"""The gate -> tablet hop against the gate's own pools (issue #31): CPU per point select.
 
-One PostgreSQL database holds table ``t`` (one shard ``-``, ``hash`` vindex).
-Two gates serve it in the same run: ``Gate.open`` (the tablet inside the
-gate's process, ``shardgate up``) and a gate with no tablet of its own that
-reaches a ``shardgate tablet`` process over gRPC (``shardgate gate --topo``,
-found through a SQLite topo store). Both run one client, sequentially, with
-the same statements and keys.
+One PostgreSQL database holds table ``t`` (keyspace ``bench``, one shard ``-``,
+``hash`` vindex), served by one ``shardgate tablet`` process found through a
+SQLite topo store. Two ``shardgate gate`` processes on that store:
 
-    python bench/gate_hop.py [--seconds 3] [--smoke]
+* **direct** (the default): autocommit SELECTs go from the gate to PostgreSQL
+  through the gate's own pool (``shardgate/gate/direct.py``);
+* **via tablets** (``--via-tablets``): every statement crosses the gRPC hop to
+  the tablet process, which sends it to PostgreSQL (the path before).
 
-Prints ops/s of each and the ratio processes/in-process (the reference is
-the in-process gate; the ratio is what the extra hop costs).
+Clients are processes of their own (``--clients`` of them, one connection each:
+GateClient over gRPC, or mysqlclient over the gate's MySQL listener), beside
+psycopg clients straight to the database, in interleaved rounds (medians).
+
+    python bench/gate_hop.py [--seconds 3] [--rounds 3] [--clients 8] [--smoke]
+
+Prints, per path: selects/s, the CPU per select of the gate process, of the
+tablet process, of the clients and of the whole machine (``/proc/<pid>/stat``
+and ``/proc/stat`` over the run), and the machine's CPU per select as a ratio to
+psycopg's (issue #31's goals: gate and tablet <= 150 us each, machine <= 4x).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import random
 import subprocess
 import tempfile
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from shardgate.api.grpc.remote_gate import open_remote_gate
-from shardgate.auth.identity import TRUSTED
 from shardgate.cli.cluster import start_tablet, wait_for_tablets
-from shardgate.gate import Gate
 from shardgate.topo.local import open_topo
 
 try:
+    from bench._app_path import ClientPool, GateProcess, RunResult, start_gate
     from bench._pg import drop_database, fresh_database, point_table
-    from bench.gate_point_select import timed
 except ImportError:  # run as a script
+    from _app_path import (  # type: ignore[no-redef]
+        ClientPool,
+        GateProcess,
+        RunResult,
+        start_gate,
+    )
     from _pg import (  # type: ignore[no-redef]
         drop_database,
         fresh_database,
         point_table,
     )
-    from gate_point_select import timed  # type: ignore[no-redef]
 
 DB = "sg_bench_gate_hop"
 ROWS = 10_000
+#: the gates compared: label -> extra `shardgate gate` flags
+GATES = {"direct": (), "via tablets": ("--via-tablets",)}
 
 
-async def main(seconds: float) -> None:
+def _median(runs: list[RunResult]) -> RunResult:
+    return sorted(runs, key=lambda r: r.ops_per_s)[len(runs) // 2]
+
+
+async def main(seconds: float, rounds: int, clients: int) -> None:
     url = fresh_database(DB)
     topology = point_table(url, ROWS)
     keys = [random.randrange(ROWS) for _ in range(4096)]
@@ -53,35 +69,47 @@ async def main(seconds: float) -> None:
     topo = await open_topo(url=topo_url)
     await topo.import_topology(topology)
     tablet = start_tablet(topo_url, "bench", "-", "bench-hop-1", log=subprocess.DEVNULL)
-    local = Gate.open(topology, pool_size=1)
+    gates: dict[str, GateProcess] = {}
+    pool = ClientPool(clients, keys)
     try:
         await wait_for_tablets(topo.store, {"bench-hop-1"}, lease_holders={("bench", "-")})
-        remote, fleet = await open_remote_gate(topo, owns_topo=False)
-        gates = {"in-process": local, "processes": remote}
-
-        def select(gate: Gate) -> Callable[[int], Awaitable[None]]:
-            session = gate.session("bench", identity=TRUSTED)
-
-            async def op(i: int) -> None:
-                r = await gate.execute(session, "SELECT id, v FROM t WHERE id = :id",
-                                       {"id": keys[i & 4095]})
-                assert len(r.rows) == 1
-
-            return op
-
-        rates = {name: await timed(seconds, select(g)) for name, g in gates.items()}
-        ratio = rates["processes"] / rates["in-process"]
-        print(f"{'point select through':<32}{'ops/s':>10}")
-        print(f"{'gate + in-process tablet (ref)':<32}{rates['in-process']:>10.0f}")
-        print(f"{'gate -> tablet process (gRPC)':<32}{rates['processes']:>10.0f}")
-        print(f"ratio processes/in-process: {ratio:.2f} "
-              f"(extra hop {1e6 / rates['processes'] - 1e6 / rates['in-process']:.0f} us/op)")
-        await remote.close()
-        await fleet.close()
+        for label, extra in GATES.items():
+            gates[label] = start_gate(topo_url, 1, extra=extra)
+        configs = [("psycopg", "pg", "")]
+        for label in GATES:
+            configs += [(f"{label}, gRPC", "gate", label), (f"{label}, MySQL", "mysql", label)]
+        runs: dict[str, list[RunResult]] = {name: [] for name, *_ in configs}
+        for _ in range(rounds):  # interleaved: each round runs every configuration once
+            for name, kind, label in configs:
+                if kind == "pg":
+                    runs[name].append(pool.run("pg", url, clients, seconds, {}))
+                    continue
+                g = gates[label]
+                target = g.target if kind == "gate" else g.mysql_target
+                runs[name].append(pool.run(kind, target, clients, seconds, {
+                    "gate": g.worker_pids, "tablet": [tablet.pid]}))
+        med = {name: _median(r) for name, r in runs.items()}
+        ref = med["psycopg"]
+        print(f"point selects, {clients} client processes, medians of {rounds} interleaved "
+              f"rounds of {seconds:g} s; {os.cpu_count()} cores, load average "
+              f"{os.getloadavg()[0]:.1f}")
+        print(f"{'':<22}{'ops/s':>8}{'gate us':>9}{'tablet us':>11}{'clients us':>12}"
+              f"{'machine us':>12}{'x psycopg CPU':>15}")
+        for name, _kind, _label in configs:
+            r = med[name]
+            gate = f"{r.cpu_us['gate']:.0f}" if "gate" in r.cpu_us else "-"
+            tab = f"{r.cpu_us['tablet']:.0f}" if "tablet" in r.cpu_us else "-"
+            print(f"{name:<22}{r.ops_per_s:>8.0f}{gate:>9}{tab:>11}"
+                  f"{r.cpu_us['clients']:>12.0f}{r.cpu_us['machine']:>12.0f}"
+                  f"{r.cpu_us['machine'] / ref.cpu_us['machine']:>15.1f}")
+        print("goals (issue 31): gate <= 150 us and tablet <= 150 us per select; machine CPU "
+              "per select <= 4x psycopg's")
     finally:
-        await local.close()
-        tablet.kill()
-        tablet.wait(10)
+        for g in gates.values():
+            g.stop()
+        tablet.terminate()
+        tablet.wait(30)
+        pool.close()
         await topo.close()
         drop_database(DB)
 
@@ -89,6 +117,11 @@ async def main(seconds: float) -> None:
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--seconds", type=float, default=3.0)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--clients", type=int, default=8)
     ap.add_argument("--smoke", action="store_true", help="a short run, for CI")
     args = ap.parse_args()
-    asyncio.run(main(0.2 if args.smoke else args.seconds))
+    if args.smoke:
+        asyncio.run(main(0.3, 1, 2))
+    else:
+        asyncio.run(main(args.seconds, args.rounds, args.clients))

@@ -34,6 +34,8 @@ Spark's ``triggerExecution`` of the batches that read rows: what a running
 stream pays per row).
 
     python bench/spark_stream.py [--rows 200000] [--events 50000] [--rounds 3] [--smoke]
+
+``--smoke`` (CI) runs 5,000 rows and 2,000 events, one round, without the warm-up queries.
 """
 
 from __future__ import annotations
@@ -199,7 +201,7 @@ def line(what: str, xs: list[float], n: int) -> None:
 
 
 def change_stream(spark: Any, topo: Topology, cluster: Path, tmp: Path, rows: int,
-                  rounds: int, write: Callable[[Any, str], float]) -> None:
+                  rounds: int, write: Callable[[Any, str], float], warm: bool = True) -> None:
     """``shardgate_changes`` against ``ChangeLog.read`` of the same log ranges."""
     runs = itertools.count()
     begin = asyncio.run(positions(topo, oldest=False))
@@ -218,10 +220,10 @@ def change_stream(spark: Any, topo: Topology, cluster: Path, tmp: Path, rows: in
         return run_query(spark, changes(starting=json.dumps(begin), **opts), tmp,
                          f"changes-{next(runs)}")
 
-    # Warm up: the JVM's first streaming query, and one that reads (it starts the
-    # executors' Python workers, which a running stream has).
-    run_query(spark, changes(starting="latest"), tmp, "warm")
-    sg()
+    if warm:  # the JVM's first streaming query, and one that reads (it starts the
+        # executors' Python workers, which a running stream has)
+        run_query(spark, changes(starting="latest"), tmp, "warm")
+        sg()
     kinds: dict[str, dict[str, str]] = {
         "one batch": {},
         "one batch, partitions=2": {"partitions": "2"},  # local[2]: two task slots
@@ -254,7 +256,7 @@ def change_stream(spark: Any, topo: Topology, cluster: Path, tmp: Path, rows: in
 
 
 def queue(spark: Any, topo: Topology, cluster: Path, tmp: Path, events: int, rounds: int,
-          write: Callable[[Any, str], float]) -> None:
+          write: Callable[[Any, str], float], warm: bool = True) -> None:
     """``shardgate_queue`` against an in-process gate's receive + ack of as many events."""
     ev = spark.range(0, events, numPartitions=2).selectExpr(
         "id AS customer_id", "concat('job-', id) AS body")
@@ -271,14 +273,15 @@ def queue(spark: Any, topo: Topology, cluster: Path, tmp: Path, events: int, rou
                    .option("maxEventsPerTrigger", str(max(1, events // 4))))
         return run_query(spark, qreader, tmp, name)
 
-    # Warm up as a running stream is: the executors' Python workers started by a query
-    # that reads (the change-stream half does the same), and the reference's imports.
-    write(spark.range(0, 1000, numPartitions=2).selectExpr(
-        "id AS customer_id", "concat('warm-', id) AS body"), "jobs")
-    sg_queue("queue-warm")
-    write(spark.range(0, 1000, numPartitions=2).selectExpr(
-        "id AS customer_id", "concat('warm-', id) AS body"), "jobs_ref")
-    asyncio.run(raw_queue(topo, "jobs_ref", 1000))
+    warm_events = 1000 if warm else 0
+    if warm:  # as a running stream is: the executors' Python workers started by a query
+        # that reads (the change-stream half does the same), and the reference's imports
+        write(spark.range(0, warm_events, numPartitions=2).selectExpr(
+            "id AS customer_id", "concat('warm-', id) AS body"), "jobs")
+        sg_queue("queue-warm")
+        write(spark.range(0, warm_events, numPartitions=2).selectExpr(
+            "id AS customer_id", "concat('warm-', id) AS body"), "jobs_ref")
+        asyncio.run(raw_queue(topo, "jobs_ref", warm_events))
     for r in range(rounds):
         enq.append(write(ev, "jobs"))
         write(ev, "jobs_ref")
@@ -288,7 +291,7 @@ def queue(spark: Any, topo: Topology, cluster: Path, tmp: Path, events: int, rou
         sg_qb.append(b)
         floor.append(run_query(spark, spark.readStream.format("bench_nothing"), tmp,
                                f"nothing-{r}")[0])
-    done = asyncio.run(acked(topo, "jobs")) - 1000  # the warm-up's
+    done = asyncio.run(acked(topo, "jobs")) - warm_events
     print(f"median of {rounds} interleaved round(s); {events} events")
     print(f"{'what':<64}{'seconds':>10}{'events/s':>12}")
     line("queue: bulk enqueue (writer)", enq, events)
@@ -303,7 +306,7 @@ def queue(spark: Any, topo: Topology, cluster: Path, tmp: Path, events: int, rou
 
 
 def main(rows: int, events: int, rounds: int, prefix: str,
-         parts: Sequence[str] = ("changes", "queue")) -> None:
+         parts: Sequence[str] = ("changes", "queue"), warm: bool = True) -> None:
     ks = pg_keyspace(prefix, SHARDS,
                      "CREATE TABLE {table} (id BIGINT PRIMARY KEY, sku TEXT, price BIGINT)")
     topo, tmp = ks.topo, ks.tmp
@@ -318,9 +321,9 @@ def main(rows: int, events: int, rounds: int, prefix: str,
             return time.perf_counter() - start
 
         if "changes" in parts:
-            change_stream(spark, topo, cluster, tmp, rows, rounds, write)
+            change_stream(spark, topo, cluster, tmp, rows, rounds, write, warm)
         if "queue" in parts:
-            queue(spark, topo, cluster, tmp, events, rounds, write)
+            queue(spark, topo, cluster, tmp, events, rounds, write, warm)
     finally:
         spark.stop()
         ks.drop()
@@ -334,8 +337,9 @@ if __name__ == "__main__":
     ap.add_argument("--prefix", default="sg_bench_stream",
                     help="the shard databases' name prefix (dropped and created)")
     ap.add_argument("--only", choices=["changes", "queue"], help="run one half only")
-    ap.add_argument("--smoke", action="store_true", help="a short run, for CI")
+    ap.add_argument("--smoke", action="store_true",
+                    help="a short run, no warm-up queries (checks that the bench runs), for CI")
     args = ap.parse_args()
     main(5_000 if args.smoke else args.rows, 2_000 if args.smoke else args.events,
          1 if args.smoke else args.rounds, args.prefix,
-         (args.only,) if args.only else ("changes", "queue"))
+         (args.only,) if args.only else ("changes", "queue"), warm=not args.smoke)

@@ -3,7 +3,8 @@
 # beside the same run straight to one MariaDB database.
 #
 #   bash bench/sysbench.sh [--smoke] [--seconds S] [--table-size N] [--threads T]
-#                          [--ps-mode auto|disable] [--production]
+#                          [--ps-mode auto|disable] [--production] [--workers N]
+#                          [--gate-cpus LIST] [--client-cpus LIST] [--workloads W,W]
 #
 # Through the gate: `shardgate up --cluster` over a keyspace `sbtest` of 4 MariaDB shards
 # (-40, 40-80, 80-c0, c0-: four databases of the local server) and an unsharded keyspace
@@ -16,6 +17,12 @@
 # With --production the same keyspace is served in production mode instead: `shardgate
 # cluster up` (a `shardgate gate` process and one `shardgate tablet` process per shard,
 # docs/production.md), and the CPU of the gate and of the tablets is printed apart.
+# With --workers N the sysbench runs go to a `shardgate gate --workers N` on the same
+# topo store instead (started beside the cluster's own gate, which stays idle), and the
+# gate CPU column sums its supervisor and its N workers. --gate-cpus and --client-cpus
+# pin that gate and sysbench with `taskset -c LIST` (e.g. 0 and 1: the gate on core 0,
+# the client on core 1), so 1 worker against 2 shows what a second core gives
+# (docs/production.md, "Using every core").
 # Straight: the same sysbench commands against one MariaDB database.
 #
 # Each of oltp_point_select, oltp_read_only and oltp_read_write runs on both, one after
@@ -30,7 +37,8 @@
 # oltp_read_write's transactions deadlock across shards now and then (a row locked on
 # shard A waits for shard B, the other client's the other way round); no shard sees the
 # cycle, so the statement waits until the gate's query timeout cancels it with error
-# 3024, where one MariaDB answers 1213 at once. So with --threads > 1 the gate runs with
+# 3024, where one MariaDB answers 1213 at once. So with --threads > 1 (and
+# oltp_read_write among the workloads: the others take no locks) the gate runs with
 # --query-timeout 1 (30 s by default), sysbench is told to retry 3024 as it retries
 # 1213 and 1205 (--mysql-ignore-errors), and the errors column counts them
 # (docs/clients.md, "sysbench").
@@ -46,6 +54,11 @@ TABLE_SIZE=10000
 THREADS=1
 PS_MODE=auto
 PRODUCTION=0
+WORKERS=0
+GATE_CPUS=""
+CLIENT_CPUS=""
+WORKLOADS=oltp_point_select,oltp_read_only,oltp_read_write
+VIA_TABLETS=()
 while (($#)); do
     case "$1" in
         --smoke) SECONDS_EACH=2; TABLE_SIZE=1000 ;;
@@ -54,13 +67,27 @@ while (($#)); do
         --threads) THREADS="$2"; shift ;;
         --ps-mode) PS_MODE="$2"; shift ;;
         --production) PRODUCTION=1 ;;
+        --workers) WORKERS="$2"; PRODUCTION=1; shift ;;
+        --gate-cpus) GATE_CPUS="$2"; shift ;;
+        --client-cpus) CLIENT_CPUS="$2"; shift ;;
+        --workloads) WORKLOADS="$2"; shift ;;
+        --via-tablets) VIA_TABLETS=(--via-tablets) ;;  # the --workers gate sends all to tablets
         *) echo "usage: $0 [--smoke] [--seconds S] [--table-size N] [--threads T]" \
-                "[--ps-mode auto|disable] [--production]" >&2; exit 2 ;;
+                "[--ps-mode auto|disable] [--production] [--workers N] [--gate-cpus LIST]" \
+                "[--client-cpus LIST] [--workloads W,W] [--via-tablets]" >&2; exit 2 ;;
     esac
     shift
 done
-if ((PRODUCTION && THREADS > 1)); then
-    echo "--production takes one thread (cluster up sets no query timeout)" >&2; exit 2
+if ((PRODUCTION && !WORKERS && THREADS > 1)); then
+    echo "--production takes one thread (cluster up sets no query timeout);" \
+         "--workers N takes more" >&2; exit 2
+fi
+GATE_TASKSET=()
+CLIENT_TASKSET=()
+[[ -z "$GATE_CPUS" ]] || GATE_TASKSET=(taskset -c "$GATE_CPUS")
+[[ -z "$CLIENT_CPUS" ]] || CLIENT_TASKSET=(taskset -c "$CLIENT_CPUS")
+if [[ -n "$GATE_CPUS" ]] && ((!WORKERS)); then
+    echo "--gate-cpus pins the gate of --workers N" >&2; exit 2
 fi
 command -v sysbench >/dev/null || { echo "sysbench is missing: run make servers" \
     "(scripts/install-system-deps.sh installs it)" >&2; exit 1; }
@@ -70,12 +97,16 @@ PREFIX="sg_sysbench_$$"
 SHARDS=(s1 s2 s3 s4)
 WORK="$(mktemp -d)"
 GATE_PID=""
+WORKERS_PID=""
 TABLET_PIDS=()
 LOG="$WORK/gate.log"
 
 admin() { mariadb -h "$HOST" -P "$PORT" -u root --skip-ssl -N -e "$1"; }
 
 cleanup() {
+    if [[ -n "$WORKERS_PID" ]] && kill -0 "$WORKERS_PID" 2>/dev/null; then
+        kill "$WORKERS_PID"; wait "$WORKERS_PID" 2>/dev/null || true
+    fi
     if ((PRODUCTION)) && [[ -e "$WORK/cluster/cluster-state.json" ]]; then
         "$PY" -m shardgate.cli cluster down --dir "$WORK/cluster" >/dev/null 2>&1 || true
     elif [[ -n "$GATE_PID" ]] && kill -0 "$GATE_PID" 2>/dev/null; then
@@ -112,7 +143,7 @@ EOF
 
 GATE_ARGS=()
 IGNORE=()
-if ((THREADS > 1)); then
+if ((THREADS > 1)) && [[ ",$WORKLOADS," == *,oltp_read_write,* ]]; then
     GATE_ARGS=(--query-timeout 1)
     IGNORE=(--mysql-ignore-errors=1213,1020,1205,3024)
 fi
@@ -129,6 +160,26 @@ if ((PRODUCTION)); then
     read -r -a TABLET_PIDS <<<"$("$PY" -c 'import json, sys
 print(" ".join(str(p) for n, p in json.load(open(sys.argv[1]))["pids"].items() if n != "gate"))' \
         "$WORK/cluster/cluster-state.json")"
+    if ((WORKERS)); then  # the gate sysbench talks to: N workers on the same topo store
+        TOPO="$("$PY" -c 'import json, sys; print(json.load(open(sys.argv[1]))["topo"])' \
+            "$WORK/cluster/cluster-state.json")"
+        MYSQL_PORT="$(free_port)"
+        LOG="$WORK/workers.log"
+        : >"$LOG"
+        "${GATE_TASKSET[@]}" "$PY" -m shardgate.cli gate --topo "$TOPO" --no-auth \
+            --port "$(free_port)" --mysql-port "$MYSQL_PORT" --http-port 0 \
+            --workers "$WORKERS" "${GATE_ARGS[@]}" "${VIA_TABLETS[@]}" >"$LOG" 2>&1 &
+        WORKERS_PID=$!
+        GATE_PID="$WORKERS_PID"
+        READY="MySQL listener on"  # one worker: the gate itself; more: its supervisor
+        ((WORKERS == 1)) || READY="workers (pids .*) serving"
+        for _ in $(seq 600); do  # 60 s at most
+            if ! kill -0 "$WORKERS_PID" 2>/dev/null; then cat "$LOG" >&2; exit 1; fi
+            if grep -q "$READY" "$LOG"; then break; fi
+            sleep 0.1
+        done
+        grep -q "$READY" "$LOG" || { cat "$LOG" >&2; exit 1; }
+    fi
 else
     "$PY" -m shardgate.cli up --cluster "$WORK/cluster.yaml" --port "$GRPC_PORT" \
         --mysql-port "$MYSQL_PORT" --http-port 0 "${GATE_ARGS[@]}" >"$LOG" 2>&1 &
@@ -149,7 +200,7 @@ COMMON=(--db-driver=mysql --tables=1 --table-size="$TABLE_SIZE")
 sb() {  # sb WORKLOAD COMMAND TARGET-OPTIONS...: sysbench's output; fails on any error
     local workload="$1" command="$2"; shift 2
     local out
-    if ! out="$(sysbench "$workload" "${COMMON[@]}" "$@" "$command" 2>&1)" \
+    if ! out="$("${CLIENT_TASKSET[@]}" sysbench "$workload" "${COMMON[@]}" "$@" "$command" 2>&1)" \
         || grep -q FATAL <<<"$out"; then
         echo "sysbench $workload $command failed:" >&2
         echo "$out" >&2
@@ -167,6 +218,14 @@ cpu_ticks() {  # utime + stime of the processes named, in clock ticks
     local sum=0 pid
     for pid in "$@"; do sum=$((sum + $(awk '{print $14 + $15}' "/proc/$pid/stat"))); done
     echo "$sum"
+}
+gate_ticks() {  # the gate's: with --workers, its supervisor's and every worker's
+    if ((WORKERS)); then
+        # shellcheck disable=SC2046
+        cpu_ticks "$GATE_PID" $(pgrep -P "$GATE_PID")
+    else
+        cpu_ticks "$GATE_PID"
+    fi
 }
 TICK="$(getconf CLK_TCK)"
 
@@ -189,7 +248,11 @@ RUN=(--time="$SECONDS_EACH" --threads="$THREADS" --db-ps-mode="$PS_MODE" --repor
      "${IGNORE[@]}")
 echo "sysbench $(sysbench --version | awk '{print $2}'): ${SECONDS_EACH} s per workload and" \
      "path, $TABLE_SIZE rows, $THREADS thread(s), --db-ps-mode=$PS_MODE"
-if ((PRODUCTION)); then
+if ((WORKERS)); then
+    echo "gate: shardgate gate --workers $WORKERS${GATE_CPUS:+ on cpus $GATE_CPUS} (tablet" \
+         "processes of shardgate cluster up), keyspace of 4 MariaDB shards;" \
+         "sysbench${CLIENT_CPUS:+ on cpus $CLIENT_CPUS}; direct: one MariaDB database"
+elif ((PRODUCTION)); then
     echo "gate: shardgate cluster up (gate process, one tablet process per shard), keyspace" \
          "of 4 MariaDB shards; direct: one MariaDB database"
 else
@@ -197,13 +260,13 @@ else
 fi
 printf '%-18s %10s %9s %10s %9s %7s %14s %16s %7s\n' workload "direct/s" "p95 ms" "gate/s" \
     "p95 ms" ratio "gate CPU us/tx" "tablets us/tx" errors
-for workload in oltp_point_select oltp_read_only oltp_read_write; do
+for workload in ${WORKLOADS//,/ }; do
     direct="$(sb "$workload" run "${DIRECT[@]}" "${RUN[@]}")"
     check_clean "$workload direct" "$direct"
-    before="$(cpu_ticks "$GATE_PID")"
+    before="$(gate_ticks)"
     tablets_before="$(cpu_ticks "${TABLET_PIDS[@]}")"
     gate="$(sb "$workload" run "${GATE[@]}" "${RUN[@]}")"
-    after="$(cpu_ticks "$GATE_PID")"
+    after="$(gate_ticks)"
     tablets="$(($(cpu_ticks "${TABLET_PIDS[@]}") - tablets_before))"
     check_clean "$workload gate" "$gate"
     awk -v w="$workload" -v dt="$(tps "$direct")" -v dp="$(p95 "$direct")" \

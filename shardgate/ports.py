@@ -22,13 +22,15 @@ from __future__ import annotations
 
 import enum
 from collections.abc import AsyncIterator, Mapping, Sequence
-from typing import Any, Final, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar
 
-from shardgate.backends.changes import LogItem
-from shardgate.result import ExecuteOptions, Result
-from shardgate.sql.dialects import Dialect
-from shardgate.topo.model import Topology
-from shardgate.vschema import VSchema
+if TYPE_CHECKING:  # annotations only: a client that names TRUSTED (through
+    # shardgate.auth.identity) does not load the topology, VSchema and vindex modules
+    from shardgate.backends.changes import LogItem
+    from shardgate.result import ExecuteOptions, Result
+    from shardgate.sql.dialects import Dialect
+    from shardgate.topo.model import Topology
+    from shardgate.vschema import VSchema
 
 
 class Trusted(enum.Enum):

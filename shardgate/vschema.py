@@ -64,6 +64,7 @@ and the keyspace fields ``multi_tenant_spec`` and other unknown fields.
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -78,6 +79,8 @@ from shardgate.errors import (
     ShardgateError,
     VSchemaError,
 )
+from shardgate.sql.schema import EMPTY as EMPTY_SCHEMA
+from shardgate.sql.schema import Schema
 from shardgate.vindexes import Lookup, MultiColumn, SingleColumn, Vindex, create_vindex
 from shardgate.vindexes.consistent_lookup import ConsistentLookupBase
 
@@ -207,6 +210,9 @@ class VSchema:
         read_routing_rules: Mapping[str, RoutingRule] | None = None,
     ) -> None:
         self.keyspaces = dict(keyspaces)
+        #: the columns the gate tracked from the shards (the planning context's
+        #: data about tables; empty outside a gate: see :meth:`with_schema`)
+        self.schema: Schema = EMPTY_SCHEMA
         self.routing_rules = dict(routing_rules or {})
         #: rules for reads outside transactions, tried before :attr:`routing_rules`
         self.read_routing_rules = dict(read_routing_rules or {})
@@ -243,6 +249,27 @@ class VSchema:
         rules = parse_routing_rules(routing_rules or {}, keyspaces)
         reads = parse_routing_rules(routing_rules or {}, keyspaces, key="read_rules")
         return cls(keyspaces, rules, reads)
+
+    def with_schema(self, schema: Schema) -> VSchema:
+        """This VSchema with ``schema`` as its tracked columns: a shallow copy that
+        shares everything else (the planner reads both, and no database)."""
+        if schema is self.schema:
+            return self
+        out = copy.copy(self)
+        out.schema = schema
+        return out
+
+    def table_columns(self, table: Table) -> tuple[str, ...] | None:
+        """The columns of ``table``: its VSchema's authoritative ``columns`` if it has
+        them (as in Vitess, they win), else the tracked ones; None when the tracked
+        keyspace has no such table. Raises
+        :class:`~shardgate.sql.schema.ColumnsUnknown` (keyspace not read yet) or
+        :class:`~shardgate.errors.Unsupported` (it could not be read)."""
+        listed = table.authoritative_columns
+        if listed is not None:
+            return listed
+        found = self.schema.table(table.keyspace, table.name)
+        return found.names if found is not None else None
 
     def keyspace(self, name: str) -> Keyspace:
         try:

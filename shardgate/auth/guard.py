@@ -48,8 +48,9 @@ from shardgate.auth.acl import Role, TableACL
 from shardgate.auth.identity import Identity, Trusted
 from shardgate.auth.rules import Access, analyze
 from shardgate.errors import PermissionDenied
+from shardgate.planner.target import session_keyspace
 from shardgate.vindexes.lookup import LookupBase
-from shardgate.vschema import VSchema
+from shardgate.vschema import TableType, VSchema
 
 log = logging.getLogger(__name__)
 
@@ -200,7 +201,7 @@ class Guard:
         found = self._resolved.get(key)
         if found is not None:
             return found
-        session_ks = (keyspace or "").partition(":")[0]
+        session_ks = session_keyspace(keyspace) or ""
         needs = []
         for use in access.tables:
             ks = use.keyspace or session_ks or _home(vschema, use.table)
@@ -243,7 +244,7 @@ def gate_tables(vschema: VSchema) -> frozenset[tuple[str, str]]:
     out: set[tuple[str, str]] = set()
     for ks in vschema.keyspaces.values():
         for t in ks.tables.values():
-            if t.type == "sequence":
+            if t.type == TableType.SEQUENCE:
                 out.add((ks.name.lower(), t.name.lower()))
         for vindex in ks.vindexes.values():
             if isinstance(vindex, LookupBase):

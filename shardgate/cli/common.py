@@ -1,6 +1,7 @@
 """What the ``shardgate`` command groups share: defaults, target flags, the local
 topology and the result table. Imported by every module of :mod:`shardgate.cli`;
-imports none of them."""
+imports none of them, and nothing heavy at import (the gate, the topo store and gRPC
+are loaded by the functions that use them)."""
 
 from __future__ import annotations
 
@@ -8,15 +9,17 @@ import argparse
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from shardgate.api.grpc.security import ClientSecurity
 from shardgate.errors import InvalidArgument, NotFound
-from shardgate.gate import Gate
-from shardgate.result import Result
-from shardgate.topo import Topology
-from shardgate.topo.local import open_topo, read_topology
-from shardgate.topo.server import TopoServer
+
+if TYPE_CHECKING:  # each is loaded by the function that needs it: a CLI call loads
+    # only what its command runs (a remote command never loads the gate)
+    from shardgate.api.grpc.security import ClientSecurity
+    from shardgate.gate import Gate
+    from shardgate.result import Result
+    from shardgate.topo import Topology
+    from shardgate.topo.server import TopoServer
 
 DEFAULT_DATA_DIR = "./shardgate-data"
 DEFAULT_HOST = "127.0.0.1"
@@ -75,6 +78,8 @@ def add_tablet_client_args(p: argparse.ArgumentParser) -> None:
 def tablet_credentials(args: argparse.Namespace) -> ClientSecurity:
     """What is presented to tablets: ``--tablet-user`` with the password in
     ``SHARDGATE_TABLET_PASSWORD`` (never a flag: flags show in ``ps``), and TLS files."""
+    from shardgate.api.grpc.security import ClientSecurity
+
     return ClientSecurity(
         user=args.tablet_user,
         password=os.environ.get("SHARDGATE_TABLET_PASSWORD") if args.tablet_user else None,
@@ -86,6 +91,8 @@ def tablet_credentials(args: argparse.Namespace) -> ClientSecurity:
 
 def client_security(args: argparse.Namespace) -> ClientSecurity:
     """The credentials and TLS files of a client command's flags and environment."""
+    from shardgate.api.grpc.security import ClientSecurity
+
     return ClientSecurity.from_env(
         user=getattr(args, "user", None), password=getattr(args, "password", None),
         tls_ca=getattr(args, "tls_ca", None), tls_cert=getattr(args, "tls_cert", None),
@@ -122,6 +129,8 @@ def store_args(p: argparse.ArgumentParser) -> None:
 
 async def open_store(args: argparse.Namespace) -> TopoServer:
     """The topo store ``--topo`` / ``--cluster`` / ``--data-dir`` names."""
+    from shardgate.topo.local import open_topo
+
     if getattr(args, "topo", None):
         return await open_topo(url=args.topo)
     return await open_topo(cluster_file_of(args, default_data_dir=True))
@@ -129,6 +138,8 @@ async def open_store(args: argparse.Namespace) -> TopoServer:
 
 def local_topology(args: argparse.Namespace, *, default_data_dir: bool = False) -> Topology:
     """The topology of ``--cluster FILE`` / ``--data-dir DIR`` (its topo store's, if any)."""
+    from shardgate.topo.local import read_topology
+
     return read_topology(cluster_file_of(args, default_data_dir=default_data_dir))
 
 
@@ -138,6 +149,9 @@ async def local_gate(args: argparse.Namespace, *, default_data_dir: bool = False
     It reads and changes the cluster's topo store, so a VSchema change made
     here is kept and reaches running gates.
     """
+    from shardgate.gate import Gate
+    from shardgate.topo.local import open_topo
+
     topo = await open_topo(cluster_file_of(args, default_data_dir=default_data_dir))
     try:
         return await Gate.from_topo(topo, watch=False)

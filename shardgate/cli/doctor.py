@@ -23,14 +23,13 @@ import subprocess
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import redis.asyncio as aioredis
-
-from shardgate.backends import open_backend
 from shardgate.backends.urls import DatabaseURL, parse_url, redacted
 from shardgate.errors import ShardgateError
-from shardgate.topo import Topology
+
+if TYPE_CHECKING:  # the drivers load when a check runs (``doctor --help`` loads none)
+    from shardgate.topo import Topology
 
 DEFAULT_POSTGRES = "postgresql://postgres@127.0.0.1:5432/postgres"
 DEFAULT_MYSQL = "mysql://root@127.0.0.1:3306/mysql"
@@ -163,6 +162,8 @@ async def check_servers(args: argparse.Namespace, topology: Topology | None) -> 
 
 
 async def _check_database(url: DatabaseURL, required: bool) -> Check:
+    from shardgate.backends import open_backend
+
     name = f"{'postgresql' if url.kind == 'postgresql' else 'mariadb'} {url.host}:{url.port}"
     backend = open_backend(url.raw, pool_size=1)
     try:
@@ -217,6 +218,8 @@ def _fix(kind: str, names: list[str]) -> str:
 
 
 async def _check_redis(url: str, required: bool) -> Check:
+    import redis.asyncio as aioredis
+
     name = f"redis {redacted(url)}"
     client = aioredis.Redis.from_url(url, socket_connect_timeout=2)
     try:

@@ -28,15 +28,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from shardgate.api.grpc.client import GateClient
 from shardgate.cli.common import DEFAULT_TARGET, add_target_args, local_gate
 from shardgate.errors import FailedPrecondition, InvalidArgument
-from shardgate.gate import Gate
 from shardgate.queues.inbox import model
-from shardgate.queues.inbox.registry import InboxRegistry
-from shardgate.queues.inbox.store import InboxRead, MaintainReport
+
+if TYPE_CHECKING:  # loaded by the side that runs: a remote command never loads the gate
+    from shardgate.api.grpc.client import GateClient
+    from shardgate.gate import Gate
+    from shardgate.queues.inbox.store import InboxRead, MaintainReport
 
 #: CLI flag -> InboxOptions field
 _FLAGS = {"granularity": "granularity", "retention": "retention_s",
@@ -111,6 +112,8 @@ class _Local:
     """The commands on an in-process gate (``--cluster`` / ``--data-dir``)."""
 
     def __init__(self, gate: Gate, keyspace: str) -> None:
+        from shardgate.queues.inbox.registry import InboxRegistry
+
         self.registry = InboxRegistry(gate)
         self.keyspace = keyspace
 
@@ -173,6 +176,8 @@ async def _inbox(args: argparse.Namespace) -> int:
         finally:
             await gate.close()
         return 0
+    from shardgate.api.grpc.client import GateClient
+
     async with GateClient(args.target or DEFAULT_TARGET, keyspace=args.keyspace) as client:
         await _commands(args, _Remote(client))
     return 0

@@ -28,11 +28,9 @@ from typing import Any
 
 from shardgate.cli import reshard
 from shardgate.cli.common import open_store, store_args
+from shardgate.cli.defaults import COPY_BATCH, MAX_LAG_S
 from shardgate.cli.progress import Progress
 from shardgate.errors import InvalidArgument
-from shardgate.workflows.cutover import DEFAULT_MAX_LAG_S
-from shardgate.workflows.movetables import MoveTablesWorkflow, movetables_spec
-from shardgate.workflows.rowcopy import DEFAULT_BATCH
 
 
 def add_parsers(commands: Any) -> None:
@@ -55,7 +53,7 @@ def add_parsers(commands: Any) -> None:
     create.add_argument("--vschema", metavar="FILE",
                         help="JSON with the target keyspace's 'tables' entries (and "
                              "'vindexes'); required for a sharded target")
-    create.add_argument("--batch", type=int, default=DEFAULT_BATCH, help="rows per copy batch")
+    create.add_argument("--batch", type=int, default=COPY_BATCH, help="rows per copy batch")
     for name, help_ in (("status", "the workflow's state, streams and lag"),
                         ("vdiff", "compare source and target at one consistent point")):
         p = common(name, help_)
@@ -68,11 +66,11 @@ def add_parsers(commands: Any) -> None:
     which.add_argument("--reads", action="store_true", help="switch reads")
     which.add_argument("--writes", action="store_true", help="switch writes")
     sw.add_argument("--dry-run", action="store_true", help="check and say what would happen")
-    sw.add_argument("--max-lag", type=float, default=DEFAULT_MAX_LAG_S,
+    sw.add_argument("--max-lag", type=float, default=MAX_LAG_S,
                     help="refuse the write switch if the target lags more (seconds)")
     rv = common("reverse-traffic", "serve reads (and, after the write switch, writes) from "
                 "the source keyspace again")
-    rv.add_argument("--max-lag", type=float, default=DEFAULT_MAX_LAG_S,
+    rv.add_argument("--max-lag", type=float, default=MAX_LAG_S,
                     help="after the write switch: refuse if the source lags the target more "
                          "(seconds)")
     common("complete", "after the write switch: the tables belong to the target keyspace")
@@ -98,6 +96,8 @@ def _vschema(path: str | None) -> dict[str, Any]:
 
 
 async def _run(args: argparse.Namespace) -> int:
+    from shardgate.workflows.movetables import MoveTablesWorkflow, movetables_spec
+
     server = await open_store(args)
     try:
         flow: MoveTablesWorkflow

@@ -23,8 +23,6 @@ import datetime
 import json
 from typing import Any
 
-from shardgate.api.grpc.client import GateClient
-from shardgate.auth.identity import TRUSTED
 from shardgate.cli.common import (
     DEFAULT_TARGET,
     add_target_args,
@@ -33,9 +31,10 @@ from shardgate.cli.common import (
     local_gate,
 )
 from shardgate.errors import InvalidArgument
-from shardgate.queues.segmented.queue import SegmentedQueue
-from shardgate.queues.table.store import QueueStore
 from shardgate.result import Result
+
+# The gRPC client, the gate and the queue stores are imported where a command uses
+# them: a remote command does not load the gate, a local one not gRPC.
 
 
 def add_parsers(commands: Any) -> None:
@@ -73,6 +72,8 @@ async def _queue(args: argparse.Namespace) -> int:
     if not local and cmd in ("requeue-failed", "purge"):
         raise InvalidArgument(f"queue {cmd} needs --cluster FILE or --data-dir DIR")
     if not local:
+        from shardgate.api.grpc.client import GateClient
+
         async with GateClient(args.target or DEFAULT_TARGET, keyspace=args.keyspace,
                           security=client_security(args)) as client:
             if cmd == "create":
@@ -82,6 +83,9 @@ async def _queue(args: argparse.Namespace) -> int:
             else:
                 print(format_result(tail_view(await client.execute(_tail_sql(args)))))
         return 0
+    from shardgate.auth.identity import TRUSTED
+    from shardgate.queues.table.store import QueueStore
+
     gate = await local_gate(args)
     try:
         session = gate.session(args.keyspace, identity=TRUSTED)
@@ -191,6 +195,8 @@ def _add_segments_parsers(sub: Any) -> None:
 
 
 async def _segments(args: argparse.Namespace) -> int:
+    from shardgate.queues.segmented.queue import SegmentedQueue
+
     gate = await local_gate(args)
     try:
         q = SegmentedQueue.from_gate(gate, args.keyspace, args.queue)

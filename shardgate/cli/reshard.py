@@ -28,16 +28,15 @@ import asyncio
 import json
 import signal
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from shardgate.cli.common import open_store, store_args
+from shardgate.cli.defaults import COPY_BATCH, MAX_LAG_S
 from shardgate.cli.progress import Progress
 from shardgate.errors import InvalidArgument
-from shardgate.gate.cutover import HOLD_S
-from shardgate.workflows.base import Workflow
-from shardgate.workflows.cutover import DEFAULT_MAX_LAG_S
-from shardgate.workflows.reshard import ReshardSpec, ReshardWorkflow
-from shardgate.workflows.rowcopy import DEFAULT_BATCH
+
+if TYPE_CHECKING:  # the workflow (and the gate below it) load when a command runs
+    from shardgate.workflows.base import Workflow
 
 
 def add_parsers(commands: Any) -> None:
@@ -57,7 +56,7 @@ def add_parsers(commands: Any) -> None:
     create.add_argument("--target", required=True, help="target shards, comma-separated")
     create.add_argument("--target-url", action="append", default=[], metavar="SHARD=URL",
                         help="the database of a target shard (once per target)")
-    create.add_argument("--batch", type=int, default=DEFAULT_BATCH, help="rows per copy batch")
+    create.add_argument("--batch", type=int, default=COPY_BATCH, help="rows per copy batch")
     for name, help_ in (("status", "the workflow's state, streams and lag"),
                         ("vdiff", "compare sources and targets at one consistent point")):
         p = common(name, help_)
@@ -70,11 +69,11 @@ def add_parsers(commands: Any) -> None:
     which.add_argument("--reads", action="store_true", help="switch reads")
     which.add_argument("--writes", action="store_true", help="switch writes")
     sw.add_argument("--dry-run", action="store_true", help="check and say what would happen")
-    sw.add_argument("--max-lag", type=float, default=DEFAULT_MAX_LAG_S,
+    sw.add_argument("--max-lag", type=float, default=MAX_LAG_S,
                     help="refuse the write switch if the targets lag more (seconds)")
     rv = common("reverse-traffic", "serve reads (and, after the write switch, writes) from "
                 "the sources again")
-    rv.add_argument("--max-lag", type=float, default=DEFAULT_MAX_LAG_S,
+    rv.add_argument("--max-lag", type=float, default=MAX_LAG_S,
                     help="after the write switch: refuse if the sources lag more (seconds)")
     common("complete", "after the write switch: remove the sources from the keyspace")
     common("cancel", "before the write switch: remove the targets from the keyspace")
@@ -100,6 +99,8 @@ def _urls(pairs: list[str]) -> tuple[tuple[str, str], ...]:
 
 
 async def _run(args: argparse.Namespace) -> int:
+    from shardgate.workflows.reshard import ReshardSpec, ReshardWorkflow
+
     server = await open_store(args)
     try:
         cmd = args.reshard_command
@@ -186,6 +187,8 @@ async def _command(flow: Workflow[Any], args: argparse.Namespace, bar: Progress)
 
 
 def _print_status(status: dict[str, Any]) -> None:
+    from shardgate.gate.cutover import HOLD_S
+
     print(f"{status['workflow']}: {status['state']}  rows copied {status['rows_copied']}/"
           f"{status['estimate']}  reads switched: {status['reads_switched']}")
     if status.get("runner_pid"):

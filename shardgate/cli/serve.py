@@ -4,13 +4,13 @@
 cluster file, ``tablet`` one shard's tablet; each serves gRPC until a signal::
 
     shardgate up [--data-dir DIR] [--cluster FILE] [--topo URL] [--host H] [--port P] [--check]
-                 [security flags] [--acl-file F [--acl-dry-run]] [LIMITS]
+                 [security flags] [--acl-file F [--acl-dry-run]] [LIMITS] [--drain-timeout S]
                  [MySQL listener flags]
     shardgate gate (--topo URL | --cluster FILE) [--host H] [--port P]
                    (--users-file F | --tls-ca CA | --no-auth) [security flags]
                    [--acl-file F [--acl-dry-run]] [LIMITS]
                    [MySQL listener flags] [--failover-timeout S] [--health-interval S]
-                   [--workers N]
+                   [--drain-timeout S] [--workers N]
     shardgate tablet (--topo URL | --cluster FILE) --keyspace KS --shard S
                      [--host H] [--port P] [--advertise HOST] [--alias NAME]
                      [--heartbeat S] [--idle-timeout S] [--drain-timeout S]
@@ -46,6 +46,12 @@ it: a fraction below 1 or a count; 0, the default: none).
 every shard in the topo store and fails over between them (see
 :mod:`shardgate.gate.fleet` and ``docs/production.md``).
 
+On SIGTERM (or SIGINT) ``up`` and ``gate`` drain before they stop: new calls are
+refused ``UNAVAILABLE`` "gate draining" (clients send them again, to another gate
+when they name several), open transactions get ``--drain-timeout`` seconds to end
+(then they are rolled back and answered ``ABORTED``); see
+:mod:`shardgate.api.grpc.gate_drain`.
+
 ``gate --workers N`` runs N gate processes sharing the ports under a supervisor
 (see :mod:`shardgate.cli.workers`). ``up`` has no ``--workers``: its tablets
 (shard leases, queue managers) live in its process and must not run N times.
@@ -78,6 +84,7 @@ from typing import Any
 
 from shardgate.aio import wait_for
 from shardgate.api.grpc.client import GateClient
+from shardgate.api.grpc.gate_drain import GateDrain
 from shardgate.api.grpc.remote_gate import open_remote_gate
 from shardgate.api.grpc.security import ServerSecurity, TLSFiles
 from shardgate.api.grpc.server import serve
@@ -113,6 +120,7 @@ from shardgate.gate.limits import (
 from shardgate.queues.router import queue_options_of
 from shardgate.result import DEFAULT_MAX_RESULT_BYTES, DEFAULT_MAX_RESULT_ROWS, ResultLimits
 from shardgate.tablet import Tablet
+from shardgate.tablet.lease import hurry_all
 from shardgate.tablet.registry import DEFAULT_HEARTBEAT_S, DRAINING, SERVING, TabletRegistration
 from shardgate.tablet.tablet import DEFAULT_TRANSACTION_CAP
 from shardgate.topo import write_cluster_file
@@ -125,9 +133,11 @@ from shardgate.topo.embedded import (
 from shardgate.topo.local import open_topo
 from shardgate.topo.server import TopoServer
 
-#: Seconds in-flight RPCs get to finish on shutdown.
+#: Seconds in-flight RPCs get to finish on shutdown (after a gate's drain: none of them
+#: in a transaction).
 SHUTDOWN_GRACE_S = 5.0
-#: Seconds a draining tablet gives open transactions and statements in flight.
+#: Seconds a draining tablet gives open transactions and statements in flight; a
+#: draining gate, open transactions.
 DEFAULT_DRAIN_S = 10.0
 DEFAULT_TABLET_PORT = 15999
 
@@ -195,6 +205,7 @@ def add_parsers(commands: Any) -> None:
         help="set up, run one insert and select through the gate, print them and exit",
     )
     _add_gate_limits(up)
+    _add_gate_drain(up)
     _add_transaction_caps(up)
 
     gate = commands.add_parser(
@@ -206,6 +217,7 @@ def add_parsers(commands: Any) -> None:
     _add_security_args(gate, no_auth_flag=True)
     _add_acl_args(gate)
     _add_gate_limits(gate)
+    _add_gate_drain(gate)
     add_http_arg(gate, DEFAULT_HTTP_PORT)
     _add_mysql_args(gate)
     add_tablet_client_args(gate)
@@ -213,6 +225,10 @@ def add_parsers(commands: Any) -> None:
                       help="seconds a statement waits for a shard's new lease holder")
     gate.add_argument("--health-interval", type=float, default=DEFAULT_HEALTH_INTERVAL_S,
                       help="seconds between tablet health checks")
+    gate.add_argument("--via-tablets", action="store_true",
+                      help="send every statement to the tablets (by default the gate runs "
+                      "autocommit SELECTs and writes of plain tables on the shard databases "
+                      "itself, found by their URLs in the topo store)")
     gate.add_argument("--workers", type=int, default=1, metavar="N",
                       help="serve with N gate processes sharing the ports (SO_REUSEPORT), "
                       "under a supervisor; 1 (the default): this process serves")
@@ -245,6 +261,13 @@ def add_parsers(commands: Any) -> None:
                              "get to finish")
     _add_result_limits(tablet)
     _add_transaction_caps(tablet)
+
+
+def _add_gate_drain(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--drain-timeout", type=float, default=DEFAULT_DRAIN_S,
+                        help="on SIGTERM, seconds open transactions get to finish (new "
+                             "work is refused UNAVAILABLE 'gate draining'); then they are "
+                             "rolled back (ABORTED) and the gate stops")
 
 
 def _add_transaction_caps(parser: argparse.ArgumentParser) -> None:
@@ -466,7 +489,8 @@ async def _gate(args: argparse.Namespace) -> int:
                                              health_interval=args.health_interval,
                                              failover_timeout=args.failover_timeout,
                                              guard=guard, limits=gate_limits(args),
-                                             tablet_security=tablet_credentials(args))
+                                             tablet_security=tablet_credentials(args),
+                                             direct_statements=not args.via_tablets)
     except BaseException:
         await topo.close()
         raise
@@ -636,8 +660,10 @@ async def _serve_until_signal(
                 raise Unavailable(
                     f"cannot listen on {host}:{args.http_port} for the console: "
                     f"{exc.strerror}; pass --http-port N (0: no console)") from exc
+        drain = GateDrain(gate, f"the gate at {host}:{args.port}")
         server, bound = await serve(gate, host, args.port, security=security, no_auth=no_auth,
-                                    insecure=args.insecure_bind_anyway, reuse_port=reuse_port)
+                                    insecure=args.insecure_bind_anyway, reuse_port=reuse_port,
+                                    drain=drain)
         try:
             scheme = "grpcs" if security.tls is not None else "grpc"
             target = f"{scheme}://{host}:{bound}"
@@ -648,7 +674,11 @@ async def _serve_until_signal(
             if mysql_line:
                 print(mysql_line, flush=True)
             await _until_signal(parent)
-            print("shutting down", flush=True)
+            print("draining", flush=True)
+            drained = await drain.run(args.drain_timeout)
+            print(f"drained in {drained.seconds:.2f} s ({drained.open_at_start} open "
+                  f"transaction(s) at the start, {drained.ended} rolled back, "
+                  f"{drained.refused} call(s) refused); shutting down", flush=True)
         finally:
             await server.stop(SHUTDOWN_GRACE_S)
     finally:
@@ -725,6 +755,10 @@ async def _serve_tablet(
         topo_server.store, tablet, alias, f"{args.advertise or args.host}:{port}",
         heartbeat_s=args.heartbeat,
         health=lambda: DRAINING if servicer.draining else SERVING)
+    loop = asyncio.get_running_loop()
+    # SIGUSR1: a planned hand-over is coming (`cluster restart --rolling`): try for the
+    # shard lease every few milliseconds for a while instead of every half second
+    loop.add_signal_handler(signal.SIGUSR1, hurry_all)
     try:
         await registration.start()
         print(f"shardgate tablet {args.keyspace}/{args.shard} ({alias}) listening on "
@@ -733,6 +767,7 @@ async def _serve_tablet(
         print("draining", flush=True)
         await servicer.drain(args.drain_timeout)
     finally:
+        loop.remove_signal_handler(signal.SIGUSR1)
         await registration.stop()
         await server.stop(1.0)
         await servicer.close()

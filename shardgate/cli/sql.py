@@ -23,13 +23,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-import sqlglot
-from sqlglot import TokenType, exp
-from sqlglot.errors import SqlglotError
-
-from shardgate.api.grpc.client import GateClient
-from shardgate.api.grpc.remote_gate import open_remote_gate
-from shardgate.auth.identity import TRUSTED
 from shardgate.cli.common import (
     DEFAULT_TARGET,
     add_tablet_client_args,
@@ -39,10 +32,12 @@ from shardgate.cli.common import (
     local_gate,
     tablet_credentials,
 )
+from shardgate.cli.defaults import RESOLVE_GRACE_S
 from shardgate.errors import InvalidArgument, NotFound
-from shardgate.gate import twopc
-from shardgate.sql.parse import GATE_DIALECT
-from shardgate.topo.local import open_topo
+
+# What a command needs is imported in the function that runs it: ``sql --target``
+# loads the gRPC client only, not the gate, planner, sqlglot or the database drivers
+# (tests/unit/test_cli_dispatch.py holds that).
 
 
 def add_parsers(commands: Any) -> None:
@@ -84,9 +79,9 @@ def add_parsers(commands: Any) -> None:
     resolve.add_argument(
         "--grace",
         type=float,
-        default=twopc.DEFAULT_RESOLVE_GRACE_S,
+        default=RESOLVE_GRACE_S,
         help="leave transactions younger than this many seconds to their gate "
-        f"(default {twopc.DEFAULT_RESOLVE_GRACE_S:g})",
+        f"(default {RESOLVE_GRACE_S:g})",
     )
 
 
@@ -102,6 +97,8 @@ def run(args: argparse.Namespace) -> int:
 
 async def _sql(args: argparse.Namespace) -> int:
     if args.cluster or args.data_dir:
+        from shardgate.auth.identity import TRUSTED
+
         gate = await local_gate(args)
         try:
             session = gate.session(args.keyspace, identity=TRUSTED)
@@ -113,6 +110,8 @@ async def _sql(args: argparse.Namespace) -> int:
         finally:
             await gate.close()
         return 0
+    from shardgate.api.grpc.client import GateClient
+
     async with GateClient(args.target or DEFAULT_TARGET, keyspace=args.keyspace,
                           security=client_security(args)) as client:
         if args.explain:
@@ -136,6 +135,8 @@ async def _schema_apply(args: argparse.Namespace) -> int:
     statements = [part for stmt in statements
                   for part in [stmt, *register_statements(stmt, args.vindex, args.register)]]
     if args.cluster or args.data_dir:
+        from shardgate.auth.identity import TRUSTED
+
         gate = await local_gate(args)
         try:
             session = gate.session(args.keyspace, identity=TRUSTED)
@@ -145,8 +146,10 @@ async def _schema_apply(args: argparse.Namespace) -> int:
         finally:
             await gate.close()
     else:
+        from shardgate.api.grpc.client import GateClient
+
         async with GateClient(args.target or DEFAULT_TARGET, keyspace=args.keyspace,
-                          security=client_security(args)) as client:
+                              security=client_security(args)) as client:
             for stmt in statements:
                 await client.execute(stmt)
                 print(f"OK  {_first_line(stmt)}")
@@ -172,6 +175,9 @@ async def _twopc_resolve(args: argparse.Namespace) -> int:
 async def _twopc_resolve_remote(args: argparse.Namespace) -> int:
     """Resolve through the tablet processes of the topo store at ``--topo``: a gate of
     this process with no tablet of its own (each shard's lease holder answers)."""
+    from shardgate.api.grpc.remote_gate import open_remote_gate
+    from shardgate.topo.local import open_topo
+
     topo = await open_topo(url=args.topo)
     try:
         gate, fleet = await open_remote_gate(topo, owns_topo=False,
@@ -193,6 +199,12 @@ def register_statements(stmt: str, vindexes: list[str], register: bool) -> list[
     or ``ADD TABLE`` with ``register``; none otherwise."""
     if not vindexes and not register:
         return []
+    import sqlglot
+    from sqlglot import exp
+    from sqlglot.errors import SqlglotError
+
+    from shardgate.sql.parse import GATE_DIALECT
+
     try:
         tree = sqlglot.parse_one(stmt, read=GATE_DIALECT)
     except SqlglotError:
@@ -220,6 +232,12 @@ def split_statements(text: str) -> list[str]:
 
     Each statement is the original text from its first to its last token.
     """
+    import sqlglot
+    from sqlglot import TokenType
+    from sqlglot.errors import SqlglotError
+
+    from shardgate.sql.parse import GATE_DIALECT
+
     try:
         tokens = sqlglot.Dialect.get_or_raise(GATE_DIALECT).tokenize(text)
     except SqlglotError as exc:

@@ -23,10 +23,8 @@ import sys
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from shardgate.api.grpc.client import GateClient
-from shardgate.auth.identity import TRUSTED
 from shardgate.cli.common import (
     DEFAULT_TARGET,
     add_target_args,
@@ -34,7 +32,9 @@ from shardgate.cli.common import (
     local_gate,
 )
 from shardgate.errors import InvalidArgument
-from shardgate.streams.merge import StreamEvent, StreamPosition
+
+if TYPE_CHECKING:  # loaded when the command runs (``stream --help`` loads neither)
+    from shardgate.streams.merge import StreamEvent, StreamPosition
 
 
 def add_parsers(commands: Any) -> None:
@@ -55,6 +55,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _start(args: argparse.Namespace) -> tuple[float | str | None, StreamPosition]:
+    from shardgate.streams.merge import StreamPosition
+
     if args.state_file is not None and args.state_file.exists():
         text = args.state_file.read_text().strip()
         if text:
@@ -76,6 +78,8 @@ async def _stream(args: argparse.Namespace) -> int:
         raise InvalidArgument("--count must be >= 0")
     start, position = _start(args)
     if args.cluster or args.data_dir:
+        from shardgate.auth.identity import TRUSTED
+
         gate = await local_gate(args)
         try:
             events = gate.update_stream(
@@ -85,6 +89,8 @@ async def _stream(args: argparse.Namespace) -> int:
             return await _print(events, args, position)
         finally:
             await gate.close()
+
+    from shardgate.api.grpc.client import GateClient
 
     async with GateClient(args.target or DEFAULT_TARGET, keyspace=args.keyspace,
                           security=client_security(args)) as client:

@@ -39,9 +39,7 @@ import difflib
 import json
 import sys
 from pathlib import Path
-from typing import Any
-
-import yaml
+from typing import TYPE_CHECKING, Any
 
 from shardgate.cli.common import (
     DEFAULT_TARGET,
@@ -50,19 +48,15 @@ from shardgate.cli.common import (
     open_store,
     store_args,
 )
+from shardgate.cli.defaults import LOOKUP_BATCH, LOOKUP_SETTLE_S, LOOKUP_TYPES
 from shardgate.cli.progress import Progress
 from shardgate.errors import InvalidArgument, NotFound
-from shardgate.gate import Gate
-from shardgate.topo.file import load_cluster_file
-from shardgate.topo.local import open_topo, store_url_for
-from shardgate.topo.server import TopoServer
-from shardgate.workflows.lookup_vindex import (
-    DEFAULT_BATCH,
-    DEFAULT_SETTLE_S,
-    TYPES,
-    LookupVindexSpec,
-    LookupVindexWorkflow,
-)
+
+if TYPE_CHECKING:
+    from shardgate.topo.server import TopoServer
+
+# The topo store, the gate and the workflow are imported by the command that uses them
+# (``vschema get`` loads the store, not the gate).
 
 
 def add_parsers(commands: Any) -> None:
@@ -105,7 +99,7 @@ def add_parsers(commands: Any) -> None:
     create.add_argument("--keyspace", required=True, help="the owner table's keyspace")
     create.add_argument("--table-owner", required=True, help="the owner table")
     create.add_argument("--columns", required=True, help="the looked-up column")
-    create.add_argument("--type", required=True, choices=TYPES, dest="vindex_type",
+    create.add_argument("--type", required=True, choices=LOOKUP_TYPES, dest="vindex_type",
                         help="the lookup vindex type")
     create.add_argument("--lookup-table", required=True,
                         help="keyspace.table to create (an unsharded keyspace)")
@@ -114,8 +108,8 @@ def add_parsers(commands: Any) -> None:
                         "(default from the owner column: BIGINT or VARCHAR(255))")
     create.add_argument("--ignore-nulls", action="store_true",
                         help="rows whose column is NULL get no lookup row")
-    create.add_argument("--batch", type=int, default=DEFAULT_BATCH, help="rows per step")
-    create.add_argument("--settle", type=float, default=DEFAULT_SETTLE_S,
+    create.add_argument("--batch", type=int, default=LOOKUP_BATCH, help="rows per step")
+    create.add_argument("--settle", type=float, default=LOOKUP_SETTLE_S,
                         help="seconds for running gates to see the write_only vindex")
     store_args(create)
     ext = lv_cmds.add_parser("externalize", help="verify, then let the vindex route")
@@ -138,7 +132,12 @@ def run(args: argparse.Namespace) -> int:
 
 
 async def _topo(args: argparse.Namespace) -> int:
+    import yaml
+
     if args.topo_command == "import":
+        from shardgate.topo.file import load_cluster_file
+        from shardgate.topo.local import open_topo, store_url_for
+
         topology = load_cluster_file(args.file)
         beside = cluster_file_of(args) if (args.cluster or args.data_dir) else args.file
         server = await open_topo(url=args.topo or store_url_for(beside))
@@ -226,6 +225,9 @@ async def _lookup_vindex(args: argparse.Namespace) -> int:
                     if r.doc is not None and (args.name is None or r.name == args.name)}
             print(json.dumps(docs, indent=2, default=str))
             return 0
+        from shardgate.gate import Gate
+        from shardgate.workflows.lookup_vindex import LookupVindexSpec, LookupVindexWorkflow
+
         gate = Gate.open(await server.load_topology(), topo=server)
         try:
             if args.lookup_command == "create":

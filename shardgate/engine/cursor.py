@@ -15,6 +15,7 @@ from sqlglot import exp
 from shardgate.evalengine.coerce import Kind
 from shardgate.keys import ShardMap
 from shardgate.result import Result, Row
+from shardgate.sql.classify import WriteTarget, tree_write_target
 from shardgate.sql.dialects import Dialect
 from shardgate.sql.dialects.render import ShardSQL, render
 from shardgate.vindexes import VCursor
@@ -71,6 +72,11 @@ class ExecCursor(Protocol):
         """The kind of each (lowercase) column of ``table``; empty when unknown."""
         ...
 
+    async def unique_keys(self, keyspace: str, table: str) -> tuple[tuple[str, ...], ...]:
+        """The columns of each unique key of ``table`` (the primary key first), as its
+        shards' schema declares them; empty when unknown."""
+        ...
+
 
 class ShardQuery:
     """A query to send to shards: the gate AST plus its per-dialect renderings.
@@ -79,11 +85,21 @@ class ShardQuery:
     ``build`` lets a primitive make the SQL from the bind variables (inserts).
     """
 
-    __slots__ = ("_rendered", "tree")
+    __slots__ = ("_rendered", "_target", "tree")
 
     def __init__(self, tree: exp.Expr) -> None:
         self.tree = tree
         self._rendered: dict[tuple[str, str], ShardSQL] = {}
+        self._target: WriteTarget | None = None
+
+    @property
+    def write_target(self) -> WriteTarget | None:
+        """What the query writes, for the tablet (see :data:`~shardgate.sql.classify.WriteTarget`);
+        read from the tree once."""
+        found = self._target
+        if found is None:
+            found = self._target = tree_write_target(self.tree)
+        return found
 
     def for_dialect(self, dialect: str, placeholder: str) -> ShardSQL:
         key = (dialect, placeholder)

@@ -3,6 +3,7 @@ created, each shard sent its own rows in one multi-row statement."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -13,6 +14,7 @@ from sqlglot import exp
 from shardgate.engine.cursor import ExecCursor, ShardQuery
 from shardgate.engine.insert_ignore import insert_ignoring
 from shardgate.engine.primitive import Primitive, map_distinct, vindex_map
+from shardgate.engine.upsert import upsert_rows
 from shardgate.errors import InvalidArgument, Unsupported
 from shardgate.evalengine.coerce import stored_value
 from shardgate.evalengine.values import BindVar, Literal, SQLExpr, Value, resolve
@@ -55,7 +57,8 @@ class Insert(Primitive):
     ignore: bool = False
     #: reference table of a sharded keyspace: every shard gets every row
     broadcast: bool = False
-    #: ``ON DUPLICATE KEY UPDATE col = expr, ...`` (never a vindex column)
+    #: ``ON DUPLICATE KEY UPDATE col = expr, ...``: run by the shard, or row by row by
+    #: the gate into an owner of lookup vindexes (:mod:`shardgate.engine.upsert`)
     on_duplicate: tuple[tuple[str, SQLExpr], ...] = ()
     #: table and column names quoted in the statement (`select`): quoted for the shards too
     quoted: frozenset[str] = frozenset()
@@ -82,6 +85,9 @@ class Insert(Primitive):
             if self.ignore and self.owned_lookups:
                 inserted = await self._insert_ignoring(vc, columns, rows, ksids, bind_vars)
                 return Result(rows_affected=inserted, insert_id=insert_id)
+            if self.on_duplicate and self.owned_lookups:
+                done = await self._upsert(vc, columns, rows, ksids, bind_vars)
+                return Result(rows_affected=done, insert_id=insert_id)
             for lookup in self.owned_lookups:
                 await self._create_lookup(vc, lookup, columns, rows, ksids, bind_vars)
             per_shard = {}
@@ -259,6 +265,25 @@ class Insert(Primitive):
 
         return await insert_ignoring(vc.lookup_cursor(), lookups, values, ksids, insert_row)
 
+    async def _upsert(
+        self,
+        vc: ExecCursor,
+        columns: list[str],
+        rows: list[list[Value]],
+        ksids: list[KeyspaceId],
+        bind_vars: Mapping[str, Any],
+    ) -> int:
+        """ON DUPLICATE KEY UPDATE row by row, lookups kept exact
+        (:mod:`shardgate.engine.upsert`)."""
+        plain = dataclasses.replace(self, on_duplicate=())
+
+        async def insert_row(shard: str, row: list[Value]) -> int:
+            query = InsertQuery(plain, columns, {shard: [row]})
+            done = await vc.execute_shards(self.keyspace, [shard], query, bind_vars, write=True)
+            return done[0].rows_affected
+
+        return await upsert_rows(vc, self, columns, rows, ksids, bind_vars, insert_row)
+
     async def _create_lookup(
         self,
         vc: ExecCursor,
@@ -367,6 +392,7 @@ class InsertQuery(ShardQuery):
         self, insert: Insert, columns: list[str], per_shard: dict[str, list[list[Value]]]
     ) -> None:
         super().__init__(exp.Anonymous(this="insert"))
+        self._target = ("insert", insert.table)
         self.insert = insert
         self.columns = columns
         self.per_shard = per_shard

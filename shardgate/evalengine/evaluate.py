@@ -103,15 +103,15 @@ def _compile(node: exp.Expr, slots: Mapping[str, int]) -> Evaluator:
         constant = value.value
         return lambda row, sem: constant
     if isinstance(node, exp.Neg):
-        inner = compile_expr(node.this, slots)
-        return lambda row, sem: sem.arith("-", 0, inner(row, sem))
+        inner, declared = compile_expr(node.this, slots), integer_type(node.this)
+        return lambda row, sem: sem.arith("-", 0, inner(row, sem), declared)
     if isinstance(node, exp.Div):
         left, right = compile_expr(node.left, slots), compile_expr(node.right, slots)
         return lambda row, sem: sem.divide(left(row, sem), right(row, sem))
     if isinstance(node, exp.Binary) and type(node) in _ARITH:
-        op = _ARITH[type(node)]
+        op, declared = _ARITH[type(node)], integer_type(node)
         left, right = compile_expr(node.left, slots), compile_expr(node.right, slots)
-        return lambda row, sem: sem.arith(op, left(row, sem), right(row, sem))
+        return lambda row, sem: sem.arith(op, left(row, sem), right(row, sem), declared)
     if isinstance(node, exp.Binary) and type(node) in _COMPARE:
         test = _COMPARE[type(node)]
         left, right = compile_expr(node.left, slots), compile_expr(node.right, slots)
@@ -193,6 +193,53 @@ def _compile(node: exp.Expr, slots: Mapping[str, int]) -> Evaluator:
         f"{node.sql(dialect='mysql')!r} after merging shards: it evaluates arithmetic, "
         "comparisons, COALESCE, NULLIF, CASE, IF, CONCAT, LOWER, UPPER and LIKE"
     )
+
+
+#: ``Column.meta`` key: the column's declared type as the tracked schema has it
+#: (:class:`~shardgate.sql.schema.ColumnInfo`), set by the planner where arithmetic
+#: at the gate needs it (:func:`integer_type`)
+DECLARED_TYPE = "declared_type"
+_INTEGERS = ("smallint", "integer", "bigint", "numeric")  # PostgreSQL's, narrowest first
+#: PostgreSQL's SUM of an integer type: int2/int4 sum to int8, int8 to numeric
+_SUM_TYPE = {"smallint": "bigint", "integer": "bigint", "bigint": "numeric"}
+
+
+def integer_type(node: exp.Expr) -> str | None:
+    """The integer type the database gives ``node`` in arithmetic, statically, or None.
+
+    PostgreSQL keeps ``smallint`` and ``integer`` through ``+ - *`` (``int4 * int4``
+    is int4: "integer out of range" past it): a column of such a type (its
+    :data:`DECLARED_TYPE`), MIN / MAX / ANY_VALUE of one, an integer literal (int4
+    when it fits, as PostgreSQL types it) and arithmetic of those, the widest
+    operand's type; SUM of ``bigint`` is ``numeric`` (exact: no BIGINT overflow).
+    Names the dialect does not keep are harmless:
+    :meth:`~shardgate.evalengine.sqlsem.Semantics.arith` checks only the dialect's
+    :attr:`~shardgate.evalengine.rules.ValueRules.narrow_integers`.
+    """
+    while isinstance(node, exp.Paren):
+        node = node.this
+    if isinstance(node, exp.Min | exp.Max | exp.AnyValue) and isinstance(node.this, exp.Column):
+        node = node.this
+    if isinstance(node, exp.Sum):
+        arg = node.this
+        if isinstance(arg, exp.Distinct) and len(arg.expressions) == 1:
+            arg = arg.expressions[0]
+        return _SUM_TYPE.get(str(arg.meta.get(DECLARED_TYPE))) if isinstance(
+            arg, exp.Column) else None
+    if isinstance(node, exp.Column):
+        declared = node.meta.get(DECLARED_TYPE)
+        return declared if declared in _INTEGERS else None
+    if isinstance(node, exp.Literal) and node.is_int:
+        n = int(node.this)
+        return "integer" if n < 1 << 31 else "bigint" if n < 1 << 63 else None
+    if isinstance(node, exp.Neg):
+        return integer_type(node.this)
+    if isinstance(node, exp.Binary) and type(node) in _ARITH:
+        left, right = integer_type(node.left), integer_type(node.right)
+        if left is None or right is None:
+            return None
+        return max(left, right, key=_INTEGERS.index)
+    return None
 
 
 def kind_of(node: exp.Expr) -> Kind:

@@ -117,6 +117,10 @@ class ValueRules:
     affinity_reads: bool = False
     #: a read of a number against a text column compares as numbers: every shard
     number_reads_text_as_number: bool = False
+    #: integer types narrower than BIGINT that arithmetic keeps (PostgreSQL's
+    #: ``int4 * int4`` is int4, "integer out of range" past it), by declared type: bits
+    #: (0: exact, PostgreSQL's ``numeric`` from SUM of ``bigint``)
+    narrow_integers: Mapping[str, int] = field(default_factory=dict)
 
 
 _MYSQL_INTEGERS = frozenset({"tinyint", "smallint", "mediumint", "int", "integer", "bigint"})
@@ -155,6 +159,7 @@ RULES: dict[Dialect, ValueRules] = {
         integer_types=frozenset({"smallint", "integer", "bigint"}),
         text_types=frozenset({"character varying", "text"}),
         bool_to_integer=False, number_text_to_integer=False,
+        narrow_integers={"smallint": 16, "integer": 32, "numeric": 0},
     ),
     Dialect.SQLITE: ValueRules(
         Dialect.SQLITE, "binary", "SQLite",

@@ -281,8 +281,14 @@ class Semantics:
             f"{self.dialect} would"
         )
 
-    def arith(self, op: str, a: Any, b: Any) -> Any:
-        """``a op b`` for ``op`` in ``+ - *``; NULL if either is NULL."""
+    def arith(self, op: str, a: Any, b: Any, declared: str | None = None) -> Any:
+        """``a op b`` for ``op`` in ``+ - *``; NULL if either is NULL.
+
+        ``declared``: the integer type both operands have in the statement (see
+        :func:`~shardgate.evalengine.evaluate.integer_type`); where the dialect keeps
+        it (:attr:`~shardgate.evalengine.rules.ValueRules.narrow_integers`), an integer
+        result past its range fails as the database fails.
+        """
         if a is None or b is None:
             return None
         a, b = self.number(a), self.number(b)
@@ -290,6 +296,13 @@ class Semantics:
             return _ARITH[op](float(a), float(b))
         if isinstance(a, int) and isinstance(b, int):
             r = _ARITH[op](a, b)
+            bits = self.rules.narrow_integers.get(declared) if declared else None
+            if bits is None:
+                pass
+            elif bits == 0:  # exact (PostgreSQL's numeric): no range
+                return r
+            elif not -(1 << (bits - 1)) <= r < 1 << (bits - 1):
+                raise InvalidArgument(f"{declared} out of range in '{a} {op} {b}'")
             if INT64_MIN <= r <= INT64_MAX:
                 return r
             if self.rules.overflow_to_double:

@@ -91,6 +91,11 @@ def from_expression(node: exp.Expr) -> Value:
         return Literal(-inner.value)
     if isinstance(node, exp.HexString):
         return Literal(bytes.fromhex(node.this))
+    if isinstance(node, exp.Introducer) and isinstance(node.expression,
+                                                       exp.HexString | exp.Literal) and \
+            (isinstance(node.expression, exp.HexString) or node.expression.is_string):
+        # ``_binary 'abc'``, ``_utf8mb4'x'``: the literal's text (a hex literal's bytes)
+        return from_expression(node.expression)
     text_cast = _char_cast(node)
     if text_cast is not None:
         return Literal(text_cast)

@@ -400,18 +400,22 @@ class Catalog:
     """The gate's reads of its keyspaces' schemas, each from the keyspace's first shard.
 
     Invariant: :meth:`column_kinds` answers from a cache that is emptied
-    (:meth:`forget`) on every DDL through the gate and every topology change;
-    everything else is read anew on each call.
+    (:meth:`forget`, which also calls ``on_forget``: the schema tracker's) on
+    every DDL through the gate and every topology change; everything else is
+    read anew on each call.
     """
 
-    def __init__(self, gate: CatalogGate) -> None:
+    def __init__(self, gate: CatalogGate, on_forget: Callable[[], None] | None = None) -> None:
         self._gate = gate
+        self._on_forget = on_forget
         #: (keyspace, lower-case table) -> column kinds, read from the first shard
         self.kinds: dict[tuple[str, str], dict[str, Kind]] = {}
 
     def forget(self) -> None:
         """Drop the cached column kinds (a DDL or a new topology may have changed them)."""
         self.kinds.clear()
+        if self._on_forget is not None:
+            self._on_forget()
 
     async def column_kinds(self, keyspace: str, table: str) -> Mapping[str, Kind]:
         """How each column of ``table`` converts values, from its first shard's schema.

@@ -33,7 +33,7 @@ from shardgate.gate.failures import internal_failure
 from shardgate.gate.sequences import Sequences, SequenceTables
 from shardgate.gate.session import Session
 from shardgate.gate.stats import Timeline
-from shardgate.keys import ShardMap
+from shardgate.keys import ShardId, ShardMap
 from shardgate.result import ExecuteOptions, Result, Row
 from shardgate.sql.dialects import Dialect, sql_dialect
 from shardgate.sql.statements import GateStatement, TabletType
@@ -110,6 +110,12 @@ class SessionCursor(ExecCursor):
     async def column_kinds(self, keyspace: str, table: str) -> Mapping[str, Kind]:
         return await self.gate.schema.column_kinds(keyspace, table)
 
+    async def unique_keys(self, keyspace: str, table: str) -> tuple[tuple[str, ...], ...]:
+        # read anew from the first shard's catalog each time (upserts into owners of
+        # lookup vindexes only)
+        found = await self.gate.schema.tables(keyspace, table)
+        return tuple(i.columns for t in found[:1] for i in t.indexes if i.unique and i.columns)
+
     def collation(self, keyspace: str) -> str | None:
         ks = self.topology.keyspace(keyspace)
         if ks.collation:
@@ -159,12 +165,13 @@ class SessionCursor(ExecCursor):
             tid = await self.join(keyspace, shard, tablet)
         start, failed = time.perf_counter(), True
         try:
-            result = await exec_options.shard_execute(tablet, sql, args, tid)
+            result = await exec_options.shard_execute(tablet, sql, args, tid,
+                                                      query.write_target)
             failed = False
         except ShardgateError as exc:
             if self.internal is None:
                 raise
-            raise internal_failure(exc, f"{keyspace}/{shard}", self.internal) from exc
+            raise internal_failure(exc, str(ShardId(keyspace, shard)), self.internal) from exc
         finally:
             self.gate.timeline.record((keyspace, shard), time.perf_counter() - start, failed)
         return result

@@ -12,7 +12,12 @@ whether it holds the shard lease. The health call also names this gate
 Each shard is one :class:`ShardTablets`, the gate's
 :class:`~shardgate.tablet.TabletClient` for it:
 
-* statements, transactions, queues and segmented-queue writes go to the
+* autocommit SELECTs, and INSERT/UPDATE/DELETE of plain tables (``plain_table``),
+  go straight to the shard's database through the gate's own pool
+  (:mod:`shardgate.gate.direct`: same limits, errors and metrics as through a
+  tablet; to the tablet when the gate cannot reach it itself), unless the fleet
+  was made with ``direct_statements=False``;
+* other statements, transactions, queues and segmented-queue writes go to the
   **lease holder**; ``@replica`` reads (:meth:`ShardTablets.for_tablet_type`)
   go to a standby, or to the lease holder if no standby serves;
 * when the lease holder dies, a standby takes the lease (the database frees
@@ -26,12 +31,19 @@ Each shard is one :class:`ShardTablets`, the gate's
   retried by the gate; a statement of an open transaction whose tablet went
   away fails ``ABORTED`` (the transaction died with the tablet's database
   session, or the tablet reaps it), and a COMMIT that was sent and got no
-  answer fails :class:`~shardgate.errors.OutcomeUnknown`.
+  answer fails :class:`~shardgate.errors.OutcomeUnknown`;
+* a queue receive stream waits for its next batch guarded the same way: when
+  the holder serving it fails its health checks (a host cut off sends no end of
+  stream), the stream ends ``TabletUnreachable`` and the queue router subscribes
+  again, on the new holder.
 
-Invariants: a gate transaction id maps to exactly one tablet and that
-tablet's own id (``ShardTablets._txs``) until commit or rollback; tablet
-transaction ids are never reused across tablets by mistake because the gate
-hands out its own ids.
+Invariants: the health loop runs until :meth:`TabletFleet.close`: a health call
+that ends without an answer in any way (timeout, refused, or the
+``CancelledError`` grpc.aio raises when a cut-off host's connection is torn down
+under the call) marks that tablet down and the loop goes on. A gate transaction
+id maps to exactly one tablet and that tablet's own id (``ShardTablets._txs``)
+until commit or rollback; tablet transaction ids are never reused across tablets
+by mistake because the gate hands out its own ids.
 """
 
 from __future__ import annotations
@@ -57,17 +69,20 @@ from shardgate.errors import (
     TabletUnreachable,
     Unavailable,
 )
+from shardgate.gate.direct import UNKNOWN_LIMITS, DirectShard
 from shardgate.gate.gate import Gate
 from shardgate.gate.limits import GateLimits
 from shardgate.queues.events import QueueBatch
 from shardgate.queues.options import QueueOptions
-from shardgate.result import ExecuteOptions, Result, Row, WireResult
+from shardgate.result import ExecuteOptions, Result, ResultLimits, Row, WireResult
+from shardgate.sql.classify import WriteTarget
 from shardgate.sql.dialects import Dialect, sql_dialect
 from shardgate.sql.statements import TabletType
 from shardgate.tablet.client import TabletClient
 from shardgate.tablet.registry import KIND, TabletRecord, TabletRoster
 from shardgate.topo.server import TopoServer
 from shardgate.topo.store import Record, TopoStore
+from shardgate.vschema import TableType
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +92,8 @@ DEFAULT_HEALTH_INTERVAL_S = 0.25
 DEFAULT_FAILOVER_TIMEOUT_S = 10.0
 #: how often a caller waiting for a lease holder looks again
 _PICK_POLL_S = 0.02
+#: database kinds a gate reads itself (a SQLite file is the tablet host's)
+_DIRECT_KINDS = frozenset({"postgresql", "mysql"})
 #: first words of statements that only read (safe to send again)
 _READ_VERBS = frozenset({"select", "show", "describe", "desc", "explain"})
 
@@ -185,6 +202,8 @@ class TabletFleet:
         gate_id: str | None = None,
         health_interval: float = DEFAULT_HEALTH_INTERVAL_S,
         failover_timeout: float = DEFAULT_FAILOVER_TIMEOUT_S,
+        direct_statements: bool = True,
+        pool_timeout_s: float | None = None,
     ) -> None:
         self.store = store
         #: makes the client of a tablet (its transport, credentials and call timeout)
@@ -198,6 +217,15 @@ class TabletFleet:
         self._by_shard: dict[tuple[str, str], list[_Remote]] = {}
         self._task: asyncio.Task[None] | None = None
         self._changed = asyncio.Event()
+        #: whether autocommit reads go to the shard databases (see the module docstring)
+        self.direct_statements = direct_statements
+        self._pool_timeout_s = pool_timeout_s
+        #: (keyspace, shard) -> the result limits its tablets last published (None: none);
+        #: kept when the records go: a shard whose tablets are all gone stays readable
+        self.limits: dict[tuple[str, str], ResultLimits | None] = {}
+        #: whether a write to (keyspace, table) may go to the database directly (a table
+        #: of the VSchema, not a queue or sequence: set by the gate's opener)
+        self.plain_table: Callable[[str, str], bool] = lambda keyspace, table: False
 
     async def start(self) -> None:
         """Read the registered tablets, check them once, and keep checking."""
@@ -229,6 +257,23 @@ class TabletFleet:
         for remote in self._remotes.values():
             by_shard.setdefault((remote.record.keyspace, remote.record.shard), []).append(remote)
         self._by_shard = by_shard
+        for key, remotes in by_shard.items():
+            self._publish_limits(key, [r.record for r in remotes])
+
+    def _publish_limits(self, key: tuple[str, str], records: list[TabletRecord]) -> None:
+        """The shard's result limits for direct reads: the strictest its tablets
+        publish; unknown (no direct reads) while one of them publishes none."""
+        if any(rec.max_result_rows is None or rec.max_result_bytes is None
+               for rec in records):
+            self.limits.pop(key, None)
+            return
+
+        def strictest(values: list[int]) -> int:
+            return min((v for v in values if v), default=0)
+
+        limits = ResultLimits(strictest([r.max_result_rows or 0 for r in records]),
+                              strictest([r.max_result_bytes or 0 for r in records]))
+        self.limits[key] = limits if limits.active else None
 
     def _retire(self, remote: _Remote) -> None:
         remote.healthy = False
@@ -251,12 +296,26 @@ class TabletFleet:
         try:
             health = await remote.health(max(1.0, 2 * self.health_interval))
         except Unavailable:
-            remote.healthy = remote.serving = remote.lease_holder = False
-            remote.went_down()
+            self._went_down(remote)
+            return
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is None or task.cancelling():
+                raise  # this check was cancelled (the fleet closes)
+            # Not ours: grpc.aio ends a call in flight with CancelledError when its
+            # connection is torn down under it (a host cut off: the link dropped, the
+            # keepalive gave up). No answer, as for a timeout; raising it would end the
+            # health loop and the gate would never see the failover.
+            self._went_down(remote)
             return
         remote.down.clear()
         remote.healthy, remote.serving = True, health.serving
         remote.lease_holder = health.lease_holder
+
+    @staticmethod
+    def _went_down(remote: _Remote) -> None:
+        remote.healthy = remote.serving = remote.lease_holder = False
+        remote.went_down()
 
     def mark_down(self, remote: _Remote) -> None:
         """``remote`` failed a call: no traffic until its next good health answer."""
@@ -310,9 +369,14 @@ class TabletFleet:
             self._changed.clear()
 
     def shard(self, keyspace: str, shard: str, dialect: Dialect,
-              placeholder: str) -> ShardTablets:
-        """The gate's tablet client for one shard."""
-        return ShardTablets(self, keyspace, shard, dialect, placeholder)
+              placeholder: str, url: str | None = None) -> ShardTablets:
+        """The gate's tablet client for one shard (reading ``url``, its database, itself
+        where :attr:`direct_statements`)."""
+        direct = None
+        if self.direct_statements and url is not None and parse_url(url).kind in _DIRECT_KINDS:
+            direct = DirectShard(keyspace, shard, url, pool_timeout_s=self._pool_timeout_s,
+                                 plain_table=lambda table: self.plain_table(keyspace, table))
+        return ShardTablets(self, keyspace, shard, dialect, placeholder, direct=direct)
 
     def describe(self) -> list[dict[str, Any]]:
         """Every known tablet and what the gate thinks of it (``SHOW``-like listings)."""
@@ -339,7 +403,8 @@ class ShardTablets(TabletClient):
     forgets_queues = True
 
     def __init__(self, fleet: TabletFleet, keyspace: str, shard: str, dialect: Dialect,
-                 placeholder: str, *, replica: bool = False) -> None:
+                 placeholder: str, *, replica: bool = False,
+                 direct: DirectShard | None = None) -> None:
         self.fleet = fleet
         self.keyspace = keyspace
         self.shard = shard
@@ -349,6 +414,8 @@ class ShardTablets(TabletClient):
         self._txs: dict[int, tuple[_Remote, int]] = {}
         self._ids = itertools.count(1)
         self._replica_view: ShardTablets | None = None
+        #: the gate's own pool to the shard's database, for autocommit reads
+        self.direct = direct
 
     def _name(self) -> str:
         return f"{self.keyspace}/{self.shard}"
@@ -375,7 +442,8 @@ class ShardTablets(TabletClient):
             return self
         if self._replica_view is None:
             self._replica_view = ShardTablets(self.fleet, self.keyspace, self.shard,
-                                              self.dialect, self.placeholder, replica=True)
+                                              self.dialect, self.placeholder, replica=True,
+                                              direct=self.direct)
         return self._replica_view
 
     async def _call(
@@ -422,17 +490,35 @@ class ShardTablets(TabletClient):
         params: Sequence[Any],
         transaction_id: int | None = None,
         options: ExecuteOptions | None = None,
+        *,
+        target: WriteTarget | None = None,
     ) -> Result:
         if transaction_id is None:
-            return await self._call(lambda c: c.execute(sql, params, None, options),
-                                    may_resend=is_read(sql), what="the statement")
+            direct = self.direct
+            if direct is not None and direct.usable():
+                result = await direct.execute(
+                    sql, params, options, target,
+                    self.fleet.limits.get((self.keyspace, self.shard), UNKNOWN_LIMITS),
+                    writes=not self.replica)
+                if result is not None:
+                    return result
+            return await self._call(
+                lambda c: c.execute(sql, params, None, options, target=target),
+                may_resend=is_read(sql), what="the statement")
         remote, tid = self._held(transaction_id)
         try:
-            return await _guarded(remote, remote.client.execute(sql, params, tid, options))
+            return await _guarded(
+                remote, remote.client.execute(sql, params, tid, options, target=target))
         except TabletUnreachable as exc:
             raise self._lost(transaction_id, remote, exc) from exc
 
     async def execute_wire(self, sql: str, params: Sequence[Any]) -> WireResult:
+        direct = self.direct
+        if direct is not None and direct.usable():
+            result = await direct.execute_wire(
+                sql, params, self.fleet.limits.get((self.keyspace, self.shard), UNKNOWN_LIMITS))
+            if result is not None:
+                return result
         return await self._call(lambda c: c.execute_wire(sql, params), may_resend=True,
                                 what="the statement")
 
@@ -590,8 +676,16 @@ class ShardTablets(TabletClient):
         deadline = time.monotonic() + self.fleet.failover_timeout
         remote = await self.fleet.wait_pick(self.keyspace, self.shard, deadline)
         stream = remote.client.queue_receive(queue, max_batch)
+        batches = aiter(stream)
         try:
-            async for batch in stream:
+            while True:
+                # guarded: a holder cut off from the network sends nothing and no end
+                # either; its failing health checks end the wait (the router subscribes
+                # again, on the new holder)
+                try:
+                    batch = await _guarded(remote, anext(batches))
+                except StopAsyncIteration:
+                    return
                 yield batch
         except TabletUnreachable:
             self.fleet.mark_down(remote)
@@ -631,7 +725,17 @@ class ShardTablets(TabletClient):
                                 what=f"storing jobs of {queue}")
 
     async def close(self) -> None:
-        return None  # the fleet owns the connections
+        # the fleet owns the tablets' connections; the shard's database pool is ours
+        if self.direct is not None and not self.replica:
+            await self.direct.close()
+
+
+def plain_table(gate: Gate, keyspace: str, table: str) -> bool:
+    """Whether ``table`` of ``keyspace`` is in the gate's VSchema and is neither a queue
+    nor a sequence (its writes may go to the shard database directly)."""
+    ks = gate.vschema.keyspaces.get(keyspace)
+    found = ks.tables.get(table) if ks is not None else None
+    return found is not None and found.type in (TableType.NORMAL, TableType.REFERENCE)
 
 
 def dialect_of(url: str) -> tuple[Dialect, str]:
@@ -650,26 +754,30 @@ async def open_fleet_gate(
     watch_interval: float | None = None,
     guard: Guard | None = None,
     limits: GateLimits | None = None,
+    direct_statements: bool = True,
 ) -> tuple[Gate, TabletFleet]:
     """A gate with no tablet of its own: every shard is served by tablet processes,
-    reached through the clients ``connect`` makes.
+    reached through the clients ``connect`` makes; with ``direct_statements``, autocommit
+    SELECTs go to the shard databases themselves (:mod:`shardgate.gate.direct`).
 
     The gate follows ``topo`` (topology and tablet records). Close the gate
     first, then the fleet.
     """
     fleet = TabletFleet(topo.store, connect, health_interval=health_interval,
-                        failover_timeout=failover_timeout)
+                        failover_timeout=failover_timeout, direct_statements=direct_statements,
+                        pool_timeout_s=limits.pool_timeout_s if limits else None)
     await fleet.start()
     try:
         topology = await topo.load_topology()
 
         def open_tablet(keyspace: str, shard: str, url: str) -> TabletClient:
-            return fleet.shard(keyspace, shard, *dialect_of(url))
+            return fleet.shard(keyspace, shard, *dialect_of(url), url=url)
 
         tablets = {(ks.name, sh.name): open_tablet(ks.name, sh.name, sh.url)
                    for ks in topology.keyspaces.values() for sh in ks.all_shards}
         gate = Gate(topology, tablets, topo=topo, open_tablet=open_tablet, owns_topo=owns_topo,
                     guard=guard, limits=limits)
+        fleet.plain_table = lambda keyspace, table: plain_table(gate, keyspace, table)
     except BaseException:
         await fleet.close()
         raise

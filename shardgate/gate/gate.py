@@ -49,7 +49,7 @@ from shardgate.errors import (
     Unavailable,
 )
 from shardgate.evalengine.coerce import Kind
-from shardgate.gate import cutover, streaming, twopc
+from shardgate.gate import cutover, streaming, twopc, wire
 from shardgate.gate import metrics as gate_metrics
 from shardgate.gate import options as exec_options
 from shardgate.gate.catalog import Catalog, TableInfo
@@ -62,6 +62,7 @@ from shardgate.gate.planning import Planner
 from shardgate.gate.querylog import LiveQueries, QueryLog, StreamConsumers
 from shardgate.gate.queueing import Queueing
 from shardgate.gate.recording import Recorder
+from shardgate.gate.schema_tracker import SchemaTracker
 from shardgate.gate.sequences import Sequences, SequenceTables
 from shardgate.gate.serving import TopologyFollower, local_tablets
 from shardgate.gate.session import Session
@@ -75,6 +76,7 @@ from shardgate.queues.events import QueueBatch
 from shardgate.result import ExecuteOptions, Result, WireResult
 from shardgate.sql.dialects import Dialect
 from shardgate.sql.inputs import check_bind_vars
+from shardgate.sql.schema import ColumnsUnknown
 from shardgate.sql.statements import GateStatement, StatementType
 from shardgate.streams.merge import StartPoint, StreamEvent
 from shardgate.tablet import TabletClient
@@ -129,8 +131,11 @@ class Gate:
         #: where each sequence lives, and its cached blocks
         self.sequence_tables = SequenceTables(self.first_shard)
         self.sequences = Sequences(self.sequence_tables.allocate)
-        #: the keyspaces' schemas, read from their first shards (column kinds cached)
-        self.schema = Catalog(self)
+        #: each keyspace's columns for the planner, read from its first shard on demand
+        self.tracker = SchemaTracker(self.first_shard)
+        #: the keyspaces' schemas, read from their first shards (column kinds cached;
+        #: forgetting them forgets the tracked columns too)
+        self.schema = Catalog(self, self.tracker.forget)
         #: ``open_tablet`` opens a tablet for a shard new in a topology (keyspace, shard, url)
         self._follower = TopologyFollower(self, open_tablet)  # (NotFound: a shard lacks one)
         #: where statements held across a reshard's write cut-over wait
@@ -321,6 +326,19 @@ class Gate:
         """
         return self._planner.plan(sql, keyspace)
 
+    async def plan_async(self, sql: str, keyspace: str | None) -> Plan | GateStatement:
+        """:meth:`plan`, first reading from the shards the columns the planner needs
+        (schema tracking: :mod:`shardgate.gate.schema_tracker`); :meth:`plan` refuses
+        a statement that needs columns not read yet (``UNIMPLEMENTED``)."""
+        return await self._planner.plan_async(sql, keyspace)
+
+    async def load_schema(self, keyspace: str | None = None) -> None:
+        """Read the columns of ``keyspace``'s tables (of every keyspace: None) now,
+        so that :meth:`plan` and :meth:`explain` need not wait for a statement to."""
+        names = [keyspace] if keyspace is not None else list(self.topology.keyspaces)
+        for name in names:
+            await self.tracker.load(name)
+
     def authorize(self, session: Session, sql: str) -> None:
         """PermissionDenied unless the session's caller may run ``sql`` (statement
         rules, the deny-list, table ACLs: :class:`~shardgate.auth.guard.Guard`)."""
@@ -367,7 +385,10 @@ class Gate:
             )
         bv = check_bind_vars(bind_vars)
         self._planner.authorize(session, sql)
-        planned = self._planner.plan(sql, session.plan_key)  # errors here change nothing
+        try:
+            planned = self._planner.plan(sql, session.plan_key)  # errors here change nothing
+        except ColumnsUnknown as exc:  # read the columns the planner asks for, plan again
+            planned = await self._planner.plan_reading(sql, session.plan_key, exc)
         if (type(planned) is Plan and not session.in_transaction and session.ended is None
                 and type(planned.instructions) is Route and planned.instructions.direct):
             # The point path: a read of one shard outside a transaction (never held by a
@@ -403,71 +424,38 @@ class Gate:
                         raise Unavailable(
                             f"writes stayed paused by a reshard's cut-over for "
                             f"{cutover.HOLD_S:g}s; retry the statement") from exc
-                planned = self._planner.plan(sql, session.plan_key)
+                planned = await self._planner.plan_async(sql, session.plan_key)
                 if not isinstance(planned, Plan):  # pragma: no cover - same SQL, same kind
                     return await control(self._tx, self.topology, session, planned)
 
     async def execute_wire(
-        self, session: Session, sql: str, bind_vars: Mapping[str, Any] | None = None
+        self, session: Session, sql: str, bind_vars: Mapping[str, Any] | None = None,
+        *, planned: Plan | GateStatement | None = None,
     ) -> WireResult | None:
-        """:meth:`execute` for a MySQL client: a point read's answer as the MariaDB/MySQL
-        shard's own packets (:class:`~shardgate.result.WireResult`), or None where the
-        statement is not such a read (a transaction open, more than one shard, another
-        database, a tablet in another process): the caller then runs :meth:`execute`.
-
-        The same checks and records as :meth:`execute`'s point path: authorization,
-        routing, the query timeout, the result limits, statistics, query log, metrics.
-        """
-        bv = check_bind_vars(bind_vars)
-        self._planner.authorize(session, sql)
-        planned = self._planner.plan(sql, session.plan_key)
-        if (type(planned) is not Plan or session.in_transaction or session.ended is not None
-                or type(planned.instructions) is not Route or not planned.instructions.direct):
-            return None
-        prim = planned.instructions
-        if not self.first_shard(prim.keyspace)[1].gives_wire:
-            return None  # (a keyspace of another database: no vindex hashed in vain)
-        cursor = SessionCursor(self, session)
-        cursor.reads = True
-        try:
-            shard = await prim.point_shard(cursor, bv)
-        except ShardgateError:
-            raise
-        except Exception as exc:
-            raise unexpected(exc) from exc
-        if shard is None:
-            return None
-        tablet = cursor.tablet(prim.keyspace, shard)
-        if not tablet.gives_wire:
-            return None
-        sql_shard, args = prim.query.for_dialect(tablet.dialect, tablet.placeholder).bind(bv)
-
-        async def run() -> WireResult:
-            session.shard_calls += 1
-            start, failed = time.perf_counter(), True
-            try:
-                result = await tablet.execute_wire(sql_shard, args)
-                failed = False
-            finally:
-                self.timeline.record((prim.keyspace, shard), time.perf_counter() - start,
-                                     failed)
-            return result
-
-        session.busy += 1
-        try:
-            return await self._recorder.run(session, planned, run, self._recorder.check_result)
-        finally:
-            session.busy -= 1
-            session.last_used = time.monotonic()
+        """:meth:`execute` for a MySQL client: a point read's answer as the shard's own
+        packets, or None where the statement is not such a read (see :mod:`.wire`).
+        ``planned``: ``sql``'s plan, given by a caller that has just authorized
+        ``sql`` for ``session`` and planned it (neither is done again)."""
+        return await wire.execute_wire(self, self._planner, self._recorder, session, sql,
+                                       bind_vars, planned)
 
     async def _execute_plan(
         self, session: Session, planned: Plan, bv: Mapping[str, Any]
     ) -> Result:
-        if planned.statement_type is StatementType.DDL:
+        if planned.statement_type is not StatementType.DDL:
+            return await self._recorder.run(
+                session, planned, lambda: self._run(session, planned.instructions, bv),
+                self._recorder.check_result)
+        # column kinds and tracked columns before and after the DDL (a read while it
+        # runs may see the old schema), and the plans built from them
+        self.schema.forget()
+        try:
+            return await self._recorder.run(
+                session, planned, lambda: self._run(session, planned.instructions, bv),
+                self._recorder.check_result)
+        finally:
             self.schema.forget()
-        return await self._recorder.run(
-            session, planned, lambda: self._run(session, planned.instructions, bv),
-            self._recorder.check_result)
+            self.plans.clear()
 
     async def _run(self, session: Session, prim: Primitive, bv: Mapping[str, Any]) -> Result:
         """Execute a planned statement with the session's transaction rules."""

@@ -20,6 +20,7 @@ from typing import Any
 
 from shardgate.event_token import EventToken
 from shardgate.result import ExecuteOptions, Result
+from shardgate.sql.classify import WriteTarget
 from shardgate.tablet.client import TabletClient
 
 
@@ -57,13 +58,15 @@ async def with_options(run: Callable[[], Awaitable[Result]], options: ExecuteOpt
 
 
 async def shard_execute(
-    tablet: TabletClient, sql: str, args: Sequence[Any], tid: int | None
+    tablet: TabletClient, sql: str, args: Sequence[Any], tid: int | None,
+    target: WriteTarget | None = None,
 ) -> Result:
-    """``tablet.execute`` passing the active options, if any, and recording the answer."""
+    """``tablet.execute`` passing the active options, if any, and recording the answer;
+    ``target``: what the statement writes, as the gate classified it."""
     collected = _ACTIVE.get()
     if collected is None:
-        return await tablet.execute(sql, args, tid)
-    result = await tablet.execute(sql, args, tid, collected.options)
+        return await tablet.execute(sql, args, tid, target=target)
+    result = await tablet.execute(sql, args, tid, collected.options, target=target)
     collected.tokens[f"{tablet.keyspace}/{tablet.shard}"] = result.event_token
     if result.fresher is not None:
         collected.fresher.append(result.fresher)

@@ -36,6 +36,7 @@ from shardgate.gate.create_select import CreateTableAsSelect, TableCreator
 from shardgate.gate.cursor import CursorGate, SessionCursor
 from shardgate.gate.failures import unexpected
 from shardgate.gate.plan_cache import PlanCache
+from shardgate.gate.schema_tracker import SchemaTracker
 from shardgate.gate.session import Session
 from shardgate.gate.split import QuerySplit, split_query
 from shardgate.gate.transactions import writes
@@ -51,6 +52,7 @@ from shardgate.queues.ddl import create_queue_from
 from shardgate.sql.classify import classify
 from shardgate.sql.dialects import Dialect
 from shardgate.sql.inputs import check_sql
+from shardgate.sql.schema import ColumnsUnknown
 from shardgate.sql.statements import (
     AlterVSchema,
     CreateQueueStatement,
@@ -78,6 +80,9 @@ class PlanningGate(CursorGate, vschema_ddl.VSchemaChanger, TableCreator,
 
     @property
     def guard(self) -> Guard: ...
+
+    @property
+    def tracker(self) -> SchemaTracker: ...
 
     def session(self, keyspace: str | None = None, *, identity: Caller) -> Session: ...
 
@@ -132,7 +137,8 @@ class Planner:
                 planned = self._targeted(stmt, sql, target)
             case exp.Expression():
                 try:
-                    planned = build_plan(stmt, sql, gate.vschema, keyspace)
+                    planned = build_plan(stmt, sql, gate.vschema.with_schema(gate.tracker.schema),
+                                         keyspace)
                 except ShardgateError:
                     raise
                 except Exception as exc:  # a bug: still a coded error for the caller
@@ -141,6 +147,32 @@ class Planner:
                 planned = stmt
         self._plans.put(key, planned)
         return planned
+
+    async def plan_reading(self, sql: str, keyspace: str | None,
+                           unknown: ColumnsUnknown) -> Plan | GateStatement:
+        """:meth:`plan` after it raised ``unknown``: the keyspaces whose columns the
+        planner asks for are read from their shards (the schema tracker), then
+        ``sql`` is planned again. A keyspace that cannot be read makes the
+        planner refuse the statement (coded), as without the columns."""
+        reads: dict[str, int] = {}
+        while True:
+            n = reads.get(unknown.keyspace, 0)
+            if n >= _READS_PER_KEYSPACE:  # forgotten again each time (DDL meanwhile)
+                raise unknown
+            reads[unknown.keyspace] = n + 1
+            await self._gate.tracker.load(unknown.keyspace)
+            try:
+                return self.plan(sql, keyspace)
+            except ColumnsUnknown as exc:
+                unknown = exc
+
+    async def plan_async(self, sql: str, keyspace: str | None) -> Plan | GateStatement:
+        """:meth:`plan`, reading the columns the planner needs first (see
+        :meth:`plan_reading`)."""
+        try:
+            return self.plan(sql, keyspace)
+        except ColumnsUnknown as exc:
+            return await self.plan_reading(sql, keyspace, exc)
 
     def _drop_cascade(self, stmt: exp.Drop, sql: str,
                       keyspace: str | None) -> vschema_ddl.DropTableCascade | None:
@@ -301,12 +333,25 @@ class Planner:
 
         session = self._gate.session(keyspace, identity=identity)
         self.authorize(session, sql)
-        planned = self.plan(sql, keyspace)
+        planned = await self.plan_async(sql, keyspace)
         if not isinstance(planned, Plan):
             return {"QueryType": planned.query_type, "Original": sql}
         cursor = SessionCursor(self._gate, session)
         cursor.reads = not writes(planned.instructions)  # as the gate's run routes it
         return await with_target_shards(planned.instructions, planned.describe(), cursor)
+
+
+#: reads of one keyspace's columns while planning one statement (each forgotten by a
+#: DDL meanwhile) before the planner's refusal is returned
+_READS_PER_KEYSPACE = 3
+
+
+def point_read(planned: Plan | object) -> bool:
+    """Whether ``planned`` (from :meth:`Planner.plan`) is a point read
+    (:attr:`~shardgate.engine.route.Route.point`: one value of a unique vindex, nothing
+    to merge): a front door runs it whole, since a stream costs more round trips."""
+    return isinstance(planned, Plan) and isinstance(planned.instructions, Route) and \
+        planned.instructions.point
 
 
 def _ddl_keyspace(written: str | None, keyspace: str | None, target: Target | None) -> str:

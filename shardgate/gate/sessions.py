@@ -154,6 +154,25 @@ class SessionTable:
             if not isinstance(statement, Rollback):
                 raise Aborted(reason)
 
+    def open_transactions(self) -> int:
+        """How many sessions of the table have a transaction open."""
+        return sum(1 for s in self._by_id.values() if s.in_transaction)
+
+    async def end_transactions(self, reason: str) -> int:
+        """End every open transaction of the table (a draining gate's timeout passed):
+        each once the statement in flight on its session (if any) is answered; the
+        session's next statement but ROLLBACK fails ``ABORTED`` with ``reason``. How
+        many were ended."""
+        ended = 0
+        for session in list(self._by_id.values()):
+            if not session.in_transaction:
+                continue
+            async with session.lock:
+                if session.in_transaction:
+                    await self._end_transaction(session, reason)
+                    ended += 1
+        return ended
+
     def transaction_expired(self, session: Session, now: float) -> bool:
         timeout = self.limits.transaction_timeout_s
         return (timeout is not None and session.in_transaction

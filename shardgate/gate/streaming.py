@@ -30,6 +30,7 @@ from shardgate.gate.transactions import writes
 from shardgate.keys import KeyRange
 from shardgate.result import Result
 from shardgate.sql.inputs import check_bind_vars
+from shardgate.sql.statements import GateStatement
 from shardgate.streams.merge import StartPoint, StreamEvent, StreamGate
 from shardgate.streams.merge import update_stream as merged_stream
 from shardgate.vschema import VSchema
@@ -52,6 +53,8 @@ class StreamingGate(CursorGate, StreamGate, Protocol):
 
     def authorize(self, session: Session, sql: str) -> None: ...
 
+    async def plan_async(self, sql: str, keyspace: str | None) -> Plan | GateStatement: ...
+
 
 async def stream_execute(
     gate: StreamingGate, session: Session, sql: str, bind_vars: Mapping[str, Any] | None
@@ -59,7 +62,7 @@ async def stream_execute(
     """:meth:`shardgate.gate.Gate.stream_execute` (see there)."""
     bv = check_bind_vars(bind_vars)
     gate.authorize(session, sql)
-    planned = gate.plan(sql, session.plan_key)
+    planned = await gate.plan_async(sql, session.plan_key)
     instructions = planned.instructions if isinstance(planned, Plan) else None
     if isinstance(instructions, ReadSwitch) and not session.in_transaction:
         instructions = instructions.reads  # a read outside a transaction

@@ -55,6 +55,7 @@ from shardgate.gate.failures import (
     with_note,
 )
 from shardgate.gate.session import Session
+from shardgate.keys import ShardId
 from shardgate.result import Result
 from shardgate.sql.statements import ReleaseSavepoint, RollbackToSavepoint, Savepoint
 
@@ -120,7 +121,7 @@ class Transactions:
                     f"{[f'{k}/{s}' for (k, s), _ in rest]} were rolled back. "
                     "Use the two-phase commit mode for atomic multi-shard commits"
                 ) from exc
-            done.append(f"{ks}/{shard}")
+            done.append(str(ShardId(ks, shard)))
 
     async def rollback(self, session: Session) -> None:
         """Roll back every shard of the session's transaction (lost shards ignored)."""

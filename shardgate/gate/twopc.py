@@ -108,6 +108,7 @@ from shardgate.errors import (
     error_for_code,
 )
 from shardgate.gate.session import Session
+from shardgate.keys import ShardId
 from shardgate.sql.classify import transaction_mode_of
 from shardgate.tablet import TabletClient
 
@@ -166,7 +167,7 @@ def mode_from_set(stmt: exp.Set) -> str | None:
 
 def coordinator_name(keyspace: str, shard: str) -> str:
     """How a dtid names its coordinator shard: ``ks/shard``, or ``#<hash>`` if too long."""
-    name = f"{keyspace}/{shard}"
+    name = str(ShardId(keyspace, shard))
     if _READABLE.match(name) and len(XID_PREFIX) + len(name) + 1 + 16 + 5 <= _MAX_XID:
         return name
     return "#" + hashlib.sha256(name.encode()).hexdigest()[:16]

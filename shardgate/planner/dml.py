@@ -164,7 +164,9 @@ def _lookup_changes(
     """The owned lookups a DML statement must maintain, with UPDATE's new values.
 
     Refuses changes the gate cannot keep consistent: the primary vindex column,
-    a vindex column the table does not own, or a new value that is not a constant.
+    a functional vindex column, or an owned lookup's new value that is not a
+    constant. A column of a lookup the table does not own may change: that
+    lookup is its owner's, and is not touched.
     """
     owned = [cv for cv in table.owned_vindexes if isinstance(cv.vindex, Lookup)]
     if isinstance(stmt, exp.Delete):
@@ -181,10 +183,13 @@ def _lookup_changes(
                 "it would move the row to another shard; delete and insert it instead"
             )
         for cv in table.column_vindexes[1:]:
-            if col in cv.columns and not (cv.owned and isinstance(cv.vindex, Lookup)):
+            # A lookup the table does not own is left alone (Vitess's rule: its owner
+            # keeps it); a functional vindex would no longer map the row to its shard.
+            if col in cv.columns and not isinstance(cv.vindex, Lookup):
                 raise Unsupported(
-                    f"UPDATE of column {table.name}.{col} of vindex {cv.name!r}, which "
-                    f"{table.name} does not own, is not supported"
+                    f"UPDATE of column {table.name}.{col} of functional vindex {cv.name!r} "
+                    "is not supported: the row would no longer map to its shard (only "
+                    "lookup vindex columns may change)"
                 )
     out = []
     for cv in owned:

@@ -37,28 +37,38 @@ PlanQuery = Callable[[exp.Expr, VSchema, str | None], Primitive]
 def on_duplicate(stmt: exp.Insert, table: Table) -> tuple[tuple[str, SQLExpr], ...]:
     """The ``ON DUPLICATE KEY UPDATE`` assignments of an insert into a sharded table.
 
-    The existing row stays on its shard, so the clause runs there as written,
-    provided it changes no vindex column (that would move the row or stale a
-    lookup) and the table owns no lookup (its rows would be created for a
-    row that is then not inserted).
+    The existing row stays on its shard, so the clause runs there. Into a table
+    owning lookup vindexes the gate runs it row by row (:mod:`shardgate.engine.upsert`)
+    and moves the lookup rows of the columns it changes; there the primary vindex
+    column may be assigned ``VALUES()`` of itself (Vitess's rule: the update is
+    checked not to move the row). Assigning a non-owned lookup column leaves that
+    lookup alone (as an UPDATE does); any other vindex column is refused (the row
+    would no longer map to its shard).
     """
     conflict = stmt.args.get("conflict")
     if conflict is None:
         return ()
     if not conflict.args.get("duplicate"):
         raise Unsupported("INSERT ... ON CONFLICT is not supported: use ON DUPLICATE KEY UPDATE")
-    if table.owned_vindexes:
+    lookups = [cv for cv in table.column_vindexes[1:] if isinstance(cv.vindex, Lookup)]
+    by_gate = any(cv.owned for cv in lookups)
+    if by_gate and stmt.args.get("ignore"):
         raise Unsupported(
-            f"INSERT ... ON DUPLICATE KEY UPDATE into {table.name}, which owns lookup "
-            "vindexes, is not supported"
+            f"INSERT IGNORE ... ON DUPLICATE KEY UPDATE into {table.name}, which owns lookup "
+            "vindexes, is not supported: use one or the other"
         )
+    free = {c for cv in lookups for c in cv.columns}  # owned: moved; others: left alone
+    primary = table.primary
     vindex_columns = {c for cv in table.column_vindexes for c in cv.columns}
     out: list[tuple[str, SQLExpr]] = []
     for a in conflict.expressions:
         if not (isinstance(a, exp.EQ) and isinstance(a.this, exp.Column)):
             raise InvalidArgument("ON DUPLICATE KEY UPDATE takes col = expr assignments")
         col = a.this.name.lower()
-        if col in vindex_columns:
+        if col in vindex_columns and col not in free and not (
+            by_gate and primary is not None and col in primary.columns
+            and _values_of(a.expression) == col
+        ):
             raise Unsupported(
                 f"ON DUPLICATE KEY UPDATE of vindex column {table.name}.{col} is not "
                 "supported: it would move the row to another shard"
@@ -67,6 +77,14 @@ def on_duplicate(stmt: exp.Insert, table: Table) -> tuple[tuple[str, SQLExpr], .
             raise Unsupported("a subquery in ON DUPLICATE KEY UPDATE is not supported")
         out.append((a.this.name, SQLExpr(strip_qualifiers(a.expression))))
     return tuple(out)
+
+
+def _values_of(node: exp.Expr) -> str | None:
+    """``c`` if ``node`` is ``VALUES(c)``."""
+    if isinstance(node, exp.Anonymous) and str(node.this).upper() == "VALUES" and \
+            len(node.expressions) == 1:
+        return str(node.expressions[0].name).lower()
+    return None
 
 
 def is_default(node: exp.Expr) -> bool:
@@ -160,7 +178,7 @@ def plan_insert(stmt: exp.Insert, vschema: VSchema, default_ks: str | None,
     selected: Primitive | None = None
     if isinstance(source, exp.Query):
         # The gate runs the SELECT, then inserts its rows as VALUES (engine/insert_select.py).
-        if columns_given is None and table.authoritative_columns is None:
+        if columns_given is None and vschema.table_columns(table) is None:
             raise InvalidArgument(
                 f"INSERT ... SELECT into sharded table {table.qualified} must list its "
                 f"columns: INSERT INTO {table.name} (col, ...) SELECT ..."
@@ -176,8 +194,9 @@ def plan_insert(stmt: exp.Insert, vschema: VSchema, default_ks: str | None,
         isinstance(row, exp.Tuple) and not row.expressions for row in source.expressions
     ):
         columns_given = []  # INSERT INTO t VALUES (): every column takes its default
-    if columns_given is None and table.authoritative_columns is not None:
-        columns_given = list(table.authoritative_columns)
+    if columns_given is None:  # the VSchema's authoritative columns, else the tracked ones
+        known = vschema.table_columns(table)
+        columns_given = list(known) if known is not None else None
     if columns_given is None:
         raise InvalidArgument(
             f"INSERT into {table.qualified} must list its columns: "

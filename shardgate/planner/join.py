@@ -37,7 +37,7 @@ from shardgate.planner.merge import same_vindex
 from shardgate.planner.routing import RouteChoice, choose, conjuncts
 from shardgate.planner.select import row_wise_table
 from shardgate.sql.labels import label
-from shardgate.vschema import Table, VSchema
+from shardgate.vschema import Table, TableType, VSchema
 
 JOIN_VAR = "__sg_join{}"
 SUBQUERY_VAR = "__sg_sq{}"
@@ -256,10 +256,10 @@ def colocated(refs: list[TableRef], where: exp.Expr | None) -> bool:
             return False
         # A preserved side made of reference tables only would emit its unmatched
         # rows once per shard: such a LEFT JOIN runs at the gate.
-        if side == "LEFT" and r.table.type != "reference" and \
-                all(p.table.type == "reference" for p in refs[:i]):
+        if side == "LEFT" and r.table.type != TableType.REFERENCE and \
+                all(p.table.type == TableType.REFERENCE for p in refs[:i]):
             return False
-    sharded = [r for r in refs if r.table.type != "reference"]
+    sharded = [r for r in refs if r.table.type != TableType.REFERENCE]
     if len(sharded) <= 1:
         return True
     pins = {r.table.pinned for r in sharded}
@@ -294,7 +294,7 @@ def best_route(refs: list[TableRef], stmt: exp.Select) -> tuple[RouteChoice, Tab
     where = exp.and_(*terms) if terms else None
     best: tuple[RouteChoice, TableRef] | None = None
     for r in refs:
-        if r.table.type == "reference":
+        if r.table.type == TableType.REFERENCE:
             continue
         if r.join is not None and (r.join.side or "").upper() == "LEFT":
             continue  # the optional side: its WHERE terms (IS NULL) do not filter rows

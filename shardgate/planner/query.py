@@ -12,6 +12,7 @@ Pure: no I/O.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import cast
 
@@ -25,7 +26,12 @@ from shardgate.engine.probe import TypeChecked
 from shardgate.engine.route import Route
 from shardgate.errors import InvalidArgument, Unsupported
 from shardgate.keys import KeyRange
-from shardgate.planner.columns import expand_stars
+from shardgate.planner.columns import (
+    declare_integer_types,
+    expand_stars,
+    name_star_positions,
+    qualify_columns,
+)
 from shardgate.planner.derived import plan_derived_at_gate
 from shardgate.planner.finish import finish_at_gate
 from shardgate.planner.join import (
@@ -52,9 +58,12 @@ from shardgate.planner.select import (
     plan_multi_shard,
     row_wise_table,
 )
+from shardgate.planner.semijoin import plan_semijoins
 from shardgate.planner.union import (
     drop_dual,
+    flat_arms,
     is_dual_select,
+    ordering_tail,
     output_names,
     union_parts,
     union_tail,
@@ -107,6 +116,8 @@ def plan_select(stmt: exp.Expression, vschema: VSchema, default_ks: str | None) 
     # FROM dual (alone or joined) means no table: the shards' dialects all take a SELECT
     # without FROM, and a quoted `dual` would be a table name on MySQL.
     stmt = cast(exp.Expression, drop_dual(without_dual_joins(stmt)))
+    if isinstance(stmt, exp.Union):
+        stmt = flat_arms(stmt)  # (SELECT ...) UNION ...: arms SQLite parses too
     refs = refs_of(stmt, vschema, default_ks)
     if not refs:
         return _no_table_route(stmt, vschema, default_ks)
@@ -130,6 +141,9 @@ def plan_select(stmt: exp.Expression, vschema: VSchema, default_ks: str | None) 
                               next(iter(keyspaces)))
     if isinstance(stmt, exp.Union):
         return _concatenated(stmt, vschema, default_ks, _only(keyspaces) or "")
+    if isinstance(stmt, exp.Subquery) and len(keyspaces) == 1:
+        return _ordered_at_gate(stmt.this, {a: stmt.args.get(a) for a in ORDERING},
+                                vschema, default_ks)
     if not isinstance(stmt, exp.Select):
         raise Unsupported("this statement cannot run across shards: send a SELECT or UNION")
 
@@ -157,6 +171,11 @@ def plan_select(stmt: exp.Expression, vschema: VSchema, default_ks: str | None) 
     if nested and not only_derived_tables(stmt) and not gate_join and not (
         pushdown and colocated_subqueries(stmt, vschema, default_ks)
     ):
+        # correlated subqueries answered at the gate (semi-joins), when the shards cannot
+        semi = plan_semijoins(stmt, trefs, plan, trefs[0].table.keyspace,
+                              len(keyspaces) == 1)
+        if semi is not None:
+            return semi
         raise Unsupported(
             "this subquery cannot be routed across shards: only uncorrelated "
             "'col IN (SELECT ...)' subqueries, subqueries joined to the outer table on "
@@ -174,10 +193,16 @@ def plan_select(stmt: exp.Expression, vschema: VSchema, default_ks: str | None) 
         if same_shard is not None:  # every table pinned to one shard: join there
             return route_for(same_shard, trefs[0].table.keyspace, strip_qualifiers(stmt),
                           trefs[0].table.name)
-        expanded = expand_stars(stmt, trefs)
-        if expanded is not stmt:
-            stmt, trefs = expanded, table_refs(expanded, vschema, default_ks)
-        joined = plan_nested_loop(stmt, trefs, plan)
+        resolved = qualify_columns(expand_stars(stmt, trefs, vschema), trefs, vschema)
+        if resolved is not stmt:
+            stmt, trefs = resolved, table_refs(resolved, vschema, default_ks)
+            # qualified, a term may pin every table to one shard
+            same_shard = single_shard(stmt, vschema, default_ks) if len(keyspaces) == 1 \
+                else None
+            if same_shard is not None:
+                return route_for(same_shard, trefs[0].table.keyspace, strip_qualifiers(stmt),
+                                 trefs[0].table.name)
+        joined = plan_nested_loop(declare_integer_types(stmt, trefs, vschema), trefs, plan)
         # one keyspace: every shard holds every table, so one can type-check the join
         one_ks = _only(keyspaces)
         return TypeChecked(joined, one_ks, stmt) if one_ks is not None else joined
@@ -199,18 +224,23 @@ def plan_select(stmt: exp.Expression, vschema: VSchema, default_ks: str | None) 
         if key_range is not None:
             return _keyrange_select(stmt, key_range, only.table, choice, len(refs))
         table_name = only.table.name
-    return _routed_select(stmt, choice, ks_name, table_name)
+    return _routed_select(stmt, choice, ks_name, table_name,
+                          lambda s: declare_integer_types(name_star_positions(s, trefs, vschema),
+                                                          trefs, vschema))
 
 
-def _routed_select(stmt: exp.Select, choice: RouteChoice, ks_name: str, table_name: str
-                   ) -> Primitive:
+def _routed_select(stmt: exp.Select, choice: RouteChoice, ks_name: str, table_name: str,
+                   merged: Callable[[exp.Select], exp.Select] | None = None) -> Primitive:
     """``stmt`` routed by ``choice``: one route when one shard answers it all, else
-    the shards' routes merged at the gate (:func:`plan_multi_shard`)."""
+    the shards' routes merged at the gate (:func:`plan_multi_shard`), ``stmt``
+    rewritten by ``merged`` first (``ORDER BY`` positions under ``SELECT *`` named)."""
     single = choice.opcode in (Opcode.EQUAL_UNIQUE, Opcode.UNSHARDED) or (
         choice.opcode is Opcode.NONE and not needs_aggregation(stmt)
     )
     if single:
         return route_for(choice, ks_name, strip_qualifiers(stmt), table_name)
+    if merged is not None:
+        stmt = merged(stmt)
     split_tree, in_var = split_in(stmt, choice)
     assert isinstance(split_tree, exp.Select)
     target = RouteTarget(choice.opcode, ks_name, table_name, choice.vindex, choice.values,
@@ -413,6 +443,22 @@ def _no_table_route(stmt: exp.Expression, vschema: VSchema, default_ks: str | No
                  ShardQuery(strip_qualifiers(stmt).transform(drop_dual)))
 
 
+def _ordered_at_gate(inner: exp.Expr, ordering: dict[str, exp.Expr | None],
+                     vschema: VSchema, default_ks: str | None) -> Primitive:
+    """``(<query>) ORDER BY ... LIMIT ...``: the query planned on its own, its rows
+    sorted and cut at the gate (by its output columns)."""
+    names = output_names(inner)
+    if names is None or not isinstance(inner, exp.Query) or \
+            not isinstance(inner, exp.Expression):
+        raise Unsupported("ORDER BY / LIMIT outside parentheses across shards needs the "
+                          "inner query's columns named (no *) and distinct")
+    refs = refs_of(inner, vschema, default_ks)
+    keyspace = refs[0].table.keyspace if refs else ""
+    tail = ordering_tail(names, ordering)
+    return finish_at_gate(tail, plan_select(inner, vschema, default_ks),
+                          {n: i for i, n in enumerate(names)}, keyspace)
+
+
 def plan_parenthesized(
     stmt: exp.Subquery, vschema: VSchema, default_ks: str | None
 ) -> Primitive:
@@ -426,11 +472,12 @@ def plan_parenthesized(
         raise Unsupported("a parenthesized statement must be a SELECT or UNION")
     outer_args = {a: stmt.args.get(a) for a in ORDERING}
     if isinstance(inner, exp.Select) and any(v is not None for v in outer_args.values()):
-        if any(inner.args.get(a) is not None for a in outer_args):
-            raise Unsupported(
-                "ORDER BY / LIMIT both inside and outside parentheses is not supported"
-            )
-        inner = inner.copy()
+        if any(inner.args.get(a) is not None for a in ("limit", "offset")):
+            # (SELECT ... ORDER BY x LIMIT 3) ORDER BY y: the inner rows, sorted again
+            return _ordered_at_gate(inner, outer_args, vschema, default_ks)
+        inner = inner.copy()  # an inner ORDER BY without LIMIT is replaced by the outer one
+        if outer_args.get("order") is not None:
+            inner.set("order", None)
         for arg, value in outer_args.items():
             if value is not None:
                 inner.set(arg, value.copy())

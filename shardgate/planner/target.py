@@ -56,6 +56,14 @@ def session_key(keyspace: str | None, shard: str | None) -> str | None:
     return keyspace if shard is None else f"{keyspace}:{shard}"
 
 
+def session_keyspace(plan_key: str | None) -> str | None:
+    """The keyspace of a session's plan key (``ks`` or ``ks:shard``), or None."""
+    if plan_key is None:
+        return None
+    target = session_target(plan_key)
+    return plan_key if target is None else target.keyspace
+
+
 def parse_target(text: str | None) -> Target | None:
     """The target in ``ks[range]`` or ``ks:shard``, or None for a plain name."""
     if not text:

@@ -82,6 +82,11 @@ def output_names(query: exp.Expr) -> list[str] | None:
         query = query.left if isinstance(query, exp.Union) else query.this
     if not isinstance(query, exp.Select):
         return None
+    frm = query.args.get("from_")
+    if len(query.expressions) == 1 and isinstance(query.expressions[0], exp.Star) and \
+            frm is not None and isinstance(frm.this, exp.Subquery) and \
+            not query.args.get("joins"):
+        return output_names(frm.this.this)  # SELECT * FROM (...) AS d: d's columns
     names = []
     for e in query.expressions:
         if isinstance(e, exp.Star) or (isinstance(e, exp.Column) and e.is_star):
@@ -102,16 +107,61 @@ def union_tail(stmt: exp.Union) -> tuple[exp.Union, exp.Select] | None:
     if names is None:
         return None
     bare = stmt.copy()
-    tail = exp.Select(expressions=[exp.column(n) for n in names])
+    tail = ordering_tail(names, {a: bare.args.get(a) for a in ORDERING})
     for arg in ORDERING:
-        value = bare.args.get(arg)
         bare.set(arg, None)
+    return bare, tail
+
+
+def ordering_tail(names: list[str], ordering: dict[str, exp.Expr | None]) -> exp.Select:
+    """``SELECT <names> ORDER BY ... LIMIT ...``: the ``ordering`` clauses (ORDER BY,
+    LIMIT, OFFSET) of a query over rows of columns ``names``, evaluated at the gate
+    (positions in ORDER BY become the columns they name)."""
+    tail = exp.Select(expressions=[exp.column(n) for n in names])
+    for arg, value in ordering.items():
         if value is not None:
-            tail.set(arg, value)
+            tail.set(arg, value.copy())
     order = tail.args.get("order")
     if order is not None:
         for o in order.expressions:
             if isinstance(o.this, exp.Literal) and o.this.is_int and \
                     1 <= int(o.this.this) <= len(names):
                 o.set("this", exp.column(names[int(o.this.this) - 1]))
-    return bare, tail
+    return tail
+
+
+#: the alias of a parenthesized UNION arm with its own ORDER BY / LIMIT, as a derived table
+ARM_ALIAS = "__sg_u{}"
+
+
+def flat_arms(stmt: exp.Union) -> exp.Union:
+    """A UNION whose parenthesized arms every database parses (SQLite takes none).
+
+    ``(SELECT ...)`` without ORDER BY or LIMIT is the SELECT; an arm with its own
+    (``(SELECT ... ORDER BY x LIMIT 3)``) becomes ``SELECT * FROM (...) AS
+    __sg_uN``, which keeps its rows and column names. ``stmt`` itself when no
+    arm is parenthesized.
+    """
+    if not any(isinstance(a, exp.Subquery) for u in stmt.find_all(exp.Union)
+               for a in (u.left, u.right)):
+        return stmt
+    out = stmt.copy()
+    count = 0
+    for union in list(out.find_all(exp.Union)):
+        for key in ("this", "expression"):
+            arm = union.args.get(key)
+            if not isinstance(arm, exp.Subquery) or arm.alias or any(
+                    arm.args.get(a) is not None for a in ORDERING):
+                continue  # a derived table, or ordering on the parentheses: left alone
+            inner = arm.this
+            plain = all(inner.args.get(a) is None for a in ORDERING)
+            if plain and (isinstance(inner, exp.Select) or (
+                    key == "this" and isinstance(inner, exp.Union))):
+                # a left arm's union groups the same without parentheses
+                union.set(key, inner)
+                continue
+            derived = exp.Subquery(this=inner, alias=exp.TableAlias(
+                this=exp.to_identifier(ARM_ALIAS.format(count))))
+            count += 1
+            union.set(key, exp.Select(expressions=[exp.Star()]).from_(derived))
+    return out

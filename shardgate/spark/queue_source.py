@@ -107,7 +107,7 @@ def queue_schema(opts: SourceOptions, queue: str) -> StructType:
     if table is None or table.type != TableType.QUEUE:
         raise InvalidArgument(
             f"{opts.keyspace}.{queue} is not a queue table of the VSchema; queues: "
-            f"{sorted(t.name for t in ks.tables.values() if t.type == 'queue')}"
+            f"{sorted(t.name for t in ks.tables.values() if t.type == TableType.QUEUE)}"
         )
     shard = topo.keyspace(opts.keyspace).shards[0]
     from shardgate.spark import types as sgtypes  # the planner's only: workers skip pyarrow

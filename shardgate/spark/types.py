@@ -48,7 +48,7 @@ import pyarrow.compute as pc
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import StructType
 
-from shardgate.backends.bulk.copy import SG_TYPE
+from shardgate.backends.bulk.arrow import SG_TYPE
 from shardgate.errors import InvalidArgument
 
 #: the Arrow type of an unbounded PostgreSQL NUMERIC (``numeric_as="decimal"``)

@@ -57,6 +57,7 @@ from typing import TYPE_CHECKING, TypeVar
 from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
+from shardgate.backends.bulk import arrow
 from shardgate.backends.bulk import copy as bulk
 from shardgate.backends.urls import parse_url
 from shardgate.errors import (
@@ -130,7 +131,7 @@ def _staged_type(f: pa.Field, data: pa.Table) -> pa.Field:
     """
     import pyarrow as pa
 
-    if (f.metadata or {}).get(bulk.SG_TYPE) == b"numeric":
+    if (f.metadata or {}).get(arrow.SG_TYPE) == b"numeric":
         i = data.schema.get_field_index(f.name)
         if i >= 0 and pa.types.is_decimal(data.schema.field(i).type):
             return f.with_type(data.schema.field(i).type)
@@ -204,7 +205,7 @@ class ShardgateWriter(DataSourceArrowWriter):
             for f in bulk.table_schema(pg_first.url, self.table):
                 if f.name.lower() not in strings:
                     continue
-                if (f.metadata or {}).get(bulk.SG_TYPE) == b"numeric":
+                if (f.metadata or {}).get(arrow.SG_TYPE) == b"numeric":
                     self.text_casts[f.name] = "numeric"
                 elif pa.types.is_time(f.type):
                     self.text_casts[f.name] = "time"

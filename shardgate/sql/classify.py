@@ -207,6 +207,34 @@ def create_queue_statement(sql: str) -> CreateQueueStatement:
     return stmt
 
 
+#: what a gate tells a tablet of a statement it sends (issue 33): ``(verb, table)``
+#: of an INSERT/REPLACE/UPDATE/DELETE (verb lower-cased, the first table written),
+#: or :data:`NOT_A_WRITE`; None where the sender did not classify it (the tablet
+#: then reads the statement's head with :func:`write_target`)
+WriteTarget = tuple[str, str]
+#: a statement that writes no table (a read, DDL, a savepoint...)
+NOT_A_WRITE: WriteTarget = ("", "")
+
+
+def tree_write_target(tree: exp.Expr) -> WriteTarget | None:
+    """The :data:`WriteTarget` of a statement the gate parsed; None when a write's
+    table cannot be named (the tablet reads the statement then)."""
+    if isinstance(tree, exp.Insert):
+        verb = "insert"
+    elif isinstance(tree, exp.Update):
+        verb = "update"
+    elif isinstance(tree, exp.Delete):
+        verb = "delete"
+    else:
+        return NOT_A_WRITE
+    table = tree.this
+    if isinstance(table, exp.Schema):
+        table = table.this
+    if not isinstance(table, exp.Table) or not table.name:
+        return None
+    return verb, table.name
+
+
 def write_target(sql: str) -> tuple[str, str] | None:
     """``(verb, table)`` of an INSERT/REPLACE/UPDATE/DELETE statement, else None.
 

@@ -131,6 +131,13 @@ def bind_literals(sql: str) -> tuple[str, dict[str, Any]] | None:
     return "".join(out), binds
 
 
+def literal_value(text: str) -> Any:
+    """The value :func:`bind_literals` binds for the literal ``text`` (a quoted string's
+    text, escapes read; an integer's int; None for what it never binds)."""
+    value, end = _literal(text, 0)
+    return value if end == len(text) else None
+
+
 def _bind_values(sql: str) -> tuple[str, dict[str, Any]] | None:
     """An ``INSERT``/``REPLACE ... VALUES (...), (...)`` with its integer and string
     values bound (sysbench's inserts; the prepare's hold hundreds of rows). Rows hold

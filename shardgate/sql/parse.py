@@ -75,6 +75,8 @@ def _deep_recursion() -> Iterator[None]:
 
 def parse(sql: str) -> exp.Expression:
     """Parse exactly one statement of gate SQL."""
+    if "::" in sql:
+        sql = list_args(sql)
     try:
         with _deep_recursion():
             statements = parse_statements(sql, GATE_DIALECT)
@@ -104,6 +106,37 @@ def parse(sql: str) -> exp.Expression:
         # sqlglot falls back to Command for statements it does not model.
         raise SyntaxError_(f"unsupported or malformed statement: {sql.strip()[:80]!r}")
     return stmt
+
+
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def list_args(sql: str) -> str:
+    """Vitess's list bind variables, ``IN ::name``, as ``IN (:name)``.
+
+    ``::name`` right after ``IN`` (Vitess's ``ListArg``) stands for the list bound
+    to ``name``; the gate's own form is ``IN (:name)``, which takes a list value.
+    ``::`` anywhere else (in strings, comments, or PostgreSQL casts, which the
+    gate's MySQL dialect does not have) is left alone.
+    """
+    try:
+        tokens = Dialect.get_or_raise(GATE_DIALECT).tokenize(sql)
+    except SqlglotError:
+        return sql  # the parse reports it
+    out: list[str] = []
+    done = 0
+    for i in range(1, len(tokens) - 1):
+        tok, name = tokens[i], tokens[i + 1]
+        if tok.token_type is TokenType.DCOLON and tokens[i - 1].token_type is TokenType.IN \
+                and name.start == tok.end + 1 and _NAME.match(name.text) \
+                and sql[name.start:name.end + 1] == name.text:
+            out.append(sql[done:tok.start])
+            out.append(f"(:{name.text})")
+            done = name.end + 1
+    if not out:
+        return sql
+    out.append(sql[done:])
+    return "".join(out)
 
 
 def describe_error(exc: SqlglotError) -> str:

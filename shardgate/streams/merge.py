@@ -17,9 +17,16 @@ straddle its edges are filtered row by row on the keyspace id computed with
 the table's primary vindex (functional vindexes only; rows of tables without
 one are left out of a partial range).
 
-When the keyspace's shards change under the stream (the gate's topology is
-replaced), the stream ends with ``UNAVAILABLE`` (retryable): restart it from
-the last ``safe_timestamp``.
+Across a reshard: at the write switch the stream drains each source to its
+final position and goes on from the targets (:mod:`shardgate.streams.hop`).
+When the gate's topology jumps past both the switch and ``complete`` (the
+journal already moved to ``reshard_history``, the sources gone), the stream
+hops over that completed switch the same way: the sources' databases keep
+their logs to the final positions and the gate its tablets for them.
+
+When the keyspace's shards change under the stream otherwise (the gate's
+topology is replaced), the stream ends with ``UNAVAILABLE`` (retryable):
+restart it from the last ``safe_timestamp``.
 """
 
 from __future__ import annotations
@@ -380,6 +387,7 @@ async def update_stream(
         serving = set(ks.shard_map.names)
         new_hop = Hop.of(ks)
         hopping = False
+        completed: list[Hop] = []
         for name, feed in feeds.items():
             try:
                 now = ks.any_shard(name)
@@ -388,7 +396,14 @@ async def update_stream(
                     # a source still being drained, removed by ``complete``: its database
                     # keeps its log (and the gate its tablet) to the final position
                     continue
-                raise _changed(keyspace, list(feeds), sorted(serving)) from None
+                # the switch and ``complete`` both came since the last look: the
+                # journal is in the keyspace's history now
+                done = _completed_hop(ks, name, feed.url)
+                if done is None:
+                    raise _changed(keyspace, list(feeds), sorted(serving)) from None
+                if done not in completed:
+                    completed.append(done)
+                continue
             if now.url != feed.url or now.key_range != feed.key_range:
                 raise _changed(keyspace, list(feeds), sorted(serving))
             if name in serving or feed.end is not None:
@@ -397,8 +412,11 @@ async def update_stream(
                 raise _changed(keyspace, list(feeds), sorted(serving))
             hopping = True
         topology = current
+        for done in completed:
+            hop_over(done, ks, marked=True)
         if hopping and new_hop is not None:
             hop_over(new_hop, ks, marked=True)
+        if completed or hopping:
             spawn()
 
     # Heartbeats with a position come for every transaction of other databases on
@@ -462,6 +480,23 @@ async def update_stream(
                               hop=mark)
     finally:
         await cancel_and_wait(list(tasks.values()), swallow=(Exception,))
+
+
+def _completed_hop(ks: KeyspaceTopo, source: str, url: str) -> Hop | None:
+    """The completed write switch (``reshard_history``) that retired ``source`` (on
+    database ``url``), when every one of its targets still serves on the database the
+    switch wrote to (a later reshard of them: None, the stream ends ``UNAVAILABLE``)."""
+    for hop in reversed(Hop.lineage(ks)):
+        if source not in hop.sources or hop.source_urls.get(source) != url:
+            continue
+        for target, target_url in hop.target_urls.items():
+            try:
+                if ks.shard(target).url != target_url:
+                    return None
+            except ShardgateError:
+                return None
+        return hop
+    return None
 
 
 def _refuse_lost_shards(ks: KeyspaceTopo, start: StreamPosition, hop: Hop | None) -> None:

@@ -16,6 +16,7 @@ from shardgate.errors import FailedPrecondition, Unsupported
 from shardgate.queues.events import QueueBatch
 from shardgate.queues.options import QueueOptions
 from shardgate.result import ExecuteOptions, Result, Row, WireResult
+from shardgate.sql.classify import WriteTarget
 from shardgate.sql.dialects import Dialect
 from shardgate.tablet.queue_service import receive_batches
 from shardgate.tablet.tablet import Tablet
@@ -50,7 +51,12 @@ class TabletClient(ABC):
         params: Sequence[Any],
         transaction_id: int | None = None,
         options: ExecuteOptions | None = None,
-    ) -> Result: ...
+        *,
+        target: WriteTarget | None = None,
+    ) -> Result:
+        """Run ``sql``; ``target`` is what it writes as its sender classified it (the
+        tablet then reads no SQL text for it; None: not classified, the tablet reads
+        the statement's head)."""
 
     async def execute_wire(self, sql: str, params: Sequence[Any]) -> WireResult:
         """An autocommit read's answer as MySQL protocol packets, for a MySQL client
@@ -190,8 +196,10 @@ class LocalTabletClient(TabletClient):
         params: Sequence[Any],
         transaction_id: int | None = None,
         options: ExecuteOptions | None = None,
+        *,
+        target: WriteTarget | None = None,
     ) -> Result:
-        return await self.tablet.execute(sql, params, transaction_id, options)
+        return await self.tablet.execute(sql, params, transaction_id, options, target=target)
 
     @property
     def gives_wire(self) -> bool:

@@ -64,7 +64,7 @@ from shardgate.queues.segmented.served import (
 from shardgate.queues.segmented.store import SegmentedStore, ShardProducer
 from shardgate.queues.table.manager import QueueManager, Writer, retry_conflicts
 from shardgate.queues.table.store import QueueStore
-from shardgate.sql.classify import write_target
+from shardgate.sql.classify import WriteTarget, write_target
 from shardgate.tablet.lease import ShardLease
 
 log = logging.getLogger(__name__)
@@ -207,13 +207,13 @@ class QueueService:
             with contextlib.suppress(ShardgateError):
                 await self.detect()
         for name in list(self.options):
-            await self._start_manager(name)
+            await self._start_manager(name, takeover=True)
         if self._watch is None or self._watch.done():
             self._watch = asyncio.get_running_loop().create_task(self._watch_failures())
         if self.signal_poll_s > 0 and (self._signals is None or self._signals.done()):
             self._signals = asyncio.get_running_loop().create_task(self._watch_signals())
 
-    async def _start_manager(self, name: str) -> None:
+    async def _start_manager(self, name: str, *, takeover: bool = False) -> None:
         if self._writer is None or self._running(name) or name in self.paused:
             return
         if self.is_segmented(name):
@@ -235,7 +235,7 @@ class QueueService:
         )
         self.managers[name] = manager
         try:
-            await manager.start()
+            await manager.start(takeover=takeover)
         except ShardgateError as exc:
             log.warning("queue %s on %s/%s cannot start: %s", name, self.keyspace,
                         self.shard, exc)
@@ -276,14 +276,18 @@ class QueueService:
 
     # -- the tablet's hooks ------------------------------------------------------------
 
-    def touched(self, sql: str) -> QueueWrite | None:
-        """The queue write ``sql`` makes (stamped now, before it runs), else None."""
+    def touched(self, sql: str, target: WriteTarget | None = None) -> QueueWrite | None:
+        """The queue write ``sql`` makes (stamped now, before it runs), else None;
+        ``sql``'s head is read only when the gate sent no ``target`` (issue 33)."""
         if not self.options:
             return None
-        target = write_target(sql)
         if target is None:
-            return None
+            target = write_target(sql)
+            if target is None:
+                return None
         verb, table = target
+        if not verb:  # NOT_A_WRITE
+            return None
         name = table.lower()
         if name not in self.options or self.is_segmented(name):
             return None

@@ -54,7 +54,7 @@ DEFAULT_HEARTBEAT_S = 1.0
 #: a reader ignores a record unchanged for this many heartbeats
 EXPIRE_BEATS = 3
 #: record fields newer tablets write and older ones do not (read with their defaults)
-_OPTIONAL = frozenset({"gives_wire"})
+_OPTIONAL = frozenset({"gives_wire", "max_result_rows", "max_result_bytes"})
 #: a tablet deletes records of its shard whose heartbeat is older than this
 PURGE_AFTER_S = 60.0
 #: how often a tablet checks whether its role or health changed
@@ -85,6 +85,11 @@ class TabletRecord:
     collation: str
     #: whether the tablet answers ExecuteWire (absent from older tablets' records)
     gives_wire: bool = False
+    #: the tablet's result limits (``--max-result-rows``/``--max-result-bytes``, 0: none;
+    #: None: an older tablet's record): a gate reading the shard's database itself
+    #: (:mod:`shardgate.gate.direct`) reads with the same
+    max_result_rows: int | None = None
+    max_result_bytes: int | None = None
 
     @classmethod
     def of(cls, record: Record) -> TabletRecord | None:
@@ -139,6 +144,7 @@ class TabletRegistration:
         t = self.tablet
         stream = t._changes
         token = stream.last_token if stream is not None else None
+        limits = t.result_limits
         return TabletRecord(
             alias=self.alias, keyspace=t.keyspace, shard=t.shard, address=self.address,
             role=self._role(), health=self.health(),
@@ -147,6 +153,8 @@ class TabletRegistration:
             heartbeat_s=self.heartbeat_s, beat=self._beat, dialect=t.dialect,
             placeholder=t.placeholder, supports_twopc=t.supports_twopc,
             collation=t.backend.collation or "", gives_wire=t.backend.gives_wire,
+            max_result_rows=limits.max_rows if limits is not None else 0,
+            max_result_bytes=limits.max_bytes if limits is not None else 0,
         )
 
     async def beat(self) -> None:

@@ -57,7 +57,7 @@ from shardgate.errors import (
 )
 from shardgate.event_token import is_fresher
 from shardgate.result import ExecuteOptions, Result, ResultLimits, Row, WireResult
-from shardgate.sql.classify import head_words
+from shardgate.sql.classify import WriteTarget, head_words
 from shardgate.sql.dialects import Dialect
 from shardgate.tablet import metrics
 from shardgate.tablet.queue_service import QueueService, QueueWrite
@@ -192,10 +192,18 @@ class Tablet:
         params: Sequence[Any],
         transaction_id: int | None = None,
         options: ExecuteOptions | None = None,
+        *,
+        target: WriteTarget | None = None,
     ) -> Result:
+        """Run ``sql`` (in ``transaction_id``'s transaction, else autocommit).
+
+        ``target`` is what the statement writes as the gate classified it
+        (:data:`~shardgate.sql.classify.WriteTarget`): a queue write is known
+        without reading the SQL text; None: the tablet reads the statement's head.
+        """
         start = time.perf_counter()
         try:
-            result = await self._execute(sql, params, transaction_id, options)
+            result = await self._execute(sql, params, transaction_id, options, target)
         except ShardgateError as exc:
             self._failed(exc)
             raise
@@ -269,6 +277,7 @@ class Tablet:
         params: Sequence[Any],
         transaction_id: int | None = None,
         options: ExecuteOptions | None = None,
+        target: WriteTarget | None = None,
     ) -> Result:
         if options is not None and (
             options.include_event_token or options.compare_event_token is not None
@@ -282,7 +291,7 @@ class Tablet:
                 result, snapshot = await self._read_in_snapshot(
                     sql, params, stream.log.snapshot_sql)
             else:
-                result = await self._execute(sql, params, transaction_id)
+                result = await self._execute(sql, params, transaction_id, None, target)
             if exact_read:
                 # Returned only when exact: no change of this shard committed between the
                 # token and the query (the reader has read past the log end as of after
@@ -303,7 +312,7 @@ class Tablet:
             if options.compare_event_token is not None:
                 result.fresher = is_fresher(token, options.compare_event_token)
             return result
-        touched = self.queues.touched(sql)
+        touched = self.queues.touched(sql, target)
         if transaction_id is None:
             result = await self._autocommit(sql, params)
             if touched is not None:

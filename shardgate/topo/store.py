@@ -45,6 +45,7 @@ from shardgate.backends import open_backend
 from shardgate.backends.base import Backend, transaction
 from shardgate.backends.urls import redacted
 from shardgate.errors import NotFound, ShardgateError, Unavailable
+from shardgate.sql.dialects import sql_dialect
 from shardgate.topo.base import (
     KINDS,
     Record,
@@ -140,7 +141,7 @@ class SqlTopoStore(TopoStore):
         self._setup_lock = asyncio.Lock()
         p = backend.placeholder
         self._p = p
-        doc_type = "LONGTEXT" if backend.dialect == "mysql" else "TEXT"
+        doc_type = sql_dialect(backend.dialect).long_text
         self._ddl = [
             "CREATE TABLE IF NOT EXISTS sg_topo_clock "
             "(id INT PRIMARY KEY, version BIGINT NOT NULL)",
@@ -206,23 +207,18 @@ class SqlTopoStore(TopoStore):
     async def changes_since(self, version: int) -> tuple[int, list[Record]]:
         await self._setup()
         p = self._p
-        conn = await self.backend.acquire()
-        try:
-            async with transaction(conn):
-                # clock first: every record at or below it is committed (writers bump
-                # the clock and write the record in one transaction)
-                clock = (await conn.execute(f"SELECT version FROM sg_topo_clock WHERE id = {p}",
-                                            (1,))).rows[0][0]
-                rows = (await conn.execute(
-                    f"SELECT kind, name, doc, version FROM sg_topo_record WHERE version > {p} "
-                    f"AND version <= {p} ORDER BY version", (version, clock))).rows
-        except Unavailable as exc:
-            raise self._unreachable(exc) from exc
-        finally:
-            await self.backend.release(conn)
-        return int(clock), [
+        # One statement, so one snapshot on every backend and no transaction: the clock and
+        # every record at or below it are read together (writers bump the clock and write the
+        # record in one transaction), and a SQLite reader takes no write lock (a poller that
+        # held BEGIN IMMEDIATE starved a CLI writer past its busy timeout under load).
+        rows = await self._read(
+            "SELECT c.version, r.kind, r.name, r.doc, r.version FROM sg_topo_clock c "
+            f"LEFT JOIN sg_topo_record r ON r.version > {p} AND r.version <= c.version "
+            f"WHERE c.id = {p} ORDER BY r.version", (version, 1))
+        clock = int(rows[0][0]) if rows else 0
+        return clock, [
             Record(str(k), str(n), None if d is None else json.loads(d), int(v))
-            for k, n, d, v in rows
+            for _, k, n, d, v in rows if k is not None
         ]
 
     async def put(

@@ -68,7 +68,7 @@ from shardgate.errors import FailedPrecondition, InvalidArgument, NotFound, Unsu
 from shardgate.topo.server import TopoServer
 from shardgate.vindexes import Lookup, create_vindex
 from shardgate.vindexes.base import SingleColumn
-from shardgate.vschema import VSchema
+from shardgate.vschema import TableType, VSchema
 from shardgate.workflows.base import NAME, Workflow, WorkflowSpec
 from shardgate.workflows.coltypes import column_kinds
 from shardgate.workflows.ddl import source_table
@@ -155,15 +155,15 @@ def _check_kind(vschema: VSchema, keyspace: str, name: str, sources: int) -> Non
             raise Unsupported(f"{where} is not in the VSchema of sharded keyspace "
                               f"{keyspace}: its rows cannot be placed")
         return
-    if vt.type == "sequence":
+    if vt.type == TableType.SEQUENCE:
         raise Unsupported(
             f"{where} is a sequence table: gates hand out its ids in cached blocks, so "
             "moving it could give an id twice; move the tables it numbers (they keep "
             "their auto_increment) and leave it where it is")
-    if vt.type == "queue":
+    if vt.type == TableType.QUEUE:
         raise Unsupported(f"{where} is a queue table: MoveTables does not move queues "
                           "(a reshard moves them within their keyspace)")
-    if vt.type == "reference" and sources > 1:
+    if vt.type == TableType.REFERENCE and sources > 1:
         raise Unsupported(f"{where} is a reference table of a sharded keyspace (every "
                           "shard holds every row): MoveTables moves it from a single-shard "
                           "keyspace only")

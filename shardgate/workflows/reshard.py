@@ -58,6 +58,7 @@ from shardgate.errors import FailedPrecondition, InvalidArgument, Unsupported
 from shardgate.keys import KeyRange, parse_shard_name
 from shardgate.queues.options import QueueOptions
 from shardgate.vindexes import SingleColumn
+from shardgate.vschema import TableType
 from shardgate.workflows.base import Workflow, WorkflowSpec
 from shardgate.workflows.coltypes import column_kinds
 from shardgate.workflows.cutover import pause_point
@@ -124,10 +125,10 @@ class ReshardWorkflow(Workflow[ReshardSpec]):
             names = self.doc.get("tables") or await user_tables(conn, first.dialect)
             for name in names:
                 vt = vs.tables.get(name)
-                if vt is not None and vt.type == "reference":
+                if vt is not None and vt.type == TableType.REFERENCE:
                     column: str | None = None
                     vindex: SingleColumn | None = None
-                elif vt is not None and vt.type == "queue":
+                elif vt is not None and vt.type == TableType.QUEUE:
                     column, vindex = self._queue_placement(vschema, vt)
                 elif vt is not None and vt.type:
                     raise Unsupported(

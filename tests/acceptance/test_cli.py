@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.ports import free_port as free_port  # re-exported: other tests import it here
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 COMMAND_TIMEOUT_S = 60
 START_TIMEOUT_S = 30
@@ -39,13 +41,6 @@ def shardgate(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 def wait_for_port(proc: subprocess.Popen[str], port: int) -> None:
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
@@ -60,9 +55,9 @@ def wait_for_port(proc: subprocess.Popen[str], port: int) -> None:
     pytest.fail(f"shardgate up did not listen on port {port} within {START_TIMEOUT_S}s")
 
 
-@pytest.fixture
-def server(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], str]]:
-    """``shardgate up`` in the background on a free port; killed if the test leaves it running."""
+@contextlib.contextmanager
+def serving(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], str]]:
+    """``shardgate up`` in the background on a free port; killed if still running at the end."""
     port = free_port()
     proc = subprocess.Popen(
         [
@@ -94,20 +89,49 @@ def server(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], str]]:
             proc.communicate(timeout=STOP_TIMEOUT_S)
 
 
-def test_up_check_is_idempotent(tmp_path: Path) -> None:
-    for run in (1, 2):
-        done = shardgate("up", "--check", "--data-dir", "data", cwd=tmp_path)
-        assert done.returncode == 0, f"run {run}: {done.stdout}\n{done.stderr}"
-        assert "check passed" in done.stdout
-        assert "1 row\n" in done.stdout
-        assert "customer_id" in done.stdout
-    assert (tmp_path / "data" / "cluster.yaml").exists()
-    # The check cleans up after itself (issue 18): no customer, no lookup row.
-    for keyspace, table in (("commerce", "customer"), ("lookup", "customer_email_idx")):
-        listed = shardgate("sql", "--data-dir", "data", "--keyspace", keyspace,
-                           f"SELECT COUNT(*) FROM {table}", cwd=tmp_path)
-        assert listed.returncode == 0, listed.stderr
-        assert listed.stdout.splitlines()[2].strip() == "0", (table, listed.stdout)
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], str]]:
+    """A ``shardgate up`` of this test's own (it may stop it)."""
+    with serving(tmp_path) as served:
+        yield served
+
+
+@pytest.fixture(scope="module")
+def shared_server(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[subprocess.Popen[str], str]]:
+    """One ``shardgate up`` for the module's tests that neither stop it nor need its first
+    ids (a process start is 2-3 CPU-s)."""
+    with serving(tmp_path_factory.mktemp("shared")) as served:
+        yield served
+
+
+@pytest.fixture(scope="module")
+def checked(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """A directory where ``shardgate up --check --data-dir data`` ran once, and its output."""
+    cwd = tmp_path_factory.mktemp("checked")
+    done = shardgate("up", "--check", "--data-dir", "data", cwd=cwd)
+    assert done.returncode == 0, f"{done.stdout}\n{done.stderr}"
+    return cwd, done.stdout
+
+
+def test_up_check_is_idempotent(checked: tuple[Path, str]) -> None:
+    cwd, first = checked  # the first run, on a fresh directory; then again on it
+    again = shardgate("up", "--check", "--data-dir", "data", cwd=cwd)
+    assert again.returncode == 0, f"run 2: {again.stdout}\n{again.stderr}"
+    for out in (first, again.stdout):
+        assert "check passed" in out
+        assert "1 row\n" in out
+        assert "customer_id" in out
+    assert (cwd / "data" / "cluster.yaml").exists()
+    # The check cleans up after itself (issue 18): no customer, no lookup row, in any of
+    # the shards' SQLite files (read directly: a `sql --data-dir` process each cost 2 CPU-s)
+    for pattern, table in (("commerce*.db", "customer"), ("lookup.db", "customer_email_idx")):
+        files = sorted((cwd / "data").glob(pattern))
+        assert files, pattern
+        for db in files:
+            with contextlib.closing(sqlite3.connect(db)) as conn:
+                assert conn.execute(f"SELECT COUNT(*) FROM {table}").fetchone() == (0,), db
 
 
 def test_up_serves_sql_until_sigterm(
@@ -152,9 +176,9 @@ def test_up_serves_sql_until_sigterm(
 
 
 def test_sql_errors_exit_1_with_the_code(
-    server: tuple[subprocess.Popen[str], str], tmp_path: Path
+    shared_server: tuple[subprocess.Popen[str], str], tmp_path: Path
 ) -> None:
-    _, target = server
+    _, target = shared_server
     bad = shardgate("sql", "--target", target, "SELECT * FROM customer WHERE", cwd=tmp_path)
     assert bad.returncode == 1
     assert bad.stderr.startswith("error INVALID_ARGUMENT: ")
@@ -174,8 +198,8 @@ def test_usage_errors_exit_2(tmp_path: Path) -> None:
     assert shardgate("frobnicate", cwd=tmp_path).returncode == 2
 
 
-def test_schema_apply_and_vschema_show(tmp_path: Path) -> None:
-    assert shardgate("up", "--check", "--data-dir", "data", cwd=tmp_path).returncode == 0
+def test_schema_apply_and_vschema_show(checked: tuple[Path, str]) -> None:
+    tmp_path, _ = checked  # a directory `up --check` made
     ddl = tmp_path / "extra.sql"
     ddl.write_text(
         "-- two statements; the ';' inside the string and comment must not split\n"
@@ -233,14 +257,14 @@ def test_schema_apply_and_vschema_show(tmp_path: Path) -> None:
 
 
 def test_transaction_inserting_customer_then_orders_on_the_embedded_default(
-    server: tuple[subprocess.Popen[str], str], tmp_path: Path
+    shared_server: tuple[subprocess.Popen[str], str]
 ) -> None:
     """Issue 13 item 5: the order sequence is allocated while the session's transaction
     holds the lookup database (the customer's lookup row): on SQLite a second writer
     would wait for it and fail with 'database is locked'."""
     from shardgate.client import dbapi
 
-    _, target = server
+    _, target = shared_server
     conn = dbapi.connect(target, timeout=30)
     try:
         cur = conn.cursor()

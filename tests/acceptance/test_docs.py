@@ -35,7 +35,6 @@ import os
 import re
 import shlex
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -46,6 +45,7 @@ from pathlib import Path
 import pytest
 
 from tests.acceptance.test_cli import REPO_ROOT, cli_env
+from tests.ports import bindable
 
 DOC_FILES = [REPO_ROOT / "README.md", *sorted((REPO_ROOT / "docs").glob("*.md"))]
 #: the default ports of `shardgate up`, which the pages print
@@ -128,16 +128,6 @@ def _comment_start(line: str) -> int | None:
     return None
 
 
-def _port_free(port: int) -> bool:
-    with socket.socket() as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
 def _venv_bin(cwd: Path) -> Path:
     """``.venv/bin`` as ``make up`` leaves it: ``shardgate`` (this checkout), ``python``
     (this interpreter, with shardgate and its extras) and ``activate``."""
@@ -192,7 +182,7 @@ class Site:
     # -- the module's server ---------------------------------------------------------------
 
     def start(self) -> None:
-        taken = [f"{port} ({flag})" for flag, port in PORTS.items() if not _port_free(port)]
+        taken = [f"{port} ({flag})" for flag, port in PORTS.items() if not bindable(port)]
         assert not taken, (f"ports {', '.join(taken)} are taken: the pages print shardgate "
                            "up's default ports, so stop what holds them")
         log = (self.cwd / "shardgate-up.log").open("w")
@@ -208,7 +198,7 @@ class Site:
 
     def _wait_listening(self, proc: subprocess.Popen[str], cmd: str, port: int) -> None:
         deadline = time.monotonic() + SERVE_START_S
-        while _port_free(port):
+        while bindable(port):
             if proc.poll() is not None:
                 pytest.fail(f"`{cmd}` exited {proc.returncode}\n{self._log()}")
             if time.monotonic() > deadline:

@@ -16,7 +16,6 @@ import contextlib
 import os
 import random
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -33,17 +32,12 @@ from shardgate.gate import Gate
 from shardgate.keys import KeyRange
 from shardgate.tablet import TabletClient
 from shardgate.topo import Topology, write_cluster_file
+from tests.ports import free_port
 
 EVENTS = int(os.environ.get("SHARDGATE_CHAOS_EVENTS", "3000"))
 RECEIVERS = 8
 QUEUE_SQL = ("CREATE QUEUE jobs (user_id BIGINT NOT NULL, seq BIGINT NOT NULL) SHARD BY user_id "
              "WITH (ack_wait = 1.5, min_backoff = 0.2, max_backoff = 1, batch_size = 128)")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class TabletProc:

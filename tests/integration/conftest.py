@@ -107,21 +107,38 @@ def pytest_collection_finish(session: pytest.Session) -> None:
             start_spark()
 
 
+def _variant(item: pytest.Item) -> tuple[str | None, str | None, tuple[object, ...]]:
+    """An item's ``tablets`` mode, its database kind (None when not parametrized over
+    kinds) and what else identifies it (its function and its other parameters)."""
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    kind = params.get("backend_kind", params.get("kind"))
+    rest = tuple(sorted((k, repr(v)) for k, v in params.items()
+                        if k not in ("tablets", "backend_kind", "kind")))
+    return params.get("tablets"), kind, (item.nodeid.split("[")[0], rest)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The ``tablets=processes`` variant runs for tests marked ``tablet_processes`` (whole
-    modules: the gate, change-stream, queue and two-phase commit ones, on tablet
-    processes started once per run or module, see :class:`SharedTablets`), on PostgreSQL shards
-    only; the other variants are deselected."""
+    """Which ``tablets`` variants run (every test taking the ``tablets`` fixture, the
+    :func:`cluster` fixtures' tests among them):
+
+    * ``processes`` on PostgreSQL shards only (tests not parametrized over kinds count as
+      PostgreSQL ones);
+    * ``in-process`` on SQLite and MariaDB, and on PostgreSQL only for a test that has no
+      SQLite or MariaDB in-process variant: the tablet process runs the same ``Tablet``
+      on the same PostgreSQL backend, and the in-process gate's own path (the local
+      tablet client) is the same on every kind, so the other kinds' variants cover it.
+    """
+    covered = {rest for tablets, kind, rest in map(_variant, items)
+               if tablets == "in-process" and kind not in (None, "postgres")}
     keep: list[pytest.Item] = []
     dropped: list[pytest.Item] = []
     for item in items:
-        params = getattr(getattr(item, "callspec", None), "params", {})
-        kind = params.get("backend_kind", params.get("kind", "postgres"))
-        marked = item.get_closest_marker("tablet_processes") is not None
-        if params.get("tablets") == "processes" and (kind != "postgres" or not marked):
-            dropped.append(item)
+        tablets, kind, rest = _variant(item)
+        if tablets == "processes":
+            drop = kind not in (None, "postgres")
         else:
-            keep.append(item)
+            drop = tablets == "in-process" and kind == "postgres" and rest in covered
+        (dropped if drop else keep).append(item)
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = keep
@@ -193,13 +210,79 @@ async def open_cluster_on(shared: SharedTablets) -> Cluster:
     return Cluster(procs.gate, "postgres", procs)
 
 
+class TabletPool:
+    """Tablet processes shared by one module's tests, one :class:`SharedTablets` per
+    topology shape, each started on first use and stopped when the module ends."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self._shared: dict[str, SharedTablets] = {}
+        self._stack = contextlib.ExitStack()
+
+    def get(self, shape: str, topology: Callable[[Callable[..., str]], Topology]) -> SharedTablets:
+        """The processes serving ``topology(make_database)`` (PostgreSQL databases made
+        once for the module), known by ``shape``."""
+        if shape not in self._shared:
+            self._shared[shape] = self._stack.enter_context(
+                shared_tablets(topology, self.directory / shape))
+        return self._shared[shape]
+
+    def close(self) -> None:
+        self._stack.close()
+
+
+@pytest.fixture(scope="module")
+def module_tablets(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TabletPool]:
+    """The module's :class:`TabletPool` (used through :func:`gate_for` / :func:`cluster_for`)."""
+    pool = TabletPool(tmp_path_factory.mktemp("module-tablets"))
+    try:
+        yield pool
+    finally:
+        pool.close()
+
+
+@contextlib.asynccontextmanager
+async def gate_for(
+    kind: str, tablets: str, topology: Callable[[Callable[..., str]], Topology],
+    make_database: Callable[..., str], request: pytest.FixtureRequest, *, shape: str,
+    **options: Any,
+) -> AsyncIterator[Gate]:
+    """A gate over ``topology(make_database)``: opened in this process
+    (``tablets=in-process``), or reaching tablet processes that serve that topology's
+    shape ``shape`` (``tablets=processes``, PostgreSQL), started once for the module and
+    emptied between tests (see :class:`SharedTablets`). The one way a module that opens
+    its own gates runs against tablet processes: take the ``tablets`` fixture and open
+    the gate here (the collection rule in :func:`pytest_collection_modifyitems` picks
+    the variants). ``options`` go to :meth:`Gate.open` (in-process only)."""
+    if tablets == "in-process":
+        gate = Gate.open(topology(make_database), **options)
+        try:
+            yield gate
+        finally:
+            await gate.close()
+        return
+    assert kind == "postgres", "tablet processes are tested on PostgreSQL shards"
+    pool: TabletPool = request.getfixturevalue("module_tablets")
+    procs = await pool.get(shape, topology).open()
+    try:
+        yield procs.gate
+    finally:
+        await procs.close()
+
+
 async def cluster_for(kind: str, tablets: str, make_database: Callable[..., str],
-                      request: pytest.FixtureRequest) -> Cluster:
-    """:func:`open_cluster`, or for ``tablets=processes`` the module's shared tablets."""
-    if tablets == "processes":
+                      request: pytest.FixtureRequest, shards: int = 4) -> Cluster:
+    """:func:`open_cluster`, or for ``tablets=processes`` shared tablet processes: the
+    run's :func:`commerce_tablets` (4 shards), the module's for another shard count."""
+    if tablets == "in-process":
+        return await open_cluster(kind, make_database, shards)
+    if shards == 4:
         shared: SharedTablets = request.getfixturevalue("commerce_tablets")
-        return await open_cluster_on(shared)
-    return await open_cluster(kind, make_database)
+    else:
+        pool: TabletPool = request.getfixturevalue("module_tablets")
+        shared = pool.get(f"commerce-{shards}",
+                          lambda make: cluster_topology("postgres", make, shards))
+    return await open_cluster_on(shared)
 
 
 async def with_tablets(c: Cluster, tablets: str, directory: Path) -> Cluster:
@@ -233,12 +316,18 @@ async def cluster(
 @pytest.fixture
 async def streams_cluster(
     backend_kind: str, tablets: str, make_database: Callable[..., str],
-    request: pytest.FixtureRequest,
+    tmp_path: Path,
 ) -> AsyncIterator[Cluster]:
-    """``cluster``, whose shards' change capture (slots, triggers) is dropped at the end."""
+    """``cluster``, whose shards' change capture (slots, triggers) is dropped at the end.
+
+    Its ``tablets=processes`` variant starts tablet processes of its own (not the shared
+    ones): a tablet keeps its shard's log reader (its position) from one test to the
+    next, and the next test's capture, created anew, starts later than that position
+    (``OUT_OF_RANGE`` was seen on a shared process)."""
     from shardgate.backends.changes.open import open_change_log
 
-    c = await cluster_for(backend_kind, tablets, make_database, request)
+    c = await with_tablets(await open_cluster(backend_kind, make_database), tablets,
+                           tmp_path / "tablets")
     try:
         # Capture is set up before the test's timed waits: a PostgreSQL slot is created
         # only once every transaction open on the server has ended (the log names them).

@@ -132,6 +132,8 @@ def trusted_uses(source: str) -> list[str]:
                                              | ast.Attribute(attr="gate")),
                           keywords=kws) if not any(k.arg == "identity" for k in kws):
                 found.append(f"{line}: gate.{name}() without identity=")
+            case ast.Call(func=ast.Attribute(attr="Session", value=ast.Attribute(attr="_stub"))):
+                pass  # the gate's Session RPC: a call carrying the caller's credential
             case ast.Call(func=ast.Name(id="Session") | ast.Attribute(attr="Session")):
                 found.append(f"{line}: Session(...) built directly")
     return sorted(found, key=lambda f: int(f.partition(":")[0]))
@@ -160,9 +162,11 @@ def test_the_trusted_path_finder_finds_uses() -> None:
         "w = getattr(i, 'TRUSTED')\n"
         "x = self.gate.update_stream('ks', None, None)\n"
         "y = client.update_stream('ks')\n"
+        "z = self._stub.Session(metadata=md)\n"
+        "a = self.gates.Session(keyspace='ks')\n"
     )
     assert trusted_uses(source) == [
         "1: import TRUSTED", "3: TRUSTED", "4: .session() without identity=",
         "6: Session(...) built directly", "7: 'TRUSTED'",
-        "8: gate.update_stream() without identity=",
+        "8: gate.update_stream() without identity=", "11: Session(...) built directly",
     ]

@@ -168,3 +168,50 @@ def test_what_the_gate_does_not_evaluate_is_refused_with_a_code() -> None:
     assert err.value.code is Code.UNIMPLEMENTED and "LENGTH" in err.value.message
     with pytest.raises(Unresolved):
         compile_expr(parse("SELECT LOWER(b)").expressions[0], {"a": 0})
+
+
+def _typed(sql: str, types: dict[str, str]) -> Any:
+    """The first select item of ``sql`` with its columns' declared types set."""
+    from sqlglot import exp
+
+    from shardgate.evalengine.evaluate import DECLARED_TYPE
+
+    node = parse(sql).expressions[0]
+    for col in node.find_all(exp.Column):
+        if col.name in types:
+            col.meta[DECLARED_TYPE] = types[col.name]
+    return node
+
+
+def test_postgres_keeps_int4_and_int2_through_arithmetic() -> None:
+    # PostgreSQL 15: SELECT MIN(n) * 2 (n int4 = 2147483647) -> 'integer out of range';
+    # MIN(n) * 3000000000 (an int8 literal) -> 6442450941000000000; smallint * smallint
+    # -> 'smallint out of range'; MariaDB and SQLite compute in BIGINT
+    from shardgate.evalengine.evaluate import integer_type
+
+    big = (2147483647,)
+    node = _typed("SELECT MIN(n) * 2", {"n": "integer"})
+    assert integer_type(node) == "integer"
+    with pytest.raises(ShardgateError, match="integer out of range") as caught:
+        compile_expr(node, {"min(n)": 0})(big, PG)
+    assert caught.value.code is Code.INVALID_ARGUMENT
+    assert compile_expr(node, {"min(n)": 0})(big, MARIADB) == 4294967294
+    assert compile_expr(node, {"min(n)": 0})(big, SQLITE) == 4294967294
+    wide = _typed("SELECT MIN(n) * 3000000000", {"n": "integer"})
+    assert integer_type(wide) == "bigint"
+    assert compile_expr(wide, {"min(n)": 0})(big, PG) == 6442450941000000000
+    neg = _typed("SELECT -MAX(n)", {"n": "integer"})
+    with pytest.raises(ShardgateError, match="integer out of range"):
+        compile_expr(neg, {"max(n)": 0})((-2147483648,), PG)
+    small = _typed("SELECT a * b", {"a": "smallint", "b": "smallint"})
+    with pytest.raises(ShardgateError, match="smallint out of range"):
+        compile_expr(small, {"a": 0, "b": 1})((200, 200), PG)
+    mixed = _typed("SELECT a * b", {"a": "smallint", "b": "integer"})
+    assert compile_expr(mixed, {"a": 0, "b": 1})((200, 200), PG) == 40000
+    # SUM of int8 is numeric there: exact, past BIGINT
+    total = _typed("SELECT SUM(DISTINCT k) * 4", {"k": "bigint"})
+    assert integer_type(total) == "numeric"
+    assert compile_expr(total, {"sum(distinct k)": 0})((1 << 62,), PG) == 1 << 64
+    # no declared type (a COUNT, an untracked column): BIGINT's range, as before
+    assert integer_type(parse("SELECT COUNT(*) * 2").expressions[0]) is None
+    assert value("SELECT a * 2", big, PG) == 4294967294

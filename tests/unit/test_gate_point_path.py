@@ -15,6 +15,7 @@ from shardgate.gate import Gate
 from shardgate.gate.cursor import SessionCursor
 from shardgate.planner import build_plan
 from shardgate.result import ExecuteOptions, Result
+from shardgate.sql.classify import WriteTarget
 from shardgate.sql.parse import parse
 from shardgate.tablet.client import TabletClient
 from shardgate.topo import Topology
@@ -33,7 +34,8 @@ class Recording(TabletClient):
         self.keyspace, self.shard, self.calls = "ks", shard, calls
 
     async def execute(self, sql: str, params: Sequence[Any], transaction_id: int | None = None,
-                      options: ExecuteOptions | None = None) -> Result:
+                      options: ExecuteOptions | None = None, *,
+                      target: WriteTarget | None = None) -> Result:
         self.calls.append((self.shard, sql, tuple(params)))
         return Result(fields=["id", "shard"], rows=[(params[0] if params else None, self.shard)])
 

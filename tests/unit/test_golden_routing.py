@@ -3,7 +3,9 @@
 Each ``tests/unit/golden/*_cases.jsonl`` line is ``{"comment", "query", "plan"}``
 (Vitess's planbuilder testdata shape), or ``{"comment", "query", "error"}`` for
 statements that must be refused; ``"keyspace"`` sets the default keyspace
-(``user`` when absent). The VSchema is ``golden/vschema.json``.
+(``user`` when absent). The VSchema is ``golden/vschema.json``; the columns the
+gate tracked from the shards (:mod:`shardgate.sql.schema`) are
+``golden/schema.json`` (``"untracked": true``: planned before any were read).
 
 To add a case, append a line with ``"plan": null`` and run
 ``python tests/unit/test_golden_routing.py --regen``, then review the diff:
@@ -21,6 +23,7 @@ import pytest
 from shardgate.errors import ShardgateError
 from shardgate.planner import build_plan
 from shardgate.sql.parse import parse
+from shardgate.sql.schema import ColumnInfo, KeyspaceSchema, Schema, TableColumns
 from shardgate.vschema import VSchema
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -28,6 +31,16 @@ GOLDEN = Path(__file__).parent / "golden"
 
 def _vschema() -> VSchema:
     return VSchema.from_json(json.loads((GOLDEN / "vschema.json").read_text()))
+
+
+def _schema() -> Schema:
+    """``golden/schema.json``: ``{keyspace: {table: [column, ...]}}``."""
+    doc = json.loads((GOLDEN / "schema.json").read_text())
+    return Schema({
+        ks: KeyspaceSchema.of(TableColumns(t, tuple(ColumnInfo(c) for c in cols))
+                              for t, cols in tables.items())
+        for ks, tables in doc.items()
+    })
 
 
 def _cases() -> list[tuple[Path, int, dict[str, Any]]]:
@@ -40,6 +53,8 @@ def _cases() -> list[tuple[Path, int, dict[str, Any]]]:
 
 
 def _outcome(vschema: VSchema, case: dict[str, Any]) -> dict[str, Any]:
+    if not case.get("untracked"):
+        vschema = vschema.with_schema(_schema())
     try:
         plan = build_plan(
             parse(case["query"]), case["query"], vschema, case.get("keyspace", "user")

@@ -385,7 +385,7 @@ class _NoSavepoints:
     dialect, placeholder, keyspace, shard = "postgres", "%s", "bench", "-"
 
     async def execute(self, sql: str, args: Any, tid: int | None = None,
-                      options: Any = None) -> Result:
+                      options: Any = None, target: Any = None) -> Result:
         if sql.startswith("SAVEPOINT"):
             raise InvalidArgument("bad statement for shard database fake: syntax error")
         if sql == column_types_sql(self.dialect, self.placeholder):

@@ -12,7 +12,8 @@ from shardgate.backends.base import MAX_XID_LENGTH, check_xid
 from shardgate.errors import Aborted, AlreadyExists, InvalidArgument
 from shardgate.gate import twopc
 from shardgate.gate.session import Session
-from shardgate.result import Result, Row
+from shardgate.result import ExecuteOptions, Result, Row
+from shardgate.sql.classify import WriteTarget
 from shardgate.sql.parse import parse
 from shardgate.tablet import TabletClient
 
@@ -31,7 +32,8 @@ class FakeTablet(TabletClient):
         self.steal_decision = False  # a resolver sets ROLLBACK just before our COMMIT
 
     async def execute(
-        self, sql: str, params: Sequence[Any], transaction_id: int | None = None
+        self, sql: str, params: Sequence[Any], transaction_id: int | None = None,
+        options: ExecuteOptions | None = None, *, target: WriteTarget | None = None,
     ) -> Result:
         verb = sql.split()[0]
         self.log.append(f"{self.shard}: {verb} {params[0] if params else ''}".rstrip())

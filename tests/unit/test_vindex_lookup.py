@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from shardgate.backends.sqlite_vcursor import Call, SQLiteVCursor
 from shardgate.errors import AlreadyExists, Code, FailedPrecondition, InvalidArgument
-from shardgate.testing import Call, SQLiteVCursor
 from shardgate.vindexes import Lookup, create_vindex
 from shardgate.vindexes.consistent_lookup import ConsistentLookupBase
 from shardgate.vindexes.lookup import LookupBase

@@ -27,15 +27,16 @@ import json
 import re
 from collections.abc import AsyncGenerator, Mapping, Sequence
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 
-from shardgate.api.grpc import convert, inbox_convert, queue_convert, stream_convert
+from shardgate.api.grpc import convert, queue_convert
 from shardgate.api.grpc import shardgate_pb2 as pb
 from shardgate.api.grpc.failover import FailoverStub, GateList, reached_nothing, split_targets
 from shardgate.api.grpc.handlers import ORIGIN_KEY
 from shardgate.api.grpc.security import ClientSecurity
+from shardgate.api.grpc.session_stream import SessionStream
 from shardgate.errors import (
     COMMIT_OUTCOME_UNKNOWN,
     Code,
@@ -45,11 +46,15 @@ from shardgate.errors import (
     error_for_code,
 )
 from shardgate.queues.events import QueueBatch, QueueEvent
-from shardgate.queues.inbox.model import InboxOptions, Message, Pointer
-from shardgate.queues.inbox.store import InboxRead, MaintainReport
 from shardgate.result import ExecuteOptions, Result
 from shardgate.sql.inputs import check_sql
-from shardgate.streams.merge import StreamEvent
+
+if TYPE_CHECKING:  # the inbox and stream calls load their conversions when called: a
+    # CLI call (``shardgate sql``) does not load the inbox store, the stream merge
+    # and, below them, the topology and VSchema modules
+    from shardgate.queues.inbox.model import InboxOptions, Message, Pointer
+    from shardgate.queues.inbox.store import InboxRead, MaintainReport
+    from shardgate.streams.merge import StreamEvent
 
 #: Seconds CloseSession may take when the client closes.
 CLOSE_TIMEOUT_S = 5.0
@@ -180,6 +185,15 @@ class GateClient:
     ``target`` may name several gates, ``grpc://gate1:15991,gate2:15991``: the
     client uses one at a time and moves to the next when one is gone (see
     :mod:`shardgate.api.grpc.failover` for what is retried and what is not).
+
+    With one gate, :meth:`execute` sends its statements on a *session stream*
+    (the gate's ``Session`` call, opened on first use and kept open: a message
+    on it costs the gate a third of a unary call's CPU); a statement sent while
+    another is in flight on the same client, and the other methods, use unary
+    calls, which the gate orders with the session's lock. A statement whose
+    stream did not end in its answer (timed out, cancelled, broken) closes the
+    stream; the next statement opens another. Errors are the same as over
+    ``Execute``'s unary calls.
     """
 
     def __init__(
@@ -199,6 +213,12 @@ class GateClient:
                                tls=target.startswith(TLS_SCHEME), address_of=parse_target)
         self._stub: Any = (self._gates.stub() if len(targets) == 1
                            else FailoverStub(self._gates, self, self._rerunnable))
+        #: statements go on a session stream (one gate only: a list of gates moves
+        #: between them call by call, see failover); it carries the credential itself
+        #: (the channel's interceptors add it to the other calls, not to such streams)
+        self._stream = (SessionStream(self._stub, with_user(security, user, password)
+                                      .metadata() or None, target)
+                        if len(targets) == 1 else None)
 
     def _rerunnable(self, method: str, request: Any) -> bool:
         """Whether a call lost after it was sent may run again on another gate: a
@@ -236,14 +256,50 @@ class GateClient:
             bind_vars=convert.to_bind_vars(bind_vars),
             **convert.option_fields(options),
         )
+        stream = self._stream
+        if stream is not None and not stream.busy:
+            return await self._execute_on_stream(stream, request, sql)
         try:
             response: pb.ExecuteResponse = await self._stub.Execute(request, timeout=self.timeout)
         except grpc.aio.AioRpcError as exc:
-            commit = commits(sql) or (not self.in_transaction and writes(sql))
-            raise self._failed(exc, commit=commit) from None
+            raise self._failed(exc, commit=self._commits(sql)) from None
         self.session_id = response.session_id
         self.in_transaction = response.in_transaction
         return convert.to_result(response)
+
+    async def _execute_on_stream(self, stream: SessionStream, request: pb.ExecuteRequest,
+                                 sql: str) -> Result:
+        """Send ``request`` on the session stream and return its answer's result, or
+        raise its error (see :mod:`~shardgate.api.grpc.session_stream`)."""
+        response = await stream.send(
+            request, self.timeout, lambda exc: self._failed(exc, commit=self._commits(sql)),
+            lambda: self._timed_out(sql))
+        if response.session_id:  # (none: the session was not found, the id stays)
+            self.session_id = response.session_id
+            self.in_transaction = response.in_transaction
+        if response.error_code:
+            try:
+                code = Code(response.error_code)
+            except ValueError:
+                code = Code.UNKNOWN
+            raise error_for_code(code, response.error_message)
+        return convert.to_result(response)
+
+    def _commits(self, sql: str) -> bool:
+        """Whether ``sql`` commits: a COMMIT, or a write outside a transaction."""
+        return commits(sql) or (not self.in_transaction and writes(sql))
+
+    def _timed_out(self, sql: str) -> ShardgateError:
+        """The error of a statement whose answer did not come within ``timeout``."""
+        if self._commits(sql):
+            return CommitOutcomeUnknown(
+                f"{COMMIT_OUTCOME_UNKNOWN}: the gate at {self.target} did not answer within "
+                f"{self.timeout:g} s after the statement was sent (a COMMIT, or a write "
+                "outside a transaction, which commits on its own); it may or may not be "
+                "committed. Read its rows back (or an idempotency key written with them) "
+                "before running it again: retrying blindly can write it twice")
+        return error_for_code(Code.DEADLINE_EXCEEDED,
+                              f"Deadline Exceeded: no answer within {self.timeout:g} s")
 
     async def execute_batch(
         self,
@@ -486,12 +542,16 @@ class GateClient:
     ) -> MaintainReport:
         """Create inbox ``name`` with ``options`` (stored with it; None: the defaults, or
         the stored ones if it exists). ``FAILED_PRECONDITION`` if it exists with others."""
+        from shardgate.api.grpc import inbox_convert
+
         request = pb.InboxCreateRequest(keyspace=self._ks(keyspace), name=name,
                                         options_json=inbox_convert.options_json(options))
         return inbox_convert.report_of(await self._call(self._stub.InboxCreate, request))
 
     async def inbox_maintain(self, name: str, *, keyspace: str | None = None) -> MaintainReport:
         """Create buckets ahead and drop expired ones (run it periodically)."""
+        from shardgate.api.grpc import inbox_convert
+
         request = pb.InboxMaintainRequest(keyspace=self._ks(keyspace), name=name)
         return inbox_convert.report_of(await self._call(self._stub.InboxMaintain, request))
 
@@ -501,6 +561,8 @@ class GateClient:
     ) -> Message:
         """Append one message to ``user``'s inbox; in this session's transaction after
         ``BEGIN`` (committed or rolled back with it), else committed at once."""
+        from shardgate.api.grpc import inbox_convert
+
         request = pb.InboxAppendRequest(session_id=self.session_id,
                                         keyspace=self._ks(keyspace), name=name,
                                         user=convert.to_value(user), body=body, ts=ts)
@@ -515,13 +577,15 @@ class GateClient:
     ) -> InboxRead:
         """Up to ``limit`` messages of ``user`` after the pointer ``after``, or after
         ``consumer``'s committed pointer (neither: from the oldest retained)."""
+        from shardgate.api.grpc import inbox_convert
+
         if after is not None and consumer is not None:
             raise InvalidArgument("inbox read: give a pointer or a consumer, not both")
         if not isinstance(limit, int) or limit < 1:
             raise InvalidArgument(f"inbox read limit {limit!r}: give a positive number")
         request = pb.InboxReadRequest(
             keyspace=self._ks(keyspace), name=name, user=convert.to_value(user),
-            after=after.encode() if isinstance(after, Pointer) else after,
+            after=after if after is None or isinstance(after, str) else after.encode(),
             consumer=consumer, limit=limit)
         return inbox_convert.read_of(await self._call(self._stub.InboxRead, request))
 
@@ -530,7 +594,7 @@ class GateClient:
         keyspace: str | None = None,
     ) -> None:
         """Advance ``consumer``'s pointer for ``user`` to ``pointer`` (a read's pointer)."""
-        text = pointer.encode() if isinstance(pointer, Pointer) else pointer
+        text = pointer if isinstance(pointer, str) else pointer.encode()
         request = pb.InboxCommitRequest(keyspace=self._ks(keyspace), name=name,
                                         user=convert.to_value(user), consumer=consumer,
                                         pointer=text)
@@ -540,6 +604,8 @@ class GateClient:
         self, name: str, user: Any, consumer: str, *, keyspace: str | None = None
     ) -> Pointer | None:
         """``consumer``'s committed pointer for ``user``, or None."""
+        from shardgate.queues.inbox.model import Pointer
+
         request = pb.InboxCommittedRequest(keyspace=self._ks(keyspace), name=name,
                                            user=convert.to_value(user), consumer=consumer)
         response: pb.InboxCommittedResponse = await self._call(self._stub.InboxCommitted,
@@ -571,6 +637,8 @@ class GateClient:
 
         ``start``: None (now), a timestamp, or a serialized ``StreamPosition``.
         """
+        from shardgate.api.grpc import stream_convert
+
         request = pb.UpdateStreamRequest(
             keyspace=keyspace or self.keyspace or "", key_range=key_range,
             start_timestamp=start if isinstance(start, float | int) else None,
@@ -591,6 +659,8 @@ class GateClient:
 
         Best effort towards the server: a server that is gone has no session left.
         """
+        if self._stream is not None:
+            self._stream.close()
         try:
             if self.session_id:
                 request = pb.CloseSessionRequest(session_id=self.session_id)

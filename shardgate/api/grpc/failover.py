@@ -10,7 +10,9 @@ Invariants:
 * **One gate at a time.** Every call goes to the current gate. The client moves
   to the next one (in list order, wrapping) only when a call fails in the
   transport with ``UNAVAILABLE`` (nothing answered, or the connection broke: no
-  status of the gate's own), never because a gate answered with an error.
+  status of the gate's own) or a draining gate refused it (``UNAVAILABLE``
+  ``gate draining``: not run, so it is sent to the next gate at once), never
+  because a gate answered with another error.
 * **Nothing runs twice.** A unary call is retried on the next gate only if it
   reached no gate at all (connecting failed), or it is one that may run twice
   (:data:`IDEMPOTENT`: acks, reads of metadata; and what the client calls
@@ -35,9 +37,9 @@ from typing import Any, Protocol
 import grpc
 
 from shardgate.api.grpc import shardgate_pb2_grpc as pb_grpc
+from shardgate.api.grpc.gate_drain import DRAINING
 from shardgate.api.grpc.handlers import ORIGIN_KEY
-from shardgate.api.grpc.security import ClientSecurity, open_channel
-from shardgate.api.grpc.server import GRPC_OPTIONS
+from shardgate.api.grpc.security import GRPC_OPTIONS, ClientSecurity, open_channel
 from shardgate.errors import InvalidArgument, Unavailable
 
 #: the gate's streaming methods: the stub hands them out unwrapped
@@ -65,6 +67,14 @@ def reached_nothing(details: str) -> bool:
     """Whether a failed call's details say no server was reached (nothing was sent)."""
     low = details.lower()
     return "failed to connect" in low or "connection refused" in low or "dns resolution" in low
+
+
+def gate_draining(exc: grpc.aio.AioRpcError) -> bool:
+    """Whether a failed call was refused by a draining gate (``UNAVAILABLE`` of the
+    gate's own, details ``gate draining``: nothing of it ran; see
+    :mod:`shardgate.api.grpc.gate_drain`)."""
+    return (exc.code() is grpc.StatusCode.UNAVAILABLE
+            and (exc.details() or "").startswith(DRAINING))
 
 
 def gate_gone(exc: grpc.aio.AioRpcError) -> bool:
@@ -151,9 +161,10 @@ class FailoverStub:
             try:
                 return await getattr(gates.stub(), name)(request, **kwargs)
             except grpc.aio.AioRpcError as exc:
-                if name in NOT_RETRIED or not gate_gone(exc):
+                draining = gate_draining(exc)
+                if name in NOT_RETRIED or not (draining or gate_gone(exc)):
                     raise
-                again = (reached_nothing(exc.details() or "") or name in IDEMPOTENT
+                again = (draining or reached_nothing(exc.details() or "") or name in IDEMPOTENT
                          or self._rerunnable(name, request))  # before the move resets state
                 gates.move_on(self._client)
                 if not again or attempt == len(gates.targets) - 1:

@@ -34,8 +34,14 @@ def status_of(exc: Exception) -> tuple[grpc.StatusCode, str]:
     """The gRPC status code and details that report ``exc`` to the client."""
     if isinstance(exc, ShardgateError):
         return STATUS_BY_CODE[exc.code], exc.message
+    return grpc.StatusCode.INTERNAL, unexpected(exc)
+
+
+def unexpected(exc: Exception) -> str:
+    """Log ``exc`` (a bug: not a ShardgateError) with its traceback; the message that
+    reports it to the client as ``INTERNAL``."""
     log.exception("unexpected error in a shardgate service")
-    return grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}: {exc}"
+    return f"internal error: {type(exc).__name__}: {exc}"
 
 
 #: trailing metadata key marking a status the service itself set (not the transport)

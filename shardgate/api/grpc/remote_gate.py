@@ -55,9 +55,12 @@ async def open_remote_gate(
     guard: Guard | None = None,
     limits: GateLimits | None = None,
     tablet_security: ClientSecurity | None = None,
+    direct_statements: bool = True,
 ) -> tuple[Gate, TabletFleet]:
     """A gate with no tablet of its own: every shard is served by tablet processes,
-    reached over gRPC (:func:`~shardgate.gate.fleet.open_fleet_gate`).
+    reached over gRPC (:func:`~shardgate.gate.fleet.open_fleet_gate`); with
+    ``direct_statements`` (the default) autocommit SELECTs and writes of plain tables
+    go to the shard databases through the gate's own pools (:mod:`shardgate.gate.direct`).
 
     The gate follows ``topo`` (topology and tablet records). Close the gate
     first, then the fleet.
@@ -66,4 +69,4 @@ async def open_remote_gate(
         topo, grpc_tablets(call_timeout=call_timeout, security=tablet_security),
         owns_topo=owns_topo, health_interval=health_interval,
         failover_timeout=failover_timeout, watch_interval=watch_interval, guard=guard,
-        limits=limits)
+        limits=limits, direct_statements=direct_statements)

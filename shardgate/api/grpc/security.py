@@ -152,7 +152,7 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         elif handler.unary_stream is not None:
             wrapped = handler._replace(unary_stream=self._stream(handler.unary_stream))
         elif handler.stream_stream is not None:  # a tablet's lanes: read/write, no generator
-            wrapped = handler._replace(stream_stream=self._unary(handler.stream_stream))
+            wrapped = handler._replace(stream_stream=self._bidi(handler.stream_stream))
         else:  # no client-streaming RPCs today: refuse rather than serve unauthenticated
             raise InvalidArgument(f"{method}: streaming requests are not authenticated")
         self._wrapped[method] = wrapped
@@ -174,6 +174,24 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
                 _CALLER.reset(token)
 
         return unary
+
+    def _bidi(self, behavior: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+        async def bidi(requests: Any, context: grpc.aio.ServicerContext) -> Any:
+            try:
+                identity = self.security.identify(context)
+            except Unauthenticated as exc:
+                # Read the caller's first message before refusing: a client writes as the
+                # call opens, and a write racing the refusal ends as INTERNAL, not as this.
+                await context.read()
+                await context.abort(grpc.StatusCode.UNAUTHENTICATED, exc.message)
+                raise  # not reached: abort raises
+            token = _CALLER.set(identity)
+            try:
+                return await behavior(requests, context)
+            finally:
+                _CALLER.reset(token)
+
+        return bidi
 
     def _stream(self, behavior: Callable[..., AsyncIterator[Any]]
                 ) -> Callable[..., AsyncIterator[Any]]:
@@ -284,6 +302,17 @@ class _UnaryMetadata(_Metadata, grpc.aio.UnaryUnaryClientInterceptor):  # type: 
 class _StreamMetadata(_Metadata, grpc.aio.UnaryStreamClientInterceptor):  # type: ignore[misc]
     async def intercept_unary_stream(self, continuation: Any, details: Any, request: Any) -> Any:
         return await continuation(self._details(details), request)
+
+
+#: Largest message either side accepts (results are sent whole by Execute).
+MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+
+#: the options of every gate server and every channel to a gate or tablet (here, not in
+#: ``server``: a client that imported the server loaded the whole gate, 1.2 CPU-s)
+GRPC_OPTIONS = [
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+]
 
 
 def open_channel(

@@ -73,7 +73,7 @@ class ExecuteRequest(_message.Message):
     def __init__(self, session_id: _Optional[int] = ..., keyspace: _Optional[str] = ..., sql: _Optional[str] = ..., bind_vars: _Optional[_Mapping[str, Value]] = ..., include_event_token: _Optional[bool] = ..., compare_event_token: _Optional[_Union[EventToken, _Mapping]] = ...) -> None: ...
 
 class ExecuteResponse(_message.Message):
-    __slots__ = ("session_id", "fields", "rows", "rows_affected", "insert_id", "in_transaction", "event_token", "fresher")
+    __slots__ = ("session_id", "fields", "rows", "rows_affected", "insert_id", "in_transaction", "event_token", "fresher", "error_code", "error_message")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     FIELDS_FIELD_NUMBER: _ClassVar[int]
     ROWS_FIELD_NUMBER: _ClassVar[int]
@@ -82,6 +82,8 @@ class ExecuteResponse(_message.Message):
     IN_TRANSACTION_FIELD_NUMBER: _ClassVar[int]
     EVENT_TOKEN_FIELD_NUMBER: _ClassVar[int]
     FRESHER_FIELD_NUMBER: _ClassVar[int]
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
     session_id: int
     fields: _containers.RepeatedCompositeFieldContainer[Field]
     rows: _containers.RepeatedCompositeFieldContainer[Row]
@@ -90,7 +92,9 @@ class ExecuteResponse(_message.Message):
     in_transaction: bool
     event_token: EventToken
     fresher: bool
-    def __init__(self, session_id: _Optional[int] = ..., fields: _Optional[_Iterable[_Union[Field, _Mapping]]] = ..., rows: _Optional[_Iterable[_Union[Row, _Mapping]]] = ..., rows_affected: _Optional[int] = ..., insert_id: _Optional[int] = ..., in_transaction: _Optional[bool] = ..., event_token: _Optional[_Union[EventToken, _Mapping]] = ..., fresher: _Optional[bool] = ...) -> None: ...
+    error_code: str
+    error_message: str
+    def __init__(self, session_id: _Optional[int] = ..., fields: _Optional[_Iterable[_Union[Field, _Mapping]]] = ..., rows: _Optional[_Iterable[_Union[Row, _Mapping]]] = ..., rows_affected: _Optional[int] = ..., insert_id: _Optional[int] = ..., in_transaction: _Optional[bool] = ..., event_token: _Optional[_Union[EventToken, _Mapping]] = ..., fresher: _Optional[bool] = ..., error_code: _Optional[str] = ..., error_message: _Optional[str] = ...) -> None: ...
 
 class BoundQuery(_message.Message):
     __slots__ = ("sql", "bind_vars")
@@ -567,18 +571,22 @@ class UpdateStreamResponse(_message.Message):
     def __init__(self, keyspace: _Optional[str] = ..., shard: _Optional[str] = ..., token: _Optional[_Union[EventToken, _Mapping]] = ..., changes: _Optional[_Iterable[_Union[RowChange, _Mapping]]] = ..., safe_timestamp: _Optional[float] = ..., heartbeat: _Optional[bool] = ...) -> None: ...
 
 class TabletExecuteRequest(_message.Message):
-    __slots__ = ("sql", "params", "transaction_id", "include_event_token", "compare_event_token")
+    __slots__ = ("sql", "params", "transaction_id", "include_event_token", "compare_event_token", "write_verb", "write_table")
     SQL_FIELD_NUMBER: _ClassVar[int]
     PARAMS_FIELD_NUMBER: _ClassVar[int]
     TRANSACTION_ID_FIELD_NUMBER: _ClassVar[int]
     INCLUDE_EVENT_TOKEN_FIELD_NUMBER: _ClassVar[int]
     COMPARE_EVENT_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    WRITE_VERB_FIELD_NUMBER: _ClassVar[int]
+    WRITE_TABLE_FIELD_NUMBER: _ClassVar[int]
     sql: str
     params: _containers.RepeatedCompositeFieldContainer[Value]
     transaction_id: int
     include_event_token: bool
     compare_event_token: EventToken
-    def __init__(self, sql: _Optional[str] = ..., params: _Optional[_Iterable[_Union[Value, _Mapping]]] = ..., transaction_id: _Optional[int] = ..., include_event_token: _Optional[bool] = ..., compare_event_token: _Optional[_Union[EventToken, _Mapping]] = ...) -> None: ...
+    write_verb: str
+    write_table: str
+    def __init__(self, sql: _Optional[str] = ..., params: _Optional[_Iterable[_Union[Value, _Mapping]]] = ..., transaction_id: _Optional[int] = ..., include_event_token: _Optional[bool] = ..., compare_event_token: _Optional[_Union[EventToken, _Mapping]] = ..., write_verb: _Optional[str] = ..., write_table: _Optional[str] = ...) -> None: ...
 
 class TabletInfoRequest(_message.Message):
     __slots__ = ()

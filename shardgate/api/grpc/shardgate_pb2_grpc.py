@@ -64,6 +64,11 @@ class GateStub:
                 request_serializer=shardgate_dot_api_dot_grpc_dot_shardgate__pb2.CloseSessionRequest.SerializeToString,
                 response_deserializer=shardgate_dot_api_dot_grpc_dot_shardgate__pb2.CloseSessionResponse.FromString,
                 _registered_method=True)
+        self.Session = channel.stream_stream(
+                '/shardgate.v1.Gate/Session',
+                request_serializer=shardgate_dot_api_dot_grpc_dot_shardgate__pb2.ExecuteRequest.SerializeToString,
+                response_deserializer=shardgate_dot_api_dot_grpc_dot_shardgate__pb2.ExecuteResponse.FromString,
+                _registered_method=True)
         self.QueueReceive = channel.unary_stream(
                 '/shardgate.v1.Gate/QueueReceive',
                 request_serializer=shardgate_dot_api_dot_grpc_dot_shardgate__pb2.QueueReceiveRequest.SerializeToString,
@@ -177,6 +182,19 @@ class GateServicer:
 
     def CloseSession(self, request, context):
         """Forget a session, rolling back its open transaction. Unknown ids are fine.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Session(self, request_iterator, context):
+        """A session's statements on one long-lived call (GateClient's path): each
+        request is answered in order, one at a time, as Execute would (a failed
+        statement is an answer with error_code; the call goes on). A message on
+        an open call costs the gate a third of a unary call's CPU. The gate ends
+        the call (status OK) only between statements, when it stops: a request
+        left unanswered by an OK end was not run. Cancelling the call cancels
+        the statement in flight.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -313,6 +331,11 @@ def add_GateServicer_to_server(servicer, server):
                     servicer.CloseSession,
                     request_deserializer=shardgate_dot_api_dot_grpc_dot_shardgate__pb2.CloseSessionRequest.FromString,
                     response_serializer=shardgate_dot_api_dot_grpc_dot_shardgate__pb2.CloseSessionResponse.SerializeToString,
+            ),
+            'Session': grpc.stream_stream_rpc_method_handler(
+                    servicer.Session,
+                    request_deserializer=shardgate_dot_api_dot_grpc_dot_shardgate__pb2.ExecuteRequest.FromString,
+                    response_serializer=shardgate_dot_api_dot_grpc_dot_shardgate__pb2.ExecuteResponse.SerializeToString,
             ),
             'QueueReceive': grpc.unary_stream_rpc_method_handler(
                     servicer.QueueReceive,
@@ -547,6 +570,33 @@ class Gate:
             '/shardgate.v1.Gate/CloseSession',
             shardgate_dot_api_dot_grpc_dot_shardgate__pb2.CloseSessionRequest.SerializeToString,
             shardgate_dot_api_dot_grpc_dot_shardgate__pb2.CloseSessionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Session(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/shardgate.v1.Gate/Session',
+            shardgate_dot_api_dot_grpc_dot_shardgate__pb2.ExecuteRequest.SerializeToString,
+            shardgate_dot_api_dot_grpc_dot_shardgate__pb2.ExecuteResponse.FromString,
             options,
             channel_credentials,
             insecure,

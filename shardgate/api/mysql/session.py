@@ -60,16 +60,15 @@ from sqlglot.executor import execute
 
 from shardgate.api.mysql import catalog, errors
 from shardgate.api.mysql.errors import BAD_DB, NO_SUCH_TABLE, PARSE, mysql_code, mysql_message
+from shardgate.api.mysql.shapes import SHAPES
 from shardgate.auth.acl import Role
 from shardgate.auth.identity import Identity
-from shardgate.engine.plan import Plan
-from shardgate.engine.route import Route
 from shardgate.errors import ShardgateError
 from shardgate.gate import Gate
 from shardgate.gate import Session as GateSessionState
 from shardgate.gate.catalog import TableInfo, vschema_tables, vschema_vindexes
+from shardgate.gate.planning import point_read
 from shardgate.result import Result, WireResult
-from shardgate.sql.literals import bind_literals
 from shardgate.sql.parse import syntax_error
 from shardgate.sql.statements import like_match
 
@@ -271,7 +270,7 @@ class GateSession(Session):
             raise MysqlError("You have an error in your SQL syntax: RETURNING is not MySQL 8 "
                              "syntax", code=PARSE.errno)
         if word in ("select", "insert", "update", "delete", "replace", "with") \
-                and not _NOT_DIRECT.search(body) and not _OWN_CONSTANT.match(body):
+                and not _not_direct(body) and not _OWN_CONSTANT.match(body):
             return await self._run(sql, word in ("select", "with"))
         if word == "set":
             return await self._set(sql, body, attrs)
@@ -297,10 +296,12 @@ class GateSession(Session):
     async def _run(self, sql: str, read: bool) -> AllowedResult:
         """A routed statement: streamed when it reads, counted when it writes.
 
-        Comparison literals become bind variables first (:func:`bind_literals`),
-        so statements that differ only in their values share one cached plan.
+        Comparison literals become bind variables first
+        (:func:`~shardgate.sql.literals.bind_literals`, learned per statement shape:
+        :mod:`shardgate.api.mysql.shapes`), so statements that differ only in their
+        values share one cached plan.
         """
-        bound = bind_literals(sql)
+        bound = SHAPES.bind(sql)
         binds: dict[str, Any] | None = None
         if bound is not None:
             sql, binds = bound
@@ -309,9 +310,11 @@ class GateSession(Session):
         self.gate.authorize(self.state, sql)
         if not self.autocommit and not self.state.in_transaction:
             await self.gate.begin(self.state)
-        point = read and _point(self.gate.plan(sql, self.state.plan_key))
+        planned = await self.gate.plan_async(sql, self.state.plan_key) if read else None
+        point = point_read(planned)
         if point and self.text_protocol and not self.state.in_transaction:
-            wire = await self.gate.execute_wire(self.state, sql, binds)
+            # authorized and planned above: execute_wire does neither again
+            wire = await self.gate.execute_wire(self.state, sql, binds, planned=planned)
             if wire is not None:
                 return ResultSet(rows=WireRows(wire, self.state.keyspace or ""),
                                  columns=_WIRE_COLUMNS)
@@ -577,6 +580,16 @@ class WireRows:
 _WIRE_COLUMNS = [ResultColumn(name="", type=ColumnType.NULL)]
 
 
+def _not_direct(body: str) -> bool:
+    """Whether ``_NOT_DIRECT`` finds something in ``body``. Each of its forms holds
+    ``@``, ``(``, ``.`` or ``schema``: a text with none of them (most point reads) is
+    answered by three scans in C rather than the regex's walk over every position."""
+    if "(" not in body and "." not in body and "@" not in body and \
+            "schema" not in body.lower():
+        return False
+    return _NOT_DIRECT.search(body) is not None
+
+
 #: One MySQL identifier: plain, or in backquotes (a doubled backquote is one backquote).
 _IDENT = r"(?:`(?:[^`]|``)+`|[\w$]+)"
 
@@ -586,12 +599,6 @@ def _unquote(ident: str) -> str:
     if ident.startswith("`"):
         return ident[1:-1].replace("``", "`")
     return ident
-
-
-def _point(planned: object) -> bool:
-    """A point read (:attr:`.Route.point`): run whole (a stream costs more round trips)."""
-    return isinstance(planned, Plan) and isinstance(planned.instructions, Route) and \
-        planned.instructions.point
 
 
 async def _rows(first: Result, rest: AsyncIterator[Result]) -> AsyncIterator[Sequence[Any]]:

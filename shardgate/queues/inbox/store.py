@@ -46,10 +46,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import copy
 import json
 import math
-import struct
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -79,9 +77,8 @@ from shardgate.queues.inbox.model import (
     next_bucket,
     parse_bucket_table,
 )
-from shardgate.sql.dialects import Dialect
+from shardgate.queues.inbox.shards import InboxShards
 from shardgate.vindexes.base import SingleColumn
-from shardgate.vindexes.hash import Hash
 
 
 class InboxGate(GateView[SqlShard], SessionGate, Protocol):
@@ -142,8 +139,8 @@ class InboxStore:
         self.explicit_options = options is not None
         self.options = options or InboxOptions()
         self.clock = clock
-        ks_topo = gate.topology.keyspace(keyspace)
-        self._sharded = ks_topo.sharded
+        self.shards = InboxShards(gate, keyspace, self.name)
+        self._sharded = self.shards.sharded
         self._check_vindex()
         self.pointers_table = f"{name}_pointers"
         self._buckets: dict[str, Bucket] = {}
@@ -192,10 +189,10 @@ class InboxStore:
         """
         async with self._lock:
             missing = await self._load_options()
-            await self._each_shard(
+            await self.shards.each(
                 lambda dialect: sql.pointers_ddl(self.pointers_table, dialect,
                                                  self.options.user_type))
-            self._register([self.pointers_table], [])
+            self.shards.register([self.pointers_table], [], self.options.vindex)
             await self._refresh()
             await self._store_options(missing)
             self._opened = True
@@ -218,8 +215,8 @@ class InboxStore:
     async def _load_options(self) -> list[str]:
         """Read the stored options from every shard and check or adopt them (see
         :meth:`open`); the shards that hold none. Holds the lock."""
-        await self._each_shard(sql.options_ddl, suppress=AlreadyExists)
-        results = await self._each_shard_with(
+        await self.shards.each(sql.options_ddl, suppress=AlreadyExists)
+        results = await self.shards.each_with(
             lambda dialect: (sql.options_select_sql(dialect), [self.name]))
         shards = [s.name for s in self.gate.topology.keyspace(self.keyspace).shards]
         found: dict[str, list[str]] = {}
@@ -294,17 +291,17 @@ class InboxStore:
             for _ in range(self.options.precreate + 1):
                 wanted.append(b)
                 b = next_bucket(self.name, self.options.granularity, b)
-            partial = [bk for bk, n in present.values() if n < self._shard_count()]
+            partial = [bk for bk, n in present.values() if n < self.shards.count()]
             to_create = {bk.table: bk for bk in [*wanted, *partial] if bk.end > horizon}
             to_create = {t: bk for t, bk in to_create.items()
-                         if present.get(t, (bk, 0))[1] < self._shard_count()}
+                         if present.get(t, (bk, 0))[1] < self.shards.count()}
             expired = sorted(bk.table for bk, _ in present.values() if bk.end <= horizon)
             if expired:
-                self._register([], expired)
+                self.shards.register([], expired, self.options.vindex)
                 for t in expired:
                     self._buckets.pop(t, None)
                 for t in expired:
-                    await self._drop_table(t)
+                    await self.shards.drop_table(t)
                 report.dropped = expired
             if to_create:
                 await self._create_buckets(list(to_create.values()))
@@ -316,11 +313,11 @@ class InboxStore:
         async with self._lock:
             present = await self._discover()
             tables = [*sorted(present), self.pointers_table]
-            self._register([], tables)
+            self.shards.register([], tables, self.options.vindex)
             self._buckets.clear()
             for t in tables:
-                await self._drop_table(t)
-            await self._each_shard_with(
+                await self.shards.drop_table(t)
+            await self.shards.each_with(
                 lambda dialect: (sql.options_delete_sql(dialect), [self.name]))
             self._opened = False
 
@@ -543,67 +540,21 @@ class InboxStore:
 
     def shards_of(self, users: Sequence[Any]) -> list[str]:
         """The shard holding each user's inbox (computed, no I/O)."""
-        ks = self.gate.topology.keyspace(self.keyspace)
-        if not self._sharded:
-            return [ks.shards[0].name] * len(users)
-        vindex = self.gate.vschema.keyspace(self.keyspace).vindexes[self.options.vindex]
-        assert isinstance(vindex, SingleColumn)
-        if isinstance(vindex, Hash) and all(type(u) is int and 0 <= u < 2**63 for u in users):
-            # One DES call for all users (ECB: each 8-byte block on its own).
-            packed = vindex.hash_blocks(struct.pack(f">{len(users)}Q", *users))
-            return [ks.shard_map.find(packed[i:i + 8]) for i in range(0, len(packed), 8)]
-        out: list[str] = []
-        for user, ksids in zip(users, vindex.map(list(users)), strict=True):
-            if not ksids:
-                raise InvalidArgument(
-                    f"inbox {self.name}: user {user!r} maps to no keyspace id through "
-                    f"vindex {self.options.vindex!r}"
-                )
-            out.append(ks.shard_map.find(ksids[0]))
-        return out
+        return self.shards.shards_of(users, self.options.vindex)
 
     # -- buckets and tables ---------------------------------------------------------
 
     async def count_rows(self, table: str) -> int:
         """Rows of one of this inbox's tables over every shard (an exact count)."""
-        results = await self._each_shard(lambda _dialect: f"SELECT COUNT(*) FROM {table}")
+        results = await self.shards.each(lambda _dialect: f"SELECT COUNT(*) FROM {table}")
         return sum(int(r.rows[0][0]) for r in results)
 
     def _q(self, table: str) -> str:
         return f"{self.keyspace}.{table}"
 
-    def _shard_count(self) -> int:
-        return len(self.gate.topology.keyspace(self.keyspace).shards)
-
-    async def _each_shard(
-        self, statement: Callable[[Dialect], str], *, suppress: type[Exception] | None = None
-    ) -> list[Any]:
-        """``statement(dialect)`` on every shard at once (``suppress``: that error is fine)."""
-        return await self._each_shard_with(lambda d: (statement(d), []), suppress=suppress)
-
-    async def _each_shard_with(
-        self, statement: Callable[[Dialect], tuple[str, list[Any]]], *,
-        suppress: type[Exception] | None = None,
-    ) -> list[Any]:
-        ks = self.gate.topology.keyspace(self.keyspace)
-        clients = [self.gate.tablets[(self.keyspace, s.name)] for s in ks.shards]
-
-        async def one(c: Any) -> Any:
-            text, params = statement(c.dialect)
-            if suppress is None:
-                return await c.execute(text, params)
-            with contextlib.suppress(suppress):
-                return await c.execute(text, params)
-            return None
-
-        return list(await asyncio.gather(*(one(c) for c in clients)))
-
-    async def _drop_table(self, table: str) -> None:
-        await self._each_shard(lambda _dialect: sql.drop_ddl(table))
-
     async def _discover(self) -> dict[str, tuple[Bucket, int]]:
         """Bucket tables found in the databases: table -> (bucket, shards holding it)."""
-        results = await self._each_shard(sql.list_tables_sql)
+        results = await self.shards.each(sql.list_tables_sql)
         found: dict[str, tuple[Bucket, int]] = {}
         has_pointers = 0
         for res in results:
@@ -626,9 +577,9 @@ class InboxStore:
     async def _refresh(self) -> None:
         """Re-read the buckets from the databases; keep the VSchema in step. Holds the lock."""
         present = await self._discover()
-        complete = {t: b for t, (b, n) in present.items() if n == self._shard_count()}
+        complete = {t: b for t, (b, n) in present.items() if n == self.shards.count()}
         gone = [t for t in self._buckets if t not in complete]
-        self._register([self.pointers_table, *complete], gone)
+        self.shards.register([self.pointers_table, *complete], gone, self.options.vindex)
         self._buckets = complete
         self._refreshed_at = time.monotonic()
 
@@ -656,43 +607,11 @@ class InboxStore:
         user_type = self.options.user_type
         for b in todo:
             table = b.table
-            await self._each_shard(partial(sql.bucket_ddl, table, user_type=user_type))
-        self._register([b.table for b in todo], [])
+            await self.shards.each(partial(sql.bucket_ddl, table, user_type=user_type))
+        self.shards.register([b.table for b in todo], [], self.options.vindex)
         for b in todo:
             self._buckets[b.table] = b
 
-    def _register(self, add: Iterable[str], remove: Iterable[str]) -> None:
-        """Declare tables in (and remove them from) the keyspace's VSchema."""
-        ks_topo = self.gate.topology.keyspace(self.keyspace)
-        doc: dict[str, Any] = (
-            {"column_vindexes": [{"column": "user_id", "name": self.options.vindex}]}
-            if self._sharded else {}
-        )
-        vdoc = copy.deepcopy(ks_topo.vschema)
-        tables = vdoc.setdefault("tables", {})
-        changed = False
-        for t in add:
-            if t in tables:
-                if tables[t] != doc:
-                    raise AlreadyExists(
-                        f"inbox {self.name}: table {self.keyspace}.{t} is already in the "
-                        "VSchema with another definition; choose another inbox name"
-                    )
-                continue
-            tables[t] = copy.deepcopy(doc)
-            changed = True
-        for t in remove:
-            if tables.pop(t, None) is not None:
-                changed = True
-        if changed:
-            old = ks_topo.vschema
-            ks_topo.vschema = vdoc
-            try:
-                self.gate.rebuild_vschema()
-            except BaseException:
-                ks_topo.vschema = old
-                self.gate.rebuild_vschema()
-                raise
 
 
 def _check_user(user: Any) -> None:

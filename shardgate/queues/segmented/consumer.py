@@ -23,21 +23,17 @@ Parts
   crash mid-flight), ``failed`` and ``pending`` ones are pending again,
   keeping their attempt count. Later jobs can only have rows this consumer
   writes, so they are read from the jobs table alone.
-* **Pending jobs** (``_jobs``), per key in id order (``_keys``), and a heap of
-  job ids that may be runnable (``_runnable``, checked when popped). A job is
-  handed out when it is ``ready``, due, and either first of its key or its key
-  is *hot*. A failed job waits ``clamp(min_backoff * 2^attempt, min, max)``,
-  still first of its key, so later jobs of that key wait while other keys go
-  on. After ``max_attempts`` it is ``aborted`` and its key moves on.
-* **The circuit breaker**: a key with more than ``hot_key_threshold`` pending
-  jobs is hot for ``hot_key_cooldown`` seconds: its jobs are handed out
-  without waiting for each other.
-* **Status rows**: every change (``executing``, ``succeeded``, ``failed``,
-  ``aborted``, ``pending``) is appended to the job's dataset. Rows are
-  gathered while one write runs and written together (one INSERT per dataset
-  touched), on PostgreSQL with ``synchronous_commit = off`` (a status row lost
-  in a server crash means the job runs again: at least once). Whoever asked
-  for a row returns once it is committed.
+* **Pending jobs** (:mod:`~shardgate.queues.segmented.pending`): per key in id
+  order, runnable when ready, due, and first of its key or its key is *hot* (the
+  circuit breaker: more than ``hot_key_threshold`` pending jobs hot for
+  ``hot_key_cooldown`` seconds); a failed job waits ``clamp(min_backoff * 2^attempt,
+  min, max)``, still first of its key; after ``max_attempts`` it is ``aborted``.
+* **Status rows** (:mod:`~shardgate.queues.segmented.status`): every change
+  (``executing``, ``succeeded``, ``failed``, ``aborted``, ``pending``) is appended to
+  the job's dataset, gathered while one write runs and written together, on
+  PostgreSQL with ``synchronous_commit = off`` (a status row lost in a server crash
+  means the job runs again: at least once). Whoever asked for a row returns once it
+  is committed.
 * **Compaction** (every ``compaction_interval``): datasets that are closed,
   fully read and have no pending job are dropped whole (``DROP TABLE``);
   the leading run of closed, fully read datasets is merged into one when it
@@ -73,9 +69,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-import heapq
 import logging
-import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -83,7 +77,7 @@ from typing import Any
 
 from shardgate.aio import cancel_and_wait, wait_for
 from shardgate.backends import Backend, Connection
-from shardgate.backends.base import LeaseHandle, transaction
+from shardgate.backends.base import LeaseHandle
 from shardgate.errors import FailedPrecondition, NotFound, ShardgateError, Unavailable
 from shardgate.queues import metrics
 from shardgate.queues.options import QueueOptions
@@ -101,6 +95,8 @@ from shardgate.queues.segmented.ddl import (
     SUCCEEDED,
     TERMINAL,
 )
+from shardgate.queues.segmented.pending import Job, JobState, PendingJobs
+from shardgate.queues.segmented.status import StatusRow, StatusWriter
 from shardgate.queues.segmented.store import Dataset, SegmentedStore, StoredJob
 
 log = logging.getLogger(__name__)
@@ -109,15 +105,6 @@ DEFAULT_READ_BATCH = 2000
 DEFAULT_POLL_INTERVAL_S = 0.05
 DEFAULT_COMPACTION_INTERVAL_S = 1.0
 DEFAULT_LEASE_RETRY_S = 0.5
-_NS = 1_000_000_000
-
-# in-memory job states
-_READY = 0
-_EXECUTING = 1
-_WAITING = 2  # failed, waiting for its retry time
-_FINISHING = 3  # terminal status row being written
-
-
 @dataclass(slots=True)
 class SegmentedJob:
     """A job handed to a worker. Ack or fail it by ``(shard, job_id)``."""
@@ -128,19 +115,6 @@ class SegmentedJob:
     payload: str | None
     attempt: int
     created: int
-
-
-@dataclass(slots=True, eq=False)
-class _Job:
-    job_id: int
-    n: int
-    key: str
-    payload: str | None
-    created: int
-    attempt: int
-    state: int = _READY
-    due: int = 0
-    queued: bool = False
 
 
 class ShardConsumer:
@@ -180,13 +154,9 @@ class ShardConsumer:
         self.restarts = 0
         self.leader = False
         self._lease: LeaseHandle | None = None
-        self._writer: Connection | None = None
-        self._write_lock = asyncio.Lock()
+        self._status = StatusWriter(store, self._not_leader, self._broke)
         self._broken: ShardgateError | None = None
         self._reset_state()
-        self._status_buf: list[tuple[_Job, int, str, str | None, int]] = []
-        self._status_waiters: list[asyncio.Future[None]] = []
-        self._flusher: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._ready = asyncio.Event()
@@ -196,14 +166,7 @@ class ShardConsumer:
 
     def _reset_state(self) -> None:
         """Forget everything held in memory (it is all re-read from the tables)."""
-        self._jobs: dict[int, _Job] = {}
-        self._keys: dict[str, collections.deque[int]] = {}
-        self._runnable: list[int] = []
-        self._retries: list[tuple[int, int]] = []
-        self._deadlines: collections.deque[tuple[int, list[_Job], list[int]]] = (
-            collections.deque())
-        self._hot: dict[str, int] = {}
-        self._outstanding: dict[int, int] = {}
+        self._pending = PendingJobs(self.options, self._clock, self.on_runnable)
         self._fully_read: set[int] = set()
         self._datasets: list[Dataset] = []
         self._catalog: list[Dataset] = []
@@ -212,9 +175,6 @@ class ShardConsumer:
         self._last_id = 0
         self._recovering = 0
         self._recover_states: dict[int, dict[int, tuple[int, str]]] = {}
-        #: jobs not read yet that an operator aborted (skipped when read)
-        self._skip: set[int] = set()
-        self._in_flight = 0
 
     # -- lifecycle --------------------------------------------------------------------
 
@@ -231,15 +191,13 @@ class ShardConsumer:
         """Stop; write the status rows already asked for; release the lease."""
         task, self._task = self._task, None
         await cancel_and_wait([task], swallow=(ShardgateError,))
-        if self._flusher is not None and not self._flusher.done():
-            with contextlib.suppress(ShardgateError, asyncio.CancelledError):
-                await self._flusher
+        await self._status.drain()
         self.leader = False
         if self._lease is not None:
             await self._lease.release()
             self._lease = None
-        self._writer = None
-        self._fail_waiters(Unavailable(f"segmented queue {self.store.names.queue} on "
+        self._status.conn = None
+        self._status.fail_waiters(Unavailable(f"segmented queue {self.store.names.queue} on "
                                        f"{self.keyspace}/{self.shard}: consumer closed"))
 
     @property
@@ -265,13 +223,13 @@ class ShardConsumer:
             self._lease = await self.backend.try_lease(self.lease_name)
             if self._lease is None:
                 await asyncio.sleep(self.lease_retry)
-        self._writer = self._lease.conn
+        self._status.conn = self._lease.conn
         relaxed = self.store.sql.relaxed_durability_sql
         if relaxed is not None:  # PostgreSQL: no WAL flush wait per status batch
-            await self._writer.execute(relaxed)
-        async with self._write_lock:
-            live = await self.store.recover(self._writer)
-            await self.store.add_spare(self._writer)
+            await self._status.conn.execute(relaxed)
+        async with self._status.lock:
+            live = await self.store.recover(self._status.conn)
+            await self.store.add_spare(self._status.conn)
         self._set_datasets(live)
         self._read_n = min((d.n for d in self._datasets), default=0)
         # jobs stored before now may have status rows (an earlier consumer's); later
@@ -297,7 +255,8 @@ class ShardConsumer:
             if got:
                 continue
             with contextlib.suppress(TimeoutError):
-                await wait_for(self._wake.wait(), self._sleep_for())
+                await wait_for(self._wake.wait(),
+                               self._pending.sleep_for(self.poll_interval))
 
     async def _lose(self, exc: ShardgateError) -> None:
         """A write or read failed: drop the lease and all state; :meth:`_main` starts over
@@ -308,10 +267,10 @@ class ShardConsumer:
         self.last_error = exc
         self.restarts += 1
         self._ready.clear()
-        async with self._write_lock:
-            self._fail_waiters(exc)
+        async with self._status.lock:
+            self._status.fail_waiters(exc)
             self._reset_state()
-            lease, self._lease, self._writer = self._lease, None, None
+            lease, self._lease, self._status.conn = self._lease, None, None
         if lease is not None:
             await lease.release()
 
@@ -320,29 +279,13 @@ class ShardConsumer:
                     self.keyspace, self.shard, exc)
         self.failure = exc
         self.leader = False
-        self._fail_waiters(exc)
+        self._status.fail_waiters(exc)
         if self.on_runnable is not None:
             self.on_runnable()
-
-    def _fail_waiters(self, exc: ShardgateError) -> None:
-        waiters, self._status_waiters = self._status_waiters, []
-        self._status_buf = []
-        for fut in waiters:
-            if not fut.done():
-                fut.set_exception(exc)
 
     def wake(self) -> None:
         """New jobs were stored on this shard (in-process producers call this)."""
         self._wake.set()
-
-    def _sleep_for(self) -> float:
-        now = self._clock()
-        until = self.poll_interval
-        if self._retries:
-            until = min(until, max(0.0, (self._retries[0][0] - now) / _NS))
-        if self._deadlines:
-            until = min(until, max(0.0, (self._deadlines[0][0] - now) / _NS))
-        return max(until, 0.001)
 
     # -- reading ----------------------------------------------------------------------
 
@@ -361,7 +304,7 @@ class ShardConsumer:
 
     async def _read(self) -> int:
         """Read new jobs up to the free room; return how many were read."""
-        room = self.options.cache_size - len(self._jobs)
+        room = self.options.cache_size - len(self._pending.jobs)
         if room <= 0:
             return 0
         total = 0
@@ -392,7 +335,7 @@ class ShardConsumer:
                 elif self._recover_states:
                     self._recover_states = {}
                 for row in rows:
-                    self._add(d.n, row)
+                    self._pending.add(d.n, row)
                 if rows:
                     self._last_id = rows[-1].job_id
                     if self.on_runnable is not None:
@@ -412,96 +355,28 @@ class ShardConsumer:
             await self.backend.release(conn)
         return total
 
-    def _add(self, n: int, row: StoredJob) -> None:
-        if row.state in TERMINAL or (self._skip and row.job_id in self._skip):
-            self._skip.discard(row.job_id)
-            return
-        job = _Job(row.job_id, n, row.key, row.payload, row.created, row.attempt)
-        self._jobs[job.job_id] = job
-        self._outstanding[n] = self._outstanding.get(n, 0) + 1
-        keyq = self._keys.get(job.key)
-        if keyq is None:  # the common case: a key with no pending job
-            self._keys[job.key] = collections.deque((job.job_id,))
-            job.queued = True
-            heapq.heappush(self._runnable, job.job_id)
-            return
-        if keyq and keyq[-1] > job.job_id:  # re-queued by an operator: keep id order
-            items = sorted([*keyq, job.job_id])
-            keyq.clear()
-            keyq.extend(items)
-        else:
-            keyq.append(job.job_id)
-        if len(keyq) > self.options.hot_key_threshold and job.key not in self._hot:
-            self._hot[job.key] = self._clock() + int(self.options.hot_key_cooldown * _NS)
-            for jid in keyq:
-                self._push(self._jobs[jid])
-        elif keyq[0] == job.job_id or job.key in self._hot:
-            self._push(job)
-
-    def _push(self, job: _Job) -> None:
-        if not job.queued and job.state == _READY:
-            job.queued = True
-            heapq.heappush(self._runnable, job.job_id)
-            if self.on_runnable is not None:
-                self.on_runnable()
-
-    def _is_hot(self, key: str, now: int) -> bool:
-        until = self._hot.get(key)
-        if until is None:
-            return False
-        if until > now:
-            return True
-        del self._hot[key]
-        return False
-
     # -- handing out ------------------------------------------------------------------
 
     def holds(self, job_id: int) -> bool:
         """Whether job ``job_id`` is pending in memory (not finished)."""
-        return int(job_id) in self._jobs
+        return int(job_id) in self._pending.jobs
 
     def has_runnable(self) -> bool:
         """Whether :meth:`pick` may return jobs now (or raise this consumer's failure)."""
         if self.failure is not None:
             return True
-        limit = self.options.max_in_flight
-        return bool(self._runnable) and self.leader and (not limit or self._in_flight < limit)
+        return self.leader and self._pending.has_runnable()
 
-    def _signal(self) -> None:
-        if self.on_runnable is not None and self._runnable:
-            self.on_runnable()
-
-    def pick(self, max_n: int) -> list[_Job]:
+    def pick(self, max_n: int) -> list[Job]:
         """Take up to ``max_n`` runnable jobs (marked executing in memory; the caller
         writes their status with :meth:`started`)."""
         if self.failure is not None:
             raise self.failure
         if not self.leader:
             return []
-        out: list[_Job] = []
-        now = self._clock()
-        limit = self.options.max_in_flight
-        heap = self._runnable
-        while heap and len(out) < max_n and (not limit or self._in_flight < limit):
-            job = self._jobs.get(heapq.heappop(heap))
-            if job is None or not job.queued:
-                continue
-            job.queued = False
-            if job.state != _READY:
-                continue
-            keyq = self._keys[job.key]
-            if keyq[0] != job.job_id and not self._is_hot(job.key, now):
-                continue
-            job.state = _EXECUTING
-            job.attempt += 1
-            self._in_flight += 1
-            out.append(job)
-        if out:
-            self._deadlines.append((now + int(self.options.ack_wait * _NS), out,
-                                    [j.attempt for j in out]))
-        return out
+        return self._pending.pick(max_n)
 
-    async def started(self, jobs: Sequence[_Job]) -> list[SegmentedJob]:
+    async def started(self, jobs: Sequence[Job]) -> list[SegmentedJob]:
         """Append the ``executing`` rows of picked jobs; return them once committed."""
         now = self._clock()
         try:
@@ -510,10 +385,8 @@ class ShardConsumer:
             # The caller went away before getting them: they are ready again at once
             # (their executing rows may still commit; the next attempt writes its own).
             for j in jobs:
-                if j.state == _EXECUTING:
-                    j.state = _READY  # keeps its attempt number: the next one is new
-                    self._in_flight -= 1
-                    self._push(j)
+                if j.state == JobState.EXECUTING:
+                    self._pending.ready_again(j)
             raise
         self.counts["executing"] += len(jobs)
         metrics.SEG_EXECUTING.labels(*self._labels).inc(len(jobs))
@@ -525,31 +398,23 @@ class ShardConsumer:
         receiver went away): each still executing in that attempt is ready again at once,
         first of its key, without a status row (the next attempt writes its own
         ``executing`` row). Returns how many were released."""
-        n = 0
-        for job_id, attempt in jobs:
-            j = self._jobs.get(int(job_id))
-            if j is None or j.state != _EXECUTING or j.attempt != attempt:
-                continue
-            j.state = _READY
-            self._in_flight -= 1
-            self._push(j)
-            n += 1
+        n = self._pending.release(jobs)
         if n:
             self._wake.set()
-            self._signal()
+            self._pending.signal()
         return n
 
     async def ack(self, job_ids: Sequence[int]) -> int:
         """Record success of ``job_ids``; return how many were pending (the others were
         done already). Returns once the ``succeeded`` rows committed."""
-        jobs = self._finishing(job_ids)
+        jobs = self._pending.finishing(job_ids)
         if not jobs:
             return 0
         now = self._clock()
         await self._write([(j, j.attempt, SUCCEEDED, None, now) for j in jobs])
         for j in jobs:
-            self._done(j)
-        self._signal()  # room under max_in_flight again
+            self._pending.done(j)
+        self._pending.signal()  # room under max_in_flight again
         self.counts["succeeded"] += len(jobs)
         metrics.SEG_SUCCEEDED.labels(*self._labels).inc(len(jobs))
         return len(jobs)
@@ -560,154 +425,56 @@ class ShardConsumer:
         its backoff (or at ``retry_at``, ns since the epoch, if later than now),
         blocking the later jobs of its key, or aborted once out of attempts.
         Returns how many were executing."""
-        jobs = [j for j in (self._jobs.get(int(i)) for i in job_ids)
-                if j is not None and j.state == _EXECUTING]
+        jobs = [j for j in (self._pending.jobs.get(int(i)) for i in job_ids)
+                if j is not None and j.state == JobState.EXECUTING]
         return await self._fail(jobs, reason, retry_at=retry_at)
 
-    async def _fail(self, jobs: Sequence[_Job], reason: str, *,
+    async def _fail(self, jobs: Sequence[Job], reason: str, *,
                     retry_at: int | None = None) -> int:
         if not jobs:
             return 0
         now = self._clock()
-        rows = []
-        aborted: list[_Job] = []
-        retried: list[_Job] = []
-        for j in jobs:
-            if j.state == _EXECUTING:
-                self._in_flight -= 1
-            if self.options.max_attempts and j.attempt >= self.options.max_attempts:
-                j.state = _FINISHING
-                rows.append((j, j.attempt, ABORTED,
-                             f"{reason} (attempt {j.attempt} of {self.options.max_attempts})",
-                             now))
-                aborted.append(j)
-            else:
-                j.state = _WAITING
-                j.due = (now + self._backoff(j.attempt) if retry_at is None
-                         else max(now, int(retry_at)))
-                rows.append((j, j.attempt, FAILED, reason, now))
-                retried.append(j)
+        aborted, retried = self._pending.failing(jobs, retry_at, now)
+        limit = self.options.max_attempts
+        rows = [(j, j.attempt, ABORTED, f"{reason} (attempt {j.attempt} of {limit})", now)
+                if j.state == JobState.FINISHING else (j, j.attempt, FAILED, reason, now)
+                for j in jobs]
         await self._write(rows)
         for j in aborted:
-            self._done(j, was_executing=False)
-        for j in retried:
-            heapq.heappush(self._retries, (j.due, j.job_id))
+            self._pending.done(j, was_executing=False)
+        self._pending.retry_later(retried)
         self._wake.set()
-        self._signal()
+        self._pending.signal()
         self.counts["failed"] += len(retried)
         self.counts["aborted"] += len(aborted)
         metrics.SEG_FAILED.labels(*self._labels).inc(len(retried))
         metrics.SEG_ABORTED.labels(*self._labels).inc(len(aborted))
         return len(jobs)
 
-    def _backoff(self, attempt: int) -> int:
-        o = self.options
-        delay = o.min_backoff * (2 ** min(attempt - 1, 30)) * random.uniform(0.67, 1.33)
-        delay = max(o.min_backoff, delay)
-        if o.max_backoff:
-            delay = min(o.max_backoff, delay)
-        return int(delay * _NS)
-
-    def _finishing(self, job_ids: Sequence[int]) -> list[_Job]:
-        out = []
-        for i in job_ids:
-            j = self._jobs.get(int(i))
-            if j is None or j.state == _FINISHING:
-                continue
-            if j.state == _EXECUTING:
-                self._in_flight -= 1
-            j.state = _FINISHING
-            out.append(j)
-        return out
-
-    def _done(self, job: _Job, *, was_executing: bool = False) -> None:
-        """Forget a job whose terminal row committed; let its key's next job run."""
-        if was_executing:
-            self._in_flight -= 1
-        del self._jobs[job.job_id]
-        left = self._outstanding.get(job.n, 1) - 1
-        self._outstanding[job.n] = left
-        keyq = self._keys[job.key]
-        if keyq[0] == job.job_id:
-            keyq.popleft()
-        else:
-            keyq.remove(job.job_id)
-        if not keyq:
-            del self._keys[job.key]
-        else:
-            nxt = self._jobs[keyq[0]]
-            self._push(nxt)
-
     def _timers(self) -> None:
         """Retries that are due become ready; executing jobs past ack_wait fail."""
-        now = self._clock()
-        while self._retries and self._retries[0][0] <= now:
-            _, jid = heapq.heappop(self._retries)
-            job = self._jobs.get(jid)
-            if job is not None and job.state == _WAITING and job.due <= now:
-                job.state = _READY
-                self._push(job)
-        expired = []
-        while self._deadlines and self._deadlines[0][0] <= now:
-            _, jobs, attempts = self._deadlines.popleft()
-            for job, attempt in zip(jobs, attempts, strict=True):
-                if job.state == _EXECUTING and job.attempt == attempt and (
-                        self._jobs.get(job.job_id) is job):
-                    expired.append(job)
+        expired = self._pending.timers()
         if expired:
             asyncio.get_running_loop().create_task(self._expire(expired))
 
-    async def _expire(self, jobs: list[_Job]) -> None:
-        live = [j for j in jobs if j.state == _EXECUTING]
+    async def _expire(self, jobs: list[Job]) -> None:
+        live = [j for j in jobs if j.state == JobState.EXECUTING]
         with contextlib.suppress(ShardgateError):
             await self._fail(live, f"no ack within ack_wait ({self.options.ack_wait:g} s)")
 
     # -- status writes ----------------------------------------------------------------
 
-    async def _write(self, rows: Sequence[tuple[_Job, int, str, str | None, int]]) -> None:
+    async def _write(self, rows: Sequence[StatusRow]) -> None:
         if self.failure is not None:
             raise self.failure
         if not self.leader:
             raise self._not_leader()
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._status_buf.extend(rows)
-        self._status_waiters.append(fut)
-        if self._flusher is None or self._flusher.done():
-            self._flusher = asyncio.get_running_loop().create_task(self._flush())
-        await fut
+        await self._status.write(rows)
 
-    async def _flush(self) -> None:
-        while self._status_buf:
-            async with self._write_lock:
-                rows, self._status_buf = self._status_buf, []
-                waiters, self._status_waiters = self._status_waiters, []
-                by_n: dict[int, list[tuple[int, int, str, str | None, int]]] = {}
-                for job, attempt, state, reason, at in rows:
-                    by_n.setdefault(job.n, []).append((job.job_id, attempt, state, reason, at))
-                try:
-                    conn = self._conn()
-                    if len(by_n) == 1:
-                        for n, part in by_n.items():
-                            await self.store.append_status(conn, n, part)
-                    else:
-                        async with transaction(conn):
-                            for n, part in by_n.items():
-                                await self.store.append_status(conn, n, part)
-                except ShardgateError as exc:
-                    for fut in waiters:
-                        if not fut.done():
-                            fut.set_exception(exc)
-                    self._broken = exc  # the main task starts over
-                    self._wake.set()
-                    return
-                for fut in waiters:
-                    if not fut.done():
-                        fut.set_result(None)
-
-    def _conn(self) -> Connection:
-        if self._writer is None:
-            raise self._not_leader()
-        return self._writer
+    def _broke(self, exc: ShardgateError) -> None:
+        """A status write failed: the main task starts over."""
+        self._broken = exc
+        self._wake.set()
 
     def _not_leader(self) -> ShardgateError:
         return Unavailable(f"segmented queue {self.store.names.queue} on "
@@ -728,30 +495,30 @@ class ShardConsumer:
             except NotFound as exc:
                 log.warning("segmented queue %s: action %s on job %s ignored: %s",
                             self.store.names.queue, action, job_id, exc.message)
-            async with self._write_lock:
-                await self._conn().execute(
+            async with self._status.lock:
+                await self._status.connection().execute(
                     f"DELETE FROM {self.store.names.actions} WHERE id = {self.store.ph}",
                     [action_id])
 
     async def _apply(self, job_id: int, action: str, reason: str) -> None:
-        job = self._jobs.get(job_id)
+        job = self._pending.jobs.get(job_id)
         now = self._clock()
         if job is not None:
             if action == "abort":
-                if job.state == _FINISHING:
+                if job.state == JobState.FINISHING:
                     return
-                was = job.state == _EXECUTING
-                job.state = _FINISHING
+                was = job.state == JobState.EXECUTING
+                job.state = JobState.FINISHING
                 await self._write([(job, job.attempt, ABORTED, reason, now)])
-                self._done(job, was_executing=was)
+                self._pending.done(job, was_executing=was)
                 self.counts["aborted"] += 1
-            elif job.state == _WAITING:
-                job.state = _READY
+            elif job.state == JobState.WAITING:
+                job.state = JobState.READY
                 job.due = now
-                self._push(job)
+                self._pending.push(job)
             return
-        async with self._write_lock:
-            found = await self.store.find_job(self._conn(), job_id)
+        async with self._status.lock:
+            found = await self.store.find_job(self._status.connection(), job_id)
         if found is None:
             raise NotFound(f"job {job_id} is in no live dataset (done and dropped, or never "
                            "stored on this shard)")
@@ -759,19 +526,19 @@ class ShardConsumer:
         if stored.state in TERMINAL and action == "abort":
             return
         if action == "abort":
-            async with self._write_lock:
-                await self.store.append_status(self._conn(), d.n, [
+            async with self._status.lock:
+                await self.store.append_status(self._status.connection(), d.n, [
                     (job_id, stored.attempt, ABORTED, reason, now)])
             if job_id > self._last_id:
-                self._skip.add(job_id)
+                self._pending.skip.add(job_id)
             return
         if stored.state != ABORTED:
             return  # not read yet (it will be) or already succeeded: nothing to retry
-        async with self._write_lock:
-            await self.store.append_status(self._conn(), d.n, [
+        async with self._status.lock:
+            await self.store.append_status(self._status.connection(), d.n, [
                 (job_id, stored.attempt, PENDING, reason, now)])
         if job_id <= self._last_id:
-            self._add(d.n, StoredJob(job_id, stored.key, stored.payload, stored.created,
+            self._pending.add(d.n, StoredJob(job_id, stored.key, stored.payload, stored.created,
                                      stored.attempt, PENDING))
 
     # -- compaction -------------------------------------------------------------------
@@ -779,47 +546,39 @@ class ShardConsumer:
     async def compact(self) -> tuple[list[int], list[int]]:
         """One compaction step: drop done datasets, merge the leading ones if that lowers
         their count. Returns ``(dropped, merged)`` dataset numbers."""
-        if self._writer is None or self.failure is not None:
+        if self._status.conn is None or self.failure is not None:
             return [], []
         dropped: list[int] = []
         merged: list[int] = []
-        async with self._write_lock:
+        async with self._status.lock:
             t0 = time.monotonic()
-            conn = self._conn()
+            conn = self._status.connection()
             await self._refresh(conn)
             done = [d.n for d in self._datasets if d.state == CLOSED and d.n in self._fully_read
-                    and self._outstanding.get(d.n, 0) == 0]
+                    and self._pending.outstanding.get(d.n, 0) == 0]
             if done:
                 keep = [d.n for d in self._datasets if d.n not in done]
                 await self.store.drop_datasets(conn, done, keep)
                 for n in done:
-                    self._outstanding.pop(n, None)
+                    self._pending.outstanding.pop(n, None)
                     self._fully_read.discard(n)
                 dropped = done
                 metrics.SEG_DROPPED.labels(*self._labels).inc(len(done))
                 await self._refresh(conn)
-            prefix: list[Dataset] = []
-            total = 0
             cap = min(self.options.merge_max_rows, self.options.dataset_max_rows)
-            for d in self._datasets:
-                if d.state != CLOSED or d.n not in self._fully_read:
-                    break
-                c = self._outstanding.get(d.n, 0)
-                if total + c > cap:
-                    break
-                prefix.append(d)
-                total += c
+            prefix = merge_prefix(self._datasets, self._fully_read, self._pending.outstanding,
+                                  cap)
             if len(prefix) >= 2 and (prefix[-1].n + 1) % DATASET_STEP != 0:
                 sources = {d.n for d in prefix}
-                moving = [j for j in self._jobs.values() if j.n in sources]
+                moving = [j for j in self._pending.jobs.values() if j.n in sources]
                 keep = [d.n for d in self._datasets if d.n not in sources]
                 target = await self.store.merge(conn, prefix, [j.job_id for j in moving], keep)
                 for j in moving:
                     j.n = target.n
                 for n in sources:
-                    self._outstanding.pop(n, None)
+                    self._pending.outstanding.pop(n, None)
                     self._fully_read.discard(n)
-                self._outstanding[target.n] = len(moving)
+                self._pending.outstanding[target.n] = len(moving)
                 self._fully_read.add(target.n)
                 merged = sorted(sources)
                 metrics.SEG_MERGED.labels(*self._labels).inc(len(sources))
@@ -839,38 +598,41 @@ class ShardConsumer:
     def blocked_keys(self) -> list[str]:
         """Keys whose first pending job failed and waits for its retry, holding back
         later jobs of the key."""
-        out = []
-        for key, keyq in self._keys.items():
-            head = self._jobs[keyq[0]]
-            if head.state == _WAITING and key not in self._hot:
-                out.append(key)
-        return out
+        return self._pending.blocked_keys()
 
     def stats(self) -> dict[str, Any]:
         """What this consumer knows: pending, in flight, keys, datasets, counters."""
-        per_key = sorted(((k, len(q)) for k, q in self._keys.items()), key=lambda kv: -kv[1])
         return {
             "shard": self.shard,
             "leader": self.leader,
-            "pending": len(self._jobs),
-            "in_flight": self._in_flight,
-            "blocked_keys": self.blocked_keys(),
-            "hot_keys": sorted(self._hot),
-            "pending_per_key": dict(per_key[:20]),
+            **self._pending.summary(),
             "datasets": [{"n": d.n, "state": d.state, "rows": d.job_rows,
-                          "pending": self._outstanding.get(d.n, 0),
+                          "pending": self._pending.outstanding.get(d.n, 0),
                           "fully_read": d.n in self._fully_read} for d in self._datasets],
             "max_compaction_pause_s": round(self.max_pause, 4),
             **dict(self.counts),
         }
 
     def _refresh_metrics(self) -> None:
-        labels = self._labels
-        metrics.SEG_DATASETS.labels(*labels).set(len(self._datasets))
-        metrics.SEG_PENDING.labels(*labels).set(len(self._jobs))
-        metrics.SEG_IN_FLIGHT.labels(*labels).set(self._in_flight)
-        metrics.SEG_BLOCKED_KEYS.labels(*labels).set(len(self.blocked_keys()))
-        metrics.SEG_HOT_KEYS.labels(*labels).set(len(self._hot))
+        metrics.SEG_DATASETS.labels(*self._labels).set(len(self._datasets))
+        self._pending.export(self._labels)
+
+
+def merge_prefix(datasets: Sequence[Dataset], fully_read: set[int],
+                 outstanding: dict[int, int], cap: int) -> list[Dataset]:
+    """The leading run of closed, fully read datasets holding at most ``cap`` pending
+    jobs together: what one merge may combine."""
+    prefix: list[Dataset] = []
+    total = 0
+    for d in datasets:
+        if d.state != CLOSED or d.n not in fully_read:
+            break
+        c = outstanding.get(d.n, 0)
+        if total + c > cap:
+            break
+        prefix.append(d)
+        total += c
+    return prefix
 
 
 # Names re-exported for callers that branch on dataset states.

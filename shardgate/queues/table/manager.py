@@ -12,9 +12,11 @@ acking receiver may hold the last one in its own transaction).
 
 Parts
 -----
-* **The window** (``_events`` + ``_heap``): the events due within the next
-  ``window`` seconds, ordered by (due time, priority). It is a cache of the
-  table: losing it loses nothing.
+* **The window** (:class:`~shardgate.queues.table.window.Window`): the events
+  due within the next ``window`` seconds, ordered by (due time, priority), and
+  the scans below that fill it. It is a cache of the table: losing it loses
+  nothing. Per-key ordering (invariant 5) is
+  :class:`~shardgate.queues.table.ordering.KeyOrder`'s.
 * **The run loop** (one task): scans, fires, sleeps until the next due time
   or a wake-up. Only this task fires and scans, so scans and fires never race.
 * **Scans.** *New*: after the tablet committed a write to this table
@@ -96,6 +98,15 @@ Invariants
    fire write is retried (invariant 1), an ack write (an idempotent
    conditional UPDATE) is written again up to :data:`ACK_ATTEMPTS` times
    before its callers get the error, and the purge skips its round.
+9. A manager started by a lease takeover (:meth:`QueueManager.start` with
+   ``takeover``) first makes every fired, unacked event due now, in one write
+   on the lease's connection: receivers subscribe to the lease holder, so the
+   ones those events were handed to were the previous holder's and are gone
+   (invariant 3 for a whole tablet); events still sitting in the dead
+   holder's hand-over queues and gRPC buffers, never seen by any client, no
+   longer wait out their ack wait. A client still working on such an event
+   may get it again (at least once); an acked one never fires again
+   (invariant 2).
 """
 
 from __future__ import annotations
@@ -118,26 +129,17 @@ from shardgate.queues import metrics
 from shardgate.queues.events import QueueEvent
 from shardgate.queues.options import QueueOptions
 from shardgate.queues.receivers import RECEIVER_QUEUE_DEPTH, Receiver
+from shardgate.queues.table.ordering import KeyOrder
 from shardgate.queues.table.store import (
-    EPOCH,
-    ID,
-    PRIORITY,
-    STATE,
-    TIME_NEXT,
     TIME_SCHEDULED,
     VALUES,
     QueueStore,
 )
+from shardgate.queues.table.window import Event, Window
 from shardgate.topo.model import writes_frozen
 
 log = logging.getLogger(__name__)
 
-#: How far (ns: 2 s) a new-event scan reaches back before the cursor after a wake-up
-#: that does not say when the committed writes started (``notify`` without ``since_ns``).
-SCAN_SLACK_NS = 2_000_000_000
-#: Allowance (ns) for the database clock's resolution and drift between two
-#: measurements of its offset from ours (SQLite stamps whole milliseconds).
-CLOCK_MARGIN_NS = 20_000_000
 T = TypeVar("T")
 
 #: Seconds between fire attempts while the shard refuses writes (a reshard's freeze).
@@ -161,26 +163,6 @@ class Writer:
     async def use(self) -> AsyncIterator[Connection]:
         async with self.lock:
             yield self.conn
-
-
-class _Event:
-    """One event of the window: the scanned row (the driver's tuple, kept as is)
-    and the manager's bookkeeping. A slotted class, built once per event admitted,
-    never per row scanned."""
-
-    __slots__ = ("deadline", "due", "epoch", "group", "id", "key", "priority", "receiver",
-                 "row")
-
-    def __init__(self, row: Sequence[Any], due: int, epoch: int) -> None:
-        self.row = row
-        self.id: int = row[ID]
-        self.priority: int = row[PRIORITY] or 0
-        self.due = due
-        self.epoch = epoch
-        self.key: Any = None
-        self.group: Any = None
-        self.receiver: Receiver | None = None
-        self.deadline = 0
 
 
 @dataclass
@@ -217,42 +199,25 @@ class QueueManager:
         self.writer = writer
         self._receivers = receivers
         self._clock = clock
-        self._events: dict[int, _Event] = {}
-        self._heap: list[tuple[int, int, int]] = []
-        self._in_flight: dict[int, _Event] = {}
+        self._window = Window(store, options, reader, clock)
+        self._in_flight: dict[int, Event] = {}
         self._wake = asyncio.Event()
         self._new_pending = True
         self._full_at = 0
         self._collect_at = 0
-        self._pending_mode = False
         #: the last fire took a full budget and left due events in the window: a
         #: wake-up's scan waits until the window runs short (see *Scans*)
         self._backlogged = False
-        #: new-event scans start here (database clock, inclusive): every unfired row
-        #: stamped earlier and committed before the last scan began has been read,
-        #: except those from ``_gap`` on
-        self._cursor = 0
-        #: when set, rows from here (inclusive) up to the cursor still need a re-read
-        #: (a late commit's rows, read only in part because the window filled)
-        self._gap: int | None = None
-        #: earliest start (our clock) of a committed transaction's writes not scanned for yet
-        self._rescan_from: int | None = None
-        #: a lower bound of (database clock - our clock), measured at each full scan
-        self._offset = 0
         #: ids of the fire write in progress, and those of them acked meanwhile
         self._firing: set[int] = set()
         self._acked_while_firing: set[int] = set()
         self._tokens = float(options.batch_size)
         self._tokens_at = time.monotonic()
-        self._key_owner: dict[Any, int] = {}
-        self._key_waiting: dict[Any, collections.deque[_Event]] = {}
-        self._hot_keys: dict[Any, float] = {}
+        self._order = KeyOrder(options, self._name, clock, self._window.push)
         self._ack_pending: set[int] = set()
         self._ack_waiters: list[asyncio.Future[None]] = []
         self._ack_task: asyncio.Task[None] | None = None
         self._tasks: list[asyncio.Task[None]] = []
-        self._key_idx: int | None = None
-        self._group_idx: int | None = None
         self.counters = _Counters()
         #: set to the error that stopped the manager (a failed write)
         self.failure: BaseException | None = None
@@ -263,16 +228,26 @@ class QueueManager:
 
     # -- lifecycle ---------------------------------------------------------------------
 
-    async def start(self) -> None:
+    async def start(self, *, takeover: bool = False) -> None:
+        """Load the table's columns and start firing. ``takeover``: this tablet has just
+        taken the shard lease; every event the previous holders fired and nobody acked
+        becomes due now (invariant 9), so a receiver subscribing after a lease holder
+        died is fed at once instead of after those events' ack wait."""
+        if takeover:
+            async with self.writer.use() as wconn:
+                released = await self.store.release_fired(wconn, self._clock())
+            if released:
+                log.info("queue manager %s: %d events fired by the previous lease holder "
+                         "are due again now", self._name, released)
         conn = await self.reader.acquire()
         try:
             await self.store.load_columns(conn)
             if self.options.ordering_key:
-                self._key_idx = self.store.column_index(self.options.ordering_key)
+                self._window.key_idx = self.store.column_index(self.options.ordering_key)
                 for key, eid in await self.store.fired_keys(conn, self.options.ordering_key):
-                    self._key_owner.setdefault(key, eid)
+                    self._order.owner.setdefault(key, eid)
             if self.options.group_key:
-                self._group_idx = self.store.column_index(self.options.group_key)
+                self._window.group_idx = self.store.column_index(self.options.group_key)
         finally:
             await self.reader.release(conn)
         self._tasks = [
@@ -294,8 +269,7 @@ class QueueManager:
         self._ack_waiters = []
         for r in self._receivers():
             r.in_flight.clear()
-        self._events.clear()
-        self._heap.clear()
+        self._window.clear()
         self._in_flight.clear()
 
     def _fail(self, exc: BaseException) -> None:
@@ -317,11 +291,7 @@ class QueueManager:
         """
         if kind == "insert":
             self._new_pending = True
-            if since_ns is None:
-                since_ns = self._clock() - SCAN_SLACK_NS
-            self._rescan_from = (
-                since_ns if self._rescan_from is None else min(self._rescan_from, since_ns)
-            )
+            self._window.committed(since_ns)
         self._wake.set()
 
     def wake(self) -> None:
@@ -336,7 +306,7 @@ class QueueManager:
                 continue
             ev.receiver = None
             ev.due = now
-            self._push(ev)
+            self._window.push(ev)
         receiver.in_flight.clear()
         self._wake.set()
 
@@ -375,7 +345,7 @@ class QueueManager:
                 self._acked_while_firing.update(i for i in ids if i in self._firing)
             groups: dict[Any, int] = {}
             for eid in ids:
-                ev = self._in_flight.get(eid) or self._events.get(eid)
+                ev = self._in_flight.get(eid) or self._window.events.get(eid)
                 if ev is not None and ev.group is not None:
                     groups.setdefault(ev.group, eid)
                 self._forget(eid, acked=True)
@@ -410,143 +380,16 @@ class QueueManager:
                 await self.store.ack(conn, ids[i : i + 1000])
 
     def _forget(self, eid: int, *, acked: bool) -> None:
-        ev = self._in_flight.pop(eid, None) or self._events.get(eid)
-        self._events.pop(eid, None)
+        ev = self._in_flight.pop(eid, None) or self._window.events.get(eid)
+        self._window.events.pop(eid, None)
         if ev is not None and ev.receiver is not None:
             ev.receiver.in_flight.discard(eid)
         if ev is None:
             # Not in memory (e.g. fired before a restart): it may still own its key.
-            for k, owner in list(self._key_owner.items()):
-                if owner == eid:
-                    self._release_key(k)
+            self._order.release_owned_by(eid)
             return
-        if self._key_idx is not None and self._key_owner.get(ev.key) == eid:
-            self._release_key(ev.key)
-
-    # -- ordering ----------------------------------------------------------------------
-
-    def _release_key(self, key: Any) -> None:
-        self._key_owner.pop(key, None)
-        waiting = self._key_waiting.get(key)
-        if waiting:
-            nxt = waiting.popleft()
-            if not waiting:
-                del self._key_waiting[key]
-            nxt.due = min(nxt.due, self._clock())
-            self._push(nxt)
-
-    def _ordered(self, key: Any) -> bool:
-        if key is None:
-            return False
-        until = self._hot_keys.get(key)
-        if until is None:
-            return True
-        if time.monotonic() >= until:
-            del self._hot_keys[key]
-            return True
-        return False
-
-    def _blocked(self, ev: _Event) -> bool:
-        """True (and the event parked) if another event of its key is in flight."""
-        if self._key_idx is None or not self._ordered(ev.key):
-            return False
-        owner = self._key_owner.get(ev.key)
-        if owner is None or owner == ev.id:
-            return False
-        waiting = self._key_waiting.setdefault(ev.key, collections.deque())
-        waiting.append(ev)
-        if len(waiting) > self.options.hot_key_threshold:
-            # Circuit breaker: one hot key must not stall the shard.
-            log.warning("queue %s: key %r is hot (%d waiting); ordering off for %ss",
-                        self._name, ev.key, len(waiting), self.options.hot_key_cooldown)
-            self._hot_keys[ev.key] = time.monotonic() + self.options.hot_key_cooldown
-            del self._key_waiting[ev.key]
-            for w in waiting:
-                self._push(w)
-        return True
-
-    # -- the window --------------------------------------------------------------------
-
-    def _push(self, ev: _Event) -> None:
-        self._events[ev.id] = ev
-        heapq.heappush(self._heap, (ev.due, ev.priority, ev.id))
-
-    def _admit(self, rows: Sequence[Sequence[Any]]) -> int:
-        """Put the scanned ``rows`` not held yet into the window; return how many rows
-        were taken or already held (fewer than ``len(rows)`` when the window filled)."""
-        events = self._events
-        ack_pending = self._ack_pending
-        cache_size = self.options.cache_size
-        key_idx, group_idx = self._key_idx, self._group_idx
-        for n, r in enumerate(rows):
-            eid = r[ID]
-            if eid in events or eid in ack_pending:
-                continue
-            if len(events) >= cache_size:
-                self._pending_mode = True
-                return n
-            ev = _Event(r, r[TIME_NEXT] if r[STATE] == "fired" else r[TIME_SCHEDULED],
-                        r[EPOCH] or 0)
-            if key_idx is not None:
-                ev.key = r[VALUES + key_idx]
-            if group_idx is not None:
-                ev.group = r[VALUES + group_idx]
-            self._push(ev)
-        return len(rows)
-
-    async def _scan(self, full: bool) -> None:
-        """Read unfired events into the window: from the cursor (or, ``full``, from
-        the beginning), and from the start of every write committed since the last
-        scan (see the module docstring, *Scans*)."""
-        now = self._clock()
-        horizon = now + int(self.options.window * _NS)
-        room = self.options.cache_size - len(self._events)
-        if room <= 0:
-            self._pending_mode = True
-            return
-        rescan_from, self._rescan_from = self._rescan_from, None
-        conn = await self.reader.acquire()
-        try:
-            if full:
-                self._offset = await self.store.clock_offset(conn)
-            # No statement starting after `now` stamps its events earlier than `floor`.
-            floor = now + self._offset - CLOCK_MARGIN_NS
-            lower = 0 if full else self._cursor
-            if self._gap is not None:
-                lower = min(lower, self._gap)
-            if rescan_from is not None:
-                lower = min(lower, rescan_from + self._offset - CLOCK_MARGIN_NS)
-            rows = await self.store.scan_new(conn, max(0, lower), horizon, room)
-        finally:
-            await self.reader.release(conn)
-        taken = self._admit(rows)
-        if taken == len(rows) and len(rows) < room:
-            # Everything from `lower` to the horizon was read.
-            self._pending_mode = False
-            self._gap = None
-            self._cursor = max(self._cursor, floor)
-            return
-        # The window filled: rows from `reached` on (inclusive) may be unread.
-        self._pending_mode = True
-        reached = int(rows[min(taken, len(rows) - 1)][TIME_SCHEDULED])
-        if reached >= self._cursor:
-            self._gap = None
-            self._cursor = max(self._cursor, min(reached, floor))
-        else:
-            self._gap = reached
-
-    async def _collect(self) -> None:
-        now = self._clock()
-        horizon = now + int(self.options.window * _NS)
-        room = self.options.cache_size - len(self._events)
-        if room <= 0:
-            return
-        conn = await self.reader.acquire()
-        try:
-            rows = await self.store.scan_fired(conn, horizon, room)
-        finally:
-            await self.reader.release(conn)
-        self._admit(rows)
+        if self._order.enabled and self._order.owner.get(ev.key) == eid:
+            self._order.release(ev.key)
 
     # -- the run loop ------------------------------------------------------------------
 
@@ -557,21 +400,21 @@ class QueueManager:
                 now = self._clock()
                 if now >= self._full_at:
                     self._new_pending = False
-                    await self._scan(full=True)
+                    await self._window.scan(True, self._ack_pending)
                     self._full_at = now + int(self.options.window * _NS)
                 elif self._new_pending and self._backlogged:
                     pass  # the window still holds due events to fire: fire first
-                elif self._new_pending or (self._pending_mode and
-                                           len(self._events) < self.options.cache_size // 2):
+                elif self._new_pending or (self._window.pending_mode and len(
+                        self._window.events) < self.options.cache_size // 2):
                     self._new_pending = False
-                    await self._scan(full=False)
+                    await self._window.scan(False, self._ack_pending)
                 if now >= self._collect_at:
-                    await self._collect()
+                    await self._window.collect(self._ack_pending)
                     self._collect_at = now + int(self.options.collector_interval * _NS)
                 delay = await self._fire_due()
-                metrics.CACHED.labels(*self._labels).set(len(self._events))
+                metrics.CACHED.labels(*self._labels).set(len(self._window.events))
                 metrics.IN_FLIGHT.labels(*self._labels).set(len(self._in_flight))
-                metrics.BLOCKED_KEYS.labels(*self._labels).set(len(self._key_waiting))
+                metrics.BLOCKED_KEYS.labels(*self._labels).set(len(self._order.waiting))
                 if (self._new_pending and not self._backlogged) or delay == 0:
                     await asyncio.sleep(0)
                     continue
@@ -612,43 +455,43 @@ class QueueManager:
         now = self._clock()
         batch_size = self.options.batch_size
         budget = batch_size * sum(r.free_slots for r in receivers)
-        taken: list[_Event] = []
+        taken: list[Event] = []
         new = 0
-        while self._heap and len(taken) < budget:
-            due, _prio, eid = self._heap[0]
+        while self._window.heap and len(taken) < budget:
+            due, _prio, eid = self._window.heap[0]
             if due > now:
                 break
-            ev = self._events.get(eid)
+            ev = self._window.events.get(eid)
             if ev is None or ev.due != due:
-                heapq.heappop(self._heap)
+                heapq.heappop(self._window.heap)
                 continue
             refire = eid in self._in_flight  # replaces itself: needs no room
             if not refire and new >= room:
                 break
-            heapq.heappop(self._heap)
-            if self._blocked(ev):
-                del self._events[eid]
+            heapq.heappop(self._window.heap)
+            if self._order.blocked(ev):
+                del self._window.events[eid]
                 continue
             new += not refire
-            if self._key_idx is not None and self._ordered(ev.key):
-                self._key_owner[ev.key] = eid  # later events of the key wait from now
+            self._order.takes(ev)  # later events of the key wait from now
             taken.append(ev)
-        self._backlogged = len(taken) >= budget and bool(self._heap) and self._heap[0][0] <= now
+        heap = self._window.heap
+        self._backlogged = len(taken) >= budget and bool(heap) and heap[0][0] <= now
         if not taken:
             if room <= 0:
                 return 0.005
-            return (self._heap[0][0] - now) / _NS if self._heap else float("inf")
+            return (self._window.heap[0][0] - now) / _NS if self._window.heap else float("inf")
         await self._fire(taken, receivers, now)
         return FROZEN_RETRY_S if self.frozen else 0
 
-    async def _fire(self, taken: list[_Event], receivers: list[Receiver], now: int) -> None:
+    async def _fire(self, taken: list[Event], receivers: list[Receiver], now: int) -> None:
         opts = self.options
         dead = [e for e in taken if opts.max_attempts and e.epoch >= opts.max_attempts]
         live = [e for e in taken if not (opts.max_attempts and e.epoch >= opts.max_attempts)]
-        by_epoch: dict[int, list[_Event]] = {}
+        by_epoch: dict[int, list[Event]] = {}
         for e in live:
             by_epoch.setdefault(e.epoch, []).append(e)
-        fired: list[_Event] = []
+        fired: list[Event] = []
         self._firing = {e.id for e in live}
         try:
             async with self.writer.use() as conn:
@@ -699,19 +542,18 @@ class QueueManager:
             e.epoch += 1
             if e.epoch > 1:
                 retries += 1
-            if self._key_idx is not None and self._ordered(e.key):
-                self._key_owner[e.key] = e.id
+            self._order.takes(e)
             if e.deadline <= horizon:
                 e.due = e.deadline
-                self._push(e)
+                self._window.push(e)
             else:
-                self._events.pop(e.id, None)
+                self._window.events.pop(e.id, None)
         # Receivers may have left during the write: theirs go back to the window.
         receivers = [r for r in receivers if not r.closed]
         if not receivers:
             for e in fired:
                 e.due = now
-                self._push(e)
+                self._window.push(e)
             return
         # Least busy first (fewest events in flight), a batch per free slot of each.
         receivers.sort(key=lambda r: len(r.in_flight))
@@ -740,7 +582,7 @@ class QueueManager:
         if retries:
             metrics.RETRIES.labels(*self._labels).inc(retries)
 
-    def _frozen(self, taken: list[_Event], now: int) -> None:
+    def _frozen(self, taken: list[Event], now: int) -> None:
         """A fire write met a frozen shard (invariant 7): nothing was written or sent;
         the events go back to the window, due :data:`FROZEN_RETRY_S` from now."""
         if not self.frozen:
@@ -749,17 +591,17 @@ class QueueManager:
             self.frozen = True
         self._put_back(taken, now + int(FROZEN_RETRY_S * _NS))
 
-    def _put_back(self, taken: list[_Event], due: int) -> None:
+    def _put_back(self, taken: list[Event], due: int) -> None:
         """Events of a fire write that wrote nothing go back to the window, due at ``due``
         at the earliest."""
         for e in taken:
             if e.id in self._acked_while_firing:
                 continue
-            if self._key_idx is not None and self._key_owner.get(e.key) == e.id \
+            if self._order.enabled and self._order.owner.get(e.key) == e.id \
                     and e.id not in self._in_flight:
-                self._key_owner.pop(e.key, None)  # owned it for this write only
+                self._order.owner.pop(e.key, None)  # owned it for this write only
             e.due = max(e.due, due)
-            self._push(e)
+            self._window.push(e)
 
     def _backoff(self, epoch: int) -> float:
         opts = self.options
@@ -821,10 +663,9 @@ class QueueManager:
 
         return {
             "in_flight": len(self._in_flight),
-            "cached": len(self._events),
-            "blocked_keys": len(self._key_waiting) + len(
-                [k for k in self._key_owner if k in self._key_waiting]),
-            "hot_keys": len(self._hot_keys),
+            "cached": len(self._window.events),
+            "blocked_keys": self._order.blocked_keys(),
+            "hot_keys": len(self._order.hot),
             "fired": c.fired,
             "acked": c.acked,
             "retries": c.retries,

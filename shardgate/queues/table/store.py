@@ -203,6 +203,18 @@ class QueueStore:
         )
         return {int(r[0]) for r in res.rows}
 
+    async def release_fired(self, conn: Connection, now: int) -> int:
+        """Make every fired, unacked event whose retry time is after ``now`` due at
+        ``now`` (a new lease holder's takeover: the receivers they were handed to
+        were subscribed to the previous holder and are gone); how many."""
+        ph = self.ph
+        res = await conn.execute(
+            f"UPDATE {self._t} SET time_next = {ph} WHERE state = {_lit(FIRED)}"
+            f" AND time_next > {ph}",
+            [now, now],
+        )
+        return res.rows_affected
+
     async def fail(self, conn: Connection, ids: Sequence[int]) -> int:
         """Mark ``ids`` failed (they ran out of attempts)."""
         if not ids:

@@ -41,6 +41,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from shardgate.backends.bulk import arrow
 from shardgate.backends.bulk import copy as bulk
 from shardgate.backends.urls import parse_url
 from shardgate.errors import FailedPrecondition, Internal, InvalidArgument, NotFound
@@ -170,8 +171,8 @@ class _ShardArchiver:
                         for r in rs]
                 if not rows:
                     return self.schema.empty_table()
-                return bulk.conform(pa.Table.from_pylist(rows), self.schema)
-            batches = [bulk.conform(b, self.schema) for b in reader.arrow_batches(sql)]
+                return arrow.conform(pa.Table.from_pylist(rows), self.schema)
+            batches = [arrow.conform(b, self.schema) for b in reader.arrow_batches(sql)]
         return pa.Table.from_batches(batches, schema=self.schema)
 
     def _write(self, table: pa.Table) -> dict[str, Any]:

@@ -6,6 +6,7 @@ import re
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from shardgate.backends.bulk import arrow
 from shardgate.backends.bulk import copy as bulk
 from shardgate.backends.urls import parse_url
 from shardgate.errors import Code, NotFound, ShardgateError
@@ -62,4 +63,4 @@ def table_schema(url: str, table: str) -> pa.Schema:
     info = bulk.query(url, f"SELECT name, type FROM pragma_table_info({lit})")
     if not info:
         raise NotFound(f"table {table!r} does not exist on {parse_url(url).safe}")
-    return pa.schema([pa.field(str(n), bulk.sqlite_type(str(t or ""))) for n, t in info])
+    return pa.schema([pa.field(str(n), arrow.sqlite_type(str(t or ""))) for n, t in info])

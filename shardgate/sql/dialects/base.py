@@ -25,6 +25,14 @@ from sqlglot import exp
 from shardgate.sql.dialects.names import Dialect
 
 
+def is_dual(node: exp.Expr) -> bool:
+    """``FROM dual``: MySQL's table of one row that needs no FROM."""
+    return (isinstance(node, exp.From) and isinstance(node.this, exp.Table)
+            and node.this.name.lower() == "dual" and not node.this.db
+            and not node.this.args.get("joins")
+            and not (node.parent is not None and node.parent.args.get("joins")))
+
+
 @dataclass(frozen=True, slots=True)
 class TableComment:
     """Where a table's comment goes in its creation: inside the ``CREATE TABLE``
@@ -89,6 +97,20 @@ class SQLDialect:
     relaxed_durability_sql: ClassVar[str | None] = None
     #: index names are per table (MariaDB), not per schema
     index_names_per_table: ClassVar[bool] = False
+    #: the column type of a text document of any length (MariaDB's TEXT stops at 64 KiB)
+    long_text: ClassVar[str] = "TEXT"
+    #: the column addressing a row of any table (MySQL forms translated by row address:
+    #: :mod:`~shardgate.sql.dialects.mysql_forms`)
+    rowid: ClassVar[str] = "rowid"
+    #: the function giving the session's last generated id (MySQL's ``LAST_INSERT_ID()``)
+    last_insert_id: ClassVar[str] = "LAST_INSERT_ID"
+    #: parenthesized UNION arms, ``(SELECT ...) UNION (SELECT ...)``, parse
+    union_parens: ClassVar[bool] = True
+    #: ``X'ff'`` is a blob literal
+    hex_blob: ClassVar[bool] = True
+    #: the rows an upsert reports for a row it updated and changed (MariaDB: 2; else 1,
+    #: as for a row left unchanged or inserted)
+    upsert_changed_rows: ClassVar[int] = 1
 
     @property
     def sqlglot(self) -> str:
@@ -105,10 +127,12 @@ class SQLDialect:
 
     # -- rendering a gate AST (shardgate.sql.dialects.render) ---------------------------
 
-    def fix(self, node: exp.Expr) -> exp.Expr:
+    def fix(self, node: exp.Expr) -> exp.Expr | None:
         """``node`` patched where sqlglot's generator gets this dialect wrong (called
-        on every node before generation; returns ``node`` itself when nothing changes)."""
-        return node
+        on every node before generation; returns ``node`` itself when nothing changes,
+        None to drop it). Here: ``FROM dual`` dropped (sqlglot quotes it in a subquery,
+        which makes it a table of that name)."""
+        return None if is_dual(node) else node
 
     def finish(self, sql: str) -> str:
         """Generated SQL text patched where sqlglot's spelling is not the database's."""
@@ -169,6 +193,12 @@ class SQLDialect:
 
     def tables_sql(self) -> str:
         """SQL listing the names of the tables of the connection's schema."""
+        raise NotImplementedError
+
+    def schema_columns_sql(self) -> str:
+        """SQL listing ``(table, column, declared type)`` of every table and view of the
+        connection's schema, each table's columns in their order (the gate's schema
+        tracking: :mod:`shardgate.sql.schema`)."""
         raise NotImplementedError
 
     def commented_tables_sql(self, prefix: str) -> str:

@@ -24,6 +24,8 @@ class MySQLDialect(SQLDialect):
     update_returning = False
     delete_limit = True
     index_names_per_table = True
+    long_text = "LONGTEXT"
+    upsert_changed_rows = 2
 
     def quoted(self, name: str) -> str:
         return "`" + name.replace("`", "``") + "`"
@@ -60,6 +62,10 @@ class MySQLDialect(SQLDialect):
 
     def tables_sql(self) -> str:
         return "SELECT table_name FROM information_schema.tables WHERE table_schema = DATABASE()"
+
+    def schema_columns_sql(self) -> str:
+        return ("SELECT table_name, column_name, column_type FROM information_schema.columns "
+                "WHERE table_schema = DATABASE() ORDER BY table_name, ordinal_position")
 
     def commented_tables_sql(self, prefix: str) -> str:
         return ("SELECT table_name, table_comment FROM information_schema.tables"

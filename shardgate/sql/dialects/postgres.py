@@ -5,7 +5,9 @@ from __future__ import annotations
 from sqlglot import exp
 
 from shardgate.sql.dialects.base import SQLDialect
+from shardgate.sql.dialects.mysql_forms import translate
 from shardgate.sql.dialects.names import Dialect
+from shardgate.sql.rewrite import transform
 
 _BINARY_TYPES = {
     exp.DataType.Type.VARBINARY,
@@ -44,7 +46,11 @@ class PostgresDialect(SQLDialect):
     drop_cascade = " CASCADE"
     relaxed_durability_sql = "SET synchronous_commit = off"
 
-    def fix(self, node: exp.Expr) -> exp.Expr:
+    rowid = "ctid"
+    last_insert_id = "lastval"
+    hex_blob = False
+
+    def fix(self, node: exp.Expr) -> exp.Expr | None:
         if isinstance(node, exp.DataType) and node.this in _BINARY_TYPES and node.expressions:
             # BYTEA takes no length: VARBINARY(16) -> BYTEA, not BYTEA(16).
             return exp.DataType.build("bytea", dialect="postgres")
@@ -52,12 +58,12 @@ class PostgresDialect(SQLDialect):
             node = node.copy()
             node.set("ignore", None)
             node.set("conflict", exp.OnConflict(action=exp.var("DO NOTHING")))
-            return node
+            return transform(node, self.fix, copy=False)  # its parts translated too
         if isinstance(node, exp.Delete | exp.Update) and (
             node.args.get("limit") is not None or node.args.get("order") is not None
         ):
-            return _limited_dml(node)
-        return node
+            return transform(_limited_dml(node), self.fix, copy=False)
+        return translate(node, self)
 
     def current(self, table: str, column: str) -> str:
         return f"{table}.{column}"  # unqualified, it would be ambiguous with EXCLUDED's
@@ -67,6 +73,10 @@ class PostgresDialect(SQLDialect):
 
     def tables_sql(self) -> str:
         return "SELECT tablename FROM pg_tables WHERE schemaname = current_schema()"
+
+    def schema_columns_sql(self) -> str:
+        return ("SELECT table_name, column_name, data_type FROM information_schema.columns "
+                "WHERE table_schema = current_schema() ORDER BY table_name, ordinal_position")
 
     def commented_tables_sql(self, prefix: str) -> str:
         return ("SELECT c.relname, obj_description(c.oid, 'pg_class') FROM pg_class c"

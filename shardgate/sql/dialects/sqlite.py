@@ -9,6 +9,7 @@ import sqlglot
 from sqlglot import exp
 
 from shardgate.sql.dialects.base import SQLDialect, TableComment
+from shardgate.sql.dialects.mysql_forms import translate
 from shardgate.sql.dialects.names import AVG_SUM, Dialect
 
 _AVG_SUM_SQLITE = sqlglot.parse_one(
@@ -48,15 +49,18 @@ class SQLiteDialect(SQLDialect):
     double_sums = True
     sum_overflow_fails = True
 
-    def fix(self, node: exp.Expr) -> exp.Expr:
+    rowid = "rowid"
+    last_insert_id = "last_insert_rowid"
+    union_parens = False
+
+    def fix(self, node: exp.Expr) -> exp.Expr | None:
         if isinstance(node, exp.Sum) and node.meta.get(AVG_SUM):
             return _avg_sum(node.this)
         if isinstance(node, exp.Select) and node.args.get("locks"):
             # SQLite has no row locks: a transaction already holds the database lock.
-            node = node.copy()
-            node.set("locks", None)
+            node.set("locks", None)  # (render walks its own copy of the tree)
             return node
-        return node
+        return translate(node, self)
 
     def insert_ignore(self) -> tuple[str, str]:
         return "INSERT OR IGNORE INTO", ""
@@ -85,6 +89,11 @@ class SQLiteDialect(SQLDialect):
 
     def tables_sql(self) -> str:
         return "SELECT name FROM sqlite_master WHERE type = 'table'"
+
+    def schema_columns_sql(self) -> str:
+        return ("SELECT m.name, p.name, p.type FROM sqlite_master m "
+                "JOIN pragma_table_info(m.name) p WHERE m.type IN ('table', 'view') "
+                "ORDER BY m.name, p.cid")
 
     def commented_tables_sql(self, prefix: str) -> str:
         # the comment is inside the CREATE TABLE statement SQLite keeps

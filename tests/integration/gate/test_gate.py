@@ -22,9 +22,6 @@ from shardgate.topo import Topology
 
 from ..conftest import Cluster
 
-#: the whole module runs a second time against tablet processes (``tablets=processes``)
-pytestmark = pytest.mark.tablet_processes
-
 _DES = DES.new(b"\0" * 8, DES.MODE_ECB)
 
 

@@ -14,7 +14,6 @@ import os
 import queue
 import re
 import signal
-import socket
 import subprocess
 import threading
 import time
@@ -34,6 +33,7 @@ from shardgate.topo import Topology
 from shardgate.topo.local import open_topo
 from tests.conftest import require_server
 from tests.integration.tablet_procs import start_tablet_process
+from tests.ports import free_port
 
 #: fresh connections to try before concluding a worker never answers (a miss is 2^-40)
 TRIES = 40
@@ -75,12 +75,6 @@ class Lines:
             self.seen.append(line)
             if (m := re.search(pattern, line)) is not None:
                 return m
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _alive(pid: int) -> bool:
@@ -190,7 +184,7 @@ def _start_workers(topo_url: str, mysql_port: int = 0,
 
 
 async def test_two_workers_share_the_ports_restart_and_stop(topo_url: str, tablet: None) -> None:
-    mysql_port, http = _free_port(), _free_port()
+    mysql_port, http = free_port(), free_port()
     proc, out, pids = _start_workers(topo_url, mysql_port, http)
     try:
         ports = {int(m.group(1)) for line in out.seen

@@ -29,9 +29,6 @@ from shardgate.vindexes.hash import Hash
 from tests.conftest import _mysql_admin, _postgres_admin
 from tests.integration.conftest import Cluster, close_cluster, cluster_for, open_cluster
 
-#: the whole module runs a second time against tablet processes (``tablets=processes``)
-pytestmark = pytest.mark.tablet_processes
-
 WORKER = Path(__file__).parents[1] / "twopc_worker.py"
 ROWS = 8  # customers per transaction: rows on every commerce shard, plus lookup rows
 

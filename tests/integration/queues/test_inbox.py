@@ -316,7 +316,6 @@ async def test_inbox_on_sqlite(scenario: Scenario, make_database: Callable[..., 
         await c.gate.close()
 
 
-@pytest.mark.tablet_processes
 @pytest.mark.parametrize("kind", [pytest.param("postgres", marks=pytest.mark.postgres),
                                   pytest.param("mysql", marks=pytest.mark.mysql)])
 async def test_inbox_on_servers(kind: str, tablets: str, make_database: Callable[..., str],

@@ -32,15 +32,15 @@ from shardgate.queues.inbox.model import Pointer
 from shardgate.topo import Topology
 from shardgate.topo.file import write_cluster_file
 from tests.acceptance.test_cli import STOP_TIMEOUT_S, cli_env, free_port, wait_for_port
-from tests.integration.conftest import Cluster, open_cluster
+from tests.integration.conftest import Cluster, close_cluster, cluster_for
 
 OPTIONS = InboxOptions(precreate=0, rescan_window_s=60.0, retention_s=7 * 86_400.0)
 
 
 @pytest.fixture
-async def served(backend_kind: str, make_database: Callable[..., str]
-                 ) -> AsyncIterator[tuple[Cluster, str]]:
-    c = await open_cluster(backend_kind, make_database, shards=2)
+async def served(backend_kind: str, tablets: str, make_database: Callable[..., str],
+                 request: pytest.FixtureRequest) -> AsyncIterator[tuple[Cluster, str]]:
+    c = await cluster_for(backend_kind, tablets, make_database, request, shards=2)
     try:
         server, port = await serve(c.gate, "127.0.0.1", 0)
         try:
@@ -48,7 +48,7 @@ async def served(backend_kind: str, make_database: Callable[..., str]
         finally:
             await server.stop(None)
     finally:
-        await c.gate.close()
+        await close_cluster(c)
 
 
 async def test_inbox_over_grpc(served: tuple[Cluster, str]) -> None:
@@ -150,9 +150,13 @@ async def test_sync_remote_inbox(served: tuple[Cluster, str]) -> None:
     assert await asyncio.to_thread(work) == ["s0", "s1", "s2"]
 
 
+# One backend: the session proves the CLI's processes -> gRPC -> gate path, which has no
+# backend branch; the store on PostgreSQL and MariaDB behind the same gRPC handlers is the
+# other tests' here (each on every backend). Three kinds cost 150 s of the suite.
+@pytest.mark.parametrize("backend_kind", ["sqlite"], indirect=True)
 def test_remote_cli_session(backend_kind: str, make_database: Callable[..., str],
                             tmp_path: Path) -> None:
-    """``shardgate inbox ... --target`` (each a process) against a ``shardgate gate`` process."""
+    """``shardgate inbox ... --target`` (each a process) against a ``shardgate up`` process."""
     shards = {"-80": make_database(backend_kind, "i0"), "80-": make_database(backend_kind, "i1")}
     topo = Topology.from_dict({"default_keyspace": "commerce", "keyspaces": {"commerce": {
         "shards": shards, "vschema": {"sharded": True, "vindexes": {"hash": {"type": "hash"}}}}}})

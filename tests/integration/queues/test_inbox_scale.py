@@ -30,7 +30,7 @@ import pytest
 from shardgate.queues.inbox.model import InboxOptions, Message, Pointer
 from shardgate.queues.inbox.store import InboxStore
 from tests.conftest import require_server
-from tests.integration.conftest import Cluster, open_cluster
+from tests.integration.conftest import Cluster, close_cluster, cluster_for, open_cluster
 
 SMALL_USERS = 10_000
 LARGE_USERS = 1_000_000
@@ -235,11 +235,11 @@ async def run_skewed(c: Cluster, name: str, window_s: float, seed: int) -> tuple
 
 @pytest.mark.parametrize("kind", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 async def test_no_message_missed_under_clock_skew(
-    kind: str, make_database: Callable[..., str]
+    kind: str, tablets: str, make_database: Callable[..., str], request: pytest.FixtureRequest
 ) -> None:
     if kind != "sqlite":
         require_server(kind)
-    c = await open_cluster(kind, make_database)
+    c = await cluster_for(kind, tablets, make_database, request)
     try:
         total, once, dups = await run_skewed(c, "skewed", window_s=60.0, seed=7)
         assert total > 250
@@ -249,4 +249,4 @@ async def test_no_message_missed_under_clock_skew(
             total2, once2, _ = await run_skewed(c, "narrow", window_s=5.0, seed=7)
             assert once2 < total2
     finally:
-        await c.gate.close()
+        await close_cluster(c)

@@ -16,9 +16,6 @@ from shardgate.gate import Gate
 from shardgate.topo.embedded import embedded_topology
 from tests.integration.conftest import close_cluster, open_cluster_on
 
-#: also through a gate reaching tablet processes (``tablets=processes``, PostgreSQL)
-pytestmark = pytest.mark.tablet_processes
-
 
 @pytest.fixture
 async def served(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
@@ -15,15 +15,12 @@ from shardgate.errors import Code, ShardgateError
 from shardgate.gate import Gate
 from shardgate.keys import KeyRange
 from shardgate.queues.events import QueueEvent
-from shardgate.queues.table.manager import SCAN_SLACK_NS, followup_id
+from shardgate.queues.table.manager import followup_id
+from shardgate.queues.table.window import SCAN_SLACK_NS
 from shardgate.tablet import LocalTabletClient, Tablet
 from shardgate.topo import Topology
 from tests.conftest import require_server
-from tests.integration.conftest import shared_tablets
-from tests.integration.tablet_procs import SharedTablets
-
-#: the whole module runs a second time against tablet processes (``tablets=processes``)
-pytestmark = pytest.mark.tablet_processes
+from tests.integration.conftest import gate_for
 
 VSCHEMA = {"sharded": True, "vindexes": {"hash": {"type": "hash"}}, "tables": {}}
 
@@ -40,32 +37,14 @@ async def open_gate(kind: str, make_database: Callable[..., str], shards: int = 
     return Gate.open(app_topology(kind, make_database, shards), pool_size=pool_size)
 
 
-@pytest.fixture(scope="module")
-def app_tablets(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SharedTablets]:
-    """Tablet processes serving ``app`` (2 PostgreSQL shards), for the whole module."""
-    with shared_tablets(lambda make: app_topology("postgres", make),
-                        tmp_path_factory.mktemp("tablets")) as shared:
-        yield shared
-
-
 @pytest.fixture
 async def gate(
     backend_kind: str, tablets: str, make_database: Callable[..., str],
     request: pytest.FixtureRequest,
 ) -> AsyncIterator[Gate]:
-    if tablets == "in-process":
-        g = await open_gate(backend_kind, make_database)
-        try:
-            yield g
-        finally:
-            await g.close()
-        return
-    shared: SharedTablets = request.getfixturevalue("app_tablets")
-    procs = await shared.open()
-    try:
-        yield procs.gate
-    finally:
-        await procs.close()
+    async with gate_for(backend_kind, tablets, lambda make: app_topology(backend_kind, make),
+                        make_database, request, shape="app", pool_size=4) as g:
+        yield g
 
 
 async def create(gate: Gate, options: str = "ack_wait = 0.4, min_backoff = 0.1") -> None:
@@ -428,7 +407,7 @@ async def test_new_event_scans_read_only_rows_not_seen(
         queues.start()  # takes the lease: the manager runs, no receiver yet
         await wait_for_condition(lambda: "jobs" in queues.managers, 10)
         manager = queues.managers["jobs"]
-        await wait_for_condition(lambda: len(manager._events) == 1000, 10)
+        await wait_for_condition(lambda: len(manager._window.events) == 1000, 10)
         scanned: list[int] = []
         real = manager.store.scan_new
 
@@ -440,7 +419,7 @@ async def test_new_event_scans_read_only_rows_not_seen(
         manager.store.scan_new = counting
         for k in range(10):
             await insert(gate, [(u, f"new{k}") for u in range(5)], tx=False)
-            await wait_for_condition(lambda k=k: len(manager._events) == 1005 + 5 * k, 10)
+            await wait_for_condition(lambda k=k: len(manager._window.events) == 1005 + 5 * k, 10)
         # Each scan reads the new rows (and, on a busy machine, a few recent ones
         # again: the clock offset is a lower bound), never the backlog.
         assert scanned and max(scanned) < 1000 and sum(scanned) < 1000, scanned

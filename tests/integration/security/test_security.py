@@ -121,9 +121,10 @@ async def test_gate_refuses_unauthenticated_calls(secured: Served) -> None:
         assert info.value.code is Code.UNAUTHENTICATED
         with pytest.raises(Unauthenticated):
             await anonymous.vschema()
-    async with client(secured, "alice", "wrong") as wrong:
-        with pytest.raises(Unauthenticated):
-            await wrong.execute("SELECT 1 FROM customer")
+    for _ in range(40):  # a fresh session stream each time: its first write races the refusal
+        async with client(secured, "alice", "wrong") as wrong:
+            with pytest.raises(Unauthenticated):
+                await wrong.execute("SELECT 1 FROM customer")
     async with client(secured, "mallory", "x") as unknown:
         with pytest.raises(Unauthenticated) as info:
             await unknown.execute("SELECT 1 FROM customer")

@@ -54,8 +54,6 @@ from tests.conftest import console_cluster
 from tests.integration.conftest import Cluster
 from tests.integration.doors.test_grpc import set_up_embedded
 
-pytestmark = pytest.mark.tablet_processes
-
 T = TypeVar("T")
 
 USERS = {name: [{"Password": f"{name}-pw"}] for name in ("rita", "walt", "ada", "nobody")}

@@ -25,6 +25,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
+import pytest_asyncio
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -34,6 +35,7 @@ from shardgate.auth.identity import TRUSTED, Identity
 from shardgate.gate import Gate
 
 from ..conftest import open_cluster
+from ..sql.module_databases import KINDS, kind_param, module_databases
 from .test_security_rules import TARGET, Doors, Refused, served_doors
 
 NAMES = ["priv", "priv", "pub", "x", "y"]  # CTE names: mostly the denied table's
@@ -144,30 +146,24 @@ async def _run_as_bob(gate: Gate, sql: str) -> list[list[Any]]:
     return out
 
 
-def test_no_generated_statement_returns_a_denied_row(
-    backend_kind: str, make_database: Callable[..., str]
-) -> None:
-    loop = asyncio.new_event_loop()
-    try:
-        gate = loop.run_until_complete(_cluster(backend_kind, make_database))
-        answered = [0]
+@pytest.mark.asyncio(loop_scope="module")
+async def test_no_generated_statement_returns_a_denied_row(doors: Doors) -> None:
+    """Hypothesis draws in a thread of its own; each statement runs on the module's
+    gate in the module's event loop (the gate behind the doors, the same cluster)."""
+    loop = asyncio.get_running_loop()
+    answered = [0]
 
-        @settings(max_examples=EXAMPLES[backend_kind], deadline=None, derandomize=True,
-                  database=None, suppress_health_check=list(HealthCheck))
-        @given(STATEMENTS)
-        def check(sql: str) -> None:
-            results = loop.run_until_complete(_run_as_bob(gate, sql))
-            for rows in results:
-                assert not _leaks(rows), (sql, rows[:3])
-            answered[0] += sum(1 for rows in results if rows)
+    @settings(max_examples=EXAMPLES[doors.kind], deadline=None, derandomize=True,
+              database=None, suppress_health_check=list(HealthCheck))
+    @given(STATEMENTS)
+    def check(sql: str) -> None:
+        results = asyncio.run_coroutine_threadsafe(_run_as_bob(doors.gate, sql), loop).result()
+        for rows in results:
+            assert not _leaks(rows), (sql, rows[:3])
+        answered[0] += sum(1 for rows in results if rows)
 
-        try:
-            check()
-        finally:
-            loop.run_until_complete(gate.close())
-        assert answered[0] > 0  # the statements are not all refused: the check is live
-    finally:
-        loop.close()
+    await loop.run_in_executor(None, check)
+    assert answered[0] > 0  # the statements are not all refused: the check is live
 
 
 #: statements drawn once from the strategy (derandomized), for the doors
@@ -184,16 +180,27 @@ def _sample(n: int) -> list[str]:
     return found
 
 
-@pytest.fixture
-async def doors(backend_kind: str, make_database: Callable[..., str]) -> AsyncIterator[Doors]:
-    gate = await _cluster(backend_kind, make_database)
-    try:
-        async with served_doors(gate, backend_kind) as doors_:
-            yield doors_
-    finally:
-        await gate.close()
+@pytest.fixture(scope="module", params=KINDS)
+def backend_kind(request: pytest.FixtureRequest) -> str:
+    """Each database kind in turn, for the whole module (the doors' cluster is shared)."""
+    return kind_param(request)
 
 
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def doors(
+    backend_kind: str, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[Doors]:
+    """One cluster behind both doors per backend kind (the sample only reads, as bob)."""
+    with module_databases(tmp_path_factory.mktemp("doors"), __name__) as make:
+        gate = await _cluster(backend_kind, make)
+        try:
+            async with served_doors(gate, backend_kind) as doors_:
+                yield doors_
+        finally:
+            await gate.close()
+
+
+@pytest.mark.asyncio(loop_scope="module")
 @pytest.mark.parametrize("door", ["grpc", "mysql"])
 async def test_sample_over_grpc_and_the_mysql_listener(doors: Doors, door: str) -> None:
     answered = 0

@@ -113,3 +113,58 @@ async def test_queue_source(prod: tuple[Cluster, str], spark: Any, tmp_path: Pat
     acked = sum(int(c) for url in cluster.shard_urls("commerce").values()
                 for (c,) in bulk.query(url, "SELECT COUNT(*) FROM jobs WHERE state = 'acked'"))
     assert acked == n
+
+
+async def test_writer(prod: tuple[Cluster, str], spark: Any) -> None:
+    """The sink with option ``topo``: rows land on the shards the gate (reaching the
+    tablet processes) routes them to, and read back through it."""
+    cluster, topo = prod
+    n = 200
+    df = spark.range(1, n + 1, numPartitions=2).selectExpr(
+        "id AS order_id", "id * 7 AS customer_id", "concat('s', id) AS sku", "id % 13 AS price")
+    (df.write.format("shardgate").option("topo", topo).option("table", "corder")
+     .mode("append").save())
+    g = cluster.gate
+    s = g.session(identity=TRUSTED)
+    res = await g.execute(s, "SELECT order_id, customer_id, sku, price FROM corder")
+    assert sorted(tuple(r) for r in res.rows) == [(i, i * 7, f"s{i}", i % 13)
+                                                 for i in range(1, n + 1)]
+    for i in (1, 77, n):  # routed by the primary vindex: found by a single-shard lookup
+        one = await g.execute(s, f"SELECT order_id FROM corder WHERE customer_id = {i * 7}")
+        assert one.rows == [(i,)]
+
+
+async def test_dump(prod: tuple[Cluster, str], spark: Any, tmp_path: Path) -> None:
+    """The dump job with ``topo_url``: snapshot, then the changes written through the gate
+    after it, read from the change stream; a rerun resumes from the lake's positions."""
+    from shardgate.spark.jobs import DumpJob, read_table
+    from shardgate.topo.local import read_topology
+
+    cluster, topo = prod
+    g = cluster.gate
+    s = g.session(identity=TRUSTED)
+    await _insert_orders(cluster, range(1, 31))
+    lake = str(tmp_path / "lake")
+    urls = cluster.shard_urls("commerce")
+    try:
+        first = await DumpJob(read_topology(None, url=topo), "commerce", "corder", lake,
+                              spark=spark, topo_url=topo).run()
+        assert first.snapshot and first.snapshot_rows == 30
+        await _insert_orders(cluster, range(31, 41))
+        await g.execute(s, "UPDATE corder SET sku = 'changed' WHERE customer_id = 3")
+        await g.execute(s, "DELETE FROM corder WHERE customer_id = 4")
+        again = await DumpJob(read_topology(None, url=topo), "commerce", "corder", lake,
+                              topo_url=topo).run()
+        assert not again.snapshot and again.change_events > 0
+        res = await g.execute(s, "SELECT order_id, customer_id, sku, price FROM corder")
+        got = sorted((r.order_id, r.customer_id, r.sku, r.price) for r in
+                     read_table(spark, lake).select("order_id", "customer_id", "sku", "price")
+                     .collect())
+        assert got == sorted(tuple(r) for r in res.rows)
+    finally:
+        for name, url in urls.items():
+            log = open_change_log(url, f"commerce/{name}")
+            try:
+                await log.drop()
+            finally:
+                await log.close()

@@ -6,6 +6,11 @@ same rows: NULLs, duplicates, mixed case, trailing spaces, negative and large
 numbers. Each query runs in both and the answers must be equal (as multisets,
 or as lists when the query orders totally). Expected values are never written
 from the gate's output: the ``one`` keyspace is the database's own answer.
+
+The gate and its databases are made once per backend kind for the module
+(:func:`shared_pair`); each test gets fresh sessions on it, and the rows are put
+back after every test (:func:`reset`), so a test that writes leaves nothing for
+the next. Tests that need other databases (collations) make their own.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from urllib.parse import urlparse
 import psycopg
 import pymysql
 import pytest
+import pytest_asyncio
 
 from shardgate.auth.identity import TRUSTED
 from shardgate.errors import Code, ShardgateError
@@ -29,6 +35,10 @@ from shardgate.topo import Topology
 
 from ...conftest import POSTGRES_ADMIN_URL, require_server
 from ..difftest.schema import literal
+from .module_databases import KINDS, kind_param, module_databases
+
+#: the module's gate lives in the module's event loop, so its tests run there
+pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 DDL = [
     "CREATE TABLE t (id BIGINT PRIMARY KEY, k INT, n BIGINT, s VARCHAR(20), "
@@ -160,10 +170,49 @@ def _mariadb_collate(url: str, collation: str) -> None:
         conn.close()
 
 
-@pytest.fixture
-async def pair(backend_kind: str, make_database: Callable[..., str]) -> AsyncIterator[Pair]:
-    async for p in _open_pair(backend_kind, make_database):
+@pytest.fixture(scope="module", params=KINDS)
+def backend_kind(request: pytest.FixtureRequest) -> str:
+    """Each database kind in turn, for the whole module (see ``shared_pair``)."""
+    return kind_param(request)
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def shared_pair(
+    backend_kind: str, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[Pair]:
+    """The gate and its six databases of ``backend_kind``, made once for the module."""
+    with module_databases(tmp_path_factory.mktemp("answers"), __name__) as make:
+        async for p in _open_pair(backend_kind, make):
+            yield p
+
+
+@pytest_asyncio.fixture(loop_scope="module")
+async def pair(shared_pair: Pair) -> AsyncIterator[Pair]:
+    """Fresh sessions on the module's gate; the rows are put back afterwards."""
+    gate = shared_pair.gate
+    p = Pair(gate, gate.session("sh", identity=TRUSTED), gate.session("one", identity=TRUSTED),
+             shared_pair.kind)
+    try:
         yield p
+    finally:
+        await reset(p)
+
+
+async def reset(p: Pair) -> None:
+    """Both keyspaces hold exactly ``T_ROWS`` and ``U_ROWS`` again (``q`` empty)."""
+    for s in (p.sh, p.one):
+        if s.in_transaction:
+            await p.gate.execute(s, "ROLLBACK")
+        for table in ("t", "u", "q"):
+            await p.gate.execute(s, f"DELETE FROM {table}")
+        await _fill(p.gate, s)
+
+
+async def _fill(gate: Gate, s: Any) -> None:
+    rows = ", ".join("(" + ", ".join(literal(v) for v in r) + ")" for r in T_ROWS)
+    await gate.execute(s, f"INSERT INTO t (id, k, n, s, email) VALUES {rows}")
+    rows = ", ".join("(" + ", ".join(literal(v) for v in r) + ")" for r in U_ROWS)
+    await gate.execute(s, f"INSERT INTO u (id, t_id, v, w, n) VALUES {rows}")
 
 
 def _postgres_icu(url: str, locale: str) -> None:
@@ -199,10 +248,7 @@ async def _open_pair(kind: str, make_database: Callable[..., str],
         for s in (p.sh, p.one):
             for ddl in DDL:
                 await gate.execute(s, ddl)
-            rows = ", ".join("(" + ", ".join(literal(v) for v in r) + ")" for r in T_ROWS)
-            await gate.execute(s, f"INSERT INTO t (id, k, n, s, email) VALUES {rows}")
-            rows = ", ".join("(" + ", ".join(literal(v) for v in r) + ")" for r in U_ROWS)
-            await gate.execute(s, f"INSERT INTO u (id, t_id, v, w, n) VALUES {rows}")
+            await _fill(gate, s)
         yield p
     finally:
         await gate.close()

@@ -18,9 +18,6 @@ from shardgate.streams.merge import StreamEvent, StreamPosition
 from shardgate.topo import Topology
 from tests.integration.conftest import Cluster
 
-#: the whole module runs a second time against tablet processes (``tablets=processes``)
-pytestmark = pytest.mark.tablet_processes
-
 N = 40
 
 

@@ -22,8 +22,10 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+import pytest
 
 from shardgate.auth.identity import TRUSTED
+from shardgate.cli.app import main as cli_main
 from shardgate.gate import Gate
 from shardgate.topo.model import Topology
 from shardgate.topo.server import TopoServer
@@ -104,17 +106,19 @@ async def _record(topo: str) -> dict[str, Any] | None:
         await server.close()
 
 
-async def _run_cli(topo: str, *args: str) -> tuple[int, str, str]:
-    proc = await asyncio.create_subprocess_exec(
-        *_cli(topo, *args), env=cli_env(), stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE)
-    out, err = await asyncio.wait_for(proc.communicate(), TIMEOUT_S)
-    assert proc.returncode is not None
-    return proc.returncode, out.decode(), err.decode()
+async def _run_cli(capsys: pytest.CaptureFixture[str], topo: str, *args: str
+                   ) -> tuple[int, str, str]:
+    """The command in this process (``cli_main`` in a thread: no interpreter start-up);
+    the SIGKILLed run stays a process of its own."""
+    capsys.readouterr()
+    code = await asyncio.wait_for(asyncio.to_thread(cli_main, _cli(topo, *args)[3:]),
+                                  TIMEOUT_S)
+    said = capsys.readouterr()
+    return code, said.out, said.err
 
 
 async def test_backfill_while_writing_survives_sigkill_and_externalizes(
-    make_database: Any, tmp_path: Path
+    make_database: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     shards = {name: make_database("postgres", f"vsddl_bf{i}")
               for i, name in enumerate(("-40", "40-80", "80-c0", "c0-"))}
@@ -158,7 +162,7 @@ async def test_backfill_while_writing_survives_sigkill_and_externalizes(
             assert saved >= killed_at
 
             # the second run resumes from the saved positions and verifies
-            code, out, err = await _run_cli(topo, *CREATE_ARGS)
+            code, out, err = await _run_cli(capsys, topo, *CREATE_ARGS)
             assert code == 0, err
             assert "verified" in out
             progress = _progress(err)
@@ -173,7 +177,7 @@ async def test_backfill_while_writing_survives_sigkill_and_externalizes(
             await asyncio.gather(*writers)
         assert min(counts.values()) > 0, counts
 
-        code, out, err = await _run_cli(topo, "externalize", "--keyspace", "app",
+        code, out, err = await _run_cli(capsys, topo, "externalize", "--keyspace", "app",
                                         "--name", "owner_email_lookup")
         assert code == 0, err
 

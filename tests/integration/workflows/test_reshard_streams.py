@@ -100,6 +100,10 @@ class Consumer:
         #: repeats of a (shard, position, row) delivered without ``hop=True``
         self.unmarked_repeats: list[tuple[str, str, int]] = []
         self.error: BaseException | None = None
+        #: cleared: the consumer takes no event (the stream's generator stays suspended,
+        #: so it does not look at the gate's topology either) until it is set again
+        self.running = asyncio.Event()
+        self.running.set()
         self.task = asyncio.create_task(self._run())
 
     async def _run(self) -> None:
@@ -115,6 +119,7 @@ class Consumer:
 
     async def _read(self, stream: AsyncIterator[StreamEvent]) -> None:
         async for ev in stream:
+            await self.running.wait()
             self.position.advance(ev)
             if ev.heartbeat:
                 continue
@@ -320,6 +325,69 @@ async def _split_then_merge_while_streaming(make_database: Any, tmp_path: Path,
         await merge.close()
         await server.close()
         await gate.close()
+
+
+async def _switch_and_complete_unseen(make_database: Any, tmp_path: Path, kind: str) -> None:
+    """A stream opened before a split that does not look at the topology from before
+    the write switch until after ``complete`` (its consumer paused; a gate whose watch
+    lagged): it follows the switch from ``reshard_history`` and goes on over the four
+    new shards, every change once, nothing lost."""
+    topo, gate, _, model = await _cluster(make_database, tmp_path, kind, rows=400)
+    writers = LoggingWriters(gate, sorted(model))
+    consumer = Consumer(gate, time.time())
+    server = TopoServer(open_topo_store(topo))
+    four = {n: make_database(kind, f"hc{kind[:2]}{i}")
+            for i, n in enumerate(("-40", "40-80", "80-c0", "c0-"))}
+    flow = ReshardWorkflow(server, ReshardSpec(
+        keyspace="app", sources=("-80", "80-"), targets=tuple(four),
+        target_urls=tuple(sorted(four.items())), workflow="unseen"), batch=200)
+    try:
+        await _wait(lambda: len(consumer.position.tokens) == 2, "the stream did not start",
+                    timeout=60)
+        writers.start()
+        await flow.create()
+        await flow.switch_reads()
+        await _wait(lambda: writers.changes > 50 and consumer.changes > 20, "no changes yet",
+                    timeout=30)
+        consumer.running.clear()
+        await flow.switch_writes()
+        await _wait(lambda: set(four) <= {s.name for s in gate.topology.keyspace("app").shards},
+                    "writes did not switch")
+        at_switch = writers.changes
+        await _wait(lambda: writers.changes > at_switch + 60, "writers stalled after the switch",
+                    timeout=30)
+        await flow.complete()
+        await _wait(lambda: not gate.topology.keyspace("app").pending, "complete not seen")
+        assert gate.topology.keyspace("app").history, "no reshard_history after complete"
+        assert not consumer.shards & set(four)  # it has not looked since before the switch
+        consumer.running.set()
+        at_complete = writers.changes
+        await _wait(lambda: writers.changes > at_complete + 30, "writers stalled after complete",
+                    timeout=30)
+        await writers.halt()
+        await _received(consumer, writers.history)
+        assert set(four) <= consumer.shards, consumer.shards
+        assert consumer.error is None and not consumer.task.done()
+    finally:
+        if not writers.stop.is_set():
+            await writers.halt()
+        await consumer.stop()
+        await flow.close()
+        await server.close()
+        await gate.close()
+
+
+async def test_stream_follows_a_completed_split_it_did_not_see_on_sqlite(
+    make_database: Any, tmp_path: Path
+) -> None:
+    await _switch_and_complete_unseen(make_database, tmp_path, "sqlite")
+
+
+@pytest.mark.postgres
+async def test_stream_follows_a_completed_split_it_did_not_see_on_postgres(
+    make_database: Any, tmp_path: Path
+) -> None:
+    await _switch_and_complete_unseen(make_database, tmp_path, "postgres")
 
 
 def _check_token_order(ks: KeyspaceTopo, events: list[StreamEvent]) -> None:
