@@ -91,16 +91,24 @@ class MysqlListener(MysqlServer):
         self.tls = tls
         #: the tasks serving open connections (cancelled by :meth:`stop`)
         self.tasks: set[asyncio.Task[Any]] = set()
+        #: set by :meth:`stop`: a connection whose task starts later closes at once
+        self.stopping = False
         super().__init__(identity_provider=self.provider, capabilities=CAPABILITIES,
                          ssl=tls.context() if tls is not None else None)
 
     async def stop(self) -> None:
         """Stop listening, close every open connection (their transactions roll back)."""
         self.close()
-        for task in list(self.tasks):
-            task.cancel()
-        if self.tasks:
-            await asyncio.wait(list(self.tasks), timeout=10)
+        self.stopping = True
+        # A connection accepted just before close() starts its task after this point; it
+        # sees ``stopping`` and closes itself. One that registered meanwhile is cancelled
+        # in the next round: no transport outlives the listener (or its event loop).
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 10
+        while self.tasks and loop.time() < deadline:
+            for task in list(self.tasks):
+                task.cancel()
+            await asyncio.wait(list(self.tasks), timeout=deadline - loop.time())
         await self.wait_closed()
 
     def _session(self) -> GateSession:
@@ -109,6 +117,9 @@ class MysqlListener(MysqlServer):
     async def _client_connected_cb(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
+        if self.stopping:
+            writer.close()
+            return
         task = asyncio.current_task()
         if task is not None:
             self.tasks.add(task)

@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Callable
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import pytest
@@ -32,7 +33,9 @@ class Relay:
         self.host, self.port = host, port
         self.cut = asyncio.Event()
         self.writers: list[asyncio.StreamWriter] = []
+        self.tasks: set[asyncio.Task[Any]] = set()
         self.server: asyncio.Server | None = None
+        self.closed = False
 
     async def start(self) -> int:
         self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
@@ -50,6 +53,11 @@ class Relay:
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.writers.append(writer)
+        task = asyncio.current_task()
+        if self.closed or task is None:  # accepted as the relay closed
+            writer.close()
+            return
+        self.tasks.add(task)
         if self.cut.is_set():  # a new connection (psycopg's cancel request) hangs too
             await asyncio.Event().wait()
         up_reader, up_writer = await asyncio.open_connection(self.host, self.port)
@@ -57,8 +65,12 @@ class Relay:
         await asyncio.gather(self._pump(reader, up_writer), self._pump(up_reader, writer))
 
     async def close(self) -> None:
+        self.closed = True
         if self.server is not None:
             self.server.close()
+        for t in self.tasks:
+            t.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
         for w in self.writers:
             w.close()
         if self.server is not None:
