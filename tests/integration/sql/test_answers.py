@@ -19,6 +19,7 @@ from collections import Counter
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
@@ -35,6 +36,7 @@ from shardgate.topo import Topology
 
 from ...conftest import POSTGRES_ADMIN_URL, require_server
 from ..difftest.schema import literal
+from ..tablet_procs import serve_with_processes
 from .module_databases import KINDS, kind_param, module_databases
 
 #: the module's gate lives in the module's event loop, so its tests run there
@@ -181,8 +183,11 @@ async def shared_pair(
     backend_kind: str, tmp_path_factory: pytest.TempPathFactory
 ) -> AsyncIterator[Pair]:
     """The gate and its six databases of ``backend_kind``, made once for the module."""
-    with module_databases(tmp_path_factory.mktemp("answers"), __name__) as make:
-        async for p in _open_pair(backend_kind, make):
+    directory = tmp_path_factory.mktemp("answers")
+    with module_databases(directory, __name__) as make:
+        # PostgreSQL through tablet processes (issue 35: the suite against processes)
+        processes = directory / "tablets" if backend_kind == "postgres" else None
+        async for p in _open_pair(backend_kind, make, processes=processes):
             yield p
 
 
@@ -225,7 +230,10 @@ def _postgres_icu(url: str, locale: str) -> None:
 
 
 async def _open_pair(kind: str, make_database: Callable[..., str],
-                     collation: str | None = None) -> AsyncIterator[Pair]:
+                     collation: str | None = None, *,
+                     processes: Path | None = None) -> AsyncIterator[Pair]:
+    """A gate over six databases of ``kind`` filled with the module's rows: in this
+    process, or reaching tablet processes (topo store and logs in ``processes``)."""
     urls = {name: make_database(kind, f"ans{name}") for name in ("0", "1", "2", "3", "one", "lk")}
     if collation is not None:
         for url in urls.values():
@@ -239,7 +247,8 @@ async def _open_pair(kind: str, make_database: Callable[..., str],
         "one": {"shards": {"0": urls["one"]}, "vschema": SINGLE},
         "lk": {"shards": {"0": urls["lk"]}, "vschema": LOOKUP},
     }})
-    gate = Gate.open(topo)
+    procs = await serve_with_processes(topo, processes) if processes is not None else None
+    gate = procs.gate if procs is not None else Gate.open(topo)
     try:
         p = Pair(gate, gate.session("sh", identity=TRUSTED),
                  gate.session("one", identity=TRUSTED), kind)
@@ -251,7 +260,7 @@ async def _open_pair(kind: str, make_database: Callable[..., str],
             await _fill(gate, s)
         yield p
     finally:
-        await gate.close()
+        await (procs.close() if procs is not None else gate.close())
 
 
 # ------------------------------------------------------------------ item 8 --

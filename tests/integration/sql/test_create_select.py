@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime
 import decimal
 from collections.abc import Callable
+from contextlib import AsyncExitStack
 
 import pytest
 
@@ -13,6 +14,8 @@ from shardgate.auth.identity import TRUSTED
 from shardgate.errors import Code, ShardgateError
 from shardgate.gate import Gate
 from shardgate.topo import Topology
+
+from ..conftest import gate_for
 
 
 def topology(kind: str, make_database: Callable[..., str]) -> Topology:
@@ -34,9 +37,13 @@ async def shard_counts(g: Gate, table: str) -> list[int]:
     return counts
 
 
-async def test_create_table_as_select(backend_kind: str,
-                                      make_database: Callable[..., str]) -> None:
-    g = Gate.open(topology(backend_kind, make_database))
+async def test_create_table_as_select(backend_kind: str, tablets: str,
+                                      make_database: Callable[..., str],
+                                      request: pytest.FixtureRequest) -> None:
+    stack = AsyncExitStack()
+    g = await stack.enter_async_context(gate_for(
+        backend_kind, tablets, lambda make: topology(backend_kind, make), make_database,
+        request, shape="ctas"))
     try:
         s = g.session("main", identity=TRUSTED)
         await g.execute(s, "CREATE TABLE src (id INT PRIMARY KEY, name VARCHAR(50), "
@@ -89,7 +96,7 @@ async def test_create_table_as_select(backend_kind: str,
             await g.execute(s, "CREATE TABLE twice AS SELECT id, id FROM src")
         assert err.value.code is Code.INVALID_ARGUMENT and "twice" in err.value.message
     finally:
-        await g.close()
+        await stack.aclose()
 
 
 def test_types_from_values() -> None:

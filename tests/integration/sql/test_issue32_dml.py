@@ -26,6 +26,7 @@ from shardgate.gate import Gate
 from shardgate.keys import KeyRange
 from shardgate.topo import Topology
 
+from ..conftest import gate_for
 from ..difftest.schema import hash_ksid
 
 VSCHEMA: dict[str, Any] = {
@@ -108,21 +109,35 @@ class World:
             assert have == want, f"{table}: extra {have - want}, missing {want - have}"
 
 
+def topology(kind: str) -> Callable[[Callable[..., str]], Topology]:
+    def make(make_database: Callable[..., str]) -> Topology:
+        shards = {kr.name: make_database(kind, f"i32s{i}")
+                  for i, kr in enumerate(KeyRange(b"", b"").split(2))}
+        return Topology.from_dict({
+            "default_keyspace": "ks",
+            "keyspaces": {
+                "ks": {"shards": shards, "vschema": VSCHEMA},
+                "lk": {"shards": {"0": make_database(kind, "i32lk")},
+                       "vschema": {"sharded": False,
+                                   "tables": {"name_idx": {}, "email_idx": {}}}},
+                "main": {"shards": {"0": make_database(kind, "i32main")},
+                         "vschema": {"sharded": False, "tables": {"a": {}, "b": {}}}},
+            },
+        })
+    return make
+
+
 @pytest.fixture
-async def world(backend_kind: str, make_database: Callable[..., str]) -> AsyncIterator[World]:
-    shards = {kr.name: make_database(backend_kind, f"i32s{i}")
-              for i, kr in enumerate(KeyRange(b"", b"").split(2))}
-    topo = Topology.from_dict({
-        "default_keyspace": "ks",
-        "keyspaces": {
-            "ks": {"shards": shards, "vschema": VSCHEMA},
-            "lk": {"shards": {"0": make_database(backend_kind, "i32lk")},
-                   "vschema": {"sharded": False, "tables": {"name_idx": {}, "email_idx": {}}}},
-            "main": {"shards": {"0": make_database(backend_kind, "i32main")},
-                     "vschema": {"sharded": False, "tables": {"a": {}, "b": {}}}},
-        },
-    })
-    gate = Gate.open(topo)
+async def world(backend_kind: str, tablets: str, make_database: Callable[..., str],
+                request: pytest.FixtureRequest) -> AsyncIterator[World]:
+    async with gate_for(backend_kind, tablets, topology(backend_kind), make_database,
+                        request, shape="issue32") as gate:
+        async for w in _world(backend_kind, gate, make_database):
+            yield w
+
+
+async def _world(backend_kind: str, gate: Gate,
+                 make_database: Callable[..., str]) -> AsyncIterator[World]:
     plain = open_backend(make_database(backend_kind, "i32one"), pool_size=1)
     w = World(backend_kind, gate, plain)
     binary = "BYTEA" if backend_kind == "postgres" else "VARBINARY(8)"
@@ -149,7 +164,6 @@ async def world(backend_kind: str, make_database: Callable[..., str]) -> AsyncIt
                          f"INSERT INTO b (id, y) VALUES ({_values(b)})")
         yield w
     finally:
-        await gate.close()
         await plain.close()
 
 

@@ -19,16 +19,19 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
+from contextlib import AsyncExitStack
 from typing import Any
 
+import pytest
 from Crypto.Cipher import DES
 
 from shardgate.auth.identity import TRUSTED
 from shardgate.backends import open_backend
 from shardgate.errors import Code, ShardgateError
-from shardgate.gate import Gate
 from shardgate.keys import KeyRange
 from shardgate.topo import Topology
+
+from ..conftest import gate_for
 
 _DES = DES.new(bytes(8), DES.MODE_ECB)
 
@@ -71,17 +74,28 @@ async def rows(url: str, sql: str) -> list[tuple[Any, ...]]:
         await backend.close()
 
 
+def topology(kind: str) -> Callable[[Callable[..., str]], Topology]:
+    def make(make_database: Callable[..., str]) -> Topology:
+        shards = {kr.name: make_database(kind, f"a{i}")
+                  for i, kr in enumerate(KeyRange().split(4))}
+        return Topology.from_dict({"keyspaces": {
+            "app": {"shards": shards, "vschema": VSCHEMA},
+            "lk": {"shards": {"0": make_database(kind, "lk")}, "vschema": {"sharded": False}},
+        }, "default_keyspace": "app"})
+    return make
+
+
 async def test_random_dml_keeps_lookups_consistent(
-    backend_kind: str, make_database: Callable[..., str]
+    backend_kind: str, tablets: str, make_database: Callable[..., str],
+    request: pytest.FixtureRequest,
 ) -> None:
-    shards = {kr.name: make_database(backend_kind, f"a{i}")
-              for i, kr in enumerate(KeyRange().split(4))}
-    lk_url = make_database(backend_kind, "lk")
-    topo = Topology.from_dict({"keyspaces": {
-        "app": {"shards": shards, "vschema": VSCHEMA},
-        "lk": {"shards": {"0": lk_url}, "vschema": {"sharded": False}},
-    }, "default_keyspace": "app"})
-    gate = Gate.open(topo)
+    stack = AsyncExitStack()
+    gate = await stack.enter_async_context(gate_for(
+        backend_kind, tablets, topology(backend_kind), make_database, request,
+        shape="lookups"))
+    keyspaces = gate.topology.keyspaces
+    shards = {shard.name: shard.url for shard in keyspaces["app"].shards}
+    lk_url = keyspaces["lk"].shards[0].url
     try:
         s = gate.session(identity=TRUSTED)
         for ddl in DDL:
@@ -130,7 +144,7 @@ async def test_random_dml_keeps_lookups_consistent(
         assert duplicates > 0  # the sequence did exercise unique-lookup conflicts
         assert len(ids) > 10
     finally:
-        await gate.close()
+        await stack.aclose()
 
 
 async def check_consistent(shards: dict[str, str], lk_url: str) -> None:

@@ -10,6 +10,7 @@ Expected rows are computed here from the rows inserted, not from the gate.
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import AsyncExitStack
 from dataclasses import replace
 from typing import Any
 
@@ -19,6 +20,8 @@ from shardgate.auth.identity import TRUSTED
 from shardgate.errors import Code, ShardgateError
 from shardgate.gate import Gate
 from shardgate.topo import Topology
+
+from ..conftest import gate_for
 
 SHARDED: dict[str, Any] = {
     "sharded": True,
@@ -31,14 +34,23 @@ B = [(1, 10, "x1"), (2, 10, "x2"), (3, 20, "y"), (4, 40, "z")]
 C = [(7, 10, "seven"), (8, 30, "eight")]
 
 
-def _gate(kind: str, make_database: Callable[..., str]) -> Gate:
-    topo = Topology.from_dict({"default_keyspace": "sk", "keyspaces": {
+def _topology(kind: str) -> Callable[[Callable[..., str]], Topology]:
+    return lambda make_database: Topology.from_dict({"default_keyspace": "sk", "keyspaces": {
         "sk": {"shards": {"-80": make_database(kind, "st0"), "80-": make_database(kind, "st1")},
                "vschema": SHARDED},
         "uk": {"shards": {"0": make_database(kind, "stu")},
                "vschema": {"sharded": False, "tables": {"c": {}}}},
     }})
-    return Gate.open(topo)
+
+
+async def _gate(kind: str, make_database: Callable[..., str], stack: AsyncExitStack,
+                tablets: str = "in-process", request: pytest.FixtureRequest | None = None,
+                ) -> Gate:
+    """A gate over two sharded and one unsharded database of ``kind``, closed with
+    ``stack``: in this process or reaching tablet processes (see ``gate_for``)."""
+    return await stack.enter_async_context(gate_for(
+        kind, tablets, _topology(kind), make_database, request,  # type: ignore[arg-type]
+        shape="tracking"))
 
 
 async def _setup(gate: Gate) -> None:
@@ -54,9 +66,11 @@ async def _setup(gate: Gate) -> None:
 
 
 async def test_columns_qualified_and_stars_expanded_from_the_shards(
-    backend_kind: str, make_database: Callable[..., str]
+    backend_kind: str, tablets: str, make_database: Callable[..., str],
+    request: pytest.FixtureRequest,
 ) -> None:
-    gate = _gate(backend_kind, make_database)
+    stack = AsyncExitStack()
+    gate = await _gate(backend_kind, make_database, stack, tablets, request)
     try:
         await _setup(gate)
         s = gate.session("sk", identity=TRUSTED)
@@ -104,13 +118,14 @@ async def test_columns_qualified_and_stars_expanded_from_the_shards(
         await gate.load_schema()
         assert gate.explain(sql)["Instructions"]["OperatorType"] == "Projection"
     finally:
-        await gate.close()
+        await stack.aclose()
 
 
 async def test_a_shard_that_cannot_answer_refuses_with_a_code(
     make_database: Callable[..., str]
 ) -> None:
-    gate = _gate("sqlite", make_database)
+    stack = AsyncExitStack()
+    gate = await _gate("sqlite", make_database, stack)
     try:
         await _setup(gate)
         s = gate.session("sk", identity=TRUSTED)
@@ -125,4 +140,4 @@ async def test_a_shard_that_cannot_answer_refuses_with_a_code(
         res = await gate.execute(s, "SELECT c.note FROM uk.c WHERE c.cid = 7")
         assert [tuple(r) for r in res.rows] == [("seven",)]
     finally:
-        await gate.close()
+        await stack.aclose()

@@ -20,6 +20,8 @@ from shardgate.gate import Gate
 from shardgate.keys import KeyRange
 from shardgate.topo import Topology
 
+from ..conftest import gate_for
+
 APP_VSCHEMA = {
     "sharded": True,
     "vindexes": {
@@ -45,32 +47,37 @@ async def direct(url: str, sql: str) -> list[tuple[Any, ...]]:
         await backend.close()
 
 
+def topology(kind: str) -> Callable[[Callable[..., str]], Topology]:
+    def make(make_database: Callable[..., str]) -> Topology:
+        shards = {kr.name: make_database(kind, f"a{i}")
+                  for i, kr in enumerate(KeyRange().split(4))}
+        return Topology.from_dict({
+            "default_keyspace": "app",
+            "keyspaces": {
+                "app": {"shards": shards, "vschema": APP_VSCHEMA},
+                "lk": {"shards": {"0": make_database(kind, "lk")},
+                       "vschema": {"sharded": False, "requireExplicitRouting": True}},
+            },
+            "routing_rules": {"rules": [
+                {"from_table": "app.old_users", "to_tables": ["app.users"]},
+                {"from_table": "app.gone", "to_tables": []}]},
+        })
+    return make
+
+
 @pytest.fixture
 async def gate_topo(
-    backend_kind: str, make_database: Callable[..., str]
+    backend_kind: str, tablets: str, make_database: Callable[..., str],
+    request: pytest.FixtureRequest,
 ) -> AsyncIterator[tuple[Gate, Topology]]:
-    shards = {kr.name: make_database(backend_kind, f"a{i}")
-              for i, kr in enumerate(KeyRange().split(4))}
-    topo = Topology.from_dict({
-        "default_keyspace": "app",
-        "keyspaces": {
-            "app": {"shards": shards, "vschema": APP_VSCHEMA},
-            "lk": {"shards": {"0": make_database(backend_kind, "lk")},
-                   "vschema": {"sharded": False, "requireExplicitRouting": True}},
-        },
-        "routing_rules": {"rules": [{"from_table": "app.old_users", "to_tables": ["app.users"]},
-                                    {"from_table": "app.gone", "to_tables": []}]},
-    })
-    gate = Gate.open(topo)
-    try:
+    async with gate_for(backend_kind, tablets, topology(backend_kind), make_database,
+                        request, shape="features") as gate:
         s = gate.session(identity=TRUSTED)
         await gate.execute(s, "CREATE TABLE users (id BIGINT PRIMARY KEY, email VARCHAR(64))")
         await gate.execute(s, "CREATE TABLE settings (k VARCHAR(32) PRIMARY KEY, v VARCHAR(32))")
         await gate.execute(gate.session("lk", identity=TRUSTED),
                            "CREATE TABLE email_idx (email VARCHAR(64) PRIMARY KEY, uid BIGINT)")
-        yield gate, topo
-    finally:
-        await gate.close()
+        yield gate, gate.topology
 
 
 async def test_pinned_rows_live_on_the_shard_of_the_pin(

@@ -21,6 +21,8 @@ from shardgate.gate import Gate
 from shardgate.keys import KeyRange
 from shardgate.topo import Topology
 
+from ..conftest import gate_for
+
 VSCHEMA: dict[str, Any] = {
     "sharded": True,
     "vindexes": {
@@ -51,30 +53,35 @@ DDL = [
 ]
 
 
+def topology(kind: str) -> Callable[[Callable[..., str]], Topology]:
+    def make(make_database: Callable[..., str]) -> Topology:
+        shards = {kr.name: make_database(kind, f"w{i}")
+                  for i, kr in enumerate(KeyRange(b"", b"").split(4))}
+        return Topology.from_dict({
+            "default_keyspace": "ks",
+            "keyspaces": {
+                "ks": {"shards": shards, "vschema": VSCHEMA},
+                "lk": {"shards": {"0": make_database(kind, "wl")},
+                       "vschema": {"sharded": False,
+                                   "tables": {"tag_idx": {}, "email_idx": {}}}},
+            },
+        })
+    return make
+
+
 @pytest.fixture
-async def gate(backend_kind: str, make_database: Callable[..., str]) -> AsyncIterator[Gate]:
-    shards = {kr.name: make_database(backend_kind, f"w{i}")
-              for i, kr in enumerate(KeyRange(b"", b"").split(4))}
-    topo = Topology.from_dict({
-        "default_keyspace": "ks",
-        "keyspaces": {
-            "ks": {"shards": shards, "vschema": VSCHEMA},
-            "lk": {"shards": {"0": make_database(backend_kind, "wl")},
-                   "vschema": {"sharded": False, "tables": {"tag_idx": {}, "email_idx": {}}}},
-        },
-    })
-    g = Gate.open(topo)
-    s = g.session(identity=TRUSTED)
-    for ddl in DDL:
-        await g.execute(s, ddl)
-    # no unique key on the lookup tables: the gate alone must keep them exact
-    for ddl in ("CREATE TABLE tag_idx (tag BIGINT, keyspace_id VARBINARY(16))",
-                "CREATE TABLE email_idx (email VARCHAR(32), keyspace_id VARBINARY(16))"):
-        await g.execute(g.session("lk", identity=TRUSTED), ddl)
-    try:
+async def gate(backend_kind: str, tablets: str, make_database: Callable[..., str],
+               request: pytest.FixtureRequest) -> AsyncIterator[Gate]:
+    async with gate_for(backend_kind, tablets, topology(backend_kind), make_database,
+                        request, shape="writes") as g:
+        s = g.session(identity=TRUSTED)
+        for ddl in DDL:
+            await g.execute(s, ddl)
+        # no unique key on the lookup tables: the gate alone must keep them exact
+        for ddl in ("CREATE TABLE tag_idx (tag BIGINT, keyspace_id VARBINARY(16))",
+                    "CREATE TABLE email_idx (email VARCHAR(32), keyspace_id VARBINARY(16))"):
+            await g.execute(g.session("lk", identity=TRUSTED), ddl)
         yield g
-    finally:
-        await g.close()
 
 
 async def rows(gate: Gate, sql: str, bv: dict[str, Any] | None = None) -> list[tuple[Any, ...]]:
