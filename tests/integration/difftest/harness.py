@@ -21,6 +21,7 @@ import re
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from shardgate.auth.identity import TRUSTED
@@ -30,6 +31,7 @@ from shardgate.gate import Gate
 from shardgate.keys import KeyRange
 from shardgate.topo import Topology
 
+from ..tablet_procs import TabletProcesses, serve_with_processes
 from .compare import difference
 from .dml import Write
 from .queries import Query
@@ -119,7 +121,10 @@ class Harness:
                    "vschema": VSCHEMA},
             "lk": {"shards": {"0": self.lookup_url}, "vschema": {"sharded": False}},
         }})
+        self.topology = topo
         self.gate = Gate.open(topo)
+        #: the tablet processes the gate reaches (see :meth:`use_processes`)
+        self.processes: TabletProcesses | None = None
         self.session = self.gate.session("sk", identity=TRUSTED)
         self.shards: list[Backend] = [open_backend(u, pool_size=1) for u in self.shard_urls]
         self.lookup: Backend = open_backend(self.lookup_url, pool_size=1)
@@ -139,8 +144,16 @@ class Harness:
         without parameters, so a literal ``%`` is doubled there."""
         return sql if self.kind == "sqlite" else sql.replace("%", "%%")
 
-    async def close(self) -> None:
+    async def use_processes(self, directory: Path) -> None:
+        """Reach the shards through tablet processes (their topo store and logs in
+        ``directory``) instead of this process's tablets."""
         await self.gate.close()
+        self.processes = await serve_with_processes(self.topology, directory)
+        self.gate = self.processes.gate
+        self.session = self.gate.session("sk", identity=TRUSTED)
+
+    async def close(self) -> None:
+        await (self.processes.close() if self.processes is not None else self.gate.close())
         for b in (*self.shards, self.lookup, self.plain):
             await b.close()
 

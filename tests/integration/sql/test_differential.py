@@ -52,6 +52,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -66,6 +67,7 @@ from shardgate.topo import Topology
 
 from ...conftest import in_ci
 from ..difftest.schema import literal
+from ..tablet_procs import TabletProcesses, serve_with_processes
 
 # ------------------------------------------------------------------ schema --
 
@@ -734,6 +736,8 @@ class Harness:
     gate: Gate
     runner: asyncio.Runner
     sessions: dict[str, Any] = field(default_factory=dict)
+    #: the tablet processes the gate reaches (None: the gate's own in-process tablets)
+    processes: TabletProcesses | None = None
     #: table -> the rows both keyspaces hold now (shrinking reloads only what changed)
     loaded: dict[str, tuple[tuple[Any, ...], ...]] = field(default_factory=dict)
 
@@ -771,7 +775,10 @@ class Harness:
         compare(query, sql, (got.fields, want.fields), (got.rows, want.rows))
 
 
-def open_harness(kind: str, make_database: Callable[..., str]) -> Harness:
+def open_harness(kind: str, make_database: Callable[..., str],
+                 processes: Path | None = None) -> Harness:
+    """The gate over both keyspaces with their tables: in this process, or reaching
+    tablet processes (their topo store and logs in ``processes``)."""
     shards = {
         kr.name: make_database(kind, f"diff{i}")
         for i, kr in enumerate(KeyRange(b"", b"").split(SHARDS))
@@ -783,9 +790,10 @@ def open_harness(kind: str, make_database: Callable[..., str]) -> Harness:
     runner = asyncio.Runner()
 
     async def setup() -> Harness:
-        gate = Gate.open(topo)
+        procs = await serve_with_processes(topo, processes) if processes is not None else None
+        gate = procs.gate if procs is not None else Gate.open(topo)
         h = Harness(gate, runner, {ks: gate.session(ks, identity=TRUSTED)
-                                   for ks in ("sharded", "single")})
+                                   for ks in ("sharded", "single")}, procs)
         for ks in ("sharded", "single"):
             for ddl in DDL:
                 await gate.execute(h.sessions[ks], ddl)
@@ -825,9 +833,11 @@ def run_category(h: Harness, category: str) -> None:
 
 
 def test_sharded_answers_like_one_database(
-    backend_kind: str, make_database: Callable[..., str]
+    backend_kind: str, make_database: Callable[..., str], tmp_path: Path
 ) -> None:
-    h = open_harness(backend_kind, make_database)
+    # PostgreSQL through tablet processes (issue 35: the suite against processes)
+    h = open_harness(backend_kind, make_database,
+                     tmp_path / "tablets" if backend_kind == "postgres" else None)
     failures: list[str] = []
     try:
         for category in CATEGORIES:
@@ -842,7 +852,7 @@ def test_sharded_answers_like_one_database(
                     failures.append(f"[{category}] passes now: remove it from NOT_YET")
     finally:
         try:
-            h.runner.run(h.gate.close())
+            h.runner.run(h.processes.close() if h.processes is not None else h.gate.close())
         finally:
             h.runner.close()
     if failures:

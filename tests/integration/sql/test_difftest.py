@@ -67,9 +67,12 @@ async def shared_harness(
     """The gate, the six databases and their tables of ``backend_kind``, made once for
     the module: every test loads its own rows first (:meth:`Harness.load` replaces
     all rows of every database)."""
-    with module_databases(tmp_path_factory.mktemp("difftest"), __name__) as make:
+    directory = tmp_path_factory.mktemp("difftest")
+    with module_databases(directory, __name__) as make:
         h = Harness(backend_kind, make)
         try:
+            if backend_kind == "postgres":  # issue 35: the suite against tablet processes
+                await h.use_processes(directory / "tablets")
             await h.create()
             yield h
         finally:
