@@ -122,6 +122,7 @@ from shardgate.result import DEFAULT_MAX_RESULT_BYTES, DEFAULT_MAX_RESULT_ROWS, 
 from shardgate.tablet import Tablet
 from shardgate.tablet.lease import hurry_all
 from shardgate.tablet.registry import DEFAULT_HEARTBEAT_S, DRAINING, SERVING, TabletRegistration
+from shardgate.tablet.retire import until_retired
 from shardgate.tablet.tablet import DEFAULT_TRANSACTION_CAP
 from shardgate.topo import write_cluster_file
 from shardgate.topo.embedded import (
@@ -707,6 +708,18 @@ async def _until_signal(parent: int | None = None) -> None:
             loop.remove_signal_handler(sig)
 
 
+async def _first(*aws: Coroutine[Any, Any, Any]) -> Any:
+    """The result of whichever of ``aws`` ends first; the others are cancelled."""
+    tasks = [asyncio.ensure_future(a) for a in aws]
+    try:
+        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        return next(iter(done)).result()
+    finally:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
 async def _tablet(args: argparse.Namespace) -> int:
     """One shard's tablet: serve, register in the topo store, drain on SIGTERM."""
     if not args.cluster and not args.topo:
@@ -716,7 +729,7 @@ async def _tablet(args: argparse.Namespace) -> int:
     topo_server = await open_topo(args.cluster, url=args.topo)
     try:
         topo = await topo_server.load_topology()
-        shard = topo.keyspace(args.keyspace).shard(args.shard)
+        shard = topo.keyspace(args.keyspace).any_shard(args.shard)  # pending: a target
         tablet = Tablet.open(
             args.keyspace, args.shard, shard.url, pool_timeout_s=args.pool_timeout,
             result_limits=ResultLimits(args.max_result_rows, args.max_result_bytes),
@@ -724,7 +737,7 @@ async def _tablet(args: argparse.Namespace) -> int:
             transaction_cap=args.transaction_cap,
             transaction_cap_per_user=args.transaction_cap_per_user)
         try:
-            await _serve_tablet(args, topo_server, tablet, security)
+            await _serve_tablet(args, topo_server, tablet, security, shard.url)
             return 0
         finally:
             await tablet.close()
@@ -732,9 +745,8 @@ async def _tablet(args: argparse.Namespace) -> int:
         await topo_server.close()
 
 
-async def _serve_tablet(
-    args: argparse.Namespace, topo_server: TopoServer, tablet: Tablet, security: ServerSecurity
-) -> None:
+async def _serve_tablet(args: argparse.Namespace, topo_server: TopoServer, tablet: Tablet,
+                        security: ServerSecurity, url: str) -> None:
     class _G:  # queue_options_of needs only .vschema
         pass
 
@@ -763,8 +775,10 @@ async def _serve_tablet(
         await registration.start()
         print(f"shardgate tablet {args.keyspace}/{args.shard} ({alias}) listening on "
               f"grpc://{args.host}:{port}", flush=True)
-        await _until_signal()
-        print("draining", flush=True)
+        # until SIGTERM, or until the topology no longer names this shard at this URL
+        why = await _first(_until_signal(), until_retired(
+            topo_server, args.keyspace, args.shard, url))
+        print(f"retiring: {why}" if why else "draining", flush=True)
         await servicer.drain(args.drain_timeout)
     finally:
         loop.remove_signal_handler(signal.SIGUSR1)

@@ -15,7 +15,7 @@ import re
 import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -158,8 +158,12 @@ async def _wait(cond: Callable[[], bool], what: str, timeout: float = 10.0) -> N
 
 
 async def _reshard(topo: str, writers: Writers, gate: Gate, sources: list[str],
-                   targets: dict[str, str]) -> dict[str, Any]:
-    """One whole workflow with the writers running; returns the cut-over's figures."""
+                   targets: dict[str, str],
+                   serve_targets: Callable[[], Awaitable[None]] | None = None,
+                   ) -> dict[str, Any]:
+    """One whole workflow with the writers running; returns the cut-over's figures.
+    ``serve_targets`` runs once the targets are in the topo store (pending): what an
+    operator of tablet processes does then, start the targets' tablets."""
     server = TopoServer(open_topo_store(topo))
     spec = ReshardSpec(keyspace="app", sources=tuple(sources), targets=tuple(targets),
                        target_urls=tuple(sorted(targets.items())), workflow="wf")
@@ -167,6 +171,8 @@ async def _reshard(topo: str, writers: Writers, gate: Gate, sources: list[str],
     try:
         await flow.create()
         assert flow.state == "running"
+        if serve_targets is not None:
+            await serve_targets()
         status = await flow.status()
         assert status["rows_copied"] >= ROWS // 2 and status["estimate"] > 0
         assert all(s["state"] == "running" for s in status["streams"].values())
