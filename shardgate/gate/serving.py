@@ -26,6 +26,7 @@ from shardgate.gate.catalog import Catalog
 from shardgate.gate.limits import GateLimits
 from shardgate.gate.plan_cache import PlanCache
 from shardgate.gate.sequences import Sequences
+from shardgate.queues import router as queue_router
 from shardgate.sql.statements import GateStatement
 from shardgate.tablet import LocalTabletClient, Tablet, TabletClient
 from shardgate.topo.model import Topology
@@ -131,6 +132,9 @@ class TopologyFollower:
         gate.plans.clear()
         gate.schema.forget()
         self._retain_sequences()
+        # queues another gate created: without their options an in-process tablet
+        # neither runs their manager nor signals the leader of its inserts
+        queue_router.configure_local(gate)
         return True
 
     async def change_vschema(

@@ -208,7 +208,21 @@ class CreateQueuePrimitive(Primitive):
                 "Table": self.statement.name}
 
 
-def queue_options_of(gate: QueueGate, keyspace: str) -> dict[str, QueueOptions]:
+class HasVSchema(Protocol):
+    """A gate as :func:`queue_options_of` reads it."""
+
+    @property
+    def vschema(self) -> VSchema: ...
+
+
+class LocalTablets(HasVSchema, Protocol):
+    """A gate as :func:`configure_local` reads it."""
+
+    @property
+    def tablets(self) -> Mapping[tuple[str, str], object]: ...
+
+
+def queue_options_of(gate: HasVSchema, keyspace: str) -> dict[str, QueueOptions]:
     """The queues of ``keyspace`` per the VSchema (both storage modes), with their options."""
     ks = gate.vschema.keyspace(keyspace)
     return {
@@ -218,8 +232,9 @@ def queue_options_of(gate: QueueGate, keyspace: str) -> dict[str, QueueOptions]:
     }
 
 
-def configure_local(gate: QueueGate) -> None:
-    """Tell in-process tablets which of their tables are queues (from the VSchema)."""
+def configure_local(gate: LocalTablets) -> None:
+    """Tell in-process tablets which of their tables are queues (from the VSchema): when
+    the gate opens, and whenever it serves a newer topology (another gate's CREATE QUEUE)."""
     for (ks, _shard), client in gate.tablets.items():
         tablet = getattr(client, "tablet", None)
         queues = getattr(tablet, "queues", None)

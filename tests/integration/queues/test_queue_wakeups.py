@@ -162,3 +162,37 @@ async def test_events_through_another_gate_fire_at_once(cluster: Cluster) -> Non
     finally:
         await other.close()
         await rx.close()
+
+
+async def test_a_gate_that_followed_create_queue_signals_its_inserts(
+    backend_kind: str, make_database: Callable[..., str]
+) -> None:
+    """A gate open before another gate's CREATE QUEUE learns the queue from the topo
+    store: its tablets (not the leaders) signal the leader of the events they insert.
+    (They did not: the gate served the new VSchema, but its tablets kept no options
+    for the queue, so their inserts waited for the leader's 120 s window.)"""
+    c = await open_cluster(backend_kind, make_database)
+    other = Gate.open(c.topology, topo=c.gate.topo)  # before the queue exists
+    other.watch(interval=0.05)
+    rx: Arrivals | None = None
+    try:
+        await c.gate.execute(c.gate.session("commerce", identity=TRUSTED), QUEUE)
+        deadline = time.monotonic() + 10
+        while "jobs" not in other.topology.keyspace("commerce").vschema["tables"]:
+            assert time.monotonic() < deadline, "the other gate did not follow CREATE QUEUE"
+            await asyncio.sleep(0.02)
+        rx = Arrivals(c.gate)
+        await rx.leading()
+        await other.execute(other.session("commerce", identity=TRUSTED),
+                            "INSERT INTO jobs (customer_id, body) VALUES (7, 'hello')")
+        committed = time.time_ns()
+        await rx.wait_for(1, 30)
+        latency_ms = (rx.batches[0][0] - committed) / 1e6
+        print(f"\n[{c.kind}] an event inserted through a gate that followed CREATE QUEUE "
+              f"arrived {latency_ms:.1f} ms after its commit")
+        assert latency_ms < FIRST_EVENT_MS
+    finally:
+        if rx is not None:
+            await rx.close()
+        await other.close()
+        await c.gate.close()
