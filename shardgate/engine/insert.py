@@ -258,10 +258,7 @@ class Insert(Primitive):
         smap = vc.shard_map(self.keyspace)
 
         async def insert_row(i: int) -> int:
-            shard = smap.find(ksids[i])
-            query = InsertQuery(self, columns, {shard: [rows[i]]})
-            done = await vc.execute_shards(self.keyspace, [shard], query, bind_vars, write=True)
-            return done[0].rows_affected
+            return await self._insert_one(vc, columns, smap.find(ksids[i]), rows[i], bind_vars)
 
         return await insert_ignoring(vc.lookup_cursor(), lookups, values, ksids, insert_row)
 
@@ -278,11 +275,16 @@ class Insert(Primitive):
         plain = dataclasses.replace(self, on_duplicate=())
 
         async def insert_row(shard: str, row: list[Value]) -> int:
-            query = InsertQuery(plain, columns, {shard: [row]})
-            done = await vc.execute_shards(self.keyspace, [shard], query, bind_vars, write=True)
-            return done[0].rows_affected
+            return await plain._insert_one(vc, columns, shard, row, bind_vars)
 
         return await upsert_rows(vc, self, columns, rows, ksids, bind_vars, insert_row)
+
+    async def _insert_one(self, vc: ExecCursor, columns: list[str], shard: str,
+                          row: list[Value], bind_vars: Mapping[str, Any]) -> int:
+        """``row`` into ``shard`` as this plan's INSERT; the rows it affected."""
+        query = InsertQuery(self, columns, {shard: [row]})
+        done = await vc.execute_shards(self.keyspace, [shard], query, bind_vars, write=True)
+        return done[0].rows_affected
 
     async def _create_lookup(
         self,

@@ -17,7 +17,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -31,6 +31,19 @@ from shardgate.sql.labels import label, with_values
 
 JOIN_BATCH = 500
 
+
+
+def refuse_null_in_subquery(vc: ExecCursor, keyspaces: Sequence[str]) -> None:
+    """Refuse an ``x IN (SELECT ...)`` whose value matters (under NOT, OR, in the select
+    list) and whose subquery returned NULL, where a keyspace's database answers FALSE
+    for values outside the subquery column's range (MariaDB): the gate cannot know it."""
+    if any(dialect_of(vc, k).in_subquery_range_false for k in keyspaces):
+        raise Unsupported(
+            "x IN (SELECT ...) under NOT, OR or in the select list cannot be answered "
+            "across MariaDB shards when the subquery returns NULL: MariaDB answers FALSE, "
+            "not NULL, for values outside the range of the subquery column's type, which "
+            "the gate cannot know; exclude the NULLs (WHERE col IS NOT NULL)"
+        )
 
 @dataclass(frozen=True)
 class NestedLoopJoin(Primitive):
@@ -121,14 +134,8 @@ class PulloutSubquery(Primitive):
             raise InvalidArgument("a subquery used with IN must select exactly one column")
         keep_null = self.has_values is not None
         values = list(dict.fromkeys(r[0] for r in res.rows if keep_null or r[0] is not None))
-        if keep_null and None in values and any(
-                dialect_of(vc, k).in_subquery_range_false for k in self.keyspaces):
-            raise Unsupported(
-                "x IN (SELECT ...) under NOT, OR or in the select list cannot be answered "
-                "across MariaDB shards when the subquery returns NULL: MariaDB answers FALSE, "
-                "not NULL, for values outside the range of the subquery column's type, which "
-                "the gate cannot know; exclude the NULLs (WHERE col IS NOT NULL)"
-            )
+        if keep_null and None in values:
+            refuse_null_in_subquery(vc, self.keyspaces)
         bound = {**bind_vars, self.var: values or [None]}
         if self.has_values is not None:
             bound[self.has_values] = 1 if values else 0

@@ -30,10 +30,10 @@ from enum import Enum
 from typing import Any
 
 from shardgate.engine.cursor import ExecCursor
-from shardgate.engine.join import JOIN_BATCH
-from shardgate.engine.primitive import Primitive, dialect_of, semantics_of
+from shardgate.engine.join import JOIN_BATCH, refuse_null_in_subquery
+from shardgate.engine.primitive import Primitive, semantics_of
 from shardgate.engine.pullout import single_value
-from shardgate.errors import InvalidArgument, Unsupported
+from shardgate.errors import InvalidArgument
 from shardgate.evalengine.evaluate import Evaluator
 from shardgate.evalengine.sqlsem import Semantics
 from shardgate.result import Result, Row
@@ -145,14 +145,8 @@ class CorrelatedSubquery(Primitive):
                 return sem.boolean(True)
             if eq is None:
                 found = None
-        if found is None and needle is not None and self.value_matters and any(
-                dialect_of(vc, k).in_subquery_range_false for k in self.keyspaces):
-            raise Unsupported(
-                "x IN (SELECT ...) under NOT, OR or in the select list cannot be answered "
-                "across MariaDB shards when the subquery returns NULL: MariaDB answers FALSE, "
-                "not NULL, for values outside the range of the subquery column's type, which "
-                "the gate cannot know; exclude the NULLs (WHERE col IS NOT NULL)"
-            )
+        if found is None and needle is not None and self.value_matters:
+            refuse_null_in_subquery(vc, self.keyspaces)
         return sem.boolean(found)
 
     def describe(self) -> dict[str, Any]:
