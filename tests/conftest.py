@@ -307,6 +307,29 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
+def create_database(kind: str, hint: str, sqlite_dir: Path) -> tuple[str, str | None]:
+    """A new empty database of ``kind``: its URL, and its name on the server (None for a
+    SQLite file in ``sqlite_dir``: nothing to drop). The caller drops it (``_dropper``)."""
+    if kind not in DATABASE_KINDS:
+        raise ValueError(f"unknown database kind {kind!r}; expected one of {DATABASE_KINDS}")
+    name = _database_name(hint)
+    if kind == "sqlite":
+        return f"sqlite:///{sqlite_dir / name}.db", None
+    require_server(kind)
+    if kind == "postgres":
+        with _postgres_admin() as conn:
+            conn.execute(f'CREATE DATABASE "{name}"')
+        return _with_database(POSTGRES_ADMIN_URL, name), name
+    conn = _mysql_admin()
+    try:
+        with conn.cursor() as cur:
+            cur.execute(
+                f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_general_ci")
+    finally:
+        conn.close()
+    return _with_database(MYSQL_ADMIN_URL, name), name
+
+
 @pytest.fixture
 def make_database(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[MakeDatabase]:
     """Factory: ``make_database(kind, name_hint="")`` -> URL of a new empty database.
@@ -316,27 +339,10 @@ def make_database(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Ma
     created: list[tuple[str, str]] = []
 
     def make(kind: str, name_hint: str = "") -> str:
-        if kind not in DATABASE_KINDS:
-            raise ValueError(f"unknown database kind {kind!r}; expected one of {DATABASE_KINDS}")
-        name = _database_name(name_hint)
-        if kind == "sqlite":
-            return f"sqlite:///{tmp_path / 'db' / name}.db"
-        require_server(kind)
-        if kind == "postgres":
-            with _postgres_admin() as conn:
-                conn.execute(f'CREATE DATABASE "{name}"')
+        url, name = create_database(kind, name_hint, tmp_path / "db")
+        if name is not None:
             created.append((kind, name))
-            return _with_database(POSTGRES_ADMIN_URL, name)
-        conn = _mysql_admin()
-        try:
-            with conn.cursor() as cur:
-                cur.execute(
-                    f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_general_ci"
-                )
-        finally:
-            conn.close()
-        created.append((kind, name))
-        return _with_database(MYSQL_ADMIN_URL, name)
+        return url
 
     yield make
 

@@ -148,26 +148,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def module_databases() -> Iterator[Callable[..., str]]:
     """``make_database`` for module-scoped fixtures (PostgreSQL only): the databases
     are dropped when the block ends."""
-    from tests.conftest import (
-        POSTGRES_ADMIN_URL,
-        _database_name,
-        _drop_postgres_slots,
-        _dropper,
-        _postgres_admin,
-        _with_database,
-        require_server,
-    )
+    from tests.conftest import _drop_postgres_slots, _dropper, create_database
 
     made: list[str] = []
 
     def make(kind: str, hint: str = "") -> str:
         assert kind == "postgres", "tablet processes are tested on PostgreSQL shards"
-        require_server(kind)
-        name = _database_name(hint)
-        with _postgres_admin() as conn:
-            conn.execute(f'CREATE DATABASE "{name}"')
+        url, name = create_database(kind, hint, Path())
+        assert name is not None
         made.append(name)
-        return _with_database(POSTGRES_ADMIN_URL, name)
+        return url
 
     try:
         yield make

@@ -16,18 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import (
-    DATABASE_KINDS,
-    MYSQL_ADMIN_URL,
-    POSTGRES_ADMIN_URL,
-    _database_name,
-    _drop_postgres_slots,
-    _dropper,
-    _mysql_admin,
-    _postgres_admin,
-    _with_database,
-    require_server,
-)
+from tests.conftest import _drop_postgres_slots, _dropper, create_database, require_server
 
 #: the ``backend_kind`` parameters, for a module-scoped override of that fixture
 KINDS = [
@@ -54,26 +43,10 @@ def module_databases(directory: Path, owner: str) -> Iterator[Callable[..., str]
     made: list[tuple[str, str]] = []
 
     def make(kind: str, hint: str = "") -> str:
-        if kind not in DATABASE_KINDS:
-            raise ValueError(f"unknown database kind {kind!r}; expected one of {DATABASE_KINDS}")
-        name = _database_name(hint)
-        if kind == "sqlite":
-            return f"sqlite:///{directory / name}.db"
-        require_server(kind)
-        if kind == "postgres":
-            with _postgres_admin() as conn:
-                conn.execute(f'CREATE DATABASE "{name}"')
+        url, name = create_database(kind, hint, directory)
+        if name is not None:
             made.append((kind, name))
-            return _with_database(POSTGRES_ADMIN_URL, name)
-        conn = _mysql_admin()
-        try:
-            with conn.cursor() as cur:
-                cur.execute(
-                    f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_general_ci")
-        finally:
-            conn.close()
-        made.append((kind, name))
-        return _with_database(MYSQL_ADMIN_URL, name)
+        return url
 
     try:
         yield make
