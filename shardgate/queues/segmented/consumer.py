@@ -184,8 +184,21 @@ class ShardConsumer:
             self._task = asyncio.get_running_loop().create_task(self._main())
 
     async def wait_ready(self, timeout: float = 10.0) -> None:
-        """Wait until this consumer holds the lease and has recovered its state."""
-        await wait_for(self._ready.wait(), timeout)
+        """Wait until this consumer holds the lease and has recovered its state.
+
+        Raises :class:`~shardgate.errors.Unavailable` after ``timeout`` seconds: another
+        process (a tablet serving the keyspace, another worker) holds the queue's lock,
+        or the shard's database does not answer (:attr:`last_error`).
+        """
+        try:
+            await wait_for(self._ready.wait(), timeout)
+        except TimeoutError:
+            cause = (f"last error: {self.last_error}" if self.last_error is not None else
+                     "another process holds the queue's lock (a tablet serving the "
+                     "keyspace consumes it: receive through the gate instead)")
+            raise Unavailable(f"segmented queue {self.store.names.queue} on "
+                              f"{self.keyspace}/{self.shard}: consumer not ready within "
+                              f"{timeout:g} s; {cause}") from None
 
     async def close(self) -> None:
         """Stop; write the status rows already asked for; release the lease."""

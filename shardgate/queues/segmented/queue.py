@@ -195,13 +195,18 @@ class SegmentedQueue:
 
     async def open(self, *, consume: bool = True, wait: float | None = 10.0) -> SegmentedQueue:
         """:meth:`ensure`, then start this process's consumers (they take each shard's
-        lease; with ``wait``, wait that long for them to be ready)."""
+        lease; with ``wait``, wait that long for them to be ready, else stop them and raise
+        ``UNAVAILABLE``: a tablet serving the keyspace holds the queue's lock)."""
         await self.ensure()
         if consume:
             for c in self.consumers.values():
                 c.start()
             if wait:
-                await asyncio.gather(*(c.wait_ready(wait) for c in self.consumers.values()))
+                try:
+                    await asyncio.gather(*(c.wait_ready(wait) for c in self.consumers.values()))
+                except BaseException:
+                    await self.close()
+                    raise
         return self
 
     async def close(self) -> None:

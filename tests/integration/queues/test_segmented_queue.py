@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from shardgate.backends import Backend, open_backend
-from shardgate.errors import NotFound
+from shardgate.errors import Code, NotFound, Unavailable
 from shardgate.queues.options import QueueOptions
 from shardgate.queues.segmented.ddl import DATASET_STEP
 from shardgate.queues.segmented.queue import SegmentedJob, SegmentedQueue
@@ -249,6 +249,31 @@ async def test_second_consumer_waits_for_the_lease(make_database: Callable[..., 
         jobs = await asyncio.wait_for(q2.take(), 5)
         assert [j.key for j in jobs] == ["b"]
         await q2.ack(jobs)
+        await q2.close()
+    finally:
+        await b1.close()
+        await b2.close()
+
+
+async def test_open_while_another_consumes_is_refused_with_a_code(
+    make_database: Callable[..., str]
+) -> None:
+    """open() with ``wait`` while another process holds the queue's lock (a tablet serving
+    the keyspace, say): UNAVAILABLE naming the cause, and its consumers stopped (they do
+    not take the lock later behind the caller's back)."""
+    url = make_database("sqlite")
+    b1, b2 = open_backend(url), open_backend(url)
+    try:
+        q1 = await _queue(b1).open()
+        q2 = _queue(b2)
+        with pytest.raises(Unavailable, match="another process holds the queue's lock") as err:
+            await q2.open(wait=0.5)
+        assert err.value.code is Code.UNAVAILABLE
+        await q1.close()
+        await asyncio.sleep(1.2)  # over twice the consumers' lease_retry (0.5 s)
+        assert not q2.consumers["0"].leader
+        await q2.open()  # free now
+        assert q2.consumers["0"].leader
         await q2.close()
     finally:
         await b1.close()
