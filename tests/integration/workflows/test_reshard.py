@@ -61,7 +61,8 @@ Model = dict[int, tuple[str, int]]
 
 class Writers:
     """Writers through the gate, each on its own ids (id % WRITERS), keeping an exact
-    model of what committed; any error fails the test, but with ``retry_held`` the
+    model of what committed (a row enters it once committed: the writers update and
+    delete rows they pick from it); any error fails the test, but with ``retry_held`` the
     gate's hold timeout (``UNAVAILABLE``: writes stayed paused by a cut-over for
     ``HOLD_S``; the statement did not run) is retried, as a client would, and counted
     in ``held_out``."""
@@ -104,13 +105,13 @@ class Writers:
                 v, n = self.model[i]
                 res = await self._execute(s, "UPDATE t SET v = :v, n = :n WHERE id = :i",
                                           {"i": i, "v": v + "+", "n": n + 1})
-                assert res.rows_affected == 1
+                assert res.rows_affected == 1, f"UPDATE of committed row {i}: {res}"
                 self.model[i] = (v + "+", n + 1)
                 self.counts["update"] += 1
             else:
                 i = rnd.choice(mine)
                 res = await self._execute(s, "DELETE FROM t WHERE id = :i", {"i": i})
-                assert res.rows_affected == 1
+                assert res.rows_affected == 1, f"DELETE of committed row {i}: {res}"
                 del self.model[i]
                 self.counts["delete"] += 1
             await asyncio.sleep(0.002)
