@@ -702,6 +702,13 @@ class ShardTablets(TabletClient):
         return await self._call(lambda c: c.queue_stats(queue), may_resend=True,
                                 what="queue stats")
 
+    async def queue_nack(self, queue: str, ids: Sequence[int], reason: str,
+                         retry_at: int | None = None) -> int:
+        # Not sent twice: by then the job may run again, and a second nack would fail
+        # that later attempt.
+        return await self._call(lambda c: c.queue_nack(queue, ids, reason, retry_at),
+                                may_resend=False, what=f"nack of jobs of {queue}")
+
     async def queue_configure(self, queues: Mapping[str, QueueOptions]) -> None:
         return None  # tablet processes find queue tables by their comment marker
 

@@ -184,21 +184,8 @@ class ShardConsumer:
             self._task = asyncio.get_running_loop().create_task(self._main())
 
     async def wait_ready(self, timeout: float = 10.0) -> None:
-        """Wait until this consumer holds the lease and has recovered its state.
-
-        Raises :class:`~shardgate.errors.Unavailable` after ``timeout`` seconds: another
-        process (a tablet serving the keyspace, another worker) holds the queue's lock,
-        or the shard's database does not answer (:attr:`last_error`).
-        """
-        try:
-            await wait_for(self._ready.wait(), timeout)
-        except TimeoutError:
-            cause = (f"last error: {self.last_error}" if self.last_error is not None else
-                     "another process holds the queue's lock (a tablet serving the "
-                     "keyspace consumes it: receive through the gate instead)")
-            raise Unavailable(f"segmented queue {self.store.names.queue} on "
-                              f"{self.keyspace}/{self.shard}: consumer not ready within "
-                              f"{timeout:g} s; {cause}") from None
+        """Wait until this consumer holds the lease and has recovered its state."""
+        await _wait_ready(self, self._ready, timeout)
 
     async def close(self) -> None:
         """Stop; write the status rows already asked for; release the lease."""
@@ -650,3 +637,20 @@ def merge_prefix(datasets: Sequence[Dataset], fully_read: set[int],
 
 # Names re-exported for callers that branch on dataset states.
 __all__ = ["DROPPING", "MERGING", "READY", "SegmentedJob", "ShardConsumer"]
+
+
+async def _wait_ready(consumer: ShardConsumer, ready: asyncio.Event, timeout: float) -> None:
+    """:meth:`ShardConsumer.wait_ready`: ``UNAVAILABLE`` after ``timeout`` s, naming the
+    consumer's last database error, or else another process (a tablet serving the
+    keyspace, another worker) holding the queue's lock."""
+    try:
+        await wait_for(ready.wait(), timeout)
+        return
+    except TimeoutError:
+        pass
+    cause = (f"last error: {consumer.last_error}" if consumer.last_error is not None else
+             "another process holds the queue's lock (a tablet serving the keyspace "
+             "consumes it: receive through the gate instead)")
+    raise Unavailable(f"segmented queue {consumer.store.names.queue} on "
+                      f"{consumer.keyspace}/{consumer.shard}: consumer not ready within "
+                      f"{timeout:g} s; {cause}")

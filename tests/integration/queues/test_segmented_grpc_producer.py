@@ -1,6 +1,7 @@
 """Segmented queues over gRPC for producers: enqueue (single, batched, in a transaction) and nack.
 
-On SQLite, PostgreSQL and MariaDB shards, with a real gRPC server:
+On SQLite and MariaDB shards with in-process tablets, on PostgreSQL shards served by
+``shardgate tablet`` processes, with a real gRPC server:
 
 * a remote producer (another process, the synchronous client) enqueues jobs
   through the gate; a receiver gets every one of them;
@@ -27,7 +28,7 @@ from shardgate.errors import FailedPrecondition, Unsupported
 from shardgate.queues.events import QueueEvent
 from shardgate.tablet import LocalTabletClient
 from tests.acceptance.test_cli import cli_env
-from tests.integration.conftest import Cluster, open_cluster
+from tests.integration.conftest import Cluster, close_cluster, cluster_for, open_cluster
 
 CREATE = ("CREATE QUEUE events (user_id BIGINT NOT NULL, body TEXT) SHARD BY user_id "
           "WITH (storage = segmented, ack_wait = 5, min_backoff = 0.05, max_backoff = 0.1, "
@@ -44,14 +45,16 @@ print(json.dumps([one, *many]))
 
 
 @pytest.fixture
-async def served(backend_kind: str, make_database: Callable[..., str]
-                 ) -> AsyncIterator[tuple[Cluster, str]]:
-    c = await open_cluster(backend_kind, make_database, shards=2)
+async def served(backend_kind: str, tablets: str, make_database: Callable[..., str],
+                 request: pytest.FixtureRequest) -> AsyncIterator[tuple[Cluster, str]]:
+    """Two shards (in-process tablets polling quicker than the defaults, or tablet
+    processes on their defaults), the segmented queue, a gRPC server on the gate."""
+    c = await cluster_for(backend_kind, tablets, make_database, request, shards=2)
     try:
         for client in c.gate.tablets.values():
-            assert isinstance(client, LocalTabletClient)
-            client.tablet.queues.segmented_kwargs = {"poll_interval": 0.02,
-                                                     "compaction_interval": 0.1}
+            if isinstance(client, LocalTabletClient):
+                client.tablet.queues.segmented_kwargs = {"poll_interval": 0.02,
+                                                         "compaction_interval": 0.1}
         await c.gate.execute(c.gate.session("commerce", identity=TRUSTED), CREATE)
         server, port = await serve(c.gate, "127.0.0.1", 0)
         try:
@@ -59,7 +62,7 @@ async def served(backend_kind: str, make_database: Callable[..., str]
         finally:
             await server.stop(None)
     finally:
-        await c.gate.close()
+        await close_cluster(c)
 
 
 async def receive(client: GateClient, n: int, *, ack: bool = True) -> list[QueueEvent]:

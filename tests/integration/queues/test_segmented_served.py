@@ -1,6 +1,8 @@
 """Segmented queues served by the tablets: CREATE QUEUE, the gate's receive/ack, gRPC.
 
-On SQLite, PostgreSQL and MariaDB shards (``open_cluster``), with real gRPC servers:
+On SQLite and MariaDB shards with in-process tablets, on PostgreSQL shards served by
+``shardgate tablet`` processes (the ``tablets`` rule of ``tests/integration/conftest.py``),
+with real gRPC servers:
 
 * ``CREATE QUEUE ... WITH (storage = segmented)`` creates the segmented tables on
   every shard and the VSchema entry;
@@ -35,7 +37,7 @@ from shardgate.queues.segmented.served import SEGMENTED_FIELDS
 from shardgate.tablet import LocalTabletClient, Tablet
 from shardgate.tablet.queue_service import receive_batches
 from tests.conftest import require_server
-from tests.integration.conftest import Cluster, open_cluster
+from tests.integration.conftest import Cluster, close_cluster, cluster_for, open_cluster
 
 CREATE = ("CREATE QUEUE events (user_id BIGINT NOT NULL, body TEXT) SHARD BY user_id "
           "WITH (storage = segmented, ack_wait = {ack_wait}, min_backoff = 0.05, "
@@ -51,23 +53,48 @@ def kind(request: pytest.FixtureRequest) -> str:
     return k
 
 
-async def _cluster(kind: str, make_database: Callable[..., str], ack_wait: float) -> Cluster:
-    c = await open_cluster(kind, make_database, shards=2)
-    for client in c.gate.tablets.values():  # quicker polling and compaction for tests
-        assert isinstance(client, LocalTabletClient)
-        client.tablet.queues.segmented_kwargs = {"poll_interval": 0.02, "compaction_interval": 0.1}
-    await c.gate.execute(c.gate.session("commerce", identity=TRUSTED),
-                         CREATE.format(ack_wait=ack_wait))
+async def _cluster(kind: str, make_database: Callable[..., str], ack_wait: float,
+                   tablets: str = "in-process", request: pytest.FixtureRequest | None = None,
+                   ) -> Cluster:
+    """Two shards, served in-process or (``tablets="processes"``) by tablet processes,
+    and the segmented queue created through the gate. In-process tablets poll and
+    compact quicker than the defaults; tablet processes run the defaults."""
+    if tablets == "in-process":
+        c = await open_cluster(kind, make_database, shards=2)
+        for client in c.gate.tablets.values():  # quicker polling and compaction for tests
+            assert isinstance(client, LocalTabletClient)
+            client.tablet.queues.segmented_kwargs = {"poll_interval": 0.02,
+                                                     "compaction_interval": 0.1}
+    else:
+        assert request is not None
+        c = await cluster_for(kind, tablets, make_database, request, shards=2)
+    try:
+        await c.gate.execute(c.gate.session("commerce", identity=TRUSTED),
+                             CREATE.format(ack_wait=ack_wait))
+    except BaseException:
+        await close_cluster(c)
+        raise
     return c
 
 
 @pytest.fixture
-async def cluster(kind: str, make_database: Callable[..., str]) -> AsyncIterator[Cluster]:
+async def cluster(kind: str, tablets: str, make_database: Callable[..., str],
+                  request: pytest.FixtureRequest) -> AsyncIterator[Cluster]:
+    c = await _cluster(kind, make_database, 1.0, tablets, request)
+    try:
+        yield c
+    finally:
+        await close_cluster(c)
+
+
+@pytest.fixture
+async def local_cluster(kind: str, make_database: Callable[..., str]) -> AsyncIterator[Cluster]:
+    """In-process tablets only: for a test that opens a tablet of its own beside them."""
     c = await _cluster(kind, make_database, ack_wait=1.0)
     try:
         yield c
     finally:
-        await c.gate.close()
+        await close_cluster(c)
 
 
 Stored = dict[tuple[str, int], tuple[int, str]]
@@ -75,9 +102,13 @@ Stored = dict[tuple[str, int], tuple[int, str]]
 
 async def store(gate: Gate, jobs: list[tuple[int, str]]) -> Stored:
     """Store ``(user_id, body)`` jobs (no consumer in this object); ``(shard, job id)`` ->
-    job (job ids are unique per shard only)."""
-    q = SegmentedQueue.from_gate(gate, "commerce", "events")
-    placed = await q.store_many(jobs)
+    job (job ids are unique per shard only). A :class:`SegmentedQueue` producer over
+    in-process tablets; over tablet processes, through the gate (the producer class
+    needs the shard databases in its process)."""
+    if all(isinstance(c, LocalTabletClient) for c in gate.tablets.values()):
+        placed = await SegmentedQueue.from_gate(gate, "commerce", "events").store_many(jobs)
+    else:
+        placed = await gate.queue_enqueue("commerce", "events", jobs)
     return dict(zip(placed, jobs, strict=True))
 
 
@@ -110,9 +141,12 @@ async def test_create_queue_makes_segmented_tables(cluster: Cluster) -> None:
         await gate.execute(s, CREATE.format(ack_wait=1))
 
 
-async def test_tablet_process_finds_and_serves_it_from_the_database(cluster: Cluster) -> None:
+async def test_tablet_process_finds_and_serves_it_from_the_database(
+    local_cluster: Cluster
+) -> None:
     """A tablet that was never configured (a separate ``shardgate tablet`` process) finds
     the segmented queue by the marker on its catalog and serves the shard's jobs."""
+    cluster = local_cluster
     gate = cluster.gate
     shard = cluster.topology.keyspace("commerce").shards[0].name
     jobs = [(i, f"job {i}") for i in range(16)]
@@ -204,7 +238,7 @@ async def test_gate_receive_ack_order_and_redelivery(cluster: Cluster) -> None:
     assert await job_states(gate) == {"succeeded": len(stored)}
 
     stats = await gate.queue_stats("commerce", "events")
-    assert len(stats) == 2
+    assert len(stats) == len(cluster.topology.keyspace("commerce").shards) == 2
     assert sum(s["depth"].get("succeeded", 0) for s in stats) == len(stored)
     assert all(s["storage"] == "segmented" and s["leader"] for s in stats)
     assert sum(s["succeeded"] for s in stats) == len(stored)
@@ -240,9 +274,10 @@ async def test_grpc_receive_and_ack(cluster: Cluster) -> None:
     assert sum(s["depth"]["succeeded"] for s in stats) == len(stored)
 
 
-async def test_receiver_gone_gives_jobs_back_at_once(kind: str,
-                                                     make_database: Callable[..., str]) -> None:
-    c = await _cluster(kind, make_database, ack_wait=60.0)
+async def test_receiver_gone_gives_jobs_back_at_once(
+    kind: str, tablets: str, make_database: Callable[..., str], request: pytest.FixtureRequest
+) -> None:
+    c = await _cluster(kind, make_database, 60.0, tablets, request)
     gate = c.gate
     try:
         stored = await store(gate, [(7, "a"), (7, "b"), (7, "c")])
@@ -266,7 +301,7 @@ async def test_receiver_gone_gives_jobs_back_at_once(kind: str,
         assert [(e.id, e.epoch) for e in again] == [(first, 2)]
         assert await job_states(gate) == {"executing": 1, "pending": 2}
     finally:
-        await gate.close()
+        await close_cluster(c)
 
 
 @pytest.mark.parametrize(("sql", "message"), [
