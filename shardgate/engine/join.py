@@ -32,7 +32,6 @@ from shardgate.sql.labels import label, with_values
 JOIN_BATCH = 500
 
 
-
 def refuse_null_in_subquery(vc: ExecCursor, keyspaces: Sequence[str]) -> None:
     """Refuse an ``x IN (SELECT ...)`` whose value matters (under NOT, OR, in the select
     list) and whose subquery returned NULL, where a keyspace's database answers FALSE
@@ -44,6 +43,7 @@ def refuse_null_in_subquery(vc: ExecCursor, keyspaces: Sequence[str]) -> None:
             "not NULL, for values outside the range of the subquery column's type, which "
             "the gate cannot know; exclude the NULLs (WHERE col IS NOT NULL)"
         )
+
 
 @dataclass(frozen=True)
 class NestedLoopJoin(Primitive):

@@ -635,10 +635,6 @@ def merge_prefix(datasets: Sequence[Dataset], fully_read: set[int],
     return prefix
 
 
-# Names re-exported for callers that branch on dataset states.
-__all__ = ["DROPPING", "MERGING", "READY", "SegmentedJob", "ShardConsumer"]
-
-
 async def _wait_ready(consumer: ShardConsumer, ready: asyncio.Event, timeout: float) -> None:
     """:meth:`ShardConsumer.wait_ready`: ``UNAVAILABLE`` after ``timeout`` s, naming the
     consumer's last database error, or else another process (a tablet serving the
@@ -654,3 +650,7 @@ async def _wait_ready(consumer: ShardConsumer, ready: asyncio.Event, timeout: fl
     raise Unavailable(f"segmented queue {consumer.store.names.queue} on "
                       f"{consumer.keyspace}/{consumer.shard}: consumer not ready within "
                       f"{timeout:g} s; {cause}")
+
+
+# Names re-exported for callers that branch on dataset states.
+__all__ = ["DROPPING", "MERGING", "READY", "SegmentedJob", "ShardConsumer"]
